@@ -1,0 +1,97 @@
+package api
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/sandboxapi/sandboxapi/internal/sandbox"
+)
+
+// Error is an error with a public code and HTTP status. Handlers return it
+// for anything the client did; anything else is a 500 with a request id.
+type Error struct {
+	Status     int
+	Code       string
+	Message    string
+	RetryAfter time.Duration
+	Details    any
+}
+
+func (e *Error) Error() string { return e.Code + ": " + e.Message }
+
+func apiErr(status int, code, format string, args ...any) *Error {
+	return &Error{Status: status, Code: code, Message: fmt.Sprintf(format, args...)}
+}
+
+// errorTable maps sentinel errors of the layers below to public errors; the
+// message is the sentinel's own text, never an internal error's.
+var errorTable = []struct {
+	err    error
+	status int
+	code   string
+}{
+	{sandbox.ErrNotFound, http.StatusNotFound, "not_found"},
+	{sandbox.ErrUnknownLanguage, http.StatusBadRequest, "unknown_language"},
+	{sandbox.ErrInvalid, http.StatusBadRequest, "invalid_request"},
+	{sandbox.ErrTooLarge, http.StatusRequestEntityTooLarge, "too_large"},
+	{sandbox.ErrBadState, http.StatusConflict, "session_not_running"},
+	{sandbox.ErrLost, http.StatusGone, "sandbox_lost"},
+	{sandbox.ErrCapacity, http.StatusServiceUnavailable, "no_capacity"},
+	{sandbox.ErrNotStarted, http.StatusServiceUnavailable, "not_ready"},
+}
+
+// toAPIError classifies err for the client.
+func toAPIError(err error) *Error {
+	var ae *Error
+	if errors.As(err, &ae) {
+		return ae
+	}
+	for _, row := range errorTable {
+		if errors.Is(err, row.err) {
+			msg := err.Error()
+			if row.err == sandbox.ErrCapacity {
+				return &Error{Status: row.status, Code: row.code, Message: msg, RetryAfter: 5 * time.Second}
+			}
+			return &Error{Status: row.status, Code: row.code, Message: msg}
+		}
+	}
+	return nil
+}
+
+type errorBody struct {
+	Error errorPayload `json:"error"`
+}
+
+type errorPayload struct {
+	Code      string `json:"code"`
+	Message   string `json:"message"`
+	RequestID string `json:"request_id,omitempty"`
+	Details   any    `json:"details,omitempty"`
+}
+
+// writeError writes err as the JSON error body with the right status.
+func writeError(w http.ResponseWriter, r *http.Request, log *slog.Logger, err error) {
+	rid := requestID(r.Context())
+	ae := toAPIError(err)
+	if ae == nil {
+		log.Error("internal error", "request_id", rid, "route", r.Pattern, "err", err)
+		ae = &Error{Status: http.StatusInternalServerError, Code: "internal", Message: "internal error; quote the request id to the operator"}
+	}
+	if ae.RetryAfter > 0 {
+		w.Header().Set("Retry-After", strconv.Itoa(int((ae.RetryAfter+time.Second-1)/time.Second)))
+	}
+	writeJSON(w, ae.Status, errorBody{Error: errorPayload{Code: ae.Code, Message: ae.Message, RequestID: rid, Details: ae.Details}})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(v)
+}

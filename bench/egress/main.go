@@ -1,0 +1,255 @@
+// Command egressbench compares the sandboxapi egress proxy with
+// github.com/stripe/smokescreen (as a peer, not a product dependency) on a
+// fake internet on loopback: 100 MiB HTTPS download throughput and
+// CONNECT+TLS setup p50, each against a direct connection.
+//
+//	cd bench/egress && go run . [-mib 100] [-runs 3] [-setups 300]
+package main
+
+import (
+	"bufio"
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"flag"
+	"fmt"
+	"io"
+	"log"
+	"log/slog"
+	"math/big"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/miekg/dns"
+	"github.com/stripe/smokescreen/pkg/smokescreen"
+
+	"github.com/sandboxapi/sandboxapi/egress"
+	"github.com/sandboxapi/sandboxapi/egress/policy"
+)
+
+const host = "bench.example.com"
+
+var publicIP = netip.MustParseAddr("127.0.0.2")
+
+type zeroReader struct{}
+
+func (zeroReader) Read(p []byte) (int, error) { clear(p); return len(p), nil }
+
+func main() {
+	mib := flag.Int("mib", 100, "MiB per throughput run")
+	runs := flag.Int("runs", 3, "throughput runs per path (median reported)")
+	setups := flag.Int("setups", 300, "connection setups per path for p50")
+	flag.Parse()
+	if err := run(*mib, *runs, *setups); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+}
+
+// dialer opens a connection that carries TLS to the upstream server.
+type dialer func() (net.Conn, error)
+
+func run(mib, runs, setups int) error {
+	roots, upstream, dnsAddr, err := fakeInternet()
+	if err != nil {
+		return fmt.Errorf("starting fake internet: %w", err)
+	}
+	target := fmt.Sprintf("%s:%d", host, upstream.Port())
+
+	// sandboxapi egress proxy.
+	cfg := egress.DefaultConfig()
+	cfg.ConnectPort, cfg.TransparentPort, cfg.DNSPort = 0, 0, 0
+	cfg.AllowedPorts = []uint16{upstream.Port()}
+	cfg.Resolvers = []string{dnsAddr}
+	cfg.ExtraAllowedCIDRs = []string{"127.0.0.2/32"}
+	p, err := egress.NewProxy(cfg, egress.Options{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		return err
+	}
+	sbx := netip.MustParseAddr("127.1.0.2")
+	ep, err := p.AddSession(context.Background(), egress.Session{
+		ID: "bench", HostAddr: netip.MustParseAddr("127.1.0.1"), SandboxAddr: sbx,
+		Policy: policy.Policy{Enabled: true, Domains: policy.MustParsePatterns("*.example.com")},
+	})
+	if err != nil {
+		return err
+	}
+
+	// smokescreen v0.1.0 with the same resolver and allow range.
+	sc := smokescreen.NewConfig()
+	sc.Log.SetOutput(io.Discard)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	sc.Listener = ln
+	if err := sc.SetAllowRanges([]string{"127.0.0.2/32"}); err != nil {
+		return err
+	}
+	if err := sc.SetResolverAddresses([]string{dnsAddr}); err != nil {
+		return err
+	}
+	go smokescreen.StartWithConfig(sc, make(chan interface{}))
+	time.Sleep(200 * time.Millisecond)
+
+	paths := []struct {
+		name string
+		dial dialer
+	}{
+		{"direct", func() (net.Conn, error) { return net.Dial("tcp", upstream.String()) }},
+		{"sandboxapi", connectVia(ep.Connect.String(), sbx, target)},
+		{"smokescreen v0.1.0", connectVia(ln.Addr().String(), netip.Addr{}, target)},
+	}
+	type row struct {
+		name       string
+		mibps      float64
+		setup, con time.Duration
+	}
+	var rows []row
+	for _, pth := range paths {
+		var rates []float64
+		for range runs {
+			start := time.Now()
+			n, err := fetch(pth.dial, roots, int64(mib)<<20)
+			if err != nil {
+				return fmt.Errorf("%s: %w", pth.name, err)
+			}
+			rates = append(rates, float64(n)/(1<<20)/time.Since(start).Seconds())
+		}
+		slices.Sort(rates)
+		var total, conn []time.Duration
+		for range setups {
+			start := time.Now()
+			c, err := pth.dial()
+			if err != nil {
+				return fmt.Errorf("%s: %w", pth.name, err)
+			}
+			conn = append(conn, time.Since(start))
+			tc := tls.Client(c, &tls.Config{ServerName: host, RootCAs: roots})
+			if err := tc.Handshake(); err != nil {
+				return fmt.Errorf("%s handshake: %w", pth.name, err)
+			}
+			total = append(total, time.Since(start))
+			tc.Close()
+		}
+		rows = append(rows, row{pth.name, rates[len(rates)/2], p50(total), p50(conn)})
+	}
+	d := rows[0]
+	fmt.Printf("%d MiB HTTPS download (median of %d), setup = TCP/CONNECT + TLS handshake (p50 of %d), loopback, GOMAXPROCS=%d\n\n", mib, runs, setups, runtimeProcs())
+	fmt.Println("| path | MiB/s | vs direct | connect p50 | setup p50 | setup overhead p50 |")
+	fmt.Println("|---|---|---|---|---|---|")
+	for _, r := range rows {
+		fmt.Printf("| %s | %.0f | %.2fx | %v | %v | %v |\n", r.name, r.mibps, r.mibps/d.mibps,
+			r.con.Round(time.Microsecond), r.setup.Round(time.Microsecond), (r.setup - d.setup).Round(time.Microsecond))
+	}
+	return nil
+}
+
+func p50(d []time.Duration) time.Duration {
+	slices.Sort(d)
+	return d[len(d)/2]
+}
+
+// connectVia returns a dialer that opens a CONNECT tunnel through proxy.
+func connectVia(proxy string, src netip.Addr, target string) dialer {
+	return func() (net.Conn, error) {
+		d := net.Dialer{Timeout: 5 * time.Second}
+		if src.IsValid() {
+			d.LocalAddr = net.TCPAddrFromAddrPort(netip.AddrPortFrom(src, 0))
+		}
+		c, err := d.Dial("tcp", proxy)
+		if err != nil {
+			return nil, err
+		}
+		fmt.Fprintf(c, "CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n", target, target)
+		br := bufio.NewReader(c)
+		resp, err := http.ReadResponse(br, &http.Request{Method: http.MethodConnect})
+		if err != nil {
+			c.Close()
+			return nil, fmt.Errorf("reading CONNECT reply: %w", err)
+		}
+		if resp.StatusCode != 200 {
+			c.Close()
+			return nil, fmt.Errorf("CONNECT %s: %s", target, resp.Status)
+		}
+		if br.Buffered() > 0 {
+			c.Close()
+			return nil, fmt.Errorf("unexpected bytes after CONNECT reply")
+		}
+		return c, nil
+	}
+}
+
+func fetch(dial dialer, roots *x509.CertPool, n int64) (int64, error) {
+	c, err := dial()
+	if err != nil {
+		return 0, err
+	}
+	tc := tls.Client(c, &tls.Config{ServerName: host, RootCAs: roots})
+	defer tc.Close()
+	fmt.Fprintf(tc, "GET /bytes?n=%d HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n", n, host)
+	resp, err := http.ReadResponse(bufio.NewReaderSize(tc, 64<<10), nil)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	return io.Copy(io.Discard, resp.Body)
+}
+
+// fakeInternet starts an HTTPS server on 127.0.0.2 and a DNS server on
+// 127.0.0.1 answering *.example.com with it.
+func fakeInternet() (*x509.CertPool, netip.AddrPort, string, error) {
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: host},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		DNSNames: []string{host}, IsCA: true, BasicConstraintsValid: true,
+		KeyUsage:    x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		return nil, netip.AddrPort{}, "", err
+	}
+	cert, _ := x509.ParseCertificate(der)
+	roots := x509.NewCertPool()
+	roots.AddCert(cert)
+	ln, err := net.Listen("tcp", "127.0.0.2:0")
+	if err != nil {
+		return nil, netip.AddrPort{}, "", err
+	}
+	srv := &http.Server{
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			var n int64
+			fmt.Sscan(r.URL.Query().Get("n"), &n)
+			io.CopyN(w, zeroReader{}, n)
+		}),
+		TLSConfig: &tls.Config{Certificates: []tls.Certificate{{Certificate: [][]byte{der}, PrivateKey: key}}},
+		ErrorLog:  log.New(io.Discard, "", 0),
+	}
+	go srv.ServeTLS(ln, "", "")
+	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		return nil, netip.AddrPort{}, "", err
+	}
+	h := dns.HandlerFunc(func(w dns.ResponseWriter, r *dns.Msg) {
+		m := new(dns.Msg)
+		m.SetReply(r)
+		q := r.Question[0]
+		if q.Qtype == dns.TypeA && strings.HasSuffix(q.Name, ".example.com.") {
+			m.Answer = append(m.Answer, &dns.A{Hdr: dns.RR_Header{Name: q.Name, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: 1}, A: publicIP.AsSlice()})
+		}
+		w.WriteMsg(m)
+	})
+	go (&dns.Server{PacketConn: pc, Handler: h}).ActivateAndServe()
+	return roots, ln.Addr().(*net.TCPAddr).AddrPort(), pc.LocalAddr().String(), nil
+}

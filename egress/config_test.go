@@ -1,0 +1,86 @@
+package egress
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"gopkg.in/yaml.v3"
+)
+
+func TestConfigValidate(t *testing.T) {
+	t.Parallel()
+	valid := func() Config {
+		c := DefaultConfig()
+		c.Resolvers = []string{"127.0.0.1:53", "9.9.9.9"}
+		return c
+	}
+	tests := []struct {
+		name    string
+		mutate  func(*Config)
+		wantErr []string
+	}{
+		{name: "defaults with resolvers", mutate: func(*Config) {}},
+		{name: "no resolvers", mutate: func(c *Config) { c.Resolvers = nil }, wantErr: []string{"resolvers is empty"}},
+		{name: "resolver by name", mutate: func(c *Config) { c.Resolvers = []string{"dns.google"} }, wantErr: []string{`resolver "dns.google"`}},
+		{name: "bad cidr and zero timeout", mutate: func(c *Config) {
+			c.ExtraAllowedCIDRs = []string{"10.0.0.1/8", "nope"}
+			c.IdleTimeout = 0
+		}, wantErr: []string{"host bits", `"nope"`, "idle_timeout"}},
+		{name: "no ports", mutate: func(c *Config) { c.AllowedPorts = nil }, wantErr: []string{"allowed_ports"}},
+		{name: "tunnel limit", mutate: func(c *Config) { c.MaxTunnelsPerSession = 0 }, wantErr: []string{"max_tunnels_per_session"}},
+		{name: "small pool", mutate: func(c *Config) { c.Network.Pool = "10.0.0.0/30" }, wantErr: []string{"network.pool"}},
+		{name: "v6 pool", mutate: func(c *Config) { c.Network.Pool = "fd00::/64" }, wantErr: []string{"network.pool"}},
+		{name: "long prefix", mutate: func(c *Config) { c.Network.Prefix = "toolong" }, wantErr: []string{"network.prefix"}},
+		{name: "bad table", mutate: func(c *Config) { c.Network.Table = "a b" }, wantErr: []string{"network.table"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			c := valid()
+			tt.mutate(&c)
+			err := c.Validate()
+			if len(tt.wantErr) == 0 {
+				if err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			if !errors.Is(err, ErrInvalidConfig) {
+				t.Fatalf("error %v is not ErrInvalidConfig", err)
+			}
+			for _, w := range tt.wantErr {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q lacks %q", err, w)
+				}
+			}
+		})
+	}
+}
+
+func TestConfigYAML(t *testing.T) {
+	t.Parallel()
+	c := DefaultConfig()
+	src := `
+resolvers: ["1.1.1.1", "9.9.9.9:53"]
+allowed_ports: [443, 8443]
+idle_timeout: 90s
+dial_timeout: 2s
+max_tunnels_per_session: 16
+extra_allowed_cidrs: ["10.50.0.0/24"]
+network:
+  pool: 10.210.0.0/20
+`
+	dec := yaml.NewDecoder(strings.NewReader(src))
+	dec.KnownFields(true)
+	if err := dec.Decode(&c); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if c.IdleTimeout != 90*time.Second || c.DialTimeout != 2*time.Second || c.Network.Prefix != "sbx" || len(c.AllowedPorts) != 2 {
+		t.Fatalf("decoded %+v", c)
+	}
+}

@@ -1,0 +1,39 @@
+// Package egress is the only way out of a sandbox: an HTTPS-only egress
+// proxy with per-session allow-lists and DNS pinning, the in-sandbox DNS
+// server, and the Linux wiring (netns, veth, nftables) that leaves the
+// proxy as the sandbox's only reachable address.
+//
+// # Session identification
+//
+// Every session gets its own /30 from Config.Network.Pool: HostAddr (.1)
+// on the host side of its veth pair and SandboxAddr (.2) inside its netns.
+// Proxy.AddSession binds the session's listeners (explicit CONNECT,
+// transparent SNI on 443, DNS on 53) to HostAddr, so a connection's
+// session is the address it was accepted on; the proxy also requires the
+// peer address to be SandboxAddr. The nftables rules of Network only let
+// packets from a session's veth with source SandboxAddr reach HostAddr on
+// the proxy ports, so one sandbox cannot reach another session's
+// listeners, and nothing the sandbox sends (headers, credentials, SNI)
+// selects the session.
+//
+// # Wiring
+//
+//	net, _ := egress.NewNetwork(cfg, logger)
+//	net.Reconcile(ctx, liveSessionIDs)          // at start
+//	proxy, _ := egress.NewProxy(cfg, egress.Options{Logger: logger})
+//	att, _ := net.Setup(ctx, id)                // per session with network
+//	proxy.AddSession(ctx, egress.Session{ID: id, HostAddr: att.HostAddr,
+//		SandboxAddr: att.SandboxAddr, Policy: pol})
+//	// OCI spec: linux.namespaces += {type: network, path: att.NetnsPath};
+//	// runsc --network=sandbox; /etc/resolv.conf = att.ResolvConf();
+//	// env += att.ProxyEnv(cfg.ConnectPort)
+//	...
+//	proxy.RemoveSession(ctx, id); net.Teardown(ctx, id)
+//
+// # Decisions
+//
+// Every CONNECT or transparent connection yields one Decision, logged
+// once (Info allow, Warn deny, Error failure) and kept in a per-session
+// ring (Proxy.Decisions) and passed to Options.OnDecision. Allowed tunnels
+// are logged when they close, with byte counts and duration.
+package egress

@@ -1,0 +1,457 @@
+package egress
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/netip"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/elazarl/goproxy"
+
+	"github.com/sandboxapi/sandboxapi/egress/policy"
+)
+
+// Proxy errors.
+var (
+	ErrStopped         = errors.New("egress proxy stopped")
+	ErrSessionExists   = errors.New("egress session already exists")
+	ErrUnknownSession  = errors.New("unknown egress session")
+	ErrTooManyTunnels  = errors.New("too many tunnels for session")
+	ErrForbiddenAddr   = errors.New("forbidden address")
+	ErrDirectDial      = errors.New("direct dial refused: every CONNECT is handled explicitly")
+	ErrInvalidSession  = errors.New("invalid egress session")
+	ErrWrongSourceAddr = errors.New("connection not from the session's sandbox address")
+)
+
+// Options are the non-data dependencies of a Proxy.
+type Options struct {
+	// Logger receives one line per decision; nil discards.
+	Logger *slog.Logger
+	// OnDecision, if set, is called synchronously for every decision
+	// (e.g. to persist the audit trail). It must not block.
+	OnDecision func(Decision)
+}
+
+// Session binds a sandbox network to a policy. Each session has its own
+// host-side address; the proxy serves it on listeners bound to that
+// address and accepts only connections whose source is SandboxAddr, so the
+// session is identified by the interface the packet arrived on (enforced by
+// the firewall rules of Network) and never by anything the sandbox sends.
+type Session struct {
+	ID          string
+	HostAddr    netip.Addr // proxy and DNS address seen by the sandbox
+	SandboxAddr netip.Addr // the sandbox's only source address
+	Policy      policy.Policy
+}
+
+// Endpoints are the bound addresses of a session's listeners.
+type Endpoints struct {
+	Connect     netip.AddrPort // explicit proxy: HTTPS_PROXY=http://Connect
+	Transparent netip.AddrPort // SNI proxy
+	DNS         netip.AddrPort // in-sandbox resolver (UDP and TCP)
+}
+
+type session struct {
+	Session
+	ep        Endpoints
+	closers   []io.Closer
+	tunnels   map[*tunnel]struct{}
+	active    int
+	ctx       context.Context
+	cancel    context.CancelFunc
+	listeners sync.WaitGroup
+}
+
+// Proxy is the egress proxy: per-session explicit CONNECT (built on
+// elazarl/goproxy with its unsafe defaults replaced), transparent SNI
+// proxying and in-sandbox DNS, all under one policy with DNS pinning.
+// Create it with NewProxy; its methods are safe for concurrent use.
+type Proxy struct {
+	cfg      Config
+	log      *slog.Logger
+	res      *Resolver
+	vet      policy.Vetter
+	audit    *auditor
+	gp       *goproxy.ProxyHttpServer
+	srv      *http.Server
+	localIPs map[netip.Addr]bool
+
+	mu       sync.Mutex
+	stopped  bool
+	sessions map[string]*session
+	byHost   map[netip.Addr]*session
+	handlers sync.WaitGroup
+}
+
+type ctxKey struct{}
+
+// NewProxy validates cfg and builds a Proxy. It opens no sockets until
+// AddSession.
+func NewProxy(cfg Config, opts Options) (*Proxy, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("creating egress proxy: %w", err)
+	}
+	res, err := NewResolver(cfg.Resolvers, cfg.ResolveTimeout)
+	if err != nil {
+		return nil, fmt.Errorf("creating egress proxy: %w", err)
+	}
+	logger := opts.Logger
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	p := &Proxy{
+		cfg:      cfg,
+		log:      logger,
+		res:      res,
+		audit:    &auditor{log: logger, sink: opts.OnDecision, keep: cfg.DecisionsPerSession, byID: map[string]*ring{}},
+		sessions: map[string]*session{},
+		byHost:   map[netip.Addr]*session{},
+		localIPs: map[netip.Addr]bool{},
+	}
+	if addrs, err := net.InterfaceAddrs(); err == nil {
+		for _, a := range addrs {
+			if pfx, err := netip.ParsePrefix(a.String()); err == nil {
+				p.localIPs[pfx.Addr().Unmap()] = true
+			}
+		}
+	}
+	p.vet = policy.Vetter{ExtraAllowed: cfg.extraAllowed(), Own: p.isOwn}
+	p.gp = p.newGoproxy()
+	p.srv = &http.Server{
+		Handler:           p.gp,
+		ReadHeaderTimeout: cfg.HandshakeTimeout,
+		IdleTimeout:       cfg.HandshakeTimeout,
+		MaxHeaderBytes:    16 << 10,
+		ErrorLog:          log.New(io.Discard, "", 0),
+		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
+			return context.WithValue(ctx, ctxKey{}, c)
+		},
+	}
+	return p, nil
+}
+
+// newGoproxy configures goproxy so that nothing is accepted by default: no
+// transport (plain HTTP is refused before it), no environment proxy, no
+// direct CONNECT dial, and every CONNECT is hijacked by handleConnect.
+func (p *Proxy) newGoproxy() *goproxy.ProxyHttpServer {
+	gp := goproxy.NewProxyHttpServer()
+	gp.Logger = log.New(io.Discard, "", 0)
+	gp.Verbose = false
+	gp.Tr = &http.Transport{
+		Proxy:           nil,
+		TLSClientConfig: &tls.Config{MinVersion: tls.VersionTLS12},
+		DialContext: func(context.Context, string, string) (net.Conn, error) {
+			return nil, ErrDirectDial
+		},
+	}
+	gp.ConnectDial = nil
+	gp.ConnectDialWithReq = func(*http.Request, string, string) (net.Conn, error) {
+		return nil, ErrDirectDial
+	}
+	deny := func(w http.ResponseWriter, r *http.Request) {
+		p.denyPlain(r)
+		http.Error(w, "egress denied: only HTTPS CONNECT is allowed", http.StatusForbidden)
+	}
+	gp.NonproxyHandler = http.HandlerFunc(deny)
+	gp.OnRequest().DoFunc(func(r *http.Request, ctx *goproxy.ProxyCtx) (*http.Request, *http.Response) {
+		p.denyPlain(r)
+		return r, goproxy.NewResponse(r, "text/plain", http.StatusForbidden, "egress denied: only HTTPS CONNECT is allowed\n")
+	})
+	gp.OnRequest().HandleConnectFunc(func(host string, ctx *goproxy.ProxyCtx) (*goproxy.ConnectAction, string) {
+		return &goproxy.ConnectAction{Action: goproxy.ConnectHijack, Hijack: p.handleConnect}, host
+	})
+	return gp
+}
+
+func (p *Proxy) isOwn(a netip.Addr) bool {
+	if p.localIPs[a] {
+		return true
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	_, ok := p.byHost[a]
+	return ok
+}
+
+// AddSession opens the session's listeners (CONNECT, transparent, DNS) on
+// s.HostAddr and starts serving them. The ports come from Config.
+func (p *Proxy) AddSession(ctx context.Context, s Session) (Endpoints, error) {
+	if s.ID == "" || !s.HostAddr.IsValid() || !s.SandboxAddr.IsValid() {
+		return Endpoints{}, fmt.Errorf("adding session %q: %w: id, host and sandbox address are required", s.ID, ErrInvalidSession)
+	}
+	s.HostAddr, s.SandboxAddr = s.HostAddr.Unmap(), s.SandboxAddr.Unmap()
+	p.mu.Lock()
+	if p.stopped {
+		p.mu.Unlock()
+		return Endpoints{}, fmt.Errorf("adding session %s: %w", s.ID, ErrStopped)
+	}
+	if _, ok := p.sessions[s.ID]; ok {
+		p.mu.Unlock()
+		return Endpoints{}, fmt.Errorf("adding session %s: %w", s.ID, ErrSessionExists)
+	}
+	if _, ok := p.byHost[s.HostAddr]; ok {
+		p.mu.Unlock()
+		return Endpoints{}, fmt.Errorf("adding session %s: host address %s in use: %w", s.ID, s.HostAddr, ErrSessionExists)
+	}
+	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	sess := &session{Session: s, tunnels: map[*tunnel]struct{}{}, ctx: sctx, cancel: cancel}
+	p.sessions[s.ID] = sess
+	p.byHost[s.HostAddr] = sess
+	p.mu.Unlock()
+	p.audit.open(s.ID)
+
+	if err := p.listen(ctx, sess); err != nil {
+		p.RemoveSession(ctx, s.ID)
+		return Endpoints{}, fmt.Errorf("adding session %s: %w", s.ID, err)
+	}
+	return sess.ep, nil
+}
+
+func (p *Proxy) listen(ctx context.Context, s *session) error {
+	var lc net.ListenConfig
+	host := s.HostAddr.String()
+	bind := func(port uint16) string { return net.JoinHostPort(host, fmt.Sprint(port)) }
+
+	cl, err := lc.Listen(ctx, "tcp", bind(p.cfg.ConnectPort))
+	if err != nil {
+		return fmt.Errorf("listening for CONNECT: %w", err)
+	}
+	s.closers = append(s.closers, cl)
+	s.ep.Connect = cl.Addr().(*net.TCPAddr).AddrPort()
+
+	tl, err := lc.Listen(ctx, "tcp", bind(p.cfg.TransparentPort))
+	if err != nil {
+		return fmt.Errorf("listening for transparent TLS: %w", err)
+	}
+	s.closers = append(s.closers, tl)
+	s.ep.Transparent = tl.Addr().(*net.TCPAddr).AddrPort()
+
+	if err := p.startDNS(ctx, s); err != nil {
+		return err
+	}
+	s.listeners.Add(2)
+	go func() {
+		defer s.listeners.Done()
+		p.srv.Serve(cl)
+	}()
+	go func() {
+		defer s.listeners.Done()
+		p.serveTransparent(s, tl)
+	}()
+	return nil
+}
+
+// RemoveSession closes the session's listeners and tunnels and forgets its
+// decisions. Removing an unknown session returns ErrUnknownSession.
+func (p *Proxy) RemoveSession(ctx context.Context, id string) error {
+	p.mu.Lock()
+	s := p.sessions[id]
+	if s == nil {
+		p.mu.Unlock()
+		return fmt.Errorf("removing session %s: %w", id, ErrUnknownSession)
+	}
+	delete(p.sessions, id)
+	delete(p.byHost, s.HostAddr)
+	p.mu.Unlock()
+	p.closeSession(s)
+	p.audit.drop(id)
+	return nil
+}
+
+func (p *Proxy) closeSession(s *session) {
+	s.cancel()
+	for _, c := range s.closers {
+		c.Close()
+	}
+	p.mu.Lock()
+	for t := range s.tunnels {
+		t.close()
+	}
+	p.mu.Unlock()
+	s.listeners.Wait()
+}
+
+// Decisions returns a copy of the session's recent decisions, oldest first.
+func (p *Proxy) Decisions(sessionID string) []Decision { return p.audit.list(sessionID) }
+
+// Stop closes every listener and tunnel (including hijacked sockets) and
+// waits for connection handlers until ctx is done.
+func (p *Proxy) Stop(ctx context.Context) error {
+	p.mu.Lock()
+	p.stopped = true
+	all := make([]*session, 0, len(p.sessions))
+	for id, s := range p.sessions {
+		all = append(all, s)
+		delete(p.sessions, id)
+		delete(p.byHost, s.HostAddr)
+	}
+	p.mu.Unlock()
+	p.srv.Close()
+	for _, s := range all {
+		p.closeSession(s)
+	}
+	done := make(chan struct{})
+	go func() { p.handlers.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("stopping egress proxy: %w", ctx.Err())
+	}
+}
+
+// sessionOf identifies the session of an accepted connection by the local
+// address it arrived on and checks its source address.
+func (p *Proxy) sessionOf(c net.Conn) (*session, error) {
+	local, _ := netip.ParseAddrPort(c.LocalAddr().String())
+	remote, _ := netip.ParseAddrPort(c.RemoteAddr().String())
+	p.mu.Lock()
+	s := p.byHost[local.Addr().Unmap()]
+	p.mu.Unlock()
+	if s == nil {
+		return nil, ErrUnknownSession
+	}
+	if remote.Addr().Unmap() != s.SandboxAddr {
+		return s, ErrWrongSourceAddr
+	}
+	return s, nil
+}
+
+// acquire reserves a tunnel slot; release must be called when done.
+func (p *Proxy) acquire(s *session) (release func(), err error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.stopped || s.ctx.Err() != nil {
+		return nil, ErrStopped
+	}
+	if s.active >= p.cfg.MaxTunnelsPerSession {
+		return nil, ErrTooManyTunnels
+	}
+	s.active++
+	p.handlers.Add(1)
+	return func() {
+		p.mu.Lock()
+		s.active--
+		p.mu.Unlock()
+		p.handlers.Done()
+	}, nil
+}
+
+func (p *Proxy) track(s *session, t *tunnel) (untrack func()) {
+	p.mu.Lock()
+	s.tunnels[t] = struct{}{}
+	dead := s.ctx.Err() != nil
+	p.mu.Unlock()
+	if dead {
+		t.close()
+	}
+	return func() {
+		p.mu.Lock()
+		delete(s.tunnels, t)
+		p.mu.Unlock()
+	}
+}
+
+// target is a vetted destination: the canonical host and the addresses it
+// resolved to, every one of them allowed.
+type target struct {
+	hp    policy.HostPort
+	addrs []netip.Addr
+}
+
+// decideError carries the audit outcome of a refused connection.
+type decideError struct {
+	outcome Outcome
+	reason  string
+	addr    netip.Addr
+	err     error
+}
+
+func (e *decideError) Error() string { return e.reason }
+func (e *decideError) Unwrap() error { return e.err }
+
+func deny(reason string, err error) *decideError {
+	return &decideError{outcome: OutcomeDeny, reason: reason, err: err}
+}
+
+// decide applies the policy, resolves and vets every answer.
+func (p *Proxy) decide(ctx context.Context, s *session, hp policy.HostPort) (*target, string, *decideError) {
+	reason, ok := s.Policy.Allows(hp.Host)
+	if !ok {
+		return nil, "", deny(reason, nil)
+	}
+	addrs, err := p.res.Resolve(ctx, hp.Host)
+	if err != nil {
+		if errors.Is(err, ErrNXDomain) || errors.Is(err, ErrNoAddresses) {
+			return nil, "", &decideError{outcome: OutcomeDeny, reason: "resolving: " + err.Error(), err: err}
+		}
+		return nil, "", &decideError{outcome: OutcomeError, reason: "resolver failure: " + err.Error(), err: err}
+	}
+	for _, a := range addrs {
+		if why, bad := p.vet.Check(a); bad {
+			return nil, "", &decideError{outcome: OutcomeDeny, reason: "resolved to forbidden address (" + why + ")", addr: a, err: ErrForbiddenAddr}
+		}
+	}
+	return &target{hp: hp, addrs: addrs}, reason, nil
+}
+
+// dial connects to one of the vetted addresses; the dialer's control hook
+// re-checks the exact address right before connect(2).
+func (p *Proxy) dial(ctx context.Context, t *target) (net.Conn, netip.Addr, error) {
+	var errs []error
+	for _, a := range t.addrs {
+		pinned := a
+		d := net.Dialer{
+			Timeout: p.cfg.DialTimeout,
+			ControlContext: func(_ context.Context, _, address string, _ syscall.RawConn) error {
+				ap, err := netip.ParseAddrPort(address)
+				if err != nil {
+					return fmt.Errorf("parsing dial address %q: %w", address, err)
+				}
+				if ap.Addr().Unmap() != pinned.Unmap() {
+					return fmt.Errorf("dialing %s instead of pinned %s: %w", ap.Addr(), pinned, ErrForbiddenAddr)
+				}
+				if why, bad := p.vet.Check(ap.Addr()); bad {
+					return fmt.Errorf("dialing %s (%s): %w", ap.Addr(), why, ErrForbiddenAddr)
+				}
+				return nil
+			},
+		}
+		c, err := d.DialContext(ctx, "tcp", netip.AddrPortFrom(a, t.hp.Port).String())
+		if err == nil {
+			return c, a, nil
+		}
+		errs = append(errs, err)
+	}
+	return nil, netip.Addr{}, fmt.Errorf("dialing %s: %w", t.hp, errors.Join(errs...))
+}
+
+func (p *Proxy) denyPlain(r *http.Request) {
+	c, _ := r.Context().Value(ctxKey{}).(net.Conn)
+	d := Decision{Time: time.Now(), Mode: ModePlainHTTP, Host: r.Host, Outcome: OutcomeDeny, Reason: "plain HTTP is not allowed"}
+	if c != nil {
+		if s, err := p.sessionOf(c); s != nil {
+			d.Session = s.ID
+			if err != nil {
+				d.Reason = err.Error()
+			}
+		}
+	}
+	p.audit.record(d)
+}
+
+// sameHost compares an SNI with the CONNECT host the way matching does.
+func sameHost(sni, host string) bool {
+	c, err := policy.CanonicalHost(sni)
+	return err == nil && strings.EqualFold(c, host)
+}

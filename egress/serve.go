@@ -1,0 +1,287 @@
+package egress
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/netip"
+	"strings"
+	"time"
+
+	"github.com/elazarl/goproxy"
+	"github.com/miekg/dns"
+
+	"github.com/sandboxapi/sandboxapi/egress/policy"
+)
+
+// Reasons written to the audit log by the connection handlers.
+const (
+	ReasonSNIMismatch = "TLS SNI differs from CONNECT host"
+	ReasonNoSNI       = "TLS ClientHello without SNI"
+	ReasonNotTLS      = "tunnel did not start with a TLS ClientHello"
+	ReasonTunnelLimit = "tunnel limit per session reached"
+)
+
+// refuse writes a short HTTP error on a hijacked CONNECT and closes it.
+func refuse(c net.Conn, code int, reason string) {
+	c.SetWriteDeadline(time.Now().Add(2 * time.Second))
+	fmt.Fprintf(c, "HTTP/1.1 %d %s\r\nContent-Type: text/plain\r\nConnection: close\r\n\r\negress denied: %s\n",
+		code, http.StatusText(code), reason)
+	c.Close()
+}
+
+// handleConnect owns a hijacked CONNECT connection until it is closed.
+func (p *Proxy) handleConnect(req *http.Request, client net.Conn, _ *goproxy.ProxyCtx) {
+	start := time.Now()
+	d := Decision{Time: start, Mode: ModeConnect, Host: req.RequestURI}
+	finish := func(o Outcome, reason string) {
+		d.Outcome, d.Reason, d.Duration = o, reason, time.Since(start)
+		p.audit.record(d)
+	}
+	s, err := p.sessionOf(client)
+	if s != nil {
+		d.Session = s.ID
+	}
+	if err != nil {
+		finish(OutcomeDeny, err.Error())
+		refuse(client, http.StatusForbidden, "unknown session")
+		return
+	}
+	release, err := p.acquire(s)
+	if err != nil {
+		reason := ReasonTunnelLimit
+		if !errors.Is(err, ErrTooManyTunnels) {
+			reason = err.Error()
+		}
+		finish(OutcomeDeny, reason)
+		refuse(client, http.StatusTooManyRequests, reason)
+		return
+	}
+	defer release()
+
+	hp, err := policy.ParseHostPort(req.RequestURI, p.cfg.AllowedPorts)
+	if err != nil {
+		finish(OutcomeDeny, err.Error())
+		refuse(client, http.StatusForbidden, "bad CONNECT target")
+		return
+	}
+	d.Host, d.Port = hp.Host, hp.Port
+	tgt, reason, derr := p.decide(s.ctx, s, hp)
+	if derr != nil {
+		d.Addr = derr.addr
+		code := http.StatusForbidden
+		if derr.outcome == OutcomeError {
+			code = http.StatusBadGateway
+		}
+		finish(derr.outcome, derr.reason)
+		public := derr.reason
+		if derr.outcome == OutcomeError {
+			public = "name resolution failed" // do not leak resolver details
+		}
+		refuse(client, code, public)
+		return
+	}
+	up, addr, err := p.dial(s.ctx, tgt)
+	if err != nil {
+		finish(OutcomeError, err.Error())
+		refuse(client, http.StatusBadGateway, "upstream unreachable")
+		return
+	}
+	d.Addr = addr
+	// Track from here on so Stop and RemoveSession also close tunnels
+	// still waiting for their ClientHello.
+	t := &tunnel{client: client, upstream: up}
+	untrack := p.track(s, t)
+	defer untrack()
+	if _, err := io.WriteString(client, "HTTP/1.1 200 Connection established\r\n\r\n"); err != nil {
+		finish(OutcomeError, "writing CONNECT reply: "+err.Error())
+		t.close()
+		return
+	}
+	sni, hello, err := peekClientHello(client, p.cfg.HandshakeTimeout)
+	var why string
+	switch {
+	case err != nil:
+		why = ReasonNotTLS + ": " + err.Error()
+	case sni == "":
+		why = ReasonNoSNI
+	case !sameHost(sni, hp.Host):
+		why = fmt.Sprintf("%s (%q)", ReasonSNIMismatch, sni)
+	}
+	if why != "" {
+		finish(OutcomeDeny, why)
+		t.close()
+		return
+	}
+	p.splice(s, t, hello, &d)
+	finish(OutcomeAllow, reason)
+}
+
+// splice forwards the already-read hello and then tunnels until done. The
+// caller tracks t.
+func (p *Proxy) splice(s *session, t *tunnel, hello []byte, d *Decision) {
+	if _, err := t.upstream.Write(hello); err != nil {
+		t.close()
+		return
+	}
+	t.up.Add(int64(len(hello)))
+	t.run(s.ctx, p.cfg.IdleTimeout)
+	d.BytesUp, d.BytesDown = t.up.Load(), t.down.Load()
+}
+
+// serveTransparent accepts TLS connections that the in-sandbox DNS sent
+// to the proxy and routes them by SNI.
+func (p *Proxy) serveTransparent(s *session, ln net.Listener) {
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			p.log.Error("accepting transparent connection", slog.String("session", s.ID), slog.Any("err", err))
+			time.Sleep(50 * time.Millisecond)
+			continue
+		}
+		go p.handleTransparent(s, c)
+	}
+}
+
+func (p *Proxy) handleTransparent(s *session, client net.Conn) {
+	start := time.Now()
+	d := Decision{Time: start, Mode: ModeTransparent, Session: s.ID, Port: p.cfg.TransparentUpstreamPort}
+	finish := func(o Outcome, reason string) {
+		d.Outcome, d.Reason, d.Duration = o, reason, time.Since(start)
+		p.audit.record(d)
+	}
+	if got, err := p.sessionOf(client); got != s || err != nil {
+		finish(OutcomeDeny, ErrWrongSourceAddr.Error())
+		client.Close()
+		return
+	}
+	release, err := p.acquire(s)
+	if err != nil {
+		finish(OutcomeDeny, ReasonTunnelLimit)
+		client.Close()
+		return
+	}
+	defer release()
+	sni, hello, err := peekClientHello(client, p.cfg.HandshakeTimeout)
+	if err != nil || sni == "" {
+		why := ReasonNoSNI
+		if err != nil {
+			why = ReasonNotTLS + ": " + err.Error()
+		}
+		finish(OutcomeDeny, why)
+		client.Close()
+		return
+	}
+	d.Host = sni
+	host, err := policy.CanonicalHost(sni)
+	if err != nil {
+		finish(OutcomeDeny, err.Error())
+		client.Close()
+		return
+	}
+	d.Host = host
+	tgt, reason, derr := p.decide(s.ctx, s, policy.HostPort{Host: host, Port: p.cfg.TransparentUpstreamPort})
+	if derr != nil {
+		d.Addr = derr.addr
+		finish(derr.outcome, derr.reason)
+		client.Close()
+		return
+	}
+	up, addr, err := p.dial(s.ctx, tgt)
+	if err != nil {
+		finish(OutcomeError, err.Error())
+		client.Close()
+		return
+	}
+	d.Addr = addr
+	t := &tunnel{client: client, upstream: up}
+	untrack := p.track(s, t)
+	defer untrack()
+	p.splice(s, t, hello, &d)
+	finish(OutcomeAllow, reason)
+}
+
+type dnsCloser struct{ srv *dns.Server }
+
+func (c dnsCloser) Close() error { return c.srv.Shutdown() }
+
+// startDNS serves the in-sandbox resolver on HostAddr:DNSPort (UDP and
+// TCP). It never queries upstream: allowed names get the proxy's address,
+// everything else NXDOMAIN, so DNS carries nothing out of the sandbox.
+func (p *Proxy) startDNS(ctx context.Context, s *session) error {
+	var lc net.ListenConfig
+	host := s.HostAddr.String()
+	pc, err := lc.ListenPacket(ctx, "udp", net.JoinHostPort(host, fmt.Sprint(p.cfg.DNSPort)))
+	if err != nil {
+		return fmt.Errorf("listening for DNS over UDP: %w", err)
+	}
+	port := pc.LocalAddr().(*net.UDPAddr).Port
+	tl, err := lc.Listen(ctx, "tcp", net.JoinHostPort(host, fmt.Sprint(port)))
+	if err != nil {
+		pc.Close()
+		return fmt.Errorf("listening for DNS over TCP: %w", err)
+	}
+	s.ep.DNS = netip.AddrPortFrom(s.HostAddr, uint16(port))
+	h := dns.HandlerFunc(func(w dns.ResponseWriter, r *dns.Msg) { p.answerDNS(s, w, r) })
+	for _, srv := range []*dns.Server{{PacketConn: pc, Handler: h}, {Listener: tl, Handler: h}} {
+		started := make(chan struct{})
+		srv.NotifyStartedFunc = func() { close(started) }
+		s.closers = append(s.closers, dnsCloser{srv})
+		s.listeners.Add(1)
+		go func() {
+			defer s.listeners.Done()
+			srv.ActivateAndServe()
+		}()
+		<-started
+	}
+	return nil
+}
+
+func (p *Proxy) answerDNS(s *session, w dns.ResponseWriter, r *dns.Msg) {
+	m := new(dns.Msg)
+	m.SetReply(r)
+	m.Authoritative = true
+	m.RecursionAvailable = false
+	defer w.WriteMsg(m)
+	remote, _ := netip.ParseAddrPort(w.RemoteAddr().String())
+	if remote.Addr().Unmap() != s.SandboxAddr {
+		m.Rcode = dns.RcodeRefused
+		return
+	}
+	if r.Opcode != dns.OpcodeQuery || len(r.Question) != 1 {
+		m.Rcode = dns.RcodeNotImplemented
+		return
+	}
+	q := r.Question[0]
+	if q.Qclass != dns.ClassINET {
+		m.Rcode = dns.RcodeRefused
+		return
+	}
+	host, err := policy.CanonicalHost(strings.TrimSuffix(q.Name, "."))
+	allowed := false
+	if err == nil {
+		_, allowed = s.Policy.Allows(host)
+	}
+	p.log.Debug("egress dns", slog.String("session", s.ID), slog.String("name", q.Name),
+		slog.String("type", dns.TypeToString[q.Qtype]), slog.Bool("allowed", allowed))
+	if !allowed {
+		m.Rcode = dns.RcodeNameError
+		return
+	}
+	hdr := dns.RR_Header{Name: q.Name, Class: dns.ClassINET, Ttl: 30}
+	switch {
+	case q.Qtype == dns.TypeA && s.HostAddr.Is4():
+		hdr.Rrtype = dns.TypeA
+		m.Answer = append(m.Answer, &dns.A{Hdr: hdr, A: s.HostAddr.AsSlice()})
+	case q.Qtype == dns.TypeAAAA && s.HostAddr.Is6():
+		hdr.Rrtype = dns.TypeAAAA
+		m.Answer = append(m.Answer, &dns.AAAA{Hdr: hdr, AAAA: s.HostAddr.AsSlice()})
+	}
+}

@@ -1,0 +1,363 @@
+package executor
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"regexp"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/sandboxapi/sandboxapi/executor/guest"
+	"github.com/sandboxapi/sandboxapi/store"
+)
+
+var envKey = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,127}$`)
+
+// reservedEnv cannot be set by callers: they steer where code and packages
+// come from.
+var reservedEnv = map[string]bool{"PATH": true, "HOME": true, "USER": true, "LD_PRELOAD": true, "LD_LIBRARY_PATH": true}
+
+// CheckEnv validates caller environment variables.
+func CheckEnv(env map[string]string) error {
+	if len(env) > 64 {
+		return fmt.Errorf("%w: at most 64 environment variables", ErrInvalid)
+	}
+	size := 0
+	for k, v := range env {
+		if !envKey.MatchString(k) {
+			return fmt.Errorf("%w: environment variable name %q", ErrInvalid, k)
+		}
+		if reservedEnv[strings.ToUpper(k)] {
+			return fmt.Errorf("%w: environment variable %s is reserved", ErrInvalid, k)
+		}
+		if strings.ContainsRune(v, 0) {
+			return fmt.Errorf("%w: environment variable %s contains NUL", ErrInvalid, k)
+		}
+		size += len(k) + len(v)
+	}
+	if size > 64<<10 {
+		return fmt.Errorf("%w: environment larger than 64 KiB", ErrInvalid)
+	}
+	return nil
+}
+
+// ClampTimeout applies the default and reports a timeout over the maximum.
+func (e *Executor) ClampTimeout(t time.Duration) (time.Duration, error) {
+	if t == 0 {
+		return e.cfg.DefaultTimeout, nil
+	}
+	if t < 0 || t > e.cfg.MaxTimeout {
+		return 0, fmt.Errorf("%w: timeout must be between 1 and %d seconds", ErrInvalid, int(e.cfg.MaxTimeout.Seconds()))
+	}
+	return t, nil
+}
+
+// Execute runs code in owner's session: a fresh process, so files persist
+// and variables do not. Calls on one session run one at a time.
+func (e *Executor) Execute(ctx context.Context, owner, id string, req ExecRequest) (Result, error) {
+	if err := CheckEnv(req.Env); err != nil {
+		return Result{}, err
+	}
+	timeout, err := e.ClampTimeout(req.Timeout)
+	if err != nil {
+		return Result{}, err
+	}
+	s, err := e.acquire(ctx, owner, id)
+	if err != nil {
+		return Result{}, err
+	}
+	defer e.releaseSession(s)
+
+	execID := newID("exec_")
+	if err := e.store.InsertExecution(ctx, store.ExecutionRow{ID: execID, SessionID: id, KeyID: owner, Language: s.runtime.Name, StartedAt: time.Now()}); err != nil {
+		return Result{}, err
+	}
+	res, err := e.runInSession(ctx, s, req, timeout)
+	res.ExecutionID = execID
+	state := "done"
+	if err != nil {
+		state, res.Status = "failed", "failed"
+	}
+	if ferr := e.store.FinishExecution(context.WithoutCancel(ctx), execID, state, res.Status, res.ExitCode, res.DurationMS); ferr != nil && err == nil {
+		err = ferr
+	}
+	e.log.Info("execution", "session", id, "execution", execID, "language", s.runtime.Name, "status", res.Status,
+		"exit_code", res.ExitCode, "duration_ms", res.DurationMS, "stdout_bytes", len(res.Stdout), "stderr_bytes", len(res.Stderr), "truncated", res.Truncated)
+	return res, err
+}
+
+// acquire takes the session's lock (waiting for a running call) and marks
+// it busy so the reaper leaves it alone.
+func (e *Executor) acquire(ctx context.Context, owner, id string) (*session, error) {
+	e.mu.Lock()
+	s, ok := e.sessions[id]
+	if !ok || s.owner != owner {
+		e.mu.Unlock()
+		return nil, ErrNotFound
+	}
+	s.busy++
+	e.mu.Unlock()
+	select {
+	case s.lock <- struct{}{}:
+	case <-ctx.Done():
+		e.mu.Lock()
+		s.busy--
+		e.mu.Unlock()
+		return nil, ctx.Err()
+	}
+	e.mu.Lock()
+	st := s.state
+	e.mu.Unlock()
+	if st != StateRunning {
+		e.releaseSession(s)
+		return nil, fmt.Errorf("%w: %s", ErrBadState, st)
+	}
+	return s, nil
+}
+
+func (e *Executor) releaseSession(s *session) {
+	e.mu.Lock()
+	s.busy--
+	s.lastUsed = time.Now()
+	e.mu.Unlock()
+	_ = e.store.TouchSession(context.Background(), s.id, time.Now())
+	<-s.lock
+}
+
+func (e *Executor) baseEnv(rt *Runtime, extra map[string]string) []string {
+	env := []string{
+		"PATH=/usr/local/bin:/usr/bin:/bin",
+		"HOME=" + HomeDir,
+		"USER=sandbox",
+		"LANG=C.UTF-8",
+		"TMPDIR=/tmp",
+		"PYTHONPATH=" + HomeDir + "/.local/python",
+		"PYTHONDONTWRITEBYTECODE=1",
+		"NODE_PATH=" + HomeDir + "/node_modules",
+		"PIP_CONFIG_FILE=/dev/null",
+	}
+	env = append(env, rt.Env...)
+	for k, v := range extra {
+		env = append(env, k+"="+v)
+	}
+	return env
+}
+
+// runInSession seeds caches on first use of a language, then runs the code.
+func (e *Executor) runInSession(ctx context.Context, s *session, req ExecRequest, timeout time.Duration) (Result, error) {
+	rt := s.runtime
+	if len(rt.SeedCache) == 2 && !s.seeded[rt.Name] {
+		seed := &guest.Request{
+			Argv: []string{"/bin/sh", "-c", `[ -d "$2" ] || { mkdir -p "$(dirname "$2")" && cp -r "$1" "$2.tmp" && mv "$2.tmp" "$2"; }`, "seed", rt.SeedCache[0], rt.SeedCache[1]},
+			Env:  e.baseEnv(rt, nil), Cwd: HomeDir, UID: SandboxUID, GID: SandboxUID, TimeoutMS: 60000,
+			MemoryBytes: e.cfg.MemoryBytes, MaxProcs: uint64(e.cfg.Pids),
+		}
+		if res, err := e.guestRun(ctx, s.id, seed, nil, nil); err != nil {
+			return res, err
+		}
+		s.seeded[rt.Name] = true
+	}
+	greq := &guest.Request{
+		Files:            []guest.File{{Path: rt.File, Content: []byte(req.Code)}},
+		Argv:             rt.Run,
+		Compile:          rt.Compile,
+		CompileTimeoutMS: e.cfg.CompileTimeout.Milliseconds(),
+		Env:              e.baseEnv(rt, req.Env),
+		Cwd:              HomeDir,
+		UID:              SandboxUID,
+		GID:              SandboxUID,
+		TimeoutMS:        timeout.Milliseconds(),
+		MemoryBytes:      e.cfg.MemoryBytes,
+		MaxProcs:         uint64(e.cfg.Pids),
+	}
+	return e.guestRun(ctx, s.id, greq, req.Stdin, req.OnOutput)
+}
+
+// capture collects one output stream up to max bytes.
+type capture struct {
+	mu        *sync.Mutex // shared by both streams: OnOutput calls are serialised
+	name      string
+	buf       bytes.Buffer
+	max       int64
+	truncated bool
+	onOutput  func(string, []byte)
+	overflow  func()
+}
+
+func (c *capture) Write(p []byte) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := len(p)
+	if room := c.max - int64(c.buf.Len()); room < int64(len(p)) {
+		if room > 0 {
+			p = p[:room]
+		} else {
+			p = nil
+		}
+		if !c.truncated {
+			c.truncated = true
+			go c.overflow()
+		}
+	}
+	if len(p) > 0 {
+		c.buf.Write(p)
+		if c.onOutput != nil {
+			c.onOutput(c.name, p)
+		}
+	}
+	return n, nil
+}
+
+// guestRun runs one guest request with `runsc exec` and reads its result
+// from fd 3. The host backs the guest's own limits: output caps, a deadline
+// past the guest's timeout, and the caller's cancellation all kill the
+// user's processes from outside.
+func (e *Executor) guestRun(ctx context.Context, id string, greq *guest.Request, stdin []byte, onOutput func(string, []byte)) (Result, error) {
+	header, err := guest.Encode(greq)
+	if err != nil {
+		return Result{}, fmt.Errorf("encoding guest request: %w", err)
+	}
+	rr, rw, err := os.Pipe()
+	if err != nil {
+		return Result{}, fmt.Errorf("creating result pipe: %w", err)
+	}
+	defer rr.Close()
+
+	var (
+		killOnce sync.Once
+		killWhy  string
+		killMu   sync.Mutex
+	)
+	kill := func(why string) {
+		killOnce.Do(func() {
+			killMu.Lock()
+			killWhy = why
+			killMu.Unlock()
+			kctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if _, err := e.runsc.run(kctx, "", "exec", "--user", "0:0", "--cap", "CAP_KILL", id, guestBin, "kill"); err != nil {
+				e.log.Warn("killing user processes", "session", id, "err", err)
+			}
+		})
+	}
+	var outMu sync.Mutex
+	stdout := &capture{mu: &outMu, name: "stdout", max: e.cfg.MaxOutputBytes, onOutput: onOutput, overflow: func() { kill(StatusOutputLimit) }}
+	stderr := &capture{mu: &outMu, name: "stderr", max: e.cfg.MaxOutputBytes, onOutput: onOutput, overflow: func() { kill(StatusOutputLimit) }}
+
+	// runsc exec must outlive a kill from inside; it gets its own context
+	// and is killed only as the last resort.
+	cmdCtx, cmdCancel := context.WithCancel(context.Background())
+	defer cmdCancel()
+	cmd := e.runsc.command(cmdCtx, "", "exec", "--user", "0:0",
+		"--cap", "CAP_CHOWN", "--cap", "CAP_SETUID", "--cap", "CAP_SETGID", "--cap", "CAP_KILL",
+		"--pass-fd", "3:3", id, guestBin, "run")
+	cmd.Stdin = io.MultiReader(bytes.NewReader(header), bytes.NewReader(stdin))
+	cmd.Stdout, cmd.Stderr = stdout, stderr
+	cmd.ExtraFiles = []*os.File{rw}
+	start := time.Now()
+	if err := cmd.Start(); err != nil {
+		rw.Close()
+		return Result{}, fmt.Errorf("starting runsc exec: %w", err)
+	}
+	rw.Close()
+	resultCh := make(chan []byte, 1)
+	go func() {
+		b, _ := io.ReadAll(io.LimitReader(rr, 64<<10))
+		resultCh <- b
+	}()
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+
+	budget := time.Duration(greq.TimeoutMS+greq.CompileTimeoutMS)*time.Millisecond + 5*time.Second
+	backstop := time.NewTimer(budget)
+	defer backstop.Stop()
+	var waitErr error
+	select {
+	case waitErr = <-done:
+	case <-ctx.Done():
+		kill("cancelled")
+	case <-backstop.C:
+		kill(StatusTimeout)
+	}
+	killMu.Lock()
+	why := killWhy
+	killMu.Unlock()
+	if why == "cancelled" || why == StatusTimeout {
+		select {
+		case waitErr = <-done:
+		case <-time.After(10 * time.Second):
+			cmdCancel() // last resort: the runsc client itself
+			waitErr = <-done
+		}
+	}
+	raw := <-resultCh
+	res := Result{
+		Stdout: stdout.buf.String(), Stderr: stderr.buf.String(),
+		Truncated:  stdout.truncated || stderr.truncated,
+		DurationMS: time.Since(start).Milliseconds(),
+	}
+	var gres guest.Result
+	if len(raw) > 0 && json.Unmarshal(raw, &gres) == nil {
+		res.ExitCode, res.Signal, res.Status = gres.ExitCode, gres.Signal, gres.Status
+		if gres.DurationMS > 0 {
+			res.DurationMS = gres.DurationMS
+		}
+		if gres.Status == "start_error" {
+			return res, fmt.Errorf("guest: %s", gres.Error)
+		}
+	}
+	switch {
+	case res.Truncated:
+		res.Status, res.Truncated = StatusOutputLimit, true
+		if res.Signal == "" {
+			res.ExitCode, res.Signal = 137, "SIGKILL"
+		}
+	case why == StatusTimeout:
+		res.Status, res.ExitCode, res.Signal = StatusTimeout, 137, "SIGKILL"
+	case why == "cancelled":
+		return res, ctx.Err()
+	case res.Status == "":
+		// No result from the guest: the sandbox itself may be gone.
+		return e.lost(ctx, id, res, waitErr)
+	}
+	return res, nil
+}
+
+// lost handles an exec that returned no result: when the sandbox has died
+// (the host's OOM killer takes the whole sandbox), the session is failed.
+func (e *Executor) lost(ctx context.Context, id string, res Result, waitErr error) (Result, error) {
+	st, err := e.runsc.state(context.WithoutCancel(ctx), id)
+	if err == nil && st.Status == "running" {
+		return res, fmt.Errorf("running code: no result from the sandbox: %v", waitErr)
+	}
+	e.mu.Lock()
+	if s, ok := e.sessions[id]; ok && canMove(s.state, StateFailed) {
+		s.state = StateFailed
+	}
+	e.mu.Unlock()
+	_ = e.store.SetSessionState(context.WithoutCancel(ctx), id, string(StateFailed), "sandbox lost", false)
+	oom := hostOOM(id)
+	go func() {
+		_ = e.endSession(context.Background(), id, "sandbox lost")
+	}()
+	if oom {
+		res.Status, res.ExitCode, res.Signal = StatusOOM, 137, "SIGKILL"
+		return res, fmt.Errorf("%w: out of memory", ErrLost)
+	}
+	return res, ErrLost
+}
+
+// hostOOM reports whether the sandbox's memory cgroup hit its limit.
+func hostOOM(id string) bool {
+	for _, p := range []string{"/sys/fs/cgroup/memory/sandboxapi/" + id + "/memory.failcnt"} {
+		if b, err := os.ReadFile(p); err == nil && strings.TrimSpace(string(b)) != "0" {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,390 @@
+// Package executor runs code in gVisor (runsc) sandboxes: one long-lived
+// sandbox per session, each execute a fresh process in it through the
+// in-sandbox guest. It knows nothing of HTTP.
+package executor
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base32"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/sandboxapi/sandboxapi/store"
+)
+
+// Config is what the executor needs; the CLI fills it from the root config.
+type Config struct {
+	Runsc          string
+	Platform       string
+	Rootfs         string // folder holding the rootfs tree
+	VersionsFile   string // versions.json written by the rootfs build
+	DataDir        string
+	GuestBinary    string // host path of sandboxapi-guest
+	MaxSandboxes   int
+	HomeBytes      int64
+	MemoryBytes    int64
+	Pids           int64
+	CPUs           float64
+	TmpBytes       int64
+	CreateTimeout  time.Duration
+	DefaultTimeout time.Duration
+	MaxTimeout     time.Duration
+	CompileTimeout time.Duration
+	MaxOutputBytes int64
+	DefaultIdleTTL time.Duration
+	MaxIdleTTL     time.Duration
+	ReapInterval   time.Duration
+	SpareHomes     int
+}
+
+// Executor owns every sandbox under its data dir. Create it with New, then
+// Start; it is safe for concurrent use.
+type Executor struct {
+	cfg   Config
+	rt    *Runtimes
+	runsc *runsc
+	store *store.Store
+	log   *slog.Logger
+
+	mu       sync.Mutex
+	sessions map[string]*session
+	live     int // sandboxes counted against MaxSandboxes
+	started  bool
+
+	spares chan string // prepared session folders with a mounted home
+	stop   chan struct{}
+	wg     sync.WaitGroup
+}
+
+// New checks cfg and prepares an executor; it starts nothing.
+func New(cfg Config, rt *Runtimes, st *store.Store, log *slog.Logger) (*Executor, error) {
+	if cfg.Rootfs == "" {
+		return nil, errors.New("executor: no rootfs configured (run `sandboxapi rootfs build`)")
+	}
+	if _, err := os.Stat(filepath.Join(cfg.Rootfs, "bin", "sh")); err != nil {
+		return nil, fmt.Errorf("executor: rootfs %s is not usable: %w", cfg.Rootfs, err)
+	}
+	bin, err := exec.LookPath(cfg.Runsc)
+	if err != nil {
+		return nil, fmt.Errorf("executor: runsc not found (%s): %w", cfg.Runsc, err)
+	}
+	if cfg.GuestBinary == "" {
+		cfg.GuestBinary = findGuest()
+	}
+	if _, err := os.Stat(cfg.GuestBinary); err != nil {
+		return nil, fmt.Errorf("executor: guest binary %q: %w", cfg.GuestBinary, err)
+	}
+	if cfg.ReapInterval <= 0 {
+		cfg.ReapInterval = 5 * time.Second
+	}
+	if cfg.CompileTimeout <= 0 {
+		cfg.CompileTimeout = 60 * time.Second
+	}
+	if cfg.CreateTimeout <= 0 {
+		cfg.CreateTimeout = 30 * time.Second
+	}
+	return &Executor{
+		cfg:      cfg,
+		rt:       rt,
+		runsc:    &runsc{bin: bin, root: filepath.Join(cfg.DataDir, "runsc"), platform: cfg.Platform},
+		store:    st,
+		log:      log,
+		sessions: map[string]*session{},
+		spares:   make(chan string, max(cfg.SpareHomes, 0)),
+		stop:     make(chan struct{}),
+	}, nil
+}
+
+// findGuest looks for sandboxapi-guest beside the running binary, then on PATH.
+func findGuest() string {
+	if exe, err := os.Executable(); err == nil {
+		p := filepath.Join(filepath.Dir(exe), "sandboxapi-guest")
+		if _, err := os.Stat(p); err == nil {
+			return p
+		}
+	}
+	if p, err := exec.LookPath("sandboxapi-guest"); err == nil {
+		return p
+	}
+	return "sandboxapi-guest"
+}
+
+// Runtimes returns the language table.
+func (e *Executor) Runtimes() *Runtimes { return e.rt }
+
+func (e *Executor) sessionsDir() string { return filepath.Join(e.cfg.DataDir, "sessions") }
+func (e *Executor) guestDir() string    { return filepath.Join(e.cfg.DataDir, "guest") }
+
+// Start installs the guest, reconciles with whatever a previous process left
+// behind, and starts the reaper and the spare-home filler.
+func (e *Executor) Start(ctx context.Context) error {
+	for _, d := range []string{e.sessionsDir(), e.guestDir(), e.runsc.root} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return fmt.Errorf("creating %s: %w", d, err)
+		}
+	}
+	if err := os.Chmod(e.guestDir(), 0o755); err != nil {
+		return fmt.Errorf("opening guest folder: %w", err)
+	}
+	if err := installFile(e.cfg.GuestBinary, filepath.Join(e.guestDir(), "guest")); err != nil {
+		return fmt.Errorf("installing guest: %w", err)
+	}
+	if err := e.reconcile(ctx); err != nil {
+		return fmt.Errorf("reconciling: %w", err)
+	}
+	e.mu.Lock()
+	e.started = true
+	e.mu.Unlock()
+	e.wg.Add(1)
+	go e.reapLoop()
+	if e.cfg.SpareHomes > 0 {
+		e.wg.Add(1)
+		go e.fillSpares()
+	}
+	return nil
+}
+
+// Stop ends every session and spare, then waits for background work.
+func (e *Executor) Stop(ctx context.Context) error {
+	e.mu.Lock()
+	if !e.started {
+		e.mu.Unlock()
+		return nil
+	}
+	e.started = false
+	close(e.stop)
+	ids := make([]string, 0, len(e.sessions))
+	for id := range e.sessions {
+		ids = append(ids, id)
+	}
+	e.mu.Unlock()
+	e.wg.Wait()
+	var errs []error
+	for _, id := range ids {
+		if err := e.endSession(ctx, id, "server stopped"); err != nil && !errors.Is(err, ErrNotFound) {
+			errs = append(errs, err)
+		}
+	}
+	for {
+		select {
+		case dir := <-e.spares:
+			if err := dropHome(ctx, dir); err != nil {
+				errs = append(errs, err)
+			}
+			continue
+		default:
+		}
+		break
+	}
+	if cs, err := e.runsc.list(ctx); err == nil && len(cs) == 0 {
+		if err := e.runsc.unmountNullNetns(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// installFile copies src to dst atomically with mode 0755.
+func installFile(src, dst string) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	tmp := dst + ".tmp"
+	out, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o755)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return err
+	}
+	if err := out.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp, dst)
+}
+
+// reconcile adopts sessions whose sandbox survived, ends the others, and
+// removes sandboxes, homes and cgroups that belong to no session.
+func (e *Executor) reconcile(ctx context.Context) error {
+	rows, err := e.store.SessionsInStates(ctx, string(StateCreating), string(StateRunning), string(StateEnding), string(StateFailed))
+	if err != nil {
+		return err
+	}
+	containers, err := e.runsc.list(ctx)
+	if err != nil {
+		return err
+	}
+	runningC := map[string]bool{}
+	for _, c := range containers {
+		runningC[c.ID] = c.Status == "running"
+	}
+	keep := map[string]bool{}
+	for _, r := range rows {
+		dir := filepath.Join(e.sessionsDir(), r.ID)
+		rt, lerr := e.rt.Lookup(r.Language)
+		if r.State == string(StateRunning) && runningC[r.ID] && mounted(homeMount(dir)) && lerr == nil {
+			s := newSession(r.ID, r.KeyID, rt, r.IdleTTL, r.CreatedAt, r.Network)
+			s.state = StateRunning
+			s.lastUsed = time.Now() // the idle clock restarts with the server
+			e.sessions[r.ID] = s
+			e.live++
+			keep[r.ID] = true
+			e.log.Info("session adopted", "session", r.ID)
+			continue
+		}
+		if err := e.store.SetSessionState(ctx, r.ID, string(StateEnded), "lost on restart", true); err != nil {
+			return err
+		}
+		e.log.Warn("session ended on restart", "session", r.ID, "state", r.State)
+	}
+	for _, c := range containers {
+		if !keep[c.ID] {
+			if err := e.runsc.destroy(ctx, c.ID); err != nil {
+				e.log.Error("removing orphan sandbox", "sandbox", c.ID, "err", err)
+			}
+		}
+	}
+	ents, err := os.ReadDir(e.sessionsDir())
+	if err != nil {
+		return fmt.Errorf("reading sessions folder: %w", err)
+	}
+	for _, ent := range ents {
+		if !keep[ent.Name()] {
+			if err := dropHome(ctx, filepath.Join(e.sessionsDir(), ent.Name())); err != nil {
+				e.log.Error("removing orphan home", "session", ent.Name(), "err", err)
+			}
+		}
+	}
+	removeStaleCgroups(keep)
+	if n, err := e.store.FailRunningExecutions(ctx, "interrupted"); err != nil {
+		return err
+	} else if n > 0 {
+		e.log.Warn("executions interrupted by restart", "count", n)
+	}
+	return nil
+}
+
+// removeStaleCgroups removes empty sandboxapi cgroups of sandboxes that no
+// longer exist (runsc removes them itself unless it was killed).
+func removeStaleCgroups(keep map[string]bool) {
+	for _, p := range CgroupDirs() {
+		if !keep[filepath.Base(p)] {
+			_ = os.Remove(p)
+		}
+	}
+}
+
+// CgroupDirs lists the per-sandbox cgroups under every controller.
+func CgroupDirs() []string {
+	var out []string
+	for _, pat := range []string{"/sys/fs/cgroup/*/sandboxapi/*", "/sys/fs/cgroup/sandboxapi/*"} {
+		m, _ := filepath.Glob(pat)
+		for _, p := range m {
+			if fi, err := os.Stat(p); err == nil && fi.IsDir() {
+				out = append(out, p)
+			}
+		}
+	}
+	return out
+}
+
+func (e *Executor) reapLoop() {
+	defer e.wg.Done()
+	t := time.NewTicker(e.cfg.ReapInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-e.stop:
+			return
+		case <-t.C:
+			e.reapIdle()
+		}
+	}
+}
+
+// reapIdle ends sessions idle past their TTL. A busy session is not idle.
+func (e *Executor) reapIdle() {
+	now := time.Now()
+	var idle []string
+	e.mu.Lock()
+	for id, s := range e.sessions {
+		if s.state == StateRunning && s.busy == 0 && now.Sub(s.lastUsed) > s.idleTTL {
+			idle = append(idle, id)
+		}
+	}
+	e.mu.Unlock()
+	for _, id := range idle {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		if err := e.endSession(ctx, id, "idle_ttl"); err != nil && !errors.Is(err, ErrNotFound) {
+			e.log.Error("reaping idle session", "session", id, "err", err)
+		} else {
+			e.log.Info("session reaped", "session", id, "reason", "idle_ttl")
+		}
+		cancel()
+	}
+}
+
+// fillSpares keeps SpareHomes formatted, mounted homes ready.
+func (e *Executor) fillSpares() {
+	defer e.wg.Done()
+	for {
+		id := newID("sess_")
+		dir := filepath.Join(e.sessionsDir(), id)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		err := makeHome(ctx, dir, e.cfg.HomeBytes)
+		cancel()
+		if err != nil {
+			e.log.Error("preparing spare home", "err", err)
+			_ = dropHome(context.Background(), dir)
+			select {
+			case <-e.stop:
+				return
+			case <-time.After(5 * time.Second):
+			}
+			continue
+		}
+		select {
+		case e.spares <- dir:
+		case <-e.stop:
+			_ = dropHome(context.Background(), dir)
+			return
+		}
+	}
+}
+
+var idEncoding = base32.NewEncoding("abcdefghijklmnopqrstuvwxyz234567").WithPadding(base32.NoPadding)
+
+// newID returns prefix plus 26 random characters: a fixed length, so no id
+// is a prefix of another (runsc matches container ids by prefix).
+func newID(prefix string) string {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic(err)
+	}
+	return prefix + idEncoding.EncodeToString(b[:])
+}
+
+// ValidID reports whether s has the shape of an id made by newID.
+func ValidID(prefix, s string) bool {
+	if !strings.HasPrefix(s, prefix) || len(s) != len(prefix)+26 {
+		return false
+	}
+	for _, c := range s[len(prefix):] {
+		if !(c >= 'a' && c <= 'z' || c >= '2' && c <= '7') {
+			return false
+		}
+	}
+	return true
+}

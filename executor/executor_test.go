@@ -1,0 +1,293 @@
+package executor
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sandboxapi/sandboxapi/configs"
+	"github.com/sandboxapi/sandboxapi/internal/testenv"
+	"github.com/sandboxapi/sandboxapi/store"
+)
+
+// testConfig returns a config for a real executor under dir.
+func testConfig(t *testing.T, dir string) Config {
+	t.Helper()
+	bin := testenv.Runsc(t)
+	rootfs, versions, err := FindRootfs(os.Getenv("SANDBOXAPI_ROOTFS"), "")
+	if err != nil {
+		testenv.Skip(t, "%v", err)
+	}
+	return Config{
+		Runsc: bin, Platform: "systrap", Rootfs: rootfs, VersionsFile: versions, DataDir: dir,
+		GuestBinary: testenv.Guest(t), MaxSandboxes: 8, HomeBytes: 64 << 20, MemoryBytes: 256 << 20,
+		Pids: 128, CPUs: 1, TmpBytes: 32 << 20, DefaultTimeout: 10 * time.Second, MaxTimeout: 60 * time.Second,
+		CompileTimeout: 60 * time.Second, MaxOutputBytes: 64 << 10, DefaultIdleTTL: time.Minute, MaxIdleTTL: time.Hour,
+		ReapInterval: 200 * time.Millisecond, SpareHomes: 1,
+	}
+}
+
+func quietLog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+// startExecutor starts a real executor on a fresh data dir; it is stopped
+// when the test ends.
+func startExecutor(t *testing.T, mutate ...func(*Config)) (*Executor, Config) {
+	t.Helper()
+	dir := t.TempDir()
+	cfg := testConfig(t, dir)
+	for _, m := range mutate {
+		m(&cfg)
+	}
+	return openExecutor(t, cfg), cfg
+}
+
+func openExecutor(t *testing.T, cfg Config) *Executor {
+	t.Helper()
+	ctx := context.Background()
+	st, err := store.Open(ctx, filepath.Join(cfg.DataDir, "sandboxapi.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt, err := LoadRuntimes(configs.Runtimes, cfg.VersionsFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := New(cfg, rt, st, quietLog())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := e.Stop(context.Background()); err != nil {
+			t.Errorf("stopping executor: %v", err)
+		}
+		st.Close()
+	})
+	return e
+}
+
+func mustSession(t *testing.T, e *Executor, lang string) Session {
+	t.Helper()
+	s, err := e.CreateSession(context.Background(), SessionSpec{Language: lang, Owner: "k1"})
+	if err != nil {
+		t.Fatalf("creating session: %v", err)
+	}
+	return s
+}
+
+func run(t *testing.T, e *Executor, id, code string, timeout time.Duration) Result {
+	t.Helper()
+	res, err := e.Execute(context.Background(), "k1", id, ExecRequest{Code: code, Timeout: timeout})
+	if err != nil {
+		t.Fatalf("execute %q: %v", code, err)
+	}
+	return res
+}
+
+func TestFilesPersistVariablesDoNot(t *testing.T) {
+	e, _ := startExecutor(t)
+	s := mustSession(t, e, "python3")
+	r := run(t, e, s.ID, "x = 41\nopen('/home/sandbox/state.txt','w').write('kept')\nprint('one')", 0)
+	if r.Status != StatusOK || r.Stdout != "one\n" {
+		t.Fatalf("first call: %+v", r)
+	}
+	r = run(t, e, s.ID, "print(open('/home/sandbox/state.txt').read())\ntry:\n    print(x)\nexcept NameError:\n    print('no x')", 0)
+	if r.Status != StatusOK || r.Stdout != "kept\nno x\n" {
+		t.Fatalf("second call: %+v", r)
+	}
+	r = run(t, e, s.ID, "import sys; sys.stderr.write('bad\\n'); sys.exit(3)", 0)
+	if r.Status != StatusError || r.ExitCode != 3 || r.Stderr != "bad\n" {
+		t.Fatalf("exit 3: %+v", r)
+	}
+	res, err := e.Execute(context.Background(), "k1", s.ID, ExecRequest{Code: "import sys; print(sys.stdin.read().upper())", Stdin: []byte("hello")})
+	if err != nil || res.Stdout != "HELLO\n" {
+		t.Fatalf("stdin: %+v %v", res, err)
+	}
+}
+
+func TestTimeoutKeepsSession(t *testing.T) {
+	e, _ := startExecutor(t)
+	s := mustSession(t, e, "bash")
+	r := run(t, e, s.ID, "echo start; sleep 30 & sleep 30; echo never", time.Second)
+	if r.Status != StatusTimeout || r.Stdout != "start\n" || r.Signal != "SIGKILL" {
+		t.Fatalf("timeout: %+v", r)
+	}
+	if r.DurationMS > 5000 {
+		t.Fatalf("timeout took %d ms", r.DurationMS)
+	}
+	// The background sleep died with the call.
+	r = run(t, e, s.ID, "ps -eo user,comm | grep -c '^sandbox.*sleep' || true", 0)
+	if strings.TrimSpace(r.Stdout) != "0" {
+		t.Fatalf("background process survived: %+v", r)
+	}
+}
+
+func TestMemoryBombIsOOMAndSessionSurvives(t *testing.T) {
+	e, _ := startExecutor(t)
+	s := mustSession(t, e, "python3")
+	r := run(t, e, s.ID, "x = bytearray(1024*1024*1024)\nprint(len(x))", 30*time.Second)
+	if r.Status != StatusOOM {
+		t.Fatalf("memory bomb: %+v", r)
+	}
+	r = run(t, e, s.ID, "print('alive')", 0)
+	if r.Stdout != "alive\n" {
+		t.Fatalf("after oom: %+v", r)
+	}
+}
+
+func TestForkBombContained(t *testing.T) {
+	e, _ := startExecutor(t)
+	s := mustSession(t, e, "bash")
+	r := run(t, e, s.ID, "f() { f | f & }; f; sleep 2; echo done", 5*time.Second)
+	if r.Status == StatusOK && strings.Contains(r.Stderr, "Resource temporarily unavailable") == false && r.Stdout != "done\n" {
+		t.Fatalf("fork bomb: %+v", r)
+	}
+	r = run(t, e, s.ID, "echo alive", 0)
+	if r.Stdout != "alive\n" {
+		t.Fatalf("after fork bomb: %+v", r)
+	}
+}
+
+func TestOutputFloodTruncated(t *testing.T) {
+	e, cfg := startExecutor(t)
+	s := mustSession(t, e, "python3")
+	r := run(t, e, s.ID, "import sys\nwhile True: sys.stdout.write('x'*65536)", 20*time.Second)
+	if r.Status != StatusOutputLimit || !r.Truncated || int64(len(r.Stdout)) != cfg.MaxOutputBytes {
+		t.Fatalf("flood: status=%s truncated=%v len=%d", r.Status, r.Truncated, len(r.Stdout))
+	}
+	if r.DurationMS > 10000 {
+		t.Fatalf("flood was not stopped early: %d ms", r.DurationMS)
+	}
+	r = run(t, e, s.ID, "print('alive')", 0)
+	if r.Stdout != "alive\n" {
+		t.Fatalf("after flood: %+v", r)
+	}
+}
+
+func TestBusyLoopDoesNotBlockOtherSession(t *testing.T) {
+	e, _ := startExecutor(t)
+	a := mustSession(t, e, "python3")
+	b := mustSession(t, e, "python3")
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		run(t, e, a.ID, "while True: pass", 4*time.Second)
+	}()
+	time.Sleep(500 * time.Millisecond)
+	start := time.Now()
+	r := run(t, e, b.ID, "print(2+2)", 0)
+	took := time.Since(start)
+	wg.Wait()
+	if r.Stdout != "4\n" {
+		t.Fatalf("other session: %+v", r)
+	}
+	// The busy session runs until its 4 s timeout; the other finished
+	// while it was still spinning.
+	if took > 3500*time.Millisecond {
+		t.Fatalf("other session waited for the busy one: %v", took)
+	}
+}
+
+func TestHomeDiskLimit(t *testing.T) {
+	e, _ := startExecutor(t)
+	s := mustSession(t, e, "bash")
+	r := run(t, e, s.ID, "dd if=/dev/zero of=/home/sandbox/big bs=1M count=200 2>&1; echo rc=$?; df -m /home/sandbox | tail -1", 30*time.Second)
+	if !strings.Contains(r.Stdout, "No space left on device") || strings.Contains(r.Stdout, "rc=0") {
+		t.Fatalf("disk fill: %+v", r)
+	}
+	r = run(t, e, s.ID, "rm /home/sandbox/big && echo ok > /home/sandbox/f && cat /home/sandbox/f", 0)
+	if r.Stdout != "ok\n" {
+		t.Fatalf("after freeing: %+v", r)
+	}
+}
+
+func TestDeleteReturnsHostResources(t *testing.T) {
+	e, cfg := startExecutor(t, func(c *Config) { c.SpareHomes = 0 })
+	// runsc keeps one shared nsfs mount per root for --network=none; a first
+	// session creates it, so it is part of the baseline.
+	warm := mustSession(t, e, "bash")
+	if err := e.DeleteSession(context.Background(), "k1", warm.ID); err != nil {
+		t.Fatal(err)
+	}
+	before := hostResources(t, cfg)
+	s := mustSession(t, e, "python3")
+	run(t, e, s.ID, "open('/home/sandbox/a','w').write('x')", 0)
+	during := hostResources(t, cfg)
+	if during.mounts <= before.mounts || during.procs <= before.procs {
+		t.Fatalf("session left no trace to count: before %+v during %+v", before, during)
+	}
+	if err := e.DeleteSession(context.Background(), "k1", s.ID); err != nil {
+		t.Fatal(err)
+	}
+	after := hostResources(t, cfg)
+	if after != before {
+		t.Fatalf("resources leaked: before %+v after %+v", before, after)
+	}
+	if _, err := e.Execute(context.Background(), "k1", s.ID, ExecRequest{Code: "print(1)"}); err != ErrNotFound {
+		t.Fatalf("execute after delete: %v", err)
+	}
+}
+
+type resources struct {
+	mounts, cgroups, procs, files int
+}
+
+func hostResources(t *testing.T, cfg Config) resources {
+	t.Helper()
+	var r resources
+	b, _ := os.ReadFile("/proc/self/mountinfo")
+	r.mounts = strings.Count(string(b), cfg.DataDir)
+	r.cgroups = len(CgroupDirs())
+	ents, _ := os.ReadDir("/proc")
+	for _, ent := range ents {
+		cmd, err := os.ReadFile(filepath.Join("/proc", ent.Name(), "cmdline"))
+		if err == nil && strings.Contains(string(cmd), filepath.Join(cfg.DataDir, "runsc")) {
+			r.procs++
+		}
+	}
+	m, _ := filepath.Glob(filepath.Join(cfg.DataDir, "sessions", "*"))
+	r.files = len(m)
+	m, _ = filepath.Glob(filepath.Join(cfg.DataDir, "runsc", "*"))
+	r.files += len(m)
+	return r
+}
+
+func TestRestartAdoptsSessions(t *testing.T) {
+	dir := t.TempDir()
+	cfg := testConfig(t, dir)
+	cfg.SpareHomes = 0
+	ctx := context.Background()
+	st, err := store.Open(ctx, filepath.Join(dir, "sandboxapi.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt, _ := LoadRuntimes(configs.Runtimes, cfg.VersionsFile)
+	first, err := New(cfg, rt, st, quietLog())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := first.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	s := mustSession(t, first, "python3")
+	run(t, first, s.ID, "open('/home/sandbox/f','w').write('before restart')", 0)
+	// The first executor vanishes without Stop, as after SIGKILL.
+	close(first.stop)
+	first.wg.Wait()
+	st.Close()
+
+	second := openExecutor(t, cfg)
+	r := run(t, second, s.ID, "print(open('/home/sandbox/f').read())", 0)
+	if r.Stdout != "before restart\n" {
+		t.Fatalf("adopted session: %+v", r)
+	}
+}

@@ -1,0 +1,445 @@
+// Package guest is the small program that runs inside every sandbox. The host
+// bind-mounts it read-only at /opt/sandboxapi/bin/guest and starts it with
+// `runsc exec`; it never trusts anything but its own stdin.
+//
+// Wire format on stdin: a decimal length, a newline, that many bytes of JSON
+// (a Request), then the bytes that become the program's stdin. The header is
+// read exactly (no read-ahead), so the child inherits the rest of stdin as is.
+//
+// Because the guest writes files from inside the sandbox, the host never
+// writes by path into a session's home and cannot be tricked by symlinks.
+package guest
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// MaxHeader bounds the JSON header (code and files travel in it).
+const MaxHeader = 64 << 20
+
+// File is one file the guest writes before running.
+type File struct {
+	Path    string `json:"path"`
+	Content []byte `json:"content"`
+	Mode    uint32 `json:"mode,omitempty"`
+}
+
+// Request tells the guest what to do.
+type Request struct {
+	// Files are written into a fresh private folder (its path is given to
+	// Argv as {dir}); relative paths only.
+	Files []File   `json:"files,omitempty"`
+	Argv  []string `json:"argv"`
+	// Compile runs first; if it fails, its output goes to stderr and the
+	// result's status is compile_error.
+	Compile          []string `json:"compile,omitempty"`
+	CompileTimeoutMS int64    `json:"compile_timeout_ms,omitempty"`
+	Env              []string `json:"env,omitempty"`
+	Cwd              string   `json:"cwd,omitempty"`
+	// UID and GID run the program when the guest itself runs as root.
+	UID int `json:"uid"`
+	GID int `json:"gid"`
+	// TimeoutMS kills the program (and everything it started) after this long.
+	TimeoutMS int64 `json:"timeout_ms,omitempty"`
+	// MemoryBytes kills the program when the sandbox uses more than this.
+	MemoryBytes int64 `json:"memory_bytes,omitempty"`
+	// MaxProcs caps the user's processes and threads (RLIMIT_NPROC). The
+	// host cgroup's pids limit counts the sandbox kernel's own threads, so a
+	// fork bomb must be stopped inside, before it reaches that limit.
+	MaxProcs uint64 `json:"max_procs,omitempty"`
+	// Keep leaves the folder in place for a following call (compile, then run)
+	// and names it; an empty Keep removes the folder afterwards.
+	Keep string `json:"keep,omitempty"`
+	// Reuse runs in the folder a previous call kept under this name.
+	Reuse string `json:"reuse,omitempty"`
+}
+
+// Result is written as JSON to fd 3 when the program has ended.
+type Result struct {
+	ExitCode   int    `json:"exit_code"`
+	Signal     string `json:"signal,omitempty"`
+	Status     string `json:"status"` // ok, error, timeout, oom, compile_error, start_error
+	DurationMS int64  `json:"duration_ms"`
+	Error      string `json:"error,omitempty"`
+}
+
+// Main dispatches on the first argument: "init", "kill" or "run".
+func Main(args []string) int {
+	if len(args) < 2 {
+		fmt.Fprintln(os.Stderr, "guest: usage: guest init|kill|run")
+		return 2
+	}
+	switch args[1] {
+	case "init":
+		return initLoop()
+	case "kill":
+		// kill(-1) reaches every process this user may signal except the
+		// caller and pid 1.
+		if err := killAll(); err != nil {
+			fmt.Fprintln(os.Stderr, "guest: kill:", err)
+			return 1
+		}
+		return 0
+	case "run":
+		return run()
+	}
+	fmt.Fprintln(os.Stderr, "guest: unknown mode", args[1])
+	return 2
+}
+
+// initLoop is pid 1 of a sandbox: it reaps orphans and ignores signals it
+// can ignore, so only the host's SIGKILL ends it.
+func initLoop() int {
+	signal.Ignore(syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGPIPE)
+	for {
+		var ws syscall.WaitStatus
+		_, err := syscall.Wait4(-1, &ws, 0, nil)
+		if errors.Is(err, syscall.ECHILD) {
+			// No children yet: block until one appears.
+			ch := make(chan os.Signal, 1)
+			signal.Notify(ch, syscall.SIGCHLD)
+			<-ch
+			signal.Stop(ch)
+		}
+	}
+}
+
+// killAll sends SIGKILL to every process the caller may signal (all but
+// itself and pid 1) until none is left: one pass can miss children a fork
+// bomb creates while the pass runs.
+func killAll() error {
+	deadline := time.Now().Add(3 * time.Second)
+	for {
+		err := syscall.Kill(-1, syscall.SIGKILL)
+		if errors.Is(err, syscall.ESRCH) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if time.Now().After(deadline) {
+			return errors.New("processes still alive after 3s of SIGKILL")
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// ReadRequest reads the length-prefixed header from r without reading past it.
+func ReadRequest(r io.Reader) (*Request, error) {
+	var n int
+	buf := make([]byte, 1)
+	digits := 0
+	for {
+		if _, err := io.ReadFull(r, buf); err != nil {
+			return nil, fmt.Errorf("reading header length: %w", err)
+		}
+		if buf[0] == '\n' {
+			break
+		}
+		if buf[0] < '0' || buf[0] > '9' || digits >= 9 {
+			return nil, errors.New("reading header length: malformed")
+		}
+		n = n*10 + int(buf[0]-'0')
+		digits++
+	}
+	if digits == 0 || n > MaxHeader {
+		return nil, fmt.Errorf("reading header: bad length %d", n)
+	}
+	body := make([]byte, n)
+	if _, err := io.ReadFull(r, body); err != nil {
+		return nil, fmt.Errorf("reading header: %w", err)
+	}
+	var req Request
+	if err := json.Unmarshal(body, &req); err != nil {
+		return nil, fmt.Errorf("decoding header: %w", err)
+	}
+	return &req, nil
+}
+
+// Encode frames req for the guest's stdin.
+func Encode(req *Request) ([]byte, error) {
+	b, err := json.Marshal(req)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]byte, 0, len(b)+12)
+	out = strconv.AppendInt(out, int64(len(b)), 10)
+	out = append(out, '\n')
+	return append(out, b...), nil
+}
+
+// workRoot holds the private per-call folders.
+const workRoot = "/tmp/.sbx"
+
+func run() int {
+	res := runRequest()
+	out := os.NewFile(3, "result")
+	if out != nil {
+		_ = json.NewEncoder(out).Encode(res)
+		_ = out.Close()
+	}
+	if res.Status == "start_error" {
+		fmt.Fprintln(os.Stderr, "sandbox:", res.Error)
+		return 125
+	}
+	return 0
+}
+
+func runRequest() Result {
+	req, err := ReadRequest(os.Stdin)
+	if err != nil {
+		return Result{Status: "start_error", Error: err.Error()}
+	}
+	dir, err := prepareDir(req)
+	if err != nil {
+		return Result{Status: "start_error", Error: err.Error()}
+	}
+	if req.Keep == "" && dir != "" {
+		defer os.RemoveAll(dir)
+	}
+	if len(req.Argv) == 0 {
+		return Result{Status: "ok"}
+	}
+	if len(req.Compile) > 0 {
+		var out limitedBuffer
+		out.max = 256 << 10
+		creq := *req
+		creq.TimeoutMS = req.CompileTimeoutMS
+		res := runOne(&creq, expand(req.Compile, dir), nil, &out, &out)
+		if res.Status != "ok" {
+			_, _ = os.Stderr.Write(out.b)
+			if res.Status == "error" {
+				res.Status = "compile_error"
+			}
+			return res
+		}
+	}
+	return runOne(req, expand(req.Argv, dir), os.Stdin, os.Stdout, os.Stderr)
+}
+
+func expand(argv []string, dir string) []string {
+	out := make([]string, len(argv))
+	for i, a := range argv {
+		out[i] = strings.ReplaceAll(a, "{dir}", dir)
+	}
+	return out
+}
+
+// limitedBuffer keeps the first max bytes written to it.
+type limitedBuffer struct {
+	b   []byte
+	max int
+}
+
+func (l *limitedBuffer) Write(p []byte) (int, error) {
+	if room := l.max - len(l.b); room > 0 {
+		l.b = append(l.b, p[:min(room, len(p))]...)
+	}
+	return len(p), nil
+}
+
+// runOne runs argv as the user with the request's limits and reaps
+// everything it leaves behind.
+func runOne(req *Request, argv []string, stdin io.Reader, stdout, stderr io.Writer) Result {
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = stdin, stdout, stderr
+	cmd.Env = req.Env
+	cmd.Dir = req.Cwd
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if os.Getuid() == 0 {
+		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: uint32(req.UID), Gid: uint32(req.GID), Groups: []uint32{}}
+	}
+	if req.MaxProcs > 0 {
+		// Inherited by the program; root (the guest) is not bound by it.
+		lim := &unix.Rlimit{Cur: req.MaxProcs, Max: req.MaxProcs}
+		if err := unix.Setrlimit(unix.RLIMIT_NPROC, lim); err != nil {
+			return Result{Status: "start_error", Error: "limiting processes: " + err.Error()}
+		}
+	}
+	start := time.Now()
+	if err := cmd.Start(); err != nil {
+		fmt.Fprintln(stderr, "sandbox: starting program:", err)
+		return Result{Status: "error", ExitCode: 127, Error: "starting program: " + err.Error()}
+	}
+	var reason atomic.Value
+	done := make(chan struct{})
+	go watch(req, cmd.Process.Pid, &reason, done)
+	werr := cmd.Wait()
+	close(done)
+	// Whatever the program left behind dies with it: nothing outlives the
+	// call, and nothing keeps the host's output pipes open.
+	_ = killAll()
+	res := Result{DurationMS: time.Since(start).Milliseconds(), Status: "ok"}
+	var ee *exec.ExitError
+	if errors.As(werr, &ee) {
+		ws := ee.Sys().(syscall.WaitStatus)
+		if ws.Signaled() {
+			res.Signal = unix.SignalName(ws.Signal())
+			res.ExitCode = 128 + int(ws.Signal())
+		} else {
+			res.ExitCode = ws.ExitStatus()
+		}
+		res.Status = "error"
+	} else if werr != nil {
+		res.Status, res.Error = "error", werr.Error()
+	}
+	if r, ok := reason.Load().(string); ok {
+		res.Status = r
+	}
+	return res
+}
+
+// watch kills the program's process group, then every process of the user,
+// when the call runs out of time or the sandbox out of memory.
+func watch(req *Request, pid int, reason *atomic.Value, done <-chan struct{}) {
+	var deadline <-chan time.Time
+	if req.TimeoutMS > 0 {
+		t := time.NewTimer(time.Duration(req.TimeoutMS) * time.Millisecond)
+		defer t.Stop()
+		deadline = t.C
+	}
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	kill := func(why string) {
+		reason.Store(why)
+		_ = syscall.Kill(-pid, syscall.SIGKILL)
+		_ = killAll()
+	}
+	for {
+		select {
+		case <-done:
+			return
+		case <-deadline:
+			kill("timeout")
+			return
+		case <-tick.C:
+			if req.MemoryBytes > 0 && memUsed() > req.MemoryBytes {
+				kill("oom")
+				return
+			}
+		}
+	}
+}
+
+// memUsed reads the sandbox's memory use as the sandbox kernel reports it.
+func memUsed() int64 {
+	b, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return 0
+	}
+	var total, avail int64
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 2 {
+			continue
+		}
+		v, _ := strconv.ParseInt(f[1], 10, 64)
+		switch f[0] {
+		case "MemTotal:":
+			total = v
+		case "MemAvailable:":
+			avail = v
+		}
+	}
+	return (total - avail) << 10
+}
+
+// prepareDir makes a fresh private folder (or reuses a kept one) and writes
+// the request's files into it, owned by the program's user.
+func prepareDir(req *Request) (string, error) {
+	if req.Reuse != "" {
+		if !validName(req.Reuse) {
+			return "", fmt.Errorf("bad folder name %q", req.Reuse)
+		}
+		return filepath.Join(workRoot, req.Reuse), nil
+	}
+	if len(req.Files) == 0 && req.Keep == "" {
+		return "", nil
+	}
+	if err := os.MkdirAll(workRoot, 0o711); err != nil {
+		return "", fmt.Errorf("creating %s: %w", workRoot, err)
+	}
+	var dir string
+	if req.Keep != "" {
+		if !validName(req.Keep) {
+			return "", fmt.Errorf("bad folder name %q", req.Keep)
+		}
+		dir = filepath.Join(workRoot, req.Keep)
+		if err := os.Mkdir(dir, 0o700); err != nil {
+			return "", fmt.Errorf("creating %s: %w", dir, err)
+		}
+	} else {
+		d, err := os.MkdirTemp(workRoot, "x")
+		if err != nil {
+			return "", fmt.Errorf("creating work folder: %w", err)
+		}
+		dir = d
+	}
+	created := []string{dir}
+	for _, f := range req.Files {
+		if f.Path == "" || filepath.IsAbs(f.Path) || strings.Contains(f.Path, "\x00") || !filepath.IsLocal(f.Path) {
+			return "", fmt.Errorf("bad file name %q", f.Path)
+		}
+		p := filepath.Join(dir, f.Path)
+		for sub := filepath.Dir(f.Path); sub != "."; sub = filepath.Dir(sub) {
+			d := filepath.Join(dir, sub)
+			if err := os.Mkdir(d, 0o755); err == nil {
+				created = append(created, d)
+			} else if !errors.Is(err, os.ErrExist) {
+				return "", fmt.Errorf("creating folder for %s: %w", f.Path, err)
+			}
+		}
+		mode := os.FileMode(f.Mode).Perm()
+		if mode == 0 {
+			mode = 0o644
+		}
+		fh, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, mode)
+		if err != nil {
+			return "", fmt.Errorf("creating %s: %w", f.Path, err)
+		}
+		created = append(created, p)
+		_, err = fh.Write(f.Content)
+		if cerr := fh.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return "", fmt.Errorf("writing %s: %w", f.Path, err)
+		}
+	}
+	if os.Getuid() == 0 {
+		// Deepest first: once the folder is the user's (mode 0700), root
+		// without CAP_DAC_OVERRIDE can no longer look inside it.
+		for i := len(created) - 1; i >= 0; i-- {
+			if err := os.Lchown(created[i], req.UID, req.GID); err != nil {
+				return "", fmt.Errorf("handing work folder to the user: %w", err)
+			}
+		}
+	}
+	return dir, nil
+}
+
+func validName(s string) bool {
+	if s == "" || len(s) > 64 {
+		return false
+	}
+	for _, c := range s {
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-') {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,265 @@
+package executor
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"time"
+
+	"github.com/sandboxapi/sandboxapi/store"
+)
+
+// session is the executor's live record; fields after mu-guarded ones are
+// guarded by Executor.mu.
+type session struct {
+	id        string
+	owner     string
+	runtime   *Runtime
+	idleTTL   time.Duration
+	createdAt time.Time
+	network   json.RawMessage
+	lock      chan struct{} // one execute (or file op) at a time
+
+	state    State
+	lastUsed time.Time
+	busy     int
+	seeded   map[string]bool // caches copied into the home
+}
+
+func newSession(id, owner string, rt *Runtime, ttl time.Duration, created time.Time, network string) *session {
+	return &session{id: id, owner: owner, runtime: rt, idleTTL: ttl, createdAt: created,
+		network: json.RawMessage(network), lock: make(chan struct{}, 1), lastUsed: created, seeded: map[string]bool{}}
+}
+
+func (s *session) snapshot() Session {
+	return Session{ID: s.id, Owner: s.owner, Language: s.runtime.Name, State: s.state, IdleTTL: s.idleTTL,
+		Network: s.network, CreatedAt: s.createdAt, LastUsedAt: s.lastUsed}
+}
+
+func (e *Executor) dir(id string) string { return filepath.Join(e.sessionsDir(), id) }
+
+// CreateSession starts a sandbox for a new session.
+func (e *Executor) CreateSession(ctx context.Context, spec SessionSpec) (Session, error) {
+	rt, err := e.rt.Lookup(spec.Language)
+	if err != nil {
+		return Session{}, err
+	}
+	ttl := spec.IdleTTL
+	if ttl == 0 {
+		ttl = e.cfg.DefaultIdleTTL
+	}
+	if ttl < time.Second || ttl > e.cfg.MaxIdleTTL {
+		return Session{}, fmt.Errorf("%w: idle_ttl must be between 1s and %s", ErrInvalid, e.cfg.MaxIdleTTL)
+	}
+	network := spec.Network
+	if len(network) == 0 {
+		network = json.RawMessage(`{"enabled":false}`)
+	}
+	if err := e.reserve(); err != nil {
+		return Session{}, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, e.cfg.CreateTimeout)
+	defer cancel()
+
+	// The cleanup stack runs in reverse unless the session comes up.
+	var undo []func()
+	defer func() {
+		for i := len(undo) - 1; i >= 0; i-- {
+			undo[i]()
+		}
+	}()
+	undo = append(undo, e.release)
+
+	dir := e.takeSpare()
+	if dir == "" {
+		dir = e.dir(newID("sess_"))
+		if err := makeHome(ctx, dir, e.cfg.HomeBytes); err != nil {
+			_ = dropHome(context.Background(), dir)
+			return Session{}, fmt.Errorf("preparing home: %w", err)
+		}
+	}
+	id := filepath.Base(dir)
+	undo = append(undo, func() { _ = dropHome(context.Background(), dir) })
+
+	now := time.Now()
+	s := newSession(id, spec.Owner, rt, ttl, now, string(network))
+	s.state = StateCreating
+	row := store.SessionRow{ID: id, KeyID: spec.Owner, Language: rt.Name, State: string(StateCreating), Network: string(network), IdleTTL: ttl, CreatedAt: now, LastUsedAt: now}
+	if err := e.store.InsertSession(ctx, row); err != nil {
+		return Session{}, err
+	}
+	undo = append(undo, func() {
+		_ = e.store.SetSessionState(context.Background(), id, string(StateFailed), "create failed", true)
+	})
+	if err := e.startSandbox(ctx, id, dir, ""); err != nil {
+		undo = append(undo, func() { _ = e.runsc.destroy(context.Background(), id) })
+		return Session{}, err
+	}
+	if err := e.store.SetSessionState(ctx, id, string(StateRunning), "", false); err != nil {
+		undo = append(undo, func() { _ = e.runsc.destroy(context.Background(), id) })
+		return Session{}, err
+	}
+	s.state = StateRunning
+	e.mu.Lock()
+	e.sessions[id] = s
+	e.mu.Unlock()
+	undo = nil
+	e.log.Info("session created", "session", id, "language", rt.Name, "owner", spec.Owner, "ms", time.Since(now).Milliseconds())
+	return s.snapshot(), nil
+}
+
+// reserve counts one sandbox against the host-wide ceiling.
+func (e *Executor) reserve() error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if !e.started {
+		return ErrNotStarted
+	}
+	if e.live >= e.cfg.MaxSandboxes {
+		return ErrCapacity
+	}
+	e.live++
+	return nil
+}
+
+func (e *Executor) release() {
+	e.mu.Lock()
+	e.live--
+	e.mu.Unlock()
+}
+
+func (e *Executor) takeSpare() string {
+	select {
+	case d := <-e.spares:
+		if mounted(homeMount(d)) {
+			return d
+		}
+		_ = dropHome(context.Background(), d)
+	default:
+	}
+	return ""
+}
+
+// startSandbox writes the bundle and starts the sandbox.
+func (e *Executor) startSandbox(ctx context.Context, id, dir, netns string) error {
+	bundle := filepath.Join(dir, "bundle")
+	if err := os.MkdirAll(bundle, 0o700); err != nil {
+		return fmt.Errorf("creating bundle: %w", err)
+	}
+	spec := sandboxSpec(specParams{
+		ID: id, Rootfs: e.cfg.Rootfs, Home: homeMount(dir), GuestDir: e.guestDir(),
+		MemoryBytes: e.hostMemory(), Pids: e.cfg.Pids*2 + 128, CPUs: e.cfg.CPUs, TmpBytes: e.cfg.TmpBytes, NetNS: netns,
+	})
+	b, err := json.MarshalIndent(spec, "", "  ")
+	if err != nil {
+		return fmt.Errorf("encoding spec: %w", err)
+	}
+	if err := os.WriteFile(filepath.Join(bundle, "config.json"), b, 0o600); err != nil {
+		return fmt.Errorf("writing spec: %w", err)
+	}
+	network := "none"
+	if netns != "" {
+		network = "sandbox"
+	}
+	if err := e.runsc.start(ctx, id, bundle, network); err != nil {
+		return fmt.Errorf("starting sandbox %s: %w", id, err)
+	}
+	return nil
+}
+
+// hostMemory is the host cgroup limit: the guest enforces MemoryBytes on
+// the sandbox's own processes; above that sit /tmp (memory-backed) and the
+// sandbox kernel, so a bomb is stopped inside before the host kills the
+// whole sandbox.
+func (e *Executor) hostMemory() int64 {
+	return e.cfg.MemoryBytes + e.cfg.TmpBytes + 256<<20
+}
+
+// GetSession returns a session if owner owns it.
+func (e *Executor) GetSession(ctx context.Context, owner, id string) (Session, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	s, ok := e.sessions[id]
+	if !ok || s.owner != owner {
+		return Session{}, ErrNotFound
+	}
+	return s.snapshot(), nil
+}
+
+// ListSessions returns owner's live sessions, oldest first.
+func (e *Executor) ListSessions(ctx context.Context, owner string) []Session {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	out := []Session{}
+	for _, s := range e.sessions {
+		if s.owner == owner {
+			out = append(out, s.snapshot())
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].CreatedAt.Before(out[j].CreatedAt) })
+	return out
+}
+
+// CountSessions returns how many live sessions owner has.
+func (e *Executor) CountSessions(owner string) int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	n := 0
+	for _, s := range e.sessions {
+		if s.owner == owner {
+			n++
+		}
+	}
+	return n
+}
+
+// DeleteSession ends owner's session and frees its sandbox, cgroups, mounts
+// and home.
+func (e *Executor) DeleteSession(ctx context.Context, owner, id string) error {
+	e.mu.Lock()
+	s, ok := e.sessions[id]
+	e.mu.Unlock()
+	if !ok || s.owner != owner {
+		return ErrNotFound
+	}
+	return e.endSession(ctx, id, "deleted")
+}
+
+// endSession tears a session down; only one caller wins, the others get
+// ErrNotFound.
+func (e *Executor) endSession(ctx context.Context, id, reason string) error {
+	e.mu.Lock()
+	s, ok := e.sessions[id]
+	if !ok || !canMove(s.state, StateEnding) {
+		e.mu.Unlock()
+		return ErrNotFound
+	}
+	s.state = StateEnding
+	e.mu.Unlock()
+	_ = e.store.SetSessionState(ctx, id, string(StateEnding), reason, false)
+
+	var errs []error
+	if err := e.runsc.destroy(ctx, id); err != nil {
+		errs = append(errs, err)
+	}
+	if err := dropHome(ctx, e.dir(id)); err != nil {
+		errs = append(errs, err)
+	}
+	e.mu.Lock()
+	delete(e.sessions, id)
+	e.live--
+	e.mu.Unlock()
+	if err := e.store.SetSessionState(ctx, id, string(StateEnded), reason, true); err != nil {
+		errs = append(errs, err)
+	}
+	if err := errors.Join(errs...); err != nil {
+		e.log.Error("ending session", "session", id, "err", err)
+		return fmt.Errorf("ending session %s: %w", id, err)
+	}
+	e.log.Info("session ended", "session", id, "reason", reason)
+	return nil
+}

@@ -1,0 +1,75 @@
+package executor
+
+import (
+	"fmt"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+)
+
+// Paths inside every sandbox.
+const (
+	HomeDir  = "/home/sandbox"
+	guestDir = "/opt/sandboxapi/bin"
+	guestBin = guestDir + "/guest"
+	// SandboxUID runs user code; it owns the home.
+	SandboxUID = 1000
+)
+
+// specParams are the per-sandbox inputs of the OCI spec.
+type specParams struct {
+	ID          string
+	Rootfs      string
+	Home        string // host folder mounted at /home/sandbox ("" for none)
+	GuestDir    string // host folder holding the guest binary
+	MemoryBytes int64  // host cgroup limit (sandbox kernel included)
+	Pids        int64  // host cgroup pids limit (sandbox kernel threads included)
+	CPUs        float64
+	TmpBytes    int64
+	NetNS       string // path of a network namespace, "" for none
+}
+
+// sandboxSpec builds the OCI runtime spec of one sandbox: read-only shared
+// rootfs, private /tmp, the session's home, the guest as pid 1, no
+// capabilities for anything but the guest's own execs.
+func sandboxSpec(p specParams) *specs.Spec {
+	period := uint64(100000)
+	quota := int64(p.CPUs * float64(period))
+	pids := p.Pids
+	mem := p.MemoryBytes
+	swap := p.MemoryBytes
+	noNewPrivs := true
+	mounts := []specs.Mount{
+		{Destination: "/proc", Type: "proc", Source: "proc"},
+		{Destination: "/tmp", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "nodev", fmt.Sprintf("size=%d", p.TmpBytes), "mode=1777"}},
+		{Destination: "/dev/shm", Type: "tmpfs", Source: "shm", Options: []string{"nosuid", "nodev", "noexec", "size=16m", "mode=1777"}},
+		{Destination: guestDir, Type: "bind", Source: p.GuestDir, Options: []string{"rbind", "ro", "nosuid", "nodev"}},
+	}
+	if p.Home != "" {
+		mounts = append(mounts, specs.Mount{Destination: HomeDir, Type: "bind", Source: p.Home, Options: []string{"rbind", "rw", "nosuid", "nodev"}})
+	}
+	ns := []specs.LinuxNamespace{{Type: specs.PIDNamespace}, {Type: specs.IPCNamespace}, {Type: specs.UTSNamespace}, {Type: specs.MountNamespace}, {Type: specs.NetworkNamespace, Path: p.NetNS}}
+	return &specs.Spec{
+		Version: specs.Version,
+		Process: &specs.Process{
+			User:            specs.User{UID: 0, GID: 0},
+			Args:            []string{guestBin, "init"},
+			Env:             []string{"PATH=/usr/local/bin:/usr/bin:/bin"},
+			Cwd:             "/",
+			NoNewPrivileges: noNewPrivs,
+			Capabilities:    &specs.LinuxCapabilities{},
+			Rlimits:         []specs.POSIXRlimit{{Type: "RLIMIT_NOFILE", Hard: 4096, Soft: 4096}, {Type: "RLIMIT_CORE", Hard: 0, Soft: 0}},
+		},
+		Root:     &specs.Root{Path: p.Rootfs, Readonly: true},
+		Hostname: "sandbox",
+		Mounts:   mounts,
+		Linux: &specs.Linux{
+			CgroupsPath: "/sandboxapi/" + p.ID,
+			Resources: &specs.LinuxResources{
+				Memory: &specs.LinuxMemory{Limit: &mem, Swap: &swap},
+				Pids:   &specs.LinuxPids{Limit: pids},
+				CPU:    &specs.LinuxCPU{Quota: &quota, Period: &period},
+			},
+			Namespaces: ns,
+		},
+	}
+}

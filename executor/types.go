@@ -1,0 +1,38 @@
+package executor
+
+import "github.com/sandboxapi/sandboxapi/internal/sandbox"
+
+// The executor speaks the shared types of package sandbox.
+type (
+	SessionSpec = sandbox.SessionSpec
+	Session     = sandbox.Session
+	State       = sandbox.State
+	ExecRequest = sandbox.ExecRequest
+	Result      = sandbox.Result
+)
+
+// Re-exported for callers and tests of this package.
+var (
+	ErrNotFound        = sandbox.ErrNotFound
+	ErrBadState        = sandbox.ErrBadState
+	ErrCapacity        = sandbox.ErrCapacity
+	ErrInvalid         = sandbox.ErrInvalid
+	ErrLost            = sandbox.ErrLost
+	ErrNotStarted      = sandbox.ErrNotStarted
+	ErrUnknownLanguage = sandbox.ErrUnknownLanguage
+)
+
+const (
+	StateCreating = sandbox.StateCreating
+	StateRunning  = sandbox.StateRunning
+	StateEnding   = sandbox.StateEnding
+	StateEnded    = sandbox.StateEnded
+	StateFailed   = sandbox.StateFailed
+
+	StatusOK           = sandbox.StatusOK
+	StatusError        = sandbox.StatusError
+	StatusTimeout      = sandbox.StatusTimeout
+	StatusOOM          = sandbox.StatusOOM
+	StatusOutputLimit  = sandbox.StatusOutputLimit
+	StatusCompileError = sandbox.StatusCompileError
+)

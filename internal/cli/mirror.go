@@ -1,0 +1,279 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/sandboxapi/sandboxapi/mirror"
+	"github.com/sandboxapi/sandboxapi/store"
+)
+
+// mirrorConfig is the mirror's settings for env. Switch this to
+// env.Config.Mirror once the root config carries it; StoreDir stays
+// relative to the data dir.
+func mirrorConfig(env *Env) mirror.Config {
+	cfg := mirror.DefaultConfig()
+	if !filepath.IsAbs(cfg.StoreDir) {
+		cfg.StoreDir = filepath.Join(env.Config.DataDir, cfg.StoreDir)
+	}
+	return cfg
+}
+
+// withMirror loads the env, opens the store and the mirror, and runs fn.
+func withMirror(c *cli.Context, fn func(ctx context.Context, env *Env, m *mirror.Mirror) error) error {
+	env, err := loadEnv(c)
+	if err != nil {
+		return err
+	}
+	ctx := c.Context
+	st, err := env.openStore(ctx)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	m, err := openMirror(ctx, env, st)
+	if err != nil {
+		return err
+	}
+	return fn(ctx, env, m)
+}
+
+func openMirror(ctx context.Context, env *Env, st *store.Store) (*mirror.Mirror, error) {
+	return mirror.New(ctx, mirrorConfig(env), st.DB(), env.Log)
+}
+
+func mirrorCommand() *cli.Command {
+	jsonFlag := &cli.BoolFlag{Name: "json", Usage: "print JSON"}
+	return &cli.Command{
+		Name:  "mirror",
+		Usage: "curate the pip/npm mirror",
+		Subcommands: []*cli.Command{
+			{
+				Name:      "add",
+				Usage:     "admit a package: add pip NAME==VER | add npm NAME@VER | add FILE (.whl or .tgz)",
+				ArgsUsage: "pip NAME==VER | npm NAME@VER | FILE",
+				Flags: append(stateFlags(), &cli.StringSliceFlag{
+					Name:  "accept",
+					Usage: "OSV advisory id the operator accepts (repeat; must name exactly the matched ids)",
+				}),
+				Action: mirrorAdd,
+			},
+			{
+				Name:      "remove",
+				Usage:     "withdraw a package: remove pip NAME[==VER] | remove npm NAME[@VER]",
+				ArgsUsage: "pip NAME[==VER] | npm NAME[@VER]",
+				Flags:     stateFlags(),
+				Action:    mirrorRemove,
+			},
+			{
+				Name:   "list",
+				Usage:  "list artifacts with status and reasons",
+				Flags:  append(stateFlags(), jsonFlag, &cli.StringFlag{Name: "manager", Usage: "pip or npm"}),
+				Action: mirrorList,
+			},
+			{
+				Name:  "verify",
+				Usage: "re-hash every stored file; altered or missing ones are quarantined",
+				Flags: stateFlags(),
+				Action: func(c *cli.Context) error {
+					return withMirror(c, func(ctx context.Context, env *Env, m *mirror.Mirror) error {
+						res, err := m.Verify(ctx)
+						fmt.Fprintf(env.Stdout, "verified %d, quarantined %d\n", res.Checked, len(res.Quarantined))
+						for _, a := range res.Quarantined {
+							fmt.Fprintf(env.Stdout, "quarantined %s %s: %s\n", a.Manager, a.Filename, strings.Join(a.Reasons, "; "))
+						}
+						return err
+					})
+				},
+			},
+			{
+				Name:  "recheck",
+				Usage: "re-run the OSV gate on every admitted artifact; newly affected ones are quarantined",
+				Flags: stateFlags(),
+				Action: func(c *cli.Context) error {
+					return withMirror(c, func(ctx context.Context, env *Env, m *mirror.Mirror) error {
+						res, err := m.Recheck(ctx)
+						fmt.Fprintf(env.Stdout, "checked %d, quarantined %d\n", res.Checked, len(res.Quarantined))
+						for _, a := range res.Quarantined {
+							fmt.Fprintf(env.Stdout, "quarantined %s %s: %s\n", a.Manager, a.Filename, strings.Join(a.Reasons, "; "))
+						}
+						return err
+					})
+				},
+			},
+			{
+				Name:  "osv",
+				Usage: "manage the local OSV database",
+				Subcommands: []*cli.Command{
+					{
+						Name:      "import",
+						Usage:     "import OSV records: a folder of <Ecosystem>/<ID>.json or all.zip files, or one all.zip",
+						ArgsUsage: "PATH",
+						Flags:     stateFlags(),
+						Action: func(c *cli.Context) error {
+							if c.NArg() != 1 {
+								return fmt.Errorf("mirror osv import: want exactly one PATH")
+							}
+							return withMirror(c, func(ctx context.Context, env *Env, m *mirror.Mirror) error {
+								snap, err := m.ImportOSV(ctx, c.Args().First())
+								if err != nil {
+									return err
+								}
+								fmt.Fprintf(env.Stdout, "imported %d records (%s), newest modified %s, snapshot %s\n",
+									snap.Records, strings.Join(snap.Ecosystems, ", "), snap.NewestModified.Format(time.RFC3339), snap.ID)
+								return nil
+							})
+						},
+					},
+					{
+						Name:  "status",
+						Usage: "show the OSV database's snapshot and age",
+						Flags: append(stateFlags(), jsonFlag),
+						Action: func(c *cli.Context) error {
+							return withMirror(c, func(ctx context.Context, env *Env, m *mirror.Mirror) error {
+								st, err := m.OSVStatus(ctx)
+								if err != nil {
+									return err
+								}
+								if c.Bool("json") {
+									return json.NewEncoder(env.Stdout).Encode(st)
+								}
+								fmt.Fprintf(env.Stdout, "snapshot %s\nrecords %d (%s)\nimported %s (age %s, max %s, stale %t)\nnewest modified %s\n",
+									st.SnapshotID, st.Records, strings.Join(st.Ecosystems, ", "), st.ImportedAt.Format(time.RFC3339),
+									st.Age.Round(time.Second), st.MaxAge, st.Stale, st.NewestModified.Format(time.RFC3339))
+								return nil
+							})
+						},
+					},
+				},
+			},
+		},
+	}
+}
+
+// splitAccept pulls "--accept ID" / "--accept=ID" out of args, so the flag
+// also works after the positional arguments.
+func splitAccept(args []string) (rest, accept []string, err error) {
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		switch {
+		case a == "--accept" || a == "-accept":
+			if i+1 >= len(args) {
+				return nil, nil, errors.New("--accept needs an advisory id")
+			}
+			accept = append(accept, args[i+1])
+			i++
+		case strings.HasPrefix(a, "--accept=") || strings.HasPrefix(a, "-accept="):
+			_, v, _ := strings.Cut(a, "=")
+			accept = append(accept, v)
+		default:
+			rest = append(rest, a)
+		}
+	}
+	return rest, accept, nil
+}
+
+func mirrorAdd(c *cli.Context) error {
+	args, accept, err := splitAccept(c.Args().Slice())
+	if err != nil {
+		return err
+	}
+	accept = append(accept, c.StringSlice("accept")...)
+	return withMirror(c, func(ctx context.Context, env *Env, m *mirror.Mirror) error {
+		var as []mirror.Artifact
+		var err error
+		switch {
+		case len(args) == 2 && (args[0] == "pip" || args[0] == "npm"):
+			mgr, _ := mirror.ParseManager(args[0])
+			spec, perr := mirror.ParseSpec(mgr, args[1])
+			if perr != nil {
+				return perr
+			}
+			if mgr == mirror.Pip {
+				as, err = m.AddPip(ctx, spec, accept)
+			} else {
+				var a mirror.Artifact
+				if a, err = m.AddNPM(ctx, spec, accept); err == nil {
+					as = append(as, a)
+				}
+			}
+		case len(args) == 1:
+			var a mirror.Artifact
+			if a, err = m.AddFile(ctx, args[0], accept); err == nil {
+				as = append(as, a)
+			}
+		default:
+			return errors.New("mirror add: want pip NAME==VER, npm NAME@VER or FILE")
+		}
+		for _, a := range as {
+			fmt.Fprintf(env.Stdout, "%s %s %s %s sha256=%s%s\n", a.Status, a.Manager, a.Filename, a.Version, a.SHA256, reasonSuffix(a.Reasons))
+		}
+		return err
+	})
+}
+
+func reasonSuffix(r []string) string {
+	if len(r) == 0 {
+		return ""
+	}
+	return " (" + strings.Join(r, "; ") + ")"
+}
+
+func mirrorRemove(c *cli.Context) error {
+	if c.NArg() != 2 {
+		return errors.New("mirror remove: want pip NAME[==VER] or npm NAME[@VER]")
+	}
+	mgr, err := mirror.ParseManager(c.Args().Get(0))
+	if err != nil {
+		return err
+	}
+	name, version := c.Args().Get(1), ""
+	if mgr == mirror.Pip {
+		name, version, _ = strings.Cut(name, "==")
+	} else if i := strings.LastIndex(name, "@"); i > 0 {
+		name, version = name[:i], name[i+1:]
+	}
+	return withMirror(c, func(ctx context.Context, env *Env, m *mirror.Mirror) error {
+		as, err := m.Remove(ctx, mgr, name, version)
+		for _, a := range as {
+			fmt.Fprintf(env.Stdout, "removed %s %s\n", a.Manager, a.Filename)
+		}
+		return err
+	})
+}
+
+func mirrorList(c *cli.Context) error {
+	var mgr mirror.Manager
+	if s := c.String("manager"); s != "" {
+		var err error
+		if mgr, err = mirror.ParseManager(s); err != nil {
+			return err
+		}
+	}
+	return withMirror(c, func(ctx context.Context, env *Env, m *mirror.Mirror) error {
+		as, err := m.List(ctx, mgr)
+		if err != nil {
+			return err
+		}
+		if c.Bool("json") {
+			if as == nil {
+				as = []mirror.Artifact{}
+			}
+			return json.NewEncoder(env.Stdout).Encode(as)
+		}
+		tw := tabwriter.NewWriter(env.Stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "STATUS\tMANAGER\tNAME\tVERSION\tFILE\tSHA256\tREASONS")
+		for _, a := range as {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%.12s\t%s\n", a.Status, a.Manager, a.Name, a.Version, a.Filename, a.SHA256, strings.Join(a.Reasons, "; "))
+		}
+		return tw.Flush()
+	})
+}

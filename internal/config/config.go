@@ -1,0 +1,220 @@
+// Package config holds the root configuration of sandboxapi: one YAML file,
+// decoded into typed structs with unknown fields rejected and every problem
+// reported at once. Config is data only.
+package config
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"time"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/sandboxapi/sandboxapi/configs"
+)
+
+var defaultYAML = configs.Server
+
+// DefaultYAML returns the embedded default configuration text.
+func DefaultYAML() []byte { return bytes.Clone(defaultYAML) }
+
+// Duration is a time.Duration that reads "30s" or a number of seconds.
+type Duration time.Duration
+
+// UnmarshalYAML accepts Go duration strings and plain integers (seconds).
+func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
+	var s string
+	if err := n.Decode(&s); err != nil {
+		return err
+	}
+	if v, err := time.ParseDuration(s); err == nil {
+		*d = Duration(v)
+		return nil
+	}
+	var secs int64
+	if err := n.Decode(&secs); err != nil {
+		return fmt.Errorf("line %d: %q is not a duration (like 30s or 5m)", n.Line, s)
+	}
+	*d = Duration(time.Duration(secs) * time.Second)
+	return nil
+}
+
+// MarshalYAML writes the Go duration form.
+func (d Duration) MarshalYAML() (any, error) { return time.Duration(d).String(), nil }
+
+// D returns the value as a time.Duration.
+func (d Duration) D() time.Duration { return time.Duration(d) }
+
+// Config is the root of sandboxapi.yaml.
+type Config struct {
+	Version  string   `yaml:"version"`
+	Listen   string   `yaml:"listen"`
+	DataDir  string   `yaml:"data_dir"`
+	LogLevel string   `yaml:"log_level"`
+	Server   Server   `yaml:"server"`
+	Executor Executor `yaml:"executor"`
+	Limits   Limits   `yaml:"limits"`
+}
+
+// Server holds HTTP server settings.
+type Server struct {
+	MaxBodyBytes  int64    `yaml:"max_body_bytes"`
+	ReadTimeout   Duration `yaml:"read_timeout"`
+	ShutdownGrace Duration `yaml:"shutdown_grace"`
+	ReapInterval  Duration `yaml:"reap_interval"`
+}
+
+// Executor holds sandbox runtime settings.
+type Executor struct {
+	Runsc         string   `yaml:"runsc"`
+	Platform      string   `yaml:"platform"`
+	Rootfs        string   `yaml:"rootfs"`
+	RuntimesFile  string   `yaml:"runtimes_file"`
+	MaxSandboxes  int      `yaml:"max_sandboxes"`
+	HomeSize      string   `yaml:"home_size"`
+	MemoryMB      int64    `yaml:"memory_mb"`
+	Pids          int64    `yaml:"pids"`
+	CPUs          float64  `yaml:"cpus"`
+	TmpSizeMB     int64    `yaml:"tmp_size_mb"`
+	CreateTimeout Duration `yaml:"create_timeout"`
+}
+
+// Limits holds per-call and per-session limits.
+type Limits struct {
+	DefaultTimeout Duration `yaml:"default_timeout"`
+	MaxTimeout     Duration `yaml:"max_timeout"`
+	MaxOutputBytes int64    `yaml:"max_output_bytes"`
+	DefaultIdleTTL Duration `yaml:"default_idle_ttl"`
+	MaxIdleTTL     Duration `yaml:"max_idle_ttl"`
+	MaxCodeBytes   int64    `yaml:"max_code_bytes"`
+	MaxStdinBytes  int64    `yaml:"max_stdin_bytes"`
+}
+
+// Load reads path, or the embedded default when path is empty.
+func Load(path string) (*Config, error) {
+	if path == "" {
+		return Parse(defaultYAML, "embedded default")
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("reading config: %w", err)
+	}
+	return Parse(b, path)
+}
+
+// Parse decodes YAML on top of the defaults and validates the result.
+func Parse(b []byte, name string) (*Config, error) {
+	c := &Config{}
+	if err := decode(defaultYAML, c); err != nil {
+		return nil, fmt.Errorf("decoding embedded default: %w", err)
+	}
+	if err := decode(b, c); err != nil {
+		return nil, fmt.Errorf("decoding %s: %w", name, err)
+	}
+	if err := c.Validate(); err != nil {
+		return nil, fmt.Errorf("validating %s: %w", name, err)
+	}
+	return c, nil
+}
+
+func decode(b []byte, c *Config) error {
+	dec := yaml.NewDecoder(bytes.NewReader(b))
+	dec.KnownFields(true)
+	if err := dec.Decode(c); err != nil && !errors.Is(err, io.EOF) {
+		return err
+	}
+	return nil
+}
+
+// Validate reports every problem at once.
+func (c *Config) Validate() error {
+	var errs []error
+	bad := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
+	if c.Version != "v1" {
+		bad("version: must be v1, got %q", c.Version)
+	}
+	if _, _, err := net.SplitHostPort(c.Listen); err != nil {
+		bad("listen: %q is not host:port", c.Listen)
+	}
+	if c.DataDir == "" || !filepath.IsAbs(c.DataDir) {
+		bad("data_dir: must be an absolute path, got %q", c.DataDir)
+	}
+	switch c.LogLevel {
+	case "debug", "info", "warn", "error":
+	default:
+		bad("log_level: must be debug, info, warn or error, got %q", c.LogLevel)
+	}
+	if c.Server.MaxBodyBytes < 1024 {
+		bad("server.max_body_bytes: must be at least 1024")
+	}
+	e := c.Executor
+	if e.Runsc == "" {
+		bad("executor.runsc: required")
+	}
+	switch e.Platform {
+	case "systrap", "ptrace", "kvm":
+	default:
+		bad("executor.platform: must be systrap, ptrace or kvm, got %q", e.Platform)
+	}
+	if e.MaxSandboxes < 1 {
+		bad("executor.max_sandboxes: must be at least 1")
+	}
+	if _, err := ParseSize(e.HomeSize); err != nil {
+		bad("executor.home_size: %v", err)
+	} else if n, _ := ParseSize(e.HomeSize); n < 16<<20 {
+		bad("executor.home_size: must be at least 16M")
+	}
+	if e.MemoryMB < 64 {
+		bad("executor.memory_mb: must be at least 64")
+	}
+	if e.Pids < 16 {
+		bad("executor.pids: must be at least 16")
+	}
+	if e.CPUs <= 0 {
+		bad("executor.cpus: must be positive")
+	}
+	if e.TmpSizeMB < 1 {
+		bad("executor.tmp_size_mb: must be at least 1")
+	}
+	l := c.Limits
+	if l.DefaultTimeout <= 0 || l.MaxTimeout < l.DefaultTimeout {
+		bad("limits: need 0 < default_timeout <= max_timeout")
+	}
+	if l.DefaultIdleTTL <= 0 || l.MaxIdleTTL < l.DefaultIdleTTL {
+		bad("limits: need 0 < default_idle_ttl <= max_idle_ttl")
+	}
+	if l.MaxOutputBytes < 1024 {
+		bad("limits.max_output_bytes: must be at least 1024")
+	}
+	if l.MaxCodeBytes < 1024 || l.MaxStdinBytes < 0 {
+		bad("limits: max_code_bytes must be at least 1024 and max_stdin_bytes not negative")
+	}
+	return errors.Join(errs...)
+}
+
+// ParseSize reads sizes like 512M, 1G, 1048576.
+func ParseSize(s string) (int64, error) {
+	if s == "" {
+		return 0, errors.New("empty size")
+	}
+	mult := int64(1)
+	num := s
+	switch s[len(s)-1] {
+	case 'K', 'k':
+		mult, num = 1<<10, s[:len(s)-1]
+	case 'M', 'm':
+		mult, num = 1<<20, s[:len(s)-1]
+	case 'G', 'g':
+		mult, num = 1<<30, s[:len(s)-1]
+	}
+	var n int64
+	if _, err := fmt.Sscanf(num, "%d", &n); err != nil || n <= 0 || fmt.Sprint(n) != num {
+		return 0, fmt.Errorf("%q is not a size like 256M", s)
+	}
+	return n * mult, nil
+}

@@ -1,0 +1,105 @@
+// Package sandbox holds the types the API and the executor share: session
+// and execution shapes, statuses and errors. It does no I/O.
+package sandbox
+
+import (
+	"encoding/json"
+	"errors"
+	"time"
+)
+
+// Errors callers tell apart with errors.Is.
+var (
+	ErrNotFound        = errors.New("session not found")
+	ErrBadState        = errors.New("session is not in a usable state")
+	ErrCapacity        = errors.New("no sandbox capacity left")
+	ErrInvalid         = errors.New("invalid request")
+	ErrLost            = errors.New("sandbox was lost")
+	ErrNotStarted      = errors.New("executor not started")
+	ErrUnknownLanguage = errors.New("unknown language")
+	ErrTooLarge        = errors.New("too large")
+)
+
+// State is a session's lifecycle state.
+type State string
+
+// Session states.
+const (
+	StateCreating State = "creating"
+	StateRunning  State = "running"
+	StateEnding   State = "ending"
+	StateEnded    State = "ended"
+	StateFailed   State = "failed"
+)
+
+// Statuses of an execution.
+const (
+	StatusOK           = "ok"
+	StatusError        = "error"
+	StatusTimeout      = "timeout"
+	StatusOOM          = "oom"
+	StatusOutputLimit  = "output_limit"
+	StatusCompileError = "compile_error"
+)
+
+// SessionSpec asks for a new session.
+type SessionSpec struct {
+	Language string
+	IdleTTL  time.Duration // 0: the default
+	Owner    string        // key id; sessions are visible only to their owner
+	Network  json.RawMessage
+}
+
+// Session is a snapshot of one session.
+type Session struct {
+	ID         string
+	Owner      string
+	Language   string
+	State      State
+	IdleTTL    time.Duration
+	Network    json.RawMessage
+	CreatedAt  time.Time
+	LastUsedAt time.Time
+}
+
+// ExpiresAt is when the session is reaped if it stays idle.
+func (s Session) ExpiresAt() time.Time { return s.LastUsedAt.Add(s.IdleTTL) }
+
+// File is a file placed beside the code of a stateless execute.
+type File struct {
+	Path    string
+	Content []byte
+}
+
+// ExecRequest is one execute call.
+type ExecRequest struct {
+	Language string // stateless execute only
+	Code     string
+	Stdin    []byte
+	Timeout  time.Duration // 0: the default
+	Env      map[string]string
+	Files    []File // stateless execute only
+	// OnOutput, if set, receives output chunks ("stdout" or "stderr") as the
+	// program writes them; calls are serialised.
+	OnOutput func(stream string, p []byte)
+}
+
+// Result is the outcome of one execute.
+type Result struct {
+	ExecutionID string `json:"execution_id,omitempty"`
+	Stdout      string `json:"stdout"`
+	Stderr      string `json:"stderr"`
+	ExitCode    int    `json:"exit_code"`
+	Signal      string `json:"signal"`
+	Status      string `json:"status"`
+	DurationMS  int64  `json:"duration_ms"`
+	Truncated   bool   `json:"truncated"`
+}
+
+// Runtime describes one language for clients.
+type Runtime struct {
+	Language string   `json:"language"`
+	Aliases  []string `json:"aliases"`
+	Version  string   `json:"version"`
+	Compiled bool     `json:"compiled"`
+}

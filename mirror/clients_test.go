@@ -1,0 +1,151 @@
+package mirror
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// needTool returns the path of a client binary; tests skip without it
+// unless SANDBOXAPI_REQUIRE_CLIENTS=1 (CI), where they fail.
+func needTool(t *testing.T, name string) string {
+	t.Helper()
+	p, err := exec.LookPath(name)
+	if err != nil {
+		if os.Getenv("SANDBOXAPI_REQUIRE_CLIENTS") == "1" {
+			t.Fatalf("%s not found: %v", name, err)
+		}
+		t.Skipf("%s not found", name)
+	}
+	return p
+}
+
+// clientEnv keeps real clients away from user config and proxies.
+func clientEnv(home string) []string {
+	env := []string{"HOME=" + home, "PATH=" + os.Getenv("PATH"), "PIP_CONFIG_FILE=/dev/null", "PIP_NO_INPUT=1",
+		"NO_PROXY=*", "npm_config_update_notifier=false", "npm_config_userconfig=" + filepath.Join(home, ".npmrc")}
+	for _, k := range []string{"PYENV_ROOT", "PYENV_VERSION", "LANG"} {
+		if v := os.Getenv(k); v != "" {
+			env = append(env, k+"="+v)
+		}
+	}
+	return env
+}
+
+func run(t *testing.T, dir string, env []string, name string, args ...string) (string, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, name, args...)
+	cmd.Dir, cmd.Env = dir, env
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+func TestRealPipAgainstMirror(t *testing.T) {
+	t.Parallel()
+	py := needTool(t, "python3")
+	ctx := context.Background()
+	m := newTestMirror(t, true)
+	for _, f := range []string{"testdata/wheels/wheel-0.43.0-py3-none-any.whl", "testdata/wheels/example-21.12-py3-none-any.whl"} {
+		if _, err := m.AddFile(ctx, f, nil); err != nil {
+			t.Fatalf("admitting %s: %v", f, err)
+		}
+	}
+	fn, data := buildWheel(t, wheelSpec{name: "hello-mirror", version: "1.0.0", files: map[string]string{"hello_mirror/__init__.py": "GREETING = 'hi'\n"}})
+	if _, err := m.AddWheel(ctx, fn, data, "test", nil); err != nil {
+		t.Fatal(err)
+	}
+	// A refused real wheel (pip 24.2 is affected by GHSA-4xh5-x5gv-qwph),
+	// when the machine has it; a built lookalike otherwise.
+	refused := "urllib3==1.26.0"
+	if p, _ := filepath.Glob("/root/.pyenv/versions/3.13.0/lib/python3.13/ensurepip/_bundled/pip-24.2-py3-none-any.whl"); len(p) == 1 {
+		if _, err := m.AddFile(ctx, p[0], nil); err == nil {
+			t.Fatal("pip 24.2 admitted")
+		}
+		refused = "pip==24.2"
+	} else {
+		fn, data := buildWheel(t, wheelSpec{name: "urllib3", version: "1.26.0"})
+		if _, err := m.AddWheel(ctx, fn, data, "test", nil); err == nil {
+			t.Fatal("urllib3 1.26.0 admitted")
+		}
+	}
+	srv := serveMirror(t, m)
+	home := t.TempDir()
+	target := filepath.Join(home, "site")
+	base := []string{"-m", "pip", "install", "--index-url", srv.URL + "/mirror/pypi/simple", "--only-binary=:all:", "--no-deps",
+		"--no-cache-dir", "--disable-pip-version-check", "--target", target}
+	out, err := run(t, home, clientEnv(home), py, append(base, "wheel==0.43.0", "example==21.12", "Hello_Mirror==1.0.0")...)
+	if err != nil {
+		t.Fatalf("pip install from mirror: %v\n%s", err, out)
+	}
+	for _, p := range []string{"wheel/__init__.py", "hello_mirror/__init__.py", "wheel-0.43.0.dist-info/RECORD"} {
+		if _, err := os.Stat(filepath.Join(target, p)); err != nil {
+			t.Errorf("pip did not install %s: %v\n%s", p, err, out)
+		}
+	}
+	out, err = run(t, home, clientEnv(home), py, append(base, refused)...)
+	if err == nil || !strings.Contains(out, "No matching distribution") {
+		t.Errorf("pip installed refused %s: %v\n%s", refused, err, out)
+	}
+}
+
+func TestRealNPMAgainstMirror(t *testing.T) {
+	t.Parallel()
+	npm := needTool(t, "npm")
+	node := needTool(t, "node")
+	ctx := context.Background()
+	m := newTestMirror(t, true)
+	data, err := os.ReadFile("testdata/npm/is-number-7.0.0.tgz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.AddNPMTarball(ctx, data, "testdata", nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.AddNPMTarball(ctx, npmFixture(t, "@acme/hello", "1.0.0"), "test", nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.AddNPMTarball(ctx, npmFixture(t, "axios", "1.5.0"), "test", nil); err == nil {
+		t.Fatal("axios 1.5.0 admitted")
+	}
+	srv := serveMirror(t, m)
+	home := t.TempDir()
+	proj := filepath.Join(home, "proj")
+	os.MkdirAll(proj, 0o755)
+	os.WriteFile(filepath.Join(proj, "package.json"), []byte(`{"name":"proj","version":"1.0.0","private":true}`), 0o644)
+	base := []string{"install", "--registry", srv.URL + "/mirror/npm/", "--cache", filepath.Join(home, "cache"),
+		"--no-audit", "--no-fund", "--prefer-online"}
+	out, err := run(t, proj, clientEnv(home), npm, append(base, "is-number@7.0.0", "@acme/hello@1.0.0")...)
+	if err != nil {
+		t.Fatalf("npm install from mirror: %v\n%s", err, out)
+	}
+	b, err := os.ReadFile(filepath.Join(proj, "node_modules", "@acme", "hello", "package.json"))
+	if err != nil {
+		t.Fatalf("not installed: %v\n%s", err, out)
+	}
+	var man map[string]any
+	json.Unmarshal(b, &man)
+	if s, _ := man["scripts"].(map[string]any); s["postinstall"] != nil || man["dependencies"] != nil {
+		t.Errorf("installed manifest still has scripts/deps: %s", b)
+	}
+	if _, err := os.Stat(filepath.Join(proj, "node_modules", "@acme", "hello", "binding.gyp")); err == nil {
+		t.Error("binding.gyp installed")
+	}
+	if _, err := os.Stat(filepath.Join(proj, "node_modules", "left-pad")); err == nil {
+		t.Error("a stripped dependency was installed")
+	}
+	got, err := run(t, proj, clientEnv(home), node, "-e", "console.log(require('is-number')(5), require('@acme/hello')())")
+	if err != nil || strings.TrimSpace(got) != "true hello from @acme/hello" {
+		t.Errorf("node require = %q, %v", got, err)
+	}
+	out, err = run(t, proj, clientEnv(home), npm, append(base, "axios@1.5.0")...)
+	if err == nil {
+		t.Errorf("npm installed refused axios@1.5.0:\n%s", out)
+	}
+}

@@ -1,0 +1,136 @@
+package mirror
+
+import (
+	"errors"
+	"fmt"
+	"net/url"
+	"path"
+	"time"
+
+	"gopkg.in/yaml.v3"
+)
+
+// Duration is a time.Duration that reads "30s" or a number of seconds in
+// YAML. The mirror keeps its own type so that internal/config can embed
+// mirror.Config without an import cycle.
+type Duration time.Duration
+
+// UnmarshalYAML accepts Go duration strings ("72h") and plain integers (seconds).
+func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
+	var s string
+	if err := n.Decode(&s); err != nil {
+		return err
+	}
+	if v, err := time.ParseDuration(s); err == nil {
+		*d = Duration(v)
+		return nil
+	}
+	var secs int64
+	if err := n.Decode(&secs); err != nil {
+		return fmt.Errorf("line %d: %q is not a duration (like 30s or 72h)", n.Line, s)
+	}
+	*d = Duration(time.Duration(secs) * time.Second)
+	return nil
+}
+
+// MarshalYAML writes the Go duration form.
+func (d Duration) MarshalYAML() (any, error) { return time.Duration(d).String(), nil }
+
+// D returns the value as a time.Duration.
+func (d Duration) D() time.Duration { return time.Duration(d) }
+
+// Limits bound what an archive may hold; they are the zip-bomb and
+// tar-bomb guards applied to every wheel and npm tarball.
+type Limits struct {
+	// MaxArtifactBytes is the largest archive accepted, compressed.
+	MaxArtifactBytes int64 `yaml:"max_artifact_bytes"`
+	// MaxEntries is the most entries (files and folders) in one archive.
+	MaxEntries int `yaml:"max_entries"`
+	// MaxUncompressedBytes bounds the sum of all entry sizes once unpacked
+	// (and so also any single entry).
+	MaxUncompressedBytes int64 `yaml:"max_uncompressed_bytes"`
+	// MaxRatio bounds uncompressed/compressed size, for the archive as a
+	// whole and for each entry above 1 MiB.
+	MaxRatio float64 `yaml:"max_ratio"`
+}
+
+// Config holds the mirror's settings. The zero value is not valid; start
+// from DefaultConfig. Config is data only.
+type Config struct {
+	// PipIndexURL is the upstream PEP 503/691 simple index used by
+	// "mirror add pip".
+	PipIndexURL string `yaml:"pip_index_url"`
+	// PipPlatforms are path.Match patterns for the platform tag of wheels
+	// fetched from upstream ("any" for pure wheels).
+	PipPlatforms []string `yaml:"pip_platforms"`
+	// NPMRegistryURL is the upstream npm registry used by "mirror add npm".
+	NPMRegistryURL string `yaml:"npm_registry_url"`
+	// StoreDir holds the content-addressed blobs and the OSV snapshot. A
+	// relative path is taken relative to the data dir by the caller.
+	StoreDir string `yaml:"store_dir"`
+	// Limits are the archive safety limits.
+	Limits Limits `yaml:"limits"`
+	// OSVMaxAge is how old the OSV database may be (by import time) before
+	// OSVStatus reports it stale.
+	OSVMaxAge Duration `yaml:"osv_max_age"`
+	// FetchTimeout bounds one upstream download.
+	FetchTimeout Duration `yaml:"fetch_timeout"`
+}
+
+// DefaultConfig returns the defaults. StoreDir is "mirror", meant to be
+// joined to the data dir.
+func DefaultConfig() Config {
+	return Config{
+		PipIndexURL:    "https://pypi.org/simple/",
+		PipPlatforms:   []string{"any", "manylinux*_x86_64", "linux_x86_64"},
+		NPMRegistryURL: "https://registry.npmjs.org",
+		StoreDir:       "mirror",
+		Limits: Limits{
+			MaxArtifactBytes:     200 << 20,
+			MaxEntries:           20000,
+			MaxUncompressedBytes: 1 << 30,
+			MaxRatio:             100,
+		},
+		OSVMaxAge:    Duration(72 * time.Hour),
+		FetchTimeout: Duration(5 * time.Minute),
+	}
+}
+
+// Validate reports every problem at once.
+func (c Config) Validate() error {
+	var errs []error
+	for _, u := range []struct{ name, v string }{{"pip_index_url", c.PipIndexURL}, {"npm_registry_url", c.NPMRegistryURL}} {
+		p, err := url.Parse(u.v)
+		if err != nil || (p.Scheme != "http" && p.Scheme != "https") || p.Host == "" {
+			errs = append(errs, fmt.Errorf("mirror.%s: %q is not an http(s) URL", u.name, u.v))
+		}
+	}
+	for _, p := range c.PipPlatforms {
+		if _, err := path.Match(p, ""); err != nil {
+			errs = append(errs, fmt.Errorf("mirror.pip_platforms: bad pattern %q: %w", p, err))
+		}
+	}
+	if c.StoreDir == "" {
+		errs = append(errs, errors.New("mirror.store_dir: must be set"))
+	}
+	l := c.Limits
+	if l.MaxArtifactBytes <= 0 {
+		errs = append(errs, errors.New("mirror.limits.max_artifact_bytes: must be positive"))
+	}
+	if l.MaxEntries <= 0 {
+		errs = append(errs, errors.New("mirror.limits.max_entries: must be positive"))
+	}
+	if l.MaxUncompressedBytes <= 0 {
+		errs = append(errs, errors.New("mirror.limits.max_uncompressed_bytes: must be positive"))
+	}
+	if l.MaxRatio < 1 {
+		errs = append(errs, errors.New("mirror.limits.max_ratio: must be at least 1"))
+	}
+	if c.OSVMaxAge <= 0 {
+		errs = append(errs, errors.New("mirror.osv_max_age: must be positive"))
+	}
+	if c.FetchTimeout <= 0 {
+		errs = append(errs, errors.New("mirror.fetch_timeout: must be positive"))
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,281 @@
+package mirror
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Status is an artifact's lifecycle state.
+type Status string
+
+const (
+	// StatusAdmitted artifacts are served.
+	StatusAdmitted Status = "admitted"
+	// StatusRefused artifacts failed admission; they are never stored.
+	StatusRefused Status = "refused"
+	// StatusQuarantined artifacts were admitted and later flagged (recheck,
+	// verify); they vanish from every endpoint.
+	StatusQuarantined Status = "quarantined"
+	// StatusRemoved artifacts were withdrawn by an operator.
+	StatusRemoved Status = "removed"
+)
+
+// transitions lists the allowed status changes. Re-adding an artifact runs
+// admission again, so any state may become admitted or refused that way.
+var transitions = map[Status][]Status{
+	"":                {StatusAdmitted, StatusRefused},
+	StatusAdmitted:    {StatusAdmitted, StatusRefused, StatusQuarantined, StatusRemoved},
+	StatusRefused:     {StatusAdmitted, StatusRefused, StatusRemoved},
+	StatusQuarantined: {StatusAdmitted, StatusRefused, StatusQuarantined, StatusRemoved},
+	StatusRemoved:     {StatusAdmitted, StatusRefused, StatusRemoved},
+}
+
+func canMove(from, to Status) bool {
+	for _, s := range transitions[from] {
+		if s == to {
+			return true
+		}
+	}
+	return false
+}
+
+const schema = `
+CREATE TABLE IF NOT EXISTS mirror_artifacts (
+	id INTEGER PRIMARY KEY,
+	manager TEXT NOT NULL,
+	name_key TEXT NOT NULL,
+	name TEXT NOT NULL,
+	version TEXT NOT NULL,
+	filename TEXT NOT NULL,
+	sha256 TEXT NOT NULL,
+	integrity TEXT NOT NULL DEFAULT '',
+	shasum TEXT NOT NULL DEFAULT '',
+	size INTEGER NOT NULL DEFAULT 0,
+	metadata_sha256 TEXT NOT NULL DEFAULT '',
+	requires_python TEXT NOT NULL DEFAULT '',
+	upstream_sha256 TEXT NOT NULL DEFAULT '',
+	manifest TEXT NOT NULL DEFAULT '',
+	status TEXT NOT NULL,
+	reasons TEXT NOT NULL DEFAULT '[]',
+	advisories TEXT NOT NULL DEFAULT '[]',
+	accepted TEXT NOT NULL DEFAULT '[]',
+	osv_snapshot TEXT NOT NULL DEFAULT '',
+	source TEXT NOT NULL DEFAULT '',
+	created_at INTEGER NOT NULL,
+	updated_at INTEGER NOT NULL,
+	UNIQUE(manager, name_key, filename)
+);
+CREATE INDEX IF NOT EXISTS mirror_artifacts_name ON mirror_artifacts(manager, name_key, status);
+CREATE INDEX IF NOT EXISTS mirror_artifacts_sha ON mirror_artifacts(sha256);
+CREATE TABLE IF NOT EXISTS mirror_audit (
+	id INTEGER PRIMARY KEY,
+	at INTEGER NOT NULL,
+	event TEXT NOT NULL,
+	manager TEXT NOT NULL DEFAULT '',
+	name TEXT NOT NULL DEFAULT '',
+	version TEXT NOT NULL DEFAULT '',
+	filename TEXT NOT NULL DEFAULT '',
+	sha256 TEXT NOT NULL DEFAULT '',
+	reason TEXT NOT NULL DEFAULT '',
+	advisories TEXT NOT NULL DEFAULT '[]',
+	osv_snapshot TEXT NOT NULL DEFAULT ''
+);
+CREATE TABLE IF NOT EXISTS mirror_state (
+	id INTEGER PRIMARY KEY CHECK (id = 1),
+	generation INTEGER NOT NULL
+);
+INSERT OR IGNORE INTO mirror_state(id, generation) VALUES (1, 0);
+CREATE TRIGGER IF NOT EXISTS mirror_artifacts_gen_insert AFTER INSERT ON mirror_artifacts
+BEGIN UPDATE mirror_state SET generation = generation + 1 WHERE id = 1; END;
+CREATE TRIGGER IF NOT EXISTS mirror_artifacts_gen_update AFTER UPDATE ON mirror_artifacts
+BEGIN UPDATE mirror_state SET generation = generation + 1 WHERE id = 1; END;
+CREATE TRIGGER IF NOT EXISTS mirror_artifacts_gen_delete AFTER DELETE ON mirror_artifacts
+BEGIN UPDATE mirror_state SET generation = generation + 1 WHERE id = 1; END;
+CREATE TABLE IF NOT EXISTS mirror_osv (
+	id TEXT PRIMARY KEY,
+	imported_at INTEGER NOT NULL,
+	newest_modified INTEGER NOT NULL,
+	records INTEGER NOT NULL,
+	source TEXT NOT NULL DEFAULT '',
+	current INTEGER NOT NULL DEFAULT 0
+);`
+
+// Migrate creates the mirror's tables if they do not exist. It is
+// idempotent and safe to call on every start.
+func Migrate(ctx context.Context, db *sql.DB) error {
+	if _, err := db.ExecContext(ctx, schema); err != nil {
+		return fmt.Errorf("creating mirror tables: %w", err)
+	}
+	return nil
+}
+
+// AuditEvent names an audit row's kind.
+type AuditEvent string
+
+const (
+	AuditAdmission  AuditEvent = "admission"
+	AuditRefusal    AuditEvent = "refusal"
+	AuditQuarantine AuditEvent = "quarantine"
+	AuditException  AuditEvent = "exception"
+	AuditRemoval    AuditEvent = "removal"
+	AuditOSVImport  AuditEvent = "osv_import"
+)
+
+// AuditEntry is one audit row.
+type AuditEntry struct {
+	At          time.Time
+	Event       AuditEvent
+	Manager     Manager
+	Name        string
+	Version     string
+	Filename    string
+	SHA256      string
+	Reason      string
+	Advisories  []string
+	OSVSnapshot string
+}
+
+func (m *Mirror) audit(ctx context.Context, e AuditEntry) error {
+	adv, _ := json.Marshal(nonNil(e.Advisories))
+	_, err := m.db.ExecContext(ctx, `INSERT INTO mirror_audit(at,event,manager,name,version,filename,sha256,reason,advisories,osv_snapshot) VALUES (?,?,?,?,?,?,?,?,?,?)`,
+		m.now().UnixMilli(), string(e.Event), string(e.Manager), e.Name, e.Version, e.Filename, e.SHA256, e.Reason, string(adv), e.OSVSnapshot)
+	if err != nil {
+		return fmt.Errorf("writing mirror audit: %w", err)
+	}
+	m.log.LogAttrs(ctx, auditLevel(e.Event), "mirror "+string(e.Event), slogAttrs(e)...)
+	return nil
+}
+
+// Audit returns audit rows, newest first, at most limit (0 = 1000).
+func (m *Mirror) Audit(ctx context.Context, limit int) ([]AuditEntry, error) {
+	if limit <= 0 {
+		limit = 1000
+	}
+	rows, err := m.db.QueryContext(ctx, `SELECT at,event,manager,name,version,filename,sha256,reason,advisories,osv_snapshot FROM mirror_audit ORDER BY id DESC LIMIT ?`, limit)
+	if err != nil {
+		return nil, fmt.Errorf("reading mirror audit: %w", err)
+	}
+	defer rows.Close()
+	var out []AuditEntry
+	for rows.Next() {
+		var e AuditEntry
+		var at int64
+		var adv string
+		if err := rows.Scan(&at, &e.Event, &e.Manager, &e.Name, &e.Version, &e.Filename, &e.SHA256, &e.Reason, &adv, &e.OSVSnapshot); err != nil {
+			return nil, fmt.Errorf("reading mirror audit: %w", err)
+		}
+		e.At = time.UnixMilli(at).UTC()
+		_ = json.Unmarshal([]byte(adv), &e.Advisories)
+		out = append(out, e)
+	}
+	return out, rows.Err()
+}
+
+const artifactCols = `id,manager,name,version,filename,sha256,integrity,shasum,size,metadata_sha256,requires_python,upstream_sha256,manifest,status,reasons,advisories,accepted,osv_snapshot,source,created_at,updated_at`
+
+type scanner interface{ Scan(...any) error }
+
+func scanArtifact(s scanner) (Artifact, error) {
+	var a Artifact
+	var reasons, adv, acc string
+	var created, updated int64
+	err := s.Scan(&a.ID, &a.Manager, &a.Name, &a.Version, &a.Filename, &a.SHA256, &a.Integrity, &a.Shasum, &a.Size,
+		&a.MetadataSHA256, &a.RequiresPython, &a.UpstreamSHA256, &a.manifest, &a.Status, &reasons, &adv, &acc, &a.OSVSnapshot, &a.Source, &created, &updated)
+	if err != nil {
+		return Artifact{}, err
+	}
+	_ = json.Unmarshal([]byte(reasons), &a.Reasons)
+	_ = json.Unmarshal([]byte(adv), &a.Advisories)
+	_ = json.Unmarshal([]byte(acc), &a.Accepted)
+	a.CreatedAt, a.UpdatedAt = time.UnixMilli(created).UTC(), time.UnixMilli(updated).UTC()
+	a.URLPath = urlPath(a)
+	return a, nil
+}
+
+func (m *Mirror) queryArtifacts(ctx context.Context, where string, args ...any) ([]Artifact, error) {
+	rows, err := m.db.QueryContext(ctx, `SELECT `+artifactCols+` FROM mirror_artifacts `+where, args...)
+	if err != nil {
+		return nil, fmt.Errorf("querying mirror artifacts: %w", err)
+	}
+	defer rows.Close()
+	var out []Artifact
+	for rows.Next() {
+		a, err := scanArtifact(rows)
+		if err != nil {
+			return nil, fmt.Errorf("reading mirror artifact: %w", err)
+		}
+		out = append(out, a)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("reading mirror artifacts: %w", err)
+	}
+	return out, nil
+}
+
+// upsert writes a (the row is keyed by manager, name and filename) and returns
+// its id. The status change must be allowed by the transitions table.
+func (m *Mirror) upsert(ctx context.Context, a *Artifact) error {
+	tx, err := m.db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("starting mirror write: %w", err)
+	}
+	defer tx.Rollback()
+	var old Status
+	err = tx.QueryRowContext(ctx, `SELECT status FROM mirror_artifacts WHERE manager=? AND name_key=? AND filename=?`, string(a.Manager), NormalizeName(a.Manager, a.Name), a.Filename).Scan(&old)
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return fmt.Errorf("reading mirror artifact: %w", err)
+	}
+	if !canMove(old, a.Status) {
+		return fmt.Errorf("%w: %s -> %s for %s", ErrTransition, old, a.Status, a.Filename)
+	}
+	now := m.now().UnixMilli()
+	reasons, _ := json.Marshal(nonNil(a.Reasons))
+	adv, _ := json.Marshal(nonNil(a.Advisories))
+	acc, _ := json.Marshal(nonNil(a.Accepted))
+	err = tx.QueryRowContext(ctx, `INSERT INTO mirror_artifacts(manager,name_key,name,version,filename,sha256,integrity,shasum,size,metadata_sha256,requires_python,upstream_sha256,manifest,status,reasons,advisories,accepted,osv_snapshot,source,created_at,updated_at)
+		VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)
+		ON CONFLICT(manager, name_key, filename) DO UPDATE SET name_key=excluded.name_key, name=excluded.name, version=excluded.version, sha256=excluded.sha256,
+			integrity=excluded.integrity, shasum=excluded.shasum, size=excluded.size, metadata_sha256=excluded.metadata_sha256,
+			requires_python=excluded.requires_python, upstream_sha256=excluded.upstream_sha256, manifest=excluded.manifest, status=excluded.status,
+			reasons=excluded.reasons, advisories=excluded.advisories, accepted=excluded.accepted, osv_snapshot=excluded.osv_snapshot,
+			source=excluded.source, updated_at=excluded.updated_at
+		RETURNING id`,
+		string(a.Manager), NormalizeName(a.Manager, a.Name), a.Name, a.Version, a.Filename, a.SHA256, a.Integrity, a.Shasum, a.Size,
+		a.MetadataSHA256, a.RequiresPython, a.UpstreamSHA256, a.manifest, string(a.Status), string(reasons), string(adv), string(acc),
+		a.OSVSnapshot, a.Source, now, now).Scan(&a.ID)
+	if err != nil {
+		return fmt.Errorf("writing mirror artifact %s: %w", a.Filename, err)
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("committing mirror artifact %s: %w", a.Filename, err)
+	}
+	a.URLPath = urlPath(*a)
+	return nil
+}
+
+// setStatus moves one row to status with reasons.
+func (m *Mirror) setStatus(ctx context.Context, a *Artifact, to Status, reasons, advisories []string) error {
+	if !canMove(a.Status, to) {
+		return fmt.Errorf("%w: %s -> %s for %s", ErrTransition, a.Status, to, a.Filename)
+	}
+	r, _ := json.Marshal(nonNil(reasons))
+	adv, _ := json.Marshal(nonNil(advisories))
+	_, err := m.db.ExecContext(ctx, `UPDATE mirror_artifacts SET status=?, reasons=?, advisories=?, updated_at=? WHERE id=? AND status=?`,
+		string(to), string(r), string(adv), m.now().UnixMilli(), a.ID, string(a.Status))
+	if err != nil {
+		return fmt.Errorf("updating mirror artifact %s: %w", a.Filename, err)
+	}
+	a.Status, a.Reasons, a.Advisories = to, reasons, advisories
+	return nil
+}
+
+func nonNil(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
+}

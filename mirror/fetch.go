@@ -1,0 +1,213 @@
+package mirror
+
+import (
+	"context"
+	"crypto/sha1"
+	"crypto/sha256"
+	"crypto/sha512"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"path"
+	"strings"
+)
+
+// get fetches u with at most limit bytes of body.
+func (m *Mirror) get(ctx context.Context, u, accept string, limit int64) ([]byte, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return nil, fmt.Errorf("%w: building request for %s: %w", ErrUpstream, u, err)
+	}
+	if accept != "" {
+		req.Header.Set("Accept", accept)
+	}
+	req.Header.Set("User-Agent", "sandboxapi-mirror")
+	resp, err := m.client.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("%w: fetching %s: %w", ErrUpstream, u, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode == http.StatusNotFound {
+		return nil, fmt.Errorf("fetching %s: %w", u, ErrNotFound)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("%w: fetching %s: status %s", ErrUpstream, u, resp.Status)
+	}
+	b, err := io.ReadAll(io.LimitReader(resp.Body, limit+1))
+	if err != nil {
+		return nil, fmt.Errorf("%w: reading %s: %w", ErrUpstream, u, err)
+	}
+	if int64(len(b)) > limit {
+		return nil, fmt.Errorf("%w: %s is larger than %d bytes", ErrUpstream, u, limit)
+	}
+	return b, nil
+}
+
+type pep691Project struct {
+	Files []struct {
+		Filename string            `json:"filename"`
+		URL      string            `json:"url"`
+		Hashes   map[string]string `json:"hashes"`
+		Yanked   any               `json:"yanked"`
+	} `json:"files"`
+}
+
+// AddPip fetches the wheels of spec from the upstream simple index (PEP 691
+// JSON) whose platform tag matches Config.PipPlatforms, verifies each
+// against the index's sha256 and admits it. When only source distributions
+// exist, the request is refused with that reason.
+func (m *Mirror) AddPip(ctx context.Context, spec Spec, accept []string) ([]Artifact, error) {
+	base, err := url.Parse(strings.TrimSuffix(m.cfg.PipIndexURL, "/") + "/" + NormalizePyPI(spec.Name) + "/")
+	if err != nil {
+		return nil, fmt.Errorf("%w: bad pip index url: %w", ErrUpstream, err)
+	}
+	page, err := m.get(ctx, base.String(), "application/vnd.pypi.simple.v1+json", 64<<20)
+	if err != nil {
+		return nil, fmt.Errorf("adding %s: %w", spec, err)
+	}
+	var proj pep691Project
+	if err := json.Unmarshal(page, &proj); err != nil {
+		return nil, fmt.Errorf("%w: parsing index page for %s (not PEP 691 JSON?): %w", ErrUpstream, spec.Name, err)
+	}
+	var out []Artifact
+	var errs []error
+	sdists := 0
+	for _, f := range proj.Files {
+		fn := path.Base(f.Filename)
+		if !strings.HasSuffix(fn, ".whl") {
+			if IsSdistFilename(fn) {
+				if _, v := guessPipName(fn); versionEqual(Pip, v, spec.Version) {
+					sdists++
+				}
+			}
+			continue
+		}
+		w, err := ParseWheelFilename(fn)
+		if err != nil || !versionEqual(Pip, w.Version, spec.Version) || !m.platformWanted(w.Platform) {
+			continue
+		}
+		want := strings.ToLower(f.Hashes["sha256"])
+		if len(want) != 64 {
+			errs = append(errs, fmt.Errorf("%w: index lists %s without a sha256", ErrUpstream, fn))
+			continue
+		}
+		fu, err := base.Parse(f.URL)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%w: bad url for %s: %w", ErrUpstream, fn, err))
+			continue
+		}
+		fu.Fragment = ""
+		data, err := m.get(ctx, fu.String(), "", m.cfg.Limits.MaxArtifactBytes)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if sum := sha256.Sum256(data); hex.EncodeToString(sum[:]) != want {
+			errs = append(errs, fmt.Errorf("%w: %s does not match the index's sha256", ErrUpstream, fn))
+			continue
+		}
+		a, err := m.AddWheel(ctx, fn, data, fu.String(), accept)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		out = append(out, a)
+	}
+	if len(out) == 0 && len(errs) == 0 {
+		if sdists > 0 {
+			c := candidate{a: Artifact{Manager: Pip, Name: spec.Name, Version: spec.Version, Filename: spec.Name + "-" + spec.Version + ".tar.gz", Source: base.String()},
+				problem: refusef("%s has only a source distribution upstream: only wheels are admitted", spec)}
+			_, err := m.admit(ctx, c, accept)
+			return nil, err
+		}
+		return nil, fmt.Errorf("adding %s: no wheel for the configured platforms: %w", spec, ErrNotFound)
+	}
+	return out, errorsJoin(errs...)
+}
+
+func (m *Mirror) platformWanted(tag string) bool {
+	for _, t := range strings.Split(tag, ".") {
+		for _, p := range m.cfg.PipPlatforms {
+			if ok, _ := path.Match(p, t); ok {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+type npmPackument struct {
+	Versions map[string]struct {
+		Dist struct {
+			Tarball   string `json:"tarball"`
+			Integrity string `json:"integrity"`
+			Shasum    string `json:"shasum"`
+		} `json:"dist"`
+	} `json:"versions"`
+}
+
+// AddNPM fetches spec from the upstream registry, verifies the tarball
+// against the registry's dist.integrity (sha512; sha1 shasum only when no
+// integrity is published), then sanitises and admits it.
+func (m *Mirror) AddNPM(ctx context.Context, spec Spec, accept []string) (Artifact, error) {
+	u := strings.TrimSuffix(m.cfg.NPMRegistryURL, "/") + "/" + strings.Replace(spec.Name, "/", "%2f", 1)
+	page, err := m.get(ctx, u, "application/json", 256<<20)
+	if err != nil {
+		return Artifact{}, fmt.Errorf("adding %s: %w", spec, err)
+	}
+	var p npmPackument
+	if err := json.Unmarshal(page, &p); err != nil {
+		return Artifact{}, fmt.Errorf("%w: parsing packument of %s: %w", ErrUpstream, spec.Name, err)
+	}
+	v, ok := p.Versions[spec.Version]
+	if !ok {
+		return Artifact{}, fmt.Errorf("adding %s: version not in registry: %w", spec, ErrNotFound)
+	}
+	tu, err := url.Parse(v.Dist.Tarball)
+	if err != nil || (tu.Scheme != "http" && tu.Scheme != "https") {
+		return Artifact{}, fmt.Errorf("%w: bad tarball url %q", ErrUpstream, v.Dist.Tarball)
+	}
+	data, err := m.get(ctx, tu.String(), "", m.cfg.Limits.MaxArtifactBytes)
+	if err != nil {
+		return Artifact{}, fmt.Errorf("adding %s: %w", spec, err)
+	}
+	if err := checkIntegrity(data, v.Dist.Integrity, v.Dist.Shasum); err != nil {
+		return Artifact{}, fmt.Errorf("adding %s: %w", spec, err)
+	}
+	return m.addNPM(ctx, data, tu.String(), accept, spec)
+}
+
+// checkIntegrity verifies an SRI string (any sha512 entry must match) or,
+// lacking one, a sha1 hex shasum.
+func checkIntegrity(data []byte, integrity, shasum string) error {
+	if integrity != "" {
+		s512 := sha512.Sum512(data)
+		want := base64.StdEncoding.EncodeToString(s512[:])
+		seen := false
+		for _, part := range strings.Fields(integrity) {
+			algo, val, _ := strings.Cut(part, "-")
+			if algo != "sha512" {
+				continue
+			}
+			seen = true
+			if val, _, _ = strings.Cut(val, "?"); val == want {
+				return nil
+			}
+		}
+		if seen {
+			return fmt.Errorf("%w: tarball does not match the registry's sha512 integrity", ErrUpstream)
+		}
+	}
+	if shasum != "" {
+		s1 := sha1.Sum(data)
+		if hex.EncodeToString(s1[:]) == strings.ToLower(shasum) {
+			return nil
+		}
+		return fmt.Errorf("%w: tarball does not match the registry's shasum", ErrUpstream)
+	}
+	return fmt.Errorf("%w: registry publishes no sha512 integrity or shasum", ErrUpstream)
+}

@@ -1,0 +1,176 @@
+package mirror
+
+import (
+	"archive/tar"
+	"bytes"
+	"compress/gzip"
+	"encoding/json"
+	"io"
+	"os"
+	"strings"
+	"testing"
+)
+
+func untar(t *testing.T, b []byte) map[string]*tar.Header {
+	t.Helper()
+	zr, err := gzip.NewReader(bytes.NewReader(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := tar.NewReader(zr)
+	out := map[string]*tar.Header{}
+	var order []string
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[h.Name] = h
+		order = append(order, h.Name)
+	}
+	for i := 1; i < len(order); i++ {
+		if order[i-1] >= order[i] {
+			t.Errorf("entries not sorted: %v", order)
+		}
+	}
+	return out
+}
+
+func TestSanitizeNPMRemovesScriptsDepsAndGyp(t *testing.T) {
+	t.Parallel()
+	p, err := SanitizeNPM(npmFixture(t, "hello-fixture", "1.0.0"), DefaultConfig().Limits)
+	if err != nil {
+		t.Fatalf("SanitizeNPM: %v", err)
+	}
+	var man map[string]any
+	if err := json.Unmarshal(p.Manifest, &man); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"dependencies", "optionalDependencies", "peerDependencies", "bundleDependencies", "gypfile"} {
+		if _, ok := man[f]; ok {
+			t.Errorf("manifest still has %s", f)
+		}
+	}
+	scripts, _ := man["scripts"].(map[string]any)
+	if len(scripts) != 1 || scripts["test"] == nil {
+		t.Errorf("scripts = %v, want only test", scripts)
+	}
+	hs := untar(t, p.Tarball)
+	if _, ok := hs["package/binding.gyp"]; ok {
+		t.Error("binding.gyp kept")
+	}
+	for name, h := range hs {
+		if !h.ModTime.Equal(npmMTime) || h.Uid != 0 || h.Gid != 0 || h.Uname != "" {
+			t.Errorf("%s: not normalised: %v %d %d %q", name, h.ModTime, h.Uid, h.Gid, h.Uname)
+		}
+	}
+	if hs["package/bin/hello.js"].Mode != 0o755 || hs["package/index.js"].Mode != 0o644 {
+		t.Errorf("modes: %o %o", hs["package/bin/hello.js"].Mode, hs["package/index.js"].Mode)
+	}
+	// Deterministic: a second run (different input mtimes) is byte-identical.
+	p2, err := SanitizeNPM(npmFixture(t, "hello-fixture", "1.0.0"), DefaultConfig().Limits)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(p.Tarball, p2.Tarball) || p.Integrity != p2.Integrity {
+		t.Error("re-pack is not deterministic")
+	}
+	if !strings.HasPrefix(p.Integrity, "sha512-") || len(p.Shasum) != 40 {
+		t.Errorf("digests %q %q", p.Integrity, p.Shasum)
+	}
+}
+
+func TestSanitizeRealIsNumber(t *testing.T) {
+	t.Parallel()
+	data, err := os.ReadFile("testdata/npm/is-number-7.0.0.tgz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dist struct{ Integrity, Shasum string }
+	b, _ := os.ReadFile("testdata/npm/is-number-7.0.0.dist.json")
+	json.Unmarshal(b, &dist)
+	if err := checkIntegrity(data, dist.Integrity, dist.Shasum); err != nil {
+		t.Fatalf("recorded fixture fails its registry integrity: %v", err)
+	}
+	if err := checkIntegrity(append(data, 0), dist.Integrity, ""); err == nil {
+		t.Fatal("altered tarball passed integrity")
+	}
+	p, err := SanitizeNPM(data, DefaultConfig().Limits)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Name != "is-number" || p.Version != "7.0.0" {
+		t.Errorf("got %s@%s", p.Name, p.Version)
+	}
+	if len(untar(t, p.Tarball)) != 4 {
+		t.Errorf("entries lost")
+	}
+}
+
+func TestSanitizeNPMHostile(t *testing.T) {
+	t.Parallel()
+	pj := tarEntry{name: "package/package.json", body: `{"name":"x","version":"1.0.0"}`}
+	tests := []struct {
+		name    string
+		entries []tarEntry
+		raw     []byte
+		want    string
+	}{
+		{"symlink", []tarEntry{pj, {name: "package/link", typ: tar.TypeSymlink, linkname: "/etc/passwd"}}, nil, "symbolic link"},
+		{"hardlink", []tarEntry{pj, {name: "package/hard", typ: tar.TypeLink, linkname: "package/package.json"}}, nil, "hard link"},
+		{"char device", []tarEntry{pj, {name: "package/dev", typ: tar.TypeChar}}, nil, "device"},
+		{"block device", []tarEntry{pj, {name: "package/blk", typ: tar.TypeBlock}}, nil, "device"},
+		{"fifo", []tarEntry{pj, {name: "package/fifo", typ: tar.TypeFifo}}, nil, "pipe"},
+		{"dotdot", []tarEntry{pj, {name: "package/../../etc/x", body: "x"}}, nil, "escapes"},
+		{"absolute", []tarEntry{pj, {name: "/etc/x", body: "x"}}, nil, "absolute"},
+		{"duplicate", []tarEntry{pj, {name: "package/a.js", body: "1"}, {name: "package/a.js", body: "2"}}, nil, "duplicate"},
+		{"no package.json", []tarEntry{{name: "package/a.js", body: "1"}}, nil, "package.json missing"},
+		{"bad name", []tarEntry{{name: "package/package.json", body: `{"name":"../x","version":"1.0.0"}`}}, nil, "bad name"},
+		{"oversize entry", []tarEntry{pj, {name: "package/big.bin", body: strings.Repeat("a", 3<<20)}}, nil, "size limit"},
+		{"not gzip", nil, []byte("plain"), "not a gzip"},
+	}
+	l := DefaultConfig().Limits
+	l.MaxUncompressedBytes = 2 << 20
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			data := tt.raw
+			if data == nil {
+				data = buildTarball(t, tt.entries)
+			}
+			_, err := SanitizeNPM(data, l)
+			if err == nil || !IsArchiveProblem(err) || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("err = %v, want refusal containing %q", err, tt.want)
+			}
+		})
+	}
+}
+
+func TestSanitizeNPMTarBombRatio(t *testing.T) {
+	t.Parallel()
+	data := buildTarball(t, []tarEntry{{name: "package/package.json", body: `{"name":"x","version":"1.0.0"}`}, {name: "package/zeros", body: strings.Repeat("\x00", 4<<20)}})
+	_, err := SanitizeNPM(data, DefaultConfig().Limits)
+	if err == nil || !strings.Contains(err.Error(), "ratio") {
+		t.Fatalf("err = %v, want ratio refusal", err)
+	}
+}
+
+func FuzzSanitizeNPM(f *testing.F) {
+	f.Add(npmFixture(f, "x", "1.0.0"))
+	f.Add([]byte{0x1f, 0x8b})
+	l := DefaultConfig().Limits
+	l.MaxUncompressedBytes = 1 << 20
+	f.Fuzz(func(t *testing.T, data []byte) {
+		p, err := SanitizeNPM(data, l)
+		if err != nil {
+			return
+		}
+		// Whatever is accepted re-packs into a clean tarball.
+		if _, err := SanitizeNPM(p.Tarball, l); err != nil {
+			t.Fatalf("re-pack does not pass its own checks: %v", err)
+		}
+	})
+}

@@ -1,0 +1,243 @@
+package mirror
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/sandboxapi/sandboxapi/mirror/osvdb"
+)
+
+// OSVStatus describes the OSV database for readiness checks.
+type OSVStatus struct {
+	Present        bool      `json:"present"`
+	SnapshotID     string    `json:"snapshot_id"`
+	ImportedAt     time.Time `json:"imported_at"`
+	NewestModified time.Time `json:"newest_modified"`
+	Records        int       `json:"records"`
+	Ecosystems     []string  `json:"ecosystems"`
+	// Age is now minus ImportedAt; Stale is Age > MaxAge.
+	Age    time.Duration `json:"age_ns"`
+	MaxAge time.Duration `json:"max_age_ns"`
+	Stale  bool          `json:"stale"`
+}
+
+// ImportOSV imports OSV records from path (see osvdb.Import) as the new
+// current snapshot and records it. Artifacts are not rechecked: run Recheck.
+func (m *Mirror) ImportOSV(ctx context.Context, path string) (osvdb.Snapshot, error) {
+	snap, err := osvdb.Import(path, m.osvDir(), m.now())
+	if err != nil {
+		return osvdb.Snapshot{}, fmt.Errorf("importing osv database: %w", err)
+	}
+	tx, err := m.db.BeginTx(ctx, nil)
+	if err != nil {
+		return snap, fmt.Errorf("recording osv snapshot: %w", err)
+	}
+	defer tx.Rollback()
+	if _, err := tx.ExecContext(ctx, `UPDATE mirror_osv SET current=0`); err != nil {
+		return snap, fmt.Errorf("recording osv snapshot: %w", err)
+	}
+	if _, err := tx.ExecContext(ctx, `INSERT INTO mirror_osv(id,imported_at,newest_modified,records,source,current) VALUES (?,?,?,?,?,1)
+		ON CONFLICT(id) DO UPDATE SET imported_at=excluded.imported_at, source=excluded.source, current=1`,
+		snap.ID, snap.ImportedAt.UnixMilli(), snap.NewestModified.UnixMilli(), snap.Records, snap.Source); err != nil {
+		return snap, fmt.Errorf("recording osv snapshot: %w", err)
+	}
+	if err := tx.Commit(); err != nil {
+		return snap, fmt.Errorf("recording osv snapshot: %w", err)
+	}
+	m.mu.Lock()
+	m.osv = nil
+	m.mu.Unlock()
+	reason := fmt.Sprintf("%d records from %s, newest modified %s", snap.Records, snap.Source, snap.NewestModified.Format(time.RFC3339))
+	if err := m.audit(ctx, AuditEntry{Event: AuditOSVImport, Reason: reason, OSVSnapshot: snap.ID}); err != nil {
+		return snap, err
+	}
+	return snap, nil
+}
+
+// currentSnapshot returns the id of the snapshot recorded as current.
+func (m *Mirror) currentSnapshot(ctx context.Context) (string, error) {
+	var id string
+	err := m.db.QueryRowContext(ctx, `SELECT id FROM mirror_osv WHERE current=1`).Scan(&id)
+	if errors.Is(err, sql.ErrNoRows) {
+		return "", fmt.Errorf("%w: none imported", ErrOSVUnavailable)
+	}
+	if err != nil {
+		return "", fmt.Errorf("reading osv snapshot: %w", err)
+	}
+	return id, nil
+}
+
+// osvDB returns the loaded current snapshot, loading it once per snapshot
+// (another process may have imported a newer one since).
+func (m *Mirror) osvDB(ctx context.Context) (*osvdb.DB, error) {
+	id, err := m.currentSnapshot(ctx)
+	if err != nil {
+		return nil, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.osv != nil && m.osv.Snapshot().ID == id {
+		return m.osv, nil
+	}
+	db, err := osvdb.Load(m.osvDir())
+	if err != nil {
+		m.log.ErrorContext(ctx, "mirror osv database unreadable", "err", err)
+		return nil, fmt.Errorf("%w: %w", ErrOSVUnavailable, err)
+	}
+	if db.Snapshot().ID != id {
+		return nil, fmt.Errorf("%w: files hold snapshot %s, store says %s", ErrOSVUnavailable, db.Snapshot().ID, id)
+	}
+	m.osv = db
+	return db, nil
+}
+
+// OSVStatus reports the current OSV database for readiness. A missing or
+// unreadable database returns an error wrapping ErrOSVUnavailable.
+func (m *Mirror) OSVStatus(ctx context.Context) (OSVStatus, error) {
+	st := OSVStatus{MaxAge: m.cfg.OSVMaxAge.D()}
+	id, err := m.currentSnapshot(ctx)
+	if err != nil {
+		return st, err
+	}
+	snap, err := osvdb.ReadSnapshot(m.osvDir())
+	if err != nil {
+		return st, fmt.Errorf("%w: %w", ErrOSVUnavailable, err)
+	}
+	if snap.ID != id {
+		return st, fmt.Errorf("%w: files hold snapshot %s, store says %s", ErrOSVUnavailable, snap.ID, id)
+	}
+	st.Present, st.SnapshotID, st.ImportedAt, st.NewestModified = true, snap.ID, snap.ImportedAt, snap.NewestModified
+	st.Records, st.Ecosystems = snap.Records, snap.Ecosystems
+	st.Age = m.now().Sub(snap.ImportedAt)
+	st.Stale = st.Age > st.MaxAge
+	return st, nil
+}
+
+// RecheckResult summarises one Recheck.
+type RecheckResult struct {
+	Checked     int
+	Quarantined []Artifact
+}
+
+// Recheck runs the OSV gate again on every admitted artifact against the
+// current database; newly affected ones (advisories beyond the ids an
+// operator accepted, or a failed version check) are quarantined at once.
+// A missing database is an error and changes nothing.
+func (m *Mirror) Recheck(ctx context.Context) (RecheckResult, error) {
+	var res RecheckResult
+	db, err := m.osvDB(ctx)
+	if err != nil {
+		return res, fmt.Errorf("rechecking mirror: %w", err)
+	}
+	snap := db.Snapshot().ID
+	as, err := m.queryArtifacts(ctx, `WHERE status='admitted' ORDER BY id`)
+	if err != nil {
+		return res, err
+	}
+	var errs []error
+	for _, a := range as {
+		res.Checked++
+		found, err := db.Match(a.Manager.Ecosystem(), a.Name, a.Version)
+		var reasons []string
+		ids := findingIDs(found)
+		switch {
+		case err != nil:
+			reasons = []string{fmt.Sprintf("osv check failed: %v", err)}
+		case !subset(ids, a.Accepted):
+			reasons = []string{"affected by " + describe(found)}
+		}
+		a.OSVSnapshot = snap
+		if reasons == nil {
+			continue
+		}
+		if err := m.setStatus(ctx, &a, StatusQuarantined, reasons, ids); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if _, err := m.db.ExecContext(ctx, `UPDATE mirror_artifacts SET osv_snapshot=? WHERE id=?`, snap, a.ID); err != nil {
+			errs = append(errs, fmt.Errorf("updating mirror artifact %s: %w", a.Filename, err))
+		}
+		if err := m.audit(ctx, m.entry(AuditQuarantine, a, strings.Join(reasons, "; "))); err != nil {
+			errs = append(errs, err)
+		}
+		res.Quarantined = append(res.Quarantined, a)
+	}
+	return res, errorsJoin(errs...)
+}
+
+func subset(ids, accepted []string) bool {
+	for _, id := range ids {
+		found := false
+		for _, a := range accepted {
+			if a == id {
+				found = true
+				break
+			}
+		}
+		if !found {
+			return false
+		}
+	}
+	return true
+}
+
+// VerifyResult summarises one Verify.
+type VerifyResult struct {
+	Checked     int
+	Quarantined []Artifact
+}
+
+// Verify re-hashes the stored file (and wheel metadata) of every admitted
+// artifact; a missing or altered file quarantines the artifact.
+func (m *Mirror) Verify(ctx context.Context) (VerifyResult, error) {
+	var res VerifyResult
+	as, err := m.queryArtifacts(ctx, `WHERE status='admitted' ORDER BY id`)
+	if err != nil {
+		return res, err
+	}
+	var errs []error
+	for _, a := range as {
+		if err := ctx.Err(); err != nil {
+			return res, err
+		}
+		res.Checked++
+		err := m.blobs.verify(a.SHA256)
+		if err == nil && a.MetadataSHA256 != "" {
+			err = m.blobs.verify(a.MetadataSHA256)
+		}
+		if err == nil {
+			continue
+		}
+		reasons := []string{"stored file failed verification: " + err.Error()}
+		if err := m.setStatus(ctx, &a, StatusQuarantined, reasons, a.Advisories); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if err := m.audit(ctx, m.entry(AuditQuarantine, a, reasons[0])); err != nil {
+			errs = append(errs, err)
+		}
+		res.Quarantined = append(res.Quarantined, a)
+	}
+	return res, errorsJoin(errs...)
+}
+
+func auditLevel(e AuditEvent) slog.Level {
+	switch e {
+	case AuditRefusal, AuditQuarantine, AuditException:
+		return slog.LevelWarn
+	}
+	return slog.LevelInfo
+}
+
+func slogAttrs(e AuditEntry) []slog.Attr {
+	return []slog.Attr{
+		slog.String("manager", string(e.Manager)), slog.String("name", e.Name), slog.String("version", e.Version),
+		slog.String("filename", e.Filename), slog.String("sha256", e.SHA256), slog.String("reason", e.Reason),
+		slog.Any("advisories", e.Advisories), slog.String("osv_snapshot", e.OSVSnapshot),
+	}
+}

@@ -1,0 +1,192 @@
+package mirror
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/sandboxapi/sandboxapi/store"
+)
+
+type resp struct {
+	code int
+	ct   string
+	body string
+}
+
+func get(t testing.TB, u, accept string) resp {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodGet, u, nil)
+	if accept != "" {
+		req.Header.Set("Accept", accept)
+	}
+	client := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	r, err := client.Do(req)
+	if err != nil {
+		t.Fatalf("GET %s: %v", u, err)
+	}
+	defer r.Body.Close()
+	b, _ := io.ReadAll(r.Body)
+	return resp{r.StatusCode, r.Header.Get("Content-Type"), string(b)}
+}
+
+func TestSimpleIndex(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	m := newTestMirror(t, true)
+	a, err := m.AddFile(ctx, "testdata/wheels/wheel-0.43.0-py3-none-any.whl", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fn, data := buildWheel(t, wheelSpec{name: "pip", version: "24.2"})
+	m.AddWheel(ctx, fn, data, "test", nil) // refused: must not appear
+	srv := serveMirror(t, m)
+	pipAccept := "application/vnd.pypi.simple.v1+json, application/vnd.pypi.simple.v1+html; q=0.1, text/html; q=0.01"
+
+	root := get(t, srv.URL+"/mirror/pypi/simple/", "")
+	if root.code != 200 || root.ct != "text/html" || !strings.Contains(root.body, `<a href="wheel/">wheel</a>`) || strings.Contains(root.body, "pip") {
+		t.Errorf("root html = %+v", root)
+	}
+	rj := get(t, srv.URL+"/mirror/pypi/simple/", pipAccept)
+	if rj.ct != simpleJSON || !strings.Contains(rj.body, `"projects":[{"name":"wheel"}]`) {
+		t.Errorf("root json = %+v", rj)
+	}
+	html := get(t, srv.URL+"/mirror/pypi/simple/wheel/", "text/html")
+	wantLink := `<a href="../../files/` + a.SHA256 + `/wheel-0.43.0-py3-none-any.whl#sha256=` + a.SHA256 + `"`
+	if html.code != 200 || !strings.Contains(html.body, wantLink) || !strings.Contains(html.body, `data-core-metadata="sha256=`+a.MetadataSHA256) ||
+		!strings.Contains(html.body, `data-dist-info-metadata="sha256=`) || !strings.Contains(html.body, `data-requires-python="&gt;=3.8"`) {
+		t.Errorf("project html = %s", html.body)
+	}
+	js := get(t, srv.URL+"/mirror/pypi/simple/wheel/", pipAccept)
+	var doc struct {
+		Meta  map[string]string `json:"meta"`
+		Files []struct {
+			Filename     string            `json:"filename"`
+			URL          string            `json:"url"`
+			Hashes       map[string]string `json:"hashes"`
+			CoreMetadata map[string]string `json:"core-metadata"`
+		} `json:"files"`
+	}
+	if err := json.Unmarshal([]byte(js.body), &doc); err != nil || js.ct != simpleJSON || len(doc.Files) != 1 ||
+		doc.Files[0].Hashes["sha256"] != a.SHA256 || doc.Files[0].CoreMetadata["sha256"] != a.MetadataSHA256 {
+		t.Errorf("project json = %+v (%v)", js, err)
+	}
+	// Non-normalised names redirect; refused projects are 404.
+	if r := get(t, srv.URL+"/mirror/pypi/simple/Wheel/", ""); r.code != http.StatusMovedPermanently {
+		t.Errorf("redirect = %d", r.code)
+	}
+	if r := get(t, srv.URL+"/mirror/pypi/simple/pip/", ""); r.code != 404 {
+		t.Errorf("refused project = %d", r.code)
+	}
+	if r := get(t, srv.URL+"/mirror/pypi/simple/wheel/", "image/png"); r.code != http.StatusNotAcceptable {
+		t.Errorf("406 = %d", r.code)
+	}
+	// Files and PEP 658 metadata.
+	f := get(t, srv.URL+a.URLPath, "")
+	if f.code != 200 || len(f.body) != int(a.Size) {
+		t.Errorf("file = %d %d", f.code, len(f.body))
+	}
+	md := get(t, srv.URL+a.URLPath+".metadata", "")
+	if md.code != 200 || !strings.HasPrefix(md.body, "Metadata-Version") {
+		t.Errorf("metadata = %+v", md)
+	}
+	if r := get(t, srv.URL+"/mirror/pypi/files/"+strings.Repeat("0", 64)+"/wheel-0.43.0-py3-none-any.whl", ""); r.code != 404 {
+		t.Errorf("wrong hash served: %d", r.code)
+	}
+}
+
+func TestPackument(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	m := newTestMirror(t, true)
+	a, err := m.AddNPMTarball(ctx, npmFixture(t, "@acme/hello", "1.0.0"), "test", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.AddNPMTarball(ctx, npmFixture(t, "@acme/hello", "1.1.0-beta.1"), "test", nil); err != nil {
+		t.Fatal(err)
+	}
+	srv := serveMirror(t, m)
+	for _, p := range []string{"/mirror/npm/@acme%2fhello", "/mirror/npm/@acme%2Fhello", "/mirror/npm/@acme/hello"} {
+		full := get(t, srv.URL+p, "application/json")
+		var doc struct {
+			Name     string                     `json:"name"`
+			DistTags map[string]string          `json:"dist-tags"`
+			Versions map[string]json.RawMessage `json:"versions"`
+		}
+		if err := json.Unmarshal([]byte(full.body), &doc); err != nil || doc.Name != "@acme/hello" || doc.DistTags["latest"] != "1.0.0" || len(doc.Versions) != 2 {
+			t.Errorf("%s: %+v %v", p, full, err)
+		}
+		for _, bad := range []string{"postinstall", "preinstall", "dependencies", "left-pad", "gypfile"} {
+			if strings.Contains(full.body, bad) {
+				t.Errorf("packument mentions %s", bad)
+			}
+		}
+		if !strings.Contains(full.body, `"tarball":"`+srv.URL+`/mirror/npm/@acme/hello/-/hello-1.0.0.tgz"`) || !strings.Contains(full.body, a.Integrity) {
+			t.Errorf("dist missing: %s", full.body)
+		}
+	}
+	ab := get(t, srv.URL+"/mirror/npm/@acme%2fhello", "application/vnd.npm.install-v1+json; q=1.0, application/json; q=0.8, */*")
+	if ab.ct != npmAbbreviated || strings.Contains(ab.body, `"readme"`) || strings.Contains(ab.body, `"scripts"`) || !strings.Contains(ab.body, `"bin"`) {
+		t.Errorf("abbreviated = %+v", ab)
+	}
+	tb := get(t, srv.URL+a.URLPath, "")
+	if tb.code != 200 || int64(len(tb.body)) != a.Size {
+		t.Errorf("tarball = %d", tb.code)
+	}
+	if r := get(t, srv.URL+"/mirror/npm/left-pad", ""); r.code != 404 {
+		t.Errorf("unknown = %d", r.code)
+	}
+	if _, err := m.Remove(ctx, NPM, "@acme/hello", ""); err != nil {
+		t.Fatal(err)
+	}
+	if r := get(t, srv.URL+a.URLPath, ""); r.code != 404 {
+		t.Errorf("removed tarball = %d", r.code)
+	}
+	if r := get(t, srv.URL+"/mirror/npm/@acme%2fhello", ""); r.code != 404 {
+		t.Errorf("removed packument = %d", r.code)
+	}
+}
+
+// TestCacheSeesOtherProcessWrites: a second Mirror on its own connection
+// pool (as the CLI is while the server runs) removes a package; the
+// serving Mirror's cached pages must not outlive that.
+func TestCacheSeesOtherProcessWrites(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	m := newTestMirror(t, true)
+	a, err := m.AddFile(ctx, "testdata/wheels/example-21.12-py3-none-any.whl", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := serveMirror(t, m)
+	for i := 0; i < 2; i++ {
+		if r := get(t, srv.URL+"/mirror/pypi/simple/example/", ""); r.code != 200 || !strings.Contains(r.body, a.SHA256) {
+			t.Fatalf("before: %+v", r)
+		}
+	}
+	dbPath := filepath.Join(filepath.Dir(m.cfg.StoreDir), "sandboxapi.db")
+	st, err := store.Open(ctx, dbPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	other, err := New(ctx, m.cfg, st.DB(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	if _, err := other.Remove(ctx, Pip, "example", ""); err != nil {
+		t.Fatal(err)
+	}
+	if r := get(t, srv.URL+"/mirror/pypi/simple/example/", ""); r.code != 404 {
+		t.Errorf("after removal elsewhere: %d %s", r.code, r.body)
+	}
+	if r := get(t, srv.URL+"/mirror/pypi/simple/", ""); strings.Contains(r.body, "example") {
+		t.Errorf("root still lists example: %s", r.body)
+	}
+}

@@ -1,0 +1,170 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// SessionRow is one session as persisted.
+type SessionRow struct {
+	ID         string
+	KeyID      string
+	Language   string
+	State      string
+	Network    string // JSON
+	IdleTTL    time.Duration
+	CreatedAt  time.Time
+	LastUsedAt time.Time
+	EndedAt    time.Time
+	EndReason  string
+}
+
+// InsertSession records a new session.
+func (s *Store) InsertSession(ctx context.Context, r SessionRow) error {
+	_, err := s.db.ExecContext(ctx, `INSERT INTO sessions(id, key_id, language, state, network, idle_ttl_ms, created_at, last_used_at)
+		VALUES (?,?,?,?,?,?,?,?)`, r.ID, r.KeyID, r.Language, r.State, r.Network, r.IdleTTL.Milliseconds(), ms(r.CreatedAt), ms(r.LastUsedAt))
+	if err != nil {
+		return fmt.Errorf("inserting session %s: %w", r.ID, err)
+	}
+	return nil
+}
+
+// SetSessionState moves a session to state; ended states record when and why.
+func (s *Store) SetSessionState(ctx context.Context, id, state, reason string, ended bool) error {
+	var err error
+	if ended {
+		_, err = s.db.ExecContext(ctx, `UPDATE sessions SET state=?, end_reason=?, ended_at=? WHERE id=?`, state, reason, ms(time.Now()), id)
+	} else {
+		_, err = s.db.ExecContext(ctx, `UPDATE sessions SET state=? WHERE id=?`, state, id)
+	}
+	if err != nil {
+		return fmt.Errorf("updating session %s: %w", id, err)
+	}
+	return nil
+}
+
+// TouchSession records use of a session.
+func (s *Store) TouchSession(ctx context.Context, id string, at time.Time) error {
+	if _, err := s.db.ExecContext(ctx, `UPDATE sessions SET last_used_at=? WHERE id=?`, ms(at), id); err != nil {
+		return fmt.Errorf("touching session %s: %w", id, err)
+	}
+	return nil
+}
+
+// SessionsInStates lists sessions whose state is one of states.
+func (s *Store) SessionsInStates(ctx context.Context, states ...string) ([]SessionRow, error) {
+	if len(states) == 0 {
+		return nil, nil
+	}
+	q := `SELECT id, key_id, language, state, network, idle_ttl_ms, created_at, last_used_at, COALESCE(ended_at,0), end_reason FROM sessions WHERE state IN (?` + repeat(",?", len(states)-1) + `) ORDER BY created_at`
+	args := make([]any, len(states))
+	for i, st := range states {
+		args[i] = st
+	}
+	rows, err := s.db.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, fmt.Errorf("listing sessions: %w", err)
+	}
+	defer rows.Close()
+	var out []SessionRow
+	for rows.Next() {
+		r, err := scanSession(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	return out, rows.Err()
+}
+
+// GetSession reads one session.
+func (s *Store) GetSession(ctx context.Context, id string) (SessionRow, error) {
+	row := s.db.QueryRowContext(ctx, `SELECT id, key_id, language, state, network, idle_ttl_ms, created_at, last_used_at, COALESCE(ended_at,0), end_reason FROM sessions WHERE id=?`, id)
+	r, err := scanSession(row)
+	if errors.Is(err, sql.ErrNoRows) {
+		return SessionRow{}, ErrNotFound
+	}
+	return r, err
+}
+
+type scanner interface{ Scan(...any) error }
+
+func scanSession(sc scanner) (SessionRow, error) {
+	var r SessionRow
+	var ttl, created, used, ended int64
+	if err := sc.Scan(&r.ID, &r.KeyID, &r.Language, &r.State, &r.Network, &ttl, &created, &used, &ended, &r.EndReason); err != nil {
+		if errors.Is(err, sql.ErrNoRows) {
+			return r, err
+		}
+		return r, fmt.Errorf("reading session: %w", err)
+	}
+	r.IdleTTL = time.Duration(ttl) * time.Millisecond
+	r.CreatedAt, r.LastUsedAt = fromMS(created), fromMS(used)
+	if ended > 0 {
+		r.EndedAt = fromMS(ended)
+	}
+	return r, nil
+}
+
+// ExecutionRow is one execution as persisted.
+type ExecutionRow struct {
+	ID         string
+	SessionID  string
+	KeyID      string
+	Language   string
+	State      string // running, done, failed
+	Status     string
+	ExitCode   int
+	DurationMS int64
+	StartedAt  time.Time
+}
+
+// InsertExecution records an execution that is starting.
+func (s *Store) InsertExecution(ctx context.Context, r ExecutionRow) error {
+	_, err := s.db.ExecContext(ctx, `INSERT INTO executions(id, session_id, key_id, language, state, started_at) VALUES (?,?,?,?,?,?)`,
+		r.ID, r.SessionID, r.KeyID, r.Language, "running", ms(r.StartedAt))
+	if err != nil {
+		return fmt.Errorf("inserting execution %s: %w", r.ID, err)
+	}
+	return nil
+}
+
+// FinishExecution records an execution's outcome.
+func (s *Store) FinishExecution(ctx context.Context, id, state, status string, exitCode int, durationMS int64) error {
+	_, err := s.db.ExecContext(ctx, `UPDATE executions SET state=?, status=?, exit_code=?, duration_ms=?, ended_at=? WHERE id=?`,
+		state, status, exitCode, durationMS, ms(time.Now()), id)
+	if err != nil {
+		return fmt.Errorf("finishing execution %s: %w", id, err)
+	}
+	return nil
+}
+
+// FailRunningExecutions marks every execution still running as failed (used
+// at start: whatever was running when the last process died did not succeed).
+func (s *Store) FailRunningExecutions(ctx context.Context, reason string) (int64, error) {
+	res, err := s.db.ExecContext(ctx, `UPDATE executions SET state='failed', status=?, ended_at=? WHERE state='running'`, reason, ms(time.Now()))
+	if err != nil {
+		return 0, fmt.Errorf("failing interrupted executions: %w", err)
+	}
+	return res.RowsAffected()
+}
+
+// ExecutionState reads an execution's state and status (for tests and audits).
+func (s *Store) ExecutionState(ctx context.Context, id string) (state, status string, err error) {
+	err = s.db.QueryRowContext(ctx, `SELECT state, status FROM executions WHERE id=?`, id).Scan(&state, &status)
+	if errors.Is(err, sql.ErrNoRows) {
+		return "", "", ErrNotFound
+	}
+	return state, status, err
+}
+
+func repeat(s string, n int) string {
+	out := ""
+	for i := 0; i < n; i++ {
+		out += s
+	}
+	return out
+}

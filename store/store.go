@@ -1,0 +1,106 @@
+// Package store is the embedded SQLite store (modernc.org/sqlite, pure Go, so
+// the binary stays static). It persists rows and holds no business rules.
+// A *Store is safe for concurrent use.
+package store
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	_ "modernc.org/sqlite" // registers the "sqlite" driver
+)
+
+// ErrNotFound is returned when a row does not exist.
+var ErrNotFound = errors.New("not found")
+
+// Store wraps one SQLite database file.
+type Store struct {
+	db *sql.DB
+}
+
+// Open opens (creating if needed) the database at path and applies the schema.
+func Open(ctx context.Context, path string) (*Store, error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return nil, fmt.Errorf("creating store folder: %w", err)
+	}
+	dsn := "file:" + path + "?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_pragma=foreign_keys(1)&_pragma=synchronous(NORMAL)&_txlock=immediate"
+	db, err := sql.Open("sqlite", dsn)
+	if err != nil {
+		return nil, fmt.Errorf("opening store %s: %w", path, err)
+	}
+	s := &Store{db: db}
+	if err := s.migrate(ctx); err != nil {
+		db.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// DB exposes the handle for packages that own their own tables (the mirror).
+func (s *Store) DB() *sql.DB { return s.db }
+
+// Close closes the database.
+func (s *Store) Close() error { return s.db.Close() }
+
+// migrations are applied in order; index i brings the schema to version i+1.
+var migrations = []string{
+	`CREATE TABLE sessions (
+		id TEXT PRIMARY KEY,
+		key_id TEXT NOT NULL DEFAULT '',
+		language TEXT NOT NULL,
+		state TEXT NOT NULL,
+		network TEXT NOT NULL DEFAULT '{}',
+		idle_ttl_ms INTEGER NOT NULL,
+		created_at INTEGER NOT NULL,
+		last_used_at INTEGER NOT NULL,
+		ended_at INTEGER,
+		end_reason TEXT NOT NULL DEFAULT ''
+	);
+	CREATE INDEX sessions_key_state ON sessions(key_id, state);
+	CREATE TABLE executions (
+		id TEXT PRIMARY KEY,
+		session_id TEXT NOT NULL DEFAULT '',
+		key_id TEXT NOT NULL DEFAULT '',
+		language TEXT NOT NULL,
+		state TEXT NOT NULL,
+		status TEXT NOT NULL DEFAULT '',
+		exit_code INTEGER,
+		duration_ms INTEGER NOT NULL DEFAULT 0,
+		started_at INTEGER NOT NULL,
+		ended_at INTEGER
+	);
+	CREATE INDEX executions_session ON executions(session_id);`,
+}
+
+func (s *Store) migrate(ctx context.Context) error {
+	if _, err := s.db.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_version (v INTEGER NOT NULL)`); err != nil {
+		return fmt.Errorf("creating schema table: %w", err)
+	}
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("starting migration: %w", err)
+	}
+	defer tx.Rollback()
+	var v int
+	if err := tx.QueryRowContext(ctx, `SELECT COALESCE(MAX(v),0) FROM schema_version`).Scan(&v); err != nil {
+		return fmt.Errorf("reading schema version: %w", err)
+	}
+	for i := v; i < len(migrations); i++ {
+		if _, err := tx.ExecContext(ctx, migrations[i]); err != nil {
+			return fmt.Errorf("applying migration %d: %w", i+1, err)
+		}
+		if _, err := tx.ExecContext(ctx, `INSERT INTO schema_version(v) VALUES (?)`, i+1); err != nil {
+			return fmt.Errorf("recording migration %d: %w", i+1, err)
+		}
+	}
+	return tx.Commit()
+}
+
+func ms(t time.Time) int64 { return t.UnixMilli() }
+
+func fromMS(v int64) time.Time { return time.UnixMilli(v).UTC() }
