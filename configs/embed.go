@@ -13,3 +13,8 @@ var Server []byte
 //
 //go:embed runtimes.yaml
 var Runtimes []byte
+
+// Plans is the default plan table (plans.yaml).
+//
+//go:embed plans.yaml
+var Plans []byte

@@ -125,15 +125,11 @@ func startFakeNet() (*fakeNet, error) {
 	f.https.StartTLS()
 	f.httpsAP = ln.Addr().(*net.TCPAddr).AddrPort()
 
-	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+	pc, tl, _, err := listenUDPTCP(context.Background(), "127.0.0.1", 0)
 	if err != nil {
 		return nil, err
 	}
 	f.dnsAddr = pc.LocalAddr().String()
-	tl, err := net.Listen("tcp", f.dnsAddr)
-	if err != nil {
-		return nil, err
-	}
 	for _, srv := range []*dns.Server{{PacketConn: pc, Handler: f}, {Listener: tl, Handler: f}} {
 		started := make(chan struct{})
 		srv.NotifyStartedFunc = func() { close(started) }

@@ -216,17 +216,9 @@ func (c dnsCloser) Close() error { return c.srv.Shutdown() }
 // TCP). It never queries upstream: allowed names get the proxy's address,
 // everything else NXDOMAIN, so DNS carries nothing out of the sandbox.
 func (p *Proxy) startDNS(ctx context.Context, s *session) error {
-	var lc net.ListenConfig
-	host := s.HostAddr.String()
-	pc, err := lc.ListenPacket(ctx, "udp", net.JoinHostPort(host, fmt.Sprint(p.cfg.DNSPort)))
+	pc, tl, port, err := listenUDPTCP(ctx, s.HostAddr.String(), p.cfg.DNSPort)
 	if err != nil {
-		return fmt.Errorf("listening for DNS over UDP: %w", err)
-	}
-	port := pc.LocalAddr().(*net.UDPAddr).Port
-	tl, err := lc.Listen(ctx, "tcp", net.JoinHostPort(host, fmt.Sprint(port)))
-	if err != nil {
-		pc.Close()
-		return fmt.Errorf("listening for DNS over TCP: %w", err)
+		return err
 	}
 	s.ep.DNS = netip.AddrPortFrom(s.HostAddr, uint16(port))
 	h := dns.HandlerFunc(func(w dns.ResponseWriter, r *dns.Msg) { p.answerDNS(s, w, r) })
@@ -242,6 +234,30 @@ func (p *Proxy) startDNS(ctx context.Context, s *session) error {
 		<-started
 	}
 	return nil
+}
+
+// listenUDPTCP binds UDP and TCP on the same port. With port 0 it retries
+// until an ephemeral UDP port is also free for TCP.
+func listenUDPTCP(ctx context.Context, host string, port uint16) (net.PacketConn, net.Listener, int, error) {
+	var lc net.ListenConfig
+	var lastErr error
+	for range 16 {
+		pc, err := lc.ListenPacket(ctx, "udp", net.JoinHostPort(host, fmt.Sprint(port)))
+		if err != nil {
+			return nil, nil, 0, fmt.Errorf("listening for DNS over UDP: %w", err)
+		}
+		got := pc.LocalAddr().(*net.UDPAddr).Port
+		tl, err := lc.Listen(ctx, "tcp", net.JoinHostPort(host, fmt.Sprint(got)))
+		if err == nil {
+			return pc, tl, got, nil
+		}
+		pc.Close()
+		lastErr = err
+		if port != 0 {
+			break
+		}
+	}
+	return nil, nil, 0, fmt.Errorf("listening for DNS over TCP: %w", lastErr)
 }
 
 func (p *Proxy) answerDNS(s *session, w dns.ResponseWriter, r *dns.Msg) {

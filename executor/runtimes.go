@@ -11,6 +11,8 @@ import (
 	"strings"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/sandboxapi/sandboxapi/internal/sandbox"
 )
 
 // Runtime is one language: where its code goes and how it is built and run.
@@ -104,6 +106,20 @@ func (rs *Runtimes) List() []Runtime {
 	out := make([]Runtime, len(rs.list))
 	for i, r := range rs.list {
 		out[i] = *r
+	}
+	return out
+}
+
+// RuntimeList describes every language for clients.
+func (e *Executor) RuntimeList() []sandbox.Runtime {
+	list := e.rt.List()
+	out := make([]sandbox.Runtime, len(list))
+	for i, r := range list {
+		aliases := r.Aliases
+		if aliases == nil {
+			aliases = []string{}
+		}
+		out[i] = sandbox.Runtime{Language: r.Name, Aliases: aliases, Version: r.Version, Compiled: r.Compiled}
 	}
 	return out
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/url"
 	"path"
+	"path/filepath"
 	"time"
 
 	"gopkg.in/yaml.v3"
@@ -94,6 +95,14 @@ func DefaultConfig() Config {
 		OSVMaxAge:    Duration(72 * time.Hour),
 		FetchTimeout: Duration(5 * time.Minute),
 	}
+}
+
+// Resolve returns c with a relative StoreDir joined to dataDir.
+func (c Config) Resolve(dataDir string) Config {
+	if !filepath.IsAbs(c.StoreDir) {
+		c.StoreDir = filepath.Join(dataDir, c.StoreDir)
+	}
+	return c
 }
 
 // Validate reports every problem at once.

@@ -116,6 +116,8 @@ func Migrate(ctx context.Context, db *sql.DB) error {
 // AuditEvent names an audit row's kind.
 type AuditEvent string
 
+// Audit events: every admission, refusal, quarantine, operator exception,
+// removal and OSV import is recorded with its reason and OSV snapshot.
 const (
 	AuditAdmission  AuditEvent = "admission"
 	AuditRefusal    AuditEvent = "refusal"

@@ -8,6 +8,7 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -126,7 +127,7 @@ func (m *Mirror) AddPip(ctx context.Context, spec Spec, accept []string) ([]Arti
 		}
 		return nil, fmt.Errorf("adding %s: no wheel for the configured platforms: %w", spec, ErrNotFound)
 	}
-	return out, errorsJoin(errs...)
+	return out, errors.Join(errs...)
 }
 
 func (m *Mirror) platformWanted(tag string) bool {

@@ -12,7 +12,6 @@ import (
 	"crypto/sha256"
 	"database/sql"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -153,6 +152,21 @@ func (m *Mirror) admit(ctx context.Context, c candidate, accept []string) (Artif
 	}
 	if c.problem != nil {
 		return refuse([]string{c.problem.Error()}, nil)
+	}
+	// A file name stays bound to its bytes while it is served (or held in
+	// quarantine); replacing it needs an explicit remove first.
+	prev, err := m.queryArtifacts(ctx, `WHERE manager=? AND name_key=? AND filename=? AND status IN ('admitted','quarantined') AND sha256!=?`,
+		string(a.Manager), NormalizeName(a.Manager, a.Name), a.Filename, a.SHA256)
+	if err != nil {
+		return a, err
+	}
+	if len(prev) > 0 {
+		reason := fmt.Sprintf("%s is already %s with different content (sha256 %s); remove it first", a.Filename, prev[0].Status, prev[0].SHA256)
+		a.Status, a.Reasons = StatusRefused, []string{reason}
+		if err := m.audit(ctx, m.entry(AuditRefusal, a, reason)); err != nil {
+			return a, err
+		}
+		return a, &RefusedError{Filename: a.Filename, Reasons: a.Reasons}
 	}
 	db, err := m.osvDB(ctx)
 	if err != nil {
@@ -466,9 +480,6 @@ func compareVersions(a, b semantic.Version) (c int) {
 	}
 	return c
 }
-
-// errorsJoin is errors.Join, named for the batch operations.
-var errorsJoin = errors.Join
 
 // Close releases the mirror's prepared statements; the *sql.DB stays open
 // (the caller owns it).

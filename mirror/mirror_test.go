@@ -285,3 +285,27 @@ func TestConfigValidate(t *testing.T) {
 		t.Errorf("Validate = %v", err)
 	}
 }
+
+func TestFilenameBoundToContent(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	m := newTestMirror(t, true)
+	fn, one := buildWheel(t, wheelSpec{name: "demo", version: "1.0"})
+	_, two := buildWheel(t, wheelSpec{name: "demo", version: "1.0", files: map[string]string{"demo/other.py": "x = 2\n"}})
+	a, err := m.AddWheel(ctx, fn, one, "test", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.AddWheel(ctx, fn, two, "test", nil); !errors.Is(err, ErrNotAdmitted) || !strings.Contains(err.Error(), "different content") {
+		t.Fatalf("replacing content err = %v", err)
+	}
+	if got, err := m.Lookup(ctx, Pip, "demo", "1.0"); err != nil || got.SHA256 != a.SHA256 {
+		t.Fatalf("original no longer served: %+v, %v", got, err)
+	}
+	if _, err := m.Remove(ctx, Pip, "demo", "1.0"); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := m.AddWheel(ctx, fn, two, "test", nil); err != nil || b.SHA256 == a.SHA256 {
+		t.Fatalf("re-add after remove = %+v, %v", b, err)
+	}
+}

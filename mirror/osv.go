@@ -167,7 +167,7 @@ func (m *Mirror) Recheck(ctx context.Context) (RecheckResult, error) {
 		}
 		res.Quarantined = append(res.Quarantined, a)
 	}
-	return res, errorsJoin(errs...)
+	return res, errors.Join(errs...)
 }
 
 func subset(ids, accepted []string) bool {
@@ -223,7 +223,7 @@ func (m *Mirror) Verify(ctx context.Context) (VerifyResult, error) {
 		}
 		res.Quarantined = append(res.Quarantined, a)
 	}
-	return res, errorsJoin(errs...)
+	return res, errors.Join(errs...)
 }
 
 func auditLevel(e AuditEvent) slog.Level {

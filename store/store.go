@@ -75,6 +75,26 @@ var migrations = []string{
 		ended_at INTEGER
 	);
 	CREATE INDEX executions_session ON executions(session_id);`,
+	`CREATE TABLE api_keys (
+		id TEXT PRIMARY KEY,
+		name TEXT NOT NULL,
+		plan TEXT NOT NULL,
+		hash TEXT NOT NULL UNIQUE,
+		created_at INTEGER NOT NULL,
+		revoked_at INTEGER
+	);
+	CREATE TABLE usage (
+		id INTEGER PRIMARY KEY AUTOINCREMENT,
+		key_id TEXT NOT NULL,
+		route TEXT NOT NULL,
+		status INTEGER NOT NULL,
+		duration_ms INTEGER NOT NULL,
+		bytes_in INTEGER NOT NULL,
+		bytes_out INTEGER NOT NULL,
+		exec_ms INTEGER NOT NULL,
+		at INTEGER NOT NULL
+	);
+	CREATE INDEX usage_key_at ON usage(key_id, at);`,
 }
 
 func (s *Store) migrate(ctx context.Context) error {

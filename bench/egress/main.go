@@ -114,34 +114,42 @@ func run(mib, runs, setups int) error {
 		mibps      float64
 		setup, con time.Duration
 	}
-	var rows []row
-	for _, pth := range paths {
-		var rates []float64
-		for range runs {
+	// Interleave the paths run by run so machine noise hits all alike.
+	rates := make([][]float64, len(paths))
+	for r := range runs {
+		for k := range paths {
+			i := (k + r) % len(paths) // rotate the order too
+			pth := paths[i]
 			start := time.Now()
 			n, err := fetch(pth.dial, roots, int64(mib)<<20)
 			if err != nil {
 				return fmt.Errorf("%s: %w", pth.name, err)
 			}
-			rates = append(rates, float64(n)/(1<<20)/time.Since(start).Seconds())
+			rates[i] = append(rates[i], float64(n)/(1<<20)/time.Since(start).Seconds())
 		}
-		slices.Sort(rates)
-		var total, conn []time.Duration
-		for range setups {
+	}
+	total := make([][]time.Duration, len(paths))
+	conn := make([][]time.Duration, len(paths))
+	for range setups {
+		for i, pth := range paths {
 			start := time.Now()
 			c, err := pth.dial()
 			if err != nil {
 				return fmt.Errorf("%s: %w", pth.name, err)
 			}
-			conn = append(conn, time.Since(start))
+			conn[i] = append(conn[i], time.Since(start))
 			tc := tls.Client(c, &tls.Config{ServerName: host, RootCAs: roots})
 			if err := tc.Handshake(); err != nil {
 				return fmt.Errorf("%s handshake: %w", pth.name, err)
 			}
-			total = append(total, time.Since(start))
+			total[i] = append(total[i], time.Since(start))
 			tc.Close()
 		}
-		rows = append(rows, row{pth.name, rates[len(rates)/2], p50(total), p50(conn)})
+	}
+	var rows []row
+	for i, pth := range paths {
+		slices.Sort(rates[i])
+		rows = append(rows, row{pth.name, rates[i][len(rates[i])/2], p50(total[i]), p50(conn[i])})
 	}
 	d := rows[0]
 	fmt.Printf("%d MiB HTTPS download (median of %d), setup = TCP/CONNECT + TLS handshake (p50 of %d), loopback, GOMAXPROCS=%d\n\n", mib, runs, setups, runtimeProcs())

@@ -37,8 +37,9 @@ func main() {
 	conc := flag.Int("concurrency", 8, "concurrent clients")
 	osvDir := flag.String("osv", "mirror/testdata/osv", "OSV records to import")
 	installs := flag.Int("installs", 3, "pip install repetitions per index")
+	verdaccio := flag.String("verdaccio", "", "path to a verdaccio binary to compare packuments with (optional)")
 	flag.Parse()
-	if err := run(context.Background(), *duration, *conc, *osvDir, *installs); err != nil {
+	if err := run(context.Background(), *duration, *conc, *osvDir, *installs, *verdaccio); err != nil {
 		fmt.Fprintln(os.Stderr, "mirrorbench:", err)
 		os.Exit(1)
 	}
@@ -51,7 +52,7 @@ type result struct {
 	p50, p99, max time.Duration
 }
 
-func run(ctx context.Context, d time.Duration, conc int, osvDir string, installs int) error {
+func run(ctx context.Context, d time.Duration, conc int, osvDir string, installs int, verdaccio string) error {
 	dir, err := os.MkdirTemp("", "mirrorbench-")
 	if err != nil {
 		return err
@@ -72,7 +73,8 @@ func run(ctx context.Context, d time.Duration, conc int, osvDir string, installs
 		return err
 	}
 	static := filepath.Join(dir, "static")
-	var names []string
+	var names, npmVersions []string
+	var npmTarballs [][]byte
 	for i := 0; i < 10; i++ {
 		name := fmt.Sprintf("benchpkg%d", i)
 		fn, data := buildWheel(name, "1.0.0", 256<<10)
@@ -83,9 +85,12 @@ func run(ctx context.Context, d time.Duration, conc int, osvDir string, installs
 			return err
 		}
 		names = append(names, name+"==1.0.0")
-		if _, err := m.AddNPMTarball(ctx, npmTarball("bench-pkg", fmt.Sprintf("1.%d.0", i)), "bench", nil); err != nil {
+		v := fmt.Sprintf("1.%d.0", i)
+		tb := npmTarball("bench-pkg", v)
+		if _, err := m.AddNPMTarball(ctx, tb, "bench", nil); err != nil {
 			return err
 		}
+		npmVersions, npmTarballs = append(npmVersions, v), append(npmTarballs, tb)
 	}
 	// One project with ten versions, for a page of realistic size.
 	for i := 0; i < 10; i++ {
@@ -131,6 +136,19 @@ func run(ctx context.Context, d time.Duration, conc int, osvDir string, installs
 		{"mirror packument (abbreviated)", mURL + "/mirror/npm/bench-pkg", "application/vnd.npm.install-v1+json; q=1.0, application/json; q=0.8, */*"},
 		{"mirror packument (full)", mURL + "/mirror/npm/bench-pkg", "application/json"},
 	}
+	abbrevAccept := "application/vnd.npm.install-v1+json; q=1.0, application/json; q=0.8, */*"
+	if verdaccio != "" {
+		vdir := filepath.Join(dir, "verdaccio")
+		os.MkdirAll(vdir, 0o755)
+		vURL, stop, err := startVerdaccio(ctx, verdaccio, vdir, "bench-pkg", npmVersions, npmTarballs)
+		if err != nil {
+			return err
+		}
+		defer stop()
+		targets = append(targets,
+			struct{ name, url, accept string }{"verdaccio packument (abbreviated)", vURL + "/bench-pkg", abbrevAccept},
+			struct{ name, url, accept string }{"verdaccio packument (full)", vURL + "/bench-pkg", "application/json"})
+	}
 	fmt.Printf("loopback, %d clients, %s per target, GOMAXPROCS host CPUs; the mirror and the load generator share one process\n\n", conc, d)
 	for _, ka := range []bool{true, false} {
 		fmt.Printf("keep-alive %v\n\n| target | requests | req/s | p50 | p99 | max |\n|---|---|---|---|---|---|\n", ka)
@@ -144,7 +162,12 @@ func run(ctx context.Context, d time.Duration, conc int, osvDir string, installs
 			fmt.Printf("| %s | %d | %.0f | %s | %s | %s |\n", r.name, r.n, r.rps, r.p50, r.p99, r.max)
 		}
 		fmt.Printf("\nratio mirror HTML / http.server: %.2fx req/s, p99 %.2fx\n", rs[0].rps/rs[2].rps, float64(rs[0].p99)/float64(rs[2].p99))
-		fmt.Printf("ratio mirror JSON / http.server: %.2fx req/s, p99 %.2fx\n\n", rs[1].rps/rs[2].rps, float64(rs[1].p99)/float64(rs[2].p99))
+		fmt.Printf("ratio mirror JSON / http.server: %.2fx req/s, p99 %.2fx\n", rs[1].rps/rs[2].rps, float64(rs[1].p99)/float64(rs[2].p99))
+		if len(rs) == 7 {
+			fmt.Printf("ratio mirror / verdaccio packument (abbreviated): %.2fx req/s, p99 %.2fx\n", rs[3].rps/rs[5].rps, float64(rs[3].p99)/float64(rs[5].p99))
+			fmt.Printf("ratio mirror / verdaccio packument (full): %.2fx req/s, p99 %.2fx\n", rs[4].rps/rs[6].rps, float64(rs[4].p99)/float64(rs[6].p99))
+		}
+		fmt.Println()
 	}
 
 	fmt.Printf("pip install of ten 256 KiB wheels (--no-deps --only-binary=:all: --no-cache-dir), %d runs each\n\n| index | median | min |\n|---|---|---|\n", installs)

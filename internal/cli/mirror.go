@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"path/filepath"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -20,11 +19,7 @@ import (
 // env.Config.Mirror once the root config carries it; StoreDir stays
 // relative to the data dir.
 func mirrorConfig(env *Env) mirror.Config {
-	cfg := mirror.DefaultConfig()
-	if !filepath.IsAbs(cfg.StoreDir) {
-		cfg.StoreDir = filepath.Join(env.Config.DataDir, cfg.StoreDir)
-	}
-	return cfg
+	return mirror.DefaultConfig().Resolve(env.Config.DataDir)
 }
 
 // withMirror loads the env, opens the store and the mirror, and runs fn.

@@ -59,6 +59,15 @@ type Config struct {
 	Server   Server   `yaml:"server"`
 	Executor Executor `yaml:"executor"`
 	Limits   Limits   `yaml:"limits"`
+	API      API      `yaml:"api"`
+}
+
+// API holds authentication and plan settings.
+type API struct {
+	PlansFile string `yaml:"plans_file"`
+	// GatewaySecret, when set, accepts only requests from a RapidAPI-style
+	// gateway carrying it in X-RapidAPI-Proxy-Secret.
+	GatewaySecret string `yaml:"gateway_secret"`
 }
 
 // Server holds HTTP server settings.
@@ -71,17 +80,20 @@ type Server struct {
 
 // Executor holds sandbox runtime settings.
 type Executor struct {
-	Runsc         string   `yaml:"runsc"`
-	Platform      string   `yaml:"platform"`
-	Rootfs        string   `yaml:"rootfs"`
-	RuntimesFile  string   `yaml:"runtimes_file"`
-	MaxSandboxes  int      `yaml:"max_sandboxes"`
-	HomeSize      string   `yaml:"home_size"`
-	MemoryMB      int64    `yaml:"memory_mb"`
-	Pids          int64    `yaml:"pids"`
-	CPUs          float64  `yaml:"cpus"`
-	TmpSizeMB     int64    `yaml:"tmp_size_mb"`
-	CreateTimeout Duration `yaml:"create_timeout"`
+	Runsc          string   `yaml:"runsc"`
+	Platform       string   `yaml:"platform"`
+	Rootfs         string   `yaml:"rootfs"`
+	RuntimesFile   string   `yaml:"runtimes_file"`
+	MaxSandboxes   int      `yaml:"max_sandboxes"`
+	HomeSize       string   `yaml:"home_size"`
+	MemoryMB       int64    `yaml:"memory_mb"`
+	Pids           int64    `yaml:"pids"`
+	CPUs           float64  `yaml:"cpus"`
+	TmpSizeMB      int64    `yaml:"tmp_size_mb"`
+	CreateTimeout  Duration `yaml:"create_timeout"`
+	CompileTimeout Duration `yaml:"compile_timeout"`
+	GuestBinary    string   `yaml:"guest_binary"`
+	SpareHomes     int      `yaml:"spare_homes"`
 }
 
 // Limits holds per-call and per-session limits.
@@ -177,6 +189,12 @@ func (c *Config) Validate() error {
 	}
 	if e.CPUs <= 0 {
 		bad("executor.cpus: must be positive")
+	}
+	if e.SpareHomes < 0 || e.SpareHomes > 64 {
+		bad("executor.spare_homes: must be between 0 and 64")
+	}
+	if e.CompileTimeout <= 0 {
+		bad("executor.compile_timeout: must be positive")
 	}
 	if e.TmpSizeMB < 1 {
 		bad("executor.tmp_size_mb: must be at least 1")

@@ -1,0 +1,265 @@
+// Package api is the HTTP API of sandboxapi: routes, authentication, plans,
+// quotas, metering, error mapping and Server-Sent Events. It talks to
+// sandboxes only through the Sandboxes seam.
+package api
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"log/slog"
+	"net/http"
+	"runtime/debug"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sandboxapi/sandboxapi/internal/sandbox"
+)
+
+// Sandboxes is what the API needs from the executor.
+type Sandboxes interface {
+	CreateSession(ctx context.Context, spec sandbox.SessionSpec) (sandbox.Session, error)
+	GetSession(ctx context.Context, owner, id string) (sandbox.Session, error)
+	ListSessions(ctx context.Context, owner string) []sandbox.Session
+	CountSessions(owner string) int
+	DeleteSession(ctx context.Context, owner, id string) error
+	Execute(ctx context.Context, owner, id string, req sandbox.ExecRequest) (sandbox.Result, error)
+	RuntimeList() []sandbox.Runtime
+}
+
+// Meter records one request's usage; it must not block.
+type Meter interface {
+	Record(u Usage)
+}
+
+// Usage is one metered request.
+type Usage struct {
+	KeyID      string
+	Route      string
+	Status     int
+	Duration   time.Duration
+	BytesIn    int64
+	BytesOut   int64
+	ExecMillis int64
+	At         time.Time
+}
+
+// Config holds the API's settings.
+type Config struct {
+	MaxBodyBytes   int64
+	MaxCodeBytes   int64
+	MaxStdinBytes  int64
+	DefaultIdleTTL time.Duration
+	MaxIdleTTL     time.Duration
+	Gateway        GatewayConfig
+}
+
+// Server serves the API. Build it with New; it is safe for concurrent use.
+type Server struct {
+	cfg   Config
+	sb    Sandboxes
+	keys  Keys
+	plans *Plans
+	meter Meter
+	log   *slog.Logger
+	mux   *http.ServeMux
+
+	limiter rateLimiter
+	quota   quota
+	ready   atomic.Bool
+	extra   sync.Map // prefix -> http.Handler mounted without auth
+}
+
+// New builds the server and its routes.
+func New(cfg Config, sb Sandboxes, keys Keys, plans *Plans, meter Meter, log *slog.Logger) *Server {
+	s := &Server{cfg: cfg, sb: sb, keys: keys, plans: plans, meter: meter, log: log, mux: http.NewServeMux()}
+	s.limiter.buckets = map[string]*bucket{}
+	s.quota.inFlight = map[string]int{}
+	s.ready.Store(true)
+	s.routes()
+	return s
+}
+
+// Handle mounts an unauthenticated handler (the mirror, metrics) on pattern.
+func (s *Server) Handle(pattern string, h http.Handler) { s.mux.Handle(pattern, h) }
+
+// SetReady flips what /readyz reports (drained on shutdown).
+func (s *Server) SetReady(ok bool) { s.ready.Store(ok) }
+
+func (s *Server) routes() {
+	s.mux.HandleFunc("GET /healthz", s.healthz)
+	s.mux.HandleFunc("GET /readyz", s.readyz)
+	s.mux.Handle("GET /v1/runtimes", s.authed(s.listRuntimes))
+	s.mux.Handle("POST /v1/sessions", s.authed(s.createSession))
+	s.mux.Handle("GET /v1/sessions", s.authed(s.listSessions))
+	s.mux.Handle("GET /v1/sessions/{id}", s.authed(s.getSession))
+	s.mux.Handle("DELETE /v1/sessions/{id}", s.authed(s.deleteSession))
+	s.mux.Handle("POST /v1/sessions/{id}/execute", s.authed(s.executeInSession))
+	s.mux.Handle("/v1/", s.authed(func(w http.ResponseWriter, r *http.Request) error {
+		return apiErr(http.StatusNotFound, "no_route", "no route %s %s", r.Method, r.URL.Path)
+	}))
+}
+
+// ServeHTTP adds a request id, recovers panics and logs one line per request.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	rid := r.Header.Get("X-Request-Id")
+	if rid == "" || len(rid) > 64 {
+		rid = newRequestID()
+	}
+	w.Header().Set("X-Request-Id", rid)
+	r = r.WithContext(context.WithValue(r.Context(), requestIDKey{}, rid))
+	defer func() {
+		if v := recover(); v != nil {
+			if v == http.ErrAbortHandler {
+				panic(v)
+			}
+			s.log.Error("panic", "request_id", rid, "panic", v, "stack", string(debug.Stack()))
+			writeError(w, r, s.log, apiErr(http.StatusInternalServerError, "internal", "internal error"))
+		}
+	}()
+	s.mux.ServeHTTP(w, r)
+}
+
+type requestIDKey struct{}
+
+func requestID(ctx context.Context) string {
+	id, _ := ctx.Value(requestIDKey{}).(string)
+	return id
+}
+
+func newRequestID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// handlerFunc is a handler that returns its error for central mapping.
+type handlerFunc func(w http.ResponseWriter, r *http.Request) error
+
+// authed wraps h with the body limit, authentication, rate limit, metering
+// and error mapping.
+func (s *Server) authed(h handlerFunc) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		cw := &countingWriter{ResponseWriter: w, status: http.StatusOK}
+		body := &countingBody{rc: http.MaxBytesReader(cw, r.Body, s.cfg.MaxBodyBytes)}
+		r.Body = body
+		var p *Principal
+		var err error
+		defer func() {
+			if p != nil && s.meter != nil {
+				route := r.Pattern
+				s.meter.Record(Usage{KeyID: p.KeyID, Route: route, Status: cw.status, Duration: time.Since(start),
+					BytesIn: body.n, BytesOut: cw.n, ExecMillis: cw.execMillis, At: start})
+			}
+			s.log.Info("request", "request_id", requestID(r.Context()), "method", r.Method, "route", r.Pattern,
+				"status", cw.status, "ms", time.Since(start).Milliseconds(), "key_id", keyIDOf(p))
+		}()
+		p, err = s.authenticate(r)
+		if err != nil {
+			writeError(cw, r, s.log, err)
+			return
+		}
+		if ok, wait := s.limiter.allow(p.KeyID, p.Plan.RequestsPerMinute, time.Now()); !ok {
+			e := apiErr(http.StatusTooManyRequests, "rate_limited", "plan %s allows %d requests per minute", p.Plan.Name, p.Plan.RequestsPerMinute)
+			e.RetryAfter = wait
+			writeError(cw, r, s.log, e)
+			return
+		}
+		r = r.WithContext(withPrincipal(r.Context(), p))
+		if err := h(cw, r); err != nil {
+			if cw.wroteHeader {
+				s.log.Warn("error after reply started", "request_id", requestID(r.Context()), "err", err)
+				return
+			}
+			writeError(cw, r, s.log, err)
+		}
+	})
+}
+
+func keyIDOf(p *Principal) string {
+	if p == nil {
+		return ""
+	}
+	return p.KeyID
+}
+
+// countingWriter records status and bytes written; it passes Flush through
+// for SSE.
+type countingWriter struct {
+	http.ResponseWriter
+	status      int
+	n           int64
+	wroteHeader bool
+	execMillis  int64
+}
+
+func (c *countingWriter) WriteHeader(code int) {
+	if !c.wroteHeader {
+		c.status, c.wroteHeader = code, true
+	}
+	c.ResponseWriter.WriteHeader(code)
+}
+
+func (c *countingWriter) Write(p []byte) (int, error) {
+	c.wroteHeader = true
+	n, err := c.ResponseWriter.Write(p)
+	c.n += int64(n)
+	return n, err
+}
+
+func (c *countingWriter) Flush() {
+	if f, ok := c.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+func (c *countingWriter) Unwrap() http.ResponseWriter { return c.ResponseWriter }
+
+type countingBody struct {
+	rc interface {
+		Read([]byte) (int, error)
+		Close() error
+	}
+	n int64
+}
+
+func (b *countingBody) Read(p []byte) (int, error) {
+	n, err := b.rc.Read(p)
+	b.n += int64(n)
+	return n, err
+}
+
+func (b *countingBody) Close() error { return b.rc.Close() }
+
+func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+}
+
+func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
+	if !s.ready.Load() {
+		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"status": "not_ready", "checks": []any{}})
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"status": "ready", "checks": []any{}})
+}
+
+// UsageSource reads metered totals for GET /v1/usage.
+type UsageSource interface {
+	// UsageTotals returns rows of per-day, per-route totals for keyID.
+	UsageTotals(ctx context.Context, keyID string, since time.Time) (any, error)
+}
+
+// SetUsageSource enables GET /v1/usage.
+func (s *Server) SetUsageSource(u UsageSource) {
+	s.mux.Handle("GET /v1/usage", s.authed(func(w http.ResponseWriter, r *http.Request) error {
+		p := principal(r.Context())
+		rows, err := u.UsageTotals(r.Context(), p.KeyID, time.Now().AddDate(0, 0, -30))
+		if err != nil {
+			return err
+		}
+		writeJSON(w, http.StatusOK, map[string]any{"key_id": p.KeyID, "plan": p.Plan.Name, "usage": rows})
+		return nil
+	}))
+}

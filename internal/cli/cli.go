@@ -1,0 +1,147 @@
+// Package cli is the sandboxapi command line: thin commands that load the
+// config, wire the services and call them.
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"runtime/debug"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/sandboxapi/sandboxapi/executor"
+	"github.com/sandboxapi/sandboxapi/internal/config"
+	"github.com/sandboxapi/sandboxapi/rootfs"
+)
+
+// Version is set at build time with -ldflags "-X ...cli.Version=v1.2.3".
+var Version = "dev"
+
+// Run runs the CLI and returns the process exit code.
+func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	app := &cli.App{
+		Name:           "sandboxapi",
+		Usage:          "self-hosted code-execution API for AI agents",
+		Writer:         stdout,
+		ErrWriter:      stderr,
+		ExitErrHandler: func(*cli.Context, error) {}, // Run decides the exit code
+		Commands: []*cli.Command{
+			serveCommand(),
+			validateCommand(),
+			rootfsCommand(),
+			keysCommand(),
+			usageCommand(),
+			versionCommand(),
+		},
+	}
+	if err := app.RunContext(ctx, args); err != nil {
+		fmt.Fprintln(stderr, "sandboxapi:", err)
+		var ec cli.ExitCoder
+		if errors.As(err, &ec) && ec.ExitCode() != 0 {
+			return ec.ExitCode()
+		}
+		return 1
+	}
+	return 0
+}
+
+func versionCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "version",
+		Usage: "print the version",
+		Action: func(c *cli.Context) error {
+			v := Version
+			if bi, ok := debug.ReadBuildInfo(); ok && v == "dev" {
+				v = "dev (" + bi.GoVersion + ")"
+			}
+			fmt.Fprintln(c.App.Writer, "sandboxapi", v)
+			return nil
+		},
+	}
+}
+
+func validateCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "validate",
+		Usage: "check a config file without starting anything",
+		Flags: stateFlags(),
+		Action: func(c *cli.Context) error {
+			env, err := loadEnv(c)
+			if err != nil {
+				return err
+			}
+			if _, err := loadPlans(env.Config); err != nil {
+				return err
+			}
+			if _, err := loadRuntimes(env.Config, ""); err != nil {
+				return err
+			}
+			src := c.String("config")
+			if src == "" {
+				src = "embedded defaults"
+			}
+			fmt.Fprintf(c.App.Writer, "config ok: %s\n", src)
+			return nil
+		},
+	}
+}
+
+func rootfsCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "rootfs",
+		Usage: "manage the runtime rootfs",
+		Subcommands: []*cli.Command{{
+			Name:  "build",
+			Usage: "build the Debian rootfs with debootstrap (cached by recipe hash)",
+			Flags: []cli.Flag{&cli.StringFlag{Name: "cache", Value: executor.DefaultRootfsCache, Usage: "build cache folder"}},
+			Action: func(c *cli.Context) error {
+				dir, err := rootfs.Build(c.Context, c.String("cache"), c.App.ErrWriter)
+				if err != nil {
+					return err
+				}
+				fmt.Fprintln(c.App.Writer, dir)
+				return nil
+			},
+		}},
+	}
+}
+
+// executorConfig maps the root config onto the executor's.
+func executorConfig(cfg *config.Config) (executor.Config, error) {
+	rfs, versions, err := executor.FindRootfs(cfg.Executor.Rootfs, "")
+	if err != nil {
+		return executor.Config{}, err
+	}
+	home, _ := config.ParseSize(cfg.Executor.HomeSize)
+	guest := cfg.Executor.GuestBinary
+	if guest != "" && !filepath.IsAbs(guest) {
+		if abs, err := filepath.Abs(guest); err == nil {
+			guest = abs
+		}
+	}
+	return executor.Config{
+		Runsc: cfg.Executor.Runsc, Platform: cfg.Executor.Platform, Rootfs: rfs, VersionsFile: versions,
+		DataDir: cfg.DataDir, GuestBinary: guest, MaxSandboxes: cfg.Executor.MaxSandboxes, HomeBytes: home,
+		MemoryBytes: cfg.Executor.MemoryMB << 20, Pids: cfg.Executor.Pids, CPUs: cfg.Executor.CPUs,
+		TmpBytes: cfg.Executor.TmpSizeMB << 20, CreateTimeout: cfg.Executor.CreateTimeout.D(),
+		DefaultTimeout: cfg.Limits.DefaultTimeout.D(), MaxTimeout: cfg.Limits.MaxTimeout.D(),
+		CompileTimeout: cfg.Executor.CompileTimeout.D(), MaxOutputBytes: cfg.Limits.MaxOutputBytes,
+		DefaultIdleTTL: cfg.Limits.DefaultIdleTTL.D(), MaxIdleTTL: cfg.Limits.MaxIdleTTL.D(),
+		ReapInterval: cfg.Server.ReapInterval.D(), SpareHomes: cfg.Executor.SpareHomes,
+	}, nil
+}
+
+func readFileOr(path string, fallback []byte) ([]byte, error) {
+	if path == "" {
+		return fallback, nil
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("reading %s: %w", path, err)
+	}
+	return b, nil
+}

@@ -1,0 +1,160 @@
+package cli
+
+import (
+	"crypto/rand"
+	"encoding/base32"
+	"errors"
+	"fmt"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/sandboxapi/sandboxapi/api"
+	"github.com/sandboxapi/sandboxapi/store"
+)
+
+var keyEncoding = base32.NewEncoding("abcdefghijklmnopqrstuvwxyz234567").WithPadding(base32.NoPadding)
+
+func randomToken(n int) string {
+	b := make([]byte, n)
+	if _, err := rand.Read(b); err != nil {
+		panic(err)
+	}
+	return keyEncoding.EncodeToString(b)
+}
+
+func keysCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "keys",
+		Usage: "manage API keys (stored hashed)",
+		Subcommands: []*cli.Command{
+			{
+				Name:  "create",
+				Usage: "create a key; the secret is printed once, alone on the last line",
+				Flags: append(stateFlags(),
+					&cli.StringFlag{Name: "plan", Required: true, Usage: "BASIC, PRO, ULTRA or MEGA (see plans.yaml)"},
+					&cli.StringFlag{Name: "name", Required: true, Usage: "who the key is for"}),
+				Action: func(c *cli.Context) error {
+					env, err := loadEnv(c)
+					if err != nil {
+						return err
+					}
+					plans, err := loadPlans(env.Config)
+					if err != nil {
+						return err
+					}
+					plan, ok := plans.Get(c.String("plan"))
+					if !ok {
+						return fmt.Errorf("unknown plan %q (have %s)", c.String("plan"), strings.Join(plans.Names(), ", "))
+					}
+					name := strings.TrimSpace(c.String("name"))
+					if name == "" || len(name) > 128 {
+						return errors.New("--name must be 1 to 128 characters")
+					}
+					st, err := env.openStore(c.Context)
+					if err != nil {
+						return err
+					}
+					defer st.Close()
+					secret := "sk_" + randomToken(20)
+					id := "key_" + randomToken(10)
+					if err := st.InsertKey(c.Context, store.KeyRow{ID: id, Name: name, Plan: plan.Name, Hash: api.HashKey(secret), CreatedAt: time.Now()}); err != nil {
+						return err
+					}
+					fmt.Fprintf(c.App.ErrWriter, "created key %s (%s, plan %s); the secret is shown only now:\n", id, name, plan.Name)
+					fmt.Fprintln(c.App.Writer, secret)
+					return nil
+				},
+			},
+			{
+				Name:  "list",
+				Usage: "list keys (never their secrets)",
+				Flags: stateFlags(),
+				Action: func(c *cli.Context) error {
+					env, err := loadEnv(c)
+					if err != nil {
+						return err
+					}
+					st, err := env.openStore(c.Context)
+					if err != nil {
+						return err
+					}
+					defer st.Close()
+					keys, err := st.ListKeys(c.Context)
+					if err != nil {
+						return err
+					}
+					tw := tabwriter.NewWriter(c.App.Writer, 0, 4, 2, ' ', 0)
+					fmt.Fprintln(tw, "ID\tNAME\tPLAN\tCREATED\tREVOKED")
+					for _, k := range keys {
+						revoked := "-"
+						if !k.RevokedAt.IsZero() {
+							revoked = k.RevokedAt.Format(time.RFC3339)
+						}
+						fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", k.ID, k.Name, k.Plan, k.CreatedAt.Format(time.RFC3339), revoked)
+					}
+					return tw.Flush()
+				},
+			},
+			{
+				Name:      "revoke",
+				Usage:     "revoke a key by id; it stops working at once",
+				ArgsUsage: "ID",
+				Flags:     stateFlags(),
+				Action: func(c *cli.Context) error {
+					if c.NArg() != 1 {
+						return errors.New("usage: sandboxapi keys revoke ID")
+					}
+					env, err := loadEnv(c)
+					if err != nil {
+						return err
+					}
+					st, err := env.openStore(c.Context)
+					if err != nil {
+						return err
+					}
+					defer st.Close()
+					if err := st.RevokeKey(c.Context, c.Args().First()); err != nil {
+						if errors.Is(err, store.ErrNotFound) {
+							return fmt.Errorf("no active key %s", c.Args().First())
+						}
+						return err
+					}
+					fmt.Fprintf(c.App.Writer, "revoked %s\n", c.Args().First())
+					return nil
+				},
+			},
+		},
+	}
+}
+
+func usageCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "usage",
+		Usage: "show metered usage of every key per day and route",
+		Flags: append(stateFlags(), &cli.IntFlag{Name: "days", Value: 30, Usage: "how many days back"}),
+		Action: func(c *cli.Context) error {
+			env, err := loadEnv(c)
+			if err != nil {
+				return err
+			}
+			st, err := env.openStore(c.Context)
+			if err != nil {
+				return err
+			}
+			defer st.Close()
+			rows, err := st.UsageTotals(c.Context, "", time.Now().AddDate(0, 0, -c.Int("days")))
+			if err != nil {
+				return err
+			}
+			tw := tabwriter.NewWriter(c.App.Writer, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "DAY\tKEY\tROUTE\tREQUESTS\tERRORS\tBYTES_IN\tBYTES_OUT\tEXEC_MS")
+			for _, u := range rows {
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\n", u.Day, u.KeyID, u.Route, u.Requests, u.Errors, u.BytesIn, u.BytesOut, u.ExecMS)
+			}
+			return tw.Flush()
+		},
+	}
+}

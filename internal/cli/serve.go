@@ -1,0 +1,176 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/sandboxapi/sandboxapi/api"
+	"github.com/sandboxapi/sandboxapi/configs"
+	"github.com/sandboxapi/sandboxapi/executor"
+	"github.com/sandboxapi/sandboxapi/internal/config"
+	"github.com/sandboxapi/sandboxapi/store"
+)
+
+func serveCommand() *cli.Command {
+	flags := append(stateFlags(), &cli.StringFlag{Name: "listen", Usage: "listen address (overrides listen)", EnvVars: []string{"SANDBOXAPI_LISTEN"}})
+	return &cli.Command{
+		Name:  "serve",
+		Usage: "run the API, executor and the other services in one process",
+		Flags: flags,
+		Action: func(c *cli.Context) error {
+			env, err := loadEnv(c)
+			if err != nil {
+				return err
+			}
+			return serve(c.Context, env)
+		},
+	}
+}
+
+func loadPlans(cfg *config.Config) (*api.Plans, error) {
+	b, err := readFileOr(cfg.API.PlansFile, configs.Plans)
+	if err != nil {
+		return nil, err
+	}
+	return api.LoadPlans(b)
+}
+
+func loadRuntimes(cfg *config.Config, versions string) (*executor.Runtimes, error) {
+	b, err := readFileOr(cfg.Executor.RuntimesFile, configs.Runtimes)
+	if err != nil {
+		return nil, err
+	}
+	return executor.LoadRuntimes(b, versions)
+}
+
+// storeKeys adapts the store to api.Keys.
+type storeKeys struct{ st *store.Store }
+
+func (k storeKeys) Lookup(ctx context.Context, hash string) (string, string, string, error) {
+	row, err := k.st.KeyByHash(ctx, hash)
+	if errors.Is(err, store.ErrNotFound) {
+		return "", "", "", api.ErrUnknownKey
+	}
+	if err != nil {
+		return "", "", "", err
+	}
+	return row.ID, row.Name, row.Plan, nil
+}
+
+// storeMeter adapts the usage writer to api.Meter.
+type storeMeter struct{ w *store.UsageWriter }
+
+func (m storeMeter) Record(u api.Usage) {
+	m.w.Record(store.UsageRow{KeyID: u.KeyID, Route: u.Route, Status: u.Status, DurationMS: u.Duration.Milliseconds(),
+		BytesIn: u.BytesIn, BytesOut: u.BytesOut, ExecMS: u.ExecMillis, At: u.At})
+}
+
+// serve runs until ctx ends or a signal arrives: SIGTERM/SIGINT drain
+// (readiness goes red, running calls get the grace period, then everything
+// is torn down); a second signal exits at once.
+func serve(ctx context.Context, env *Env) error {
+	cfg := env.Config
+	log := env.Log
+	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+		return fmt.Errorf("creating data dir: %w", err)
+	}
+	st, err := env.openStore(ctx)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	plans, err := loadPlans(cfg)
+	if err != nil {
+		return err
+	}
+	ecfg, err := executorConfig(cfg)
+	if err != nil {
+		return err
+	}
+	rts, err := loadRuntimes(cfg, ecfg.VersionsFile)
+	if err != nil {
+		return err
+	}
+	ex, err := executor.New(ecfg, rts, st, log)
+	if err != nil {
+		return err
+	}
+	if err := ex.Start(ctx); err != nil {
+		return err
+	}
+	usage := store.NewUsageWriter(st, 200*time.Millisecond, log)
+	defer usage.Close()
+
+	srv := api.New(api.Config{
+		MaxBodyBytes: cfg.Server.MaxBodyBytes, MaxCodeBytes: cfg.Limits.MaxCodeBytes, MaxStdinBytes: cfg.Limits.MaxStdinBytes,
+		DefaultIdleTTL: cfg.Limits.DefaultIdleTTL.D(), MaxIdleTTL: cfg.Limits.MaxIdleTTL.D(),
+		Gateway: api.GatewayConfig{Secret: cfg.API.GatewaySecret},
+	}, ex, storeKeys{st}, plans, storeMeter{usage}, log)
+	srv.SetUsageSource(storeUsage{st: st, w: usage})
+
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		_ = ex.Stop(context.Background())
+		return fmt.Errorf("listening on %s: %w", cfg.Listen, err)
+	}
+	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
+	errc := make(chan error, 1)
+	go func() { errc <- hs.Serve(ln) }()
+	log.Info("serving", "listen", ln.Addr().String(), "data_dir", cfg.DataDir, "rootfs", ecfg.Rootfs)
+	fmt.Fprintf(env.Stderr, "sandboxapi listening on http://%s\n", ln.Addr())
+
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
+	defer signal.Stop(sigs)
+	var serveErr error
+	select {
+	case <-ctx.Done():
+	case s := <-sigs:
+		log.Info("shutting down", "signal", s.String())
+	case serveErr = <-errc:
+	}
+	srv.SetReady(false)
+	grace, cancel := context.WithTimeout(context.Background(), cfg.Server.ShutdownGrace.D())
+	defer cancel()
+	go func() {
+		select {
+		case <-sigs:
+			log.Warn("second signal: exiting now")
+			os.Exit(2)
+		case <-grace.Done():
+		}
+	}()
+	if err := hs.Shutdown(grace); err != nil {
+		log.Warn("grace period over, closing connections", "err", err)
+		_ = hs.Close()
+	}
+	stopCtx, cancel2 := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel2()
+	if err := ex.Stop(stopCtx); err != nil {
+		log.Error("stopping executor", "err", err)
+	}
+	if serveErr != nil && !errors.Is(serveErr, http.ErrServerClosed) {
+		return serveErr
+	}
+	return nil
+}
+
+// storeUsage adapts the store to api.UsageSource.
+type storeUsage struct {
+	st *store.Store
+	w  *store.UsageWriter
+}
+
+func (u storeUsage) UsageTotals(ctx context.Context, keyID string, since time.Time) (any, error) {
+	u.w.Flush(ctx) // the caller's own latest requests count
+	return u.st.UsageTotals(ctx, keyID, since)
+}
