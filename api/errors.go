@@ -43,6 +43,7 @@ var errorTable = []struct {
 	{sandbox.ErrLost, http.StatusGone, "sandbox_lost"},
 	{sandbox.ErrCapacity, http.StatusServiceUnavailable, "no_capacity"},
 	{sandbox.ErrNotStarted, http.StatusServiceUnavailable, "not_ready"},
+	{sandbox.ErrNoNetwork, http.StatusServiceUnavailable, "network_unavailable"},
 }
 
 // toAPIError classifies err for the client.

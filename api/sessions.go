@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sandboxapi/sandboxapi/egress/policy"
 	"github.com/sandboxapi/sandboxapi/internal/sandbox"
 )
 
@@ -150,7 +151,14 @@ func (s *Server) checkNetwork(p *Principal, n *NetworkRequest) (json.RawMessage,
 	if len(n.AllowedDomains) > 0 && !p.Plan.AllowedDomains {
 		return nil, s.forbidden(p, "allowed_domains", func(pl *Plan) bool { return pl.AllowedDomains })
 	}
-	return nil, apiErr(http.StatusServiceUnavailable, "network_unavailable", "this server has no egress proxy configured")
+	if _, err := policy.New(true, n.AllowedDomains); err != nil {
+		return nil, apiErr(http.StatusBadRequest, "invalid_allowed_domains", "%v", err)
+	}
+	b, err := json.Marshal(n)
+	if err != nil {
+		return nil, err
+	}
+	return b, nil
 }
 
 func (s *Server) listSessions(w http.ResponseWriter, r *http.Request) error {

@@ -129,7 +129,7 @@ func (e *Executor) releaseSession(s *session) {
 	<-s.lock
 }
 
-func (e *Executor) baseEnv(rt *Runtime, extra map[string]string) []string {
+func (e *Executor) baseEnv(rt *Runtime, netEnv []string, extra map[string]string) []string {
 	env := []string{
 		"PATH=/usr/local/bin:/usr/bin:/bin",
 		"HOME=" + HomeDir,
@@ -142,6 +142,7 @@ func (e *Executor) baseEnv(rt *Runtime, extra map[string]string) []string {
 		"PIP_CONFIG_FILE=/dev/null",
 	}
 	env = append(env, rt.Env...)
+	env = append(env, netEnv...)
 	for k, v := range extra {
 		env = append(env, k+"="+v)
 	}
@@ -154,7 +155,7 @@ func (e *Executor) runInSession(ctx context.Context, s *session, req ExecRequest
 	if len(rt.SeedCache) == 2 && !s.seeded[rt.Name] {
 		seed := &guest.Request{
 			Argv: []string{"/bin/sh", "-c", `[ -d "$2" ] || { mkdir -p "$(dirname "$2")" && cp -r "$1" "$2.tmp" && mv "$2.tmp" "$2"; }`, "seed", rt.SeedCache[0], rt.SeedCache[1]},
-			Env:  e.baseEnv(rt, nil), Cwd: HomeDir, UID: SandboxUID, GID: SandboxUID, TimeoutMS: 60000,
+			Env:  e.baseEnv(rt, s.netEnv, nil), Cwd: HomeDir, UID: SandboxUID, GID: SandboxUID, TimeoutMS: 60000,
 			MemoryBytes: e.cfg.MemoryBytes, MaxProcs: uint64(e.cfg.Pids),
 		}
 		if res, err := e.guestRun(ctx, s.id, seed, nil, nil); err != nil {
@@ -167,7 +168,7 @@ func (e *Executor) runInSession(ctx context.Context, s *session, req ExecRequest
 		Argv:             rt.Run,
 		Compile:          rt.Compile,
 		CompileTimeoutMS: e.cfg.CompileTimeout.Milliseconds(),
-		Env:              e.baseEnv(rt, req.Env),
+		Env:              e.baseEnv(rt, s.netEnv, req.Env),
 		Cwd:              HomeDir,
 		UID:              SandboxUID,
 		GID:              SandboxUID,

@@ -7,6 +7,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/base32"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -54,6 +55,7 @@ type Executor struct {
 	runsc *runsc
 	store *store.Store
 	log   *slog.Logger
+	net   Network
 
 	mu       sync.Mutex
 	sessions map[string]*session
@@ -234,9 +236,13 @@ func (e *Executor) reconcile(ctx context.Context) error {
 	for _, r := range rows {
 		dir := filepath.Join(e.sessionsDir(), r.ID)
 		rt, lerr := e.rt.Lookup(r.Language)
-		if r.State == string(StateRunning) && runningC[r.ID] && mounted(homeMount(dir)) && lerr == nil {
+		att := loadAttachment(dir)
+		if r.State == string(StateRunning) && runningC[r.ID] && mounted(homeMount(dir)) && lerr == nil && (att != nil) == networkEnabled(json.RawMessage(r.Network)) {
 			s := newSession(r.ID, r.KeyID, rt, r.IdleTTL, r.CreatedAt, r.Network)
 			s.state = StateRunning
+			if att != nil {
+				s.netEnv = att.Env
+			}
 			s.lastUsed = time.Now() // the idle clock restarts with the server
 			e.sessions[r.ID] = s
 			e.live++
@@ -265,6 +271,15 @@ func (e *Executor) reconcile(ctx context.Context) error {
 			if err := dropHome(ctx, filepath.Join(e.sessionsDir(), ent.Name())); err != nil {
 				e.log.Error("removing orphan home", "session", ent.Name(), "err", err)
 			}
+		}
+	}
+	if e.net != nil {
+		live := make([]string, 0, len(keep))
+		for id := range keep {
+			live = append(live, id)
+		}
+		if err := e.net.Reconcile(ctx, live); err != nil {
+			return fmt.Errorf("reconciling networks: %w", err)
 		}
 	}
 	removeStaleCgroups(keep)

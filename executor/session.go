@@ -10,6 +10,8 @@ import (
 	"sort"
 	"time"
 
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
 	"github.com/sandboxapi/sandboxapi/store"
 )
 
@@ -28,6 +30,7 @@ type session struct {
 	lastUsed time.Time
 	busy     int
 	seeded   map[string]bool // caches copied into the home
+	netEnv   []string        // proxy variables when the session has network
 }
 
 func newSession(id, owner string, rt *Runtime, ttl time.Duration, created time.Time, network string) *session {
@@ -95,7 +98,16 @@ func (e *Executor) CreateSession(ctx context.Context, spec SessionSpec) (Session
 	undo = append(undo, func() {
 		_ = e.store.SetSessionState(context.Background(), id, string(StateFailed), "create failed", true)
 	})
-	if err := e.startSandbox(ctx, id, dir, ""); err != nil {
+	netns := ""
+	if networkEnabled(network) {
+		att, err := e.attach(ctx, id, dir, network)
+		undo = append(undo, func() { _ = e.net.Detach(context.Background(), id) })
+		if err != nil {
+			return Session{}, err
+		}
+		netns, s.netEnv = att.NetnsPath, att.Env
+	}
+	if err := e.startSandbox(ctx, id, dir, netns); err != nil {
 		undo = append(undo, func() { _ = e.runsc.destroy(context.Background(), id) })
 		return Session{}, err
 	}
@@ -154,6 +166,9 @@ func (e *Executor) startSandbox(ctx context.Context, id, dir, netns string) erro
 		ID: id, Rootfs: e.cfg.Rootfs, Home: homeMount(dir), GuestDir: e.guestDir(),
 		MemoryBytes: e.hostMemory(), Pids: e.cfg.Pids*2 + 128, CPUs: e.cfg.CPUs, TmpBytes: e.cfg.TmpBytes, NetNS: netns,
 	})
+	if netns != "" {
+		spec.Mounts = append(spec.Mounts, specs.Mount{Destination: "/etc/resolv.conf", Type: "bind", Source: resolvFile(dir), Options: []string{"rbind", "ro"}})
+	}
 	b, err := json.MarshalIndent(spec, "", "  ")
 	if err != nil {
 		return fmt.Errorf("encoding spec: %w", err)
@@ -245,6 +260,11 @@ func (e *Executor) endSession(ctx context.Context, id, reason string) error {
 	var errs []error
 	if err := e.runsc.destroy(ctx, id); err != nil {
 		errs = append(errs, err)
+	}
+	if e.net != nil && networkEnabled(s.network) {
+		if err := e.net.Detach(ctx, id); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	if err := dropHome(ctx, e.dir(id)); err != nil {
 		errs = append(errs, err)

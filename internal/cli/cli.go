@@ -35,6 +35,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			rootfsCommand(),
 			keysCommand(),
 			usageCommand(),
+			mirrorCommand(),
 			versionCommand(),
 		},
 	}

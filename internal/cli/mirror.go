@@ -19,7 +19,7 @@ import (
 // env.Config.Mirror once the root config carries it; StoreDir stays
 // relative to the data dir.
 func mirrorConfig(env *Env) mirror.Config {
-	return mirror.DefaultConfig().Resolve(env.Config.DataDir)
+	return env.Config.Mirror.Resolve(env.Config.DataDir)
 }
 
 // withMirror loads the env, opens the store and the mirror, and runs fn.

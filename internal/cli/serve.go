@@ -17,6 +17,7 @@ import (
 	"github.com/sandboxapi/sandboxapi/configs"
 	"github.com/sandboxapi/sandboxapi/executor"
 	"github.com/sandboxapi/sandboxapi/internal/config"
+	"github.com/sandboxapi/sandboxapi/mirror"
 	"github.com/sandboxapi/sandboxapi/store"
 )
 
@@ -116,6 +117,14 @@ func serve(ctx context.Context, env *Env) error {
 		Gateway: api.GatewayConfig{Secret: cfg.API.GatewaySecret},
 	}, ex, storeKeys{st}, plans, storeMeter{usage}, log)
 	srv.SetUsageSource(storeUsage{st: st, w: usage})
+
+	mir, err := mirror.New(ctx, mirrorConfig(env), st.DB(), log)
+	if err != nil {
+		_ = ex.Stop(context.Background())
+		return fmt.Errorf("opening mirror: %w", err)
+	}
+	defer mir.Close()
+	srv.Handle("/mirror/", mir.Handler())
 
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {

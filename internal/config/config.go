@@ -16,6 +16,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/sandboxapi/sandboxapi/configs"
+	"github.com/sandboxapi/sandboxapi/mirror"
 )
 
 var defaultYAML = configs.Server
@@ -52,14 +53,15 @@ func (d Duration) D() time.Duration { return time.Duration(d) }
 
 // Config is the root of sandboxapi.yaml.
 type Config struct {
-	Version  string   `yaml:"version"`
-	Listen   string   `yaml:"listen"`
-	DataDir  string   `yaml:"data_dir"`
-	LogLevel string   `yaml:"log_level"`
-	Server   Server   `yaml:"server"`
-	Executor Executor `yaml:"executor"`
-	Limits   Limits   `yaml:"limits"`
-	API      API      `yaml:"api"`
+	Version  string        `yaml:"version"`
+	Listen   string        `yaml:"listen"`
+	DataDir  string        `yaml:"data_dir"`
+	LogLevel string        `yaml:"log_level"`
+	Server   Server        `yaml:"server"`
+	Executor Executor      `yaml:"executor"`
+	Limits   Limits        `yaml:"limits"`
+	API      API           `yaml:"api"`
+	Mirror   mirror.Config `yaml:"mirror"`
 }
 
 // API holds authentication and plan settings.
@@ -121,7 +123,7 @@ func Load(path string) (*Config, error) {
 
 // Parse decodes YAML on top of the defaults and validates the result.
 func Parse(b []byte, name string) (*Config, error) {
-	c := &Config{}
+	c := &Config{Mirror: mirror.DefaultConfig()}
 	if err := decode(defaultYAML, c); err != nil {
 		return nil, fmt.Errorf("decoding embedded default: %w", err)
 	}
@@ -211,6 +213,9 @@ func (c *Config) Validate() error {
 	}
 	if l.MaxCodeBytes < 1024 || l.MaxStdinBytes < 0 {
 		bad("limits: max_code_bytes must be at least 1024 and max_stdin_bytes not negative")
+	}
+	if err := c.Mirror.Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("mirror: %w", err))
 	}
 	return errors.Join(errs...)
 }

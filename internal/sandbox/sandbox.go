@@ -18,6 +18,7 @@ var (
 	ErrNotStarted      = errors.New("executor not started")
 	ErrUnknownLanguage = errors.New("unknown language")
 	ErrTooLarge        = errors.New("too large")
+	ErrNoNetwork       = errors.New("network access is not available on this server")
 )
 
 // State is a session's lifecycle state.

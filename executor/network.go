@@ -1,0 +1,83 @@
+package executor
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/sandboxapi/sandboxapi/internal/sandbox"
+)
+
+// Network gives a session that asked for network its own network namespace
+// whose only reachable addresses are the egress proxy and its DNS. The CLI
+// wires an implementation over package egress; without one, sessions with
+// network are refused.
+type Network interface {
+	// Attach prepares the namespace for session id; network is the
+	// session's JSON network request ({"enabled":true,...}).
+	Attach(ctx context.Context, id string, network json.RawMessage) (*Attachment, error)
+	// Detach removes everything Attach made; unknown ids are fine.
+	Detach(ctx context.Context, id string) error
+	// Reconcile removes namespaces, links and rules of sessions not in live.
+	Reconcile(ctx context.Context, live []string) error
+}
+
+// Attachment is what a sandbox needs to use its network.
+type Attachment struct {
+	NetnsPath  string   `json:"netns_path"`
+	Env        []string `json:"env"`         // proxy variables for every execute
+	ResolvConf string   `json:"resolv_conf"` // /etc/resolv.conf inside the sandbox
+}
+
+// ErrNoNetwork is returned when a session asks for network and the server
+// has no egress configured.
+var ErrNoNetwork = sandbox.ErrNoNetwork
+
+// SetNetwork installs the network provider; call before Start.
+func (e *Executor) SetNetwork(n Network) { e.net = n }
+
+// networkEnabled reads {"enabled": true} from a session's network request.
+func networkEnabled(raw json.RawMessage) bool {
+	var n struct {
+		Enabled bool `json:"enabled"`
+	}
+	return len(raw) > 0 && json.Unmarshal(raw, &n) == nil && n.Enabled
+}
+
+func attachmentFile(dir string) string { return filepath.Join(dir, "network.json") }
+func resolvFile(dir string) string     { return filepath.Join(dir, "resolv.conf") }
+
+// attach sets up the session's network and records the attachment beside
+// the bundle, so a restarted server can adopt the session with it.
+func (e *Executor) attach(ctx context.Context, id, dir string, raw json.RawMessage) (*Attachment, error) {
+	if e.net == nil {
+		return nil, ErrNoNetwork
+	}
+	att, err := e.net.Attach(ctx, id, raw)
+	if err != nil {
+		return nil, fmt.Errorf("attaching network: %w", err)
+	}
+	b, _ := json.Marshal(att)
+	if err := os.WriteFile(attachmentFile(dir), b, 0o600); err != nil {
+		return att, fmt.Errorf("recording network: %w", err)
+	}
+	if err := os.WriteFile(resolvFile(dir), []byte(att.ResolvConf), 0o644); err != nil {
+		return att, fmt.Errorf("writing resolv.conf: %w", err)
+	}
+	return att, nil
+}
+
+// loadAttachment reads a recorded attachment (nil when the session has none).
+func loadAttachment(dir string) *Attachment {
+	b, err := os.ReadFile(attachmentFile(dir))
+	if err != nil {
+		return nil
+	}
+	var att Attachment
+	if json.Unmarshal(b, &att) != nil {
+		return nil
+	}
+	return &att
+}

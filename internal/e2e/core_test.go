@@ -1,0 +1,284 @@
+package e2e
+
+import (
+	"bytes"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sandboxapi/sandboxapi/executor"
+)
+
+func TestBadInputGetsClearErrors(t *testing.T) {
+	s := startServer(t, "server:\n  max_body_bytes: 65536\n")
+	key := s.key("PRO")
+	id := s.session(key, "python3")
+	huge := append([]byte(`{"code":"`), bytes.Repeat([]byte("x"), 200<<10)...)
+	huge = append(huge, `"}`...)
+	cases := []struct {
+		name   string
+		method string
+		path   string
+		key    string
+		body   any
+		status int
+		code   string
+	}{
+		{"no key", "GET", "/v1/sessions", "", nil, 401, "unauthenticated"},
+		{"unknown key", "GET", "/v1/sessions", "sk_nope", nil, 401, "unauthenticated"},
+		{"malformed json", "POST", "/v1/sessions", key, []byte(`{"language":`), 400, "invalid_json"},
+		{"empty body", "POST", "/v1/sessions", key, []byte(``), 400, "invalid_json"},
+		{"two objects", "POST", "/v1/sessions", key, []byte(`{"language":"bash"}{}`), 400, "invalid_json"},
+		{"wrong type", "POST", "/v1/sessions", key, []byte(`{"language":5}`), 400, "invalid_json"},
+		{"unknown field", "POST", "/v1/sessions", key, map[string]any{"language": "python3", "memory": 9}, 400, "unknown_field"},
+		{"unknown language", "POST", "/v1/sessions", key, map[string]any{"language": "cobol"}, 400, "unknown_language"},
+		{"missing language", "POST", "/v1/sessions", key, map[string]any{}, 400, "invalid_request"},
+		{"idle_ttl too long", "POST", "/v1/sessions", key, map[string]any{"language": "bash", "idle_ttl": 1e7}, 400, "invalid_request"},
+		{"negative timeout", "POST", "/v1/sessions/" + id + "/execute", key, map[string]any{"code": "1", "timeout": -1}, 400, "invalid_request"},
+		{"timeout over plan", "POST", "/v1/sessions/" + id + "/execute", key, map[string]any{"code": "1", "timeout": 100000}, 400, "invalid_request"},
+		{"missing code", "POST", "/v1/sessions/" + id + "/execute", key, map[string]any{}, 400, "invalid_request"},
+		{"reserved env", "POST", "/v1/sessions/" + id + "/execute", key, map[string]any{"code": "1", "env": map[string]string{"PATH": "/x"}}, 400, "invalid_request"},
+		{"huge body", "POST", "/v1/sessions/" + id + "/execute", key, huge, 413, "body_too_large"},
+		{"unknown session", "POST", "/v1/sessions/sess_aaaaaaaaaaaaaaaaaaaaaaaaaa/execute", key, map[string]any{"code": "1"}, 404, "not_found"},
+		{"unknown session get", "GET", "/v1/sessions/nope", key, nil, 404, "not_found"},
+		{"unknown session delete", "DELETE", "/v1/sessions/nope", key, nil, 404, "not_found"},
+		{"unknown route", "GET", "/v1/nothing", key, nil, 404, "no_route"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			r := s.do(tc.method, tc.path, tc.key, tc.body)
+			if r.status != tc.status || r.errCode(t) != tc.code {
+				t.Fatalf("got %d %s, want %d %s", r.status, r.body, tc.status, tc.code)
+			}
+			if r.json(t)["error"].(map[string]any)["request_id"] == "" {
+				t.Fatal("no request id")
+			}
+		})
+	}
+	// Nothing above broke the session.
+	if out := s.exec(key, id, "print('still fine')"); out["stdout"] != "still fine\n" {
+		t.Fatalf("session after bad input: %v", out)
+	}
+}
+
+func TestPlanQuotaIsAtomic(t *testing.T) {
+	s := startServer(t, "executor:\n  max_sandboxes: 30\n  spare_homes: 1\n  home_size: 32M\n")
+	key := s.key("PRO")
+	var wg sync.WaitGroup
+	statuses := make([]int, 20)
+	retry := make([]string, 20)
+	for i := range statuses {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			r := s.do("POST", "/v1/sessions", key, map[string]any{"language": "bash"})
+			statuses[i], retry[i] = r.status, r.header.Get("Retry-After")
+		}(i)
+	}
+	wg.Wait()
+	created, limited := 0, 0
+	for i, st := range statuses {
+		switch st {
+		case 201:
+			created++
+		case 429:
+			limited++
+			if retry[i] == "" {
+				t.Errorf("429 without Retry-After")
+			}
+		default:
+			t.Errorf("unexpected status %d", st)
+		}
+	}
+	if created != 2 || limited != 18 {
+		t.Fatalf("PRO: %d created, %d limited; want exactly 2 and 18", created, limited)
+	}
+}
+
+func TestBasicPlanGetsStatelessOnly(t *testing.T) {
+	s := startServer(t, "")
+	r := s.do("POST", "/v1/sessions", s.key("BASIC"), map[string]any{"language": "python3"})
+	if r.status != http.StatusForbidden || !strings.Contains(string(r.body), "plan PRO has it") {
+		t.Fatalf("BASIC session: %d %s", r.status, r.body)
+	}
+	r = s.do("POST", "/v1/sessions", s.key("PRO"), map[string]any{"language": "python3", "network": map[string]any{"enabled": true, "allowed_domains": []string{"example.com"}}})
+	if r.status != http.StatusForbidden || !strings.Contains(string(r.body), "plan ULTRA has it") {
+		t.Fatalf("PRO allowed_domains: %d %s", r.status, r.body)
+	}
+}
+
+func TestKeysCannotSeeEachOthersSessions(t *testing.T) {
+	s := startServer(t, "")
+	owner, other := s.key("PRO"), s.key("MEGA")
+	id := s.session(owner, "bash")
+	for _, tc := range []struct{ method, path string }{
+		{"GET", "/v1/sessions/" + id},
+		{"POST", "/v1/sessions/" + id + "/execute"},
+		{"DELETE", "/v1/sessions/" + id},
+	} {
+		r := s.do(tc.method, tc.path, other, map[string]any{"code": "echo hi"})
+		if r.status != http.StatusNotFound {
+			t.Errorf("%s %s as another key: %d %s", tc.method, tc.path, r.status, r.body)
+		}
+	}
+	r := s.do("GET", "/v1/sessions", other, nil)
+	if strings.Contains(string(r.body), id) {
+		t.Fatalf("other key lists the session: %s", r.body)
+	}
+	if out := s.exec(owner, id, "echo mine"); out["stdout"] != "mine\n" {
+		t.Fatalf("owner lost the session: %v", out)
+	}
+}
+
+func TestKilledServerRestartsWithoutLeaks(t *testing.T) {
+	s := startServer(t, "executor:\n  spare_homes: 0\n")
+	key := s.key("PRO")
+	id := s.session(key, "python3")
+	s.exec(key, id, "open('/home/sandbox/keep','w').write('survived')")
+	// An execution in flight when the server dies.
+	done := make(chan reply, 1)
+	go func() {
+		done <- s.do("POST", "/v1/sessions/"+id+"/execute", key, map[string]any{"code": "import time; time.sleep(20)"})
+	}()
+	time.Sleep(1500 * time.Millisecond)
+	s.kill()
+	<-done
+	s.start()
+	out := s.exec(key, id, "print(open('/home/sandbox/keep').read())")
+	if out["stdout"] != "survived\n" {
+		t.Fatalf("after restart: %v", out)
+	}
+	// Usage recorded before the crash survived it.
+	u := s.do("GET", "/v1/usage", key, nil)
+	if !strings.Contains(string(u.body), `"route":"POST /v1/sessions"`) {
+		t.Fatalf("usage lost: %s", u.body)
+	}
+	if r := s.do("DELETE", "/v1/sessions/"+id, key, nil); r.status != http.StatusNoContent {
+		t.Fatalf("delete: %d %s", r.status, r.body)
+	}
+	s.stop()
+	// Nothing is left of the sandbox: no runsc process, mount, cgroup or folder.
+	if n := countProcs(s.dataDir); n != 0 {
+		t.Errorf("%d runsc processes left", n)
+	}
+	if b, _ := os.ReadFile("/proc/self/mountinfo"); strings.Contains(string(b), s.dataDir) {
+		t.Errorf("mounts left under %s", s.dataDir)
+	}
+	for _, cg := range executor.CgroupDirs() {
+		if strings.Contains(cg, id) {
+			t.Errorf("cgroup left: %s", cg)
+		}
+	}
+	if m, _ := filepath.Glob(filepath.Join(s.dataDir, "sessions", "*")); len(m) != 0 {
+		t.Errorf("session folders left: %v", m)
+	}
+}
+
+func countProcs(dataDir string) int {
+	n := 0
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err == nil && strings.Contains(string(b), filepath.Join(dataDir, "runsc")) {
+			n++
+		}
+	}
+	return n
+}
+
+// TestHostedProductClientWorksUnchanged runs a client written the way the
+// hosted product's documentation shows, with only the base URL changed.
+func TestHostedProductClientWorksUnchanged(t *testing.T) {
+	s := startServer(t, "")
+	key := s.key("PRO")
+	python := ""
+	for _, p := range []string{"python3", "/usr/bin/python3"} {
+		if exec.Command(p, "-c", "import requests").Run() == nil {
+			python = p
+			break
+		}
+	}
+	if python == "" {
+		t.Fatal("no python3 with requests on this machine (apt-get install python3-requests)")
+	}
+	script := `
+import os, requests
+
+BASE_URL = os.environ["BASE_URL"]
+HEADERS = {
+    "X-RapidAPI-Key": os.environ["RAPIDAPI_KEY"],
+    "X-RapidAPI-Host": "code-sandbox.p.rapidapi.com",
+    "Content-Type": "application/json",
+}
+
+def api(method, path, **body):
+    resp = requests.request(method, BASE_URL + path, headers=HEADERS, json=body or None, timeout=120)
+    resp.raise_for_status()
+    return resp.json() if resp.content else {}
+
+session = api("POST", "/v1/sessions", language="python3", idle_ttl=600)
+sid = session["id"]
+api("POST", f"/v1/sessions/{sid}/execute", code="open('data.txt','w').write('hello')", timeout=60)
+result = api("POST", f"/v1/sessions/{sid}/execute", code="print(open('data.txt').read().upper())", timeout=60)
+print("OUT:" + result["stdout"].strip())
+print("ERR:" + result["stderr"].strip())
+api("DELETE", f"/v1/sessions/{sid}")
+print("DONE")
+`
+	cmd := exec.Command(python, "-c", script)
+	cmd.Env = append(os.Environ(), "BASE_URL=http://"+s.addr, "RAPIDAPI_KEY="+key)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("client failed: %v\n%s", err, out)
+	}
+	if !strings.Contains(string(out), "OUT:HELLO\nERR:\nDONE") {
+		t.Fatalf("client output: %s", out)
+	}
+}
+
+func TestStreamingDeliversChunksWhileRunning(t *testing.T) {
+	s := startServer(t, "")
+	key := s.key("PRO")
+	id := s.session(key, "python3")
+	body := strings.NewReader(`{"code":"import time\nfor i in range(5):\n    print('line', i, flush=True)\n    time.sleep(0.2)","stream":true}`)
+	req, _ := http.NewRequest("POST", s.url("/v1/sessions/"+id+"/execute"), body)
+	req.Header.Set("X-RapidAPI-Key", key)
+	start := time.Now()
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if ct := resp.Header.Get("Content-Type"); ct != "text/event-stream" {
+		t.Fatalf("content type %q", ct)
+	}
+	buf := make([]byte, 4096)
+	var all strings.Builder
+	var firstAt time.Duration
+	for {
+		n, err := resp.Body.Read(buf)
+		if n > 0 {
+			if firstAt == 0 && strings.Contains(all.String()+string(buf[:n]), "event: stdout") {
+				firstAt = time.Since(start)
+			}
+			all.Write(buf[:n])
+		}
+		if err != nil {
+			break
+		}
+	}
+	total := time.Since(start)
+	if !strings.Contains(all.String(), "event: result") || !strings.Contains(all.String(), `"status":"ok"`) {
+		t.Fatalf("stream: %s", all.String())
+	}
+	// The program runs for about a second; the first line must arrive long
+	// before it ends.
+	if firstAt == 0 || total-firstAt < 600*time.Millisecond {
+		t.Fatalf("first chunk at %v of %v: not streamed", firstAt, total)
+	}
+}

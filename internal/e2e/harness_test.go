@@ -1,0 +1,248 @@
+// Package e2e drives the real sandboxapi binary: built once, started on a
+// loopback port with its own data dir, talking to real runsc sandboxes.
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/sandboxapi/sandboxapi/executor"
+	"github.com/sandboxapi/sandboxapi/internal/testenv"
+)
+
+var (
+	buildOnce sync.Once
+	binDir    string
+	buildErr  error
+)
+
+// binaries builds sandboxapi and sandboxapi-guest into one folder.
+func binaries(t *testing.T) string {
+	t.Helper()
+	testenv.Runsc(t)
+	if _, _, err := executor.FindRootfs(os.Getenv("SANDBOXAPI_ROOTFS"), ""); err != nil {
+		testenv.Skip(t, "%v", err)
+	}
+	buildOnce.Do(func() {
+		binDir, buildErr = os.MkdirTemp("", "sandboxapi-e2e-")
+		if buildErr != nil {
+			return
+		}
+		for _, pkg := range []string{"sandboxapi", "sandboxapi-guest"} {
+			cmd := exec.Command("go", "build", "-trimpath", "-o", filepath.Join(binDir, pkg), "./cmd/"+pkg)
+			cmd.Dir = testenv.ModuleRoot()
+			cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+			if out, err := cmd.CombinedOutput(); err != nil {
+				buildErr = fmt.Errorf("building %s: %v: %s", pkg, err, out)
+				return
+			}
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return binDir
+}
+
+// server is one running sandboxapi process.
+type server struct {
+	t       *testing.T
+	bin     string
+	dataDir string
+	config  string
+	addr    string
+	cmd     *exec.Cmd
+	logs    *bytes.Buffer
+	exited  chan struct{}
+}
+
+// startServer starts sandboxapi serve on a free loopback port. extraYAML is
+// appended to a minimal config file.
+func startServer(t *testing.T, extraYAML string) *server {
+	t.Helper()
+	dir := binaries(t)
+	s := &server{t: t, bin: filepath.Join(dir, "sandboxapi"), dataDir: t.TempDir()}
+	s.config = filepath.Join(s.dataDir, "config.yaml")
+	cfg := "version: v1\nlog_level: debug\n" + extraYAML
+	if !strings.Contains(extraYAML, "executor:") {
+		cfg += "executor:\n  spare_homes: 1\n  home_size: 64M\n"
+	}
+	if err := os.WriteFile(s.config, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s.start()
+	t.Cleanup(s.stop)
+	return s
+}
+
+func freePort(t *testing.T) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+func (s *server) start() {
+	t := s.t
+	if s.addr == "" {
+		s.addr = freePort(t)
+	}
+	s.logs = &bytes.Buffer{}
+	s.cmd = exec.Command(s.bin, "serve", "--config", s.config, "--data-dir", s.dataDir, "--listen", s.addr)
+	s.cmd.Stdout, s.cmd.Stderr = s.logs, s.logs
+	if err := s.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	s.exited = make(chan struct{})
+	go func(cmd *exec.Cmd, ch chan struct{}) { _ = cmd.Wait(); close(ch) }(s.cmd, s.exited)
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		resp, err := http.Get("http://" + s.addr + "/healthz")
+		if err == nil {
+			resp.Body.Close()
+			return
+		}
+		select {
+		case <-s.exited:
+			t.Fatalf("server exited at start:\n%s", s.logs)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	t.Fatalf("server did not come up:\n%s", s.logs)
+}
+
+// kill ends the server with SIGKILL, as a crash would.
+func (s *server) kill() {
+	_ = s.cmd.Process.Signal(syscall.SIGKILL)
+	<-s.exited
+}
+
+// stop ends the server with SIGTERM (graceful) and waits.
+func (s *server) stop() {
+	select {
+	case <-s.exited:
+		return
+	default:
+	}
+	_ = s.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-s.exited:
+	case <-time.After(90 * time.Second):
+		_ = s.cmd.Process.Kill()
+		<-s.exited
+		s.t.Errorf("server ignored SIGTERM:\n%s", s.logs)
+	}
+}
+
+// cli runs a sandboxapi subcommand against the same data dir and config.
+func (s *server) cli(args ...string) string {
+	s.t.Helper()
+	full := append(args, "--config", s.config, "--data-dir", s.dataDir)
+	cmd := exec.Command(s.bin, full...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		s.t.Fatalf("sandboxapi %s: %v\n%s", strings.Join(args, " "), err, stderr.String())
+	}
+	return string(out)
+}
+
+// key creates an API key on plan and returns its secret.
+func (s *server) key(plan string) string {
+	out := strings.TrimSpace(s.cli("keys", "create", "--plan", plan, "--name", "test-"+plan))
+	lines := strings.Split(out, "\n")
+	return lines[len(lines)-1]
+}
+
+func (s *server) url(path string) string { return "http://" + s.addr + path }
+
+// reply is a decoded response.
+type reply struct {
+	status int
+	header http.Header
+	body   []byte
+}
+
+func (r reply) json(t *testing.T) map[string]any {
+	t.Helper()
+	var m map[string]any
+	if err := json.Unmarshal(r.body, &m); err != nil {
+		t.Fatalf("decoding %d reply %q: %v", r.status, r.body, err)
+	}
+	return m
+}
+
+func (r reply) errCode(t *testing.T) string {
+	t.Helper()
+	m := r.json(t)
+	e, ok := m["error"].(map[string]any)
+	if !ok {
+		t.Fatalf("no error object in %s", r.body)
+	}
+	return e["code"].(string)
+}
+
+// do sends a request with the key (if any) and a body (JSON-encoded unless
+// it is already []byte).
+func (s *server) do(method, path, key string, body any) reply {
+	s.t.Helper()
+	var rd io.Reader
+	switch b := body.(type) {
+	case nil:
+	case []byte:
+		rd = bytes.NewReader(b)
+	default:
+		enc, _ := json.Marshal(b)
+		rd = bytes.NewReader(enc)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, method, s.url(path), rd)
+	if key != "" {
+		req.Header.Set("X-RapidAPI-Key", key)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		s.t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return reply{status: resp.StatusCode, header: resp.Header, body: b}
+}
+
+// session creates a session and returns its id.
+func (s *server) session(key, lang string) string {
+	s.t.Helper()
+	r := s.do("POST", "/v1/sessions", key, map[string]any{"language": lang})
+	if r.status != http.StatusCreated {
+		s.t.Fatalf("create session: %d %s", r.status, r.body)
+	}
+	return r.json(s.t)["id"].(string)
+}
+
+// exec runs code in a session and returns the result object.
+func (s *server) exec(key, id, code string) map[string]any {
+	s.t.Helper()
+	r := s.do("POST", "/v1/sessions/"+id+"/execute", key, map[string]any{"code": code})
+	if r.status != http.StatusOK {
+		s.t.Fatalf("execute: %d %s", r.status, r.body)
+	}
+	return r.json(s.t)
+}
