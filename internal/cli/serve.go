@@ -105,6 +105,11 @@ func serve(ctx context.Context, env *Env) error {
 	if err != nil {
 		return err
 	}
+	stopEgress, err := setupEgress(ctx, env, ex)
+	if err != nil {
+		return err
+	}
+	defer stopEgress()
 	if err := ex.Start(ctx); err != nil {
 		return err
 	}
@@ -125,6 +130,7 @@ func serve(ctx context.Context, env *Env) error {
 	}
 	defer mir.Close()
 	srv.Handle("/mirror/", mir.Handler())
+	wireServices(ctx, env, srv, ex, mir, st)
 
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {

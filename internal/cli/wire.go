@@ -1,0 +1,15 @@
+package cli
+
+import (
+	"context"
+
+	"github.com/sandboxapi/sandboxapi/api"
+	"github.com/sandboxapi/sandboxapi/executor"
+	"github.com/sandboxapi/sandboxapi/mirror"
+	"github.com/sandboxapi/sandboxapi/store"
+)
+
+// wireServices connects the optional API surfaces to their services. Each
+// line is one feature; keep them one line each.
+func wireServices(ctx context.Context, env *Env, srv *api.Server, ex *executor.Executor, mir *mirror.Mirror, st *store.Store) {
+}
