@@ -319,6 +319,28 @@ func writeEvent(w io.Writer, event string, v any) {
 	fmt.Fprintf(w, "event: %s\ndata: %s\n\n", event, b)
 }
 
+func (s *Server) executeStateless(w http.ResponseWriter, r *http.Request) error {
+	p := principal(r.Context())
+	var req executeRequest
+	if err := decodeJSON(r, &req); err != nil {
+		return err
+	}
+	if strings.TrimSpace(req.Language) == "" {
+		return apiErr(http.StatusBadRequest, "invalid_request", "language is required")
+	}
+	ereq, err := s.execRequest(p, &req)
+	if err != nil {
+		return err
+	}
+	for _, f := range req.Files {
+		ereq.Files = append(ereq.Files, sandbox.File{Path: f.Path, Content: []byte(f.Content)})
+	}
+	run := func(ereq sandbox.ExecRequest) (sandbox.Result, error) {
+		return s.sb.ExecuteStateless(r.Context(), p.KeyID, ereq)
+	}
+	return s.replyExecution(w, r, ereq, wantsStream(r, &req), run)
+}
+
 func (s *Server) listRuntimes(w http.ResponseWriter, r *http.Request) error {
 	p := principal(r.Context())
 	writeJSON(w, http.StatusOK, map[string]any{

@@ -44,7 +44,9 @@ type Config struct {
 	DefaultIdleTTL time.Duration
 	MaxIdleTTL     time.Duration
 	ReapInterval   time.Duration
-	SpareHomes     int
+	// WarmPool is how many started, never-used sandboxes wait for new
+	// sessions and stateless calls.
+	WarmPool int
 }
 
 // Executor owns every sandbox under its data dir. Create it with New, then
@@ -62,9 +64,9 @@ type Executor struct {
 	live     int // sandboxes counted against MaxSandboxes
 	started  bool
 
-	spares chan string // prepared session folders with a mounted home
-	stop   chan struct{}
-	wg     sync.WaitGroup
+	warm chan warmSandbox // started sandboxes that have run nothing
+	stop chan struct{}
+	wg   sync.WaitGroup
 }
 
 // New checks cfg and prepares an executor; it starts nothing.
@@ -101,7 +103,7 @@ func New(cfg Config, rt *Runtimes, st *store.Store, log *slog.Logger) (*Executor
 		store:    st,
 		log:      log,
 		sessions: map[string]*session{},
-		spares:   make(chan string, max(cfg.SpareHomes, 0)),
+		warm:     make(chan warmSandbox, max(cfg.WarmPool, 0)),
 		stop:     make(chan struct{}),
 	}, nil
 }
@@ -148,9 +150,9 @@ func (e *Executor) Start(ctx context.Context) error {
 	e.mu.Unlock()
 	e.wg.Add(1)
 	go e.reapLoop()
-	if e.cfg.SpareHomes > 0 {
+	if e.cfg.WarmPool > 0 {
 		e.wg.Add(1)
-		go e.fillSpares()
+		go e.fillWarm()
 	}
 	return nil
 }
@@ -178,8 +180,8 @@ func (e *Executor) Stop(ctx context.Context) error {
 	}
 	for {
 		select {
-		case dir := <-e.spares:
-			if err := dropHome(ctx, dir); err != nil {
+		case ws := <-e.warm:
+			if err := e.destroySandbox(ctx, ws.id); err != nil {
 				errs = append(errs, err)
 			}
 			continue
@@ -348,34 +350,6 @@ func (e *Executor) reapIdle() {
 			e.log.Info("session reaped", "session", id, "reason", "idle_ttl")
 		}
 		cancel()
-	}
-}
-
-// fillSpares keeps SpareHomes formatted, mounted homes ready.
-func (e *Executor) fillSpares() {
-	defer e.wg.Done()
-	for {
-		id := newID("sess_")
-		dir := filepath.Join(e.sessionsDir(), id)
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		err := makeHome(ctx, dir, e.cfg.HomeBytes)
-		cancel()
-		if err != nil {
-			e.log.Error("preparing spare home", "err", err)
-			_ = dropHome(context.Background(), dir)
-			select {
-			case <-e.stop:
-				return
-			case <-time.After(5 * time.Second):
-			}
-			continue
-		}
-		select {
-		case e.spares <- dir:
-		case <-e.stop:
-			_ = dropHome(context.Background(), dir)
-			return
-		}
 	}
 }
 

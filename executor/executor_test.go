@@ -29,7 +29,7 @@ func testConfig(t *testing.T, dir string) Config {
 		GuestBinary: testenv.Guest(t), MaxSandboxes: 8, HomeBytes: 64 << 20, MemoryBytes: 256 << 20,
 		Pids: 128, CPUs: 1, TmpBytes: 32 << 20, DefaultTimeout: 10 * time.Second, MaxTimeout: 60 * time.Second,
 		CompileTimeout: 60 * time.Second, MaxOutputBytes: 64 << 10, DefaultIdleTTL: time.Minute, MaxIdleTTL: time.Hour,
-		ReapInterval: 200 * time.Millisecond, SpareHomes: 1,
+		ReapInterval: 200 * time.Millisecond, WarmPool: 1,
 	}
 }
 
@@ -211,7 +211,7 @@ func TestHomeDiskLimit(t *testing.T) {
 }
 
 func TestDeleteReturnsHostResources(t *testing.T) {
-	e, cfg := startExecutor(t, func(c *Config) { c.SpareHomes = 0 })
+	e, cfg := startExecutor(t, func(c *Config) { c.WarmPool = 0 })
 	// runsc keeps one shared nsfs mount per root for --network=none; a first
 	// session creates it, so it is part of the baseline.
 	warm := mustSession(t, e, "bash")
@@ -264,7 +264,7 @@ func hostResources(t *testing.T, cfg Config) resources {
 func TestRestartAdoptsSessions(t *testing.T) {
 	dir := t.TempDir()
 	cfg := testConfig(t, dir)
-	cfg.SpareHomes = 0
+	cfg.WarmPool = 0
 	ctx := context.Background()
 	st, err := store.Open(ctx, filepath.Join(dir, "sandboxapi.db"))
 	if err != nil {

@@ -77,7 +77,16 @@ func (e *Executor) CreateSession(ctx context.Context, spec SessionSpec) (Session
 	}()
 	undo = append(undo, e.release)
 
-	dir := e.takeSpare()
+	// A warm sandbox (started, never used) makes the session at once; a
+	// session with network needs its namespace from the start, so it is
+	// always made cold.
+	var dir string
+	warm := false
+	if !networkEnabled(network) {
+		if ws, ok := e.takeWarm(); ok {
+			dir, warm = e.dir(ws.id), true
+		}
+	}
 	if dir == "" {
 		dir = e.dir(newID("sess_"))
 		if err := makeHome(ctx, dir, e.cfg.HomeBytes); err != nil {
@@ -86,7 +95,11 @@ func (e *Executor) CreateSession(ctx context.Context, spec SessionSpec) (Session
 		}
 	}
 	id := filepath.Base(dir)
-	undo = append(undo, func() { _ = dropHome(context.Background(), dir) })
+	if warm {
+		undo = append(undo, func() { _ = e.destroySandbox(context.Background(), id) })
+	} else {
+		undo = append(undo, func() { _ = dropHome(context.Background(), dir) })
+	}
 
 	now := time.Now()
 	s := newSession(id, spec.Owner, rt, ttl, now, string(network))
@@ -107,9 +120,11 @@ func (e *Executor) CreateSession(ctx context.Context, spec SessionSpec) (Session
 		}
 		netns, s.netEnv = att.NetnsPath, att.Env
 	}
-	if err := e.startSandbox(ctx, id, dir, netns); err != nil {
-		undo = append(undo, func() { _ = e.runsc.destroy(context.Background(), id) })
-		return Session{}, err
+	if !warm {
+		if err := e.startSandbox(ctx, id, dir, netns); err != nil {
+			undo = append(undo, func() { _ = e.runsc.destroy(context.Background(), id) })
+			return Session{}, err
+		}
 	}
 	if err := e.store.SetSessionState(ctx, id, string(StateRunning), "", false); err != nil {
 		undo = append(undo, func() { _ = e.runsc.destroy(context.Background(), id) })
@@ -120,7 +135,7 @@ func (e *Executor) CreateSession(ctx context.Context, spec SessionSpec) (Session
 	e.sessions[id] = s
 	e.mu.Unlock()
 	undo = nil
-	e.log.Info("session created", "session", id, "language", rt.Name, "owner", spec.Owner, "ms", time.Since(now).Milliseconds())
+	e.log.Info("session created", "session", id, "language", rt.Name, "owner", spec.Owner, "warm", warm, "ms", time.Since(now).Milliseconds())
 	return s.snapshot(), nil
 }
 
@@ -142,18 +157,6 @@ func (e *Executor) release() {
 	e.mu.Lock()
 	e.live--
 	e.mu.Unlock()
-}
-
-func (e *Executor) takeSpare() string {
-	select {
-	case d := <-e.spares:
-		if mounted(homeMount(d)) {
-			return d
-		}
-		_ = dropHome(context.Background(), d)
-	default:
-	}
-	return ""
 }
 
 // startSandbox writes the bundle and starts the sandbox.

@@ -20,6 +20,7 @@ var (
 	ErrLost            = sandbox.ErrLost
 	ErrNotStarted      = sandbox.ErrNotStarted
 	ErrUnknownLanguage = sandbox.ErrUnknownLanguage
+	ErrTooLarge        = sandbox.ErrTooLarge
 )
 
 const (

@@ -219,6 +219,7 @@ func runRequest() Result {
 		out.max = 256 << 10
 		creq := *req
 		creq.TimeoutMS = req.CompileTimeoutMS
+		creq.Cwd = strings.ReplaceAll(req.Cwd, "{dir}", dir)
 		res := runOne(&creq, expand(req.Compile, dir), nil, &out, &out)
 		if res.Status != "ok" {
 			_, _ = os.Stderr.Write(out.b)
@@ -228,6 +229,7 @@ func runRequest() Result {
 			return res
 		}
 	}
+	req.Cwd = strings.ReplaceAll(req.Cwd, "{dir}", dir)
 	return runOne(req, expand(req.Argv, dir), os.Stdin, os.Stdout, os.Stderr)
 }
 

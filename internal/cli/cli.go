@@ -132,7 +132,7 @@ func executorConfig(cfg *config.Config) (executor.Config, error) {
 		DefaultTimeout: cfg.Limits.DefaultTimeout.D(), MaxTimeout: cfg.Limits.MaxTimeout.D(),
 		CompileTimeout: cfg.Executor.CompileTimeout.D(), MaxOutputBytes: cfg.Limits.MaxOutputBytes,
 		DefaultIdleTTL: cfg.Limits.DefaultIdleTTL.D(), MaxIdleTTL: cfg.Limits.MaxIdleTTL.D(),
-		ReapInterval: cfg.Server.ReapInterval.D(), SpareHomes: cfg.Executor.SpareHomes,
+		ReapInterval: cfg.Server.ReapInterval.D(), WarmPool: cfg.Executor.WarmPool,
 	}, nil
 }
 

@@ -12,4 +12,5 @@ import (
 // wireServices connects the optional API surfaces to their services. Each
 // line is one feature; keep them one line each.
 func wireServices(ctx context.Context, env *Env, srv *api.Server, ex *executor.Executor, mir *mirror.Mirror, st *store.Store) {
+	wireEgress(srv)
 }

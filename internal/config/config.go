@@ -16,6 +16,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/sandboxapi/sandboxapi/configs"
+	"github.com/sandboxapi/sandboxapi/egress"
 	"github.com/sandboxapi/sandboxapi/mirror"
 )
 
@@ -62,6 +63,15 @@ type Config struct {
 	Limits   Limits        `yaml:"limits"`
 	API      API           `yaml:"api"`
 	Mirror   mirror.Config `yaml:"mirror"`
+	Egress   EgressConfig  `yaml:"egress"`
+}
+
+// EgressConfig switches the egress proxy and per-session sandbox networks
+// on (Enabled) and configures them. Disabled, sessions that ask for
+// network are refused and the rest is not validated.
+type EgressConfig struct {
+	Enabled       bool `yaml:"enabled"`
+	egress.Config `yaml:",inline"`
 }
 
 // API holds authentication and plan settings.
@@ -95,7 +105,7 @@ type Executor struct {
 	CreateTimeout  Duration `yaml:"create_timeout"`
 	CompileTimeout Duration `yaml:"compile_timeout"`
 	GuestBinary    string   `yaml:"guest_binary"`
-	SpareHomes     int      `yaml:"spare_homes"`
+	WarmPool       int      `yaml:"warm_pool"`
 }
 
 // Limits holds per-call and per-session limits.
@@ -123,7 +133,7 @@ func Load(path string) (*Config, error) {
 
 // Parse decodes YAML on top of the defaults and validates the result.
 func Parse(b []byte, name string) (*Config, error) {
-	c := &Config{Mirror: mirror.DefaultConfig()}
+	c := &Config{Mirror: mirror.DefaultConfig(), Egress: EgressConfig{Config: egress.DefaultConfig()}}
 	if err := decode(defaultYAML, c); err != nil {
 		return nil, fmt.Errorf("decoding embedded default: %w", err)
 	}
@@ -192,8 +202,8 @@ func (c *Config) Validate() error {
 	if e.CPUs <= 0 {
 		bad("executor.cpus: must be positive")
 	}
-	if e.SpareHomes < 0 || e.SpareHomes > 64 {
-		bad("executor.spare_homes: must be between 0 and 64")
+	if e.WarmPool < 0 || e.WarmPool > 64 {
+		bad("executor.warm_pool: must be between 0 and 64")
 	}
 	if e.CompileTimeout <= 0 {
 		bad("executor.compile_timeout: must be positive")
@@ -216,6 +226,11 @@ func (c *Config) Validate() error {
 	}
 	if err := c.Mirror.Validate(); err != nil {
 		errs = append(errs, fmt.Errorf("mirror: %w", err))
+	}
+	if c.Egress.Enabled {
+		if err := c.Egress.Config.Validate(); err != nil {
+			errs = append(errs, fmt.Errorf("egress: %w", err))
+		}
 	}
 	return errors.Join(errs...)
 }

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bytes"
+	"fmt"
 	"net/http"
 	"os"
 	"os/exec"
@@ -67,7 +68,7 @@ func TestBadInputGetsClearErrors(t *testing.T) {
 }
 
 func TestPlanQuotaIsAtomic(t *testing.T) {
-	s := startServer(t, "executor:\n  max_sandboxes: 30\n  spare_homes: 1\n  home_size: 32M\n")
+	s := startServer(t, "executor:\n  max_sandboxes: 30\n  warm_pool: 1\n  home_size: 32M\n")
 	key := s.key("PRO")
 	var wg sync.WaitGroup
 	statuses := make([]int, 20)
@@ -136,18 +137,27 @@ func TestKeysCannotSeeEachOthersSessions(t *testing.T) {
 }
 
 func TestKilledServerRestartsWithoutLeaks(t *testing.T) {
-	s := startServer(t, "executor:\n  spare_homes: 0\n")
+	s := startServer(t, "executor:\n  warm_pool: 0\n")
 	key := s.key("PRO")
 	id := s.session(key, "python3")
 	s.exec(key, id, "open('/home/sandbox/keep','w').write('survived')")
 	// An execution in flight when the server dies.
-	done := make(chan reply, 1)
+	done := make(chan error, 1)
 	go func() {
-		done <- s.do("POST", "/v1/sessions/"+id+"/execute", key, map[string]any{"code": "import time; time.sleep(20)"})
+		req, _ := http.NewRequest("POST", s.url("/v1/sessions/"+id+"/execute"), strings.NewReader(`{"code":"import time; time.sleep(20)"}`))
+		req.Header.Set("X-RapidAPI-Key", key)
+		resp, err := http.DefaultClient.Do(req)
+		if err == nil {
+			resp.Body.Close()
+			err = fmt.Errorf("in-flight call answered %d", resp.StatusCode)
+		}
+		done <- err
 	}()
 	time.Sleep(1500 * time.Millisecond)
 	s.kill()
-	<-done
+	if err := <-done; err == nil || !strings.Contains(err.Error(), "EOF") && !strings.Contains(err.Error(), "reset") {
+		t.Fatalf("in-flight call: %v (want a broken connection, never a success)", err)
+	}
 	s.start()
 	out := s.exec(key, id, "print(open('/home/sandbox/keep').read())")
 	if out["stdout"] != "survived\n" {

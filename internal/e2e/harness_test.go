@@ -78,7 +78,7 @@ func startServer(t *testing.T, extraYAML string) *server {
 	s.config = filepath.Join(s.dataDir, "config.yaml")
 	cfg := "version: v1\nlog_level: debug\n" + extraYAML
 	if !strings.Contains(extraYAML, "executor:") {
-		cfg += "executor:\n  spare_homes: 1\n  home_size: 64M\n"
+		cfg += "executor:\n  warm_pool: 1\n  home_size: 64M\n"
 	}
 	if err := os.WriteFile(s.config, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)

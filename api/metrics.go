@@ -1,0 +1,167 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/sandboxapi/sandboxapi/internal/sandbox"
+)
+
+// Observer receives the API's measurements (internal/metrics implements
+// it). Methods are called on the request path: they must be safe for
+// concurrent use and must not block.
+type Observer interface {
+	// ObserveRequest is called once per authenticated-route request with the
+	// mux pattern ("POST /v1/sessions"), the status sent and the latency.
+	ObserveRequest(route string, status int, d time.Duration)
+	// ObserveExecution is called once per execution with a language from
+	// the runtime table ("other" for anything else) and the result status
+	// ("failed" when the execution did not produce a result).
+	ObserveExecution(language, status string, d time.Duration)
+}
+
+// opsState is the Server's operational bookkeeping: the observer, the keys
+// seen (for sessions by plan) and the route registry (see handle). The
+// zero value observes nothing; it is safe for concurrent use.
+type opsState struct {
+	mu       sync.Mutex
+	obs      Observer
+	owners   map[string]string // key id -> plan name, of keys seen since start
+	patterns []string          // every pattern mounted through handle, in order
+}
+
+// SetObserver sends request and execution measurements to o. Call it
+// before the server takes requests.
+func (s *Server) SetObserver(o Observer) {
+	s.ops.mu.Lock()
+	defer s.ops.mu.Unlock()
+	s.ops.obs = o
+	if _, ok := s.sb.(observedSandboxes); !ok && o != nil {
+		s.sb = observedSandboxes{Sandboxes: s.sb, s: s}
+	}
+}
+
+func (s *Server) observer() Observer {
+	s.ops.mu.Lock()
+	defer s.ops.mu.Unlock()
+	return s.ops.obs
+}
+
+// observeRequest is the one call the authed middleware makes when a
+// request ends.
+func (s *Server) observeRequest(r *http.Request, p *Principal, status int, d time.Duration) {
+	s.ops.mu.Lock()
+	obs := s.ops.obs
+	if p != nil && p.Plan != nil {
+		if s.ops.owners == nil {
+			s.ops.owners = map[string]string{}
+		}
+		s.ops.owners[p.KeyID] = p.Plan.Name
+	}
+	s.ops.mu.Unlock()
+	if obs != nil {
+		obs.ObserveRequest(r.Pattern, status, d)
+	}
+}
+
+// SessionsByPlan counts the live sessions of every key seen since the
+// server started, by plan. Sessions recovered after a restart count once
+// their key makes a request.
+func (s *Server) SessionsByPlan() map[string]int {
+	s.ops.mu.Lock()
+	owners := make(map[string]string, len(s.ops.owners))
+	for k, p := range s.ops.owners {
+		owners[k] = p
+	}
+	s.ops.mu.Unlock()
+	out := map[string]int{}
+	if s.plans != nil {
+		for _, name := range s.plans.order {
+			out[name] = 0
+		}
+	}
+	for key, plan := range owners {
+		out[plan] += s.sb.CountSessions(key)
+	}
+	return out
+}
+
+// observedSandboxes measures executions on their way to the executor.
+type observedSandboxes struct {
+	Sandboxes
+	s *Server
+}
+
+func (o observedSandboxes) Execute(ctx context.Context, owner, id string, req sandbox.ExecRequest) (sandbox.Result, error) {
+	lang := req.Language
+	if lang == "" {
+		if sess, err := o.Sandboxes.GetSession(ctx, owner, id); err == nil {
+			lang = sess.Language
+		}
+	}
+	start := time.Now()
+	res, err := o.Sandboxes.Execute(ctx, owner, id, req)
+	o.observe(lang, res, err, time.Since(start))
+	return res, err
+}
+
+func (o observedSandboxes) ExecuteStateless(ctx context.Context, owner string, req sandbox.ExecRequest) (sandbox.Result, error) {
+	start := time.Now()
+	res, err := o.Sandboxes.ExecuteStateless(ctx, owner, req)
+	o.observe(req.Language, res, err, time.Since(start))
+	return res, err
+}
+
+func (o observedSandboxes) observe(lang string, res sandbox.Result, err error, d time.Duration) {
+	obs := o.s.observer()
+	if obs == nil {
+		return
+	}
+	if errors.Is(err, sandbox.ErrNotFound) || errors.Is(err, sandbox.ErrUnknownLanguage) || errors.Is(err, sandbox.ErrInvalid) {
+		return // not an execution
+	}
+	status := res.Status
+	if err != nil && status == "" {
+		status = "failed"
+	}
+	obs.ObserveExecution(o.language(lang), status, d)
+}
+
+// language maps a name or alias to its runtime's name, or "other", so
+// client input never becomes a label of its own.
+func (o observedSandboxes) language(name string) string {
+	for _, rt := range o.Sandboxes.RuntimeList() {
+		if rt.Language == name {
+			return name
+		}
+		for _, a := range rt.Aliases {
+			if a == name {
+				return rt.Language
+			}
+		}
+	}
+	return "other"
+}
+
+// handle mounts h on pattern and records the pattern for the OpenAPI
+// coverage test. Every route of the API goes through handle (or Handle):
+// a route mounted on s.mux directly is invisible to that test.
+func (s *Server) handle(pattern string, h http.Handler) {
+	s.ops.mu.Lock()
+	s.ops.patterns = append(s.ops.patterns, pattern)
+	s.ops.mu.Unlock()
+	s.mux.Handle(pattern, h)
+}
+
+// Routes returns every pattern mounted so far, sorted.
+func (s *Server) Routes() []string {
+	s.ops.mu.Lock()
+	defer s.ops.mu.Unlock()
+	out := append([]string(nil), s.ops.patterns...)
+	sort.Strings(out)
+	return out
+}

@@ -1,0 +1,102 @@
+package executor
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/sandboxapi/sandboxapi/executor/guest"
+	"github.com/sandboxapi/sandboxapi/internal/sandbox"
+)
+
+// Job is a one-off program in its own short-lived sandbox.
+type Job = sandbox.Job
+
+func (e *Executor) jobsDir() string { return filepath.Join(e.cfg.DataDir, "jobs") }
+
+// RunJob runs job in a fresh sandbox of its own and destroys it afterwards.
+// With job.SessionID set, the session's home is mounted at /home/sandbox
+// (the same host mount the session uses: runsc's default shared file access
+// for mounts lets the session see what the job wrote) and the session is
+// held for the job's duration, so no execute runs beside it. The program
+// runs as the sandbox user under the guest's limits. The job's sandbox
+// counts against the host-wide ceiling.
+func (e *Executor) RunJob(ctx context.Context, job Job) (Result, error) {
+	if len(job.Argv) == 0 {
+		return Result{}, fmt.Errorf("%w: job has no program", ErrInvalid)
+	}
+	if job.Timeout <= 0 || job.Timeout > e.cfg.MaxTimeout+5*time.Minute {
+		return Result{}, fmt.Errorf("%w: job timeout %s out of range", ErrInvalid, job.Timeout)
+	}
+	home := ""
+	if job.SessionID != "" || job.Owner != "" {
+		s, err := e.acquire(ctx, job.Owner, job.SessionID)
+		if err != nil {
+			return Result{}, err
+		}
+		defer e.releaseSession(s)
+		home = homeMount(e.dir(s.id))
+		if !mounted(home) {
+			return Result{}, fmt.Errorf("%w: session home is not mounted", ErrBadState)
+		}
+	}
+	if err := e.reserve(); err != nil {
+		return Result{}, err
+	}
+	defer e.release()
+
+	id := newID("job_")
+	dir := filepath.Join(e.jobsDir(), id)
+	bundle := filepath.Join(dir, "bundle")
+	if err := os.MkdirAll(bundle, 0o700); err != nil {
+		return Result{}, fmt.Errorf("creating job bundle: %w", err)
+	}
+	defer os.RemoveAll(dir)
+	spec := sandboxSpec(specParams{
+		ID: id, Rootfs: e.cfg.Rootfs, Home: home, GuestDir: e.guestDir(),
+		MemoryBytes: e.hostMemory(), Pids: e.cfg.Pids*2 + 128, CPUs: e.cfg.CPUs, TmpBytes: e.cfg.TmpBytes, NetNS: job.NetnsPath,
+	})
+	b, err := json.MarshalIndent(spec, "", "  ")
+	if err != nil {
+		return Result{}, fmt.Errorf("encoding job spec: %w", err)
+	}
+	if err := os.WriteFile(filepath.Join(bundle, "config.json"), b, 0o600); err != nil {
+		return Result{}, fmt.Errorf("writing job spec: %w", err)
+	}
+	network := "none"
+	if job.NetnsPath != "" {
+		network = "sandbox"
+	}
+	start := time.Now()
+	if err := e.runsc.start(ctx, id, bundle, network); err != nil {
+		_ = e.runsc.destroy(context.WithoutCancel(ctx), id)
+		return Result{}, fmt.Errorf("starting job sandbox %s: %w", id, err)
+	}
+	defer func() {
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
+		if err := e.runsc.destroy(dctx, id); err != nil {
+			e.log.Error("destroying job sandbox", "job", id, "err", err)
+		}
+	}()
+	files := make([]guest.File, 0, len(job.Files))
+	for _, f := range job.Files {
+		files = append(files, guest.File{Path: f.Path, Content: f.Content})
+	}
+	cwd := "/tmp"
+	if home != "" {
+		cwd = HomeDir
+	}
+	greq := &guest.Request{
+		Files: files, Argv: job.Argv, Env: job.Env, Cwd: cwd,
+		UID: SandboxUID, GID: SandboxUID, TimeoutMS: job.Timeout.Milliseconds(),
+		MemoryBytes: e.cfg.MemoryBytes, MaxProcs: uint64(e.cfg.Pids),
+	}
+	res, err := e.guestRun(ctx, id, greq, job.Stdin, nil)
+	e.log.Info("job", "job", id, "session", job.SessionID, "status", res.Status, "exit_code", res.ExitCode,
+		"network", job.NetnsPath != "", "ms", time.Since(start).Milliseconds())
+	return res, err
+}

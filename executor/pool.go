@@ -1,0 +1,85 @@
+package executor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// warmSandbox is a started sandbox with a fresh home that has run nothing.
+type warmSandbox struct {
+	id string
+}
+
+// takeWarm hands out a warm sandbox, if one is ready. Each is handed out
+// once: it leaves the channel for good.
+func (e *Executor) takeWarm() (warmSandbox, bool) {
+	select {
+	case ws := <-e.warm:
+		return ws, true
+	default:
+		return warmSandbox{}, false
+	}
+}
+
+// fillWarm keeps the warm pool full. One more sandbox than the pool holds
+// may be waiting to go in.
+func (e *Executor) fillWarm() {
+	defer e.wg.Done()
+	for {
+		select {
+		case <-e.stop:
+			return
+		default:
+		}
+		ws, err := e.prepareWarm()
+		if err != nil {
+			e.log.Error("preparing warm sandbox", "err", err)
+			select {
+			case <-e.stop:
+				return
+			case <-time.After(5 * time.Second):
+			}
+			continue
+		}
+		select {
+		case e.warm <- ws:
+		case <-e.stop:
+			_ = e.destroySandbox(context.Background(), ws.id)
+			return
+		}
+	}
+}
+
+// prepareWarm makes a home and starts a sandbox on it.
+func (e *Executor) prepareWarm() (warmSandbox, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), e.cfg.CreateTimeout)
+	defer cancel()
+	id := newID("sess_")
+	dir := e.dir(id)
+	if err := makeHome(ctx, dir, e.cfg.HomeBytes); err != nil {
+		_ = dropHome(context.Background(), dir)
+		return warmSandbox{}, fmt.Errorf("preparing home: %w", err)
+	}
+	if err := e.startSandbox(ctx, id, dir, ""); err != nil {
+		_ = e.destroySandbox(context.Background(), id)
+		return warmSandbox{}, err
+	}
+	return warmSandbox{id: id}, nil
+}
+
+// destroySandbox removes a sandbox that belongs to no session, and its home.
+func (e *Executor) destroySandbox(ctx context.Context, id string) error {
+	var errs []error
+	if err := e.runsc.destroy(ctx, id); err != nil {
+		errs = append(errs, err)
+	}
+	if err := dropHome(ctx, e.dir(id)); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// WarmReady reports how many warm sandboxes wait (for metrics and tests).
+func (e *Executor) WarmReady() int { return len(e.warm) }

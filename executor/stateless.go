@@ -1,0 +1,117 @@
+package executor
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/sandboxapi/sandboxapi/executor/guest"
+	"github.com/sandboxapi/sandboxapi/store"
+)
+
+// Limits on the files of a stateless call.
+const (
+	maxStatelessFiles     = 64
+	maxStatelessFileBytes = 8 << 20
+)
+
+// ExecuteStateless runs code in a fresh sandbox (a warm one when ready)
+// that is destroyed afterwards; nothing survives the call.
+func (e *Executor) ExecuteStateless(ctx context.Context, owner string, req ExecRequest) (Result, error) {
+	rt, err := e.rt.Lookup(req.Language)
+	if err != nil {
+		return Result{}, err
+	}
+	if err := CheckEnv(req.Env); err != nil {
+		return Result{}, err
+	}
+	timeout, err := e.ClampTimeout(req.Timeout)
+	if err != nil {
+		return Result{}, err
+	}
+	files := []guest.File{{Path: rt.File, Content: []byte(req.Code)}}
+	if len(req.Files) > maxStatelessFiles {
+		return Result{}, fmt.Errorf("%w: at most %d files", ErrInvalid, maxStatelessFiles)
+	}
+	total := 0
+	for _, f := range req.Files {
+		if err := checkRelPath(f.Path); err != nil {
+			return Result{}, err
+		}
+		if f.Path == rt.File {
+			return Result{}, fmt.Errorf("%w: file %q would replace the code", ErrInvalid, f.Path)
+		}
+		total += len(f.Content)
+		files = append(files, guest.File{Path: f.Path, Content: f.Content})
+	}
+	if total > maxStatelessFileBytes {
+		return Result{}, fmt.Errorf("%w: files over %d bytes in all", ErrTooLarge, maxStatelessFileBytes)
+	}
+	if err := e.reserve(); err != nil {
+		return Result{}, err
+	}
+	id := ""
+	if ws, ok := e.takeWarm(); ok {
+		id = ws.id
+	} else {
+		ws, err := e.prepareWarm() // a cold start, same steps
+		if err != nil {
+			e.release()
+			return Result{}, err
+		}
+		id = ws.id
+	}
+	// Teardown is off the reply's path; the capacity slot is held until the
+	// sandbox is gone.
+	defer func() {
+		go func() {
+			dctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			if err := e.destroySandbox(dctx, id); err != nil {
+				e.log.Error("destroying stateless sandbox", "sandbox", id, "err", err)
+			}
+			e.release()
+		}()
+	}()
+	execID := newID("exec_")
+	if err := e.store.InsertExecution(ctx, store.ExecutionRow{ID: execID, KeyID: owner, Language: rt.Name, StartedAt: time.Now()}); err != nil {
+		return Result{}, err
+	}
+	greq := &guest.Request{
+		Files: files, Argv: rt.Run, Compile: rt.Compile, CompileTimeoutMS: e.cfg.CompileTimeout.Milliseconds(),
+		Env: e.baseEnv(rt, nil, req.Env), Cwd: "{dir}", UID: SandboxUID, GID: SandboxUID,
+		TimeoutMS: timeout.Milliseconds(), MemoryBytes: e.cfg.MemoryBytes, MaxProcs: uint64(e.cfg.Pids),
+	}
+	if len(rt.SeedCache) == 2 {
+		greq.Env = append(greq.Env, seedEnv(rt)...)
+	}
+	res, err := e.guestRun(ctx, id, greq, req.Stdin, req.OnOutput)
+	res.ExecutionID = execID
+	state := "done"
+	if err != nil {
+		state, res.Status = "failed", "failed"
+	}
+	_ = e.store.FinishExecution(context.WithoutCancel(ctx), execID, state, res.Status, res.ExitCode, res.DurationMS)
+	e.log.Info("execution", "execution", execID, "stateless", true, "language", rt.Name, "status", res.Status,
+		"exit_code", res.ExitCode, "duration_ms", res.DurationMS, "truncated", res.Truncated)
+	return res, err
+}
+
+// seedEnv points a compiler cache at the read-only copy in the rootfs for
+// one-shot calls, where copying it would cost more than it saves.
+func seedEnv(rt *Runtime) []string {
+	if rt.Name == "go" {
+		return []string{"GOCACHE=/tmp/go-build", "GOFLAGS=-mod=mod"}
+	}
+	return nil
+}
+
+// checkRelPath accepts a plain relative path inside the work folder.
+func checkRelPath(p string) error {
+	if p == "" || len(p) > 255 || strings.ContainsRune(p, 0) || filepath.IsAbs(p) || !filepath.IsLocal(p) || strings.Contains(p, `\`) {
+		return fmt.Errorf("%w: file path %q must be relative and stay inside the work folder", ErrInvalid, p)
+	}
+	return nil
+}

@@ -1,0 +1,183 @@
+// Package metrics is sandboxapi's Prometheus registry: one private registry
+// per process (never the global default), with the metrics every service
+// reports and helpers they call. It does no I/O of its own; GET /metrics is
+// served by the Handler.
+//
+// Services do not import each other; they take the small function or
+// interface they need (an api.Observer, a func(decision, reason string))
+// and the CLI hands them the methods of one *Metrics.
+package metrics
+
+import (
+	"net/http"
+	"sort"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+const namespace = "sandboxapi"
+
+// Metrics holds the registry and the metrics of every service. Build it
+// with New; the zero value is not usable. All methods are safe for
+// concurrent use and never block on I/O.
+type Metrics struct {
+	reg *prometheus.Registry
+
+	requests        *prometheus.CounterVec
+	requestSeconds  *prometheus.HistogramVec
+	executions      *prometheus.CounterVec
+	executionSecond *prometheus.HistogramVec
+	egress          *prometheus.CounterVec
+	mirrorHits      *prometheus.CounterVec
+	mirrorRefusals  *prometheus.CounterVec
+	readiness       *prometheus.GaugeVec
+}
+
+// New builds a registry with the Go and process collectors and every
+// sandboxapi metric.
+func New() *Metrics {
+	m := &Metrics{reg: prometheus.NewRegistry()}
+	m.requests = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: namespace, Subsystem: "http", Name: "requests_total",
+		Help: "API requests by route pattern and HTTP status.",
+	}, []string{"route", "status"})
+	m.requestSeconds = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Namespace: namespace, Subsystem: "http", Name: "request_duration_seconds",
+		Help:    "API request latency by route pattern.",
+		Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300},
+	}, []string{"route"})
+	m.executions = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: namespace, Name: "executions_total",
+		Help: "Executions by language and status (ok, error, timeout, oom, output_limit, compile_error, failed).",
+	}, []string{"language", "status"})
+	m.executionSecond = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Namespace: namespace, Name: "execution_duration_seconds",
+		Help:    "Execution latency by language, as the API saw it (sandbox start included for stateless calls).",
+		Buckets: []float64{.01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300},
+	}, []string{"language"})
+	m.egress = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: namespace, Subsystem: "egress", Name: "decisions_total",
+		Help: "Egress proxy decisions by outcome (allow, deny, fail) and reason.",
+	}, []string{"decision", "reason"})
+	m.mirrorHits = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: namespace, Subsystem: "mirror", Name: "hits_total",
+		Help: "Mirror artifacts and index pages served, by ecosystem (pypi, npm).",
+	}, []string{"ecosystem"})
+	m.mirrorRefusals = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: namespace, Subsystem: "mirror", Name: "refusals_total",
+		Help: "Mirror refusals (ingest or serve), by ecosystem and reason.",
+	}, []string{"ecosystem", "reason"})
+	m.readiness = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: namespace, Subsystem: "readiness", Name: "check",
+		Help: "Readiness per check: 1 passing, 0 failing.",
+	}, []string{"check"})
+	m.reg.MustRegister(
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		m.requests, m.requestSeconds, m.executions, m.executionSecond,
+		m.egress, m.mirrorHits, m.mirrorRefusals, m.readiness,
+	)
+	return m
+}
+
+// Registry returns the registry, for tests and for services that bring
+// collectors of their own.
+func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
+
+// Handler serves the registry in the Prometheus text format.
+func (m *Metrics) Handler() http.Handler {
+	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{Registry: m.reg})
+}
+
+// ObserveRequest counts one API request. route is the mux pattern
+// ("POST /v1/sessions"), "" for a request that matched none.
+func (m *Metrics) ObserveRequest(route string, status int, d time.Duration) {
+	if route == "" {
+		route = "unmatched"
+	}
+	m.requests.WithLabelValues(route, strconv.Itoa(status)).Inc()
+	m.requestSeconds.WithLabelValues(route).Observe(d.Seconds())
+}
+
+// ObserveExecution counts one execution and its latency. The caller keeps
+// language to a known set (runtime names or "other").
+func (m *Metrics) ObserveExecution(language, status string, d time.Duration) {
+	if status == "" {
+		status = "failed"
+	}
+	m.executions.WithLabelValues(language, status).Inc()
+	m.executionSecond.WithLabelValues(language).Observe(d.Seconds())
+}
+
+// EgressDecision counts one egress proxy decision: decision is allow, deny
+// or fail; reason a short fixed code (not_allowed, private_address, ...),
+// never a host name.
+func (m *Metrics) EgressDecision(decision, reason string) {
+	m.egress.WithLabelValues(decision, reason).Inc()
+}
+
+// MirrorHit counts an artifact or index page the mirror served.
+func (m *Metrics) MirrorHit(ecosystem string) { m.mirrorHits.WithLabelValues(ecosystem).Inc() }
+
+// MirrorRefusal counts a package the mirror refused (osv, not_binary,
+// hash_mismatch, not_found, ...).
+func (m *Metrics) MirrorRefusal(ecosystem, reason string) {
+	m.mirrorRefusals.WithLabelValues(ecosystem, reason).Inc()
+}
+
+// ReadinessCheck records the latest outcome of one readiness check.
+func (m *Metrics) ReadinessCheck(check string, ok bool) {
+	v := 0.0
+	if ok {
+		v = 1
+	}
+	m.readiness.WithLabelValues(check).Set(v)
+}
+
+// SandboxStats reports how many sandboxes run and how many spare homes are
+// ready; it is called at scrape time and must be quick.
+type SandboxStats func() (live, spareHomes int)
+
+// RegisterSandboxStats adds sandboxapi_sandboxes_live and
+// sandboxapi_spare_homes, read from f at scrape time. Call it once.
+func (m *Metrics) RegisterSandboxStats(f SandboxStats) {
+	m.reg.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: namespace, Name: "sandboxes_live",
+			Help: "Sandboxes running now (sessions and stateless calls)."},
+			func() float64 { l, _ := f(); return float64(l) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: namespace, Name: "spare_homes",
+			Help: "Formatted, mounted homes waiting in the warm pool."},
+			func() float64 { _, s := f(); return float64(s) }),
+	)
+}
+
+// RegisterSessionsByPlan adds sandboxapi_sessions{plan}, read from f at
+// scrape time. Call it once.
+func (m *Metrics) RegisterSessionsByPlan(f func() map[string]int) {
+	m.reg.MustRegister(&byPlan{f: f, desc: prometheus.NewDesc(namespace+"_sessions",
+		"Live sessions by plan.", []string{"plan"}, nil)})
+}
+
+// byPlan is a collector over a map read at scrape time.
+type byPlan struct {
+	f    func() map[string]int
+	desc *prometheus.Desc
+}
+
+func (b *byPlan) Describe(ch chan<- *prometheus.Desc) { ch <- b.desc }
+
+func (b *byPlan) Collect(ch chan<- prometheus.Metric) {
+	counts := b.f()
+	plans := make([]string, 0, len(counts))
+	for p := range counts {
+		plans = append(plans, p)
+	}
+	sort.Strings(plans)
+	for _, p := range plans {
+		ch <- prometheus.MustNewConstMetric(b.desc, prometheus.GaugeValue, float64(counts[p]), p)
+	}
+}

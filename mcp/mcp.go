@@ -1,0 +1,270 @@
+// Package mcp serves sandboxapi's tools over the Model Context Protocol,
+// built on the official Go SDK. The tools hold no logic of their own beyond
+// presentation: each one calls the REST API, either in process through the
+// API's own http.Handler (the streamable-HTTP transport mounted at /mcp) or
+// over HTTP to a remote server (the stdio transport of `sandboxapi mcp`), so
+// plans, quotas, limits and metering are exactly the API's.
+package mcp
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// authHeaders are copied from an MCP HTTP request onto the API calls it
+// makes: the key in any of its three forms, and a gateway's identity.
+var authHeaders = []string{
+	"X-RapidAPI-Key", "Authorization", "X-API-Key",
+	"X-RapidAPI-Proxy-Secret", "X-RapidAPI-User", "X-RapidAPI-Subscription",
+}
+
+// maxReplyBytes bounds an API reply read by a tool.
+const maxReplyBytes = 64 << 20
+
+// Options configure a tool server. Exactly one of Handler and BaseURL is
+// used: Handler when it is set.
+type Options struct {
+	// Handler receives API calls in process (the API server itself).
+	Handler http.Handler
+	// BaseURL is the API's address for remote calls, e.g.
+	// "http://127.0.0.1:8080".
+	BaseURL string
+	// Key is sent on every remote call (stdio); with Handler the caller's
+	// own headers are used instead.
+	Key string
+	// Client sends remote calls; nil means a client without a timeout
+	// (calls end with their context).
+	Client *http.Client
+	// Version is reported to MCP clients.
+	Version string
+	// Logger receives the SDK's and the tools' logs; nil discards them.
+	Logger *slog.Logger
+}
+
+// backend sends one API call and returns the reply.
+type backend interface {
+	roundTrip(req *http.Request) (apiReply, error)
+}
+
+type apiReply struct {
+	status int
+	header http.Header
+	body   []byte
+}
+
+// handlerBackend calls an http.Handler in process.
+type handlerBackend struct{ h http.Handler }
+
+func (b handlerBackend) roundTrip(req *http.Request) (apiReply, error) {
+	rec := &recorder{header: http.Header{}}
+	b.h.ServeHTTP(rec, req)
+	if rec.status == 0 {
+		rec.status = http.StatusOK
+	}
+	return apiReply{status: rec.status, header: rec.header, body: rec.body.Bytes()}, nil
+}
+
+// recorder is the minimal http.ResponseWriter an in-process call needs.
+type recorder struct {
+	header http.Header
+	status int
+	body   bytes.Buffer
+}
+
+func (r *recorder) Header() http.Header { return r.header }
+
+func (r *recorder) WriteHeader(code int) {
+	if r.status == 0 {
+		r.status = code
+	}
+}
+
+func (r *recorder) Write(p []byte) (int, error) {
+	if r.status == 0 {
+		r.status = http.StatusOK
+	}
+	if r.body.Len()+len(p) > maxReplyBytes {
+		return 0, errors.New("reply too large")
+	}
+	return r.body.Write(p)
+}
+
+func (r *recorder) Flush() {}
+
+// httpBackend calls a remote API.
+type httpBackend struct {
+	client *http.Client
+}
+
+func (b httpBackend) roundTrip(req *http.Request) (apiReply, error) {
+	resp, err := b.client.Do(req)
+	if err != nil {
+		return apiReply{}, fmt.Errorf("calling sandboxapi: %w", err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxReplyBytes))
+	if err != nil {
+		return apiReply{}, fmt.Errorf("reading sandboxapi reply: %w", err)
+	}
+	return apiReply{status: resp.StatusCode, header: resp.Header, body: body}, nil
+}
+
+// client is what the tools use to reach the API.
+type client struct {
+	be   backend
+	base string // "http://sandboxapi.internal" for in-process calls
+	key  string
+	log  *slog.Logger
+}
+
+func newClient(o Options) (*client, error) {
+	log := o.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if o.Handler != nil {
+		return &client{be: handlerBackend{o.Handler}, base: "http://sandboxapi.internal", key: o.Key, log: log}, nil
+	}
+	base := strings.TrimRight(o.BaseURL, "/")
+	if !strings.HasPrefix(base, "http://") && !strings.HasPrefix(base, "https://") {
+		return nil, fmt.Errorf("sandboxapi url %q must start with http:// or https://", o.BaseURL)
+	}
+	hc := o.Client
+	if hc == nil {
+		hc = &http.Client{}
+	}
+	return &client{be: httpBackend{hc}, base: base, key: o.Key, log: log}, nil
+}
+
+// APIError is an error reply of the REST API, kept for the tool's message.
+type APIError struct {
+	Status     int
+	Code       string
+	Message    string
+	RequestID  string
+	RetryAfter time.Duration
+}
+
+func (e *APIError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s (HTTP %d): %s", e.Code, e.Status, e.Message)
+	if e.RetryAfter > 0 {
+		fmt.Fprintf(&b, "; retry after %s", e.RetryAfter)
+	}
+	if e.RequestID != "" {
+		fmt.Fprintf(&b, " [request %s]", e.RequestID)
+	}
+	return b.String()
+}
+
+// call sends method path with body (JSON-encoded unless nil) and decodes a
+// 2xx reply into out. hdr holds the caller's auth headers (may be nil).
+func (c *client) call(ctx context.Context, hdr http.Header, method, path string, body, out any) error {
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return fmt.Errorf("encoding request: %w", err)
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, rd)
+	if err != nil {
+		return fmt.Errorf("building request: %w", err)
+	}
+	for _, h := range authHeaders {
+		for _, v := range hdr.Values(h) {
+			req.Header.Add(h, v)
+		}
+	}
+	if c.key != "" {
+		req.Header.Set("Authorization", "Bearer "+c.key)
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	req.Header.Set("Accept", "application/json")
+	req.Header.Set("User-Agent", "sandboxapi-mcp")
+	req.RemoteAddr = "127.0.0.1:0"
+	rep, err := c.be.roundTrip(req)
+	if err != nil {
+		return err
+	}
+	if rep.status < 200 || rep.status > 299 {
+		return decodeError(rep)
+	}
+	if out == nil {
+		return nil
+	}
+	if err := json.Unmarshal(rep.body, out); err != nil {
+		return fmt.Errorf("decoding %s %s reply: %w", method, path, err)
+	}
+	return nil
+}
+
+func decodeError(rep apiReply) *APIError {
+	var eb struct {
+		Error struct {
+			Code      string `json:"code"`
+			Message   string `json:"message"`
+			RequestID string `json:"request_id"`
+		} `json:"error"`
+	}
+	e := &APIError{Status: rep.status}
+	if json.Unmarshal(rep.body, &eb) == nil && eb.Error.Code != "" {
+		e.Code, e.Message, e.RequestID = eb.Error.Code, eb.Error.Message, eb.Error.RequestID
+	} else {
+		e.Code = strings.ReplaceAll(strings.ToLower(http.StatusText(rep.status)), " ", "_")
+		e.Message = strings.TrimSpace(string(truncate(rep.body, 300)))
+	}
+	if s, err := strconv.Atoi(rep.header.Get("Retry-After")); err == nil && s > 0 {
+		e.RetryAfter = time.Duration(s) * time.Second
+	}
+	return e
+}
+
+func truncate(b []byte, n int) []byte {
+	if len(b) > n {
+		return b[:n]
+	}
+	return b
+}
+
+// NewServer returns an MCP server with the four tools registered.
+func NewServer(o Options) (*sdk.Server, error) {
+	c, err := newClient(o)
+	if err != nil {
+		return nil, err
+	}
+	v := o.Version
+	if v == "" {
+		v = "dev"
+	}
+	s := sdk.NewServer(&sdk.Implementation{Name: "sandboxapi", Title: "sandboxapi code execution", Version: v}, &sdk.ServerOptions{
+		Logger: o.Logger,
+		Instructions: "Run untrusted code in gVisor sandboxes. Call list_runtimes first for languages and your plan's limits; " +
+			"execute_code runs one program statelessly; run_tests grades code against Python or JavaScript tests; " +
+			"check_packages tells whether the curated mirror holds a pip or npm package.",
+	})
+	registerTools(s, c)
+	return s, nil
+}
+
+// headersOf returns the HTTP headers of the MCP request behind req, if any.
+func headersOf(req *sdk.CallToolRequest) http.Header {
+	if req == nil || req.Extra == nil {
+		return nil
+	}
+	return req.Extra.Header
+}
