@@ -66,11 +66,12 @@ type Server struct {
 	log   *slog.Logger
 	mux   *http.ServeMux
 
-	limiter rateLimiter
-	quota   quota
-	ready   atomic.Bool
-	extra   sync.Map // prefix -> http.Handler mounted without auth
-	ops     opsState // observer and route registry (metrics.go)
+	limiter   rateLimiter
+	quota     quota
+	ready     atomic.Bool
+	readiness atomic.Pointer[ReadinessReporter]
+	extra     sync.Map // prefix -> http.Handler mounted without auth
+	ops       opsState // observer and route registry (metrics.go)
 }
 
 // New builds the server and its routes.
@@ -95,6 +96,7 @@ func (s *Server) SetReady(ok bool) { s.ready.Store(ok) }
 func (s *Server) routes() {
 	s.handle("GET /healthz", http.HandlerFunc(s.healthz))
 	s.handle("GET /readyz", http.HandlerFunc(s.readyz))
+	s.handle("GET /openapi.json", http.HandlerFunc(serveOpenAPI))
 	s.handle("GET /v1/runtimes", s.authed(s.listRuntimes))
 	s.handle("POST /v1/execute", s.authed(s.executeStateless))
 	s.handle("POST /v1/sessions", s.authed(s.createSession))
@@ -245,11 +247,12 @@ func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
-	if !s.ready.Load() {
-		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"status": "not_ready", "checks": []any{}})
+	ok, checks := s.readinessChecks(r)
+	if !s.ready.Load() || !ok {
+		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"status": "not_ready", "draining": !s.ready.Load(), "checks": checks})
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"status": "ready", "checks": []any{}})
+	writeJSON(w, http.StatusOK, map[string]any{"status": "ready", "checks": checks})
 }
 
 // UsageSource reads metered totals for GET /v1/usage.

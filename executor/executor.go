@@ -41,6 +41,7 @@ type Config struct {
 	MaxTimeout     time.Duration
 	CompileTimeout time.Duration
 	MaxOutputBytes int64
+	MaxFileBytes   int64 // files API upload and download limit; 0: 64 MiB
 	DefaultIdleTTL time.Duration
 	MaxIdleTTL     time.Duration
 	ReapInterval   time.Duration
@@ -66,7 +67,8 @@ type Executor struct {
 
 	warm chan warmSandbox // started sandboxes that have run nothing
 	stop chan struct{}
-	wg   sync.WaitGroup
+	wg   sync.WaitGroup // reaper and pool filler
+	bg   sync.WaitGroup // teardowns of stateless sandboxes
 }
 
 // New checks cfg and prepares an executor; it starts nothing.
@@ -189,6 +191,7 @@ func (e *Executor) Stop(ctx context.Context) error {
 		}
 		break
 	}
+	e.bg.Wait()
 	if cs, err := e.runsc.list(ctx); err == nil && len(cs) == 0 {
 		if err := e.runsc.unmountNullNetns(); err != nil {
 			errs = append(errs, err)

@@ -90,11 +90,11 @@ func lastLines(s string, n int) string {
 // --network=none, once no sandbox remains.
 func (r *runsc) unmountNullNetns() error {
 	p := filepath.Join(r.root, "null-netns")
-	if !mounted(p) {
-		return nil
-	}
-	if err := unix.Unmount(p, unix.MNT_DETACH); err != nil {
-		return fmt.Errorf("unmounting %s: %w", p, err)
+	// runsc may stack one mount per sandbox start: take them all off.
+	for i := 0; i < 1024 && mounted(p); i++ {
+		if err := unix.Unmount(p, unix.MNT_DETACH); err != nil {
+			return fmt.Errorf("unmounting %s: %w", p, err)
+		}
 	}
 	return nil
 }

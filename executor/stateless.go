@@ -65,8 +65,10 @@ func (e *Executor) ExecuteStateless(ctx context.Context, owner string, req ExecR
 	}
 	// Teardown is off the reply's path; the capacity slot is held until the
 	// sandbox is gone.
+	e.bg.Add(1)
 	defer func() {
 		go func() {
+			defer e.bg.Done()
 			dctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
 			if err := e.destroySandbox(dctx, id); err != nil {

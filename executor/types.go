@@ -20,7 +20,6 @@ var (
 	ErrLost            = sandbox.ErrLost
 	ErrNotStarted      = sandbox.ErrNotStarted
 	ErrUnknownLanguage = sandbox.ErrUnknownLanguage
-	ErrTooLarge        = sandbox.ErrTooLarge
 )
 
 const (

@@ -241,12 +241,17 @@ func truncate(b []byte, n int) []byte {
 	return b
 }
 
-// NewServer returns an MCP server with the four tools registered.
+// NewServer returns an MCP server with the four tools registered. It fails
+// only on a bad BaseURL.
 func NewServer(o Options) (*sdk.Server, error) {
 	c, err := newClient(o)
 	if err != nil {
 		return nil, err
 	}
+	return newServer(c, o), nil
+}
+
+func newServer(c *client, o Options) *sdk.Server {
 	v := o.Version
 	if v == "" {
 		v = "dev"
@@ -258,7 +263,7 @@ func NewServer(o Options) (*sdk.Server, error) {
 			"check_packages tells whether the curated mirror holds a pip or npm package.",
 	})
 	registerTools(s, c)
-	return s, nil
+	return s
 }
 
 // headersOf returns the HTTP headers of the MCP request behind req, if any.
@@ -267,4 +272,17 @@ func headersOf(req *sdk.CallToolRequest) http.Header {
 		return nil
 	}
 	return req.Extra.Header
+}
+
+// errorJSON renders e as the API's error body.
+func errorJSON(e *APIError) []byte {
+	type payload struct {
+		Code      string `json:"code"`
+		Message   string `json:"message"`
+		RequestID string `json:"request_id,omitempty"`
+	}
+	b, _ := json.Marshal(struct {
+		Error payload `json:"error"`
+	}{payload{e.Code, e.Message, e.RequestID}})
+	return append(b, '\n')
 }

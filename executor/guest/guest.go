@@ -96,6 +96,8 @@ func Main(args []string) int {
 		return 0
 	case "run":
 		return run()
+	case "put", "get", "list":
+		return fileMode(args[1])
 	}
 	fmt.Fprintln(os.Stderr, "guest: unknown mode", args[1])
 	return 2

@@ -37,6 +37,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			usageCommand(),
 			mirrorCommand(),
 			versionCommand(),
+			mcpCommand(),
 		},
 	}
 	if err := app.RunContext(ctx, args); err != nil {

@@ -5,6 +5,7 @@ import (
 
 	"github.com/sandboxapi/sandboxapi/api"
 	"github.com/sandboxapi/sandboxapi/executor"
+	"github.com/sandboxapi/sandboxapi/mcp"
 	"github.com/sandboxapi/sandboxapi/mirror"
 	"github.com/sandboxapi/sandboxapi/store"
 )
@@ -13,4 +14,6 @@ import (
 // line is one feature; keep them one line each.
 func wireServices(ctx context.Context, env *Env, srv *api.Server, ex *executor.Executor, mir *mirror.Mirror, st *store.Store) {
 	wireEgress(srv)
+	srv.SetPackages(mirrorPackages{mir})
+	srv.Handle("/mcp", mcp.NewHTTPHandler(srv, mcp.Options{Version: Version, Logger: env.Log}))
 }

@@ -30,7 +30,7 @@ var (
 )
 
 // binaries builds sandboxapi and sandboxapi-guest into one folder.
-func binaries(t *testing.T) string {
+func binaries(t testing.TB) string {
 	t.Helper()
 	testenv.Runsc(t)
 	if _, _, err := executor.FindRootfs(os.Getenv("SANDBOXAPI_ROOTFS"), ""); err != nil {
@@ -59,7 +59,7 @@ func binaries(t *testing.T) string {
 
 // server is one running sandboxapi process.
 type server struct {
-	t       *testing.T
+	t       testing.TB
 	bin     string
 	dataDir string
 	config  string
@@ -71,7 +71,10 @@ type server struct {
 
 // startServer starts sandboxapi serve on a free loopback port. extraYAML is
 // appended to a minimal config file.
-func startServer(t *testing.T, extraYAML string) *server {
+func startServer(t *testing.T, extraYAML string) *server { return startServerB(t, extraYAML) }
+
+// startServerB is startServer for tests and benchmarks alike.
+func startServerB(t testing.TB, extraYAML string) *server {
 	t.Helper()
 	dir := binaries(t)
 	s := &server{t: t, bin: filepath.Join(dir, "sandboxapi"), dataDir: t.TempDir()}
@@ -88,7 +91,7 @@ func startServer(t *testing.T, extraYAML string) *server {
 	return s
 }
 
-func freePort(t *testing.T) string {
+func freePort(t testing.TB) string {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -179,7 +182,7 @@ type reply struct {
 	body   []byte
 }
 
-func (r reply) json(t *testing.T) map[string]any {
+func (r reply) json(t testing.TB) map[string]any {
 	t.Helper()
 	var m map[string]any
 	if err := json.Unmarshal(r.body, &m); err != nil {
@@ -188,7 +191,7 @@ func (r reply) json(t *testing.T) map[string]any {
 	return m
 }
 
-func (r reply) errCode(t *testing.T) string {
+func (r reply) errCode(t testing.TB) string {
 	t.Helper()
 	m := r.json(t)
 	e, ok := m["error"].(map[string]any)

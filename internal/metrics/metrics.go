@@ -138,19 +138,19 @@ func (m *Metrics) ReadinessCheck(check string, ok bool) {
 	m.readiness.WithLabelValues(check).Set(v)
 }
 
-// SandboxStats reports how many sandboxes run and how many spare homes are
-// ready; it is called at scrape time and must be quick.
-type SandboxStats func() (live, spareHomes int)
+// SandboxStats reports how many sandboxes run and how many wait in the warm
+// pool; it is called at scrape time and must be quick.
+type SandboxStats func() (live, warm int)
 
 // RegisterSandboxStats adds sandboxapi_sandboxes_live and
-// sandboxapi_spare_homes, read from f at scrape time. Call it once.
+// sandboxapi_warm_pool_ready, read from f at scrape time. Call it once.
 func (m *Metrics) RegisterSandboxStats(f SandboxStats) {
 	m.reg.MustRegister(
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: namespace, Name: "sandboxes_live",
 			Help: "Sandboxes running now (sessions and stateless calls)."},
 			func() float64 { l, _ := f(); return float64(l) }),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: namespace, Name: "spare_homes",
-			Help: "Formatted, mounted homes waiting in the warm pool."},
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: namespace, Name: "warm_pool_ready",
+			Help: "Started, never-used sandboxes waiting in the warm pool."},
 			func() float64 { _, s := f(); return float64(s) }),
 	)
 }

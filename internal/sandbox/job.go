@@ -1,6 +1,10 @@
 package sandbox
 
-import "time"
+import (
+	"errors"
+	"fmt"
+	"time"
+)
 
 // Job is a one-off program run in its own short-lived sandbox (the
 // installer, readiness canaries): not a session's, but optionally with a
@@ -22,3 +26,57 @@ type Job struct {
 	// MaxOutputBytes caps stdout and stderr each (0: the executor default).
 	MaxOutputBytes int64
 }
+
+// InstallRequest is one POST /v1/sessions/{id}/install.
+type InstallRequest struct {
+	Manager  string   `json:"manager"`
+	Packages []string `json:"packages"`
+}
+
+// InstalledPackage is one package an install put into a session.
+type InstalledPackage struct {
+	Requested string `json:"requested"`
+	Name      string `json:"name"`
+	Version   string `json:"version"`
+	Filename  string `json:"filename"`
+	SHA256    string `json:"sha256"`
+	// Resolved is true when the request named no version and the newest
+	// admitted one was chosen.
+	Resolved bool `json:"resolved"`
+}
+
+// InstallReply is the outcome of a successful install.
+type InstallReply struct {
+	Manager    string             `json:"manager"`
+	Installed  []InstalledPackage `json:"installed"`
+	DurationMS int64              `json:"duration_ms"`
+}
+
+// PackageRejection is why one requested package cannot be installed.
+type PackageRejection struct {
+	Package string `json:"package"`
+	Reason  string `json:"reason"`
+	Status  string `json:"status,omitempty"` // missing, refused, quarantined, removed, not_a_wheel, invalid
+}
+
+// RejectedError means at least one package cannot be installed; nothing
+// was installed. errors.Is(err, ErrRejected) holds.
+type RejectedError struct {
+	Packages []PackageRejection
+}
+
+func (e *RejectedError) Error() string {
+	return fmt.Sprintf("%d of the requested packages cannot be installed", len(e.Packages))
+}
+
+// Is lets errors.Is(err, ErrRejected) hold.
+func (e *RejectedError) Is(target error) bool { return target == ErrRejected }
+
+// Install errors.
+var (
+	// ErrRejected is wrapped by RejectedError (422).
+	ErrRejected = errors.New("packages rejected")
+	// ErrInstallFailed means the installer ran and failed; nothing was
+	// installed.
+	ErrInstallFailed = errors.New("install failed; nothing was installed")
+)

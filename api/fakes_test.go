@@ -1,0 +1,179 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sandboxapi/sandboxapi/configs"
+	"github.com/sandboxapi/sandboxapi/internal/sandbox"
+)
+
+// fakeSandboxes is an in-memory api.Sandboxes for logic tests: sessions are
+// map entries and an execution echoes its code to stdout. Code "exit 1"
+// yields status error, "sleep" a timeout. Methods the interface gains later
+// are promoted from the nil embedded Sandboxes and panic if called. Safe
+// for concurrent use.
+type fakeSandboxes struct {
+	Sandboxes
+	mu       sync.Mutex
+	sessions map[string]sandbox.Session
+	next     int
+}
+
+func newFakeSandboxes() *fakeSandboxes {
+	return &fakeSandboxes{sessions: map[string]sandbox.Session{}}
+}
+
+func (f *fakeSandboxes) CreateSession(ctx context.Context, spec sandbox.SessionSpec) (sandbox.Session, error) {
+	if spec.Language != "python3" && spec.Language != "python" && spec.Language != "bash" {
+		return sandbox.Session{}, fmt.Errorf("%w: %s", sandbox.ErrUnknownLanguage, spec.Language)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.next++
+	ttl := spec.IdleTTL
+	if ttl == 0 {
+		ttl = 10 * time.Minute
+	}
+	now := time.Now()
+	s := sandbox.Session{ID: fmt.Sprintf("s%015d", f.next), Owner: spec.Owner, Language: "python3", State: sandbox.StateRunning,
+		IdleTTL: ttl, Network: spec.Network, CreatedAt: now, LastUsedAt: now}
+	f.sessions[s.ID] = s
+	return s, nil
+}
+
+func (f *fakeSandboxes) GetSession(ctx context.Context, owner, id string) (sandbox.Session, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	s, ok := f.sessions[id]
+	if !ok || s.Owner != owner {
+		return sandbox.Session{}, sandbox.ErrNotFound
+	}
+	return s, nil
+}
+
+func (f *fakeSandboxes) ListSessions(ctx context.Context, owner string) []sandbox.Session {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := []sandbox.Session{}
+	for _, s := range f.sessions {
+		if s.Owner == owner {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+func (f *fakeSandboxes) CountSessions(owner string) int {
+	return len(f.ListSessions(context.Background(), owner))
+}
+
+func (f *fakeSandboxes) DeleteSession(ctx context.Context, owner, id string) error {
+	if _, err := f.GetSession(ctx, owner, id); err != nil {
+		return err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.sessions, id)
+	return nil
+}
+
+func (f *fakeSandboxes) run(req sandbox.ExecRequest) sandbox.Result {
+	res := sandbox.Result{ExecutionID: "e1", Stdout: req.Code + "\n", Status: sandbox.StatusOK, DurationMS: 3}
+	switch {
+	case strings.Contains(req.Code, "exit 1"):
+		res.Status, res.ExitCode, res.Stdout = sandbox.StatusError, 1, ""
+	case strings.Contains(req.Code, "sleep"):
+		res.Status, res.ExitCode, res.Signal, res.Stdout = sandbox.StatusTimeout, -1, "SIGKILL", ""
+	}
+	if req.OnOutput != nil && res.Stdout != "" {
+		req.OnOutput("stdout", []byte(res.Stdout))
+	}
+	return res
+}
+
+func (f *fakeSandboxes) Execute(ctx context.Context, owner, id string, req sandbox.ExecRequest) (sandbox.Result, error) {
+	if _, err := f.GetSession(ctx, owner, id); err != nil {
+		return sandbox.Result{}, err
+	}
+	return f.run(req), nil
+}
+
+func (f *fakeSandboxes) ExecuteStateless(ctx context.Context, owner string, req sandbox.ExecRequest) (sandbox.Result, error) {
+	switch req.Language {
+	case "python3", "python", "bash":
+	default:
+		return sandbox.Result{}, fmt.Errorf("%w: %s", sandbox.ErrUnknownLanguage, req.Language)
+	}
+	return f.run(req), nil
+}
+
+func (f *fakeSandboxes) RuntimeList() []sandbox.Runtime {
+	return []sandbox.Runtime{
+		{Language: "python3", Aliases: []string{"python"}, Version: "3.13.5"},
+		{Language: "bash", Aliases: []string{}, Version: "5.2.37"},
+	}
+}
+
+// fakeKeys holds secrets by plan: the secret of plan P is "key-P".
+type fakeKeys struct{}
+
+func (fakeKeys) Lookup(ctx context.Context, hash string) (string, string, string, error) {
+	for _, plan := range []string{"BASIC", "PRO", "ULTRA", "MEGA"} {
+		if HashKey("key-"+plan) == hash {
+			return "id-" + plan, "test " + plan, plan, nil
+		}
+	}
+	return "", "", "", ErrUnknownKey
+}
+
+type fakeUsage struct{}
+
+func (fakeUsage) UsageTotals(ctx context.Context, keyID string, since time.Time) (any, error) {
+	return []map[string]any{{"day": "2026-11-30", "route": "POST /v1/execute", "requests": 1}}, nil
+}
+
+type fakeEgressLog struct{}
+
+func (fakeEgressLog) EgressDecisions(ctx context.Context, sessionID string) (any, error) {
+	return []map[string]any{{"host": "example.com", "decision": "deny", "reason": "not_allowed"}}, nil
+}
+
+type fakePackages struct{}
+
+func (fakePackages) Check(ctx context.Context, manager string, specs []string) ([]PackageVerdict, error) {
+	out := make([]PackageVerdict, len(specs))
+	for i, s := range specs {
+		out[i] = PackageVerdict{Spec: s, Name: s, Status: PackageNotFound, OSV: "unknown", Reasons: []string{"not in the mirror"}}
+	}
+	return out, nil
+}
+
+// newFakeServer builds a Server over the fakes with the default plans.
+func newFakeServer(t *testing.T) (*Server, *fakeSandboxes) {
+	t.Helper()
+	plans, err := LoadPlans(configs.Plans)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sb := newFakeSandboxes()
+	srv := New(Config{MaxBodyBytes: 1 << 20, MaxCodeBytes: 1 << 16, MaxStdinBytes: 1 << 16,
+		DefaultIdleTTL: 10 * time.Minute, MaxIdleTTL: time.Hour}, sb, fakeKeys{}, plans, nil,
+		slog.New(slog.NewJSONHandler(io.Discard, nil)))
+	return srv, sb
+}
+
+func mustJSON(v any) string {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(err)
+	}
+	return string(b)
+}

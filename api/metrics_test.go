@@ -1,0 +1,90 @@
+package api
+
+import (
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/sandboxapi/sandboxapi/internal/metrics"
+)
+
+// TestMetricsAfterRequests drives the sample requests through a server
+// built on fakes, with the metrics observer and /metrics mounted as the CLI
+// does, then scrapes /metrics.
+func TestMetricsAfterRequests(t *testing.T) {
+	srv, sb := newFakeServer(t)
+	srv.SetUsageSource(fakeUsage{})
+	srv.SetEgressLog(fakeEgressLog{})
+	srv.SetPackages(fakePackages{})
+	m := metrics.New()
+	srv.SetObserver(m)
+	m.RegisterSessionsByPlan(srv.SessionsByPlan)
+	m.RegisterSandboxStats(func() (int, int) { return len(sb.ListSessions(t.Context(), "id-PRO")), 2 })
+	m.EgressDecision("deny", "not_allowed")
+	m.MirrorHit("pypi")
+	m.MirrorRefusal("npm", "osv")
+	m.ReadinessCheck("mirror", true)
+	m.ReadinessCheck("osv", false)
+	srv.Handle("GET /metrics", m.Handler())
+	ts := httptest.NewServer(srv)
+	defer ts.Close()
+	runExchanges(t, ts, func(exchange, []byte, *http.Response, []byte) {})
+
+	// A session that stays open counts under its plan.
+	req, _ := http.NewRequest("POST", ts.URL+"/v1/sessions", strings.NewReader(`{"language":"python3"}`))
+	req.Header.Set("Authorization", "Bearer key-ULTRA")
+	resp, err := ts.Client().Do(req)
+	if err != nil || resp.StatusCode != 201 {
+		t.Fatalf("creating session: %v %v", err, resp)
+	}
+	resp.Body.Close()
+
+	resp, err = ts.Client().Get(ts.URL + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	text := string(b)
+	if resp.StatusCode != 200 || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/plain") {
+		t.Fatalf("GET /metrics = %d %s", resp.StatusCode, resp.Header.Get("Content-Type"))
+	}
+	for _, want := range []string{
+		`sandboxapi_http_requests_total{route="POST /v1/execute",status="200"} 4`,
+		`sandboxapi_http_requests_total{route="POST /v1/execute",status="400"} 3`,
+		`sandboxapi_http_requests_total{route="POST /v1/execute",status="413"} 1`,
+		`sandboxapi_http_requests_total{route="GET /v1/runtimes",status="401"} 1`,
+		`sandboxapi_http_requests_total{route="DELETE /v1/sessions/{id}",status="204"} 1`,
+		`sandboxapi_http_requests_total{route="/v1/",status="404"} 1`,
+		`sandboxapi_http_request_duration_seconds_count{route="POST /v1/sessions"}`,
+		`sandboxapi_executions_total{language="python3",status="ok"} 4`,
+		`sandboxapi_executions_total{language="bash",status="error"} 1`,
+		`sandboxapi_executions_total{language="python3",status="timeout"} 1`,
+		`sandboxapi_execution_duration_seconds_bucket{language="python3",le="+Inf"} 5`,
+		`sandboxapi_sessions{plan="ULTRA"} 1`,
+		`sandboxapi_sessions{plan="PRO"} 0`,
+		`sandboxapi_sessions{plan="BASIC"} 0`,
+		`sandboxapi_sandboxes_live 0`,
+		`sandboxapi_warm_pool_ready 2`,
+		`sandboxapi_egress_decisions_total{decision="deny",reason="not_allowed"} 1`,
+		`sandboxapi_mirror_hits_total{ecosystem="pypi"} 1`,
+		`sandboxapi_mirror_refusals_total{ecosystem="npm",reason="osv"} 1`,
+		`sandboxapi_readiness_check{check="mirror"} 1`,
+		`sandboxapi_readiness_check{check="osv"} 0`,
+		`go_goroutines `,
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("metrics lack %q", want)
+		}
+	}
+	for _, secret := range []string{"key-PRO", "key-BASIC", "cobol"} {
+		if strings.Contains(text, secret) {
+			t.Errorf("metrics leak %q", secret)
+		}
+	}
+	if t.Failed() {
+		t.Log(text)
+	}
+}

@@ -1,0 +1,44 @@
+package api
+
+import (
+	"context"
+	"net/http"
+	"time"
+)
+
+// CheckResult is one readiness check as /readyz and the install gate show it.
+type CheckResult struct {
+	Name       string    `json:"name"`
+	Status     string    `json:"status"`
+	Detail     string    `json:"detail"`
+	LastRun    time.Time `json:"last_run"`
+	DurationMS int64     `json:"duration_ms"`
+}
+
+// ReadinessReporter reports the readiness checks; refresh asks for a new
+// run (the reporter may rate-limit it).
+type ReadinessReporter interface {
+	Checks(ctx context.Context, refresh bool) (ready bool, checks []CheckResult)
+}
+
+// Gate is what the install endpoint asks first: ready, or the failing checks.
+type Gate interface {
+	Ready(ctx context.Context) (bool, []CheckResult)
+}
+
+// SetReadiness makes /readyz report r's checks (503 when any fails).
+func (s *Server) SetReadiness(r ReadinessReporter) { s.readiness.Store(&r) }
+
+// readinessChecks returns the reporter's view; with no reporter, ready
+// with no checks.
+func (s *Server) readinessChecks(r *http.Request) (bool, []CheckResult) {
+	p := s.readiness.Load()
+	if p == nil {
+		return true, []CheckResult{}
+	}
+	ok, checks := (*p).Checks(r.Context(), r.URL.Query().Get("refresh") == "1")
+	if checks == nil {
+		checks = []CheckResult{}
+	}
+	return ok, checks
+}

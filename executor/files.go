@@ -1,0 +1,496 @@
+package executor
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/sandboxapi/sandboxapi/executor/guest"
+	"github.com/sandboxapi/sandboxapi/internal/sandbox"
+)
+
+// The files API moves bytes in and out of a session's home through the
+// sandbox: the guest's put, get and list modes run as the sandbox user
+// (`runsc exec --user 1000:1000`, no capabilities), so the sandbox kernel
+// applies the user's own permissions and the host never resolves a path
+// the sandbox controls. Like Execute, a file call holds the session's lock.
+
+// FileInfo describes one file in a session's home.
+type FileInfo = sandbox.FileInfo
+
+// Errors of the files API (see package sandbox).
+var (
+	ErrFileNotFound = sandbox.ErrFileNotFound
+	ErrNotRegular   = sandbox.ErrNotRegular
+	ErrNotDir       = sandbox.ErrNotDir
+	ErrSymlink      = sandbox.ErrSymlink
+	ErrPermission   = sandbox.ErrPermission
+	ErrTooLarge     = sandbox.ErrTooLarge
+)
+
+const (
+	// DefaultMaxFileBytes applies when Config.MaxFileBytes is zero.
+	DefaultMaxFileBytes = 64 << 20
+	// MaxListEntries bounds one directory listing.
+	MaxListEntries = 10000
+	// fileTimeout bounds one file call, transfer included.
+	fileTimeout = 10 * time.Minute
+	// frameSize is the chunk size of put content on the guest's stdin.
+	frameSize = 256 << 10
+)
+
+// MaxFileBytes is the largest file PutFile accepts and GetFile returns.
+func (e *Executor) MaxFileBytes() int64 {
+	if e.cfg.MaxFileBytes > 0 {
+		return e.cfg.MaxFileBytes
+	}
+	return DefaultMaxFileBytes
+}
+
+// checkFilePath validates path before any sandbox work.
+func checkFilePath(path string) ([]string, error) {
+	comps, err := guest.CleanPath(path)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	return comps, nil
+}
+
+// PutFile writes r (size bytes, or -1 if unknown) to path in owner's
+// session, replacing a regular file there and creating missing parent
+// folders. The write is atomic: an upload that fails or is over the limit
+// leaves the old file (or nothing) in place.
+func (e *Executor) PutFile(ctx context.Context, owner, id, path string, r io.Reader, size int64) (FileInfo, error) {
+	comps, err := checkFilePath(path)
+	if err != nil {
+		return FileInfo{}, err
+	}
+	max := e.MaxFileBytes()
+	if size > max {
+		return FileInfo{}, fmt.Errorf("%w: file of %d bytes is over the limit of %d", ErrTooLarge, size, max)
+	}
+	s, err := e.acquire(ctx, owner, id)
+	if err != nil {
+		return FileInfo{}, err
+	}
+	defer e.releaseSession(s)
+	ctx, cancel := context.WithTimeout(ctx, fileTimeout)
+	defer cancel()
+
+	start := time.Now()
+	pr, pw := io.Pipe()
+	pump := &uploadPump{max: max, size: size, done: make(chan struct{})}
+	go pump.run(r, pw)
+	op, err := e.startFileOp(ctx, id, "put", comps, max, pr, false)
+	if err != nil {
+		pr.CloseWithError(err)
+		return FileInfo{}, err
+	}
+	res, err := op.result(ctx)
+	pr.CloseWithError(io.ErrClosedPipe) // stops the pump if the guest gave up early
+	waitErr := op.wait(err != nil)
+	select {
+	case <-pump.done:
+	case <-time.After(5 * time.Second): // a stalled client; its reader is abandoned
+	}
+	sent, bodyErr := pump.outcome()
+	if err == nil && res != nil && res.Code == guest.CodeAborted && bodyErr != nil {
+		err = bodyErr
+	}
+	if err == nil {
+		err = e.fileError(ctx, id, res, waitErr, op.stderr.String())
+	}
+	e.log.Info("file put", "session", id, "path", guest.JoinHome(comps), "bytes", sent, "ms", time.Since(start).Milliseconds(), "err", errString(err))
+	if err != nil {
+		return FileInfo{}, err
+	}
+	return toFileInfo(res.Info, guest.JoinHome(comps)), nil
+}
+
+// GetFile opens the regular file at path in owner's session. The reader
+// yields exactly FileInfo.Size bytes (io.ErrUnexpectedEOF if the sandbox
+// sends fewer); the session stays locked until it is closed, which the
+// caller must do.
+func (e *Executor) GetFile(ctx context.Context, owner, id, path string) (FileInfo, io.ReadCloser, error) {
+	comps, err := checkFilePath(path)
+	if err != nil {
+		return FileInfo{}, nil, err
+	}
+	s, err := e.acquire(ctx, owner, id)
+	if err != nil {
+		return FileInfo{}, nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, fileTimeout)
+	fail := func(err error) (FileInfo, io.ReadCloser, error) {
+		cancel()
+		e.releaseSession(s)
+		e.log.Info("file get", "session", id, "path", guest.JoinHome(comps), "err", errString(err))
+		return FileInfo{}, nil, err
+	}
+	op, err := e.startFileOp(ctx, id, "get", comps, e.MaxFileBytes(), nil, true)
+	if err != nil {
+		return fail(err)
+	}
+	res, err := op.result(ctx)
+	if err != nil || res.Code != "" || res.Info == nil {
+		waitErr := op.wait(true)
+		if err == nil {
+			err = e.fileError(ctx, id, res, waitErr, op.stderr.String())
+		}
+		if err == nil {
+			err = errors.New("guest sent no file information")
+		}
+		return fail(err)
+	}
+	info := toFileInfo(res.Info, guest.JoinHome(comps))
+	rc := &fileReader{op: op, remain: info.Size}
+	// A caller's cancellation ends the transfer: the reader then fails.
+	stopWatch := context.AfterFunc(ctx, func() { op.kill() })
+	rc.done = func() {
+		stopWatch()
+		cancel()
+		e.releaseSession(s)
+		e.log.Info("file get", "session", id, "path", info.Path, "bytes", info.Size-rc.remain, "complete", rc.remain == 0)
+	}
+	return info, rc, nil
+}
+
+// ListDir lists the folder at path in owner's session, sorted by name, at
+// most MaxListEntries entries. Symlinks are listed, not followed.
+func (e *Executor) ListDir(ctx context.Context, owner, id, path string) ([]FileInfo, error) {
+	comps, err := checkFilePath(path)
+	if err != nil {
+		return nil, err
+	}
+	s, err := e.acquire(ctx, owner, id)
+	if err != nil {
+		return nil, err
+	}
+	defer e.releaseSession(s)
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	op, err := e.startFileOp(ctx, id, "list", comps, MaxListEntries, nil, false)
+	if err != nil {
+		return nil, err
+	}
+	res, err := op.result(ctx)
+	waitErr := op.wait(err != nil)
+	if err == nil {
+		err = e.fileError(ctx, id, res, waitErr, op.stderr.String())
+	}
+	if err != nil {
+		return nil, err
+	}
+	dir := guest.JoinHome(comps)
+	out := make([]FileInfo, 0, len(res.Entries))
+	for i := range res.Entries {
+		out = append(out, toFileInfo(&res.Entries[i], dir+"/"+res.Entries[i].Name))
+	}
+	return out, nil
+}
+
+// uploadPump frames an upload for the guest: chunks of up to frameSize,
+// each behind its 4-byte length, then a zero-length end frame. Only a clean
+// io.EOF from the reader (with the announced size, if any) sends the end
+// frame, so a cut or oversize body never replaces a file.
+type uploadPump struct {
+	max, size int64
+	done      chan struct{}
+
+	mu   sync.Mutex
+	sent int64
+	err  error
+}
+
+func (u *uploadPump) outcome() (int64, error) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.sent, u.err
+}
+
+func (u *uploadPump) fail(pw *io.PipeWriter, err error) {
+	u.mu.Lock()
+	u.err = err
+	u.mu.Unlock()
+	pw.CloseWithError(err)
+}
+
+func (u *uploadPump) run(r io.Reader, pw *io.PipeWriter) {
+	defer close(u.done)
+	buf := make([]byte, frameSize)
+	var hdr [4]byte
+	for {
+		n, rerr := 0, error(nil)
+		for n < len(buf) && rerr == nil {
+			var m int
+			m, rerr = r.Read(buf[n:])
+			n += m
+		}
+		if n > 0 {
+			u.mu.Lock()
+			u.sent += int64(n)
+			sent := u.sent
+			u.mu.Unlock()
+			if sent > u.max {
+				u.fail(pw, fmt.Errorf("%w: upload is over the limit of %d bytes", ErrTooLarge, u.max))
+				return
+			}
+			binary.BigEndian.PutUint32(hdr[:], uint32(n))
+			if _, err := pw.Write(hdr[:]); err != nil {
+				return
+			}
+			if _, err := pw.Write(buf[:n]); err != nil {
+				return
+			}
+		}
+		switch {
+		case rerr == io.EOF:
+			sent, _ := u.outcome()
+			if u.size >= 0 && sent != u.size {
+				u.fail(pw, fmt.Errorf("%w: upload ended after %d of %d bytes", ErrInvalid, sent, u.size))
+				return
+			}
+			binary.BigEndian.PutUint32(hdr[:], 0)
+			_, _ = pw.Write(hdr[:])
+			pw.Close()
+			return
+		case rerr != nil:
+			u.fail(pw, fmt.Errorf("reading upload: %w", rerr))
+			return
+		}
+	}
+}
+
+func toFileInfo(g *guest.FileEntry, path string) FileInfo {
+	if g == nil {
+		return FileInfo{Path: path}
+	}
+	return FileInfo{Name: g.Name, Path: path, Size: g.Size, Mode: fmt.Sprintf("%04o", g.Mode),
+		ModTime: time.Unix(0, g.MTimeNS).UTC(), Type: g.Type}
+}
+
+func errString(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
+
+// fileError maps the guest's result to the shared errors. No result at
+// all means the guest died: the sandbox may be gone.
+func (e *Executor) fileError(ctx context.Context, id string, res *guest.FileResult, waitErr error, stderr string) error {
+	if res == nil {
+		if stderr != "" {
+			e.log.Warn("file call failed in the sandbox", "session", id, "stderr", stderr)
+		}
+		_, err := e.lost(ctx, id, Result{}, waitErr)
+		return err
+	}
+	var sentinel error
+	switch res.Code {
+	case "":
+		return nil
+	case guest.CodeInvalid:
+		sentinel = ErrInvalid
+	case guest.CodeNotFound:
+		sentinel = ErrFileNotFound
+	case guest.CodeNotRegular:
+		sentinel = ErrNotRegular
+	case guest.CodeNotDir:
+		sentinel = ErrNotDir
+	case guest.CodeSymlink:
+		sentinel = ErrSymlink
+	case guest.CodeTooLarge, guest.CodeNoSpace:
+		sentinel = ErrTooLarge
+	case guest.CodePermission:
+		sentinel = ErrPermission
+	default:
+		return fmt.Errorf("file call in sandbox %s: %s: %s", id, res.Code, res.Error)
+	}
+	// The guest writes these messages itself; they name only sandbox paths.
+	return fmt.Errorf("%w: %s", sentinel, res.Error)
+}
+
+// fileOp is one running guest file mode.
+type fileOp struct {
+	cmd      *exec.Cmd
+	cancel   context.CancelFunc
+	results  chan fileLine
+	stdout   io.ReadCloser // get only
+	stderr   *limitedBuffer
+	waitOnce sync.Once
+	waitErr  error
+}
+
+type fileLine struct {
+	res *guest.FileResult
+	err error
+}
+
+// startFileOp starts `guest <mode>` as the sandbox user; body (put only)
+// follows the header on stdin.
+func (e *Executor) startFileOp(ctx context.Context, id, mode string, comps []string, max int64, body io.Reader, wantStdout bool) (*fileOp, error) {
+	header, err := guest.EncodeFile(&guest.FileRequest{Path: guest.JoinHome(comps), Max: max})
+	if err != nil {
+		return nil, fmt.Errorf("encoding file request: %w", err)
+	}
+	rr, rw, err := os.Pipe()
+	if err != nil {
+		return nil, fmt.Errorf("creating result pipe: %w", err)
+	}
+	// runsc exec gets a context of its own: it is killed on purpose (kill),
+	// never as a side effect of the caller's context.
+	cmdCtx, cmdCancel := context.WithCancel(context.Background())
+	user := strconv.Itoa(SandboxUID) + ":" + strconv.Itoa(SandboxUID)
+	cmd := e.runsc.command(cmdCtx, "", "exec", "--user", user, "--cwd", "/", "--pass-fd", "3:3", id, guestBin, mode)
+	if body != nil {
+		cmd.Stdin = io.MultiReader(bytes.NewReader(header), body)
+	} else {
+		cmd.Stdin = bytes.NewReader(header)
+	}
+	op := &fileOp{cmd: cmd, cancel: cmdCancel, results: make(chan fileLine, 1), stderr: &limitedBuffer{max: 8 << 10}}
+	cmd.Stderr = op.stderr
+	if wantStdout {
+		if op.stdout, err = cmd.StdoutPipe(); err != nil {
+			rr.Close()
+			rw.Close()
+			cmdCancel()
+			return nil, fmt.Errorf("creating output pipe: %w", err)
+		}
+	}
+	cmd.ExtraFiles = []*os.File{rw}
+	if err := cmd.Start(); err != nil {
+		rr.Close()
+		rw.Close()
+		cmdCancel()
+		return nil, fmt.Errorf("starting runsc exec: %w", err)
+	}
+	rw.Close()
+	go func() {
+		defer rr.Close()
+		// One JSON line; a get streams its content only after it.
+		line, err := bufio.NewReaderSize(io.LimitReader(rr, 16<<20), 64<<10).ReadBytes('\n')
+		if err != nil {
+			op.results <- fileLine{err: err}
+			return
+		}
+		var res guest.FileResult
+		if err := json.Unmarshal(line, &res); err != nil {
+			op.results <- fileLine{err: fmt.Errorf("decoding guest result: %w", err)}
+			return
+		}
+		op.results <- fileLine{res: &res}
+	}()
+	return op, nil
+}
+
+// result waits for the guest's result line. A nil result with a nil error
+// means the guest ended without one.
+func (op *fileOp) result(ctx context.Context) (*guest.FileResult, error) {
+	select {
+	case l := <-op.results:
+		if l.err != nil {
+			return nil, nil
+		}
+		return l.res, nil
+	case <-ctx.Done():
+		op.kill()
+		return nil, ctx.Err()
+	}
+}
+
+// kill ends the runsc exec client; the guest then loses its pipes and dies.
+func (op *fileOp) kill() { op.cancel() }
+
+// wait reaps runsc exec; with abort it is killed first.
+func (op *fileOp) wait(abort bool) error {
+	op.waitOnce.Do(func() {
+		if abort {
+			op.kill()
+		}
+		done := make(chan error, 1)
+		go func() { done <- op.cmd.Wait() }()
+		select {
+		case op.waitErr = <-done:
+		case <-time.After(30 * time.Second):
+			op.kill()
+			op.waitErr = <-done
+		}
+		op.cancel()
+	})
+	return op.waitErr
+}
+
+// fileReader streams a get's content and unlocks the session on Close.
+type fileReader struct {
+	op     *fileOp
+	remain int64
+	done   func()
+	closed bool
+}
+
+func (f *fileReader) Read(p []byte) (int, error) {
+	if f.remain <= 0 {
+		return 0, io.EOF
+	}
+	if int64(len(p)) > f.remain {
+		p = p[:f.remain]
+	}
+	n, err := f.op.stdout.Read(p)
+	f.remain -= int64(n)
+	switch {
+	case f.remain == 0:
+		return n, io.EOF
+	case err == io.EOF:
+		return n, io.ErrUnexpectedEOF
+	}
+	return n, err
+}
+
+func (f *fileReader) Close() error {
+	if f.closed {
+		return nil
+	}
+	f.closed = true
+	err := f.op.wait(f.remain > 0)
+	f.done()
+	if f.remain > 0 {
+		return nil // the caller stopped early; that is not a failure here
+	}
+	if err != nil {
+		return fmt.Errorf("finishing file transfer: %w", err)
+	}
+	return nil
+}
+
+// limitedBuffer keeps the first max bytes written to it.
+type limitedBuffer struct {
+	mu  sync.Mutex
+	b   bytes.Buffer
+	max int
+}
+
+func (l *limitedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if room := l.max - l.b.Len(); room > 0 {
+		l.b.Write(p[:min(room, len(p))])
+	}
+	return len(p), nil
+}
+
+func (l *limitedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}

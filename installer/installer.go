@@ -1,0 +1,355 @@
+// Package installer is the install job: it checks a request against the
+// mirror (every package explicit, pinned or resolved to the newest admitted
+// version), then runs pip or a validated npm extraction in a separate,
+// short-lived sandbox that has the session's home mounted and whose network
+// reaches only the mirror. It fails closed and installs all or nothing.
+package installer
+
+import (
+	"context"
+	_ "embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/netip"
+	"strings"
+	"time"
+
+	"github.com/sandboxapi/sandboxapi/internal/sandbox"
+)
+
+//go:embed install.py
+var installScript []byte
+
+// Manager is a package manager.
+type Manager string
+
+const (
+	Pip Manager = "pip"
+	NPM Manager = "npm"
+)
+
+// Artifact is what the catalog knows of one file.
+type Artifact struct {
+	Name      string
+	Version   string
+	Filename  string
+	SHA256    string
+	Integrity string // npm: "sha512-<base64>"
+	Size      int64
+	URLPath   string // where the mirror handler serves it
+	Status    string // admitted, refused, quarantined, removed
+	Reasons   []string
+}
+
+// Catalog errors; Lookup wraps them.
+var (
+	ErrNotFound    = errors.New("not in the mirror")
+	ErrNotAdmitted = errors.New("not admitted by the mirror")
+)
+
+// Catalog is the mirror as the installer sees it.
+type Catalog interface {
+	// Lookup finds name at version ("" for the newest admitted). A known but
+	// not admitted artifact comes back with an error wrapping ErrNotAdmitted.
+	Lookup(ctx context.Context, m Manager, name, version string) (Artifact, error)
+}
+
+// Endpoint is an installer network: a namespace whose only reachable
+// address is HostAddr on Config.Port.
+type Endpoint struct {
+	NetnsPath string
+	HostAddr  netip.Addr
+}
+
+// Network makes and removes installer networks.
+type Network interface {
+	Setup(ctx context.Context, id string) (Endpoint, error)
+	Teardown(ctx context.Context, id string) error
+}
+
+// Runner runs a job in its own sandbox (the executor).
+type Runner interface {
+	RunJob(ctx context.Context, job sandbox.Job) (sandbox.Result, error)
+}
+
+// Config holds the installer's settings. It is data only.
+type Config struct {
+	// Port is where the mirror is served on the installer network's host
+	// address; the firewall lets the installer reach only that port.
+	Port uint16 `yaml:"port"`
+	// Timeout bounds one install.
+	Timeout Duration `yaml:"timeout"`
+	// MaxPackages bounds one request.
+	MaxPackages int `yaml:"max_packages"`
+	// MaxUnpackedBytes and MaxEntries bound one npm package once unpacked.
+	MaxUnpackedBytes int64 `yaml:"max_unpacked_bytes"`
+	MaxEntries       int   `yaml:"max_entries"`
+	// Network is the installer networks' own address pool, nftables table
+	// and name prefix (kept apart from session networks).
+	Pool   string `yaml:"pool"`
+	Table  string `yaml:"table"`
+	Prefix string `yaml:"prefix"`
+}
+
+// DefaultConfig returns the defaults.
+func DefaultConfig() Config {
+	return Config{
+		Port: 3141, Timeout: Duration(2 * time.Minute), MaxPackages: 32,
+		MaxUnpackedBytes: 256 << 20, MaxEntries: 20000,
+		Pool: "10.201.0.0/16", Table: "sandboxapi_install", Prefix: "sbi",
+	}
+}
+
+// Validate reports every problem at once.
+func (c Config) Validate() error {
+	var errs []error
+	if c.Port == 0 {
+		errs = append(errs, errors.New("installer.port: must be set"))
+	}
+	if c.Timeout <= 0 {
+		errs = append(errs, errors.New("installer.timeout: must be positive"))
+	}
+	if c.MaxPackages < 1 {
+		errs = append(errs, errors.New("installer.max_packages: must be at least 1"))
+	}
+	if c.MaxUnpackedBytes <= 0 || c.MaxEntries <= 0 {
+		errs = append(errs, errors.New("installer: max_unpacked_bytes and max_entries must be positive"))
+	}
+	if p, err := netip.ParsePrefix(c.Pool); err != nil || !p.Addr().Is4() || p.Bits() > 29 {
+		errs = append(errs, fmt.Errorf("installer.pool: %q is not an IPv4 prefix of /29 or larger", c.Pool))
+	}
+	if c.Table == "" || c.Prefix == "" {
+		errs = append(errs, errors.New("installer: table and prefix must be set"))
+	}
+	return errors.Join(errs...)
+}
+
+// Installer runs install jobs. Build it with New; it is safe for
+// concurrent use.
+type Installer struct {
+	cfg     Config
+	catalog Catalog
+	runner  Runner
+	net     Network
+	mirror  http.Handler
+	log     *slog.Logger
+
+	// dieBeforeCommit makes the installer kill itself after staging (tests).
+	dieBeforeCommit bool
+}
+
+// New returns an Installer; mirror is the mirror's read-only handler
+// (mounted at /mirror/).
+func New(cfg Config, catalog Catalog, runner Runner, network Network, mirror http.Handler, log *slog.Logger) *Installer {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Installer{cfg: cfg, catalog: catalog, runner: runner, net: network, mirror: mirror, log: log}
+}
+
+// planned is one resolved package.
+type planned struct {
+	requested string
+	resolved  bool
+	a         Artifact
+}
+
+// plan checks every requested package against the catalog. Any problem
+// rejects the whole request with a reason per package.
+func (i *Installer) plan(ctx context.Context, req sandbox.InstallRequest) ([]planned, error) {
+	m := Manager(req.Manager)
+	if m != Pip && m != NPM {
+		return nil, fmt.Errorf("%w: manager must be pip or npm", sandbox.ErrInvalid)
+	}
+	if len(req.Packages) == 0 {
+		return nil, fmt.Errorf("%w: list at least one package", sandbox.ErrInvalid)
+	}
+	if len(req.Packages) > i.cfg.MaxPackages {
+		return nil, fmt.Errorf("%w: at most %d packages per install", sandbox.ErrInvalid, i.cfg.MaxPackages)
+	}
+	var rej []sandbox.PackageRejection
+	var out []planned
+	seen := map[string]bool{}
+	for _, spec := range req.Packages {
+		name, version, err := ParseSpec(m, spec)
+		if err != nil {
+			rej = append(rej, sandbox.PackageRejection{Package: spec, Status: "invalid", Reason: err.Error()})
+			continue
+		}
+		key := normName(m, name)
+		if seen[key] {
+			rej = append(rej, sandbox.PackageRejection{Package: spec, Status: "invalid", Reason: "listed more than once"})
+			continue
+		}
+		seen[key] = true
+		a, err := i.catalog.Lookup(ctx, m, name, version)
+		switch {
+		case errors.Is(err, ErrNotFound):
+			rej = append(rej, sandbox.PackageRejection{Package: spec, Status: "missing", Reason: "not in the mirror"})
+			continue
+		case errors.Is(err, ErrNotAdmitted):
+			reason := a.Status
+			if len(a.Reasons) > 0 {
+				reason += ": " + strings.Join(a.Reasons, "; ")
+			}
+			rej = append(rej, sandbox.PackageRejection{Package: spec, Status: a.Status, Reason: reason})
+			continue
+		case err != nil:
+			return nil, fmt.Errorf("looking up %s: %w", spec, err)
+		}
+		if m == Pip && !strings.HasSuffix(a.Filename, ".whl") {
+			rej = append(rej, sandbox.PackageRejection{Package: spec, Status: "not_a_wheel", Reason: "only wheels are installed: " + a.Filename})
+			continue
+		}
+		if m == NPM && !strings.HasSuffix(a.Filename, ".tgz") {
+			rej = append(rej, sandbox.PackageRejection{Package: spec, Status: "not_a_tarball", Reason: "not an npm tarball: " + a.Filename})
+			continue
+		}
+		if !validHex(a.SHA256, 64) || (m == NPM && !strings.HasPrefix(a.Integrity, "sha512-")) {
+			rej = append(rej, sandbox.PackageRejection{Package: spec, Status: "invalid", Reason: "the mirror has no usable hash for it"})
+			continue
+		}
+		out = append(out, planned{requested: spec, resolved: version == "", a: a})
+	}
+	if len(rej) > 0 {
+		return nil, &sandbox.RejectedError{Packages: rej}
+	}
+	return out, nil
+}
+
+// Install puts the requested packages into owner's session, all or nothing.
+// timeout (0: the configured one) bounds the whole job.
+func (i *Installer) Install(ctx context.Context, owner, sessionID string, req sandbox.InstallRequest, timeout time.Duration) (sandbox.InstallReply, error) {
+	start := time.Now()
+	plan, err := i.plan(ctx, req)
+	if err != nil {
+		return sandbox.InstallReply{}, err
+	}
+	if timeout <= 0 || timeout > i.cfg.Timeout.D() {
+		timeout = i.cfg.Timeout.D()
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout+10*time.Second)
+	defer cancel()
+
+	netID := "inst-" + randomID()
+	ep, stop, err := i.serveMirror(ctx, netID)
+	if err != nil {
+		return sandbox.InstallReply{}, err
+	}
+	defer stop()
+
+	base := fmt.Sprintf("http://%s", netip.AddrPortFrom(ep.HostAddr, i.cfg.Port))
+	type pkg struct {
+		Name      string `json:"name"`
+		Version   string `json:"version"`
+		SHA256    string `json:"sha256"`
+		Integrity string `json:"integrity,omitempty"`
+		URLPath   string `json:"url_path"`
+		Size      int64  `json:"size"`
+	}
+	job := struct {
+		Manager  string           `json:"manager"`
+		IndexURL string           `json:"index_url"`
+		BaseURL  string           `json:"base_url"`
+		Packages []pkg            `json:"packages"`
+		Limits   map[string]int64 `json:"limits"`
+	}{Manager: req.Manager, IndexURL: base + "/mirror/pypi/simple/", BaseURL: base,
+		Limits: map[string]int64{"max_entries": int64(i.cfg.MaxEntries), "max_bytes": i.cfg.MaxUnpackedBytes}}
+	for _, p := range plan {
+		job.Packages = append(job.Packages, pkg{Name: p.a.Name, Version: p.a.Version, SHA256: p.a.SHA256, Integrity: p.a.Integrity, URLPath: p.a.URLPath, Size: p.a.Size})
+	}
+	jb, _ := json.Marshal(job)
+	env := []string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=/home/sandbox", "LANG=C.UTF-8", "TMPDIR=/tmp", "PIP_CONFIG_FILE=/dev/null", "PIP_NO_INPUT=1"}
+	if i.dieBeforeCommit {
+		env = append(env, "SANDBOXAPI_INSTALL_DIE_BEFORE_COMMIT=1")
+	}
+	res, err := i.runner.RunJob(ctx, sandbox.Job{
+		Owner: owner, SessionID: sessionID, NetnsPath: ep.NetnsPath,
+		Files:   []sandbox.File{{Path: "install.py", Content: installScript}, {Path: "job.json", Content: jb}},
+		Argv:    []string{"/usr/bin/python3", "-I", "{dir}/install.py", "{dir}/job.json"},
+		Env:     env,
+		Timeout: timeout,
+	})
+	if err != nil {
+		return sandbox.InstallReply{}, err
+	}
+	if res.Status != sandbox.StatusOK {
+		i.log.Warn("install failed", "session", sessionID, "manager", req.Manager, "status", res.Status, "exit_code", res.ExitCode,
+			"stdout", tail(res.Stdout, 2000), "stderr", tail(res.Stderr, 4000))
+		return sandbox.InstallReply{}, fmt.Errorf("%w: installer %s (exit %d): %s", sandbox.ErrInstallFailed, res.Status, res.ExitCode, lastLine(res.Stderr))
+	}
+	reply := sandbox.InstallReply{Manager: req.Manager, DurationMS: time.Since(start).Milliseconds()}
+	for _, p := range plan {
+		reply.Installed = append(reply.Installed, sandbox.InstalledPackage{Requested: p.requested, Name: p.a.Name, Version: p.a.Version,
+			Filename: p.a.Filename, SHA256: p.a.SHA256, Resolved: p.resolved})
+	}
+	i.log.Info("install", "session", sessionID, "manager", req.Manager, "packages", len(plan), "ms", reply.DurationMS)
+	return reply, nil
+}
+
+// serveMirror sets up an installer network and serves the mirror on its
+// host address for as long as the returned stop is not called.
+func (i *Installer) serveMirror(ctx context.Context, id string) (Endpoint, func(), error) {
+	ep, err := i.net.Setup(ctx, id)
+	if err != nil {
+		return Endpoint{}, nil, fmt.Errorf("setting up installer network: %w", err)
+	}
+	teardown := func() {
+		tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
+		if err := i.net.Teardown(tctx, id); err != nil {
+			i.log.Error("tearing down installer network", "id", id, "err", err)
+		}
+	}
+	ln, err := net.Listen("tcp", netip.AddrPortFrom(ep.HostAddr, i.cfg.Port).String())
+	if err != nil {
+		teardown()
+		return Endpoint{}, nil, fmt.Errorf("listening for the installer: %w", err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/mirror/", i.mirror)
+	hs := &http.Server{Handler: logRequests(i.log, id, mux), ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = hs.Serve(ln) }()
+	return ep, func() {
+		_ = hs.Close()
+		teardown()
+	}, nil
+}
+
+func logRequests(log *slog.Logger, id string, h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		log.Debug("installer fetch", "id", id, "path", r.URL.Path, "remote", r.RemoteAddr)
+		h.ServeHTTP(w, r)
+	})
+}
+
+func tail(s string, n int) string {
+	if len(s) > n {
+		return s[len(s)-n:]
+	}
+	return s
+}
+
+func lastLine(s string) string {
+	s = strings.TrimSpace(s)
+	if k := strings.LastIndexByte(s, '\n'); k >= 0 {
+		s = s[k+1:]
+	}
+	return tail(s, 300)
+}
+
+func validHex(s string, n int) bool {
+	if len(s) != n {
+		return false
+	}
+	for _, c := range s {
+		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
+			return false
+		}
+	}
+	return true
+}

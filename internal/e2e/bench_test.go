@@ -1,0 +1,132 @@
+package e2e
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"testing"
+	"time"
+)
+
+// Benchmarks run side by side in one process: each API operation is
+// alternated with its bare runsc baseline on the same machine state, and the
+// ratio is reported. Run with:
+//
+//	go test ./internal/e2e -run '^$' -bench Core -benchtime 1x
+func pct(d []time.Duration, p float64) time.Duration {
+	s := append([]time.Duration(nil), d...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	i := int(float64(len(s)-1) * p)
+	return s[i]
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+func BenchmarkCore(b *testing.B) {
+	for i := 0; i < b.N; i++ {
+		benchCore(b)
+	}
+}
+
+func benchCore(b *testing.B) {
+	s := startServerB(b, "executor:\n  warm_pool: 0\n  home_size: 64M\n  max_sandboxes: 64\n")
+	key := s.key("MEGA")
+	runsc := []string{"--root", filepath.Join(s.dataDir, "runsc"), "--platform", "systrap", "--overlay2", "none"}
+	const rounds = 30
+
+	// Session create: API (cold: home image, bundle, runsc run -d) against a
+	// bare `runsc run -d` of a copy of the same bundle.
+	var apiCreate, bareCreate []time.Duration
+	var bundleSrc string
+	for i := 0; i < rounds; i++ {
+		t0 := time.Now()
+		id := s.session(key, "python3")
+		apiCreate = append(apiCreate, time.Since(t0))
+		if bundleSrc == "" {
+			bundleSrc = filepath.Join(s.dataDir, "sessions", id, "bundle", "config.json")
+			spec, _ := os.ReadFile(bundleSrc)
+			bundleSrc = filepath.Join(b.TempDir(), "config.json")
+			_ = os.WriteFile(bundleSrc, spec, 0o600)
+		}
+		bareID := fmt.Sprintf("bare-%026d", i)
+		bdir := b.TempDir()
+		spec, _ := os.ReadFile(bundleSrc)
+		var m map[string]any
+		_ = json.Unmarshal(spec, &m)
+		m["linux"].(map[string]any)["cgroupsPath"] = "/sandboxapi/" + bareID
+		spec, _ = json.Marshal(m)
+		_ = os.WriteFile(filepath.Join(bdir, "config.json"), spec, 0o600)
+		t1 := time.Now()
+		out, err := exec.Command("runsc", append(runsc, "--network", "none", "run", "--detach", "--bundle", bdir, bareID)...).CombinedOutput()
+		bareCreate = append(bareCreate, time.Since(t1))
+		if err != nil {
+			b.Fatalf("bare run: %v %s", err, out)
+		}
+		_ = exec.Command("runsc", append(runsc, "delete", "--force", bareID)...).Run()
+		s.do("DELETE", "/v1/sessions/"+id, key, nil)
+	}
+
+	// Execute print(1): API against bare runsc exec in the same sandbox.
+	id := s.session(key, "python3")
+	var apiExec, bareExec []time.Duration
+	for i := 0; i < rounds+3; i++ {
+		t0 := time.Now()
+		out := s.exec(key, id, "print(1)")
+		d := time.Since(t0)
+		if out["stdout"] != "1\n" {
+			b.Fatalf("api exec: %v", out)
+		}
+		t1 := time.Now()
+		bo, err := exec.Command("runsc", append(runsc, "exec", "--user", "1000:1000", "--cwd", "/home/sandbox", id, "python3", "-c", "print(1)")...).Output()
+		d2 := time.Since(t1)
+		if err != nil || string(bo) != "1\n" {
+			b.Fatalf("bare exec: %v %q", err, bo)
+		}
+		if i >= 3 { // warm-up
+			apiExec = append(apiExec, d)
+			bareExec = append(bareExec, d2)
+		}
+	}
+	s.stop()
+
+	// Warm pool: create from the pool against the same cold path.
+	w := startServerB(b, "executor:\n  warm_pool: 2\n  home_size: 64M\n  max_sandboxes: 64\n")
+	wkey := w.key("MEGA")
+	var warmCreate []time.Duration
+	for i := 0; i < 10; i++ {
+		deadline := time.Now().Add(30 * time.Second)
+		for time.Now().Before(deadline) { // let the pool refill between creates
+			r := w.do("GET", "/v1/sessions", wkey, nil)
+			_ = r
+			if warmReady(w) {
+				break
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		t0 := time.Now()
+		id := w.session(wkey, "python3")
+		warmCreate = append(warmCreate, time.Since(t0))
+		w.do("DELETE", "/v1/sessions/"+id, wkey, nil)
+	}
+	w.stop()
+
+	report := func(name string, api, bare []time.Duration) {
+		fmt.Printf("%-28s api p50 %7.1f ms p99 %7.1f ms | bare p50 %7.1f ms p99 %7.1f ms | ratio p50 %.2fx p99 %.2fx\n",
+			name, ms(pct(api, .5)), ms(pct(api, .99)), ms(pct(bare, .5)), ms(pct(bare, .99)),
+			ms(pct(api, .5))/ms(pct(bare, .5)), ms(pct(api, .99))/ms(pct(bare, .99)))
+		b.ReportMetric(ms(pct(api, .5))/ms(pct(bare, .5)), name+"-ratio-p50")
+	}
+	report("session create (cold)", apiCreate, bareCreate)
+	report("session create (warm pool)", warmCreate, bareCreate)
+	report("execute print(1)", apiExec, bareExec)
+}
+
+// warmReady reads the server log for a full pool: the pool is internal, so
+// the benchmark waits on the number of running sandboxes instead.
+func warmReady(s *server) bool {
+	m, _ := filepath.Glob(filepath.Join(s.dataDir, "runsc", "sess_*"))
+	return len(m) >= 2
+}

@@ -1,0 +1,27 @@
+package sandbox
+
+import (
+	"errors"
+	"time"
+)
+
+// Errors of the files API, told apart with errors.Is. A missing session is
+// still ErrNotFound; an oversize file is ErrTooLarge; a bad path ErrInvalid.
+var (
+	ErrFileNotFound = errors.New("file not found")
+	ErrNotRegular   = errors.New("not a regular file")
+	ErrNotDir       = errors.New("not a directory")
+	ErrSymlink      = errors.New("symbolic links are not followed")
+	ErrPermission   = errors.New("permission denied in the sandbox")
+)
+
+// FileInfo describes one file in a session's home, as the sandbox sees it;
+// symlinks are described, never followed.
+type FileInfo struct {
+	Name    string    `json:"name"`
+	Path    string    `json:"path,omitempty"`
+	Size    int64     `json:"size"`
+	Mode    string    `json:"mode"` // octal permission bits, e.g. "0644"
+	ModTime time.Time `json:"mtime"`
+	Type    string    `json:"type"` // file, dir, symlink, fifo, socket, char_device, block_device
+}

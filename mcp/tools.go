@@ -1,0 +1,267 @@
+package mcp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// textCap bounds each output stream in a tool's text content; the
+// structured content carries the API's (already capped) output whole.
+const textCap = 32 << 10
+
+// ExecuteInput is the execute_code tool's input.
+type ExecuteInput struct {
+	Language string  `json:"language" jsonschema:"language name or alias, e.g. python3, javascript, typescript, go, java, c, cpp, bash (see list_runtimes)"`
+	Code     string  `json:"code" jsonschema:"the complete program source"`
+	Stdin    string  `json:"stdin,omitempty" jsonschema:"standard input for the program"`
+	Timeout  float64 `json:"timeout,omitempty" jsonschema:"wall-clock limit in seconds, at most your plan's max_timeout (see list_runtimes)"`
+}
+
+// ExecuteResult is one execution's outcome, as the REST API reports it.
+type ExecuteResult struct {
+	Stdout     string `json:"stdout" jsonschema:"standard output (capped)"`
+	Stderr     string `json:"stderr" jsonschema:"standard error (capped)"`
+	ExitCode   int    `json:"exit_code" jsonschema:"the process exit code"`
+	Signal     string `json:"signal" jsonschema:"the signal that ended the process, if any"`
+	Status     string `json:"status" jsonschema:"ok, error (non-zero exit), timeout, oom, output_limit or compile_error"`
+	DurationMS int64  `json:"duration_ms" jsonschema:"wall-clock time in milliseconds"`
+	Truncated  bool   `json:"truncated" jsonschema:"true when output was cut at the cap"`
+}
+
+// executeBody is the body of POST /v1/execute.
+type executeBody struct {
+	Language string   `json:"language"`
+	Code     string   `json:"code"`
+	Stdin    string   `json:"stdin,omitempty"`
+	Timeout  *float64 `json:"timeout,omitempty"`
+}
+
+// RuntimesInput is list_runtimes' (empty) input.
+type RuntimesInput struct{}
+
+// Runtime is one language the server runs.
+type Runtime struct {
+	Language string   `json:"language"`
+	Aliases  []string `json:"aliases,omitempty"`
+	Version  string   `json:"version"`
+	Compiled bool     `json:"compiled"`
+}
+
+// Limits are the caller's plan limits.
+type Limits struct {
+	Plan        string `json:"plan"`
+	MaxTimeout  int64  `json:"max_timeout" jsonschema:"largest timeout in seconds"`
+	MemoryMB    int64  `json:"memory_mb"`
+	Sessions    bool   `json:"sessions" jsonschema:"whether the plan has stateful sessions (REST API only)"`
+	MaxSessions int    `json:"max_sessions"`
+}
+
+// RuntimesResult is list_runtimes' output.
+type RuntimesResult struct {
+	Runtimes []Runtime `json:"runtimes"`
+	Limits   Limits    `json:"limits"`
+}
+
+// PackagesInput is check_packages' input.
+type PackagesInput struct {
+	Manager  string   `json:"manager" jsonschema:"pip or npm"`
+	Packages []string `json:"packages" jsonschema:"package specs: NAME or NAME==VERSION for pip, NAME or NAME@VERSION for npm"`
+}
+
+// PackageVerdict is what the mirror says about one requested package.
+type PackageVerdict struct {
+	Spec        string   `json:"spec" jsonschema:"the spec as asked"`
+	Name        string   `json:"name"`
+	Version     string   `json:"version,omitempty" jsonschema:"the version looked up: the one asked for, else the newest admitted"`
+	Available   bool     `json:"available" jsonschema:"true when the mirror serves it and an install would succeed"`
+	Status      string   `json:"status" jsonschema:"admitted, refused, quarantined, removed, not_found or invalid"`
+	Versions    []string `json:"versions,omitempty" jsonschema:"admitted versions, oldest first"`
+	OSV         string   `json:"osv" jsonschema:"clean, accepted (known advisories accepted by the operator), vulnerable or unknown"`
+	Advisories  []string `json:"advisories,omitempty" jsonschema:"OSV ids that matched"`
+	Reasons     []string `json:"reasons,omitempty"`
+	OSVSnapshot string   `json:"osv_snapshot,omitempty"`
+	Install     string   `json:"install,omitempty" jsonschema:"the exact spec to install"`
+}
+
+// PackagesResult is check_packages' output.
+type PackagesResult struct {
+	Manager string           `json:"manager"`
+	Results []PackageVerdict `json:"results"`
+}
+
+type tools struct{ c *client }
+
+func registerTools(s *sdk.Server, c *client) {
+	t := &tools{c: c}
+	f, tr := false, true
+	sdk.AddTool(s, &sdk.Tool{
+		Name:  "execute_code",
+		Title: "Execute code in a sandbox",
+		Description: "Run one program in a fresh gVisor sandbox (no network, no state kept) and return stdout, stderr, " +
+			"exit code and status. Output is capped. Errors such as an unknown language, a timeout over your plan's limit " +
+			"or an exhausted quota come back as tool errors.",
+		Annotations: &sdk.ToolAnnotations{DestructiveHint: &f, OpenWorldHint: &f},
+	}, t.execute)
+	sdk.AddTool(s, &sdk.Tool{
+		Name:        "list_runtimes",
+		Title:       "List runtimes and plan limits",
+		Description: "List the languages (with aliases and versions) the sandbox runs, and the limits of your plan.",
+		Annotations: &sdk.ToolAnnotations{ReadOnlyHint: true, OpenWorldHint: &f},
+	}, t.listRuntimes)
+	sdk.AddTool(s, &sdk.Tool{
+		Name:  "run_tests",
+		Title: "Run tests against code",
+		Description: "Run code together with tests in a sandbox and report {passed, total, failures}. " +
+			"python3: tests are Python source with test_* functions using assert, or unittest.TestCase classes; the code's names are in scope (also importable as module solution). " +
+			"javascript: tests call test(name, fn) / it(name, fn) (describe is supported) or define test* functions; assert (node:assert) is predefined, async tests may return promises; the code's top-level names are in scope.",
+		Annotations: &sdk.ToolAnnotations{DestructiveHint: &f, OpenWorldHint: &f},
+	}, t.runTests)
+	sdk.AddTool(s, &sdk.Tool{
+		Name:  "check_packages",
+		Title: "Check packages in the mirror",
+		Description: "For each pip or npm package, say whether the curated mirror holds it (sandboxes install only from there), " +
+			"its admitted versions and its OSV vulnerability verdict, to plan an install.",
+		Annotations: &sdk.ToolAnnotations{ReadOnlyHint: true, IdempotentHint: true, OpenWorldHint: &tr},
+	}, t.checkPackages)
+}
+
+func (t *tools) execute(ctx context.Context, req *sdk.CallToolRequest, in ExecuteInput) (*sdk.CallToolResult, ExecuteResult, error) {
+	res, err := t.run(ctx, req, in)
+	if err != nil {
+		return nil, ExecuteResult{}, err
+	}
+	out := &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: describeExecution(res)}}}
+	switch res.Status {
+	case "timeout", "oom":
+		out.IsError = true
+	}
+	return out, res, nil
+}
+
+// run sends one stateless execute.
+func (t *tools) run(ctx context.Context, req *sdk.CallToolRequest, in ExecuteInput) (ExecuteResult, error) {
+	if strings.TrimSpace(in.Language) == "" {
+		return ExecuteResult{}, errors.New("language is required; call list_runtimes for the choices")
+	}
+	if in.Timeout < 0 {
+		return ExecuteResult{}, errors.New("timeout must be a positive number of seconds")
+	}
+	body := executeBody{Language: in.Language, Code: in.Code, Stdin: in.Stdin}
+	if in.Timeout > 0 {
+		body.Timeout = &in.Timeout
+	}
+	var res ExecuteResult
+	if err := t.c.call(ctx, headersOf(req), "POST", "/v1/execute", body, &res); err != nil {
+		return ExecuteResult{}, err
+	}
+	return res, nil
+}
+
+// describeExecution renders a result for a reader: status explained first,
+// then the output.
+func describeExecution(r ExecuteResult) string {
+	var b strings.Builder
+	switch r.Status {
+	case "ok":
+		fmt.Fprintf(&b, "status ok: exited with code 0 in %d ms", r.DurationMS)
+	case "error":
+		fmt.Fprintf(&b, "status error: exited with code %d", r.ExitCode)
+		if r.Signal != "" {
+			fmt.Fprintf(&b, " (signal %s)", r.Signal)
+		}
+		fmt.Fprintf(&b, " in %d ms", r.DurationMS)
+	case "timeout":
+		fmt.Fprintf(&b, "status timeout: the program was stopped after %d ms, at its time limit; pass a larger timeout (up to your plan's max_timeout, see list_runtimes) or make it faster", r.DurationMS)
+	case "oom":
+		b.WriteString("status oom: the program ran out of memory and was killed (your plan's memory_mb is in list_runtimes)")
+	case "output_limit":
+		b.WriteString("status output_limit: the program printed more than the output cap and was stopped; print less")
+	case "compile_error":
+		b.WriteString("status compile_error: compilation failed; the compiler's messages are in stderr")
+	default:
+		fmt.Fprintf(&b, "status %s: exit code %d", r.Status, r.ExitCode)
+	}
+	if r.Truncated {
+		b.WriteString("\n(output truncated at the cap)")
+	}
+	writeStream(&b, "stdout", r.Stdout)
+	writeStream(&b, "stderr", r.Stderr)
+	return b.String()
+}
+
+func writeStream(b *strings.Builder, name, s string) {
+	if s == "" {
+		return
+	}
+	fmt.Fprintf(b, "\n--- %s ---\n", name)
+	if len(s) > textCap {
+		b.WriteString(s[:textCap])
+		fmt.Fprintf(b, "\n[... %d more bytes in the structured result]", len(s)-textCap)
+		return
+	}
+	b.WriteString(strings.TrimRight(s, "\n"))
+}
+
+func (t *tools) listRuntimes(ctx context.Context, req *sdk.CallToolRequest, _ RuntimesInput) (*sdk.CallToolResult, RuntimesResult, error) {
+	var res RuntimesResult
+	if err := t.c.call(ctx, headersOf(req), "GET", "/v1/runtimes", nil, &res); err != nil {
+		return nil, RuntimesResult{}, err
+	}
+	if res.Runtimes == nil {
+		res.Runtimes = []Runtime{}
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "plan %s: max timeout %d s, memory %d MB", res.Limits.Plan, res.Limits.MaxTimeout, res.Limits.MemoryMB)
+	if res.Limits.Sessions {
+		fmt.Fprintf(&b, ", up to %d sessions", res.Limits.MaxSessions)
+	}
+	b.WriteString("\nlanguages:")
+	for _, r := range res.Runtimes {
+		fmt.Fprintf(&b, "\n- %s %s", r.Language, r.Version)
+		if len(r.Aliases) > 0 {
+			fmt.Fprintf(&b, " (aliases: %s)", strings.Join(r.Aliases, ", "))
+		}
+		if r.Compiled {
+			b.WriteString(" [compiled]")
+		}
+	}
+	return &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: b.String()}}}, res, nil
+}
+
+func (t *tools) checkPackages(ctx context.Context, req *sdk.CallToolRequest, in PackagesInput) (*sdk.CallToolResult, PackagesResult, error) {
+	if len(in.Packages) == 0 {
+		return nil, PackagesResult{}, errors.New("packages must list at least one package")
+	}
+	var res PackagesResult
+	if err := t.c.call(ctx, headersOf(req), "POST", "/v1/packages/check", in, &res); err != nil {
+		return nil, PackagesResult{}, err
+	}
+	if res.Results == nil {
+		res.Results = []PackageVerdict{}
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s packages in the mirror:", res.Manager)
+	for _, v := range res.Results {
+		fmt.Fprintf(&b, "\n- %s: ", v.Spec)
+		if v.Available {
+			fmt.Fprintf(&b, "available as %s (osv: %s)", v.Install, v.OSV)
+		} else {
+			fmt.Fprintf(&b, "not installable (%s", v.Status)
+			if len(v.Advisories) > 0 {
+				fmt.Fprintf(&b, "; advisories %s", strings.Join(v.Advisories, ", "))
+			}
+			if len(v.Reasons) > 0 {
+				fmt.Fprintf(&b, "; %s", strings.Join(v.Reasons, "; "))
+			}
+			b.WriteString(")")
+		}
+		if len(v.Versions) > 0 {
+			fmt.Fprintf(&b, "; admitted versions: %s", strings.Join(v.Versions, ", "))
+		}
+	}
+	return &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: b.String()}}}, res, nil
+}
