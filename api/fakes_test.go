@@ -156,6 +156,32 @@ func (fakePackages) Check(ctx context.Context, manager string, specs []string) (
 	return out, nil
 }
 
+// fakeInstaller installs any "name==version" except names starting with
+// "bad", which it rejects.
+type fakeInstaller struct{}
+
+func (fakeInstaller) Install(ctx context.Context, owner, id string, req sandbox.InstallRequest, timeout time.Duration) (sandbox.InstallReply, error) {
+	reply := sandbox.InstallReply{Manager: req.Manager, Installed: []sandbox.InstalledPackage{}, DurationMS: 5}
+	for _, p := range req.Packages {
+		if strings.HasPrefix(p, "bad") {
+			return sandbox.InstallReply{}, &sandbox.RejectedError{Packages: []sandbox.PackageRejection{{Package: p, Reason: "not in the mirror", Status: "missing"}}}
+		}
+		name, ver, _ := strings.Cut(p, "==")
+		reply.Installed = append(reply.Installed, sandbox.InstalledPackage{Requested: p, Name: name, Version: ver})
+	}
+	return reply, nil
+}
+
+// fakeGate is ready unless its field says otherwise.
+type fakeGate struct{ down bool }
+
+func (g *fakeGate) Ready(ctx context.Context) (bool, []CheckResult) {
+	if g.down {
+		return false, []CheckResult{{Name: "osv", Status: "fail", Detail: "database is stale", LastRun: time.Now(), DurationMS: 1}}
+	}
+	return true, nil
+}
+
 // newFakeServer builds a Server over the fakes with the default plans.
 func newFakeServer(t *testing.T) (*Server, *fakeSandboxes) {
 	t.Helper()

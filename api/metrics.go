@@ -90,6 +90,21 @@ func (s *Server) SessionsByPlan() map[string]int {
 	return out
 }
 
+// ReadinessByCheck reports the latest outcome of each readiness check
+// (name -> passing) without running any; empty with no reporter.
+func (s *Server) ReadinessByCheck() map[string]bool {
+	out := map[string]bool{}
+	p := s.readiness.Load()
+	if p == nil {
+		return out
+	}
+	_, checks := (*p).Checks(context.Background(), false)
+	for _, c := range checks {
+		out[c.Name] = c.Status == "pass"
+	}
+	return out
+}
+
 // observedSandboxes measures executions on their way to the executor.
 type observedSandboxes struct {
 	Sandboxes

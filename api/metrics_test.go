@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -10,6 +11,12 @@ import (
 	"github.com/sandboxapi/sandboxapi/internal/metrics"
 )
 
+type fakeReadiness struct{}
+
+func (fakeReadiness) Checks(ctx context.Context, refresh bool) (bool, []CheckResult) {
+	return false, []CheckResult{{Name: "mirror", Status: "pass"}, {Name: "osv", Status: "stale"}}
+}
+
 // TestMetricsAfterRequests drives the sample requests through a server
 // built on fakes, with the metrics observer and /metrics mounted as the CLI
 // does, then scrapes /metrics.
@@ -18,6 +25,7 @@ func TestMetricsAfterRequests(t *testing.T) {
 	srv.SetUsageSource(fakeUsage{})
 	srv.SetEgressLog(fakeEgressLog{})
 	srv.SetPackages(fakePackages{})
+	srv.SetInstaller(fakeInstaller{}, &fakeGate{})
 	m := metrics.New()
 	srv.SetObserver(m)
 	m.RegisterSessionsByPlan(srv.SessionsByPlan)
@@ -25,12 +33,12 @@ func TestMetricsAfterRequests(t *testing.T) {
 	m.EgressDecision("deny", "not_allowed")
 	m.MirrorHit("pypi")
 	m.MirrorRefusal("npm", "osv")
-	m.ReadinessCheck("mirror", true)
-	m.ReadinessCheck("osv", false)
+	m.RegisterReadiness(srv.ReadinessByCheck)
 	srv.Handle("GET /metrics", m.Handler())
 	ts := httptest.NewServer(srv)
 	defer ts.Close()
 	runExchanges(t, ts, func(exchange, []byte, *http.Response, []byte) {})
+	srv.SetReadiness(fakeReadiness{}) // after the samples: it turns /readyz red
 
 	// A session that stays open counts under its plan.
 	req, _ := http.NewRequest("POST", ts.URL+"/v1/sessions", strings.NewReader(`{"language":"python3"}`))

@@ -136,6 +136,7 @@ func TestOpenAPICoversRoutes(t *testing.T) {
 	srv.SetUsageSource(fakeUsage{})
 	srv.SetEgressLog(fakeEgressLog{})
 	srv.SetPackages(fakePackages{})
+	srv.SetInstaller(fakeInstaller{}, &fakeGate{})
 	srv.Handle("GET /metrics", http.NotFoundHandler())
 	srv.Handle("/mirror/", http.NotFoundHandler())
 
@@ -297,6 +298,9 @@ func sampleExchanges() []exchange {
 		{name: "session egress", method: "GET", path: "/v1/sessions/{sid}/egress", key: pro, status: 200},
 		{name: "check packages", method: "POST", path: "/v1/packages/check", key: basic, body: `{"manager":"pip","packages":["numpy==2.1.0"]}`, status: 200},
 		{name: "check packages bad manager", method: "POST", path: "/v1/packages/check", key: basic, body: `{"manager":"gem","packages":["x"]}`, status: 400},
+		{name: "install", method: "POST", path: "/v1/sessions/{sid}/install", key: pro, body: `{"manager":"pip","packages":["six==1.16.0"]}`, status: 200},
+		{name: "install rejected", method: "POST", path: "/v1/sessions/{sid}/install", key: pro, body: `{"manager":"pip","packages":["badpkg==1.0"]}`, status: 422},
+		{name: "install bad manager", method: "POST", path: "/v1/sessions/{sid}/install", key: pro, body: `{"manager":"gem","packages":["x"]}`, status: 400},
 		{name: "usage", method: "GET", path: "/v1/usage", key: pro, status: 200},
 		{name: "delete session", method: "DELETE", path: "/v1/sessions/{sid}", key: pro, status: 204},
 		{name: "delete again", method: "DELETE", path: "/v1/sessions/{sid}", key: pro, status: 404},
@@ -366,6 +370,7 @@ func TestOpenAPIValidatesExchanges(t *testing.T) {
 	srv.SetUsageSource(fakeUsage{})
 	srv.SetEgressLog(fakeEgressLog{})
 	srv.SetPackages(fakePackages{})
+	srv.SetInstaller(fakeInstaller{}, &fakeGate{})
 	ts := httptest.NewServer(srv)
 	defer ts.Close()
 	checked := 0

@@ -48,7 +48,7 @@ type checkPackagesRequest struct {
 
 // SetPackages enables POST /v1/packages/check.
 func (s *Server) SetPackages(p Packages) {
-	s.mux.Handle("POST /v1/packages/check", s.authed(func(w http.ResponseWriter, r *http.Request) error {
+	s.handle("POST /v1/packages/check", s.authed(func(w http.ResponseWriter, r *http.Request) error {
 		var req checkPackagesRequest
 		if err := decodeJSON(r, &req); err != nil {
 			return err

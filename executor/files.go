@@ -35,7 +35,7 @@ var (
 	ErrNotDir       = sandbox.ErrNotDir
 	ErrSymlink      = sandbox.ErrSymlink
 	ErrPermission   = sandbox.ErrPermission
-	ErrTooLarge     = sandbox.ErrTooLarge
+	ErrTooLarge     = sandbox.ErrTooLarge // also used by stateless.go
 )
 
 const (
@@ -77,7 +77,7 @@ func (e *Executor) PutFile(ctx context.Context, owner, id, path string, r io.Rea
 	}
 	max := e.MaxFileBytes()
 	if size > max {
-		return FileInfo{}, fmt.Errorf("%w: file of %d bytes is over the limit of %d", ErrTooLarge, size, max)
+		return FileInfo{}, fmt.Errorf("%w: file of %d bytes is over the limit of %d", sandbox.ErrTooLarge, size, max)
 	}
 	s, err := e.acquire(ctx, owner, id)
 	if err != nil {
@@ -142,7 +142,7 @@ func (e *Executor) GetFile(ctx context.Context, owner, id, path string) (FileInf
 		return fail(err)
 	}
 	res, err := op.result(ctx)
-	if err != nil || res.Code != "" || res.Info == nil {
+	if err != nil || res == nil || res.Code != "" || res.Info == nil {
 		waitErr := op.wait(true)
 		if err == nil {
 			err = e.fileError(ctx, id, res, waitErr, op.stderr.String())
@@ -242,7 +242,7 @@ func (u *uploadPump) run(r io.Reader, pw *io.PipeWriter) {
 			sent := u.sent
 			u.mu.Unlock()
 			if sent > u.max {
-				u.fail(pw, fmt.Errorf("%w: upload is over the limit of %d bytes", ErrTooLarge, u.max))
+				u.fail(pw, fmt.Errorf("%w: upload is over the limit of %d bytes", sandbox.ErrTooLarge, u.max))
 				return
 			}
 			binary.BigEndian.PutUint32(hdr[:], uint32(n))
@@ -311,7 +311,7 @@ func (e *Executor) fileError(ctx context.Context, id string, res *guest.FileResu
 	case guest.CodeSymlink:
 		sentinel = ErrSymlink
 	case guest.CodeTooLarge, guest.CodeNoSpace:
-		sentinel = ErrTooLarge
+		sentinel = sandbox.ErrTooLarge
 	case guest.CodePermission:
 		sentinel = ErrPermission
 	default:

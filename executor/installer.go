@@ -47,6 +47,15 @@ func (e *Executor) RunJob(ctx context.Context, job Job) (Result, error) {
 		return Result{}, err
 	}
 	defer e.release()
+	// Stop waits for running jobs (e.wg), so none outlives the executor.
+	e.mu.Lock()
+	if !e.started {
+		e.mu.Unlock()
+		return Result{}, ErrNotStarted
+	}
+	e.wg.Add(1)
+	e.mu.Unlock()
+	defer e.wg.Done()
 
 	id := newID("job_")
 	dir := filepath.Join(e.jobsDir(), id)
@@ -80,6 +89,14 @@ func (e *Executor) RunJob(ctx context.Context, job Job) (Result, error) {
 		defer cancel()
 		if err := e.runsc.destroy(dctx, id); err != nil {
 			e.log.Error("destroying job sandbox", "job", id, "err", err)
+		}
+		// A job that outlived Stop leaves runsc's null-netns mount behind
+		// unless the last one out removes it.
+		e.mu.Lock()
+		stopped := !e.started
+		e.mu.Unlock()
+		if cs, err := e.runsc.list(dctx); stopped && err == nil && len(cs) == 0 {
+			_ = e.runsc.unmountNullNetns()
 		}
 	}()
 	files := make([]guest.File, 0, len(job.Files))

@@ -127,7 +127,8 @@ def stage_pip(job, stage):
     argv = [sys.executable, "-m", "pip", "install", "--isolated", "--no-input",
             "--only-binary=:all:", "--no-deps", "--no-build-isolation", "--require-hashes",
             "--no-cache-dir", "--no-compile", "--progress-bar", "off",
-            "--index-url", job["index_url"], "--target", stage, "-r", req]
+            "--index-url", job["index_url"], "--trusted-host", job["trusted_host"],
+            "--target", stage, "-r", req]
     r = subprocess.run(argv, env=env, stdin=subprocess.DEVNULL)
     os.unlink(req)
     shutil.rmtree(tmp, ignore_errors=True)

@@ -254,11 +254,13 @@ func (i *Installer) Install(ctx context.Context, owner, sessionID string, req sa
 	job := struct {
 		Manager  string           `json:"manager"`
 		IndexURL string           `json:"index_url"`
+		Trusted  string           `json:"trusted_host"`
 		BaseURL  string           `json:"base_url"`
 		Packages []pkg            `json:"packages"`
 		Limits   map[string]int64 `json:"limits"`
 	}{Manager: req.Manager, IndexURL: base + "/mirror/pypi/simple/", BaseURL: base,
-		Limits: map[string]int64{"max_entries": int64(i.cfg.MaxEntries), "max_bytes": i.cfg.MaxUnpackedBytes}}
+		Trusted: netip.AddrPortFrom(ep.HostAddr, i.cfg.Port).String(),
+		Limits:  map[string]int64{"max_entries": int64(i.cfg.MaxEntries), "max_bytes": i.cfg.MaxUnpackedBytes}}
 	for _, p := range plan {
 		job.Packages = append(job.Packages, pkg{Name: p.a.Name, Version: p.a.Version, SHA256: p.a.SHA256, Integrity: p.a.Integrity, URLPath: p.a.URLPath, Size: p.a.Size})
 	}

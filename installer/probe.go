@@ -127,8 +127,8 @@ func (i *Installer) runCanary(ctx context.Context, netns string, targets []strin
 		return nil, fmt.Errorf("running canary: %w", err)
 	}
 	out := map[string]string{}
-	if res.Status != sandbox.StatusOK || json.Unmarshal([]byte(lastLine(res.Stdout)), &out) != nil {
-		return nil, fmt.Errorf("canary failed: %s (exit %d): %s", res.Status, res.ExitCode, lastLine(res.Stderr))
+	if res.Status != sandbox.StatusOK || json.Unmarshal([]byte(strings.TrimSpace(res.Stdout)), &out) != nil {
+		return nil, fmt.Errorf("canary failed: %s (exit %d): %s %s", res.Status, res.ExitCode, tail(res.Stdout, 200), lastLine(res.Stderr))
 	}
 	return out, nil
 }

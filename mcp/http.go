@@ -19,7 +19,9 @@ const keyCheckTTL = 30 * time.Second
 // HTTPHandler serves MCP over streamable HTTP (mount it at /mcp). Tool
 // calls go to api in process with the caller's key headers, and a request
 // whose key the API refuses gets the API's 401 before any MCP processing.
-// It is safe for concurrent use.
+// Build it with NewHTTPHandler (the zero value is not usable); it is safe
+// for concurrent use. The key check is itself an API request, metered and
+// rate-limited like any other, made at most once per keyCheckTTL per key.
 type HTTPHandler struct {
 	c    *client
 	mcp  http.Handler

@@ -33,7 +33,8 @@ var authHeaders = []string{
 const maxReplyBytes = 64 << 20
 
 // Options configure a tool server. Exactly one of Handler and BaseURL is
-// used: Handler when it is set.
+// used: Handler when it is set. The zero value is not usable (it has
+// neither); Options is plain data, copied by the constructors.
 type Options struct {
 	// Handler receives API calls in process (the API server itself).
 	Handler http.Handler
@@ -120,7 +121,8 @@ func (b httpBackend) roundTrip(req *http.Request) (apiReply, error) {
 	return apiReply{status: resp.StatusCode, header: resp.Header, body: body}, nil
 }
 
-// client is what the tools use to reach the API.
+// client is what the tools use to reach the API; it is safe for concurrent
+// use once built by newClient.
 type client struct {
 	be   backend
 	base string // "http://sandboxapi.internal" for in-process calls
@@ -171,7 +173,7 @@ func (e *APIError) Error() string {
 // call sends method path with body (JSON-encoded unless nil) and decodes a
 // 2xx reply into out. hdr holds the caller's auth headers (may be nil).
 func (c *client) call(ctx context.Context, hdr http.Header, method, path string, body, out any) error {
-	var rd io.Reader
+	var rd io.Reader = http.NoBody
 	if body != nil {
 		b, err := json.Marshal(body)
 		if err != nil {

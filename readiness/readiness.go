@@ -23,6 +23,9 @@ type Config struct {
 	Timeout Duration `yaml:"timeout"`
 	// StaleAfter is how old a result may be before it counts as a failure.
 	StaleAfter Duration `yaml:"stale_after"`
+	// TopologyInterval is how often the topology canaries run (they start
+	// sandboxes, so less often than the other checks).
+	TopologyInterval Duration `yaml:"topology_interval"`
 	// MinRefresh is the shortest time between two on-demand runs; requests
 	// in between get the last results (so /readyz cannot be used to spin
 	// canary sandboxes).
@@ -36,6 +39,8 @@ func DefaultConfig() Config {
 		Timeout:    Duration(20 * time.Second),
 		StaleAfter: Duration(45 * time.Second),
 		MinRefresh: Duration(time.Second),
+
+		TopologyInterval: Duration(time.Minute),
 	}
 }
 
@@ -50,6 +55,9 @@ func (c Config) Validate() error {
 	}
 	if c.StaleAfter < c.Interval {
 		errs = append(errs, errors.New("readiness.stale_after: must be at least interval"))
+	}
+	if c.TopologyInterval < 0 {
+		errs = append(errs, errors.New("readiness.topology_interval: must not be negative"))
 	}
 	if c.MinRefresh < 0 {
 		errs = append(errs, errors.New("readiness.min_refresh: must not be negative"))
@@ -101,9 +109,11 @@ func (r Report) Failing() []Result {
 }
 
 type check struct {
-	name string
-	fn   Func
-	last Result
+	name    string
+	fn      Func
+	every   time.Duration // 0: every run
+	last    Result
+	running bool
 }
 
 // Checker runs registered checks. Build it with New, Register checks, then
@@ -115,11 +125,10 @@ type Checker struct {
 
 	mu      sync.Mutex
 	checks  []*check
-	lastRun time.Time // last full run (for MinRefresh)
+	lastRun time.Time // last on-demand run (for MinRefresh)
 
-	runMu sync.Mutex // one full run at a time
-	stop  chan struct{}
-	wg    sync.WaitGroup
+	stop chan struct{}
+	wg   sync.WaitGroup
 }
 
 // New returns a Checker with no checks.
@@ -132,20 +141,26 @@ func New(cfg Config, log *slog.Logger) *Checker {
 
 // Register adds a named check; it is pending until it first runs. A name
 // registered twice replaces the earlier check.
-func (c *Checker) Register(name string, fn Func) {
+func (c *Checker) Register(name string, fn Func) { c.RegisterEvery(name, 0, fn) }
+
+// RegisterEvery adds a check that runs at most once per every (expensive
+// measurements such as canary sandboxes); its result may be every older
+// than StaleAfter before it counts as stale.
+func (c *Checker) RegisterEvery(name string, every time.Duration, fn Func) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, ch := range c.checks {
 		if ch.name == name {
-			ch.fn = fn
+			ch.fn, ch.every = fn, every
 			return
 		}
 	}
-	c.checks = append(c.checks, &check{name: name, fn: fn, last: Result{Name: name, Status: StatusPending, Detail: "not run yet"}})
+	c.checks = append(c.checks, &check{name: name, fn: fn, every: every, last: Result{Name: name, Status: StatusPending, Detail: "not run yet"}})
 	sort.Slice(c.checks, func(i, j int) bool { return c.checks[i].name < c.checks[j].name })
 }
 
-// Start runs every check once, then periodically until Stop or ctx ends.
+// Start runs every check once, then each on its own schedule (a slow
+// check never holds back the others) until Stop or ctx ends.
 func (c *Checker) Start(ctx context.Context) {
 	c.mu.Lock()
 	if c.stop != nil {
@@ -161,7 +176,7 @@ func (c *Checker) Start(ctx context.Context) {
 		t := time.NewTicker(c.cfg.Interval.D())
 		defer t.Stop()
 		for {
-			c.RunAll(ctx)
+			c.launchDue(ctx)
 			select {
 			case <-ctx.Done():
 				return
@@ -173,7 +188,7 @@ func (c *Checker) Start(ctx context.Context) {
 	}()
 }
 
-// Stop ends the periodic runs and waits for a running one.
+// Stop ends the periodic runs and waits for running checks.
 func (c *Checker) Stop() {
 	c.mu.Lock()
 	stop := c.stop
@@ -185,35 +200,66 @@ func (c *Checker) Stop() {
 	c.wg.Wait()
 }
 
-// RunAll runs every check now (concurrently, each with its own timeout)
-// and returns the report.
-func (c *Checker) RunAll(ctx context.Context) Report {
-	c.runMu.Lock()
-	defer c.runMu.Unlock()
+// due picks the checks to run now and marks them running. A failed or
+// pending check is always due; a passing one waits for its own interval.
+// Callers hold c.mu.
+func (c *Checker) due(now time.Time) []*check {
+	var out []*check
+	for _, ch := range c.checks {
+		if ch.running {
+			continue
+		}
+		if ch.every > 0 && ch.last.OK() && now.Sub(ch.last.LastRun) < ch.every {
+			continue
+		}
+		ch.running = true
+		out = append(out, ch)
+	}
+	return out
+}
+
+// launchDue starts every due check in the background.
+func (c *Checker) launchDue(ctx context.Context) {
 	c.mu.Lock()
-	checks := append([]*check(nil), c.checks...)
+	checks := c.due(c.now())
 	c.mu.Unlock()
-	results := make([]Result, len(checks))
+	for _, ch := range checks {
+		c.wg.Add(1)
+		go func() {
+			defer c.wg.Done()
+			c.finish(ch, c.runOne(ctx, ch.name, ch.fn))
+		}()
+	}
+}
+
+func (c *Checker) finish(ch *check, r Result) {
+	c.mu.Lock()
+	ch.last, ch.running = r, false
+	c.mu.Unlock()
+}
+
+// RunAll runs every due check now (concurrently, each with its own
+// timeout; checks already running are not started twice) and returns the
+// report.
+func (c *Checker) RunAll(ctx context.Context) Report {
+	c.mu.Lock()
+	checks := c.due(c.now())
+	c.lastRun = c.now()
+	c.mu.Unlock()
 	var wg sync.WaitGroup
-	for i, ch := range checks {
+	for _, ch := range checks {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			results[i] = c.runOne(ctx, ch.name, ch.fn)
+			c.finish(ch, c.runOne(ctx, ch.name, ch.fn))
 		}()
 	}
 	wg.Wait()
-	c.mu.Lock()
-	for i, ch := range checks {
-		ch.last = results[i]
-	}
-	c.lastRun = c.now()
-	c.mu.Unlock()
 	return c.Report()
 }
 
-// Refresh runs every check unless a run finished less than MinRefresh ago,
-// then returns the report.
+// Refresh runs every due check unless a refresh started less than
+// MinRefresh ago, then returns the report.
 func (c *Checker) Refresh(ctx context.Context) Report {
 	c.mu.Lock()
 	recent := !c.lastRun.IsZero() && c.now().Sub(c.lastRun) < c.cfg.MinRefresh.D()
@@ -274,9 +320,11 @@ func (c *Checker) Report() Report {
 	rep := Report{Ready: len(c.checks) > 0, Checks: make([]Result, 0, len(c.checks))}
 	for _, ch := range c.checks {
 		r := ch.last
-		if r.Status == StatusPass && now.Sub(r.LastRun) > c.cfg.StaleAfter.D() {
+		// A result may be as old as the check's own interval plus the time
+		// its next run may take, plus StaleAfter.
+		if limit := c.cfg.StaleAfter.D() + ch.every + c.cfg.Timeout.D()*time.Duration(min(ch.every, 1)); r.Status == StatusPass && now.Sub(r.LastRun) > limit {
 			r.Status = StatusStale
-			r.Detail = fmt.Sprintf("last result is %s old (limit %s): %s", now.Sub(r.LastRun).Round(time.Millisecond), c.cfg.StaleAfter.D(), r.Detail)
+			r.Detail = fmt.Sprintf("last result is %s old (limit %s): %s", now.Sub(r.LastRun).Round(time.Millisecond), limit, r.Detail)
 		}
 		if !r.OK() {
 			rep.Ready = false

@@ -36,8 +36,10 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			keysCommand(),
 			usageCommand(),
 			mirrorCommand(),
+			doctorCommand(),
 			versionCommand(),
 			mcpCommand(),
+			readinessCommand(),
 		},
 	}
 	if err := app.RunContext(ctx, args); err != nil {
@@ -131,7 +133,7 @@ func executorConfig(cfg *config.Config) (executor.Config, error) {
 		MemoryBytes: cfg.Executor.MemoryMB << 20, Pids: cfg.Executor.Pids, CPUs: cfg.Executor.CPUs,
 		TmpBytes: cfg.Executor.TmpSizeMB << 20, CreateTimeout: cfg.Executor.CreateTimeout.D(),
 		DefaultTimeout: cfg.Limits.DefaultTimeout.D(), MaxTimeout: cfg.Limits.MaxTimeout.D(),
-		CompileTimeout: cfg.Executor.CompileTimeout.D(), MaxOutputBytes: cfg.Limits.MaxOutputBytes,
+		CompileTimeout: cfg.Executor.CompileTimeout.D(), MaxOutputBytes: cfg.Limits.MaxOutputBytes, MaxFileBytes: cfg.Limits.MaxFileBytes,
 		DefaultIdleTTL: cfg.Limits.DefaultIdleTTL.D(), MaxIdleTTL: cfg.Limits.MaxIdleTTL.D(),
 		ReapInterval: cfg.Server.ReapInterval.D(), WarmPool: cfg.Executor.WarmPool,
 	}, nil

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/signal"
@@ -132,7 +131,7 @@ func serve(ctx context.Context, env *Env) error {
 	srv.Handle("/mirror/", mir.Handler())
 	wireServices(ctx, env, srv, ex, mir, st)
 
-	ln, err := net.Listen("tcp", cfg.Listen)
+	ln, err := listen(ctx, env) // TLS per cfg.TLS (tls.go)
 	if err != nil {
 		_ = ex.Stop(context.Background())
 		return fmt.Errorf("listening on %s: %w", cfg.Listen, err)

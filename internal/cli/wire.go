@@ -14,6 +14,9 @@ import (
 // line is one feature; keep them one line each.
 func wireServices(ctx context.Context, env *Env, srv *api.Server, ex *executor.Executor, mir *mirror.Mirror, st *store.Store) {
 	wireEgress(srv)
+	wireInstall(ctx, env, srv, ex, mir)
 	srv.SetPackages(mirrorPackages{mir})
 	srv.Handle("/mcp", mcp.NewHTTPHandler(srv, mcp.Options{Version: Version, Logger: env.Log}))
+	srv.Handle("GET /metrics", wireMetrics(srv, ex))
+	srv.SetFiles(ex)
 }

@@ -17,7 +17,9 @@ import (
 
 	"github.com/sandboxapi/sandboxapi/configs"
 	"github.com/sandboxapi/sandboxapi/egress"
+	"github.com/sandboxapi/sandboxapi/installer"
 	"github.com/sandboxapi/sandboxapi/mirror"
+	"github.com/sandboxapi/sandboxapi/readiness"
 )
 
 var defaultYAML = configs.Server
@@ -64,6 +66,11 @@ type Config struct {
 	API      API           `yaml:"api"`
 	Mirror   mirror.Config `yaml:"mirror"`
 	Egress   EgressConfig  `yaml:"egress"`
+	// Readiness times the readiness checks; Installer configures installs.
+	Readiness readiness.Config `yaml:"readiness"`
+	Installer installer.Config `yaml:"installer"`
+	// TLS serves HTTPS on listen (see tls.go).
+	TLS TLS `yaml:"tls"`
 }
 
 // EgressConfig switches the egress proxy and per-session sandbox networks
@@ -117,6 +124,7 @@ type Limits struct {
 	MaxIdleTTL     Duration `yaml:"max_idle_ttl"`
 	MaxCodeBytes   int64    `yaml:"max_code_bytes"`
 	MaxStdinBytes  int64    `yaml:"max_stdin_bytes"`
+	MaxFileBytes   int64    `yaml:"max_file_bytes"` // files API upload and download
 }
 
 // Load reads path, or the embedded default when path is empty.
@@ -133,7 +141,8 @@ func Load(path string) (*Config, error) {
 
 // Parse decodes YAML on top of the defaults and validates the result.
 func Parse(b []byte, name string) (*Config, error) {
-	c := &Config{Mirror: mirror.DefaultConfig(), Egress: EgressConfig{Config: egress.DefaultConfig()}}
+	c := &Config{Mirror: mirror.DefaultConfig(), Egress: EgressConfig{Config: egress.DefaultConfig()},
+		Readiness: readiness.DefaultConfig(), Installer: installer.DefaultConfig()}
 	if err := decode(defaultYAML, c); err != nil {
 		return nil, fmt.Errorf("decoding embedded default: %w", err)
 	}
@@ -224,13 +233,25 @@ func (c *Config) Validate() error {
 	if l.MaxCodeBytes < 1024 || l.MaxStdinBytes < 0 {
 		bad("limits: max_code_bytes must be at least 1024 and max_stdin_bytes not negative")
 	}
+	if l.MaxFileBytes < 0 {
+		bad("limits.max_file_bytes: must not be negative (0: 64 MiB)")
+	}
 	if err := c.Mirror.Validate(); err != nil {
 		errs = append(errs, fmt.Errorf("mirror: %w", err))
+	}
+	if err := c.Readiness.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := c.Installer.Validate(); err != nil {
+		errs = append(errs, err)
 	}
 	if c.Egress.Enabled {
 		if err := c.Egress.Config.Validate(); err != nil {
 			errs = append(errs, fmt.Errorf("egress: %w", err))
 		}
+	}
+	if err := c.TLS.Validate(); err != nil {
+		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }

@@ -229,14 +229,19 @@ type egressEnv struct {
 	pool   string
 	table  string
 	prefix string
+	// The installer's network, kept apart from other runs' too.
+	ipool, itable, iprefix string
 }
 
 func newEgressEnv(t *testing.T) egressEnv {
 	r := randHex(2)
 	e := egressEnv{
-		pool:   fmt.Sprintf("10.%d.%d.0/24", 180+int(r[0])%40, int(r[1])),
-		table:  "sbxe2e_" + r,
-		prefix: "x" + r[:3],
+		pool:    fmt.Sprintf("10.%d.%d.0/24", 160+int(r[0])%20, int(r[1])),
+		table:   "sbxe2e_" + r,
+		prefix:  "x" + r[:3],
+		ipool:   fmt.Sprintf("10.%d.%d.0/24", 140+int(r[0])%20, int(r[1])),
+		itable:  "sbxe2ei_" + r,
+		iprefix: "y" + r[:3],
 	}
 	t.Cleanup(func() {
 		// Whatever the server left (it should leave nothing but the table).
@@ -254,9 +259,68 @@ func newEgressEnv(t *testing.T) egressEnv {
 				}
 			}
 		}
+		for _, p := range []string{e.prefix, e.iprefix} {
+			if ents, err := os.ReadDir("/var/run/netns"); err == nil {
+				for _, en := range ents {
+					if strings.HasPrefix(en.Name(), p+"-") {
+						_ = exec.Command("ip", "netns", "del", en.Name()).Run()
+					}
+				}
+			}
+			if ents, err := os.ReadDir("/sys/class/net"); err == nil {
+				for _, en := range ents {
+					if strings.HasPrefix(en.Name(), p+"h") {
+						_ = exec.Command("ip", "link", "del", en.Name()).Run()
+					}
+				}
+			}
+		}
 		_ = exec.Command("nft", "delete", "table", "inet", e.table).Run()
+		_ = exec.Command("nft", "delete", "table", "inet", e.itable).Run()
 	})
 	return e
+}
+
+// sweepAfter stops s at the end of the test and then removes any sandbox
+// process and mount the server left under its data dir, so the temp dir
+// can go. A server should leave none; what it left is logged.
+func sweepAfter(t *testing.T, s *server) {
+	t.Cleanup(func() {
+		s.stop()
+		root := "--root=" + filepath.Join(s.dataDir, "runsc")
+		var killed []string
+		ents, _ := os.ReadDir("/proc")
+		for _, en := range ents {
+			var pid int
+			if _, err := fmt.Sscan(en.Name(), &pid); err != nil {
+				continue
+			}
+			b, err := os.ReadFile("/proc/" + en.Name() + "/cmdline")
+			if err != nil || !strings.Contains(string(b), root+"\x00") && !strings.Contains(string(b), root+" ") {
+				continue
+			}
+			if p, err := os.FindProcess(pid); err == nil && p.Kill() == nil {
+				killed = append(killed, strings.Fields(strings.ReplaceAll(string(b), "\x00", " "))[0]+"/"+en.Name())
+			}
+		}
+		if len(killed) > 0 {
+			time.Sleep(2 * time.Second)
+		}
+		var mounts []string
+		if b, err := os.ReadFile("/proc/self/mountinfo"); err == nil {
+			for _, line := range strings.Split(string(b), "\n") {
+				if f := strings.Fields(line); len(f) > 4 && strings.HasPrefix(f[4], s.dataDir+"/") {
+					mounts = append(mounts, f[4])
+				}
+			}
+		}
+		for i := len(mounts) - 1; i >= 0; i-- {
+			_ = unix.Unmount(mounts[i], unix.MNT_DETACH)
+		}
+		if len(killed)+len(mounts) > 0 {
+			t.Logf("server left behind sandbox processes %q and mounts %q (removed)", killed, mounts)
+		}
+	})
 }
 
 func (e egressEnv) yaml(f *fakeInternet) string {
@@ -269,7 +333,13 @@ func (e egressEnv) yaml(f *fakeInternet) string {
     pool: %s
     table: %s
     prefix: %s
-`, f.dnsAddr, f.prefix, e.pool, e.table, e.prefix)
+installer:
+  pool: %s
+  table: %s
+  prefix: %s
+readiness:
+  topology_interval: 1h
+`, f.dnsAddr, f.prefix, e.pool, e.table, e.prefix, e.ipool, e.itable, e.iprefix)
 }
 
 // leftovers lists this run's sandbox namespaces, host veths and session
@@ -389,6 +459,7 @@ func TestEgressFromSandboxes(t *testing.T) {
 	f := startFakeInternet(t)
 	ee := newEgressEnv(t)
 	s := startServer(t, ee.yaml(f))
+	sweepAfter(t, s)
 	ultra := s.key("ULTRA")
 	pro := s.key("PRO")
 
@@ -433,6 +504,12 @@ func TestEgressFromSandboxes(t *testing.T) {
 			t.Fatalf("want CONNECT refused with 403: %s", out(res))
 		}
 	})
+	t.Run("plain HTTP refused by the proxy", func(t *testing.T) {
+		res := run(t, `curl -sS --max-time 30 -o /dev/null -w '%{http_code}' http://www.allowed.test/; echo " rc=$?"`)
+		if o := res["stdout"].(string); !strings.HasPrefix(o, "403") {
+			t.Fatalf("want 403 from the proxy: %s", out(res))
+		}
+	})
 	t.Run("curl transparent denied by DNS", func(t *testing.T) {
 		res := run(t, `curl -sS --noproxy '*' --max-time 30 https://evil.denied.test/; echo "rc=$?"`)
 		if o := res["stdout"].(string); strings.Contains(o, "hello") || !strings.Contains(o, "rc=6") {
@@ -467,10 +544,44 @@ EOF`, f.web, f.web))
 				fmt.Sscanf(o[i+j:], "ms=%d", &pyms)
 			}
 		}
-		if rc == 0 || strings.Contains(o, "hello") || strings.Contains(o, "py=connected") || ms > 5000 || pyms > 5000 {
+		if rc == 0 || strings.Contains(o, "hello") || strings.Contains(o, "py=connected") || ms > 10000 || pyms > 5000 {
 			t.Fatalf("want a fast failure: %s", out(res))
 		}
 		t.Logf("direct connect: curl rc=%d in %d ms, python in %d ms", rc, ms, pyms)
+	})
+	t.Run("host ports other than the proxy are closed", func(t *testing.T) {
+		// A wildcard listener in the root netns, as any host service has.
+		ln, err := net.Listen("tcp", "0.0.0.0:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ln.Close()
+		go func() {
+			for {
+				c, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				c.Write([]byte("host service\n"))
+				c.Close()
+			}
+		}()
+		port := ln.Addr().(*net.TCPAddr).Port
+		res := run(t, fmt.Sprintf(`python3 - <<'EOF'
+import socket, time
+host = open("/etc/resolv.conf").read().split()[1]
+for p in [%d, 22, 3128]:
+    t = time.time()
+    try:
+        s = socket.create_connection((host, p), timeout=5); s.close(); print("open", p)
+    except OSError as e:
+        print("closed", p, type(e).__name__, int((time.time()-t)*1000))
+EOF`, port))
+		o := res["stdout"].(string)
+		if !strings.Contains(o, fmt.Sprintf("closed %d", port)) || !strings.Contains(o, "closed 22") || !strings.Contains(o, "open 3128") {
+			t.Fatalf("want only the proxy port open on the host side: %s", out(res))
+		}
+		t.Logf("host side from the sandbox: %s", strings.ReplaceAll(strings.TrimSpace(o), "\n", "; "))
 	})
 	t.Run("IP literal through the proxy denied", func(t *testing.T) {
 		res := run(t, fmt.Sprintf(`curl -sS --max-time 30 -k https://%s/; echo "rc=$?"`, f.web))
@@ -597,6 +708,12 @@ env | grep -ci proxy`, f.web), nil)
 		if strings.Count(o, "hello open.public.test") != 2 || strings.Contains(o, "nx_rc=0") {
 			t.Errorf("transparent or NXDOMAIN case wrong: %s", out(res))
 		}
+		// The other session's proxy is out of reach.
+		ultraHost := strings.TrimSpace(run(t, `awk '/^nameserver/{print $2}' /etc/resolv.conf`)["stdout"].(string))
+		res = s.run(pro, pid, fmt.Sprintf(`curl -sS --max-time 10 -x http://%s:3128 https://open.public.test/; echo "rc=$?"`, ultraHost), caEnv)
+		if o := res["stdout"].(string); ultraHost == "" || strings.Contains(o, "hello") || strings.Contains(o, "rc=0") {
+			t.Errorf("reached another session's proxy %s: %s", ultraHost, out(res))
+		}
 		if r := s.do("DELETE", "/v1/sessions/"+pid, pro, nil); r.status != http.StatusNoContent {
 			t.Fatalf("delete: %d %s", r.status, r.body)
 		}
@@ -640,6 +757,7 @@ func TestEgressRestartReconciles(t *testing.T) {
 	f := startFakeInternet(t)
 	ee := newEgressEnv(t)
 	s := startServer(t, ee.yaml(f))
+	sweepAfter(t, s)
 	ultra := s.key("ULTRA")
 	id := s.networkSession(ultra, map[string]any{"enabled": true, "allowed_domains": []string{"www.allowed.test"}})
 	s.installCA(ultra, id, f)
@@ -650,16 +768,26 @@ func TestEgressRestartReconciles(t *testing.T) {
 	}
 	before := ee.leftovers(t)
 
+	// If the test stops between kill and start, a server must still come
+	// up once to end the surviving sandboxes (s.stop runs after this).
+	restarted := false
+	t.Cleanup(func() {
+		if !restarted {
+			s.start()
+		}
+	})
 	s.kill()
-	// Leftovers of a session the server no longer knows.
+	// Leftovers of a session the server no longer knows: netns, veth
+	// (peer inside that netns) and chain, as Network.Setup makes them.
 	ghost := "deadbeef"
 	sh(t, "ip", "netns", "add", ee.prefix+"-"+ghost)
-	sh(t, "ip", "link", "add", ee.prefix+"h"+ghost, "type", "dummy")
+	sh(t, "ip", "link", "add", ee.prefix+"h"+ghost, "type", "veth", "peer", "name", "eth0", "netns", ee.prefix+"-"+ghost)
 	sh(t, "nft", "add", "chain", "inet", ee.table, "s_"+ghost)
 	if left := ee.leftovers(t); len(left) != len(before)+3 {
 		t.Fatalf("planting leftovers: %q", left)
 	}
 	s.start()
+	restarted = true
 
 	after := ee.leftovers(t)
 	for _, l := range after {
@@ -676,6 +804,10 @@ func TestEgressRestartReconciles(t *testing.T) {
 		if o := res["stdout"].(string); strings.Count(o, "hello www.allowed.test") != 2 || strings.Contains(o, "rc=0") {
 			t.Errorf("adopted session after restart: %s\n%s", out(res), s.logs)
 		}
+		if logs := s.logs.String(); !strings.Contains(logs, "egress session adopted") || !strings.Contains(logs, "removing leftover sandbox network") {
+			t.Errorf("no adoption or leftover removal logged:\n%s", logs)
+		}
+		t.Logf("session adopted after SIGKILL and served again; leftovers before restart %d, after %d", len(before)+3, len(after))
 		if r := s.do("DELETE", "/v1/sessions/"+id, ultra, nil); r.status != http.StatusNoContent {
 			t.Fatalf("delete: %d %s", r.status, r.body)
 		}
@@ -683,6 +815,16 @@ func TestEgressRestartReconciles(t *testing.T) {
 		t.Logf("session not adopted after SIGKILL (%d): its network must be gone", r.status)
 	}
 	if left := ee.leftovers(t); len(left) != 0 {
-		t.Fatalf("left at the end: %q", left)
+		t.Fatalf("left after delete: %q", left)
+	}
+
+	// A graceful stop ends the sessions and takes their networks along.
+	s.networkSession(ultra, map[string]any{"enabled": true})
+	if left := ee.leftovers(t); len(left) == 0 {
+		t.Fatal("the new session has no network")
+	}
+	s.stop()
+	if left := ee.leftovers(t); len(left) != 0 {
+		t.Fatalf("left after SIGTERM: %q", left)
 	}
 }

@@ -12,6 +12,8 @@ import (
 	"net/http"
 	"sort"
 	"strconv"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -34,7 +36,7 @@ type Metrics struct {
 	egress          *prometheus.CounterVec
 	mirrorHits      *prometheus.CounterVec
 	mirrorRefusals  *prometheus.CounterVec
-	readiness       *prometheus.GaugeVec
+	readiness       *readinessCollector
 }
 
 // New builds a registry with the Go and process collectors and every
@@ -71,10 +73,10 @@ func New() *Metrics {
 		Namespace: namespace, Subsystem: "mirror", Name: "refusals_total",
 		Help: "Mirror refusals (ingest or serve), by ecosystem and reason.",
 	}, []string{"ecosystem", "reason"})
-	m.readiness = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+	m.readiness = &readinessCollector{vec: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: namespace, Subsystem: "readiness", Name: "check",
-		Help: "Readiness per check: 1 passing, 0 failing.",
-	}, []string{"check"})
+		Help: "Readiness per check: 1 passing, 0 failing (pending and stale count as failing).",
+	}, []string{"check"})}
 	m.reg.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
@@ -135,7 +137,41 @@ func (m *Metrics) ReadinessCheck(check string, ok bool) {
 	if ok {
 		v = 1
 	}
-	m.readiness.WithLabelValues(check).Set(v)
+	m.readiness.vec.WithLabelValues(check).Set(v)
+}
+
+// RegisterReadiness makes every scrape read the latest outcome of each
+// check from f (check name -> passing) first. f must not run the checks.
+func (m *Metrics) RegisterReadiness(f func() map[string]bool) {
+	m.readiness.mu.Lock()
+	defer m.readiness.mu.Unlock()
+	m.readiness.f = f
+}
+
+// readinessCollector is the readiness gauge, refreshed from f at scrape
+// time when f is set.
+type readinessCollector struct {
+	vec *prometheus.GaugeVec
+	mu  sync.Mutex
+	f   func() map[string]bool
+}
+
+func (r *readinessCollector) Describe(ch chan<- *prometheus.Desc) { r.vec.Describe(ch) }
+
+func (r *readinessCollector) Collect(ch chan<- prometheus.Metric) {
+	r.mu.Lock()
+	f := r.f
+	r.mu.Unlock()
+	if f != nil {
+		for name, ok := range f() {
+			v := 0.0
+			if ok {
+				v = 1
+			}
+			r.vec.WithLabelValues(name).Set(v)
+		}
+	}
+	r.vec.Collect(ch)
 }
 
 // SandboxStats reports how many sandboxes run and how many wait in the warm
@@ -147,7 +183,7 @@ type SandboxStats func() (live, warm int)
 func (m *Metrics) RegisterSandboxStats(f SandboxStats) {
 	m.reg.MustRegister(
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: namespace, Name: "sandboxes_live",
-			Help: "Sandboxes running now (sessions and stateless calls)."},
+			Help: "Sandboxes running now (sessions, stateless calls, the warm pool, installers)."},
 			func() float64 { l, _ := f(); return float64(l) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: namespace, Name: "warm_pool_ready",
 			Help: "Started, never-used sandboxes waiting in the warm pool."},
@@ -181,3 +217,48 @@ func (b *byPlan) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(b.desc, prometheus.GaugeValue, float64(counts[p]), p)
 	}
 }
+
+// InstrumentMirror counts the mirror's replies: 2xx and 304 as hits, 403,
+// 404 and 410 as refusals (reason "status_<code>"), by ecosystem taken
+// from the path (/mirror/pypi/..., /mirror/npm/...; "other" otherwise).
+// Wrap the mirror's handler with it where it is mounted.
+func (m *Metrics) InstrumentMirror(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		sw := &statusWriter{ResponseWriter: w, status: http.StatusOK}
+		h.ServeHTTP(sw, r)
+		eco := "other"
+		for _, e := range []string{"pypi", "npm"} {
+			if strings.Contains(r.URL.Path, "/"+e+"/") {
+				eco = e
+				break
+			}
+		}
+		switch {
+		case sw.status/100 == 2 || sw.status == http.StatusNotModified:
+			m.MirrorHit(eco)
+		case sw.status == http.StatusForbidden || sw.status == http.StatusNotFound || sw.status == http.StatusGone:
+			m.MirrorRefusal(eco, "status_"+strconv.Itoa(sw.status))
+		}
+	})
+}
+
+// statusWriter remembers the status written.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+	wrote  bool
+}
+
+func (s *statusWriter) WriteHeader(code int) {
+	if !s.wrote {
+		s.status, s.wrote = code, true
+	}
+	s.ResponseWriter.WriteHeader(code)
+}
+
+func (s *statusWriter) Write(p []byte) (int, error) {
+	s.wrote = true
+	return s.ResponseWriter.Write(p)
+}
+
+func (s *statusWriter) Unwrap() http.ResponseWriter { return s.ResponseWriter }

@@ -1,0 +1,78 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"time"
+
+	"github.com/sandboxapi/sandboxapi/internal/sandbox"
+)
+
+// Installer puts curated packages into a session (package installer).
+type Installer interface {
+	// Install installs req into owner's session id within timeout, all or
+	// nothing. A *sandbox.RejectedError lists each package it refused.
+	Install(ctx context.Context, owner, id string, req sandbox.InstallRequest, timeout time.Duration) (sandbox.InstallReply, error)
+}
+
+// SetInstaller enables POST /v1/sessions/{id}/install, which asks gate
+// first and fails closed with 503 and the failing checks.
+func (s *Server) SetInstaller(inst Installer, gate Gate) {
+	s.mux.Handle("POST /v1/sessions/{id}/install", s.authed(func(w http.ResponseWriter, r *http.Request) error {
+		return s.install(w, r, inst, gate)
+	}))
+}
+
+type installRequest struct {
+	Manager  string   `json:"manager"`
+	Packages []string `json:"packages"`
+}
+
+func (s *Server) install(w http.ResponseWriter, r *http.Request, inst Installer, gate Gate) error {
+	p := principal(r.Context())
+	if !p.Plan.Sessions {
+		return s.forbidden(p, "sessions", func(pl *Plan) bool { return pl.Sessions })
+	}
+	var req installRequest
+	if err := decodeJSON(r, &req); err != nil {
+		return err
+	}
+	if req.Manager != "pip" && req.Manager != "npm" {
+		return apiErr(http.StatusBadRequest, "invalid_request", "manager must be pip or npm")
+	}
+	if len(req.Packages) == 0 {
+		return apiErr(http.StatusBadRequest, "invalid_request", "packages must list at least one package")
+	}
+	id := r.PathValue("id")
+	if _, err := s.sb.GetSession(r.Context(), p.KeyID, id); err != nil {
+		return err
+	}
+	if gate == nil {
+		return &Error{Status: http.StatusServiceUnavailable, Code: "not_ready", Message: "installs are not available: no readiness gate"}
+	}
+	if ok, failing := gate.Ready(r.Context()); !ok {
+		if failing == nil {
+			failing = []CheckResult{}
+		}
+		return &Error{Status: http.StatusServiceUnavailable, Code: "not_ready", RetryAfter: 10 * time.Second,
+			Message: "installs are paused until every readiness check passes", Details: map[string]any{"checks": failing}}
+	}
+	reply, err := inst.Install(r.Context(), p.KeyID, id, sandbox.InstallRequest{Manager: req.Manager, Packages: req.Packages}, p.Plan.MaxTimeout)
+	if cw, ok := w.(*countingWriter); ok {
+		cw.execMillis = reply.DurationMS
+	}
+	var rej *sandbox.RejectedError
+	switch {
+	case errors.As(err, &rej):
+		return &Error{Status: http.StatusUnprocessableEntity, Code: "packages_rejected",
+			Message: "nothing was installed: " + rej.Error(), Details: map[string]any{"packages": rej.Packages}}
+	case errors.Is(err, sandbox.ErrInstallFailed):
+		s.log.Warn("install failed", "request_id", requestID(r.Context()), "session", id, "err", err)
+		return &Error{Status: http.StatusInternalServerError, Code: "install_failed", Message: "the installer failed; nothing was installed"}
+	case err != nil:
+		return err
+	}
+	writeJSON(w, http.StatusOK, reply)
+	return nil
+}

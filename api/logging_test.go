@@ -1,0 +1,99 @@
+package api
+
+import (
+	"bytes"
+	"encoding/json"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sandboxapi/sandboxapi/configs"
+)
+
+// lockedBuffer is a bytes.Buffer safe for the server's goroutines.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// TestLogsCarryRequestIDsNotKeys runs the sample requests and checks the
+// JSON log: one request line per API call with its request id (the one
+// sent back in X-Request-Id), and no API key anywhere.
+func TestLogsCarryRequestIDsNotKeys(t *testing.T) {
+	plans, err := LoadPlans(configs.Plans)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs lockedBuffer
+	srv := New(Config{MaxBodyBytes: 1 << 20, MaxCodeBytes: 1 << 16, MaxStdinBytes: 1 << 16,
+		DefaultIdleTTL: 10 * time.Minute, MaxIdleTTL: time.Hour}, newFakeSandboxes(), fakeKeys{}, plans, nil,
+		slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
+	srv.SetUsageSource(fakeUsage{})
+	srv.SetEgressLog(fakeEgressLog{})
+	srv.SetPackages(fakePackages{})
+	srv.SetInstaller(fakeInstaller{}, &fakeGate{})
+	ts := httptest.NewServer(srv)
+	defer ts.Close()
+	ids := map[string]bool{}
+	runExchanges(t, ts, func(x exchange, _ []byte, resp *http.Response, _ []byte) {
+		if strings.HasPrefix(resp.Request.URL.Path, "/v1/") {
+			ids[resp.Header.Get("X-Request-Id")] = true
+		}
+	})
+	// A client's own request id is kept.
+	req, _ := http.NewRequest("GET", ts.URL+"/v1/runtimes", nil)
+	req.Header.Set("X-Request-Id", "client-chosen-42")
+	req.Header.Set("Authorization", "Bearer key-MEGA")
+	resp, err := ts.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.Header.Get("X-Request-Id") != "client-chosen-42" {
+		t.Errorf("X-Request-Id = %q", resp.Header.Get("X-Request-Id"))
+	}
+	ids["client-chosen-42"] = true
+
+	text := logs.String()
+	for _, secret := range []string{"key-PRO", "key-BASIC", "key-ULTRA", "key-MEGA", HashKey("key-PRO")} {
+		if strings.Contains(text, secret) {
+			t.Errorf("the log holds the key %q", secret)
+		}
+	}
+	seen := map[string]bool{}
+	for _, line := range strings.Split(strings.TrimSpace(text), "\n") {
+		var rec map[string]any
+		if err := json.Unmarshal([]byte(line), &rec); err != nil {
+			t.Fatalf("not a JSON line: %q", line)
+		}
+		rid, _ := rec["request_id"].(string)
+		if rid == "" {
+			t.Errorf("log line without request_id: %s", line)
+			continue
+		}
+		if rec["msg"] == "request" {
+			seen[rid] = true
+		}
+	}
+	for id := range ids {
+		if !seen[id] {
+			t.Errorf("no request line for request id %s", id)
+		}
+	}
+}

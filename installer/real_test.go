@@ -1,0 +1,329 @@
+package installer
+
+import (
+	"archive/tar"
+	"archive/zip"
+	"bytes"
+	"compress/gzip"
+	"context"
+	"crypto/sha256"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	osexec "os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sandboxapi/sandboxapi/configs"
+	"github.com/sandboxapi/sandboxapi/egress"
+	"github.com/sandboxapi/sandboxapi/executor"
+	"github.com/sandboxapi/sandboxapi/internal/sandbox"
+	"github.com/sandboxapi/sandboxapi/internal/testenv"
+	"github.com/sandboxapi/sandboxapi/mirror"
+	"github.com/sandboxapi/sandboxapi/store"
+)
+
+// BuildWheel returns the file name and bytes of a valid pure wheel whose
+// module NAME (dashes as underscores) has VERSION = version.
+func buildWheel(t testing.TB, name, version string) (string, []byte) {
+	t.Helper()
+	dist := strings.ReplaceAll(name, "-", "_")
+	di := dist + "-" + version + ".dist-info"
+	files := map[string]string{
+		dist + "/__init__.py": fmt.Sprintf("VERSION = %q\n", version),
+		di + "/METADATA":      fmt.Sprintf("Metadata-Version: 2.1\nName: %s\nVersion: %s\nSummary: test\n\n", name, version),
+		di + "/WHEEL":         "Wheel-Version: 1.0\nGenerator: sandboxapi-test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+	}
+	names := make([]string, 0, len(files))
+	for k := range files {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	var rows []string
+	for _, n := range names {
+		s := sha256.Sum256([]byte(files[n]))
+		rows = append(rows, fmt.Sprintf("%s,sha256=%s,%d", n, base64.RawURLEncoding.EncodeToString(s[:]), len(files[n])))
+	}
+	rows = append(rows, di+"/RECORD,,")
+	var buf bytes.Buffer
+	zw := zip.NewWriter(&buf)
+	for _, n := range names {
+		w, _ := zw.CreateHeader(&zip.FileHeader{Name: n, Method: zip.Deflate, Modified: time.Date(2020, 1, 1, 0, 0, 0, 0, time.UTC)})
+		io.WriteString(w, files[n])
+	}
+	w, _ := zw.Create(di + "/RECORD")
+	io.WriteString(w, strings.Join(rows, "\n")+"\n")
+	if err := zw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return dist + "-" + version + "-py3-none-any.whl", buf.Bytes()
+}
+
+// buildTarball returns an npm tarball whose main returns "hello from NAME".
+func buildTarball(t testing.TB, name, version string) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	gw := gzip.NewWriter(&buf)
+	tw := tar.NewWriter(gw)
+	for _, f := range []struct{ name, body string }{
+		{"package/package.json", fmt.Sprintf(`{"name":%q,"version":%q,"main":"index.js","scripts":{"postinstall":"touch /home/sandbox/pwned"},"license":"MIT"}`, name, version)},
+		{"package/index.js", fmt.Sprintf("module.exports = () => 'hello from %s %s';\n", name, version)},
+		{"package/lib/util.js", "module.exports = 1;\n"},
+	} {
+		tw.WriteHeader(&tar.Header{Name: f.name, Mode: 0o644, Size: int64(len(f.body)), Typeflag: tar.TypeReg, ModTime: time.Now()})
+		io.WriteString(tw, f.body)
+	}
+	tw.Close()
+	gw.Close()
+	return buf.Bytes()
+}
+
+type rig struct {
+	ex    *executor.Executor
+	mir   *mirror.Mirror
+	inst  *Installer
+	owner string
+}
+
+// newRig starts a real executor, mirror (with the test OSV records) and an
+// installer network of its own.
+func newRig(t *testing.T) *rig {
+	t.Helper()
+	bin := testenv.Runsc(t)
+	rootfs, versions, err := executor.FindRootfs(os.Getenv("SANDBOXAPI_ROOTFS"), "")
+	if err != nil {
+		testenv.Skip(t, "%v", err)
+	}
+	if os.Geteuid() != 0 {
+		testenv.Skip(t, "installer test needs root")
+	}
+	ctx := context.Background()
+	dir := t.TempDir()
+	log := slog.New(slog.DiscardHandler)
+	if testing.Verbose() {
+		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	st, err := store.Open(ctx, filepath.Join(dir, "sandboxapi.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	rt, err := executor.LoadRuntimes(configs.Runtimes, versions)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ex, err := executor.New(executor.Config{
+		Runsc: bin, Platform: "systrap", Rootfs: rootfs, VersionsFile: versions, DataDir: dir,
+		GuestBinary: testenv.Guest(t), MaxSandboxes: 8, HomeBytes: 64 << 20, MemoryBytes: 512 << 20,
+		Pids: 256, CPUs: 1, TmpBytes: 64 << 20, DefaultTimeout: 20 * time.Second, MaxTimeout: 120 * time.Second,
+		CompileTimeout: 60 * time.Second, MaxOutputBytes: 256 << 10, DefaultIdleTTL: 5 * time.Minute, MaxIdleTTL: time.Hour,
+		ReapInterval: time.Second,
+	}, rt, st, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ex.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ex.Stop(context.Background()) })
+	mcfg := mirror.DefaultConfig()
+	mcfg.StoreDir = filepath.Join(dir, "mirror")
+	mir, err := mirror.New(ctx, mcfg, st.DB(), log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := mir.ImportOSV(ctx, filepath.Join(testenv.ModuleRoot(), "mirror", "testdata", "osv")); err != nil {
+		t.Fatal(err)
+	}
+	icfg := DefaultConfig()
+	icfg.Pool = fmt.Sprintf("10.%d.%d.0/24", 240+os.Getpid()%10, os.Getpid()%250)
+	icfg.Table = fmt.Sprintf("sbx_inst_test_%d", os.Getpid())
+	icfg.Prefix = "sit"
+	ec := egress.DefaultConfig()
+	ec.ConnectPort, ec.TransparentPort, ec.DNSPort = icfg.Port, icfg.Port, icfg.Port
+	ec.Resolvers = []string{"127.0.0.1"}
+	ec.Network.Pool, ec.Network.Table, ec.Network.Prefix = icfg.Pool, icfg.Table, icfg.Prefix
+	nw, err := egress.NewNetwork(ec, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := nw.Reconcile(ctx, nil); err != nil {
+		testenv.Skip(t, "installer network: %v", err)
+	}
+	t.Cleanup(func() {
+		_ = nw.Reconcile(context.Background(), nil)
+		_ = exec("nft", "delete", "table", "inet", icfg.Table)
+	})
+	inst := New(icfg, catalog{mir}, ex, netAdapter{nw}, mir.Handler(), log)
+	return &rig{ex: ex, mir: mir, inst: inst, owner: "key_1"}
+}
+
+type netAdapter struct{ n *egress.Network }
+
+func (n netAdapter) Setup(ctx context.Context, id string) (Endpoint, error) {
+	a, err := n.n.Setup(ctx, id)
+	if err != nil {
+		return Endpoint{}, err
+	}
+	return Endpoint{NetnsPath: a.NetnsPath, HostAddr: a.HostAddr}, nil
+}
+func (n netAdapter) Teardown(ctx context.Context, id string) error { return n.n.Teardown(ctx, id) }
+
+type catalog struct{ m *mirror.Mirror }
+
+func (c catalog) Lookup(ctx context.Context, m Manager, name, version string) (Artifact, error) {
+	a, err := c.m.Lookup(ctx, mirror.Manager(m), name, version)
+	out := Artifact{Name: a.Name, Version: a.Version, Filename: a.Filename, SHA256: a.SHA256, Integrity: a.Integrity, Size: a.Size, URLPath: a.URLPath, Status: string(a.Status), Reasons: a.Reasons}
+	switch {
+	case err == nil:
+		return out, nil
+	case errors.Is(err, mirror.ErrNotFound):
+		return out, fmt.Errorf("%w: %v", ErrNotFound, err)
+	case errors.Is(err, mirror.ErrNotAdmitted):
+		return out, fmt.Errorf("%w: %v", ErrNotAdmitted, err)
+	}
+	return out, err
+}
+
+func (r *rig) addWheel(t *testing.T, name, version string) {
+	t.Helper()
+	fn, b := buildWheel(t, name, version)
+	if _, err := r.mir.AddWheel(context.Background(), fn, b, "test", nil); err != nil {
+		t.Fatalf("admitting %s: %v", fn, err)
+	}
+}
+
+func (r *rig) session(t *testing.T, lang string) string {
+	t.Helper()
+	s, err := r.ex.CreateSession(context.Background(), sandbox.SessionSpec{Language: lang, Owner: r.owner})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s.ID
+}
+
+func (r *rig) run(t *testing.T, id, code string) sandbox.Result {
+	t.Helper()
+	res, err := r.ex.Execute(context.Background(), r.owner, id, sandbox.ExecRequest{Code: code})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res
+}
+
+func TestRealInstallPipAndNPM(t *testing.T) {
+	r := newRig(t)
+	ctx := context.Background()
+	r.addWheel(t, "alpha-pkg", "1.0.0")
+	r.addWheel(t, "alpha-pkg", "1.2.0")
+	r.addWheel(t, "beta", "0.1")
+	if _, err := r.mir.AddNPMTarball(ctx, buildTarball(t, "hello-npm", "1.0.0"), "test", nil); err != nil {
+		t.Fatal(err)
+	}
+	py := r.session(t, "python3")
+	reply, err := r.inst.Install(ctx, r.owner, py, sandbox.InstallRequest{Manager: "pip", Packages: []string{"alpha-pkg", "beta==0.1"}}, 0)
+	if err != nil {
+		t.Fatalf("install: %v", err)
+	}
+	if reply.Installed[0].Version != "1.2.0" || !reply.Installed[0].Resolved || reply.Installed[1].Resolved || reply.Installed[0].SHA256 == "" {
+		t.Fatalf("reply: %+v", reply)
+	}
+	res := r.run(t, py, "import alpha_pkg, beta; print(alpha_pkg.VERSION, beta.VERSION)")
+	if strings.TrimSpace(res.Stdout) != "1.2.0 0.1" {
+		t.Fatalf("import after install: %+v", res)
+	}
+	// A second install adds to the first (and pins an older version).
+	if _, err := r.inst.Install(ctx, r.owner, py, sandbox.InstallRequest{Manager: "pip", Packages: []string{"alpha-pkg==1.0.0"}}, 0); err != nil {
+		t.Fatal(err)
+	}
+	res = r.run(t, py, "import alpha_pkg, beta; print(alpha_pkg.VERSION, beta.VERSION)")
+	if strings.TrimSpace(res.Stdout) != "1.0.0 0.1" {
+		t.Fatalf("after second install: %+v", res)
+	}
+
+	js := r.session(t, "javascript")
+	if _, err := r.inst.Install(ctx, r.owner, js, sandbox.InstallRequest{Manager: "npm", Packages: []string{"hello-npm@1.0.0"}}, 0); err != nil {
+		t.Fatalf("npm install: %v", err)
+	}
+	res = r.run(t, js, "console.log(require('hello-npm')()); console.log(require('fs').existsSync('/home/sandbox/pwned'))")
+	if res.Stdout != "hello from hello-npm 1.0.0\nfalse\n" {
+		t.Fatalf("require after install: %+v", res)
+	}
+
+	// Another owner's session is not found.
+	if _, err := r.inst.Install(ctx, "key_2", py, sandbox.InstallRequest{Manager: "pip", Packages: []string{"beta"}}, 0); err == nil || !strings.Contains(err.Error(), "not found") {
+		t.Fatalf("other owner: %v", err)
+	}
+}
+
+func TestRealAllOrNothing(t *testing.T) {
+	r := newRig(t)
+	ctx := context.Background()
+	r.addWheel(t, "one", "1.0")
+	r.addWheel(t, "two", "1.0")
+	id := r.session(t, "python3")
+	// One of three refused: 422-style rejection, nothing installed.
+	_, err := r.inst.Install(ctx, r.owner, id, sandbox.InstallRequest{Manager: "pip", Packages: []string{"one==1.0", "nope==1.0", "two"}}, 0)
+	var rej *sandbox.RejectedError
+	if !asRejected(err, &rej) || len(rej.Packages) != 1 || rej.Packages[0].Package != "nope==1.0" || rej.Packages[0].Status != "missing" {
+		t.Fatalf("want one rejection, got %v %+v", err, rej)
+	}
+	res := r.run(t, id, "import os; print(os.path.exists('/home/sandbox/.local/python'))")
+	if strings.TrimSpace(res.Stdout) != "False" {
+		t.Fatalf("something was installed: %+v", res)
+	}
+	// The installer dies after staging: nothing becomes visible.
+	r.inst.dieBeforeCommit = true
+	_, err = r.inst.Install(ctx, r.owner, id, sandbox.InstallRequest{Manager: "pip", Packages: []string{"one==1.0", "two==1.0"}}, 0)
+	r.inst.dieBeforeCommit = false
+	if err == nil {
+		t.Fatal("install that died succeeded")
+	}
+	res = r.run(t, id, "import importlib.util as u; print(u.find_spec('one') is None, u.find_spec('two') is None)")
+	if strings.TrimSpace(res.Stdout) != "True True" {
+		t.Fatalf("partial install visible: %+v", res)
+	}
+	// The next install works and cleans the leftovers.
+	if _, err := r.inst.Install(ctx, r.owner, id, sandbox.InstallRequest{Manager: "pip", Packages: []string{"one"}}, 0); err != nil {
+		t.Fatal(err)
+	}
+	res = r.run(t, id, "import os, one; print(one.VERSION, sorted(e.split('-')[0] for e in os.listdir('/home/sandbox/.local/.sandboxapi-pkgs')))")
+	if strings.TrimSpace(res.Stdout) != "1.0 ['pip']" {
+		t.Fatalf("after recovery: %+v", res)
+	}
+}
+
+func TestRealInstallerReachesOnlyTheMirror(t *testing.T) {
+	r := newRig(t)
+	res, err := r.inst.ProbeDetail(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("probe: %v", res.Reached)
+	if got := res.Reached[res.Mirror]; got != "status 200" {
+		t.Fatalf("mirror: %q (all: %v)", got, res.Reached)
+	}
+	if len(res.Forbidden) < 3 {
+		t.Fatalf("too few forbidden targets: %v", res.Forbidden)
+	}
+	for _, f := range res.Forbidden {
+		if got := res.Reached[f]; got == "open" || strings.HasPrefix(got, "status") || got == "" {
+			t.Errorf("%s: %q", f, got)
+		}
+	}
+	if _, err := r.inst.Probe(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func asRejected(err error, out **sandbox.RejectedError) bool {
+	return errors.As(err, out)
+}
+
+func exec(name string, args ...string) error { return osexec.Command(name, args...).Run() }

@@ -1,0 +1,459 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"debug/elf"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/sandboxapi/sandboxapi/executor"
+	"github.com/sandboxapi/sandboxapi/internal/config"
+	"github.com/sandboxapi/sandboxapi/store"
+)
+
+func doctorCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "doctor",
+		Usage: "check the host: runsc, its platform, cgroups, rootfs, netns and nft, disk space, store; print what to fix",
+		Flags: stateFlags(),
+		Action: func(c *cli.Context) error {
+			env, err := loadEnv(c)
+			if err != nil {
+				return err
+			}
+			if n := runDoctor(c.Context, env.Config, c.App.Writer); n > 0 {
+				return cli.Exit(fmt.Sprintf("doctor: %d problem(s) found", n), 1)
+			}
+			return nil
+		},
+	}
+}
+
+// Outcomes of a doctor check. A warning does not fail doctor.
+const (
+	checkOK   = "ok"
+	checkWarn = "warn"
+	checkFail = "FAIL"
+)
+
+// checkResult is the outcome of one host check; fix says what to do.
+type checkResult struct {
+	Name   string
+	Status string
+	Detail string
+	Fix    string
+}
+
+// doctorCheck is one named host check.
+type doctorCheck struct {
+	name string
+	run  func(ctx context.Context, cfg *config.Config) checkResult
+}
+
+// doctorChecks are run in order; later ones do not depend on earlier ones.
+var doctorChecks = []doctorCheck{
+	{"runsc", checkRunsc},
+	{"platform", checkPlatform},
+	{"cgroups", checkCgroups},
+	{"rootfs", checkRootfs},
+	{"guest", checkGuest},
+	{"netns", checkNetns},
+	{"nft", checkNft},
+	{"disk", checkDisk},
+	{"store", checkStore},
+}
+
+// runDoctor runs every check, prints one line per check (and the fix under
+// a failure or warning) and returns the number of failures.
+func runDoctor(ctx context.Context, cfg *config.Config, w io.Writer) int {
+	problems := 0
+	for _, r := range doctorResults(ctx, cfg) {
+		fmt.Fprintf(w, "%-4s  %-8s  %s\n", r.Status, r.Name, r.Detail)
+		if r.Status != checkOK && r.Fix != "" {
+			fmt.Fprintf(w, "      %-8s  fix: %s\n", "", r.Fix)
+		}
+		if r.Status == checkFail {
+			problems++
+		}
+	}
+	if problems == 0 {
+		fmt.Fprintln(w, "host ready")
+	}
+	return problems
+}
+
+func doctorResults(ctx context.Context, cfg *config.Config) []checkResult {
+	out := make([]checkResult, 0, len(doctorChecks))
+	for _, c := range doctorChecks {
+		r := c.run(ctx, cfg)
+		r.Name = c.name
+		out = append(out, r)
+	}
+	return out
+}
+
+func ok(format string, a ...any) checkResult {
+	return checkResult{Status: checkOK, Detail: fmt.Sprintf(format, a...)}
+}
+
+func fail(fix, format string, a ...any) checkResult {
+	return checkResult{Status: checkFail, Detail: fmt.Sprintf(format, a...), Fix: fix}
+}
+
+func warn(fix, format string, a ...any) checkResult {
+	return checkResult{Status: checkWarn, Detail: fmt.Sprintf(format, a...), Fix: fix}
+}
+
+const runscFix = "install a static runsc: CGO_ENABLED=0 go install gvisor.dev/gvisor/runsc@v0.0.0-20260905035102-160fafc42237 && install -m 0755 ~/go/bin/runsc /usr/local/bin/runsc (or set executor.runsc)"
+
+// checkRunsc: runsc is on PATH (or where executor.runsc says) and static. A
+// dynamically linked runsc dies with "fork/exec /proc/self/exe".
+func checkRunsc(ctx context.Context, cfg *config.Config) checkResult {
+	bin, err := exec.LookPath(cfg.Executor.Runsc)
+	if err != nil {
+		return fail(runscFix, "runsc not found (%s)", cfg.Executor.Runsc)
+	}
+	static, err := isStaticELF(bin)
+	if err != nil {
+		return fail(runscFix, "%s: %v", bin, err)
+	}
+	if !static {
+		return fail(runscFix, "%s is dynamically linked (has PT_INTERP); runsc must be a static build", bin)
+	}
+	out, err := exec.CommandContext(ctx, bin, "--version").Output()
+	if err != nil {
+		return fail(runscFix, "%s --version: %v", bin, err)
+	}
+	ver, _, _ := strings.Cut(strings.TrimSpace(string(out)), "\n")
+	return ok("%s, static, %s", bin, ver)
+}
+
+// isStaticELF reports whether path is an ELF executable without a program
+// interpreter.
+func isStaticELF(path string) (bool, error) {
+	f, err := elf.Open(path)
+	if err != nil {
+		return false, fmt.Errorf("reading ELF: %w", err)
+	}
+	defer f.Close()
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_INTERP {
+			return false, nil
+		}
+	}
+	return true, nil
+}
+
+// checkPlatform runs an empty sandbox on the configured platform.
+func checkPlatform(ctx context.Context, cfg *config.Config) checkResult {
+	bin, err := exec.LookPath(cfg.Executor.Runsc)
+	if err != nil {
+		return fail(runscFix, "runsc not found")
+	}
+	root, err := os.MkdirTemp("", "sandboxapi-doctor-")
+	if err != nil {
+		return fail("make the temp folder writable", "creating a runsc root: %v", err)
+	}
+	defer os.RemoveAll(root)
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	start := time.Now()
+	cmd := exec.CommandContext(ctx, bin, "--root", root, "--network", "none", "--platform", cfg.Executor.Platform, "do", "/bin/true")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Run(); err != nil {
+		msg := lastLine(stderr.String())
+		return fail(fmt.Sprintf("run as root; try executor.platform: systrap (kvm needs /dev/kvm, ptrace is slowest); see `%s --platform %s do /bin/true`", bin, cfg.Executor.Platform),
+			"runsc do /bin/true on platform %s failed: %v %s", cfg.Executor.Platform, err, msg)
+	}
+	return ok("platform %s runs a sandbox (%d ms)", cfg.Executor.Platform, time.Since(start).Milliseconds())
+}
+
+func lastLine(s string) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	return lines[len(lines)-1]
+}
+
+// checkCgroups: the memory and pids controllers exist and a sandboxapi
+// child group can be made and removed (cgroup v2 or v1).
+func checkCgroups(ctx context.Context, cfg *config.Config) checkResult {
+	const fix = "mount cgroups (systemd does), run as root, and enable the memory and pids controllers"
+	probe := fmt.Sprintf("sandboxapi-doctor-%d", os.Getpid())
+	if b, err := os.ReadFile("/sys/fs/cgroup/cgroup.controllers"); err == nil {
+		have := strings.Fields(string(b))
+		for _, c := range []string{"memory", "pids"} {
+			if !contains(have, c) {
+				return fail(fix, "cgroup v2 without the %s controller", c)
+			}
+		}
+		if err := mkRmdir(filepath.Join("/sys/fs/cgroup", probe)); err != nil {
+			return fail(fix, "cgroup v2 not writable: %v", err)
+		}
+		return ok("cgroup v2 with memory and pids, writable")
+	}
+	for _, c := range []string{"memory", "pids", "cpu"} {
+		if err := mkRmdir(filepath.Join("/sys/fs/cgroup", c, probe)); err != nil {
+			return fail(fix, "cgroup v1 %s controller not usable: %v", c, err)
+		}
+	}
+	return ok("cgroup v1 memory, pids and cpu, writable")
+}
+
+func mkRmdir(dir string) error {
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		return err
+	}
+	return os.Remove(dir)
+}
+
+func contains(list []string, s string) bool {
+	for _, v := range list {
+		if v == s {
+			return true
+		}
+	}
+	return false
+}
+
+// rootfsBinaries are paths every runtime needs, relative to the rootfs.
+var rootfsBinaries = []string{
+	"bin/sh", "usr/bin/bash", "usr/bin/python3", "usr/bin/node", "usr/local/bin/esbuild",
+	"usr/bin/go", "usr/bin/java", "usr/bin/gcc", "usr/bin/g++",
+}
+
+// checkRootfs: a complete build is found, its binaries are there, its
+// versions.json parses and the sandbox user exists.
+func checkRootfs(ctx context.Context, cfg *config.Config) checkResult {
+	const fix = "run `sandboxapi rootfs build` (about a minute and 1.5 GB), or point executor.rootfs at a complete build"
+	dir, versions, err := executor.FindRootfs(cfg.Executor.Rootfs, "")
+	if err != nil {
+		return fail(fix, "no rootfs: %v", err)
+	}
+	build := filepath.Dir(dir)
+	if _, err := os.Stat(filepath.Join(build, ".complete")); err != nil && cfg.Executor.Rootfs == "" {
+		return fail(fix, "%s has no .complete mark (a build that did not finish)", build)
+	}
+	var missing []string
+	for _, b := range rootfsBinaries {
+		if _, err := os.Lstat(filepath.Join(dir, b)); err != nil {
+			missing = append(missing, "/"+b)
+		}
+	}
+	if len(missing) > 0 {
+		return fail(fix, "%s lacks %s", dir, strings.Join(missing, ", "))
+	}
+	passwd, err := os.ReadFile(filepath.Join(dir, "etc", "passwd"))
+	if err != nil || !bytes.Contains(passwd, []byte("\nsandbox:x:1000:")) {
+		return fail(fix, "%s has no sandbox user (uid 1000)", dir)
+	}
+	var v map[string]string
+	b, err := os.ReadFile(versions)
+	if err != nil || json.Unmarshal(b, &v) != nil || len(v) == 0 {
+		return warn(fix, "%s: no readable versions.json; /v1/runtimes will show no versions", dir)
+	}
+	return ok("%s (%d runtimes, python3 %s)", dir, len(v), v["python3"])
+}
+
+// checkGuest: the in-sandbox helper binary is where the executor looks.
+func checkGuest(ctx context.Context, cfg *config.Config) checkResult {
+	const fix = "build it with `CGO_ENABLED=0 go build -trimpath -o bin/sandboxapi-guest ./cmd/sandboxapi-guest`, put it beside sandboxapi or set executor.guest_binary"
+	candidates := []string{}
+	if g := cfg.Executor.GuestBinary; g != "" {
+		candidates = append(candidates, g)
+	} else {
+		if exe, err := os.Executable(); err == nil {
+			candidates = append(candidates, filepath.Join(filepath.Dir(exe), "sandboxapi-guest"))
+		}
+		if p, err := exec.LookPath("sandboxapi-guest"); err == nil {
+			candidates = append(candidates, p)
+		}
+		if root, err := repoRoot(); err == nil {
+			candidates = append(candidates, filepath.Join(root, "bin", "sandboxapi-guest"))
+		}
+	}
+	for _, c := range candidates {
+		if static, err := isStaticELF(c); err == nil {
+			if !static {
+				return fail(fix, "%s is dynamically linked; it runs inside the rootfs and must be static", c)
+			}
+			return ok("%s, static", c)
+		}
+	}
+	return fail(fix, "sandboxapi-guest not found (looked at %s)", strings.Join(candidates, ", "))
+}
+
+// repoRoot finds the source tree's root above the working directory, for
+// running doctor from a checkout (go run, tests).
+func repoRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", os.ErrNotExist
+		}
+		dir = parent
+	}
+}
+
+// egressTool reports a missing tool as a failure when egress is on and as
+// a warning when it is off (sessions with network are refused then).
+func egressTool(cfg *config.Config, fix, format string, a ...any) checkResult {
+	if cfg.Egress.Enabled {
+		return fail(fix, format, a...)
+	}
+	r := warn(fix, format, a...)
+	r.Detail += " (egress is off; needed only for sessions with network)"
+	return r
+}
+
+// checkNetns: ip can make and delete a network namespace.
+func checkNetns(ctx context.Context, cfg *config.Config) checkResult {
+	const fix = "apt-get install iproute2; run as root (CAP_SYS_ADMIN and CAP_NET_ADMIN)"
+	ip, err := exec.LookPath("ip")
+	if err != nil {
+		return egressTool(cfg, fix, "ip (iproute2) not found")
+	}
+	name := fmt.Sprintf("sbxdoctor%d", os.Getpid())
+	if out, err := exec.CommandContext(ctx, ip, "netns", "add", name).CombinedOutput(); err != nil {
+		return egressTool(cfg, fix, "ip netns add: %v %s", err, lastLine(string(out)))
+	}
+	if out, err := exec.CommandContext(ctx, ip, "netns", "delete", name).CombinedOutput(); err != nil {
+		return egressTool(cfg, fix, "ip netns delete %s: %v %s", name, err, lastLine(string(out)))
+	}
+	return ok("%s can add and delete network namespaces", ip)
+}
+
+// checkNft: nft runs and can list the ruleset.
+func checkNft(ctx context.Context, cfg *config.Config) checkResult {
+	const fix = "apt-get install nftables; run as root (CAP_NET_ADMIN)"
+	nft, err := exec.LookPath("nft")
+	if err != nil {
+		return egressTool(cfg, fix, "nft (nftables) not found")
+	}
+	if out, err := exec.CommandContext(ctx, nft, "list", "tables").CombinedOutput(); err != nil {
+		return egressTool(cfg, fix, "nft list tables: %v %s", err, lastLine(string(out)))
+	}
+	return ok("%s lists the ruleset", nft)
+}
+
+// Disk thresholds for the data dir: homes are loop images of
+// executor.home_size each.
+const (
+	diskFailBytes = 1 << 30
+	diskWarnBytes = 5 << 30
+)
+
+// checkDisk: free space where the data dir lives.
+func checkDisk(ctx context.Context, cfg *config.Config) checkResult {
+	dir := existingParent(cfg.DataDir)
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(dir, &st); err != nil {
+		return fail("check that data_dir is on a mounted file system", "statfs %s: %v", dir, err)
+	}
+	free := int64(st.Bavail) * int64(st.Bsize)
+	home, _ := config.ParseSize(cfg.Executor.HomeSize)
+	need := home * int64(cfg.Executor.MaxSandboxes)
+	const fix = "free space under data_dir or move it (data_dir, --data-dir); each session home is an image of executor.home_size"
+	switch {
+	case free < diskFailBytes:
+		return fail(fix, "%s: %s free, less than 1 GiB", dir, humanBytes(free))
+	case free < diskWarnBytes || free < need:
+		return warn(fix, "%s: %s free; %d homes of %s need %s", dir, humanBytes(free), cfg.Executor.MaxSandboxes, cfg.Executor.HomeSize, humanBytes(need))
+	}
+	return ok("%s: %s free", dir, humanBytes(free))
+}
+
+func existingParent(dir string) string {
+	for {
+		if _, err := os.Stat(dir); err == nil {
+			return dir
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return dir
+		}
+		dir = parent
+	}
+}
+
+func humanBytes(n int64) string {
+	switch {
+	case n >= 1<<30:
+		return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))
+	case n >= 1<<20:
+		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+	}
+	return fmt.Sprintf("%d B", n)
+}
+
+// checkStore: the data dir is writable and, if the SQLite store exists, it
+// opens, passes quick_check and takes a write lock. It works while the
+// server runs (WAL); it creates neither the data dir nor the store.
+func checkStore(ctx context.Context, cfg *config.Config) checkResult {
+	const fix = "create data_dir owned by the service user (mkdir -p -m 0700), or point --data-dir elsewhere"
+	fi, err := os.Stat(cfg.DataDir)
+	if errors.Is(err, os.ErrNotExist) {
+		parent := existingParent(cfg.DataDir)
+		if err := writable(parent); err != nil {
+			return fail(fix, "%s does not exist and %s is not writable: %v", cfg.DataDir, parent, err)
+		}
+		return warn(fix, "%s does not exist yet; serve will create it", cfg.DataDir)
+	}
+	if err != nil || !fi.IsDir() {
+		return fail(fix, "%s is not a folder: %v", cfg.DataDir, err)
+	}
+	if err := writable(cfg.DataDir); err != nil {
+		return fail(fix, "%s is not writable: %v", cfg.DataDir, err)
+	}
+	path := filepath.Join(cfg.DataDir, "sandboxapi.db")
+	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
+		return ok("%s writable; no store yet (serve creates it)", cfg.DataDir)
+	}
+	const dbFix = "restore the store from a backup (docs/operations.md) or move it aside and let serve create a new one"
+	st, err := store.Open(ctx, path)
+	if err != nil {
+		return fail(dbFix, "opening %s: %v", path, err)
+	}
+	defer st.Close()
+	var res string
+	if err := st.DB().QueryRowContext(ctx, "PRAGMA quick_check").Scan(&res); err != nil || res != "ok" {
+		return fail(dbFix, "%s quick_check: %v %s", path, err, res)
+	}
+	conn, err := st.DB().Conn(ctx)
+	if err != nil {
+		return fail(dbFix, "%s: %v", path, err)
+	}
+	defer conn.Close()
+	if _, err := conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
+		return fail("stop whatever holds the store's write lock, or fix its permissions", "%s: taking the write lock: %v", path, err)
+	}
+	_, _ = conn.ExecContext(ctx, "ROLLBACK")
+	return ok("%s opens, passes quick_check and is writable", path)
+}
+
+func writable(dir string) error {
+	f, err := os.CreateTemp(dir, ".doctor-*")
+	if err != nil {
+		return err
+	}
+	name := f.Name()
+	f.Close()
+	return os.Remove(name)
+}

@@ -1,0 +1,240 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os/exec"
+	"strings"
+	"time"
+
+	"github.com/sandboxapi/sandboxapi/api"
+	"github.com/sandboxapi/sandboxapi/egress"
+	"github.com/sandboxapi/sandboxapi/executor"
+	"github.com/sandboxapi/sandboxapi/installer"
+	"github.com/sandboxapi/sandboxapi/internal/sandbox"
+	"github.com/sandboxapi/sandboxapi/mirror"
+	"github.com/sandboxapi/sandboxapi/readiness"
+)
+
+// wireInstall builds the installer (its own fenced network serving the
+// mirror), the readiness checks and the gate, and enables
+// POST /v1/sessions/{id}/install and the checks in /readyz. The checks run
+// until ctx ends. Without an installer network (not root, no nft), installs
+// stay closed: the firewall and topology checks fail.
+func wireInstall(ctx context.Context, env *Env, srv *api.Server, ex *executor.Executor, mir *mirror.Mirror) {
+	log := env.Log.With("component", "installer")
+	icfg := env.Config.Installer
+	chk := readiness.New(env.Config.Readiness, env.Log.With("component", "readiness"))
+	nw, err := newInstallNetwork(ctx, icfg, env)
+	if err != nil {
+		log.Error("installer network unavailable; installs stay closed", "err", err)
+		chk.Register("firewall", func(context.Context) (string, error) { return "", fmt.Errorf("installer network unavailable: %w", err) })
+		chk.Register("topology", func(context.Context) (string, error) { return "", errors.New("installer network unavailable") })
+	}
+	var inst *installer.Installer
+	if nw != nil {
+		inst = installer.New(icfg, mirrorCatalog{mir}, ex, installNetwork{nw}, mir.Handler(), log)
+		chk.Register("firewall", readiness.Firewall(map[string]readiness.FirewallChecker{"installer": settled{nw}, "installer-chains": chainRules{icfg.Table, icfg.Prefix}}))
+		chk.RegisterEvery("topology", env.Config.Readiness.TopologyInterval.D(), readiness.Topology(map[string]readiness.Probe{
+			"installer": func(ctx context.Context) (string, error) { return inst.Probe(ctx) },
+		}))
+	}
+	chk.Register("mirror", readiness.Mirror(mirrorIndex{mir}, "http://"+loopbackAddr(env.Config.Listen), 3))
+	chk.Register("osv", readiness.OSV(mirrorOSV{mir}))
+	srv.SetReadiness(readinessReporter{chk})
+	if inst != nil {
+		srv.SetInstaller(inst, readinessReporter{chk})
+	} else {
+		srv.SetInstaller(closedInstaller{}, readinessReporter{chk})
+	}
+	go func() {
+		waitListening(ctx, loopbackAddr(env.Config.Listen), 30*time.Second)
+		chk.Start(ctx)
+	}()
+}
+
+// newInstallNetwork makes the installers' egress.Network: its own table,
+// prefix and pool, and one reachable port (the mirror's) on each
+// installer's host address.
+func newInstallNetwork(ctx context.Context, icfg installer.Config, env *Env) (*egress.Network, error) {
+	ec := egress.DefaultConfig()
+	ec.ConnectPort, ec.TransparentPort, ec.DNSPort = icfg.Port, icfg.Port, icfg.Port
+	ec.Resolvers = []string{"127.0.0.1"} // unused: installers resolve nothing
+	ec.Network.Pool, ec.Network.Table, ec.Network.Prefix = icfg.Pool, icfg.Table, icfg.Prefix
+	nw, err := egress.NewNetwork(ec, env.Log.With("component", "installer-network"))
+	if err != nil {
+		return nil, err
+	}
+	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := nw.Reconcile(rctx, nil); err != nil { // leftovers of installs cut short
+		return nil, err
+	}
+	return nw, nil
+}
+
+func loopbackAddr(listen string) string {
+	host, port, err := net.SplitHostPort(listen)
+	if err != nil {
+		return listen
+	}
+	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
+		host = "127.0.0.1"
+	}
+	return net.JoinHostPort(host, port)
+}
+
+func waitListening(ctx context.Context, addr string, limit time.Duration) {
+	deadline := time.Now().Add(limit)
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		c, err := net.DialTimeout("tcp", addr, time.Second)
+		if err == nil {
+			c.Close()
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// installNetwork adapts egress.Network to installer.Network.
+type installNetwork struct{ n *egress.Network }
+
+func (n installNetwork) Setup(ctx context.Context, id string) (installer.Endpoint, error) {
+	att, err := n.n.Setup(ctx, id)
+	if err != nil {
+		return installer.Endpoint{}, err
+	}
+	return installer.Endpoint{NetnsPath: att.NetnsPath, HostAddr: att.HostAddr}, nil
+}
+
+func (n installNetwork) Teardown(ctx context.Context, id string) error { return n.n.Teardown(ctx, id) }
+
+// mirrorCatalog adapts the mirror to installer.Catalog.
+type mirrorCatalog struct{ m *mirror.Mirror }
+
+func (c mirrorCatalog) Lookup(ctx context.Context, m installer.Manager, name, version string) (installer.Artifact, error) {
+	a, err := c.m.Lookup(ctx, mirror.Manager(m), name, version)
+	out := installer.Artifact{Name: a.Name, Version: a.Version, Filename: a.Filename, SHA256: a.SHA256, Integrity: a.Integrity,
+		Size: a.Size, URLPath: a.URLPath, Status: string(a.Status), Reasons: a.Reasons}
+	switch {
+	case errors.Is(err, mirror.ErrNotFound):
+		return out, fmt.Errorf("%w: %w", installer.ErrNotFound, err)
+	case errors.Is(err, mirror.ErrNotAdmitted):
+		return out, fmt.Errorf("%w: %w", installer.ErrNotAdmitted, err)
+	}
+	return out, err
+}
+
+// mirrorIndex adapts the mirror to readiness.MirrorIndex.
+type mirrorIndex struct{ m *mirror.Mirror }
+
+func (x mirrorIndex) Admitted(ctx context.Context) ([]readiness.MirrorFile, error) {
+	as, err := x.m.List(ctx, "")
+	if err != nil {
+		return nil, err
+	}
+	var out []readiness.MirrorFile
+	for _, a := range as {
+		if a.Status == mirror.StatusAdmitted {
+			out = append(out, readiness.MirrorFile{Manager: string(a.Manager), Name: a.Name, Version: a.Version, Filename: a.Filename, SHA256: a.SHA256, URLPath: a.URLPath})
+		}
+	}
+	return out, nil
+}
+
+// mirrorOSV adapts the mirror to readiness.OSVSource.
+type mirrorOSV struct{ m *mirror.Mirror }
+
+func (o mirrorOSV) OSVInfo(ctx context.Context) (readiness.OSVInfo, error) {
+	st, err := o.m.OSVStatus(ctx)
+	if err != nil {
+		return readiness.OSVInfo{}, err
+	}
+	return readiness.OSVInfo{SnapshotID: st.SnapshotID, ImportedAt: st.ImportedAt, Records: st.Records, Age: st.Age, MaxAge: st.MaxAge, Stale: st.Stale}, nil
+}
+
+func (o mirrorOSV) Judge(ctx context.Context) (int, int, error) {
+	res, err := o.m.Recheck(ctx)
+	return res.Checked, len(res.Quarantined), err
+}
+
+// readinessReporter adapts the checker to the API's reporter and gate.
+type readinessReporter struct{ c *readiness.Checker }
+
+func toAPIChecks(rs []readiness.Result) []api.CheckResult {
+	out := make([]api.CheckResult, 0, len(rs))
+	for _, r := range rs {
+		out = append(out, api.CheckResult{Name: r.Name, Status: string(r.Status), Detail: r.Detail, LastRun: r.LastRun, DurationMS: r.DurationMS})
+	}
+	return out
+}
+
+func (r readinessReporter) Checks(ctx context.Context, refresh bool) (bool, []api.CheckResult) {
+	rep := r.c.Report()
+	if refresh {
+		rep = r.c.Refresh(ctx)
+	}
+	return rep.Ready, toAPIChecks(rep.Checks)
+}
+
+func (r readinessReporter) Ready(ctx context.Context) (bool, []api.CheckResult) {
+	ok, failing := r.c.Ready(ctx)
+	return ok, toAPIChecks(failing)
+}
+
+// closedInstaller stands in when there is no installer network; the gate
+// answers first, so it is never reached in practice.
+type closedInstaller struct{}
+
+func (closedInstaller) Install(context.Context, string, string, sandbox.InstallRequest, time.Duration) (sandbox.InstallReply, error) {
+	return sandbox.InstallReply{}, fmt.Errorf("%w: no installer network", sandbox.ErrInstallFailed)
+}
+
+// chainRules checks that each hook chain of the installer table holds its
+// own rules (egress.Network.FirewallIntact matches text across the whole
+// table, so a rule that also appears in another chain could go missing
+// unnoticed).
+type chainRules struct{ table, prefix string }
+
+func (c chainRules) FirewallIntact(ctx context.Context) error {
+	veths := `"` + c.prefix + `h*"`
+	want := map[string][]string{
+		"input":   {"iifname vmap @sessions", "iifname " + veths + " drop"},
+		"forward": {"iifname " + veths + " drop", "oifname " + veths + " drop"},
+	}
+	for chain, rules := range want {
+		out, err := exec.CommandContext(ctx, "nft", "list", "chain", "inet", c.table, chain).Output()
+		if err != nil {
+			return fmt.Errorf("listing chain %s of %s: %w", chain, c.table, err)
+		}
+		for _, r := range rules {
+			if !strings.Contains(string(out), r) {
+				return fmt.Errorf("chain %s of %s lacks %q", chain, c.table, r)
+			}
+		}
+	}
+	return nil
+}
+
+// settled retries a firewall check briefly: egress.Network.FirewallIntact
+// lists the rules and then the live networks, so an installer network set
+// up in between looks like a missing chain for a moment. A rule that is
+// really gone stays gone.
+type settled struct{ fw readiness.FirewallChecker }
+
+func (s settled) FirewallIntact(ctx context.Context) error {
+	var err error
+	for range 3 {
+		if err = s.fw.FirewallIntact(ctx); err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	return err
+}

@@ -1,0 +1,350 @@
+package e2e
+
+import (
+	"archive/tar"
+	"archive/zip"
+	"bytes"
+	"compress/gzip"
+	"crypto/sha256"
+	"encoding/base64"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sandboxapi/sandboxapi/internal/testenv"
+)
+
+var installNets atomic.Int32
+
+// installServer starts a server whose installer network (table, prefix,
+// pool) is its own, with fast readiness checks.
+func installServer(t *testing.T, extra string) (*server, string, string) {
+	t.Helper()
+	n := int(installNets.Add(1)) + os.Getpid()%50*4
+	table := fmt.Sprintf("sbx_e2e_inst_%d_%d", os.Getpid(), n)
+	prefix := fmt.Sprintf("i%d", n%1000)
+	cfg := fmt.Sprintf(`readiness:
+  interval: 1s
+  timeout: 30s
+  stale_after: 10s
+  min_refresh: 0s
+  topology_interval: 20s
+installer:
+  pool: 10.%d.%d.0/24
+  table: %s
+  prefix: %s
+`, 202+n%30, n%250, table, prefix) + extra
+	s := startServer(t, cfg)
+	t.Cleanup(func() { _ = exec.Command("nft", "delete", "table", "inet", table).Run() })
+	return s, table, prefix
+}
+
+// writeWheel writes a pure wheel for module name (VERSION = version) into dir.
+func writeWheel(t *testing.T, dir, name, version string) string { return writeWheelTB(t, dir, name, version) }
+
+func writeWheelTB(t testing.TB, dir, name, version string) string {
+	t.Helper()
+	dist := strings.ReplaceAll(name, "-", "_")
+	di := dist + "-" + version + ".dist-info"
+	files := map[string]string{
+		dist + "/__init__.py": fmt.Sprintf("VERSION = %q\n", version),
+		di + "/METADATA":      fmt.Sprintf("Metadata-Version: 2.1\nName: %s\nVersion: %s\nSummary: test\n\n", name, version),
+		di + "/WHEEL":         "Wheel-Version: 1.0\nGenerator: sandboxapi-test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+	}
+	names := make([]string, 0, len(files))
+	for k := range files {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	var rows []string
+	for _, n := range names {
+		s := sha256.Sum256([]byte(files[n]))
+		rows = append(rows, fmt.Sprintf("%s,sha256=%s,%d", n, base64.RawURLEncoding.EncodeToString(s[:]), len(files[n])))
+	}
+	rows = append(rows, di+"/RECORD,,")
+	var buf bytes.Buffer
+	zw := zip.NewWriter(&buf)
+	for _, n := range names {
+		w, _ := zw.CreateHeader(&zip.FileHeader{Name: n, Method: zip.Deflate, Modified: time.Date(2020, 1, 1, 0, 0, 0, 0, time.UTC)})
+		io.WriteString(w, files[n])
+	}
+	w, _ := zw.Create(di + "/RECORD")
+	io.WriteString(w, strings.Join(rows, "\n")+"\n")
+	zw.Close()
+	p := filepath.Join(dir, dist+"-"+version+"-py3-none-any.whl")
+	if err := os.WriteFile(p, buf.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// writeTarball writes an npm package whose main returns "hello from NAME".
+func writeTarball(t *testing.T, dir, name, version string) string {
+	t.Helper()
+	var buf bytes.Buffer
+	gw := gzip.NewWriter(&buf)
+	tw := tar.NewWriter(gw)
+	for _, f := range []struct{ name, body string }{
+		{"package/package.json", fmt.Sprintf(`{"name":%q,"version":%q,"main":"index.js","scripts":{"postinstall":"touch /home/sandbox/pwned"},"license":"MIT"}`, name, version)},
+		{"package/index.js", fmt.Sprintf("module.exports = () => 'hello from %s';\n", name)},
+	} {
+		tw.WriteHeader(&tar.Header{Name: f.name, Mode: 0o644, Size: int64(len(f.body)), Typeflag: tar.TypeReg, ModTime: time.Now()})
+		io.WriteString(tw, f.body)
+	}
+	tw.Close()
+	gw.Close()
+	p := filepath.Join(dir, name+"-"+version+".tgz")
+	if err := os.WriteFile(p, buf.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func (s *server) importOSV() {
+	s.cliArgs([]string{"mirror", "osv", "import"}, filepath.Join(testenv.ModuleRoot(), "mirror", "testdata", "osv"))
+}
+
+// waitReadyz polls /readyz until it answers want, and returns the body.
+func (s *server) waitReadyz(want int, within time.Duration) reply {
+	s.t.Helper()
+	deadline := time.Now().Add(within)
+	var r reply
+	for time.Now().Before(deadline) {
+		r = s.do("GET", "/readyz", "", nil)
+		if r.status == want {
+			return r
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	s.t.Fatalf("/readyz did not become %d within %s: %d %s", want, within, r.status, r.body)
+	return r
+}
+
+func failingChecks(t *testing.T, r reply) []string {
+	t.Helper()
+	var names []string
+	checks, _ := r.json(t)["checks"].([]any)
+	if d, ok := r.json(t)["error"].(map[string]any); ok {
+		checks, _ = d["details"].(map[string]any)["checks"].([]any)
+	}
+	for _, c := range checks {
+		m := c.(map[string]any)
+		if m["status"] != "pass" {
+			names = append(names, m["name"].(string))
+		}
+	}
+	sort.Strings(names)
+	return names
+}
+
+func (s *server) install(key, id, manager string, pkgs ...string) reply {
+	s.t.Helper()
+	return s.do("POST", "/v1/sessions/"+id+"/install", key, map[string]any{"manager": manager, "packages": pkgs})
+}
+
+func TestInstallWheelAndNPMIntoSession(t *testing.T) {
+	t.Parallel()
+	s, _, _ := installServer(t, "")
+	dir := t.TempDir()
+	s.importOSV()
+	for _, f := range []string{
+		writeWheel(t, dir, "alpha-pkg", "1.0.0"), writeWheel(t, dir, "alpha-pkg", "1.2.0"), writeWheel(t, dir, "beta", "0.1"),
+		writeTarball(t, dir, "hello-npm", "1.0.0"),
+		filepath.Join(testenv.ModuleRoot(), "mirror", "testdata", "wheels", "example-21.12-py3-none-any.whl"),
+	} {
+		s.cliArgs([]string{"mirror", "add"}, f)
+	}
+	key := s.key("PRO")
+	py := s.session(key, "python3")
+	s.waitReadyz(200, 90*time.Second)
+
+	r := s.install(key, py, "pip", "alpha-pkg", "example==21.12")
+	if r.status != 200 {
+		t.Fatalf("install: %d %s", r.status, r.body)
+	}
+	inst := r.json(t)["installed"].([]any)
+	first := inst[0].(map[string]any)
+	if first["version"] != "1.2.0" || first["resolved"] != true || len(first["sha256"].(string)) != 64 {
+		t.Fatalf("reply does not say which version: %s", r.body)
+	}
+	res := s.exec(key, py, "import alpha_pkg, example; print(alpha_pkg.VERSION)")
+	if res["stdout"] != "1.2.0\n" {
+		t.Fatalf("import in the next execute: %v", res)
+	}
+
+	js := s.session(key, "javascript")
+	if r := s.install(key, js, "npm", "hello-npm@1.0.0"); r.status != 200 {
+		t.Fatalf("npm install: %d %s", r.status, r.body)
+	}
+	res = s.exec(key, js, "console.log(require('hello-npm')(), require('fs').existsSync('/home/sandbox/pwned'))")
+	if res["stdout"] != "hello from hello-npm false\n" {
+		t.Fatalf("require in the next execute: %v", res)
+	}
+
+	// Another key's session is not found.
+	other := s.key("PRO")
+	if r := s.install(other, py, "pip", "beta"); r.status != 404 {
+		t.Fatalf("other key: %d %s", r.status, r.body)
+	}
+}
+
+func TestInstallRefusalsAreAllOrNothing(t *testing.T) {
+	t.Parallel()
+	s, _, _ := installServer(t, "")
+	dir := t.TempDir()
+	s.importOSV()
+	for _, f := range []string{writeWheel(t, dir, "one", "1.0"), writeWheel(t, dir, "two", "1.0"), writeWheel(t, dir, "gone", "1.0"), writeWheel(t, dir, "bad", "1.0")} {
+		s.cliArgs([]string{"mirror", "add"}, f)
+	}
+	s.cliArgs([]string{"mirror", "remove"}, "pip", "gone==1.0")
+	// A stored file altered behind the mirror's back is quarantined by verify.
+	blobs, _ := filepath.Glob(filepath.Join(s.dataDir, "mirror", "blobs", "sha256", "*", "*"))
+	list := s.cli("mirror", "list", "--json")
+	sum := regexp.MustCompile(`"filename":\s*"bad-1.0-py3-none-any.whl"[^}]*?"sha256":\s*"([0-9a-f]{64})"`).FindStringSubmatch(list)
+	if sum == nil {
+		t.Fatalf("no sha256 for bad in %s", list)
+	}
+	for _, b := range blobs {
+		if strings.Contains(b, sum[1]) {
+			os.Chmod(b, 0o644)
+			if err := os.WriteFile(b, []byte("tampered"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	s.cli("mirror", "verify")
+	key := s.key("PRO")
+	id := s.session(key, "python3")
+	s.waitReadyz(200, 90*time.Second)
+
+	cases := []struct {
+		name   string
+		mgr    string
+		pkgs   []string
+		status int
+		bad    string // the package the reply must name
+		why    string
+	}{
+		{"missing", "pip", []string{"nope==1.0"}, 422, "nope==1.0", "missing"},
+		{"unknown version", "pip", []string{"one==9.9"}, 422, "one==9.9", "missing"},
+		{"removed", "pip", []string{"gone==1.0"}, 422, "gone==1.0", "removed"},
+		{"quarantined", "pip", []string{"bad"}, 422, "bad", "quarantined"},
+		{"range", "pip", []string{"one>=1.0"}, 422, "one>=1.0", "invalid"},
+		{"url", "pip", []string{"https://example.com/x.whl"}, 422, "https://example.com/x.whl", "invalid"},
+		{"npm range", "npm", []string{"hello@^1.0.0"}, 422, "hello@^1.0.0", "invalid"},
+		{"npm missing", "npm", []string{"left-pad@1.3.0"}, 422, "left-pad@1.3.0", "missing"},
+		{"one of three refused", "pip", []string{"one==1.0", "nope", "two"}, 422, "nope", "missing"},
+		{"bad manager", "gem", []string{"x"}, 400, "", ""},
+		{"no packages", "pip", []string{}, 400, "", ""},
+	}
+	for _, tc := range cases {
+		r := s.install(key, id, tc.mgr, tc.pkgs...)
+		if r.status != tc.status {
+			t.Errorf("%s: got %d %s, want %d", tc.name, r.status, r.body, tc.status)
+			continue
+		}
+		if tc.status != 422 {
+			continue
+		}
+		det := r.json(t)["error"].(map[string]any)["details"].(map[string]any)["packages"].([]any)
+		if len(det) != 1 || det[0].(map[string]any)["package"] != tc.bad || det[0].(map[string]any)["status"] != tc.why || det[0].(map[string]any)["reason"] == "" {
+			t.Errorf("%s: details %s", tc.name, r.body)
+		}
+	}
+	res := s.exec(key, id, "import importlib.util as u; print(u.find_spec('one') is None, u.find_spec('two') is None)")
+	if res["stdout"] != "True True\n" {
+		t.Fatalf("a refused request installed something: %v", res)
+	}
+}
+
+func TestInstallGateFailsClosed(t *testing.T) {
+	t.Parallel()
+	s, table, prefix := installServer(t, "mirror:\n  osv_max_age: 45s\n")
+	dir := t.TempDir()
+	s.importOSV()
+	s.cliArgs([]string{"mirror", "add"}, writeWheel(t, dir, "one", "1.0"))
+	key := s.key("PRO")
+	id := s.session(key, "python3")
+	s.waitReadyz(200, 90*time.Second)
+	if out := s.cli("readiness", "check", "--url", "http://"+s.addr); !strings.Contains(out, "status: ready") {
+		t.Fatalf("readiness check: %s", out)
+	}
+	gated := func(want ...string) {
+		t.Helper()
+		r := s.waitReadyz(503, 15*time.Second)
+		if got := failingChecks(t, r); strings.Join(got, ",") != strings.Join(want, ",") {
+			t.Fatalf("failing checks %v, want %v: %s", got, want, r.body)
+		}
+		ir := s.install(key, id, "pip", "one")
+		if ir.status != 503 || ir.errCode(t) != "not_ready" || strings.Join(failingChecks(t, ir), ",") != strings.Join(want, ",") {
+			t.Fatalf("install while not ready: %d %s", ir.status, ir.body)
+		}
+		cmd := exec.Command(s.bin, "readiness", "check", "--url", "http://"+s.addr, "--config", s.config, "--data-dir", s.dataDir)
+		if out, err := cmd.CombinedOutput(); err == nil {
+			t.Fatalf("readiness check passed while not ready: %s", out)
+		}
+	}
+
+	// The mirror stops serving its files.
+	blobs := filepath.Join(s.dataDir, "mirror", "blobs")
+	if err := os.Rename(blobs, blobs+".off"); err != nil {
+		t.Fatal(err)
+	}
+	gated("mirror")
+	os.Rename(blobs+".off", blobs)
+	s.waitReadyz(200, 15*time.Second)
+
+	// A firewall rule disappears, then is put back (each of two rules).
+	for _, rule := range []struct {
+		match  string
+		repair []string
+	}{
+		{`iifname vmap @sessions # handle (\d+)`, []string{"insert", "rule", "inet", table, "input", "iifname", "vmap", "@sessions"}},
+		{`iifname "` + prefix + `h\*" drop # handle (\d+)`, []string{"add", "rule", "inet", table, "input", "iifname", prefix + "h*", "drop"}},
+	} {
+		out, err := exec.Command("nft", "-a", "list", "chain", "inet", table, "input").Output()
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := regexp.MustCompile(rule.match).FindSubmatch(out)
+		if m == nil {
+			t.Fatalf("no rule %s in %s", rule.match, out)
+		}
+		if out, err := exec.Command("nft", "delete", "rule", "inet", table, "input", "handle", string(m[1])).CombinedOutput(); err != nil {
+			t.Fatalf("%v %s", err, out)
+		}
+		gated("firewall")
+		if out, err := exec.Command("nft", rule.repair...).CombinedOutput(); err != nil {
+			t.Fatalf("%v %s", err, out)
+		}
+		s.waitReadyz(200, 15*time.Second)
+	}
+	s.waitReadyz(200, 15*time.Second)
+	if r := s.install(key, id, "pip", "one"); r.status != 200 {
+		t.Fatalf("install when ready again: %d %s", r.status, r.body)
+	}
+
+	// The OSV database grows too old, then is refreshed.
+	r := s.waitReadyz(503, 60*time.Second)
+	if got := failingChecks(t, r); strings.Join(got, ",") != "osv" {
+		t.Fatalf("failing checks %v: %s", got, r.body)
+	}
+	if ir := s.install(key, id, "pip", "one"); ir.status != 503 {
+		t.Fatalf("install with old OSV: %d %s", ir.status, ir.body)
+	}
+	s.importOSV()
+	s.waitReadyz(200, 15*time.Second)
+	if res := s.exec(key, id, "import one; print(one.VERSION)"); res["stdout"] != "1.0\n" {
+		t.Fatalf("import: %v", res)
+	}
+	_ = http.StatusOK
+}

@@ -1,0 +1,116 @@
+package metrics
+
+import (
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+)
+
+func scrape(t *testing.T, m *Metrics) string {
+	t.Helper()
+	ts := httptest.NewServer(m.Handler())
+	defer ts.Close()
+	resp, err := http.Get(ts.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 200 {
+		t.Fatalf("scrape: %d %s", resp.StatusCode, b)
+	}
+	return string(b)
+}
+
+// TestHelpersExport checks every helper shows up in the text format with
+// its labels, scrape-time functions included.
+func TestHelpersExport(t *testing.T) {
+	t.Parallel()
+	m := New()
+	m.ObserveRequest("POST /v1/execute", 200, 30*time.Millisecond)
+	m.ObserveRequest("", 404, time.Millisecond)
+	m.ObserveExecution("python3", "ok", 40*time.Millisecond)
+	m.ObserveExecution("go", "", time.Second)
+	m.EgressDecision("allow", "allowed")
+	m.EgressDecision("deny", "private_address")
+	m.MirrorHit("npm")
+	m.MirrorRefusal("pypi", "not_binary")
+	m.ReadinessCheck("firewall", true)
+	ready := map[string]bool{"mirror": true, "osv": false}
+	m.RegisterReadiness(func() map[string]bool { return ready })
+	m.RegisterSandboxStats(func() (int, int) { return 3, 2 })
+	m.RegisterSessionsByPlan(func() map[string]int { return map[string]int{"PRO": 2, "BASIC": 0} })
+	text := scrape(t, m)
+	for _, want := range []string{
+		`sandboxapi_http_requests_total{route="POST /v1/execute",status="200"} 1`,
+		`sandboxapi_http_requests_total{route="unmatched",status="404"} 1`,
+		`sandboxapi_http_request_duration_seconds_bucket{route="POST /v1/execute",le="0.05"} 1`,
+		`sandboxapi_executions_total{language="python3",status="ok"} 1`,
+		`sandboxapi_executions_total{language="go",status="failed"} 1`,
+		`sandboxapi_execution_duration_seconds_count{language="go"} 1`,
+		`sandboxapi_egress_decisions_total{decision="deny",reason="private_address"} 1`,
+		`sandboxapi_mirror_hits_total{ecosystem="npm"} 1`,
+		`sandboxapi_mirror_refusals_total{ecosystem="pypi",reason="not_binary"} 1`,
+		`sandboxapi_readiness_check{check="firewall"} 1`,
+		`sandboxapi_readiness_check{check="mirror"} 1`,
+		`sandboxapi_readiness_check{check="osv"} 0`,
+		`sandboxapi_sandboxes_live 3`,
+		`sandboxapi_warm_pool_ready 2`,
+		`sandboxapi_sessions{plan="BASIC"} 0`,
+		`sandboxapi_sessions{plan="PRO"} 2`,
+		`process_open_fds`,
+		`go_goroutines`,
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("scrape lacks %q", want)
+		}
+	}
+	// A check that recovers shows as passing on the next scrape.
+	ready["osv"] = true
+	if !strings.Contains(scrape(t, m), `sandboxapi_readiness_check{check="osv"} 1`) {
+		t.Error("readiness not refreshed at scrape time")
+	}
+}
+
+// TestRegistriesAreSeparate checks that New uses no global state, so tests
+// and several servers in one process do not collide.
+func TestRegistriesAreSeparate(t *testing.T) {
+	t.Parallel()
+	a, b := New(), New()
+	a.MirrorHit("npm")
+	a.RegisterSandboxStats(func() (int, int) { return 1, 1 })
+	b.RegisterSandboxStats(func() (int, int) { return 1, 1 })
+	if strings.Contains(scrape(t, b), "sandboxapi_mirror_hits_total") {
+		t.Error("a's counter shows in b")
+	}
+}
+
+func TestInstrumentMirror(t *testing.T) {
+	t.Parallel()
+	m := New()
+	h := m.InstrumentMirror(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/mirror/pypi/simple/numpy/":
+			io.WriteString(w, "index")
+		case "/mirror/npm/left-pad":
+			http.Error(w, "not admitted", http.StatusNotFound)
+		default:
+			w.WriteHeader(http.StatusNotModified)
+		}
+	}))
+	for _, p := range []string{"/mirror/pypi/simple/numpy/", "/mirror/pypi/files/x.whl", "/mirror/npm/left-pad"} {
+		h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("GET", p, nil))
+	}
+	text := scrape(t, m)
+	for _, want := range []string{
+		`sandboxapi_mirror_hits_total{ecosystem="pypi"} 2`,
+		`sandboxapi_mirror_refusals_total{ecosystem="npm",reason="status_404"} 1`,
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("scrape lacks %q", want)
+		}
+	}
+}
