@@ -35,7 +35,9 @@ type opsState struct {
 }
 
 // SetObserver sends request and execution measurements to o. Call it
-// before the server takes requests.
+// before the server takes requests. It wraps the Sandboxes seam to time
+// executions: code in this package must not type-assert s.sb to optional
+// interfaces (declare a separate seam with its own Set method instead).
 func (s *Server) SetObserver(o Observer) {
 	s.ops.mu.Lock()
 	defer s.ops.mu.Unlock()
@@ -69,8 +71,8 @@ func (s *Server) observeRequest(r *http.Request, p *Principal, status int, d tim
 }
 
 // SessionsByPlan counts the live sessions of every key seen since the
-// server started, by plan. Sessions recovered after a restart count once
-// their key makes a request.
+// server started, by plan (sessions end when the server stops, so every
+// live session's key has been seen). Every configured plan is listed.
 func (s *Server) SessionsByPlan() map[string]int {
 	s.ops.mu.Lock()
 	owners := make(map[string]string, len(s.ops.owners))

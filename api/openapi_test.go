@@ -370,11 +370,12 @@ func TestOpenAPIValidatesExchanges(t *testing.T) {
 	srv.SetUsageSource(fakeUsage{})
 	srv.SetEgressLog(fakeEgressLog{})
 	srv.SetPackages(fakePackages{})
-	srv.SetInstaller(fakeInstaller{}, &fakeGate{})
+	gate := &fakeGate{}
+	srv.SetInstaller(fakeInstaller{}, gate)
 	ts := httptest.NewServer(srv)
 	defer ts.Close()
 	checked := 0
-	runExchanges(t, ts, func(x exchange, reqBody []byte, resp *http.Response, body []byte) {
+	check := func(x exchange, reqBody []byte, resp *http.Response, body []byte) {
 		p := matchPath(doc, resp.Request.URL.Path)
 		if p == "" {
 			if resp.StatusCode == http.StatusNotFound && strings.HasPrefix(resp.Request.URL.Path, "/v1/") {
@@ -425,7 +426,39 @@ func TestOpenAPIValidatesExchanges(t *testing.T) {
 		if err := v.validate(media.Schema, body); err != nil {
 			t.Errorf("%s: reply does not match the document: %v\n%s", x.name, err, body)
 		}
-	})
+	}
+	runExchanges(t, ts, check)
+
+	// The fail-closed replies: readiness red, the install gate closed.
+	gate.down = true
+	srv.SetReadiness(fakeReadiness{})
+	sid := ""
+	for _, x := range []exchange{
+		{name: "session for the gate", method: "POST", path: "/v1/sessions", key: "key-PRO", body: `{"language":"bash"}`, status: 201},
+		{name: "install gate closed", method: "POST", path: "/v1/sessions/{sid}/install", key: "key-PRO", body: `{"manager":"pip","packages":["six==1.16.0"]}`, status: 503},
+		{name: "readyz red", method: "GET", path: "/readyz", status: 503},
+	} {
+		req, _ := http.NewRequest(x.method, ts.URL+strings.ReplaceAll(x.path, "{sid}", sid), strings.NewReader(x.body))
+		req.Header.Set("X-API-Key", x.key)
+		resp, err := ts.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != x.status {
+			t.Fatalf("%s: %d, want %d: %s", x.name, resp.StatusCode, x.status, body)
+		}
+		if sid == "" {
+			var s struct{ ID string }
+			_ = json.Unmarshal(body, &s)
+			sid = s.ID
+		}
+		if x.status == 503 && resp.Header.Get("Retry-After") == "" && x.path != "/readyz" {
+			t.Errorf("%s: 503 without Retry-After", x.name)
+		}
+		check(x, []byte(x.body), resp, body)
+	}
 	if checked < 20 {
 		t.Errorf("only %d replies validated", checked)
 	}

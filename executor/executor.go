@@ -19,6 +19,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sandboxapi/sandboxapi/executor/guest"
 	"github.com/sandboxapi/sandboxapi/store"
 )
 
@@ -88,6 +89,11 @@ func New(cfg Config, rt *Runtimes, st *store.Store, log *slog.Logger) (*Executor
 	}
 	if _, err := os.Stat(cfg.GuestBinary); err != nil {
 		return nil, fmt.Errorf("executor: guest binary %q: %w", cfg.GuestBinary, err)
+	}
+	// The guest is static: run it here to learn its protocol version.
+	out, err := exec.Command(cfg.GuestBinary, "version").Output()
+	if v := strings.TrimSpace(string(out)); err != nil || v != guest.ProtocolVersion {
+		return nil, fmt.Errorf("executor: guest binary %s speaks protocol %q, this server %q: rebuild it (scripts/setup.sh)", cfg.GuestBinary, v, guest.ProtocolVersion)
 	}
 	if cfg.ReapInterval <= 0 {
 		cfg.ReapInterval = 5 * time.Second

@@ -77,6 +77,10 @@ type Result struct {
 	Error      string `json:"error,omitempty"`
 }
 
+// ProtocolVersion changes whenever the host-guest wire format does; the
+// executor refuses a guest binary of another version (a stale build).
+const ProtocolVersion = "4"
+
 // Main dispatches on the first argument: "init", "kill" or "run".
 func Main(args []string) int {
 	if len(args) < 2 {
@@ -86,6 +90,9 @@ func Main(args []string) int {
 	switch args[1] {
 	case "init":
 		return initLoop()
+	case "version":
+		fmt.Println(ProtocolVersion)
+		return 0
 	case "kill":
 		// kill(-1) reaches every process this user may signal except the
 		// caller and pid 1.

@@ -3,6 +3,7 @@ package cli
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"debug/elf"
 	"encoding/json"
 	"errors"
@@ -25,7 +26,7 @@ import (
 func doctorCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "doctor",
-		Usage: "check the host: runsc, its platform, cgroups, rootfs, netns and nft, disk space, store; print what to fix",
+		Usage: "check the host: runsc, its platform, cgroups, rootfs, netns and nft, disk space, store, TLS; print what to fix",
 		Flags: stateFlags(),
 		Action: func(c *cli.Context) error {
 			env, err := loadEnv(c)
@@ -72,6 +73,7 @@ var doctorChecks = []doctorCheck{
 	{"nft", checkNft},
 	{"disk", checkDisk},
 	{"store", checkStore},
+	{"tls", checkTLS},
 }
 
 // runDoctor runs every check, prints one line per check (and the fix under
@@ -456,4 +458,33 @@ func writable(dir string) error {
 	name := f.Name()
 	f.Close()
 	return os.Remove(name)
+}
+
+// checkTLS: the tls block can work: files load and are not about to
+// expire, the storage folder for certmagic is writable.
+func checkTLS(ctx context.Context, cfg *config.Config) checkResult {
+	t := cfg.TLS
+	switch t.Mode {
+	case "", config.TLSOff:
+		return ok("off: plain HTTP on %s", cfg.Listen)
+	case config.TLSFiles:
+		const fix = "point tls.cert_file and tls.key_file at a readable PEM chain and its key; renew before expiry"
+		pair, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile)
+		if err != nil {
+			return fail(fix, "loading %s and %s: %v", t.CertFile, t.KeyFile, err)
+		}
+		left := time.Until(pair.Leaf.NotAfter)
+		if left <= 0 {
+			return fail(fix, "%s expired on %s", t.CertFile, pair.Leaf.NotAfter.Format(time.DateOnly))
+		}
+		if left < 14*24*time.Hour {
+			return warn(fix, "%s expires in %d days", t.CertFile, int(left.Hours()/24))
+		}
+		return ok("files: %s valid until %s", t.CertFile, pair.Leaf.NotAfter.Format(time.DateOnly))
+	}
+	dir := tlsStorageDir(cfg)
+	if err := writable(existingParent(dir)); err != nil {
+		return fail("make tls.storage_dir (default <data_dir>/tls) writable", "%s: %v", dir, err)
+	}
+	return ok("%s: certificates kept in %s", t.Mode, dir)
 }

@@ -36,7 +36,7 @@ func TestDoctorPassesOnThisHost(t *testing.T) {
 			t.Errorf("%s: %s %s (fix: %s)", r.Name, r.Status, r.Detail, r.Fix)
 		}
 	}
-	if got := strings.Join(names, ","); got != "runsc,platform,cgroups,rootfs,guest,netns,nft,disk,store" {
+	if got := strings.Join(names, ","); got != "runsc,platform,cgroups,rootfs,guest,netns,nft,disk,store,tls" {
 		t.Errorf("checks = %s", got)
 	}
 	var out, errw bytes.Buffer
@@ -60,7 +60,8 @@ func TestDoctorReportsProblems(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfgPath := filepath.Join(dir, "c.yaml")
-	cfgText := "version: v1\nexecutor:\n  runsc: /bin/ls\n  rootfs: " + filepath.Join(dir, "nothing") + "\n"
+	cfgText := "version: v1\nexecutor:\n  runsc: /bin/ls\n  rootfs: " + filepath.Join(dir, "nothing") + "\n" +
+		"tls:\n  mode: files\n  cert_file: " + filepath.Join(dir, "none.pem") + "\n  key_file: " + filepath.Join(dir, "none.key") + "\n"
 	if err := os.WriteFile(cfgPath, []byte(cfgText), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -74,6 +75,7 @@ func TestDoctorReportsProblems(t *testing.T) {
 		"FAIL  platform",
 		"FAIL  rootfs",
 		"FAIL  store",
+		"FAIL  tls",
 		"fix: install a static runsc",
 		"fix: run `sandboxapi rootfs build`",
 	} {

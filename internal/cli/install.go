@@ -18,6 +18,18 @@ import (
 	"github.com/sandboxapi/sandboxapi/readiness"
 )
 
+var (
+	_ installer.Runner          = (*executor.Executor)(nil)
+	_ installer.Catalog         = mirrorCatalog{}
+	_ installer.Network         = installNetwork{}
+	_ api.Installer             = (*installer.Installer)(nil)
+	_ api.Gate                  = readinessReporter{}
+	_ api.ReadinessReporter     = readinessReporter{}
+	_ readiness.FirewallChecker = (*egress.Network)(nil)
+	_ readiness.MirrorIndex     = mirrorIndex{}
+	_ readiness.OSVSource       = mirrorOSV{}
+)
+
 // wireInstall builds the installer (its own fenced network serving the
 // mirror), the readiness checks and the gate, and enables
 // POST /v1/sessions/{id}/install and the checks in /readyz. The checks run

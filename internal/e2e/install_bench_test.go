@@ -33,7 +33,9 @@ installer:
   table: sbx_bench_inst_%d
   prefix: ib%d
 `, os.Getpid()%250, os.Getpid(), os.Getpid()%1000))
-	b.Cleanup(func() { _ = exec.Command("nft", "delete", "table", "inet", fmt.Sprintf("sbx_bench_inst_%d", os.Getpid())).Run() })
+	b.Cleanup(func() {
+		_ = exec.Command("nft", "delete", "table", "inet", fmt.Sprintf("sbx_bench_inst_%d", os.Getpid())).Run()
+	})
 	dir := b.TempDir()
 	s.cliArgs([]string{"mirror", "osv", "import"}, filepath.Join(testenv.ModuleRoot(), "mirror", "testdata", "osv"))
 	var names, reqs []string

@@ -49,7 +49,9 @@ installer:
 }
 
 // writeWheel writes a pure wheel for module name (VERSION = version) into dir.
-func writeWheel(t *testing.T, dir, name, version string) string { return writeWheelTB(t, dir, name, version) }
+func writeWheel(t *testing.T, dir, name, version string) string {
+	return writeWheelTB(t, dir, name, version)
+}
 
 func writeWheelTB(t testing.TB, dir, name, version string) string {
 	t.Helper()

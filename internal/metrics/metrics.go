@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -37,6 +38,7 @@ type Metrics struct {
 	mirrorHits      *prometheus.CounterVec
 	mirrorRefusals  *prometheus.CounterVec
 	readiness       *readinessCollector
+	scrape          *scrapeCollector
 }
 
 // New builds a registry with the Go and process collectors and every
@@ -77,7 +79,9 @@ func New() *Metrics {
 		Namespace: namespace, Subsystem: "readiness", Name: "check",
 		Help: "Readiness per check: 1 passing, 0 failing (pending and stale count as failing).",
 	}, []string{"check"})}
+	m.scrape = newScrapeCollector()
 	m.reg.MustRegister(
+		m.scrape,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		m.requests, m.requestSeconds, m.executions, m.executionSecond,
@@ -178,43 +182,52 @@ func (r *readinessCollector) Collect(ch chan<- prometheus.Metric) {
 // pool; it is called at scrape time and must be quick.
 type SandboxStats func() (live, warm int)
 
-// RegisterSandboxStats adds sandboxapi_sandboxes_live and
-// sandboxapi_warm_pool_ready, read from f at scrape time. Call it once.
-func (m *Metrics) RegisterSandboxStats(f SandboxStats) {
-	m.reg.MustRegister(
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: namespace, Name: "sandboxes_live",
-			Help: "Sandboxes running now (sessions, stateless calls, the warm pool, installers)."},
-			func() float64 { l, _ := f(); return float64(l) }),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: namespace, Name: "warm_pool_ready",
-			Help: "Started, never-used sandboxes waiting in the warm pool."},
-			func() float64 { _, s := f(); return float64(s) }),
-	)
+// RegisterSandboxStats makes sandboxapi_sandboxes_live and
+// sandboxapi_warm_pool_ready read f at scrape time. A later call replaces
+// f (a second serve in one process); before any call they are absent.
+func (m *Metrics) RegisterSandboxStats(f SandboxStats) { m.scrape.stats.Store(&f) }
+
+// RegisterSessionsByPlan makes sandboxapi_sessions{plan} read f at scrape
+// time. A later call replaces f.
+func (m *Metrics) RegisterSessionsByPlan(f func() map[string]int) { m.scrape.byPlan.Store(&f) }
+
+// scrapeCollector emits the gauges read from functions at scrape time.
+type scrapeCollector struct {
+	stats             atomic.Pointer[SandboxStats]
+	byPlan            atomic.Pointer[func() map[string]int]
+	live, warm, plans *prometheus.Desc
 }
 
-// RegisterSessionsByPlan adds sandboxapi_sessions{plan}, read from f at
-// scrape time. Call it once.
-func (m *Metrics) RegisterSessionsByPlan(f func() map[string]int) {
-	m.reg.MustRegister(&byPlan{f: f, desc: prometheus.NewDesc(namespace+"_sessions",
-		"Live sessions by plan.", []string{"plan"}, nil)})
-}
-
-// byPlan is a collector over a map read at scrape time.
-type byPlan struct {
-	f    func() map[string]int
-	desc *prometheus.Desc
-}
-
-func (b *byPlan) Describe(ch chan<- *prometheus.Desc) { ch <- b.desc }
-
-func (b *byPlan) Collect(ch chan<- prometheus.Metric) {
-	counts := b.f()
-	plans := make([]string, 0, len(counts))
-	for p := range counts {
-		plans = append(plans, p)
+func newScrapeCollector() *scrapeCollector {
+	return &scrapeCollector{
+		live:  prometheus.NewDesc(namespace+"_sandboxes_live", "Sandboxes running now (sessions, stateless calls, the warm pool, installers).", nil, nil),
+		warm:  prometheus.NewDesc(namespace+"_warm_pool_ready", "Started, never-used sandboxes waiting in the warm pool.", nil, nil),
+		plans: prometheus.NewDesc(namespace+"_sessions", "Live sessions by plan.", []string{"plan"}, nil),
 	}
-	sort.Strings(plans)
-	for _, p := range plans {
-		ch <- prometheus.MustNewConstMetric(b.desc, prometheus.GaugeValue, float64(counts[p]), p)
+}
+
+func (c *scrapeCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.live
+	ch <- c.warm
+	ch <- c.plans
+}
+
+func (c *scrapeCollector) Collect(ch chan<- prometheus.Metric) {
+	if f := c.stats.Load(); f != nil {
+		live, warm := (*f)()
+		ch <- prometheus.MustNewConstMetric(c.live, prometheus.GaugeValue, float64(live))
+		ch <- prometheus.MustNewConstMetric(c.warm, prometheus.GaugeValue, float64(warm))
+	}
+	if f := c.byPlan.Load(); f != nil {
+		counts := (*f)()
+		plans := make([]string, 0, len(counts))
+		for p := range counts {
+			plans = append(plans, p)
+		}
+		sort.Strings(plans)
+		for _, p := range plans {
+			ch <- prometheus.MustNewConstMetric(c.plans, prometheus.GaugeValue, float64(counts[p]), p)
+		}
 	}
 }
 

@@ -75,6 +75,26 @@ func TestHelpersExport(t *testing.T) {
 	}
 }
 
+// TestReregister checks that a second serve in one process can register
+// its scrape functions again: the later ones win, nothing panics.
+func TestReregister(t *testing.T) {
+	t.Parallel()
+	m := New()
+	if strings.Contains(scrape(t, m), "sandboxapi_sandboxes_live") {
+		t.Error("gauges present before registration")
+	}
+	m.RegisterSandboxStats(func() (int, int) { return 1, 1 })
+	m.RegisterSandboxStats(func() (int, int) { return 5, 0 })
+	m.RegisterSessionsByPlan(func() map[string]int { return map[string]int{"PRO": 1} })
+	m.RegisterSessionsByPlan(func() map[string]int { return map[string]int{"PRO": 4} })
+	text := scrape(t, m)
+	for _, want := range []string{"sandboxapi_sandboxes_live 5", "sandboxapi_warm_pool_ready 0", `sandboxapi_sessions{plan="PRO"} 4`} {
+		if !strings.Contains(text, want) {
+			t.Errorf("scrape lacks %q", want)
+		}
+	}
+}
+
 // TestRegistriesAreSeparate checks that New uses no global state, so tests
 // and several servers in one process do not collide.
 func TestRegistriesAreSeparate(t *testing.T) {
