@@ -15,7 +15,7 @@ type EgressLog interface {
 // SetEgressLog enables GET /v1/sessions/{id}/egress: the caller's session's
 // allow and deny decisions. Other callers' sessions are 404.
 func (s *Server) SetEgressLog(l EgressLog) {
-	s.mux.Handle("GET /v1/sessions/{id}/egress", s.authed(func(w http.ResponseWriter, r *http.Request) error {
+	s.handle("GET /v1/sessions/{id}/egress", s.authed(func(w http.ResponseWriter, r *http.Request) error {
 		p := principal(r.Context())
 		sess, err := s.sb.GetSession(r.Context(), p.KeyID, r.PathValue("id"))
 		if err != nil {

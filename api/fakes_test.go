@@ -25,6 +25,9 @@ type fakeSandboxes struct {
 	mu       sync.Mutex
 	sessions map[string]sandbox.Session
 	next     int
+	// noNetwork makes sessions with network fail as on a server without
+	// egress.
+	noNetwork bool
 }
 
 func newFakeSandboxes() *fakeSandboxes {
@@ -34,6 +37,9 @@ func newFakeSandboxes() *fakeSandboxes {
 func (f *fakeSandboxes) CreateSession(ctx context.Context, spec sandbox.SessionSpec) (sandbox.Session, error) {
 	if spec.Language != "python3" && spec.Language != "python" && spec.Language != "bash" {
 		return sandbox.Session{}, fmt.Errorf("%w: %s", sandbox.ErrUnknownLanguage, spec.Language)
+	}
+	if f.noNetwork && strings.Contains(string(spec.Network), `"enabled":true`) {
+		return sandbox.Session{}, sandbox.ErrNoNetwork
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()

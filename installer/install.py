@@ -211,4 +211,5 @@ def main():
     print(json.dumps({"ok": True, "entries": sorted(entries)}))
 
 
-main()
+if __name__ == "__main__":
+    main()

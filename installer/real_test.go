@@ -158,7 +158,7 @@ func newRig(t *testing.T) *rig {
 	}
 	t.Cleanup(func() {
 		_ = nw.Reconcile(context.Background(), nil)
-		_ = exec("nft", "delete", "table", "inet", icfg.Table)
+		_ = runCmd("nft", "delete", "table", "inet", icfg.Table)
 	})
 	inst := New(icfg, catalog{mir}, ex, netAdapter{nw}, mir.Handler(), log)
 	return &rig{ex: ex, mir: mir, inst: inst, owner: "key_1"}
@@ -326,4 +326,4 @@ func asRejected(err error, out **sandbox.RejectedError) bool {
 	return errors.As(err, out)
 }
 
-func exec(name string, args ...string) error { return osexec.Command(name, args...).Run() }
+func runCmd(name string, args ...string) error { return osexec.Command(name, args...).Run() }

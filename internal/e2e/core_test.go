@@ -117,12 +117,23 @@ func TestKeysCannotSeeEachOthersSessions(t *testing.T) {
 	s := startServer(t, "")
 	owner, other := s.key("PRO"), s.key("MEGA")
 	id := s.session(owner, "bash")
-	for _, tc := range []struct{ method, path string }{
-		{"GET", "/v1/sessions/" + id},
-		{"POST", "/v1/sessions/" + id + "/execute"},
-		{"DELETE", "/v1/sessions/" + id},
+	s.exec(owner, id, "echo secret > /home/sandbox/f")
+	// Every session route, as another key: 404, as if the session did not
+	// exist, and nothing changes.
+	for _, tc := range []struct {
+		method, path string
+		body         any
+	}{
+		{"GET", "/v1/sessions/" + id, nil},
+		{"POST", "/v1/sessions/" + id + "/execute", map[string]any{"code": "echo hi"}},
+		{"GET", "/v1/sessions/" + id + "/files?path=f", nil},
+		{"GET", "/v1/sessions/" + id + "/files?dir=/home/sandbox", nil},
+		{"PUT", "/v1/sessions/" + id + "/files?path=f", []byte("overwritten")},
+		{"POST", "/v1/sessions/" + id + "/install", map[string]any{"manager": "pip", "packages": []string{"wheel==0.43.0"}}},
+		{"GET", "/v1/sessions/" + id + "/egress", nil},
+		{"DELETE", "/v1/sessions/" + id, nil},
 	} {
-		r := s.do(tc.method, tc.path, other, map[string]any{"code": "echo hi"})
+		r := s.do(tc.method, tc.path, other, tc.body)
 		if r.status != http.StatusNotFound {
 			t.Errorf("%s %s as another key: %d %s", tc.method, tc.path, r.status, r.body)
 		}
@@ -131,7 +142,7 @@ func TestKeysCannotSeeEachOthersSessions(t *testing.T) {
 	if strings.Contains(string(r.body), id) {
 		t.Fatalf("other key lists the session: %s", r.body)
 	}
-	if out := s.exec(owner, id, "echo mine"); out["stdout"] != "mine\n" {
+	if out := s.exec(owner, id, "cat /home/sandbox/f; echo mine"); out["stdout"] != "secret\nmine\n" {
 		t.Fatalf("owner lost the session: %v", out)
 	}
 }

@@ -1,0 +1,41 @@
+package guest
+
+import (
+	"bytes"
+	"strconv"
+	"testing"
+)
+
+// FuzzReadRequest feeds arbitrary bytes to the guest's header reader: it
+// never panics, never allocates past MaxHeader, and on success consumes
+// exactly the length line and the header, leaving the rest of the stream
+// (a file upload's body) unread.
+func FuzzReadRequest(f *testing.F) {
+	good, err := Encode(&Request{Argv: []string{"python3", "{dir}/main.py"}, Env: []string{"A=b"}, UID: 1000, GID: 1000})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(append(good, "trailing body"...))
+	f.Add([]byte("2\n{}"))
+	f.Add([]byte("0\n"))
+	f.Add([]byte("999999999\n{"))
+	f.Add([]byte("12a\n{}"))
+	f.Add([]byte("5\n[1,2]"))
+	f.Add([]byte("\n"))
+	f.Add([]byte("4\nnull"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		r := bytes.NewReader(data)
+		req, err := ReadRequest(r)
+		if err != nil {
+			return
+		}
+		if req == nil {
+			t.Fatal("nil request without an error")
+		}
+		nl := bytes.IndexByte(data, '\n')
+		n, _ := strconv.Atoi(string(data[:nl]))
+		if consumed := len(data) - r.Len(); consumed != nl+1+n {
+			t.Fatalf("consumed %d bytes, header is %d", consumed, nl+1+n)
+		}
+	})
+}

@@ -1,0 +1,85 @@
+package installer
+
+import (
+	"archive/tar"
+	"bytes"
+	"compress/gzip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestExtractRefusesUnsafeEntries runs the installer's own npm extraction
+// (install.py, with the host's python3) on hostile tarballs: the mirror
+// already refuses them at admission, and the installer must too.
+func TestExtractRefusesUnsafeEntries(t *testing.T) {
+	t.Parallel()
+	py := "/usr/bin/python3" // the rootfs' kind of python; pyenv shims are slow
+	if _, err := os.Stat(py); err != nil {
+		if py, err = exec.LookPath("python3"); err != nil {
+			t.Skip("no python3")
+		}
+	}
+	dir := t.TempDir()
+	script := filepath.Join(dir, "install.py")
+	if err := os.WriteFile(script, installScript, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	type entry struct {
+		name, link string
+		typ        byte
+		body       string
+	}
+	cases := []struct {
+		name    string
+		entries []entry
+		ok      bool
+	}{
+		{"plain", []entry{{name: "package/package.json", body: "{}"}, {name: "package/lib/a.js", body: "1"}}, true},
+		{"dotdot", []entry{{name: "package/../../evil.js", body: "x"}}, false},
+		{"absolute", []entry{{name: "/etc/evil", body: "x"}}, false},
+		{"outside package", []entry{{name: "other/a.js", body: "x"}}, false},
+		{"symlink", []entry{{name: "package/link", link: "/etc/passwd", typ: tar.TypeSymlink}}, false},
+		{"hardlink", []entry{{name: "package/hl", link: "package/a", typ: tar.TypeLink}}, false},
+		{"device", []entry{{name: "package/dev", typ: tar.TypeChar}}, false},
+		{"fifo", []entry{{name: "package/fifo", typ: tar.TypeFifo}}, false},
+		{"too big", []entry{{name: "package/big", body: strings.Repeat("x", 2048)}}, false},
+		{"duplicate", []entry{{name: "package/a", body: "1"}, {name: "package/a", body: "2"}}, false},
+	}
+	for i, tc := range cases {
+		var buf bytes.Buffer
+		gw := gzip.NewWriter(&buf)
+		tw := tar.NewWriter(gw)
+		for _, e := range tc.entries {
+			typ := e.typ
+			if typ == 0 {
+				typ = tar.TypeReg
+			}
+			h := &tar.Header{Name: e.name, Linkname: e.link, Typeflag: typ, Mode: 0o644}
+			if typ == tar.TypeReg {
+				h.Size = int64(len(e.body))
+			}
+			if err := tw.WriteHeader(h); err != nil {
+				t.Fatal(err)
+			}
+			tw.Write([]byte(e.body))
+		}
+		tw.Close()
+		gw.Close()
+		tgz := filepath.Join(dir, "p.tgz")
+		os.WriteFile(tgz, buf.Bytes(), 0o644)
+		dest := filepath.Join(dir, "out", string(rune('a'+i)))
+		os.MkdirAll(dest, 0o755)
+		code := `import sys; sys.path.insert(0, sys.argv[1]); import install
+install.extract_npm(open(sys.argv[2], "rb").read(), sys.argv[3], {"max_entries": 10, "max_bytes": 1024})`
+		out, err := exec.Command(py, "-I", "-c", code, dir, tgz, dest).CombinedOutput()
+		if (err == nil) != tc.ok {
+			t.Errorf("%s: err %v: %s", tc.name, err, out)
+		}
+		if _, err := os.Lstat(filepath.Join(dir, "evil.js")); err == nil {
+			t.Fatalf("%s: wrote outside the destination", tc.name)
+		}
+	}
+}
