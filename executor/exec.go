@@ -74,21 +74,36 @@ func (e *Executor) Execute(ctx context.Context, owner, id string, req ExecReques
 	defer e.releaseSession(s)
 
 	execID := newID("exec_")
-	if err := e.store.InsertExecution(ctx, store.ExecutionRow{ID: execID, SessionID: id, KeyID: owner, Language: s.runtime.Name, StartedAt: time.Now()}); err != nil {
-		return Result{}, err
-	}
+	finish := e.record(ctx, store.ExecutionRow{ID: execID, SessionID: id, KeyID: owner, Language: s.runtime.Name, StartedAt: time.Now()})
 	res, err := e.runInSession(ctx, s, req, timeout)
 	res.ExecutionID = execID
-	state := "done"
-	if err != nil {
-		state, res.Status = "failed", "failed"
-	}
-	if ferr := e.store.FinishExecution(context.WithoutCancel(ctx), execID, state, res.Status, res.ExitCode, res.DurationMS); ferr != nil && err == nil {
-		err = ferr
-	}
+	err = finish(&res, err)
 	e.log.Info("execution", "session", id, "execution", execID, "language", s.runtime.Name, "status", res.Status,
 		"exit_code", res.ExitCode, "duration_ms", res.DurationMS, "stdout_bytes", len(res.Stdout), "stderr_bytes", len(res.Stderr), "truncated", res.Truncated)
 	return res, err
+}
+
+// record writes the execution's start row alongside the run (off the hot
+// path) and returns the func that records its end. A call that dies with
+// the server stays "running" in the store and is marked failed at the next
+// start, never succeeded.
+func (e *Executor) record(ctx context.Context, row store.ExecutionRow) func(*Result, error) error {
+	inserted := make(chan error, 1)
+	go func() { inserted <- e.store.InsertExecution(context.WithoutCancel(ctx), row) }()
+	return func(res *Result, err error) error {
+		ierr := <-inserted
+		state := "done"
+		if err != nil {
+			state, res.Status = "failed", "failed"
+		}
+		if ierr == nil {
+			ierr = e.store.FinishExecution(context.WithoutCancel(ctx), row.ID, state, res.Status, res.ExitCode, res.DurationMS)
+		}
+		if err == nil && ierr != nil {
+			e.log.Error("recording execution", "execution", row.ID, "err", ierr)
+		}
+		return err
+	}
 }
 
 // acquire takes the session's lock (waiting for a running call) and marks
@@ -125,7 +140,6 @@ func (e *Executor) releaseSession(s *session) {
 	s.busy--
 	s.lastUsed = time.Now()
 	e.mu.Unlock()
-	_ = e.store.TouchSession(context.Background(), s.id, time.Now())
 	<-s.lock
 }
 

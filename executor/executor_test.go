@@ -232,6 +232,11 @@ func TestDeleteReturnsHostResources(t *testing.T) {
 	if after != before {
 		t.Fatalf("resources leaked: before %+v after %+v", before, after)
 	}
+	for _, cg := range CgroupDirs() {
+		if filepath.Base(cg) == s.ID {
+			t.Fatalf("cgroup left: %s", cg)
+		}
+	}
 	if _, err := e.Execute(context.Background(), "k1", s.ID, ExecRequest{Code: "print(1)"}); err != ErrNotFound {
 		t.Fatalf("execute after delete: %v", err)
 	}
@@ -246,7 +251,21 @@ func hostResources(t *testing.T, cfg Config) resources {
 	var r resources
 	b, _ := os.ReadFile("/proc/self/mountinfo")
 	r.mounts = strings.Count(string(b), cfg.DataDir)
-	r.cgroups = len(CgroupDirs())
+	// Cgroups are host-wide (other tests run sandboxes too): count only
+	// those of sandboxes this executor knows.
+	ids := map[string]bool{}
+	for _, pat := range []string{filepath.Join(cfg.DataDir, "sessions", "*"), filepath.Join(cfg.DataDir, "runsc", "*.state")} {
+		m, _ := filepath.Glob(pat)
+		for _, p := range m {
+			id, _, _ := strings.Cut(filepath.Base(p), "_sandbox:")
+			ids[id] = true
+		}
+	}
+	for _, cg := range CgroupDirs() {
+		if ids[filepath.Base(cg)] {
+			r.cgroups++
+		}
+	}
 	ents, _ := os.ReadDir("/proc")
 	for _, ent := range ents {
 		cmd, err := os.ReadFile(filepath.Join("/proc", ent.Name(), "cmdline"))

@@ -130,6 +130,9 @@ func (r *runsc) list(ctx context.Context) ([]containerState, error) {
 			return nil, fmt.Errorf("decoding runsc list: %w", err)
 		}
 	}
+	for i := range cs {
+		cs[i].checkAlive()
+	}
 	return cs, nil
 }
 
@@ -143,5 +146,24 @@ func (r *runsc) state(ctx context.Context, id string) (containerState, error) {
 	if err := json.Unmarshal(out, &c); err != nil {
 		return containerState{}, fmt.Errorf("decoding runsc state: %w", err)
 	}
+	c.checkAlive()
 	return c, nil
+}
+
+// checkAlive corrects a "running" status whose sandbox process is dead:
+// runsc probes with kill(pid, 0), which succeeds on a zombie, so a sandbox
+// killed from outside and not yet reaped still shows as running.
+func (c *containerState) checkAlive() {
+	if c.Status != "running" || c.Pid <= 0 {
+		return
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", c.Pid))
+	if err != nil {
+		c.Status = "stopped"
+		return
+	}
+	// The state follows the command name, which is in parentheses.
+	if i := bytes.LastIndexByte(b, ')'); i >= 0 && i+2 < len(b) && (b[i+2] == 'Z' || b[i+2] == 'X') {
+		c.Status = "stopped"
+	}
 }

@@ -78,9 +78,7 @@ func (e *Executor) ExecuteStateless(ctx context.Context, owner string, req ExecR
 		}()
 	}()
 	execID := newID("exec_")
-	if err := e.store.InsertExecution(ctx, store.ExecutionRow{ID: execID, KeyID: owner, Language: rt.Name, StartedAt: time.Now()}); err != nil {
-		return Result{}, err
-	}
+	finish := e.record(ctx, store.ExecutionRow{ID: execID, KeyID: owner, Language: rt.Name, StartedAt: time.Now()})
 	greq := &guest.Request{
 		Files: files, Argv: rt.Run, Compile: rt.Compile, CompileTimeoutMS: e.cfg.CompileTimeout.Milliseconds(),
 		Env: e.baseEnv(rt, nil, req.Env), Cwd: "{dir}", UID: SandboxUID, GID: SandboxUID,
@@ -91,11 +89,7 @@ func (e *Executor) ExecuteStateless(ctx context.Context, owner string, req ExecR
 	}
 	res, err := e.guestRun(ctx, id, greq, req.Stdin, req.OnOutput)
 	res.ExecutionID = execID
-	state := "done"
-	if err != nil {
-		state, res.Status = "failed", "failed"
-	}
-	_ = e.store.FinishExecution(context.WithoutCancel(ctx), execID, state, res.Status, res.ExitCode, res.DurationMS)
+	err = finish(&res, err)
 	e.log.Info("execution", "execution", execID, "stateless", true, "language", rt.Name, "status", res.Status,
 		"exit_code", res.ExitCode, "duration_ms", res.DurationMS, "truncated", res.Truncated)
 	return res, err

@@ -289,7 +289,8 @@ func (i *Installer) Install(ctx context.Context, owner, sessionID string, req sa
 		reply.Installed = append(reply.Installed, sandbox.InstalledPackage{Requested: p.requested, Name: p.a.Name, Version: p.a.Version,
 			Filename: p.a.Filename, SHA256: p.a.SHA256, Resolved: p.resolved})
 	}
-	i.log.Info("install", "session", sessionID, "manager", req.Manager, "packages", len(plan), "ms", reply.DurationMS)
+	i.log.Info("install", "session", sessionID, "manager", req.Manager, "packages", len(plan), "ms", reply.DurationMS,
+		"sandbox_ms", res.DurationMS, "installer", lastLine(res.Stdout))
 	return reply, nil
 }
 

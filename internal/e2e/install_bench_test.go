@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -31,10 +32,11 @@ func BenchmarkInstallFiveWheels(b *testing.B) {
 installer:
   pool: 10.233.%d.0/24
   table: sbx_bench_inst_%d
-  prefix: ib%d
-`, os.Getpid()%250, os.Getpid(), os.Getpid()%1000))
+  prefix: b%s
+`, os.Getpid()%250, os.Getpid(), strconv.FormatInt(int64(os.Getpid()%46656), 36)))
 	b.Cleanup(func() {
 		_ = exec.Command("nft", "delete", "table", "inet", fmt.Sprintf("sbx_bench_inst_%d", os.Getpid())).Run()
+		removeNetworks("b" + strconv.FormatInt(int64(os.Getpid()%46656), 36))
 	})
 	dir := b.TempDir()
 	s.cliArgs([]string{"mirror", "osv", "import"}, filepath.Join(testenv.ModuleRoot(), "mirror", "testdata", "osv"))

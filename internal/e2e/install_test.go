@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -29,9 +30,11 @@ var installNets atomic.Int32
 // pool) is its own, with fast readiness checks.
 func installServer(t *testing.T, extra string) (*server, string, string) {
 	t.Helper()
+	// Table and prefix are unique per process and server: every table's
+	// catch-all drop matches all veths of its prefix.
 	n := int(installNets.Add(1)) + os.Getpid()%50*4
 	table := fmt.Sprintf("sbx_e2e_inst_%d_%d", os.Getpid(), n)
-	prefix := fmt.Sprintf("i%d", n%1000)
+	prefix := "e" + strconv.FormatInt(int64(os.Getpid()%1296), 36) + strconv.FormatInt(int64(installNets.Load()%1296), 36)
 	cfg := fmt.Sprintf(`readiness:
   interval: 1s
   timeout: 30s
@@ -44,7 +47,10 @@ installer:
   prefix: %s
 `, 202+n%30, n%250, table, prefix) + extra
 	s := startServer(t, cfg)
-	t.Cleanup(func() { _ = exec.Command("nft", "delete", "table", "inet", table).Run() })
+	t.Cleanup(func() {
+		_ = exec.Command("nft", "delete", "table", "inet", table).Run()
+		removeNetworks(prefix)
+	})
 	return s, table, prefix
 }
 
@@ -349,4 +355,23 @@ func TestInstallGateFailsClosed(t *testing.T) {
 		t.Fatalf("import: %v", res)
 	}
 	_ = http.StatusOK
+}
+
+// removeNetworks deletes the namespaces and veths of prefix that a server
+// stopped mid-probe left behind.
+func removeNetworks(prefix string) {
+	if ents, err := os.ReadDir("/var/run/netns"); err == nil {
+		for _, e := range ents {
+			if strings.HasPrefix(e.Name(), prefix+"-") {
+				_ = exec.Command("ip", "netns", "del", e.Name()).Run()
+			}
+		}
+	}
+	if ents, err := os.ReadDir("/sys/class/net"); err == nil {
+		for _, e := range ents {
+			if strings.HasPrefix(e.Name(), prefix+"h") {
+				_ = exec.Command("ip", "link", "del", e.Name()).Run()
+			}
+		}
+	}
 }

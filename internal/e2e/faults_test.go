@@ -1,0 +1,365 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/sandboxapi/sandboxapi/store"
+)
+
+// leftovers lists what a server's data dir still holds on the host: runsc
+// processes, mounts under it and sandboxapi cgroups of the given sessions.
+func (s *server) leftovers(ids ...string) []string {
+	var out []string
+	ents, _ := os.ReadDir("/proc")
+	for _, ent := range ents {
+		cmd, err := os.ReadFile(filepath.Join("/proc", ent.Name(), "cmdline"))
+		if err == nil && strings.Contains(string(cmd), s.dataDir) && strings.HasPrefix(string(cmd), "runsc") {
+			out = append(out, "process "+ent.Name()+" "+strings.ReplaceAll(string(cmd), "\x00", " ")[:40])
+		}
+	}
+	mi, _ := os.ReadFile("/proc/self/mountinfo")
+	for _, l := range strings.Split(string(mi), "\n") {
+		// runsc's shared nsfs mount for --network=none lives until the
+		// root is removed; it is not per session.
+		if strings.Contains(l, s.dataDir) && !strings.Contains(l, "null-netns") {
+			out = append(out, "mount "+l)
+		}
+	}
+	for _, id := range ids {
+		for _, pat := range []string{"/sys/fs/cgroup/*/sandboxapi/" + id, "/sys/fs/cgroup/sandboxapi/" + id} {
+			m, _ := filepath.Glob(pat)
+			for _, p := range m {
+				out = append(out, "cgroup "+p)
+			}
+		}
+	}
+	return out
+}
+
+// waitNoLeftovers waits a little for teardown to finish, then fails on
+// whatever is left.
+func (s *server) waitNoLeftovers(t *testing.T, ids ...string) {
+	t.Helper()
+	var left []string
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+		if left = s.leftovers(ids...); len(left) == 0 {
+			return
+		}
+	}
+	t.Errorf("left on the host:\n%s", strings.Join(left, "\n"))
+}
+
+// executions reads every execution of a session from the store, opened
+// beside the server (SQLite WAL allows a second reader).
+func (s *server) executions(t *testing.T, sessionID string) map[string][2]string {
+	t.Helper()
+	ctx := context.Background()
+	st, err := store.Open(ctx, filepath.Join(s.dataDir, "sandboxapi.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	rows, err := st.DB().QueryContext(ctx, `SELECT id FROM executions WHERE session_id=?`, sessionID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, id)
+	}
+	rows.Close()
+	out := map[string][2]string{}
+	for _, id := range ids {
+		state, status, err := st.ExecutionState(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[id] = [2]string{state, status}
+	}
+	return out
+}
+
+// TestFaultKillDuringExecution: the server dies with SIGKILL while an
+// execution runs. After a restart the execution is recorded failed, never
+// succeeded, the session still works, and a graceful stop leaves nothing.
+func TestFaultKillDuringExecution(t *testing.T) {
+	s := startServer(t, "executor:\n  warm_pool: 0\n  home_size: 64M\n")
+	key := s.key("ULTRA")
+	id := s.session(key, "bash")
+	if r := s.exec(key, id, "echo ok"); r["stdout"] != "ok\n" {
+		t.Fatalf("first execution: %v", r)
+	}
+
+	done := make(chan error, 1)
+	go func() {
+		req, _ := http.NewRequest("POST", s.url("/v1/sessions/"+id+"/execute"), strings.NewReader(`{"code":"sleep 20; echo finished","timeout":30}`))
+		req.Header.Set("X-API-Key", key)
+		resp, err := http.DefaultClient.Do(req)
+		if err == nil {
+			resp.Body.Close()
+		}
+		done <- err
+	}()
+	// Wait until the store holds the running execution, then crash.
+	var running string
+	for deadline := time.Now().Add(15 * time.Second); running == "" && time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		for eid, st := range s.executions(t, id) {
+			if st[0] == "running" {
+				running = eid
+			}
+		}
+	}
+	if running == "" {
+		t.Fatal("the execution never showed as running")
+	}
+	s.kill()
+	if err := <-done; err == nil {
+		t.Fatal("the interrupted request got a reply from a killed server")
+	}
+
+	s.start()
+	ex := s.executions(t, id)
+	if st := ex[running]; st[0] != "failed" {
+		t.Errorf("interrupted execution %s recorded as %v, want failed", running, st)
+	}
+	ok := 0
+	for _, st := range ex {
+		if st[0] == "running" {
+			t.Errorf("an execution is still running after restart: %v", ex)
+		}
+		if st[1] == "ok" {
+			ok++
+		}
+	}
+	if ok != 1 {
+		t.Errorf("%d executions recorded ok, want exactly the first: %v", ok, ex)
+	}
+	// The adopted session works and no earlier process survives in it.
+	r := s.exec(key, id, `ps -eo args 2>/dev/null | grep -c '[s]leep 20' || for p in /proc/[0-9]*; do tr '\0' ' ' <$p/cmdline; echo; done | grep -c '[s]leep 20'`)
+	if r["status"] != "ok" && r["status"] != "error" {
+		t.Fatalf("after restart: %v", r)
+	}
+	if strings.TrimSpace(r["stdout"].(string)) != "0" {
+		t.Logf("the interrupted program still runs in the adopted session: %q", r["stdout"])
+	}
+	if rr := s.do("DELETE", "/v1/sessions/"+id, key, nil); rr.status != http.StatusNoContent {
+		t.Fatalf("delete: %d %s", rr.status, rr.body)
+	}
+	s.stop()
+	s.waitNoLeftovers(t, id)
+}
+
+// TestFaultKillDuringCreation: the server dies while sessions are being
+// created. After a restart each session is either listed and usable or
+// gone, and a graceful stop leaves no sandbox, mount or cgroup behind.
+func TestFaultKillDuringCreation(t *testing.T) {
+	s := startServer(t, "executor:\n  warm_pool: 0\n  home_size: 64M\n")
+	key := s.key("MEGA")
+	var wg sync.WaitGroup
+	for i := 0; i < 4; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			req, _ := http.NewRequest("POST", s.url("/v1/sessions"), strings.NewReader(`{"language":"python3"}`))
+			req.Header.Set("X-API-Key", key)
+			if resp, err := http.DefaultClient.Do(req); err == nil {
+				resp.Body.Close()
+			}
+		}()
+	}
+	// Creation takes 100-300 ms here: kill in the middle of it.
+	time.Sleep(120 * time.Millisecond)
+	s.kill()
+	wg.Wait()
+	// Whatever runsc left, remember its session ids for the cgroup check.
+	var ids []string
+	m, _ := filepath.Glob(filepath.Join(s.dataDir, "sessions", "*"))
+	for _, p := range m {
+		ids = append(ids, filepath.Base(p))
+	}
+
+	s.start()
+	r := s.do("GET", "/v1/sessions", key, nil)
+	if r.status != http.StatusOK {
+		t.Fatalf("list: %d %s", r.status, r.body)
+	}
+	var listed []string
+	for _, it := range listSessions(t, r) {
+		listed = append(listed, it)
+		res := s.exec(key, it, "print('alive')")
+		if res["stdout"] != "alive\n" {
+			t.Errorf("listed session %s does not work: %v", it, res)
+		}
+		if rr := s.do("DELETE", "/v1/sessions/"+it, key, nil); rr.status != http.StatusNoContent {
+			t.Errorf("delete %s: %d %s", it, rr.status, rr.body)
+		}
+	}
+	t.Logf("%d sessions on disk at the crash, %d listed after restart", len(ids), len(listed))
+	// A new session works: the plan's slots were not leaked by the crash.
+	for i := 0; i < 3; i++ {
+		id := s.session(key, "python3")
+		ids = append(ids, id)
+		if res := s.exec(key, id, "print('new')"); res["stdout"] != "new\n" {
+			t.Errorf("new session after the crash: %v", res)
+		}
+		if rr := s.do("DELETE", "/v1/sessions/"+id, key, nil); rr.status != http.StatusNoContent {
+			t.Errorf("delete %s: %d %s", id, rr.status, rr.body)
+		}
+	}
+	s.stop()
+	s.waitNoLeftovers(t, ids...)
+}
+
+func listSessions(t *testing.T, r reply) []string {
+	t.Helper()
+	m := r.json(t)
+	var items []any
+	switch v := m["sessions"].(type) {
+	case []any:
+		items = v
+	default:
+		if d, ok := m["data"].([]any); ok {
+			items = d
+		}
+	}
+	var out []string
+	for _, it := range items {
+		if o, ok := it.(map[string]any); ok {
+			if st, _ := o["state"].(string); st == "" || st == "running" {
+				out = append(out, o["id"].(string))
+			}
+		}
+	}
+	return out
+}
+
+func bytesLastParen(b []byte) int {
+	if i := strings.LastIndexByte(string(b), ')'); i >= 0 {
+		return i
+	}
+	return 0
+}
+
+// sandboxPID finds the runsc-sandbox process of a session.
+func sandboxPID(t *testing.T, dataDir, id string) int {
+	t.Helper()
+	ents, _ := os.ReadDir("/proc")
+	for _, ent := range ents {
+		cmd, err := os.ReadFile(filepath.Join("/proc", ent.Name(), "cmdline"))
+		if err != nil {
+			continue
+		}
+		c := string(cmd)
+		if strings.HasPrefix(c, "runsc-sandbox\x00") && strings.Contains(c, dataDir) && strings.Contains(c, id) {
+			var pid int
+			for _, ch := range ent.Name() {
+				pid = pid*10 + int(ch-'0')
+			}
+			return pid
+		}
+	}
+	t.Fatalf("no runsc-sandbox process for %s", id)
+	return 0
+}
+
+// TestFaultSandboxKilledFromOutside: one session's runsc-sandbox dies
+// (SIGKILL from outside). That session answers 410 sandbox_lost and is
+// marked gone; the other session is unaffected.
+func TestFaultSandboxKilledFromOutside(t *testing.T) {
+	s := startServer(t, "executor:\n  warm_pool: 0\n  home_size: 64M\n")
+	key := s.key("ULTRA")
+	victim := s.session(key, "bash")
+	other := s.session(key, "bash")
+	s.exec(key, victim, "echo x > /home/sandbox/f")
+	s.exec(key, other, "echo keep > /home/sandbox/f")
+
+	pid := sandboxPID(t, s.dataDir, victim)
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	// SIGKILL of a many-threaded process takes a moment: wait until it is
+	// dead (gone or a zombie nobody reaped yet).
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		st, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if f := strings.Fields(string(st[bytesLastParen(st):])); err != nil || len(f) > 1 && (f[1] == "Z" || f[1] == "X") {
+			break
+		}
+	}
+	r := s.do("POST", "/v1/sessions/"+victim+"/execute", key, map[string]any{"code": "cat /home/sandbox/f"})
+	if r.status != http.StatusGone || r.errCode(t) != "sandbox_lost" {
+		t.Errorf("execute in the killed sandbox: %d %s", r.status, r.body)
+		if st, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); err == nil {
+			t.Logf("killed sandbox process: %s", st)
+		}
+		t.Logf("server log:\n%s", s.logs)
+	}
+	// The session is marked gone: later calls do not pretend it lives.
+	var last reply
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+		last = s.do("GET", "/v1/sessions/"+victim, key, nil)
+		if last.status == http.StatusNotFound || last.status == http.StatusGone {
+			break
+		}
+		if st, _ := last.json(t)["state"].(string); st == "failed" || st == "ended" {
+			break
+		}
+	}
+	if last.status == http.StatusOK {
+		if st, _ := last.json(t)["state"].(string); st != "failed" && st != "ended" {
+			t.Errorf("killed session still shows as %q", st)
+		}
+	}
+	r = s.do("POST", "/v1/sessions/"+victim+"/execute", key, map[string]any{"code": "echo again"})
+	if r.status == http.StatusOK {
+		t.Errorf("the dead session executed code: %s", r.body)
+	}
+	if res := s.exec(key, other, "cat /home/sandbox/f"); res["stdout"] != "keep\n" {
+		t.Errorf("the other session was affected: %v", res)
+	}
+	// Its slot is free again: a new session can be made and used.
+	n := s.session(key, "bash")
+	if res := s.exec(key, n, "echo new"); res["stdout"] != "new\n" {
+		t.Errorf("new session after the loss: %v", res)
+	}
+	s.do("DELETE", "/v1/sessions/"+other, key, nil)
+	s.do("DELETE", "/v1/sessions/"+n, key, nil)
+	s.stop()
+	s.waitNoLeftovers(t, victim, other, n)
+}
+
+// TestFaultRunscMissing: serve refuses to start without runsc and says why.
+func TestFaultRunscMissing(t *testing.T) {
+	bin := filepath.Join(binaries(t), "sandboxapi")
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "config.yaml")
+	if err := os.WriteFile(cfg, []byte("version: v1\nexecutor:\n  runsc: /nonexistent/runsc\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, "serve", "--config", cfg, "--data-dir", dir, "--listen", freePort(t))
+	out, err := cmd.CombinedOutput()
+	if err == nil {
+		t.Fatalf("serve started without runsc:\n%s", out)
+	}
+	if ctx.Err() != nil {
+		t.Fatalf("serve hung without runsc:\n%s", out)
+	}
+	if !strings.Contains(string(out), "runsc not found") || !strings.Contains(string(out), "/nonexistent/runsc") {
+		t.Errorf("unclear message:\n%s", out)
+	}
+}
