@@ -49,6 +49,10 @@ func LoadPlans(data []byte) (*Plans, error) {
 	}
 	ps := &Plans{byName: map[string]*Plan{}}
 	for name, p := range doc.Plans {
+		if p == nil {
+			errs = append(errs, fmt.Errorf("plans.%s: empty", name))
+			continue
+		}
 		p.Name = strings.ToUpper(name)
 		if p.MaxSessions < 0 || (p.Sessions && p.MaxSessions == 0) {
 			errs = append(errs, fmt.Errorf("plans.%s: max_sessions must be positive when sessions are allowed", name))

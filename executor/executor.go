@@ -235,6 +235,9 @@ func (e *Executor) reconcile(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if n := waitOrphanCommands(ctx, e.runsc.root, e.cfg.CreateTimeout); n > 0 {
+		e.log.Warn("killed runsc commands left by the previous process", "count", n)
+	}
 	containers, err := e.runsc.list(ctx)
 	if err != nil {
 		return err
@@ -258,6 +261,13 @@ func (e *Executor) reconcile(ctx context.Context) error {
 			e.sessions[r.ID] = s
 			e.live++
 			keep[r.ID] = true
+			// A call the crash interrupted may still run its program; it
+			// is recorded failed below, so stop it before new calls come.
+			kctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			if _, err := e.runsc.run(kctx, "", "exec", "--user", "0:0", "--cap", "CAP_KILL", r.ID, guestBin, "kill"); err != nil {
+				e.log.Warn("killing leftover user processes", "session", r.ID, "err", err)
+			}
+			cancel()
 			e.log.Info("session adopted", "session", r.ID)
 			continue
 		}
@@ -292,6 +302,9 @@ func (e *Executor) reconcile(ctx context.Context) error {
 		if err := e.net.Reconcile(ctx, live); err != nil {
 			return fmt.Errorf("reconciling networks: %w", err)
 		}
+	}
+	if n := killStraySandboxes(e.runsc.root, keep); n > 0 {
+		e.log.Warn("killed stray sandbox processes", "count", n)
 	}
 	removeStaleCgroups(keep)
 	if n, err := e.store.FailRunningExecutions(ctx, "interrupted"); err != nil {

@@ -69,6 +69,10 @@ func LoadRuntimes(data []byte, versionsFile string) (*Runtimes, error) {
 	sort.Strings(names)
 	for _, n := range names {
 		r := doc.Runtimes[n]
+		if r == nil {
+			errs = append(errs, fmt.Errorf("runtimes.%s: empty", n))
+			continue
+		}
 		r.Name = n
 		r.Compiled = len(r.Compile) > 0
 		r.Version = versions[n]

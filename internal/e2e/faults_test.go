@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"os"
@@ -149,12 +150,12 @@ func TestFaultKillDuringExecution(t *testing.T) {
 		t.Errorf("%d executions recorded ok, want exactly the first: %v", ok, ex)
 	}
 	// The adopted session works and no earlier process survives in it.
-	r := s.exec(key, id, `ps -eo args 2>/dev/null | grep -c '[s]leep 20' || for p in /proc/[0-9]*; do tr '\0' ' ' <$p/cmdline; echo; done | grep -c '[s]leep 20'`)
+	r := s.exec(key, id, `for p in /proc/[0-9]*; do tr '\0' ' ' <$p/cmdline; echo; done | grep -c '[s]leep 20'`)
 	if r["status"] != "ok" && r["status"] != "error" {
 		t.Fatalf("after restart: %v", r)
 	}
 	if strings.TrimSpace(r["stdout"].(string)) != "0" {
-		t.Logf("the interrupted program still runs in the adopted session: %q", r["stdout"])
+		t.Errorf("the interrupted program still runs in the adopted session: %q", r["stdout"])
 	}
 	if rr := s.do("DELETE", "/v1/sessions/"+id, key, nil); rr.status != http.StatusNoContent {
 		t.Fatalf("delete: %d %s", rr.status, rr.body)
@@ -169,15 +170,27 @@ func TestFaultKillDuringExecution(t *testing.T) {
 func TestFaultKillDuringCreation(t *testing.T) {
 	s := startServer(t, "executor:\n  warm_pool: 0\n  home_size: 64M\n")
 	key := s.key("MEGA")
-	var wg sync.WaitGroup
+	var (
+		wg      sync.WaitGroup
+		mu      sync.Mutex
+		created []string // sessions whose 201 reached the client
+	)
 	for i := 0; i < 4; i++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			req, _ := http.NewRequest("POST", s.url("/v1/sessions"), strings.NewReader(`{"language":"python3"}`))
 			req.Header.Set("X-API-Key", key)
-			if resp, err := http.DefaultClient.Do(req); err == nil {
-				resp.Body.Close()
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				return
+			}
+			defer resp.Body.Close()
+			var body struct{ ID string }
+			if resp.StatusCode == http.StatusCreated && json.NewDecoder(resp.Body).Decode(&body) == nil {
+				mu.Lock()
+				created = append(created, body.ID)
+				mu.Unlock()
 			}
 		}()
 	}
@@ -208,7 +221,17 @@ func TestFaultKillDuringCreation(t *testing.T) {
 			t.Errorf("delete %s: %d %s", it, rr.status, rr.body)
 		}
 	}
-	t.Logf("%d sessions on disk at the crash, %d listed after restart", len(ids), len(listed))
+	t.Logf("%d sessions answered 201 before the crash, %d on disk at the crash, %d listed after restart", len(created), len(ids), len(listed))
+	// A session the client was told exists must survive the crash.
+	for _, id := range created {
+		found := false
+		for _, l := range listed {
+			found = found || l == id
+		}
+		if !found {
+			t.Errorf("session %s was created (201) before the crash but is gone after restart", id)
+		}
+	}
 	// A new session works: the plan's slots were not leaked by the crash.
 	for i := 0; i < 3; i++ {
 		id := s.session(key, "python3")

@@ -48,6 +48,7 @@ installer:
 `, 202+n%30, n%250, table, prefix) + extra
 	s := startServer(t, cfg)
 	t.Cleanup(func() {
+		s.stop() // first: a probe in flight would make a new network
 		_ = exec.Command("nft", "delete", "table", "inet", table).Run()
 		removeNetworks(prefix)
 	})
@@ -276,7 +277,7 @@ func TestInstallRefusalsAreAllOrNothing(t *testing.T) {
 
 func TestInstallGateFailsClosed(t *testing.T) {
 	t.Parallel()
-	s, table, prefix := installServer(t, "mirror:\n  osv_max_age: 45s\n")
+	s, table, prefix := installServer(t, "mirror:\n  osv_max_age: 50s\n")
 	dir := t.TempDir()
 	s.importOSV()
 	s.cliArgs([]string{"mirror", "add"}, writeWheel(t, dir, "one", "1.0"))
@@ -302,7 +303,9 @@ func TestInstallGateFailsClosed(t *testing.T) {
 		}
 	}
 
-	// The mirror stops serving its files.
+	// The mirror stops serving its files. (Each phase starts with a fresh
+	// OSV import, so only the last phase sees it grow old.)
+	s.importOSV()
 	blobs := filepath.Join(s.dataDir, "mirror", "blobs")
 	if err := os.Rename(blobs, blobs+".off"); err != nil {
 		t.Fatal(err)
@@ -319,6 +322,7 @@ func TestInstallGateFailsClosed(t *testing.T) {
 		{`iifname vmap @sessions # handle (\d+)`, []string{"insert", "rule", "inet", table, "input", "iifname", "vmap", "@sessions"}},
 		{`iifname "` + prefix + `h\*" drop # handle (\d+)`, []string{"add", "rule", "inet", table, "input", "iifname", prefix + "h*", "drop"}},
 	} {
+		s.importOSV()
 		out, err := exec.Command("nft", "-a", "list", "chain", "inet", table, "input").Output()
 		if err != nil {
 			t.Fatal(err)
@@ -342,7 +346,7 @@ func TestInstallGateFailsClosed(t *testing.T) {
 	}
 
 	// The OSV database grows too old, then is refreshed.
-	r := s.waitReadyz(503, 60*time.Second)
+	r := s.waitReadyz(503, 90*time.Second)
 	if got := failingChecks(t, r); strings.Join(got, ",") != "osv" {
 		t.Fatalf("failing checks %v: %s", got, r.body)
 	}
