@@ -131,3 +131,86 @@ func warmReady(s *server) bool {
 	m, _ := filepath.Glob(filepath.Join(s.dataDir, "runsc", "*.state"))
 	return len(m) >= 2
 }
+
+// BenchmarkStateless compares a stateless print(1) end to end with a bare
+// `runsc run` of the same program on the same bundle, and prints the hello
+// world latency of every language (stateless, warm pool).
+//
+//	go test ./internal/e2e -run '^$' -bench Stateless -benchtime 1x
+func BenchmarkStateless(b *testing.B) {
+	for i := 0; i < b.N; i++ {
+		s := startServerB(b, "executor:\n  warm_pool: 2\n  home_size: 64M\n  max_sandboxes: 64\n")
+		key := s.key("MEGA")
+		runsc := []string{"--root", filepath.Join(s.dataDir, "runsc"), "--platform", "systrap", "--overlay2", "none"}
+		// A bundle like the server's, whose init is python itself.
+		id := s.session(key, "python3")
+		spec, _ := os.ReadFile(filepath.Join(s.dataDir, "sessions", id, "bundle", "config.json"))
+		var api, bare []time.Duration
+		for r := 0; r < 15; r++ {
+			waitWarm(s)
+			t0 := time.Now()
+			out := s.do("POST", "/v1/execute", key, map[string]any{"language": "python3", "code": "print(1)"})
+			api = append(api, time.Since(t0))
+			if out.status != 200 || out.json(b)["stdout"] != "1\n" {
+				b.Fatalf("stateless: %d %s", out.status, out.body)
+			}
+			var m map[string]any
+			_ = json.Unmarshal(spec, &m)
+			bareID := fmt.Sprintf("bare-%026d", r)
+			m["process"].(map[string]any)["args"] = []string{"python3", "-c", "print(1)"}
+			m["process"].(map[string]any)["user"] = map[string]any{"uid": 1000, "gid": 1000}
+			m["linux"].(map[string]any)["cgroupsPath"] = "/sandboxapi/" + bareID
+			bs, _ := json.Marshal(m)
+			bdir := b.TempDir()
+			_ = os.WriteFile(filepath.Join(bdir, "config.json"), bs, 0o600)
+			t1 := time.Now()
+			cmd := exec.Command("runsc", append(runsc, "--network", "none", "run", "--bundle", bdir, bareID)...)
+			outb, err := cmd.Output()
+			bare = append(bare, time.Since(t1))
+			if err != nil || string(outb) != "1\n" {
+				b.Fatalf("bare runsc run: %v %q", err, outb)
+			}
+			_ = exec.Command("runsc", append(runsc, "delete", "--force", bareID)...).Run()
+		}
+		fmt.Printf("%-28s api p50 %7.1f ms p99 %7.1f ms | bare runsc run p50 %7.1f ms p99 %7.1f ms | ratio p50 %.2fx\n",
+			"stateless print(1)", ms(pct(api, .5)), ms(pct(api, .99)), ms(pct(bare, .5)), ms(pct(bare, .99)), ms(pct(api, .5))/ms(pct(bare, .5)))
+
+		fmt.Println("hello world, stateless (warm pool), 5 runs each:")
+		for _, tc := range []struct{ lang, code string }{
+			{"python3", `print("hello")`},
+			{"javascript", `console.log("hello")`},
+			{"typescript", `const m: string = "hello"; console.log(m)`},
+			{"go", "package main\nimport \"fmt\"\nfunc main() { fmt.Println(\"hello\") }"},
+			{"java", `public class Main { public static void main(String[] a) { System.out.println("hello"); } }`},
+			{"c", "#include <stdio.h>\nint main(){puts(\"hello\");return 0;}"},
+			{"cpp", "#include <iostream>\nint main(){std::cout<<\"hello\"<<std::endl;}"},
+			{"bash", `echo hello`},
+		} {
+			var d []time.Duration
+			for r := 0; r < 5; r++ {
+				waitWarm(s)
+				t0 := time.Now()
+				out := s.do("POST", "/v1/execute", key, map[string]any{"language": tc.lang, "code": tc.code, "timeout": 60})
+				d = append(d, time.Since(t0))
+				if out.status != 200 || out.json(b)["stdout"] != "hello\n" {
+					b.Fatalf("%s: %d %s", tc.lang, out.status, out.body)
+				}
+			}
+			fmt.Printf("  %-12s p50 %8.1f ms  max %8.1f ms\n", tc.lang, ms(pct(d, .5)), ms(pct(d, 1)))
+		}
+		s.stop()
+	}
+}
+
+// waitWarm waits until the server's pool is full (two idle sandboxes
+// besides any session).
+func waitWarm(s *server) {
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		m, _ := filepath.Glob(filepath.Join(s.dataDir, "runsc", "*.state"))
+		if len(m) >= 3 {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}

@@ -303,3 +303,32 @@ func TestStreamingDeliversChunksWhileRunning(t *testing.T) {
 		t.Fatalf("first chunk at %v of %v: not streamed", firstAt, total)
 	}
 }
+
+// A streaming client that goes away kills its program: the session is free
+// again at once and nothing of the call survives.
+func TestDisconnectKillsTheProgram(t *testing.T) {
+	s := startServer(t, "")
+	key := s.key("PRO")
+	id := s.session(key, "bash")
+	req, _ := http.NewRequest("POST", s.url("/v1/sessions/"+id+"/execute"),
+		strings.NewReader(`{"code":"echo started; touch /home/sandbox/running; sleep 30; touch /home/sandbox/finished","stream":true,"timeout":60}`))
+	req.Header.Set("X-RapidAPI-Key", key)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 256)
+	if _, err := resp.Body.Read(buf); err != nil || !strings.Contains(string(buf), "started") {
+		t.Fatalf("first chunk: %q %v", buf, err)
+	}
+	resp.Body.Close() // the client goes away mid-run
+	start := time.Now()
+	out := s.exec(key, id, "ls /home/sandbox; ps -eo comm | grep -c '^sleep$' || true")
+	t.Logf("next call done %v after the disconnect", time.Since(start))
+	if time.Since(start) > 15*time.Second {
+		t.Fatalf("the session stayed busy for %v after the client left", time.Since(start))
+	}
+	if got := out["stdout"].(string); !strings.Contains(got, "running") || strings.Contains(got, "finished") || !strings.HasSuffix(got, "0\n") {
+		t.Fatalf("after disconnect: %q", got)
+	}
+}
