@@ -11,13 +11,13 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"time"
 
 	"gopkg.in/yaml.v3"
 
 	"github.com/sandboxapi/sandboxapi/configs"
 	"github.com/sandboxapi/sandboxapi/egress"
 	"github.com/sandboxapi/sandboxapi/installer"
+	"github.com/sandboxapi/sandboxapi/internal/duration"
 	"github.com/sandboxapi/sandboxapi/mirror"
 	"github.com/sandboxapi/sandboxapi/readiness"
 )
@@ -27,32 +27,8 @@ var defaultYAML = configs.Server
 // DefaultYAML returns the embedded default configuration text.
 func DefaultYAML() []byte { return bytes.Clone(defaultYAML) }
 
-// Duration is a time.Duration that reads "30s" or a number of seconds.
-type Duration time.Duration
-
-// UnmarshalYAML accepts Go duration strings and plain integers (seconds).
-func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
-	var s string
-	if err := n.Decode(&s); err != nil {
-		return err
-	}
-	if v, err := time.ParseDuration(s); err == nil {
-		*d = Duration(v)
-		return nil
-	}
-	var secs int64
-	if err := n.Decode(&secs); err != nil {
-		return fmt.Errorf("line %d: %q is not a duration (like 30s or 5m)", n.Line, s)
-	}
-	*d = Duration(time.Duration(secs) * time.Second)
-	return nil
-}
-
-// MarshalYAML writes the Go duration form.
-func (d Duration) MarshalYAML() (any, error) { return time.Duration(d).String(), nil }
-
-// D returns the value as a time.Duration.
-func (d Duration) D() time.Duration { return time.Duration(d) }
+// Duration is the shared YAML duration.
+type Duration = duration.Duration
 
 // Config is the root of sandboxapi.yaml.
 type Config struct {
