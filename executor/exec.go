@@ -347,6 +347,12 @@ func (e *Executor) guestRun(ctx context.Context, id string, greq *guest.Request,
 // (the host's OOM killer takes the whole sandbox), the session is failed.
 func (e *Executor) lost(ctx context.Context, id string, res Result, waitErr error) (Result, error) {
 	st, err := e.runsc.state(context.WithoutCancel(ctx), id)
+	// A sandbox killed from outside takes a moment to die (many threads):
+	// look again briefly before deciding that it lives.
+	for i := 0; err == nil && st.Status == "running" && i < 10; i++ {
+		time.Sleep(100 * time.Millisecond)
+		st, err = e.runsc.state(context.WithoutCancel(ctx), id)
+	}
 	if err == nil && st.Status == "running" {
 		return res, fmt.Errorf("running code: no result from the sandbox: %v", waitErr)
 	}
