@@ -163,20 +163,9 @@ func (e *Executor) baseEnv(rt *Runtime, netEnv []string, extra map[string]string
 	return env
 }
 
-// runInSession seeds caches on first use of a language, then runs the code.
+// runInSession runs the code in the session's sandbox.
 func (e *Executor) runInSession(ctx context.Context, s *session, req ExecRequest, timeout time.Duration) (Result, error) {
 	rt := s.runtime
-	if len(rt.SeedCache) == 2 && !s.seeded[rt.Name] {
-		seed := &guest.Request{
-			Argv: []string{"/bin/sh", "-c", `[ -d "$2" ] || { mkdir -p "$(dirname "$2")" && cp -r "$1" "$2.tmp" && mv "$2.tmp" "$2"; }`, "seed", rt.SeedCache[0], rt.SeedCache[1]},
-			Env:  e.baseEnv(rt, s.netEnv, nil), Cwd: HomeDir, UID: SandboxUID, GID: SandboxUID, TimeoutMS: 60000,
-			MemoryBytes: e.cfg.MemoryBytes, MaxProcs: uint64(e.cfg.Pids),
-		}
-		if res, err := e.guestRun(ctx, s.id, seed, nil, nil); err != nil {
-			return res, err
-		}
-		s.seeded[rt.Name] = true
-	}
 	greq := &guest.Request{
 		Files:            []guest.File{{Path: rt.File, Content: []byte(req.Code)}},
 		Argv:             rt.Run,

@@ -17,17 +17,14 @@ import (
 
 // Runtime is one language: where its code goes and how it is built and run.
 type Runtime struct {
-	Name    string   `yaml:"-" json:"language"`
-	Aliases []string `yaml:"aliases" json:"aliases"`
-	File    string   `yaml:"file" json:"file"`
-	Compile []string `yaml:"compile" json:"-"`
-	Run     []string `yaml:"run" json:"-"`
-	Env     []string `yaml:"env" json:"-"`
-	// SeedCache copies a read-only cache from the rootfs into the home on a
-	// session's first use ([from, to]), so compiles start warm.
-	SeedCache []string `yaml:"seed_cache" json:"-"`
-	Version   string   `yaml:"-" json:"version"`
-	Compiled  bool     `yaml:"-" json:"compiled"`
+	Name     string   `yaml:"-" json:"language"`
+	Aliases  []string `yaml:"aliases" json:"aliases"`
+	File     string   `yaml:"file" json:"file"`
+	Compile  []string `yaml:"compile" json:"-"`
+	Run      []string `yaml:"run" json:"-"`
+	Env      []string `yaml:"env" json:"-"`
+	Version  string   `yaml:"-" json:"version"`
+	Compiled bool     `yaml:"-" json:"compiled"`
 }
 
 // Runtimes is the language table. The zero value has no languages; it is
@@ -78,9 +75,6 @@ func LoadRuntimes(data []byte, versionsFile string) (*Runtimes, error) {
 		r.Version = versions[n]
 		if r.File == "" || filepath.Base(r.File) != r.File || len(r.Run) == 0 {
 			errs = append(errs, fmt.Errorf("runtimes.%s: needs a plain file name and a run step", n))
-		}
-		if len(r.SeedCache) != 0 && len(r.SeedCache) != 2 {
-			errs = append(errs, fmt.Errorf("runtimes.%s.seed_cache: needs [from, to]", n))
 		}
 		for _, key := range append([]string{n}, r.Aliases...) {
 			key = strings.ToLower(key)

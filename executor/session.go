@@ -29,13 +29,12 @@ type session struct {
 	state    State
 	lastUsed time.Time
 	busy     int
-	seeded   map[string]bool // caches copied into the home
-	netEnv   []string        // proxy variables when the session has network
+	netEnv   []string // proxy variables when the session has network
 }
 
 func newSession(id, owner string, rt *Runtime, ttl time.Duration, created time.Time, network string) *session {
 	return &session{id: id, owner: owner, runtime: rt, idleTTL: ttl, createdAt: created,
-		network: json.RawMessage(network), lock: make(chan struct{}, 1), lastUsed: created, seeded: map[string]bool{}}
+		network: json.RawMessage(network), lock: make(chan struct{}, 1), lastUsed: created}
 }
 
 func (s *session) snapshot() Session {

@@ -84,24 +84,12 @@ func (e *Executor) ExecuteStateless(ctx context.Context, owner string, req ExecR
 		Env: e.baseEnv(rt, nil, req.Env), Cwd: "{dir}", UID: SandboxUID, GID: SandboxUID,
 		TimeoutMS: timeout.Milliseconds(), MemoryBytes: e.cfg.MemoryBytes, MaxProcs: uint64(e.cfg.Pids),
 	}
-	if len(rt.SeedCache) == 2 {
-		greq.Env = append(greq.Env, seedEnv(rt)...)
-	}
 	res, err := e.guestRun(ctx, id, greq, req.Stdin, req.OnOutput)
 	res.ExecutionID = execID
 	err = finish(&res, err)
 	e.log.Info("execution", "execution", execID, "stateless", true, "language", rt.Name, "status", res.Status,
 		"exit_code", res.ExitCode, "duration_ms", res.DurationMS, "truncated", res.Truncated)
 	return res, err
-}
-
-// seedEnv points a compiler cache at the read-only copy in the rootfs for
-// one-shot calls, where copying it would cost more than it saves.
-func seedEnv(rt *Runtime) []string {
-	if rt.Name == "go" {
-		return []string{"GOCACHE=/tmp/go-build", "GOFLAGS=-mod=mod"}
-	}
-	return nil
 }
 
 // checkRelPath accepts a plain relative path inside the work folder.
