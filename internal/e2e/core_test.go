@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -330,5 +331,57 @@ func TestDisconnectKillsTheProgram(t *testing.T) {
 	}
 	if got := out["stdout"].(string); !strings.Contains(got, "running") || strings.Contains(got, "finished") || !strings.HasSuffix(got, "0\n") {
 		t.Fatalf("after disconnect: %q", got)
+	}
+}
+
+// SIGTERM drains: a call that fits in the grace period finishes and is
+// answered; one that does not is cut off; the server then exits and leaves
+// no sandbox behind.
+func TestSigtermDrains(t *testing.T) {
+	s := startServer(t, "server:\n  shutdown_grace: 4s\n")
+	key := s.key("PRO")
+	short, long := s.session(key, "bash"), s.session(key, "bash")
+	type outcome struct {
+		status int
+		body   string
+		err    error
+	}
+	call := func(id, code string, ch chan<- outcome) {
+		req, _ := http.NewRequest("POST", s.url("/v1/sessions/"+id+"/execute"), strings.NewReader(`{"code":"`+code+`","timeout":60}`))
+		req.Header.Set("X-RapidAPI-Key", key)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			ch <- outcome{err: err}
+			return
+		}
+		defer resp.Body.Close()
+		var b bytes.Buffer
+		_, _ = b.ReadFrom(resp.Body)
+		ch <- outcome{status: resp.StatusCode, body: b.String()}
+	}
+	shortCh, longCh := make(chan outcome, 1), make(chan outcome, 1)
+	go call(short, "sleep 2; echo finished", shortCh)
+	go call(long, "sleep 50; echo never", longCh)
+	time.Sleep(700 * time.Millisecond)
+	start := time.Now()
+	if err := s.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if o := <-shortCh; o.err != nil || o.status != 200 || !strings.Contains(o.body, `"stdout":"finished\n"`) {
+		t.Fatalf("call within the grace period: %+v", o)
+	}
+	if o := <-longCh; o.err == nil && strings.Contains(o.body, "never") {
+		t.Fatalf("call past the grace period completed: %+v", o)
+	}
+	select {
+	case <-s.exited:
+	case <-time.After(60 * time.Second):
+		t.Fatal("server did not exit after SIGTERM")
+	}
+	if took := time.Since(start); took > 40*time.Second {
+		t.Fatalf("shutdown took %v", took)
+	}
+	if n := countProcs(s.dataDir); n != 0 {
+		t.Fatalf("%d runsc processes left after shutdown", n)
 	}
 }
