@@ -168,6 +168,7 @@ func (e *Executor) runInSession(ctx context.Context, s *session, req ExecRequest
 	rt := s.runtime
 	greq := &guest.Request{
 		Files:            []guest.File{{Path: rt.File, Content: []byte(req.Code)}},
+		Links:            rt.Links,
 		Argv:             rt.Run,
 		Compile:          rt.Compile,
 		CompileTimeoutMS: e.cfg.CompileTimeout.Milliseconds(),

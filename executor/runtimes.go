@@ -17,14 +17,16 @@ import (
 
 // Runtime is one language: where its code goes and how it is built and run.
 type Runtime struct {
-	Name     string   `yaml:"-" json:"language"`
-	Aliases  []string `yaml:"aliases" json:"aliases"`
-	File     string   `yaml:"file" json:"file"`
-	Compile  []string `yaml:"compile" json:"-"`
-	Run      []string `yaml:"run" json:"-"`
-	Env      []string `yaml:"env" json:"-"`
-	Version  string   `yaml:"-" json:"version"`
-	Compiled bool     `yaml:"-" json:"compiled"`
+	Name    string   `yaml:"-" json:"language"`
+	Aliases []string `yaml:"aliases" json:"aliases"`
+	File    string   `yaml:"file" json:"file"`
+	Compile []string `yaml:"compile" json:"-"`
+	Run     []string `yaml:"run" json:"-"`
+	Env     []string `yaml:"env" json:"-"`
+	// Links are symlinks made beside the code (name -> absolute target).
+	Links    map[string]string `yaml:"links" json:"-"`
+	Version  string            `yaml:"-" json:"version"`
+	Compiled bool              `yaml:"-" json:"compiled"`
 }
 
 // Runtimes is the language table. The zero value has no languages; it is

@@ -127,3 +127,17 @@ func TestStatelessRunsInAFreshSandboxEachTime(t *testing.T) {
 		t.Fatalf("%d sandboxes alive after stateless calls", len(cs))
 	}
 }
+
+// Packages in the home's node_modules load with require() and with ES
+// module import, from JavaScript and TypeScript alike.
+func TestNodePackagesFromTheHome(t *testing.T) {
+	e, _ := startExecutor(t, func(c *Config) { c.WarmPool = 0 })
+	js := mustSession(t, e, "javascript")
+	run(t, e, js.ID, `const fs=require("fs"); fs.mkdirSync("/home/sandbox/node_modules/greet",{recursive:true}); fs.writeFileSync("/home/sandbox/node_modules/greet/index.js", 'module.exports = (n) => "hi " + n;'); fs.writeFileSync("/home/sandbox/node_modules/greet/package.json", '{"name":"greet","version":"1.0.0","main":"index.js"}')`, 0)
+	for _, code := range []string{`console.log(require("greet")("cjs"))`, `import greet from "greet"; console.log(greet("esm"))`} {
+		r := run(t, e, js.ID, code, 30*time.Second)
+		if r.Status != StatusOK || !strings.HasPrefix(r.Stdout, "hi ") {
+			t.Fatalf("%s: %+v", code, r)
+		}
+	}
+}

@@ -80,7 +80,7 @@ func (e *Executor) ExecuteStateless(ctx context.Context, owner string, req ExecR
 	execID := newID("exec_")
 	finish := e.record(ctx, store.ExecutionRow{ID: execID, KeyID: owner, Language: rt.Name, StartedAt: time.Now()})
 	greq := &guest.Request{
-		Files: files, Argv: rt.Run, Compile: rt.Compile, CompileTimeoutMS: e.cfg.CompileTimeout.Milliseconds(),
+		Files: files, Links: rt.Links, Argv: rt.Run, Compile: rt.Compile, CompileTimeoutMS: e.cfg.CompileTimeout.Milliseconds(),
 		Env: e.baseEnv(rt, nil, req.Env), Cwd: "{dir}", UID: SandboxUID, GID: SandboxUID,
 		TimeoutMS: timeout.Milliseconds(), MemoryBytes: e.cfg.MemoryBytes, MaxProcs: uint64(e.cfg.Pids),
 	}

@@ -64,6 +64,10 @@ type Request struct {
 	// Keep leaves the folder in place for a following call (compile, then run)
 	// and names it; an empty Keep removes the folder afterwards.
 	Keep string `json:"keep,omitempty"`
+	// Links are symlinks made in the work folder (name -> target), e.g.
+	// node_modules -> /home/sandbox/node_modules, so module resolution that
+	// walks up from the code's folder (ES modules, esbuild) finds packages.
+	Links map[string]string `json:"links,omitempty"`
 	// Reuse runs in the folder a previous call kept under this name.
 	Reuse string `json:"reuse,omitempty"`
 }
@@ -79,7 +83,7 @@ type Result struct {
 
 // ProtocolVersion changes whenever the host-guest wire format does; the
 // executor refuses a guest binary of another version (a stale build).
-const ProtocolVersion = "4"
+const ProtocolVersion = "5"
 
 // Main dispatches on the first argument: "init", "kill" or "run".
 func Main(args []string) int {
@@ -401,6 +405,16 @@ func prepareDir(req *Request) (string, error) {
 		dir = d
 	}
 	created := []string{dir}
+	for name, target := range req.Links {
+		if name == "" || strings.ContainsAny(name, "/\x00") || name == "." || name == ".." || !filepath.IsAbs(target) {
+			return "", fmt.Errorf("bad link %q -> %q", name, target)
+		}
+		l := filepath.Join(dir, name)
+		if err := os.Symlink(target, l); err != nil {
+			return "", fmt.Errorf("linking %s: %w", name, err)
+		}
+		created = append(created, l)
+	}
 	for _, f := range req.Files {
 		if f.Path == "" || filepath.IsAbs(f.Path) || strings.Contains(f.Path, "\x00") || !filepath.IsLocal(f.Path) {
 			return "", fmt.Errorf("bad file name %q", f.Path)
