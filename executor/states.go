@@ -1,7 +1,8 @@
 package executor
 
-import "fmt"
-
+// allowedTransitions is the whole session lifecycle: creating -> running
+// -> ending -> ended, with failed reachable from any live state and left
+// only through ending.
 var allowedTransitions = map[State][]State{
 	StateCreating: {StateRunning, StateFailed},
 	StateRunning:  {StateEnding, StateFailed},
@@ -17,8 +18,4 @@ func canMove(from, to State) bool {
 		}
 	}
 	return false
-}
-
-func transitionError(id string, from, to State) error {
-	return fmt.Errorf("session %s: %w: %s -> %s", id, ErrBadState, from, to)
 }

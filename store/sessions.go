@@ -46,14 +46,6 @@ func (s *Store) SetSessionState(ctx context.Context, id, state, reason string, e
 	return nil
 }
 
-// TouchSession records use of a session.
-func (s *Store) TouchSession(ctx context.Context, id string, at time.Time) error {
-	if _, err := s.db.ExecContext(ctx, `UPDATE sessions SET last_used_at=? WHERE id=?`, ms(at), id); err != nil {
-		return fmt.Errorf("touching session %s: %w", id, err)
-	}
-	return nil
-}
-
 // SessionsInStates lists sessions whose state is one of states.
 func (s *Store) SessionsInStates(ctx context.Context, states ...string) ([]SessionRow, error) {
 	if len(states) == 0 {
