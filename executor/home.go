@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -42,8 +43,17 @@ func makeHome(ctx context.Context, dir string, size int64) (err error) {
 	if err := runTool(ctx, "mkfs.ext4", "-q", "-F", "-m", "0", "-O", "^has_journal", "-E", owner, img); err != nil {
 		return err
 	}
-	if err := runTool(ctx, "mount", "-t", "ext4", "-o", "loop,nosuid,nodev,noatime", img, homeMount(dir)); err != nil {
-		return err
+	// Loop devices are allocated host-wide: parallel mounts can race for
+	// the same free one, so a failed attach is retried.
+	for attempt := 0; ; attempt++ {
+		err := runTool(ctx, "mount", "-t", "ext4", "-o", "loop,nosuid,nodev,noatime", img, homeMount(dir))
+		if err == nil {
+			break
+		}
+		if attempt == 2 || ctx.Err() != nil {
+			return err
+		}
+		time.Sleep(time.Duration(50*(attempt+1)) * time.Millisecond)
 	}
 	// The host touches only this fresh file system, before any sandbox can.
 	_ = os.Remove(filepath.Join(homeMount(dir), "lost+found"))

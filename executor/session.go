@@ -182,7 +182,15 @@ func (e *Executor) startSandbox(ctx context.Context, id, dir, netns string) erro
 	if netns != "" {
 		network = "sandbox"
 	}
-	if err := e.runsc.start(ctx, id, bundle, network); err != nil {
+	err = e.runsc.start(ctx, id, bundle, network)
+	if err != nil && ctx.Err() == nil {
+		// One retry for transient failures of runsc under host load; the
+		// half-made container goes first.
+		e.log.Warn("starting sandbox failed, retrying once", "sandbox", id, "err", err)
+		_ = e.runsc.destroy(ctx, id)
+		err = e.runsc.start(ctx, id, bundle, network)
+	}
+	if err != nil {
 		return fmt.Errorf("starting sandbox %s: %w", id, err)
 	}
 	return nil

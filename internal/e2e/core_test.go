@@ -312,7 +312,7 @@ func TestDisconnectKillsTheProgram(t *testing.T) {
 	key := s.key("PRO")
 	id := s.session(key, "bash")
 	req, _ := http.NewRequest("POST", s.url("/v1/sessions/"+id+"/execute"),
-		strings.NewReader(`{"code":"echo started; touch /home/sandbox/running; sleep 30; touch /home/sandbox/finished","stream":true,"timeout":60}`))
+		strings.NewReader(`{"code":"touch /home/sandbox/running; echo started; sleep 30; touch /home/sandbox/finished","stream":true,"timeout":60}`))
 	req.Header.Set("X-RapidAPI-Key", key)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {

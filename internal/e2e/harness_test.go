@@ -87,7 +87,12 @@ func startServerB(t testing.TB, extraYAML string) *server {
 		t.Fatal(err)
 	}
 	s.start()
-	t.Cleanup(s.stop)
+	t.Cleanup(func() {
+		s.stop()
+		if t.Failed() {
+			t.Logf("server log (tail):\n%s", tail(s.logs.String(), 40))
+		}
+	})
 	return s
 }
 
@@ -248,4 +253,13 @@ func (s *server) exec(key, id, code string) map[string]any {
 		s.t.Fatalf("execute: %d %s", r.status, r.body)
 	}
 	return r.json(s.t)
+}
+
+// tail returns the last n lines of s.
+func tail(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
 }
