@@ -110,6 +110,7 @@ func TestTLSACMEWithPebble(t *testing.T) {
 	}()
 	minica := filepath.Join(certs, "pebble.minica.pem")
 	waitTCP(t, "127.0.0.1:"+acmePort)
+	waitTCP(t, "127.0.0.1:"+mgmtPort)
 
 	env := tlsTestEnv(t, config.TLS{Mode: config.TLSACME, Domains: []string{domain}, Email: "ops@sandboxapi.test",
 		ACMEDirectory: "https://127.0.0.1:" + acmePort + "/dir", ACMERoots: minica, RedirectListen: "127.0.0.1:" + httpPort})
