@@ -2,12 +2,9 @@ package installer
 
 import (
 	"archive/tar"
-	"archive/zip"
 	"bytes"
 	"compress/gzip"
 	"context"
-	"crypto/sha256"
-	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
@@ -15,7 +12,6 @@ import (
 	"os"
 	osexec "os/exec"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"strings"
 	"testing"
@@ -29,42 +25,6 @@ import (
 	"github.com/sandboxapi/sandboxapi/mirror"
 	"github.com/sandboxapi/sandboxapi/store"
 )
-
-// BuildWheel returns the file name and bytes of a valid pure wheel whose
-// module NAME (dashes as underscores) has VERSION = version.
-func buildWheel(t testing.TB, name, version string) (string, []byte) {
-	t.Helper()
-	dist := strings.ReplaceAll(name, "-", "_")
-	di := dist + "-" + version + ".dist-info"
-	files := map[string]string{
-		dist + "/__init__.py": fmt.Sprintf("VERSION = %q\n", version),
-		di + "/METADATA":      fmt.Sprintf("Metadata-Version: 2.1\nName: %s\nVersion: %s\nSummary: test\n\n", name, version),
-		di + "/WHEEL":         "Wheel-Version: 1.0\nGenerator: sandboxapi-test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
-	}
-	names := make([]string, 0, len(files))
-	for k := range files {
-		names = append(names, k)
-	}
-	sort.Strings(names)
-	var rows []string
-	for _, n := range names {
-		s := sha256.Sum256([]byte(files[n]))
-		rows = append(rows, fmt.Sprintf("%s,sha256=%s,%d", n, base64.RawURLEncoding.EncodeToString(s[:]), len(files[n])))
-	}
-	rows = append(rows, di+"/RECORD,,")
-	var buf bytes.Buffer
-	zw := zip.NewWriter(&buf)
-	for _, n := range names {
-		w, _ := zw.CreateHeader(&zip.FileHeader{Name: n, Method: zip.Deflate, Modified: time.Date(2020, 1, 1, 0, 0, 0, 0, time.UTC)})
-		io.WriteString(w, files[n])
-	}
-	w, _ := zw.Create(di + "/RECORD")
-	io.WriteString(w, strings.Join(rows, "\n")+"\n")
-	if err := zw.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return dist + "-" + version + "-py3-none-any.whl", buf.Bytes()
-}
 
 // buildTarball returns an npm tarball whose main returns "hello from NAME".
 func buildTarball(t testing.TB, name, version string) []byte {
@@ -197,7 +157,7 @@ func (c catalog) Lookup(ctx context.Context, m Manager, name, version string) (A
 
 func (r *rig) addWheel(t *testing.T, name, version string) {
 	t.Helper()
-	fn, b := buildWheel(t, name, version)
+	fn, b := testenv.BuildWheel(t, name, version)
 	if _, err := r.mir.AddWheel(context.Background(), fn, b, "test", nil); err != nil {
 		t.Fatalf("admitting %s: %v", fn, err)
 	}

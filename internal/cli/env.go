@@ -68,3 +68,17 @@ func newLogger(w io.Writer, level string) *slog.Logger {
 	_ = l.UnmarshalText([]byte(level))
 	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: l}))
 }
+
+// withStore loads the env, opens the store, runs fn and closes the store.
+func withStore(c *cli.Context, fn func(env *Env, st *store.Store) error) error {
+	env, err := loadEnv(c)
+	if err != nil {
+		return err
+	}
+	st, err := env.openStore(c.Context)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	return fn(env, st)
+}

@@ -73,29 +73,22 @@ func keysCommand() *cli.Command {
 				Usage: "list keys (never their secrets)",
 				Flags: stateFlags(),
 				Action: func(c *cli.Context) error {
-					env, err := loadEnv(c)
-					if err != nil {
-						return err
-					}
-					st, err := env.openStore(c.Context)
-					if err != nil {
-						return err
-					}
-					defer st.Close()
-					keys, err := st.ListKeys(c.Context)
-					if err != nil {
-						return err
-					}
-					tw := tabwriter.NewWriter(c.App.Writer, 0, 4, 2, ' ', 0)
-					fmt.Fprintln(tw, "ID\tNAME\tPLAN\tCREATED\tREVOKED")
-					for _, k := range keys {
-						revoked := "-"
-						if !k.RevokedAt.IsZero() {
-							revoked = k.RevokedAt.Format(time.RFC3339)
+					return withStore(c, func(env *Env, st *store.Store) error {
+						keys, err := st.ListKeys(c.Context)
+						if err != nil {
+							return err
 						}
-						fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", k.ID, k.Name, k.Plan, k.CreatedAt.Format(time.RFC3339), revoked)
-					}
-					return tw.Flush()
+						tw := tabwriter.NewWriter(c.App.Writer, 0, 4, 2, ' ', 0)
+						fmt.Fprintln(tw, "ID\tNAME\tPLAN\tCREATED\tREVOKED")
+						for _, k := range keys {
+							revoked := "-"
+							if !k.RevokedAt.IsZero() {
+								revoked = k.RevokedAt.Format(time.RFC3339)
+							}
+							fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", k.ID, k.Name, k.Plan, k.CreatedAt.Format(time.RFC3339), revoked)
+						}
+						return tw.Flush()
+					})
 				},
 			},
 			{
@@ -107,23 +100,16 @@ func keysCommand() *cli.Command {
 					if c.NArg() != 1 {
 						return errors.New("usage: sandboxapi keys revoke ID")
 					}
-					env, err := loadEnv(c)
-					if err != nil {
-						return err
-					}
-					st, err := env.openStore(c.Context)
-					if err != nil {
-						return err
-					}
-					defer st.Close()
-					if err := st.RevokeKey(c.Context, c.Args().First()); err != nil {
-						if errors.Is(err, store.ErrNotFound) {
-							return fmt.Errorf("no active key %s", c.Args().First())
+					return withStore(c, func(env *Env, st *store.Store) error {
+						if err := st.RevokeKey(c.Context, c.Args().First()); err != nil {
+							if errors.Is(err, store.ErrNotFound) {
+								return fmt.Errorf("no active key %s", c.Args().First())
+							}
+							return err
 						}
-						return err
-					}
-					fmt.Fprintf(c.App.Writer, "revoked %s\n", c.Args().First())
-					return nil
+						fmt.Fprintf(c.App.Writer, "revoked %s\n", c.Args().First())
+						return nil
+					})
 				},
 			},
 		},
@@ -136,25 +122,18 @@ func usageCommand() *cli.Command {
 		Usage: "show metered usage of every key per day and route",
 		Flags: append(stateFlags(), &cli.IntFlag{Name: "days", Value: 30, Usage: "how many days back"}),
 		Action: func(c *cli.Context) error {
-			env, err := loadEnv(c)
-			if err != nil {
-				return err
-			}
-			st, err := env.openStore(c.Context)
-			if err != nil {
-				return err
-			}
-			defer st.Close()
-			rows, err := st.UsageTotals(c.Context, "", time.Now().AddDate(0, 0, -c.Int("days")))
-			if err != nil {
-				return err
-			}
-			tw := tabwriter.NewWriter(c.App.Writer, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "DAY\tKEY\tROUTE\tREQUESTS\tERRORS\tBYTES_IN\tBYTES_OUT\tEXEC_MS")
-			for _, u := range rows {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\n", u.Day, u.KeyID, u.Route, u.Requests, u.Errors, u.BytesIn, u.BytesOut, u.ExecMS)
-			}
-			return tw.Flush()
+			return withStore(c, func(env *Env, st *store.Store) error {
+				rows, err := st.UsageTotals(c.Context, "", time.Now().AddDate(0, 0, -c.Int("days")))
+				if err != nil {
+					return err
+				}
+				tw := tabwriter.NewWriter(c.App.Writer, 0, 4, 2, ' ', 0)
+				fmt.Fprintln(tw, "DAY\tKEY\tROUTE\tREQUESTS\tERRORS\tBYTES_IN\tBYTES_OUT\tEXEC_MS")
+				for _, u := range rows {
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\n", u.Day, u.KeyID, u.Route, u.Requests, u.Errors, u.BytesIn, u.BytesOut, u.ExecMS)
+				}
+				return tw.Flush()
+			})
 		},
 	}
 }

@@ -24,21 +24,13 @@ func mirrorConfig(env *Env) mirror.Config {
 
 // withMirror loads the env, opens the store and the mirror, and runs fn.
 func withMirror(c *cli.Context, fn func(ctx context.Context, env *Env, m *mirror.Mirror) error) error {
-	env, err := loadEnv(c)
-	if err != nil {
-		return err
-	}
-	ctx := c.Context
-	st, err := env.openStore(ctx)
-	if err != nil {
-		return err
-	}
-	defer st.Close()
-	m, err := openMirror(ctx, env, st)
-	if err != nil {
-		return err
-	}
-	return fn(ctx, env, m)
+	return withStore(c, func(env *Env, st *store.Store) error {
+		m, err := openMirror(c.Context, env, st)
+		if err != nil {
+			return err
+		}
+		return fn(c.Context, env, m)
+	})
 }
 
 func openMirror(ctx context.Context, env *Env, st *store.Store) (*mirror.Mirror, error) {

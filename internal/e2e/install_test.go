@@ -2,11 +2,8 @@ package e2e
 
 import (
 	"archive/tar"
-	"archive/zip"
 	"bytes"
 	"compress/gzip"
-	"crypto/sha256"
-	"encoding/base64"
 	"fmt"
 	"io"
 	"net/http"
@@ -62,35 +59,9 @@ func writeWheel(t *testing.T, dir, name, version string) string {
 
 func writeWheelTB(t testing.TB, dir, name, version string) string {
 	t.Helper()
-	dist := strings.ReplaceAll(name, "-", "_")
-	di := dist + "-" + version + ".dist-info"
-	files := map[string]string{
-		dist + "/__init__.py": fmt.Sprintf("VERSION = %q\n", version),
-		di + "/METADATA":      fmt.Sprintf("Metadata-Version: 2.1\nName: %s\nVersion: %s\nSummary: test\n\n", name, version),
-		di + "/WHEEL":         "Wheel-Version: 1.0\nGenerator: sandboxapi-test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
-	}
-	names := make([]string, 0, len(files))
-	for k := range files {
-		names = append(names, k)
-	}
-	sort.Strings(names)
-	var rows []string
-	for _, n := range names {
-		s := sha256.Sum256([]byte(files[n]))
-		rows = append(rows, fmt.Sprintf("%s,sha256=%s,%d", n, base64.RawURLEncoding.EncodeToString(s[:]), len(files[n])))
-	}
-	rows = append(rows, di+"/RECORD,,")
-	var buf bytes.Buffer
-	zw := zip.NewWriter(&buf)
-	for _, n := range names {
-		w, _ := zw.CreateHeader(&zip.FileHeader{Name: n, Method: zip.Deflate, Modified: time.Date(2020, 1, 1, 0, 0, 0, 0, time.UTC)})
-		io.WriteString(w, files[n])
-	}
-	w, _ := zw.Create(di + "/RECORD")
-	io.WriteString(w, strings.Join(rows, "\n")+"\n")
-	zw.Close()
-	p := filepath.Join(dir, dist+"-"+version+"-py3-none-any.whl")
-	if err := os.WriteFile(p, buf.Bytes(), 0o644); err != nil {
+	fn, b := testenv.BuildWheel(t, name, version)
+	p := filepath.Join(dir, fn)
+	if err := os.WriteFile(p, b, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	return p
