@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/sandboxapi/sandboxapi/egress/policy"
+	"github.com/sandboxapi/sandboxapi/internal/testenv"
 )
 
 // requireNetTools skips (or, under SANDBOXAPI_REQUIRE_RUNSC=1, fails) when
@@ -39,9 +40,8 @@ func requireNetTools(t *testing.T) {
 
 func testNetwork(t *testing.T, cfg Config) *Network {
 	t.Helper()
-	cfg.Network.Pool = "10.231.7.0/24"
-	cfg.Network.Table = fmt.Sprintf("sandboxapi_test_%d", os.Getpid())
-	cfg.Network.Prefix = "etst"
+	tn := testenv.NewNet(t, 'n')
+	cfg.Network.Pool, cfg.Network.Table, cfg.Network.Prefix = tn.Pool, tn.Table, tn.Prefix
 	n, err := NewNetwork(cfg, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -222,7 +222,7 @@ func TestNetworkReconcile(t *testing.T) {
 	if att.HostAddr == keep.HostAddr {
 		t.Fatalf("slot reused: %v", att.HostAddr)
 	}
-	if !netip.MustParsePrefix("10.231.7.0/24").Contains(att.HostAddr) {
+	if !netip.MustParsePrefix(n.cfg.Pool).Contains(att.HostAddr) {
 		t.Fatalf("address outside pool: %v", att.HostAddr)
 	}
 }

@@ -12,7 +12,6 @@ import (
 	"os"
 	osexec "os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -103,11 +102,8 @@ func newRig(t *testing.T) *rig {
 		t.Fatal(err)
 	}
 	icfg := DefaultConfig()
-	icfg.Pool = fmt.Sprintf("10.%d.%d.0/24", 240+os.Getpid()%10, os.Getpid()%250)
-	icfg.Table = fmt.Sprintf("sbx_inst_test_%d", os.Getpid())
-	// The prefix must be unique per process: every table's catch-all drop
-	// matches all veths of its prefix, also another test binary's.
-	icfg.Prefix = "t" + strconv.FormatInt(int64(os.Getpid()%46656), 36)
+	tn := testenv.NewNet(t, 't')
+	icfg.Pool, icfg.Table, icfg.Prefix = tn.Pool, tn.Table, tn.Prefix
 	ec := egress.DefaultConfig()
 	ec.ConnectPort, ec.TransparentPort, ec.DNSPort = icfg.Port, icfg.Port, icfg.Port
 	ec.Resolvers = []string{"127.0.0.1"}
@@ -121,8 +117,6 @@ func newRig(t *testing.T) *rig {
 	}
 	t.Cleanup(func() {
 		_ = nw.Reconcile(context.Background(), nil)
-		_ = runCmd("nft", "delete", "table", "inet", icfg.Table)
-		removeLinks(icfg.Prefix)
 	})
 	inst := New(icfg, catalog{mir}, ex, netAdapter{nw}, mir.Handler(), log)
 	return &rig{ex: ex, mir: mir, inst: inst, owner: "key_1"}
@@ -291,22 +285,3 @@ func asRejected(err error, out **sandbox.RejectedError) bool {
 }
 
 func runCmd(name string, args ...string) error { return osexec.Command(name, args...).Run() }
-
-// removeLinks deletes the namespaces and veths of prefix (left by a server
-// or test that exited mid-install).
-func removeLinks(prefix string) {
-	if ents, err := os.ReadDir("/var/run/netns"); err == nil {
-		for _, e := range ents {
-			if strings.HasPrefix(e.Name(), prefix+"-") {
-				_ = runCmd("ip", "netns", "del", e.Name())
-			}
-		}
-	}
-	if ents, err := os.ReadDir("/sys/class/net"); err == nil {
-		for _, e := range ents {
-			if strings.HasPrefix(e.Name(), prefix+"h") {
-				_ = runCmd("ip", "link", "del", e.Name())
-			}
-		}
-	}
-}

@@ -25,6 +25,8 @@ import (
 
 	"github.com/miekg/dns"
 	"golang.org/x/sys/unix"
+
+	"github.com/sandboxapi/sandboxapi/internal/testenv"
 )
 
 // fakeInternet is a network namespace the test creates, joined to the root
@@ -234,51 +236,8 @@ type egressEnv struct {
 }
 
 func newEgressEnv(t *testing.T) egressEnv {
-	r := randHex(2)
-	e := egressEnv{
-		pool:    fmt.Sprintf("10.%d.%d.0/24", 160+int(r[0])%20, int(r[1])),
-		table:   "sbxe2e_" + r,
-		prefix:  "x" + r[:3],
-		ipool:   fmt.Sprintf("10.%d.%d.0/24", 140+int(r[0])%20, int(r[1])),
-		itable:  "sbxe2ei_" + r,
-		iprefix: "y" + r[:3],
-	}
-	t.Cleanup(func() {
-		// Whatever the server left (it should leave nothing but the table).
-		if ents, err := os.ReadDir("/var/run/netns"); err == nil {
-			for _, en := range ents {
-				if strings.HasPrefix(en.Name(), e.prefix+"-") {
-					_ = exec.Command("ip", "netns", "del", en.Name()).Run()
-				}
-			}
-		}
-		if ents, err := os.ReadDir("/sys/class/net"); err == nil {
-			for _, en := range ents {
-				if strings.HasPrefix(en.Name(), e.prefix+"h") {
-					_ = exec.Command("ip", "link", "del", en.Name()).Run()
-				}
-			}
-		}
-		for _, p := range []string{e.prefix, e.iprefix} {
-			if ents, err := os.ReadDir("/var/run/netns"); err == nil {
-				for _, en := range ents {
-					if strings.HasPrefix(en.Name(), p+"-") {
-						_ = exec.Command("ip", "netns", "del", en.Name()).Run()
-					}
-				}
-			}
-			if ents, err := os.ReadDir("/sys/class/net"); err == nil {
-				for _, en := range ents {
-					if strings.HasPrefix(en.Name(), p+"h") {
-						_ = exec.Command("ip", "link", "del", en.Name()).Run()
-					}
-				}
-			}
-		}
-		_ = exec.Command("nft", "delete", "table", "inet", e.table).Run()
-		_ = exec.Command("nft", "delete", "table", "inet", e.itable).Run()
-	})
-	return e
+	n, i := testenv.NewNet(t, 'x'), testenv.NewNet(t, 'y')
+	return egressEnv{pool: n.Pool, table: n.Table, prefix: n.Prefix, ipool: i.Pool, itable: i.Table, iprefix: i.Prefix}
 }
 
 // sweepAfter stops s at the end of the test and then removes any sandbox

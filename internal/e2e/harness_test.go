@@ -83,6 +83,13 @@ func startServerB(t testing.TB, extraYAML string) *server {
 	if !strings.Contains(extraYAML, "executor:") {
 		cfg += "executor:\n  warm_pool: 1\n  home_size: 64M\n"
 	}
+	if !strings.Contains(extraYAML, "\ninstaller:") && !strings.HasPrefix(extraYAML, "installer:") {
+		// The readiness probe makes installer networks: never in the
+		// default table, prefix and pool, which a real deployment or a
+		// parallel server would share.
+		n := testenv.NewNet(t, 'd')
+		cfg += fmt.Sprintf("installer:\n  pool: %s\n  table: %s\n  prefix: %s\n", n.Pool, n.Table, n.Prefix)
+	}
 	if err := os.WriteFile(s.config, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
 	}

@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -25,19 +24,16 @@ func BenchmarkInstallFiveWheels(b *testing.B) {
 	if _, err := exec.LookPath("python3"); err != nil {
 		b.Skip("no python3 on the host")
 	}
+	n := testenv.NewNet(b, 'b')
 	s := startServerB(b, fmt.Sprintf(`readiness:
   interval: 1s
   stale_after: 30s
   topology_interval: 10m
 installer:
-  pool: 10.233.%d.0/24
-  table: sbx_bench_inst_%d
-  prefix: b%s
-`, os.Getpid()%250, os.Getpid(), strconv.FormatInt(int64(os.Getpid()%46656), 36)))
-	b.Cleanup(func() {
-		_ = exec.Command("nft", "delete", "table", "inet", fmt.Sprintf("sbx_bench_inst_%d", os.Getpid())).Run()
-		removeNetworks("b" + strconv.FormatInt(int64(os.Getpid()%46656), 36))
-	})
+  pool: %s
+  table: %s
+  prefix: %s
+`, n.Pool, n.Table, n.Prefix))
 	dir := b.TempDir()
 	s.cliArgs([]string{"mirror", "osv", "import"}, filepath.Join(testenv.ModuleRoot(), "mirror", "testdata", "osv"))
 	var names, reqs []string

@@ -12,26 +12,18 @@ import (
 	"path/filepath"
 	"regexp"
 	"sort"
-	"strconv"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/sandboxapi/sandboxapi/internal/testenv"
 )
 
-var installNets atomic.Int32
-
 // installServer starts a server whose installer network (table, prefix,
 // pool) is its own, with fast readiness checks.
 func installServer(t *testing.T, extra string) (*server, string, string) {
 	t.Helper()
-	// Table and prefix are unique per process and server: every table's
-	// catch-all drop matches all veths of its prefix.
-	n := int(installNets.Add(1)) + os.Getpid()%50*4
-	table := fmt.Sprintf("sbx_e2e_inst_%d_%d", os.Getpid(), n)
-	prefix := "e" + strconv.FormatInt(int64(os.Getpid()%1296), 36) + strconv.FormatInt(int64(installNets.Load()%1296), 36)
+	n := testenv.NewNet(t, 'e')
 	cfg := fmt.Sprintf(`readiness:
   interval: 1s
   timeout: 30s
@@ -39,17 +31,14 @@ func installServer(t *testing.T, extra string) (*server, string, string) {
   min_refresh: 0s
   topology_interval: 20s
 installer:
-  pool: 10.%d.%d.0/24
+  pool: %s
   table: %s
   prefix: %s
-`, 202+n%30, n%250, table, prefix) + extra
+`, n.Pool, n.Table, n.Prefix) + extra
+	// Registered after NewNet's cleanup, so it runs first: the server stops
+	// before its table goes (a probe in flight would make a new network).
 	s := startServer(t, cfg)
-	t.Cleanup(func() {
-		s.stop() // first: a probe in flight would make a new network
-		_ = exec.Command("nft", "delete", "table", "inet", table).Run()
-		removeNetworks(prefix)
-	})
-	return s, table, prefix
+	return s, n.Table, n.Prefix
 }
 
 // writeWheel writes a pure wheel for module name (VERSION = version) into dir.
@@ -330,23 +319,4 @@ func TestInstallGateFailsClosed(t *testing.T) {
 		t.Fatalf("import: %v", res)
 	}
 	_ = http.StatusOK
-}
-
-// removeNetworks deletes the namespaces and veths of prefix that a server
-// stopped mid-probe left behind.
-func removeNetworks(prefix string) {
-	if ents, err := os.ReadDir("/var/run/netns"); err == nil {
-		for _, e := range ents {
-			if strings.HasPrefix(e.Name(), prefix+"-") {
-				_ = exec.Command("ip", "netns", "del", e.Name()).Run()
-			}
-		}
-	}
-	if ents, err := os.ReadDir("/sys/class/net"); err == nil {
-		for _, e := range ents {
-			if strings.HasPrefix(e.Name(), prefix+"h") {
-				_ = exec.Command("ip", "link", "del", e.Name()).Run()
-			}
-		}
-	}
 }
