@@ -220,15 +220,44 @@ echo x > /home/sandbox/ok && echo home-ok`,
 			lang: "python3",
 			code: `import ctypes, os
 libc = ctypes.CDLL(None, use_errno=True)
-for target in (1, os.getppid()):
+for name, target in (("pid1", 1), ("parent", os.getppid())):
     rc = libc.ptrace(16, target, 0, 0)  # PTRACE_ATTACH
-    print("attach", "pid1" if target == 1 else "parent", rc, os.strerror(ctypes.get_errno()) if rc else "ATTACHED")
+    print("attach", name, rc, os.strerror(ctypes.get_errno()) if rc else "ATTACHED")
     if rc == 0:
         libc.ptrace(17, target, 0, 0)  # PTRACE_DETACH
 `,
 			check: func(t *testing.T, a *abuseEnv, r Result, err error) {
 				mustContain(t, r, "attach pid1 -1", "attach parent -1")
 				mustNotContain(t, r, "ATTACHED")
+			},
+		},
+		{
+			// pid 1 is the agent; its stdio is the host's channel.
+			name: "agent channel out of reach",
+			lang: "python3",
+			code: `import os
+print("fds", sorted(int(f) for f in os.listdir("/proc/self/fd")))
+for fd in (0, 1, 2):
+    for mode in ("rb", "wb"):
+        try:
+            open("/proc/1/fd/%d" % fd, mode, buffering=0).close()
+            print("OPENED", fd, mode)
+        except OSError as e:
+            print("refused", fd, mode, e.errno)
+try:
+    os.kill(1, 9)
+    print("KILLED pid1")
+except OSError as e:
+    print("kill pid1 refused", e.errno)
+`,
+			check: func(t *testing.T, a *abuseEnv, r Result, err error) {
+				// 0-2 are the program's own pipes; the listing adds one more.
+				mustContain(t, r, "fds [0, 1, 2, 3]", "refused 1 wb", "kill pid1 refused")
+				mustNotContain(t, r, "OPENED", "KILLED")
+				// And the agent still serves the session.
+				if got := a.again(t, "print(6*7)"); got.Stdout != "42\n" {
+					t.Fatalf("agent after the probe: %+v", got)
+				}
 			},
 		},
 		{

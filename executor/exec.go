@@ -165,14 +165,18 @@ func (e *Executor) baseEnv(rt *Runtime, netEnv []string, extra map[string]string
 
 // runInSession runs the code in the session's sandbox.
 func (e *Executor) runInSession(ctx context.Context, s *session, req ExecRequest, timeout time.Duration) (Result, error) {
-	rt := s.runtime
-	greq := &guest.Request{
+	return e.guestRun(ctx, s.id, e.sessionRequest(s.runtime, s.netEnv, req, timeout), req.Stdin, req.OnOutput)
+}
+
+// sessionRequest is the guest request of one execute in a session.
+func (e *Executor) sessionRequest(rt *Runtime, netEnv []string, req ExecRequest, timeout time.Duration) *guest.Request {
+	return &guest.Request{
 		Files:            []guest.File{{Path: rt.File, Content: []byte(req.Code)}},
 		Links:            rt.Links,
 		Argv:             rt.Run,
 		Compile:          rt.Compile,
 		CompileTimeoutMS: e.cfg.CompileTimeout.Milliseconds(),
-		Env:              e.baseEnv(rt, s.netEnv, req.Env),
+		Env:              e.baseEnv(rt, netEnv, req.Env),
 		Cwd:              HomeDir,
 		UID:              SandboxUID,
 		GID:              SandboxUID,
@@ -180,7 +184,6 @@ func (e *Executor) runInSession(ctx context.Context, s *session, req ExecRequest
 		MemoryBytes:      e.cfg.MemoryBytes,
 		MaxProcs:         uint64(e.cfg.Pids),
 	}
-	return e.guestRun(ctx, s.id, greq, req.Stdin, req.OnOutput)
 }
 
 // capture collects one output stream up to max bytes.
@@ -218,11 +221,65 @@ func (c *capture) Write(p []byte) (int, error) {
 	return n, nil
 }
 
-// guestRun runs one guest request with `runsc exec` and reads its result
+// killer stops a run's user processes once, for the first reason given.
+type killer struct {
+	once sync.Once
+	mu   sync.Mutex
+	why  string
+	do   func(why string)
+}
+
+func (k *killer) kill(why string) {
+	k.once.Do(func() {
+		k.mu.Lock()
+		k.why = why
+		k.mu.Unlock()
+		k.do(why)
+	})
+}
+
+// seal ends the run's kills: it waits for a kill in progress and makes
+// later ones no-ops, so a late kill cannot reach the next call's processes.
+func (k *killer) seal() { k.once.Do(func() {}) }
+
+func (k *killer) reason() string {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.why
+}
+
+// captures makes the two output streams of a run; going over the cap on
+// either kills the run.
+func (e *Executor) captures(onOutput func(string, []byte), k *killer) (*capture, *capture) {
+	mu := &sync.Mutex{}
+	over := func() { k.kill(StatusOutputLimit) }
+	return &capture{mu: mu, name: "stdout", max: e.cfg.MaxOutputBytes, onOutput: onOutput, overflow: over},
+		&capture{mu: mu, name: "stderr", max: e.cfg.MaxOutputBytes, onOutput: onOutput, overflow: over}
+}
+
+// execKill kills every user process in the sandbox with `runsc exec`.
+func (e *Executor) execKill(id string) {
+	kctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := e.runsc.run(kctx, "", "exec", "--user", "0:0", "--cap", "CAP_KILL", id, guestBin, "kill"); err != nil {
+		e.log.Warn("killing user processes", "session", id, "err", err)
+	}
+}
+
+// guestRun runs one guest request in sandbox id: through the sandbox's
+// agent when it has one, else with `runsc exec`.
+func (e *Executor) guestRun(ctx context.Context, id string, greq *guest.Request, stdin []byte, onOutput func(string, []byte)) (Result, error) {
+	if a := e.agentFor(id); a != nil {
+		return e.agentRun(ctx, id, a, greq, stdin, onOutput)
+	}
+	return e.execRun(ctx, id, greq, stdin, onOutput)
+}
+
+// execRun runs one guest request with `runsc exec` and reads its result
 // from fd 3. The host backs the guest's own limits: output caps, a deadline
 // past the guest's timeout, and the caller's cancellation all kill the
 // user's processes from outside.
-func (e *Executor) guestRun(ctx context.Context, id string, greq *guest.Request, stdin []byte, onOutput func(string, []byte)) (Result, error) {
+func (e *Executor) execRun(ctx context.Context, id string, greq *guest.Request, stdin []byte, onOutput func(string, []byte)) (Result, error) {
 	header, err := guest.Encode(greq)
 	if err != nil {
 		return Result{}, fmt.Errorf("encoding guest request: %w", err)
@@ -233,26 +290,8 @@ func (e *Executor) guestRun(ctx context.Context, id string, greq *guest.Request,
 	}
 	defer rr.Close()
 
-	var (
-		killOnce sync.Once
-		killWhy  string
-		killMu   sync.Mutex
-	)
-	kill := func(why string) {
-		killOnce.Do(func() {
-			killMu.Lock()
-			killWhy = why
-			killMu.Unlock()
-			kctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			if _, err := e.runsc.run(kctx, "", "exec", "--user", "0:0", "--cap", "CAP_KILL", id, guestBin, "kill"); err != nil {
-				e.log.Warn("killing user processes", "session", id, "err", err)
-			}
-		})
-	}
-	var outMu sync.Mutex
-	stdout := &capture{mu: &outMu, name: "stdout", max: e.cfg.MaxOutputBytes, onOutput: onOutput, overflow: func() { kill(StatusOutputLimit) }}
-	stderr := &capture{mu: &outMu, name: "stderr", max: e.cfg.MaxOutputBytes, onOutput: onOutput, overflow: func() { kill(StatusOutputLimit) }}
+	k := &killer{do: func(string) { e.execKill(id) }}
+	stdout, stderr := e.captures(onOutput, k)
 
 	// runsc exec must outlive a kill from inside; it gets its own context
 	// and is killed only as the last resort.
@@ -285,13 +324,11 @@ func (e *Executor) guestRun(ctx context.Context, id string, greq *guest.Request,
 	select {
 	case waitErr = <-done:
 	case <-ctx.Done():
-		kill("cancelled")
+		k.kill("cancelled")
 	case <-backstop.C:
-		kill(StatusTimeout)
+		k.kill(StatusTimeout)
 	}
-	killMu.Lock()
-	why := killWhy
-	killMu.Unlock()
+	why := k.reason()
 	if why == "cancelled" || why == StatusTimeout {
 		select {
 		case waitErr = <-done:
@@ -301,11 +338,20 @@ func (e *Executor) guestRun(ctx context.Context, id string, greq *guest.Request,
 		}
 	}
 	raw := <-resultCh
+	k.seal()
+	return e.finishRun(ctx, id, raw, stdout, stderr, start, k.reason(), waitErr)
+}
+
+// finishRun turns what a run left (the guest's JSON result, if any, the
+// output, the kill reason) into the caller's Result.
+func (e *Executor) finishRun(ctx context.Context, id string, raw []byte, stdout, stderr *capture, start time.Time, why string, waitErr error) (Result, error) {
+	stdout.mu.Lock()
 	res := Result{
 		Stdout: stdout.buf.String(), Stderr: stderr.buf.String(),
 		Truncated:  stdout.truncated || stderr.truncated,
 		DurationMS: time.Since(start).Milliseconds(),
 	}
+	stdout.mu.Unlock()
 	var gres guest.Result
 	if len(raw) > 0 && json.Unmarshal(raw, &gres) == nil {
 		res.ExitCode, res.Signal, res.Status = gres.ExitCode, gres.Signal, gres.Status

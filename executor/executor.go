@@ -66,6 +66,9 @@ type Executor struct {
 	live     int // sandboxes counted against MaxSandboxes
 	started  bool
 
+	agentsMu sync.Mutex
+	agents   map[string]*agentConn // sandbox id -> its guest agent channel
+
 	warm chan warmSandbox // started sandboxes that have run nothing
 	stop chan struct{}
 	wg   sync.WaitGroup // reaper and pool filler
@@ -108,6 +111,7 @@ func New(cfg Config, rt *Runtimes, st *store.Store, log *slog.Logger) (*Executor
 		cfg:      cfg,
 		rt:       rt,
 		runsc:    &runsc{bin: bin, root: filepath.Join(cfg.DataDir, "runsc"), platform: cfg.Platform},
+		agents:   map[string]*agentConn{},
 		store:    st,
 		log:      log,
 		sessions: map[string]*session{},
@@ -278,7 +282,7 @@ func (e *Executor) reconcile(ctx context.Context) error {
 	}
 	for _, c := range containers {
 		if !keep[c.ID] {
-			if err := e.runsc.destroy(ctx, c.ID); err != nil {
+			if err := e.destroy(ctx, c.ID); err != nil {
 				e.log.Error("removing orphan sandbox", "sandbox", c.ID, "err", err)
 			}
 		}

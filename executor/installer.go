@@ -80,7 +80,7 @@ func (e *Executor) RunJob(ctx context.Context, job Job) (Result, error) {
 		network = "sandbox"
 	}
 	start := time.Now()
-	if err := e.runsc.start(ctx, id, bundle, network); err != nil {
+	if err := e.runsc.start(ctx, id, bundle, network, nil, nil); err != nil {
 		_ = e.runsc.destroy(context.WithoutCancel(ctx), id)
 		return Result{}, fmt.Errorf("starting job sandbox %s: %w", id, err)
 	}

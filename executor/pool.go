@@ -72,7 +72,7 @@ func (e *Executor) prepareWarm() (warmSandbox, error) {
 // destroySandbox removes a sandbox that belongs to no session, and its home.
 func (e *Executor) destroySandbox(ctx context.Context, id string) error {
 	var errs []error
-	if err := e.runsc.destroy(ctx, id); err != nil {
+	if err := e.destroy(ctx, id); err != nil {
 		errs = append(errs, err)
 	}
 	if err := dropHome(ctx, e.dir(id)); err != nil {

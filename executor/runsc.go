@@ -59,7 +59,9 @@ func (r *runsc) run(ctx context.Context, network string, sub ...string) ([]byte,
 }
 
 // start creates and starts a sandbox from bundle (runsc run --detach).
-func (r *runsc) start(ctx context.Context, id, bundle, network string) error {
+// stdin and stdout become the sandbox's own stdio (pid 1's); nil gives it
+// /dev/null.
+func (r *runsc) start(ctx context.Context, id, bundle, network string, stdin, stdout *os.File) error {
 	cmd := r.command(ctx, network, "run", "--detach", "--bundle", bundle, id)
 	// The detached sandbox keeps its stdio for life, so runsc's own messages
 	// go to a file read afterwards, and the sandbox gets /dev/null.
@@ -70,6 +72,12 @@ func (r *runsc) start(ctx context.Context, id, bundle, network string) error {
 	defer os.Remove(logf.Name())
 	defer logf.Close()
 	cmd.Stdout, cmd.Stderr = nil, nil
+	if stdin != nil {
+		cmd.Stdin = stdin
+	}
+	if stdout != nil {
+		cmd.Stdout = stdout
+	}
 	cmd.Args = append(cmd.Args[:1], append([]string{"--log", logf.Name()}, cmd.Args[1:]...)...)
 	if err := cmd.Run(); err != nil {
 		msg, _ := io.ReadAll(io.LimitReader(logf, 64<<10))

@@ -121,12 +121,12 @@ func (e *Executor) CreateSession(ctx context.Context, spec SessionSpec) (Session
 	}
 	if !warm {
 		if err := e.startSandbox(ctx, id, dir, netns); err != nil {
-			undo = append(undo, func() { _ = e.runsc.destroy(context.Background(), id) })
+			undo = append(undo, func() { _ = e.destroy(context.Background(), id) })
 			return Session{}, err
 		}
 	}
 	if err := e.store.SetSessionState(ctx, id, string(StateRunning), "", false); err != nil {
-		undo = append(undo, func() { _ = e.runsc.destroy(context.Background(), id) })
+		undo = append(undo, func() { _ = e.destroy(context.Background(), id) })
 		return Session{}, err
 	}
 	s.state = StateRunning
@@ -182,17 +182,40 @@ func (e *Executor) startSandbox(ctx context.Context, id, dir, netns string) erro
 	if netns != "" {
 		network = "sandbox"
 	}
-	err = e.runsc.start(ctx, id, bundle, network)
+	err = e.startWithAgent(ctx, id, bundle, network)
 	if err != nil && ctx.Err() == nil {
 		// One retry for transient failures of runsc under host load; the
 		// half-made container goes first.
 		e.log.Warn("starting sandbox failed, retrying once", "sandbox", id, "err", err)
-		_ = e.runsc.destroy(ctx, id)
-		err = e.runsc.start(ctx, id, bundle, network)
+		_ = e.destroy(ctx, id)
+		err = e.startWithAgent(ctx, id, bundle, network)
 	}
 	if err != nil {
 		return fmt.Errorf("starting sandbox %s: %w", id, err)
 	}
+	return nil
+}
+
+// startWithAgent starts the sandbox with its stdio on a fresh agent
+// channel. A sandbox whose agent does not answer still works, through
+// `runsc exec`.
+func (e *Executor) startWithAgent(ctx context.Context, id, bundle, network string) error {
+	pipes, err := newAgentPipes()
+	if err != nil {
+		return err
+	}
+	err = e.runsc.start(ctx, id, bundle, network, pipes.sbxIn, pipes.sbxOut)
+	pipes.closeSandboxSide()
+	if err != nil {
+		pipes.closeAll()
+		return err
+	}
+	a, err := pipes.connect(10 * time.Second)
+	if err != nil {
+		e.log.Warn("guest agent unavailable, using runsc exec", "sandbox", id, "err", err)
+		return nil
+	}
+	e.setAgent(id, a)
 	return nil
 }
 
@@ -268,7 +291,7 @@ func (e *Executor) endSession(ctx context.Context, id, reason string) error {
 	_ = e.store.SetSessionState(ctx, id, string(StateEnding), reason, false)
 
 	var errs []error
-	if err := e.runsc.destroy(ctx, id); err != nil {
+	if err := e.destroy(ctx, id); err != nil {
 		errs = append(errs, err)
 	}
 	if e.net != nil && networkEnabled(s.network) {

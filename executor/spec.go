@@ -15,6 +15,9 @@ const (
 	SandboxUID = 1000
 )
 
+// guestCaps are pid 1's capabilities, the ones `runsc exec` gives a guest.
+var guestCaps = []string{"CAP_CHOWN", "CAP_SETUID", "CAP_SETGID", "CAP_KILL"}
+
 // specParams are the per-sandbox inputs of the OCI spec.
 type specParams struct {
 	ID          string
@@ -56,8 +59,16 @@ func sandboxSpec(p specParams) *specs.Spec {
 			Env:             []string{"PATH=/usr/local/bin:/usr/bin:/bin"},
 			Cwd:             "/",
 			NoNewPrivileges: noNewPrivs,
-			Capabilities:    &specs.LinuxCapabilities{},
-			Rlimits:         []specs.POSIXRlimit{{Type: "RLIMIT_NOFILE", Hard: 4096, Soft: 4096}, {Type: "RLIMIT_CORE", Hard: 0, Soft: 0}},
+			// The guest (pid 1, the agent) writes the work folder and hands
+			// it to the user, switches to the user and kills what a run
+			// left; the user's processes get none of these (setuid to a
+			// non-root uid clears them, and no_new_privs keeps them off).
+			Capabilities: &specs.LinuxCapabilities{
+				Bounding:  guestCaps,
+				Effective: guestCaps,
+				Permitted: guestCaps,
+			},
+			Rlimits: []specs.POSIXRlimit{{Type: "RLIMIT_NOFILE", Hard: 4096, Soft: 4096}, {Type: "RLIMIT_CORE", Hard: 0, Soft: 0}},
 		},
 		Root:     &specs.Root{Path: p.Rootfs, Readonly: true},
 		Hostname: "sandbox",

@@ -1,0 +1,236 @@
+package executor
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/sandboxapi/sandboxapi/executor/guest"
+)
+
+// agentConn is the host end of a sandbox's agent channel: the sandbox's
+// stdin and stdout pipes, which runsc hands to pid 1 (the guest). A run
+// through it starts one process inside the sandbox and nothing on the
+// host; `runsc exec` stays the fallback for sandboxes without a channel
+// (adopted after a restart) and for a channel that broke.
+type agentConn struct {
+	w  *os.File
+	r  *os.File
+	br *bufio.Reader
+
+	wmu    sync.Mutex // frame writes (a kill may come during a run)
+	mu     sync.Mutex // one run at a time
+	seq    uint64     // the last run's number; guarded by mu
+	closed chan struct{}
+	once   sync.Once
+}
+
+// agentPipes are both ends of a channel before the sandbox starts: the
+// sandbox side goes to runsc, the host side stays here.
+type agentPipes struct {
+	sbxIn, sbxOut   *os.File // given to runsc run as the sandbox's stdin and stdout
+	hostIn, hostOut *os.File // the host writes hostIn and reads hostOut
+}
+
+func newAgentPipes() (*agentPipes, error) {
+	inR, inW, err := os.Pipe()
+	if err != nil {
+		return nil, fmt.Errorf("creating agent pipe: %w", err)
+	}
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		inR.Close()
+		inW.Close()
+		return nil, fmt.Errorf("creating agent pipe: %w", err)
+	}
+	return &agentPipes{sbxIn: inR, sbxOut: outW, hostIn: inW, hostOut: outR}, nil
+}
+
+// closeSandboxSide drops the host's copies of the sandbox's ends once runsc
+// has handed them over (or failed).
+func (p *agentPipes) closeSandboxSide() {
+	p.sbxIn.Close()
+	p.sbxOut.Close()
+}
+
+func (p *agentPipes) closeAll() {
+	p.closeSandboxSide()
+	p.hostIn.Close()
+	p.hostOut.Close()
+}
+
+// connect waits for the guest's hello line and checks its protocol. Lines
+// before it are not the agent's and are skipped.
+func (p *agentPipes) connect(timeout time.Duration) (*agentConn, error) {
+	a := &agentConn{w: p.hostIn, r: p.hostOut, br: bufio.NewReaderSize(p.hostOut, 64<<10), closed: make(chan struct{})}
+	_ = a.r.SetReadDeadline(time.Now().Add(timeout))
+	defer a.r.SetReadDeadline(time.Time{})
+	for skipped := 0; skipped < 64<<10; {
+		line, err := a.br.ReadString('\n')
+		if err != nil {
+			a.close()
+			return nil, fmt.Errorf("waiting for the guest agent: %w", err)
+		}
+		if v, ok := strings.CutPrefix(strings.TrimRight(line, "\n"), guest.AgentHello); ok {
+			if v != guest.ProtocolVersion {
+				a.close()
+				return nil, fmt.Errorf("guest agent speaks protocol %q, this server %q", v, guest.ProtocolVersion)
+			}
+			return a, nil
+		}
+		skipped += len(line)
+	}
+	a.close()
+	return nil, errors.New("waiting for the guest agent: no hello")
+}
+
+func (a *agentConn) send(typ byte, p []byte) error {
+	a.wmu.Lock()
+	defer a.wmu.Unlock()
+	return guest.WriteFrame(a.w, typ, p)
+}
+
+// close ends the channel; a run blocked on it returns an error.
+func (a *agentConn) close() {
+	a.once.Do(func() {
+		close(a.closed)
+		a.w.Close()
+		a.r.Close()
+	})
+}
+
+func (a *agentConn) broken() bool {
+	select {
+	case <-a.closed:
+		return true
+	default:
+		return false
+	}
+}
+
+// agentOutcome is what the reader saw at the end of a run.
+type agentOutcome struct {
+	raw []byte
+	err error
+}
+
+// agentFor returns the sandbox's channel, if it has a working one.
+func (e *Executor) agentFor(id string) *agentConn {
+	e.agentsMu.Lock()
+	defer e.agentsMu.Unlock()
+	a := e.agents[id]
+	if a == nil || a.broken() {
+		return nil
+	}
+	return a
+}
+
+func (e *Executor) setAgent(id string, a *agentConn) {
+	e.agentsMu.Lock()
+	defer e.agentsMu.Unlock()
+	if old := e.agents[id]; old != nil {
+		old.close()
+	}
+	e.agents[id] = a
+}
+
+// dropAgent closes and forgets a sandbox's channel.
+func (e *Executor) dropAgent(id string) {
+	e.agentsMu.Lock()
+	a := e.agents[id]
+	delete(e.agents, id)
+	e.agentsMu.Unlock()
+	if a != nil {
+		a.close()
+	}
+}
+
+// destroy removes a sandbox and its channel.
+func (e *Executor) destroy(ctx context.Context, id string) error {
+	e.dropAgent(id)
+	return e.runsc.destroy(ctx, id)
+}
+
+// agentRun runs one guest request through the sandbox's agent. The kill,
+// deadline and output-cap rules are those of the exec path.
+func (e *Executor) agentRun(ctx context.Context, id string, a *agentConn, greq *guest.Request, stdin []byte, onOutput func(string, []byte)) (Result, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.seq++
+	seq := a.seq
+	payload, err := json.Marshal(guest.AgentRequest{Seq: seq, Request: *greq, Stdin: stdin})
+	if err != nil {
+		return Result{}, fmt.Errorf("encoding guest request: %w", err)
+	}
+	// A kill names its run: the guest ignores one that arrives after the
+	// run has ended, so it cannot reach the next run's processes.
+	k := &killer{}
+	k.do = func(why string) {
+		if a.send(guest.FrameKill, []byte(strconv.FormatUint(seq, 10))) != nil {
+			e.execKill(id)
+		}
+	}
+	stdout, stderr := e.captures(onOutput, k)
+
+	start := time.Now()
+	if err := a.send(guest.FrameRun, payload); err != nil {
+		// The channel is gone (the sandbox may be too): the exec path
+		// runs it or finds the sandbox lost.
+		e.dropAgent(id)
+		e.log.Warn("guest agent unusable, using runsc exec", "sandbox", id, "err", err)
+		return e.execRun(ctx, id, greq, stdin, onOutput)
+	}
+	done := make(chan agentOutcome, 1)
+	go func() {
+		for {
+			typ, p, err := guest.ReadFrame(a.br, guest.MaxAgentFrame)
+			if err != nil {
+				done <- agentOutcome{err: err}
+				return
+			}
+			switch typ {
+			case guest.FrameStdout:
+				_, _ = stdout.Write(p)
+			case guest.FrameStderr:
+				_, _ = stderr.Write(p)
+			case guest.FrameResult:
+				done <- agentOutcome{raw: p}
+				return
+			}
+		}
+	}()
+	budget := time.Duration(greq.TimeoutMS+greq.CompileTimeoutMS)*time.Millisecond + 5*time.Second
+	backstop := time.NewTimer(budget)
+	defer backstop.Stop()
+	var out agentOutcome
+	select {
+	case out = <-done:
+	case <-ctx.Done():
+		k.kill("cancelled")
+	case <-backstop.C:
+		k.kill(StatusTimeout)
+	}
+	if why := k.reason(); why == "cancelled" || why == StatusTimeout {
+		select {
+		case out = <-done:
+		case <-time.After(10 * time.Second):
+			// The agent does not answer: the exec path's kill, then give
+			// up on the channel.
+			e.execKill(id)
+			e.dropAgent(id)
+			out = <-done
+		}
+	}
+	k.seal()
+	if out.err != nil {
+		e.dropAgent(id)
+	}
+	return e.finishRun(ctx, id, out.raw, stdout, stderr, start, k.reason(), out.err)
+}
