@@ -80,14 +80,14 @@ func (e *Executor) RunJob(ctx context.Context, job Job) (Result, error) {
 		network = "sandbox"
 	}
 	start := time.Now()
-	if err := e.runsc.start(ctx, id, bundle, network, nil, nil); err != nil {
-		_ = e.runsc.destroy(context.WithoutCancel(ctx), id)
+	if err := e.startWithAgent(ctx, id, bundle, network); err != nil {
+		_ = e.destroy(context.WithoutCancel(ctx), id)
 		return Result{}, fmt.Errorf("starting job sandbox %s: %w", id, err)
 	}
 	defer func() {
 		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 		defer cancel()
-		if err := e.runsc.destroy(dctx, id); err != nil {
+		if err := e.destroy(dctx, id); err != nil {
 			e.log.Error("destroying job sandbox", "job", id, "err", err)
 		}
 		// A job that outlived Stop leaves runsc's null-netns mount behind
