@@ -2,30 +2,87 @@ package api
 
 import (
 	"context"
+	"errors"
 	"net/http"
+	"strconv"
+
+	"github.com/sandboxapi/sandboxapi/internal/sandbox"
 )
 
-// EgressLog is what the API needs from the egress audit trail.
+// EgressLog is what the API needs from the egress audit trail, which
+// outlives the sessions it describes.
 type EgressLog interface {
-	// EgressDecisions returns the session's recent egress decisions,
-	// oldest first, as a JSON-encodable list.
-	EgressDecisions(ctx context.Context, sessionID string) (any, error)
+	// EgressDecisions returns the session's latest limit egress
+	// decisions, oldest first, as a JSON-encodable list.
+	EgressDecisions(ctx context.Context, sessionID string, limit int) (any, error)
+	// SessionOwner returns the key id that created the session, live or
+	// ended, or sandbox.ErrNotFound when there was no such session.
+	SessionOwner(ctx context.Context, sessionID string) (string, error)
 }
 
-// SetEgressLog enables GET /v1/sessions/{id}/egress: the caller's session's
-// allow and deny decisions. Other callers' sessions are 404.
+// Bounds of ?limit= on GET /v1/sessions/{id}/egress.
+const (
+	defaultEgressLimit = 1000
+	maxEgressLimit     = 10000
+)
+
+// SetEgressLog enables GET /v1/sessions/{id}/egress: the allow and deny
+// decisions of the caller's session, live or ended. Other callers'
+// sessions are 404.
 func (s *Server) SetEgressLog(l EgressLog) {
 	s.handle("GET /v1/sessions/{id}/egress", s.authed(func(w http.ResponseWriter, r *http.Request) error {
 		p := principal(r.Context())
-		sess, err := s.sb.GetSession(r.Context(), p.KeyID, r.PathValue("id"))
+		limit, err := egressLimit(r)
 		if err != nil {
 			return err
 		}
-		decisions, err := l.EgressDecisions(r.Context(), sess.ID)
+		id, err := s.ownSession(r.Context(), l, p.KeyID, r.PathValue("id"))
 		if err != nil {
 			return err
 		}
-		writeJSON(w, http.StatusOK, map[string]any{"session_id": sess.ID, "decisions": decisions})
+		decisions, err := l.EgressDecisions(r.Context(), id, limit)
+		if err != nil {
+			return err
+		}
+		writeJSON(w, http.StatusOK, map[string]any{"session_id": id, "decisions": decisions})
 		return nil
 	}))
+}
+
+// ownSession returns id if it names owner's session, live (asked of the
+// executor) or ended (asked of the audit trail's store), and
+// sandbox.ErrNotFound otherwise.
+func (s *Server) ownSession(ctx context.Context, l EgressLog, owner, id string) (string, error) {
+	sess, err := s.sb.GetSession(ctx, owner, id)
+	if err == nil {
+		return sess.ID, nil
+	}
+	if !errors.Is(err, sandbox.ErrNotFound) {
+		return "", err
+	}
+	keyID, oerr := l.SessionOwner(ctx, id)
+	switch {
+	case errors.Is(oerr, sandbox.ErrNotFound):
+		return "", err
+	case oerr != nil:
+		return "", oerr
+	case keyID == "" || keyID != owner:
+		return "", err // another key's: the same 404 as no session at all
+	}
+	return id, nil
+}
+
+// egressLimit reads ?limit=: absent means defaultEgressLimit; anything but
+// one integer from 1 to maxEgressLimit is a 400.
+func egressLimit(r *http.Request) (int, error) {
+	vals, ok := r.URL.Query()["limit"]
+	if !ok {
+		return defaultEgressLimit, nil
+	}
+	if len(vals) == 1 {
+		if n, err := strconv.Atoi(vals[0]); err == nil && n >= 1 && n <= maxEgressLimit {
+			return n, nil
+		}
+	}
+	return 0, apiErr(http.StatusBadRequest, "invalid_request", "limit must be one integer from 1 to %d", maxEgressLimit)
 }

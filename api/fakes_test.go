@@ -148,8 +148,12 @@ func (fakeUsage) UsageTotals(ctx context.Context, keyID string, since time.Time)
 
 type fakeEgressLog struct{}
 
-func (fakeEgressLog) EgressDecisions(ctx context.Context, sessionID string) (any, error) {
+func (fakeEgressLog) EgressDecisions(ctx context.Context, sessionID string, limit int) (any, error) {
 	return []map[string]any{{"host": "example.com", "decision": "deny", "reason": "not_allowed"}}, nil
+}
+
+func (fakeEgressLog) SessionOwner(ctx context.Context, sessionID string) (string, error) {
+	return "", sandbox.ErrNotFound
 }
 
 type fakePackages struct{}

@@ -296,6 +296,7 @@ func sampleExchanges() []exchange {
 		{name: "session execute SSE", method: "POST", path: "/v1/sessions/{sid}/execute", key: pro, body: `{"code":"print(4)"}`, header: map[string]string{"Accept": "text/event-stream"}, status: 200},
 		{name: "session execute language", method: "POST", path: "/v1/sessions/{sid}/execute", key: pro, body: `{"code":"1","language":"bash"}`, status: 400},
 		{name: "session egress", method: "GET", path: "/v1/sessions/{sid}/egress", key: pro, status: 200},
+		{name: "session egress bad limit", method: "GET", path: "/v1/sessions/{sid}/egress?limit=0", key: pro, status: 400},
 		{name: "check packages", method: "POST", path: "/v1/packages/check", key: basic, body: `{"manager":"pip","packages":["numpy==2.1.0"]}`, status: 200},
 		{name: "check packages bad manager", method: "POST", path: "/v1/packages/check", key: basic, body: `{"manager":"gem","packages":["x"]}`, status: 400},
 		{name: "install", method: "POST", path: "/v1/sessions/{sid}/install", key: pro, body: `{"manager":"pip","packages":["six==1.16.0"]}`, status: 200},

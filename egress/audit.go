@@ -4,8 +4,11 @@ import (
 	"context"
 	"log/slog"
 	"net/netip"
+	"strings"
 	"sync"
 	"time"
+
+	"github.com/sandboxapi/sandboxapi/egress/policy"
 )
 
 // Outcome is the result of one egress decision.
@@ -135,4 +138,42 @@ func (a *auditor) list(id string) []Decision {
 		return r.list()
 	}
 	return nil
+}
+
+// ReasonClass maps a decision to a short label from a fixed set, for
+// metrics: Reason is free text (it names hosts, addresses and errors) and
+// would give a label per host.
+func ReasonClass(d Decision) string {
+	r := d.Reason
+	switch {
+	case d.Outcome == OutcomeAllow:
+		return "allowed"
+	case r == policy.ReasonNotAllowed:
+		return "not_allowed"
+	case r == policy.ReasonNetworkDisabled:
+		return "network_disabled"
+	case strings.HasPrefix(r, "resolved to forbidden address"):
+		return "forbidden_address"
+	case strings.HasPrefix(r, "resolving"):
+		return "unresolvable"
+	case strings.HasPrefix(r, "resolver failure"):
+		return "resolver_failure"
+	case r == ReasonSNIMismatch:
+		return "sni_mismatch"
+	case r == ReasonNoSNI:
+		return "no_sni"
+	case r == ReasonNotTLS:
+		return "not_tls"
+	case r == ReasonTunnelLimit:
+		return "tunnel_limit"
+	case d.Mode == ModePlainHTTP:
+		return "plain_http"
+	case r == ErrWrongSourceAddr.Error() || strings.Contains(r, "session"):
+		return "unknown_session"
+	case strings.HasPrefix(r, "dialing"):
+		return "dial_failed"
+	case d.Outcome == OutcomeError:
+		return "error"
+	}
+	return "bad_target"
 }

@@ -44,6 +44,10 @@ type Config struct {
 	ExtraAllowedCIDRs []string `yaml:"extra_allowed_cidrs"`
 	// DecisionsPerSession is the size of each session's in-memory audit ring.
 	DecisionsPerSession int `yaml:"decisions_per_session"`
+	// AuditRetention is how long decisions stay in the store, which serves
+	// GET /v1/sessions/{id}/egress also after the session ended; older
+	// ones are pruned at start and hourly.
+	AuditRetention time.Duration `yaml:"audit_retention"`
 	// Network configures the per-session netns and veth wiring.
 	Network NetworkConfig `yaml:"network"`
 }
@@ -78,6 +82,7 @@ func DefaultConfig() Config {
 		IdleTimeout:             5 * time.Minute,
 		MaxTunnelsPerSession:    64,
 		DecisionsPerSession:     1000,
+		AuditRetention:          720 * time.Hour,
 		Network: NetworkConfig{
 			Pool:     "10.200.0.0/16",
 			NetnsDir: "/var/run/netns",
@@ -118,6 +123,7 @@ func (c *Config) Validate() error {
 	for name, d := range map[string]time.Duration{
 		"resolve_timeout": c.ResolveTimeout, "dial_timeout": c.DialTimeout,
 		"handshake_timeout": c.HandshakeTimeout, "idle_timeout": c.IdleTimeout,
+		"audit_retention": c.AuditRetention,
 	} {
 		if d <= 0 {
 			bad("%s must be positive", name)

@@ -30,6 +30,8 @@ func TestConfigValidate(t *testing.T) {
 		}, wantErr: []string{"host bits", `"nope"`, "idle_timeout"}},
 		{name: "no ports", mutate: func(c *Config) { c.AllowedPorts = nil }, wantErr: []string{"allowed_ports"}},
 		{name: "tunnel limit", mutate: func(c *Config) { c.MaxTunnelsPerSession = 0 }, wantErr: []string{"max_tunnels_per_session"}},
+		{name: "no audit retention", mutate: func(c *Config) { c.AuditRetention = 0 }, wantErr: []string{"audit_retention must be positive"}},
+		{name: "negative audit retention", mutate: func(c *Config) { c.AuditRetention = -time.Hour }, wantErr: []string{"audit_retention must be positive"}},
 		{name: "small pool", mutate: func(c *Config) { c.Network.Pool = "10.0.0.0/30" }, wantErr: []string{"network.pool"}},
 		{name: "v6 pool", mutate: func(c *Config) { c.Network.Pool = "fd00::/64" }, wantErr: []string{"network.pool"}},
 		{name: "long prefix", mutate: func(c *Config) { c.Network.Prefix = "toolong" }, wantErr: []string{"network.prefix"}},
@@ -68,6 +70,7 @@ allowed_ports: [443, 8443]
 idle_timeout: 90s
 dial_timeout: 2s
 max_tunnels_per_session: 16
+audit_retention: 2160h
 extra_allowed_cidrs: ["10.50.0.0/24"]
 network:
   pool: 10.210.0.0/20
@@ -80,7 +83,11 @@ network:
 	if err := c.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	if c.IdleTimeout != 90*time.Second || c.DialTimeout != 2*time.Second || c.Network.Prefix != "sbx" || len(c.AllowedPorts) != 2 {
+	if c.IdleTimeout != 90*time.Second || c.DialTimeout != 2*time.Second || c.Network.Prefix != "sbx" || len(c.AllowedPorts) != 2 ||
+		c.AuditRetention != 90*24*time.Hour {
 		t.Fatalf("decoded %+v", c)
+	}
+	if d := DefaultConfig().AuditRetention; d != 720*time.Hour {
+		t.Fatalf("default audit_retention = %v, want 720h", d)
 	}
 }

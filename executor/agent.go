@@ -115,6 +115,10 @@ func (a *agentConn) broken() bool {
 	}
 }
 
+// maxGuestFrame bounds a frame from the guest (it sends output in 32 KiB
+// chunks and a small result).
+const maxGuestFrame = 1 << 20
+
 // agentOutcome is what the reader saw at the end of a run.
 type agentOutcome struct {
 	raw []byte
@@ -190,7 +194,9 @@ func (e *Executor) agentRun(ctx context.Context, id string, a *agentConn, greq *
 	done := make(chan agentOutcome, 1)
 	go func() {
 		for {
-			typ, p, err := guest.ReadFrame(a.br, guest.MaxAgentFrame)
+			// The guest's frames are output chunks and a small result;
+			// nothing bigger is believed.
+			typ, p, err := guest.ReadFrame(a.br, maxGuestFrame)
 			if err != nil {
 				done <- agentOutcome{err: err}
 				return

@@ -298,6 +298,15 @@ func (e *Executor) reconcile(ctx context.Context) error {
 			}
 		}
 	}
+	// Install jobs are never adopted (an install is all or nothing): the
+	// bundles a crash left go with their sandboxes.
+	if ents, err := os.ReadDir(e.jobsDir()); err == nil {
+		for _, ent := range ents {
+			if err := os.RemoveAll(filepath.Join(e.jobsDir(), ent.Name())); err != nil {
+				e.log.Error("removing orphan install job", "job", ent.Name(), "err", err)
+			}
+		}
+	}
 	if e.net != nil {
 		live := make([]string, 0, len(keep))
 		for id := range keep {

@@ -38,6 +38,9 @@ var ErrNoNetwork = sandbox.ErrNoNetwork
 // SetNetwork installs the network provider; call before Start.
 func (e *Executor) SetNetwork(n Network) { e.net = n }
 
+// Network returns the network provider (nil when egress is off).
+func (e *Executor) Network() Network { return e.net }
+
 // networkEnabled reads {"enabled": true} from a session's network request.
 func networkEnabled(raw json.RawMessage) bool {
 	var n struct {

@@ -14,7 +14,9 @@ import (
 )
 
 // canary tries each target and prints {"target": "open"|"<error>"}; a
-// target "GET url" fetches url and reports "status <code>".
+// target "GET url" fetches url and reports "status <code>"; a target
+// "DNS host:port" sends one DNS query over UDP and reports
+// "answered rcode <n>".
 const canary = `
 import json, socket, sys, urllib.request
 out = {}
@@ -24,6 +26,15 @@ for t in json.load(open(sys.argv[1])):
             o = urllib.request.build_opener(urllib.request.ProxyHandler({}))
             with o.open(t[4:], timeout=3) as r:
                 out[t] = "status %d" % r.status
+        elif t.startswith("DNS "):
+            h, p = t[4:].rsplit(":", 1)
+            q = b"\x5a\x17\x01\x00\x00\x01\x00\x00\x00\x00\x00\x00\x05probe\x07invalid\x00\x00\x01\x00\x01"
+            s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            s.settimeout(2)
+            s.sendto(q, (h.strip("[]"), int(p)))
+            r = s.recv(512)
+            s.close()
+            out[t] = "answered rcode %d" % (r[3] & 15) if r[:2] == q[:2] else "unrelated answer"
         else:
             h, p = t.rsplit(":", 1)
             s = socket.create_connection((h.strip("[]"), int(p)), timeout=2)
@@ -33,6 +44,11 @@ for t in json.load(open(sys.argv[1])):
         out[t] = "%s: %s" % (type(e).__name__, e)
 print(json.dumps(out))
 `
+
+// Reached reports whether a canary observation means the target answered.
+func Reached(observed string) bool {
+	return observed == "open" || strings.HasPrefix(observed, "status ") || strings.HasPrefix(observed, "answered ")
+}
 
 // ProbeResult is what one canary saw.
 type ProbeResult struct {
@@ -57,7 +73,7 @@ func (i *Installer) Probe(ctx context.Context, extra ...string) (string, error) 
 		bad = append(bad, "mirror not reachable: "+res.Reached[res.Mirror])
 	}
 	for _, t := range res.Forbidden {
-		if r := res.Reached[t]; r == "open" || strings.HasPrefix(r, "status ") {
+		if Reached(res.Reached[t]) {
 			bad = append(bad, t+" reachable")
 		}
 	}
@@ -69,21 +85,11 @@ func (i *Installer) Probe(ctx context.Context, extra ...string) (string, error) 
 
 // ProbeDetail runs the canaries and returns every observation.
 func (i *Installer) ProbeDetail(ctx context.Context, extra ...string) (ProbeResult, error) {
-	decoy, err := net.Listen("tcp", ":0")
+	decoy, dport, err := Decoy()
 	if err != nil {
-		return ProbeResult{}, fmt.Errorf("opening decoy listener: %w", err)
+		return ProbeResult{}, err
 	}
 	defer decoy.Close()
-	go func() {
-		for {
-			c, err := decoy.Accept()
-			if err != nil {
-				return
-			}
-			c.Close()
-		}
-	}()
-	dport := uint16(decoy.Addr().(*net.TCPAddr).Port)
 
 	ep, stop, err := i.serveMirror(ctx, "probe-"+randomID())
 	if err != nil {
@@ -92,7 +98,7 @@ func (i *Installer) ProbeDetail(ctx context.Context, extra ...string) (ProbeResu
 	defer stop()
 	mirrorURL := fmt.Sprintf("GET http://%s/mirror/pypi/simple/", netip.AddrPortFrom(ep.HostAddr, i.cfg.Port))
 	forbidden := []string{netip.AddrPortFrom(ep.HostAddr, dport).String(), netip.AddrPortFrom(ep.HostAddr, 22).String()}
-	for _, a := range hostAddrs() {
+	for _, a := range HostAddrs() {
 		if a != ep.HostAddr {
 			forbidden = append(forbidden, netip.AddrPortFrom(a, dport).String(), netip.AddrPortFrom(a, i.cfg.Port).String())
 		}
@@ -115,8 +121,15 @@ func (i *Installer) ProbeDetail(ctx context.Context, extra ...string) (ProbeResu
 }
 
 func (i *Installer) runCanary(ctx context.Context, netns string, targets []string) (map[string]string, error) {
+	return Canary(ctx, i.runner, netns, targets)
+}
+
+// Canary runs one canary sandbox (on the network namespace netns, or with
+// no network) that tries every target and returns what it saw per target
+// (see Reached).
+func Canary(ctx context.Context, runner Runner, netns string, targets []string) (map[string]string, error) {
 	tb, _ := json.Marshal(targets)
-	res, err := i.runner.RunJob(ctx, sandbox.Job{
+	res, err := runner.RunJob(ctx, sandbox.Job{
 		NetnsPath: netns,
 		Files:     []sandbox.File{{Path: "canary.py", Content: []byte(canary)}, {Path: "targets.json", Content: tb}},
 		Argv:      []string{"/usr/bin/python3", "-I", "{dir}/canary.py", "{dir}/targets.json"},
@@ -133,8 +146,28 @@ func (i *Installer) runCanary(ctx context.Context, netns string, targets []strin
 	return out, nil
 }
 
-// hostAddrs lists the host's own IPv4 addresses (not loopback).
-func hostAddrs() []netip.Addr {
+// Decoy listens on every host address on a free port and accepts and
+// drops connections: a port that nothing should reach, but that answers
+// if a fence lets a canary through. Close it when done.
+func Decoy() (net.Listener, uint16, error) {
+	l, err := net.Listen("tcp", ":0")
+	if err != nil {
+		return nil, 0, fmt.Errorf("opening decoy listener: %w", err)
+	}
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	return l, uint16(l.Addr().(*net.TCPAddr).Port), nil
+}
+
+// HostAddrs lists the host's own IPv4 addresses (not loopback).
+func HostAddrs() []netip.Addr {
 	var out []netip.Addr
 	addrs, err := net.InterfaceAddrs()
 	if err != nil {

@@ -95,6 +95,23 @@ var migrations = []string{
 		at INTEGER NOT NULL
 	);
 	CREATE INDEX usage_key_at ON usage(key_id, at);`,
+	`CREATE TABLE egress_decisions (
+		id INTEGER PRIMARY KEY,
+		session_id TEXT NOT NULL,
+		key_id TEXT NOT NULL DEFAULT '',
+		time INTEGER NOT NULL,
+		mode TEXT NOT NULL,
+		host TEXT NOT NULL,
+		port INTEGER NOT NULL,
+		addr TEXT NOT NULL DEFAULT '',
+		outcome TEXT NOT NULL,
+		reason TEXT NOT NULL DEFAULT '',
+		bytes_up INTEGER NOT NULL DEFAULT 0,
+		bytes_down INTEGER NOT NULL DEFAULT 0,
+		duration_ms INTEGER NOT NULL DEFAULT 0
+	);
+	CREATE INDEX egress_decisions_session_time ON egress_decisions(session_id, time);
+	CREATE INDEX egress_decisions_time ON egress_decisions(time);`,
 }
 
 func (s *Store) migrate(ctx context.Context) error {

@@ -39,3 +39,37 @@ func FuzzReadRequest(f *testing.F) {
 		}
 	})
 }
+
+// FuzzReadFrame feeds arbitrary bytes to the agent's frame reader, which
+// reads what the other side of the sandbox boundary wrote: it never
+// panics, never returns more than the limit, and a frame it accepts
+// re-encodes to exactly the bytes it consumed.
+func FuzzReadFrame(f *testing.F) {
+	var seed bytes.Buffer
+	_ = WriteFrame(&seed, FrameStdout, []byte("hello"))
+	_ = WriteFrame(&seed, FrameResult, []byte(`{"status":"ok"}`))
+	f.Add(seed.Bytes())
+	f.Add([]byte{'R', 0xff, 0xff, 0xff, 0xff})
+	f.Add([]byte{'O', 0, 0, 0, 3, 'a'})
+	f.Add([]byte{})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		const max = 1 << 10
+		r := bytes.NewReader(data)
+		for {
+			before := r.Len()
+			typ, p, err := ReadFrame(r, max)
+			if err != nil {
+				return
+			}
+			if len(p) > max {
+				t.Fatalf("payload of %d over the %d limit", len(p), max)
+			}
+			var again bytes.Buffer
+			_ = WriteFrame(&again, typ, p)
+			consumed := data[len(data)-before : len(data)-r.Len()]
+			if !bytes.Equal(again.Bytes(), consumed) {
+				t.Fatalf("frame does not round-trip")
+			}
+		}
+	})
+}

@@ -9,18 +9,19 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/sandboxapi/sandboxapi/api"
 	"github.com/sandboxapi/sandboxapi/egress"
 	"github.com/sandboxapi/sandboxapi/egress/policy"
 	"github.com/sandboxapi/sandboxapi/executor"
+	"github.com/sandboxapi/sandboxapi/internal/sandbox"
+	"github.com/sandboxapi/sandboxapi/store"
 )
 
 // egressLog is the API's view of the egress audit trail, set by
 // setupEgress when egress is enabled and read by wireServices.
-var egressLog *egressAudit
+var egressLog *egressTrail
 
 // wireEgress serves GET /v1/sessions/{id}/egress when egress is enabled.
 func wireEgress(srv *api.Server) {
@@ -29,28 +30,52 @@ func wireEgress(srv *api.Server) {
 	}
 }
 
-// endedSessionsKept bounds how many ended sessions' decisions stay in memory.
-const endedSessionsKept = 256
+// egressFlushInterval is how often queued egress decisions are written to
+// the store; egressPruneInterval how often those older than
+// egress.audit_retention are deleted.
+const (
+	egressFlushInterval = 200 * time.Millisecond
+	egressPruneInterval = time.Hour
+)
 
 // setupEgress starts the egress proxy and sandbox networking when the
 // config enables them, and installs them in the executor (before Start).
 // Stale namespaces, veths and rules are reconciled when the executor
-// starts (it calls Network.Reconcile with its live sessions). The returned
-// func stops the proxy; the networks of sessions still alive stay, so a
-// restarted server can adopt them.
-func setupEgress(ctx context.Context, env *Env, ex *executor.Executor) (func(), error) {
+// starts (it calls Network.Reconcile with its live sessions). Every
+// decision is written to st, whose trail is pruned past
+// egress.audit_retention (also while egress is disabled, so that turning
+// it off keeps the retention promise). The returned func stops the proxy,
+// then writes the decisions still queued; call it before st closes. The
+// networks of sessions still alive stay, so a restarted server can adopt
+// them.
+func setupEgress(ctx context.Context, env *Env, ex *executor.Executor, st *store.Store) (_ func(), err error) {
 	egressLog = nil
 	ec := env.Config.Egress
-	if !ec.Enabled {
-		return func() {}, nil
-	}
 	log := env.Log.With("component", "egress")
+	var undo []func()
+	defer func() {
+		if err != nil {
+			for i := len(undo) - 1; i >= 0; i-- {
+				undo[i]()
+			}
+		}
+	}()
+	stopPrune := startEgressPruner(ctx, st, ec.AuditRetention, log)
+	undo = append(undo, stopPrune)
+	if !ec.Enabled {
+		return stopPrune, nil
+	}
 	nw, err := egress.NewNetwork(ec.Config, log)
 	if err != nil {
 		return nil, err
 	}
-	audit := newEgressAudit(ec.DecisionsPerSession)
-	proxy, err := egress.NewProxy(ec.Config, egress.Options{Logger: log, OnDecision: audit.record})
+	trail := store.NewEgressWriter(ctx, st, egressFlushInterval, log)
+	undo = append(undo, trail.Close)
+	onDecision := func(d egress.Decision) {
+		trail.Record(egressRow(d))
+		processMetrics().EgressDecision(string(d.Outcome), egress.ReasonClass(d))
+	}
+	proxy, err := egress.NewProxy(ec.Config, egress.Options{Logger: log, OnDecision: onDecision})
 	if err != nil {
 		return nil, err
 	}
@@ -58,15 +83,56 @@ func setupEgress(ctx context.Context, env *Env, ex *executor.Executor) (func(), 
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("creating egress state folder: %w", err)
 	}
-	ex.SetNetwork(&egressNetwork{cfg: ec.Config, net: nw, proxy: proxy, audit: audit, dir: dir, log: log})
-	egressLog = audit
+	ex.SetNetwork(&egressNetwork{cfg: ec.Config, net: nw, proxy: proxy, dir: dir, log: log})
+	egressLog = &egressTrail{st: st, w: trail}
 	return func() {
 		stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		defer cancel()
 		if err := proxy.Stop(stopCtx); err != nil {
 			log.Error("stopping egress proxy", "err", err)
 		}
+		trail.Close() // after the proxy: tunnels it closed report on the way out
+		stopPrune()
 	}, nil
+}
+
+// startEgressPruner deletes the decisions older than retention now and
+// every egressPruneInterval, until ctx ends or the returned func (which
+// waits for a prune under way) is called. retention <= 0 (only possible
+// while egress is disabled, which skips validation) prunes nothing.
+func startEgressPruner(ctx context.Context, st *store.Store, retention time.Duration, log *slog.Logger) func() {
+	if retention <= 0 {
+		return func() {}
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	prune := func() {
+		n, err := st.PruneEgressDecisions(ctx, time.Now().Add(-retention))
+		switch {
+		case err != nil && ctx.Err() == nil:
+			log.Error("pruning egress decisions", "err", err)
+		case n > 0:
+			log.Info("egress decisions pruned", "rows", n, "retention", retention.String())
+		}
+	}
+	go func() {
+		defer close(done)
+		t := time.NewTicker(egressPruneInterval)
+		defer t.Stop()
+		prune()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				prune()
+			}
+		}
+	}()
+	return func() {
+		cancel()
+		<-done
+	}
 }
 
 // egressNetwork implements executor.Network over egress.Network (netns,
@@ -77,14 +143,13 @@ type egressNetwork struct {
 	cfg   egress.Config
 	net   *egress.Network
 	proxy *egress.Proxy
-	audit *egressAudit
 	dir   string
 	log   *slog.Logger
 }
 
 var (
 	_ executor.Network = (*egressNetwork)(nil)
-	_ api.EgressLog    = (*egressAudit)(nil)
+	_ api.EgressLog    = (*egressTrail)(nil)
 )
 
 // networkRequest is the session's network block as the API stored it.
@@ -133,7 +198,6 @@ func (n *egressNetwork) Attach(ctx context.Context, id string, raw json.RawMessa
 		_ = n.proxy.RemoveSession(context.WithoutCancel(ctx), id)
 		return nil, fmt.Errorf("recording egress session: %w", err)
 	}
-	n.audit.open(id)
 	return n.attachment(att), nil
 }
 
@@ -175,7 +239,6 @@ func (n *egressNetwork) Detach(ctx context.Context, id string) error {
 	if err := os.Remove(n.stateFile(id)); err != nil && !errors.Is(err, os.ErrNotExist) {
 		errs = append(errs, fmt.Errorf("removing egress session record: %w", err))
 	}
-	n.audit.end(id)
 	return errors.Join(errs...)
 }
 
@@ -212,7 +275,6 @@ func (n *egressNetwork) Reconcile(ctx context.Context, live []string) error {
 			errs = append(errs, fmt.Errorf("adopting network of session %s: %w", id, aerr))
 			continue
 		}
-		n.audit.open(id)
 		n.log.Info("egress session adopted", "session", id)
 	}
 	if ents, derr := os.ReadDir(n.dir); derr == nil {
@@ -229,61 +291,6 @@ func (n *egressNetwork) Reconcile(ctx context.Context, live []string) error {
 	return nil
 }
 
-// egressAudit keeps the recent decisions of every session, fed by
-// egress.Options.OnDecision, and those of the last endedSessionsKept
-// ended sessions (the proxy forgets a session's decisions when it is
-// removed, and tunnels closed by the removal report after that). It
-// implements api.EgressLog. Safe for concurrent use; use newEgressAudit.
-type egressAudit struct {
-	per   int
-	mu    sync.Mutex
-	byID  map[string][]egress.Decision
-	ended []string // oldest first
-}
-
-func newEgressAudit(per int) *egressAudit {
-	if per <= 0 {
-		per = 1000
-	}
-	return &egressAudit{per: per, byID: map[string][]egress.Decision{}}
-}
-
-func (a *egressAudit) open(id string) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if _, ok := a.byID[id]; !ok {
-		a.byID[id] = nil
-	}
-}
-
-func (a *egressAudit) end(id string) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if _, ok := a.byID[id]; !ok {
-		return
-	}
-	a.ended = append(a.ended, id)
-	for len(a.ended) > endedSessionsKept {
-		delete(a.byID, a.ended[0])
-		a.ended = a.ended[1:]
-	}
-}
-
-// record must not block: it runs on the proxy's connection goroutines.
-func (a *egressAudit) record(d egress.Decision) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	l, ok := a.byID[d.Session]
-	if !ok {
-		return // unknown or long-gone session
-	}
-	l = append(l, d)
-	if len(l) > 2*a.per {
-		l = append([]egress.Decision(nil), l[len(l)-a.per:]...)
-	}
-	a.byID[d.Session] = l
-}
-
 // decisionJSON is one decision as the API shows it.
 type decisionJSON struct {
 	Time       time.Time `json:"time"`
@@ -298,23 +305,66 @@ type decisionJSON struct {
 	DurationMS int64     `json:"duration_ms"`
 }
 
-// EgressDecisions returns the session's recent decisions, oldest first
-// (an empty list for a session without any).
-func (a *egressAudit) EgressDecisions(ctx context.Context, sessionID string) (any, error) {
-	a.mu.Lock()
-	l := a.byID[sessionID]
-	if len(l) > a.per {
-		l = l[len(l)-a.per:]
+// egressTrail serves the egress audit trail from the store: the decisions
+// of live and ended sessions, kept for egress.audit_retention. It
+// implements api.EgressLog. Safe for concurrent use.
+type egressTrail struct {
+	st *store.Store
+	w  *store.EgressWriter
+}
+
+// EgressDecisions returns the session's latest limit decisions, oldest
+// first (an empty list for a session without any).
+func (t *egressTrail) EgressDecisions(ctx context.Context, sessionID string, limit int) (any, error) {
+	// The caller's latest decisions count; a client hanging up must not
+	// abort the write of rows already taken off the queue.
+	t.w.Flush(context.WithoutCancel(ctx))
+	rows, err := t.st.EgressDecisions(ctx, sessionID, limit)
+	if err != nil {
+		return nil, err
 	}
-	out := make([]decisionJSON, 0, len(l))
-	for _, d := range l {
-		j := decisionJSON{Time: d.Time.UTC(), Mode: string(d.Mode), Host: d.Host, Port: d.Port, Outcome: string(d.Outcome),
-			Reason: d.Reason, BytesUp: d.BytesUp, BytesDown: d.BytesDown, DurationMS: d.Duration.Milliseconds()}
-		if d.Addr.IsValid() {
-			j.Addr = d.Addr.String()
-		}
-		out = append(out, j)
+	out := make([]decisionJSON, 0, len(rows))
+	for _, r := range rows {
+		out = append(out, decisionJSON{Time: r.Time, Mode: r.Mode, Host: r.Host, Port: uint16(r.Port), Addr: r.Addr, Outcome: r.Outcome,
+			Reason: r.Reason, BytesUp: r.BytesUp, BytesDown: r.BytesDown, DurationMS: r.DurationMS})
 	}
-	a.mu.Unlock()
 	return out, nil
+}
+
+// SessionOwner returns the key that created the session, from the store
+// (which keeps ended sessions).
+func (t *egressTrail) SessionOwner(ctx context.Context, sessionID string) (string, error) {
+	row, err := t.st.GetSession(ctx, sessionID)
+	if errors.Is(err, store.ErrNotFound) {
+		return "", sandbox.ErrNotFound
+	}
+	if err != nil {
+		return "", err
+	}
+	return row.KeyID, nil
+}
+
+// maxAuditText bounds the host and reason kept per stored decision: the
+// host of a CONNECT is whatever the sandbox sent, and the trail is kept
+// for weeks.
+const maxAuditText = 512
+
+// egressRow is d as the store keeps it. The key id is filled in by the
+// store from the session's row.
+func egressRow(d egress.Decision) store.EgressRow {
+	r := store.EgressRow{SessionID: d.Session, Time: d.Time, Mode: string(d.Mode), Host: clipText(d.Host, maxAuditText), Port: int(d.Port),
+		Outcome: string(d.Outcome), Reason: clipText(d.Reason, maxAuditText), BytesUp: d.BytesUp, BytesDown: d.BytesDown,
+		DurationMS: d.Duration.Milliseconds()}
+	if d.Addr.IsValid() {
+		r.Addr = d.Addr.String()
+	}
+	return r
+}
+
+// clipText cuts s to at most n bytes of valid UTF-8.
+func clipText(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return strings.ToValidUTF8(s[:n], "")
 }

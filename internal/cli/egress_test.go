@@ -1,10 +1,8 @@
 package cli
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"net/netip"
 	"slices"
 	"strings"
@@ -70,53 +68,6 @@ func TestParseNetworkRequest(t *testing.T) {
 			}
 		})
 	}
-}
-
-func TestEgressAuditBoundsAndKeepsEnded(t *testing.T) {
-	a := newEgressAudit(3)
-	a.open("s1")
-	for i := range 10 {
-		a.record(egress.Decision{Session: "s1", Host: fmt.Sprintf("h%d", i), Outcome: egress.OutcomeAllow, Duration: 1500 * time.Millisecond})
-	}
-	a.record(egress.Decision{Session: "unknown", Host: "x"})
-	got, _ := a.EgressDecisions(context.Background(), "s1")
-	list := got.([]decisionJSON)
-	if len(list) != 3 || list[0].Host != "h7" || list[2].Host != "h9" || list[2].DurationMS != 1500 {
-		t.Fatalf("decisions = %+v", list)
-	}
-	if got, _ := a.EgressDecisions(context.Background(), "unknown"); len(got.([]decisionJSON)) != 0 {
-		t.Fatalf("unknown session has decisions: %v", got)
-	}
-	b, _ := json.Marshal(must(a.EgressDecisions(context.Background(), "nothing")))
-	if string(b) != "[]" {
-		t.Fatalf("empty list encodes as %s", b)
-	}
-
-	// A tunnel closed by the session's removal reports after it ended.
-	a.end("s1")
-	a.record(egress.Decision{Session: "s1", Host: "late", Outcome: egress.OutcomeAllow})
-	got, _ = a.EgressDecisions(context.Background(), "s1")
-	if l := got.([]decisionJSON); l[len(l)-1].Host != "late" {
-		t.Fatalf("late decision lost: %+v", l)
-	}
-	for i := range endedSessionsKept + 5 {
-		id := fmt.Sprintf("e%d", i)
-		a.open(id)
-		a.end(id)
-	}
-	if _, ok := a.byID["s1"]; ok {
-		t.Fatal("oldest ended session kept beyond the bound")
-	}
-	if len(a.byID) != endedSessionsKept {
-		t.Fatalf("%d sessions kept, want %d", len(a.byID), endedSessionsKept)
-	}
-}
-
-func must[T any](v T, err error) T {
-	if err != nil {
-		panic(err)
-	}
-	return v
 }
 
 func TestEgressConfig(t *testing.T) {

@@ -47,11 +47,19 @@ func wireInstall(ctx context.Context, env *Env, srv *api.Server, ex *executor.Ex
 	}
 	var inst *installer.Installer
 	if nw != nil {
-		inst = installer.New(icfg, mirrorCatalog{mir}, ex, installNetwork{nw}, mir.Handler(), log)
-		chk.Register("firewall", readiness.Firewall(map[string]readiness.FirewallChecker{"installer": settled{nw}, "installer-chains": chainRules{icfg.Table, icfg.Prefix}}))
-		chk.RegisterEvery("topology", env.Config.Readiness.TopologyInterval.D(), readiness.Topology(map[string]readiness.Probe{
+		inst = installer.New(icfg, mirrorCatalog{mir}, ex, installNetwork{nw}, processMetrics().InstrumentMirror(mir.Handler()), log)
+		fences := map[string]readiness.FirewallChecker{"installer": settled{nw}, "installer-chains": chainRules{icfg.Table, icfg.Prefix}}
+		probes := map[string]readiness.Probe{
 			"installer": func(ctx context.Context) (string, error) { return inst.Probe(ctx) },
-		}))
+		}
+		// With egress on, session networks are fenced and measured too.
+		if en, ok := ex.Network().(*egressNetwork); ok {
+			fences["sessions"] = settled{en.net}
+			fences["sessions-chains"] = chainRules{en.cfg.Network.Table, en.cfg.Network.Prefix}
+			probes["sessions"] = sessionNetworkProbe(ex, en)
+		}
+		chk.Register("firewall", readiness.Firewall(fences))
+		chk.RegisterEvery("topology", env.Config.Readiness.TopologyInterval.D(), readiness.Topology(probes))
 	}
 	chk.Register("mirror", readiness.Mirror(mirrorIndex{mir}, "http://"+loopbackAddr(env.Config.Listen), 3))
 	chk.Register("osv", readiness.OSV(mirrorOSV{mir}))

@@ -12,8 +12,9 @@ import (
 
 // processMetrics is the one registry of a serve process. Wiring code of
 // other services reports through it: egress's Options.OnDecision calls
-// processMetrics().EgressDecision, the mirror's serve path MirrorHit and
-// MirrorRefusal, the readiness runner ReadinessCheck.
+// EgressDecision (setupEgress), the mirror's handlers are wrapped in
+// InstrumentMirror (serve, wireInstall), and readiness is read at scrape
+// time (wireMetrics).
 var processMetrics = sync.OnceValue(metrics.New)
 
 // wireMetrics sends the API's measurements to the process registry, adds

@@ -104,7 +104,7 @@ func serve(ctx context.Context, env *Env) error {
 	if err != nil {
 		return err
 	}
-	stopEgress, err := setupEgress(ctx, env, ex)
+	stopEgress, err := setupEgress(ctx, env, ex, st)
 	if err != nil {
 		return err
 	}
@@ -128,7 +128,7 @@ func serve(ctx context.Context, env *Env) error {
 		return fmt.Errorf("opening mirror: %w", err)
 	}
 	defer mir.Close()
-	srv.Handle("/mirror/", mir.Handler())
+	srv.Handle("/mirror/", processMetrics().InstrumentMirror(mir.Handler()))
 	wireServices(ctx, env, srv, ex, mir, st)
 
 	ln, err := listen(ctx, env) // TLS per cfg.TLS (tls.go)

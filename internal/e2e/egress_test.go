@@ -8,6 +8,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/hex"
+	"encoding/json"
 	"encoding/pem"
 	"fmt"
 	"math/big"
@@ -689,6 +690,17 @@ env | grep -ci proxy`, f.web), nil)
 		}
 	})
 
+	t.Run("readiness measures the session network", func(t *testing.T) {
+		// The topology check ran at start: a canary on a fresh session
+		// network reached the proxy and its DNS and nothing else.
+		st, detail := s.readinessCheck("topology", 90*time.Second)
+		if st != "pass" || !strings.Contains(detail, "sessions: session network reaches the proxy and its DNS only") {
+			t.Fatalf("topology: %s %s", st, detail)
+		}
+		if st, detail := s.readinessCheck("firewall", 30*time.Second); st != "pass" || !strings.Contains(detail, "sessions-chains") {
+			t.Fatalf("firewall: %s %s", st, detail)
+		}
+	})
 	t.Run("delete removes netns, veth and rules", func(t *testing.T) {
 		if left := ee.leftovers(t); len(left) == 0 {
 			t.Fatalf("expected the live session's network to exist")
@@ -699,11 +711,31 @@ env | grep -ci proxy`, f.web), nil)
 		if left := ee.leftovers(t); len(left) != 0 {
 			t.Fatalf("left after delete: %q", left)
 		}
-		if r := s.do("GET", "/v1/sessions/"+id+"/egress", ultra, nil); r.status != http.StatusNotFound {
-			t.Fatalf("egress log of a deleted session: %d %s", r.status, r.body)
-		}
 		if ents, _ := os.ReadDir(filepath.Join(s.dataDir, "egress")); len(ents) != 0 {
 			t.Fatalf("egress records left: %v", ents)
+		}
+	})
+	t.Run("audit trail outlives the session", func(t *testing.T) {
+		r := s.do("GET", "/v1/sessions/"+id+"/egress?limit=10000", ultra, nil)
+		if r.status != http.StatusOK {
+			t.Fatalf("egress log of a deleted session: %d %s", r.status, r.body)
+		}
+		body := string(r.body)
+		for _, want := range []string{`"host":"www.allowed.test"`, `"outcome":"allow"`, `"host":"evil.denied.test"`, `"outcome":"deny"`} {
+			if !strings.Contains(body, want) {
+				t.Fatalf("trail lacks %s: %s", want, tail(body, 2000))
+			}
+		}
+		if r := s.do("GET", "/v1/sessions/"+id+"/egress", pro, nil); r.status != http.StatusNotFound {
+			t.Fatalf("another key reads the trail: %d %s", r.status, r.body)
+		}
+	})
+	t.Run("decisions counted in metrics", func(t *testing.T) {
+		m := string(s.do("GET", "/metrics", "", nil).body)
+		for _, want := range []string{`sandboxapi_egress_decisions_total{decision="allow"`, `sandboxapi_egress_decisions_total{decision="deny"`} {
+			if !strings.Contains(m, want) {
+				t.Fatalf("/metrics lacks %s", want)
+			}
 		}
 	})
 }
@@ -725,6 +757,9 @@ func TestEgressRestartReconciles(t *testing.T) {
 	if o := res["stdout"].(string); strings.Count(o, "hello www.allowed.test") != 2 || strings.Contains(o, "rc=0") {
 		t.Fatalf("before restart: %s", out(res))
 	}
+	// The topology check's canary makes a session network of its own for
+	// a while after each start: count networks once it is done.
+	s.readinessCheck("topology", 90*time.Second)
 	before := ee.leftovers(t)
 
 	// If the test stops between kill and start, a server must still come
@@ -748,6 +783,7 @@ func TestEgressRestartReconciles(t *testing.T) {
 	s.start()
 	restarted = true
 
+	s.readinessCheck("topology", 90*time.Second)
 	after := ee.leftovers(t)
 	for _, l := range after {
 		if strings.Contains(l, ghost) {
@@ -785,5 +821,28 @@ func TestEgressRestartReconciles(t *testing.T) {
 	s.stop()
 	if left := ee.leftovers(t); len(left) != 0 {
 		t.Fatalf("left after SIGTERM: %q", left)
+	}
+}
+
+// readinessCheck waits until the named check has run and returns its
+// status and detail.
+func (s *server) readinessCheck(name string, within time.Duration) (string, string) {
+	s.t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		r := s.do("GET", "/readyz", "", nil)
+		var body struct {
+			Checks []struct{ Name, Status, Detail string } `json:"checks"`
+		}
+		_ = json.Unmarshal([]byte(r.body), &body)
+		for _, c := range body.Checks {
+			if c.Name == name && c.Status != "pending" {
+				return c.Status, c.Detail
+			}
+		}
+		if time.Now().After(deadline) {
+			s.t.Fatalf("check %s did not run within %s: %s", name, within, r.body)
+		}
+		time.Sleep(250 * time.Millisecond)
 	}
 }

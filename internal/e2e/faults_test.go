@@ -412,6 +412,15 @@ func TestFaultKillDuringInstall(t *testing.T) {
 	}
 	s.kill()
 	<-done
+	var crashedJobs []string
+	if ents, err := os.ReadDir(filepath.Join(s.dataDir, "jobs")); err == nil {
+		for _, e := range ents {
+			crashedJobs = append(crashedJobs, e.Name())
+		}
+	}
+	if len(crashedJobs) == 0 {
+		t.Errorf("no install job folder at the crash")
+	}
 	if !seen {
 		t.Errorf("the installer sandbox never appeared: the kill did not hit an install")
 	}
@@ -423,6 +432,12 @@ func TestFaultKillDuringInstall(t *testing.T) {
 		t.Errorf("half-installed package after the crash: %v", res)
 	}
 	t.Logf("after the crash the package is %s", strings.TrimSpace(out))
+	// The crashed jobs' bundles went with their sandboxes at the restart.
+	for _, name := range crashedJobs {
+		if _, err := os.Stat(filepath.Join(s.dataDir, "jobs", name)); err == nil {
+			t.Errorf("install job folder %s left after the restart", name)
+		}
+	}
 	// Right after a start the install gate is closed until readiness
 	// has run (fail closed): wait for it.
 	s.waitReadyz(200, 90*time.Second)

@@ -159,6 +159,14 @@ func TestInstallWheelAndNPMIntoSession(t *testing.T) {
 		t.Fatalf("require in the next execute: %v", res)
 	}
 
+	// The installers' fetches count as mirror hits.
+	m := string(s.do("GET", "/metrics", "", nil).body)
+	for _, want := range []string{`sandboxapi_mirror_hits_total{ecosystem="pypi"}`, `sandboxapi_mirror_hits_total{ecosystem="npm"}`} {
+		if !strings.Contains(m, want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+
 	// Another key's session is not found.
 	other := s.key("PRO")
 	if r := s.install(other, py, "pip", "beta"); r.status != 404 {

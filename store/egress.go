@@ -1,0 +1,207 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+)
+
+// EgressRow is one egress proxy decision as persisted. The trail outlives
+// the session it describes: rows are removed only by PruneEgressDecisions.
+type EgressRow struct {
+	SessionID string
+	// KeyID is the key that owns the session. Left empty on insert, it is
+	// taken from the session's row (empty when there is none).
+	KeyID      string
+	Time       time.Time // when the connection reached the proxy
+	Mode       string
+	Host       string
+	Port       int
+	Addr       string // address dialled or refused; empty when none
+	Outcome    string
+	Reason     string
+	BytesUp    int64
+	BytesDown  int64
+	DurationMS int64
+}
+
+// InsertEgressDecisions stores a batch of decisions in one transaction.
+func (s *Store) InsertEgressDecisions(ctx context.Context, rows []EgressRow) error {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("starting egress batch: %w", err)
+	}
+	defer tx.Rollback()
+	stmt, err := tx.PrepareContext(ctx, `INSERT INTO egress_decisions(session_id, key_id, time, mode, host, port, addr, outcome, reason, bytes_up, bytes_down, duration_ms)
+		VALUES (?, COALESCE(NULLIF(?, ''), (SELECT key_id FROM sessions WHERE id = ?), ''), ?,?,?,?,?,?,?,?,?,?)`)
+	if err != nil {
+		return fmt.Errorf("preparing egress insert: %w", err)
+	}
+	defer stmt.Close()
+	for _, r := range rows {
+		if _, err := stmt.ExecContext(ctx, r.SessionID, r.KeyID, r.SessionID, ms(r.Time), r.Mode, r.Host, r.Port, r.Addr,
+			r.Outcome, r.Reason, r.BytesUp, r.BytesDown, r.DurationMS); err != nil {
+			return fmt.Errorf("inserting egress decision: %w", err)
+		}
+	}
+	return tx.Commit()
+}
+
+// EgressDecisions returns the latest limit decisions of a session, oldest
+// first (by time, then by insertion). The list is empty, not nil, when
+// there are none.
+func (s *Store) EgressDecisions(ctx context.Context, sessionID string, limit int) ([]EgressRow, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT session_id, key_id, time, mode, host, port, addr, outcome, reason, bytes_up, bytes_down, duration_ms FROM (
+			SELECT * FROM egress_decisions WHERE session_id = ? ORDER BY time DESC, id DESC LIMIT ?
+		) ORDER BY time, id`, sessionID, limit)
+	if err != nil {
+		return nil, fmt.Errorf("listing egress decisions of %s: %w", sessionID, err)
+	}
+	defer rows.Close()
+	out := []EgressRow{}
+	for rows.Next() {
+		var r EgressRow
+		var at int64
+		if err := rows.Scan(&r.SessionID, &r.KeyID, &at, &r.Mode, &r.Host, &r.Port, &r.Addr, &r.Outcome, &r.Reason,
+			&r.BytesUp, &r.BytesDown, &r.DurationMS); err != nil {
+			return nil, fmt.Errorf("reading egress decision: %w", err)
+		}
+		r.Time = fromMS(at)
+		out = append(out, r)
+	}
+	return out, rows.Err()
+}
+
+// pruneChunk bounds the rows one DELETE removes, so that pruning a large
+// backlog never holds the write lock for long.
+const pruneChunk = 5000
+
+// PruneEgressDecisions deletes decisions older than before and reports how
+// many it deleted.
+func (s *Store) PruneEgressDecisions(ctx context.Context, before time.Time) (int64, error) {
+	var total int64
+	for {
+		res, err := s.db.ExecContext(ctx, `DELETE FROM egress_decisions WHERE id IN (SELECT id FROM egress_decisions WHERE time < ? LIMIT ?)`,
+			ms(before), pruneChunk)
+		if err != nil {
+			return total, fmt.Errorf("pruning egress decisions: %w", err)
+		}
+		n, err := res.RowsAffected()
+		if err != nil {
+			return total, fmt.Errorf("pruning egress decisions: %w", err)
+		}
+		total += n
+		if n < pruneChunk {
+			return total, nil
+		}
+	}
+}
+
+// Queue bounds of EgressWriter.
+const (
+	egressBatch     = 512     // queued rows that trigger a write before the tick
+	egressMaxQueued = 1 << 16 // rows held while the database is slow; more are dropped
+)
+
+// EgressWriter batches egress decisions off the proxy's connection
+// goroutines and writes them every interval, as soon as a batch is full,
+// and on Close. Unlike UsageWriter, Record never touches the database:
+// the caller is the proxy's hot path. Rows beyond egressMaxQueued waiting
+// for a slow database are dropped and counted in the log (the proxy's log
+// line of each decision remains). Build it with NewEgressWriter; safe for
+// concurrent use.
+type EgressWriter struct {
+	st       *Store
+	log      *slog.Logger
+	interval time.Duration
+
+	mu      sync.Mutex
+	buf     []EgressRow
+	dropped int64
+	closed  bool
+
+	flushMu sync.Mutex // one write at a time, in the order rows were queued
+	kick    chan struct{}
+	stop    chan struct{}
+	done    chan struct{}
+	once    sync.Once
+}
+
+// NewEgressWriter starts a writer flushing every interval. ctx carries
+// values only: the writer runs until Close.
+func NewEgressWriter(ctx context.Context, st *Store, interval time.Duration, log *slog.Logger) *EgressWriter {
+	w := &EgressWriter{st: st, log: log, interval: interval,
+		kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
+	go w.loop(context.WithoutCancel(ctx))
+	return w
+}
+
+// Record queues one row. It never blocks on the database.
+func (w *EgressWriter) Record(r EgressRow) {
+	w.mu.Lock()
+	if w.closed || len(w.buf) >= egressMaxQueued {
+		w.dropped++
+		w.mu.Unlock()
+		return
+	}
+	w.buf = append(w.buf, r)
+	full := len(w.buf) >= egressBatch
+	w.mu.Unlock()
+	if full {
+		select {
+		case w.kick <- struct{}{}:
+		default: // a write is already due
+		}
+	}
+}
+
+// Flush writes what is queued (a reader calls it to see its latest rows).
+func (w *EgressWriter) Flush(ctx context.Context) {
+	w.flushMu.Lock()
+	defer w.flushMu.Unlock()
+	w.mu.Lock()
+	rows, dropped := w.buf, w.dropped
+	w.buf, w.dropped = nil, 0
+	w.mu.Unlock()
+	if dropped > 0 {
+		w.log.Error("egress decisions dropped: store too slow", "rows", dropped)
+	}
+	if len(rows) == 0 {
+		return
+	}
+	if err := w.st.InsertEgressDecisions(ctx, rows); err != nil {
+		w.log.Error("writing egress decisions", "rows", len(rows), "err", err)
+	}
+}
+
+func (w *EgressWriter) loop(ctx context.Context) {
+	defer close(w.done)
+	t := time.NewTicker(w.interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+			w.Flush(ctx)
+		case <-w.kick:
+			w.Flush(ctx)
+		case <-w.stop:
+			w.mu.Lock()
+			w.closed = true
+			w.mu.Unlock()
+			w.Flush(ctx)
+			return
+		}
+	}
+}
+
+// Close writes what is queued and stops the writer; rows recorded after
+// it are dropped. Call it after the proxy has stopped and before the
+// store closes. Calling it again does nothing.
+func (w *EgressWriter) Close() {
+	w.once.Do(func() {
+		close(w.stop)
+		<-w.done
+	})
+}
