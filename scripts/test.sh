@@ -9,6 +9,17 @@ export SANDBOXAPI_REQUIRE_RUNSC=1
 if ! python3 -c 'import requests' 2>/dev/null && ! /usr/bin/python3 -c 'import requests' 2>/dev/null; then
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-requests >/dev/null
 fi
+# Real peers the suite drives: Pebble (an ACME test CA, for TLS) and the MCP
+# Inspector (an MCP client, for the stdio transport). Installed once into a
+# cache folder; with them present the tests run instead of skipping.
+tools=/var/cache/sandboxapi/testtools
+mkdir -p "$tools"
+GOBIN="$tools/bin" go install github.com/letsencrypt/pebble/v2/cmd/pebble@v2.7.0
+if [ ! -x "$tools/inspector/node_modules/.bin/mcp-inspector" ]; then
+  npm install --prefix "$tools/inspector" --no-audit --no-fund --loglevel=error @modelcontextprotocol/inspector@0.15.0 >/dev/null
+fi
+export PEBBLE="$tools/bin/pebble" SANDBOXAPI_REQUIRE_PEBBLE=1
+export SANDBOXAPI_MCP_INSPECTOR="$tools/inspector/node_modules/.bin/mcp-inspector"
 go vet ./...
 go test -count=1 -timeout 60m ./...
 scripts/fuzz.sh
