@@ -3,6 +3,7 @@ package mirror
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -91,6 +92,18 @@ func (b blobStore) verify(sum string) error {
 	}
 	if got := hex.EncodeToString(h.Sum(nil)); got != sum {
 		return fmt.Errorf("blob %s hashes to %s", sum, got)
+	}
+	return nil
+}
+
+// remove deletes the blob; one that is already gone is fine.
+func (b blobStore) remove(sum string) error {
+	p, err := b.path(sum)
+	if err != nil {
+		return fmt.Errorf("removing blob: %w", err)
+	}
+	if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("removing blob %s: %w", sum, err)
 	}
 	return nil
 }

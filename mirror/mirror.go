@@ -375,12 +375,37 @@ func (m *Mirror) Remove(ctx context.Context, manager Manager, name, version stri
 		if err := m.audit(ctx, m.entry(AuditRemoval, a, "removed by operator")); err != nil {
 			return out, err
 		}
+		if err := m.dropUnusedBlobs(ctx, a.SHA256, a.MetadataSHA256); err != nil {
+			return out, err
+		}
 		out = append(out, a)
 	}
 	if len(out) == 0 {
 		return nil, fmt.Errorf("removing %s %s %s: %w", manager, name, version, ErrNotFound)
 	}
 	return out, nil
+}
+
+// dropUnusedBlobs deletes stored files that no artifact still served or
+// held in quarantine refers to: a removed artifact's bytes leave the disk
+// (its record and audit entries stay). Adding it again stores them anew.
+func (m *Mirror) dropUnusedBlobs(ctx context.Context, sums ...string) error {
+	for _, sum := range sums {
+		if sum == "" {
+			continue
+		}
+		var n int
+		err := m.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM mirror_artifacts WHERE status!='removed' AND (sha256=? OR metadata_sha256=?)`, sum, sum).Scan(&n)
+		if err != nil {
+			return fmt.Errorf("checking blob use: %w", err)
+		}
+		if n == 0 {
+			if err := m.blobs.remove(sum); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 func versionEqual(mgr Manager, a, b string) bool {

@@ -221,12 +221,22 @@ func TestVerifyAndRemove(t *testing.T) {
 	if _, err := m.Lookup(ctx, Pip, "wheel", ""); !errors.Is(err, ErrNotAdmitted) {
 		t.Errorf("removed still admitted: %v", err)
 	}
+	// Its bytes left the disk; the quarantined one's stay (an operator may
+	// look at them).
+	for sum, want := range map[string]bool{b.SHA256: false, b.MetadataSHA256: false, a.SHA256: true} {
+		p, _ := m.blobs.path(sum)
+		if _, err := os.Stat(p); (err == nil) != want {
+			t.Errorf("blob %s present=%v, want %v", sum[:12], err == nil, want)
+		}
+	}
 	if _, err := m.Remove(ctx, Pip, "nothing", ""); !errors.Is(err, ErrNotFound) {
 		t.Errorf("Remove unknown err = %v", err)
 	}
 	// Re-adding a removed artifact runs admission again.
 	if a, err := m.AddFile(ctx, "testdata/wheels/wheel-0.43.0-py3-none-any.whl", nil); err != nil || a.Status != StatusAdmitted {
 		t.Errorf("re-add = %+v, %v", a, err)
+	} else if err := m.blobs.verify(a.SHA256); err != nil {
+		t.Errorf("re-added blob: %v", err)
 	}
 	list, _ := m.List(ctx, "")
 	if len(list) != 2 {
