@@ -108,6 +108,9 @@ func (m *Mirror) AddPip(ctx context.Context, spec Spec, accept []string) ([]Arti
 			continue
 		}
 		if sum := sha256.Sum256(data); hex.EncodeToString(sum[:]) != want {
+			got := hex.EncodeToString(sum[:])
+			m.auditUpstreamMismatch(ctx, Artifact{Manager: Pip, Name: spec.Name, Version: spec.Version, Filename: fn, SHA256: got, Source: fu.String()},
+				fmt.Sprintf("upstream bytes hash to sha256 %s, the index says %s", got, want))
 			errs = append(errs, fmt.Errorf("%w: %s does not match the index's sha256", ErrUpstream, fn))
 			continue
 		}
@@ -177,6 +180,9 @@ func (m *Mirror) AddNPM(ctx context.Context, spec Spec, accept []string) (Artifa
 		return Artifact{}, fmt.Errorf("adding %s: %w", spec, err)
 	}
 	if err := checkIntegrity(data, v.Dist.Integrity, v.Dist.Shasum); err != nil {
+		sum := sha256.Sum256(data)
+		m.auditUpstreamMismatch(ctx, Artifact{Manager: NPM, Name: spec.Name, Version: spec.Version, Filename: path.Base(tu.Path),
+			SHA256: hex.EncodeToString(sum[:]), Source: tu.String()}, err.Error())
 		return Artifact{}, fmt.Errorf("adding %s: %w", spec, err)
 	}
 	return m.addNPM(ctx, data, tu.String(), accept, spec)
@@ -211,4 +217,13 @@ func checkIntegrity(data []byte, integrity, shasum string) error {
 		return fmt.Errorf("%w: tarball does not match the registry's shasum", ErrUpstream)
 	}
 	return fmt.Errorf("%w: registry publishes no sha512 integrity or shasum", ErrUpstream)
+}
+
+// auditUpstreamMismatch records bytes from upstream that do not match what
+// the upstream index promised: nothing is stored, but an operator must be
+// able to see that it happened (a tampered mirror or a man in the middle).
+func (m *Mirror) auditUpstreamMismatch(ctx context.Context, a Artifact, reason string) {
+	if err := m.audit(ctx, m.entry(AuditRefusal, a, "upstream mismatch: "+reason)); err != nil {
+		m.log.Error("recording upstream mismatch", "filename", a.Filename, "err", err)
+	}
 }
