@@ -1,6 +1,8 @@
 package egress
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -128,7 +130,12 @@ func NewProxy(cfg Config, opts Options) (*Proxy, error) {
 	p.vet = policy.Vetter{ExtraAllowed: cfg.extraAllowed(), Own: p.isOwn}
 	p.gp = p.newGoproxy()
 	p.srv = &http.Server{
-		Handler:           p.gp,
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.Method == http.MethodConnect {
+				w = keepBuffered{w}
+			}
+			p.gp.ServeHTTP(w, r)
+		}),
 		ReadHeaderTimeout: cfg.HandshakeTimeout,
 		IdleTimeout:       cfg.HandshakeTimeout,
 		MaxHeaderBytes:    16 << 10,
@@ -454,4 +461,49 @@ func (p *Proxy) denyPlain(r *http.Request) {
 func sameHost(sni, host string) bool {
 	c, err := policy.CanonicalHost(sni)
 	return err == nil && strings.EqualFold(c, host)
+}
+
+// keepBuffered hands goproxy a ResponseWriter whose Hijack keeps what the
+// HTTP server had already read past the CONNECT request: goproxy drops the
+// hijack's buffered reader, so a client that sends its ClientHello in the
+// same packet as the CONNECT would otherwise lose it.
+type keepBuffered struct{ http.ResponseWriter }
+
+func (k keepBuffered) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	h, ok := k.ResponseWriter.(http.Hijacker)
+	if !ok {
+		return nil, nil, errors.New("connection cannot be hijacked")
+	}
+	c, brw, err := h.Hijack()
+	if err != nil {
+		return nil, nil, err
+	}
+	if n := brw.Reader.Buffered(); n > 0 {
+		pre, _ := brw.Reader.Peek(n)
+		c = &prefixedConn{Conn: c, pre: bytes.Clone(pre)}
+	}
+	return c, brw, nil
+}
+
+// prefixedConn reads pre before the connection itself.
+type prefixedConn struct {
+	net.Conn
+	pre []byte
+}
+
+func (c *prefixedConn) Read(b []byte) (int, error) {
+	if len(c.pre) > 0 {
+		n := copy(b, c.pre)
+		c.pre = c.pre[n:]
+		return n, nil
+	}
+	return c.Conn.Read(b)
+}
+
+// CloseWrite half-closes the underlying connection, as the tunnel expects.
+func (c *prefixedConn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return c.Conn.Close()
 }
