@@ -50,6 +50,11 @@ type Config struct {
 	OSVMaxAge Duration `yaml:"osv_max_age"`
 	// FetchTimeout bounds one upstream download.
 	FetchTimeout Duration `yaml:"fetch_timeout"`
+	// ServeURL is the base URL of a separate `sandboxapi mirror serve`
+	// (same data dir) that serves the mirror's files; serve then forwards
+	// /mirror/ and the installers' fetches to it and readiness probes it.
+	// Empty: serve serves the mirror itself.
+	ServeURL string `yaml:"serve_url"`
 }
 
 // DefaultConfig returns the defaults. StoreDir is "mirror", meant to be
@@ -95,6 +100,12 @@ func (c Config) Validate() error {
 	}
 	if c.StoreDir == "" {
 		errs = append(errs, errors.New("mirror.store_dir: must be set"))
+	}
+	if c.ServeURL != "" {
+		p, err := url.Parse(c.ServeURL)
+		if err != nil || (p.Scheme != "http" && p.Scheme != "https") || p.Host == "" || (p.Path != "" && p.Path != "/") || p.RawQuery != "" {
+			errs = append(errs, fmt.Errorf("mirror.serve_url: %q is not an http(s) base URL (scheme and host only)", c.ServeURL))
+		}
 	}
 	l := c.Limits
 	if l.MaxArtifactBytes <= 0 {

@@ -35,7 +35,7 @@ var (
 // POST /v1/sessions/{id}/install and the checks in /readyz. The checks run
 // until ctx ends. Without an installer network (not root, no nft), installs
 // stay closed: the firewall and topology checks fail.
-func wireInstall(ctx context.Context, env *Env, srv *api.Server, ex *executor.Executor, mir *mirror.Mirror) {
+func wireInstall(ctx context.Context, env *Env, srv *api.Server, ex *executor.Executor, mir *mirror.Mirror, front mirrorFront) {
 	log := env.Log.With("component", "installer")
 	icfg := env.Config.Installer
 	chk := readiness.New(env.Config.Readiness, env.Log.With("component", "readiness"))
@@ -47,7 +47,7 @@ func wireInstall(ctx context.Context, env *Env, srv *api.Server, ex *executor.Ex
 	}
 	var inst *installer.Installer
 	if nw != nil {
-		inst = installer.New(icfg, mirrorCatalog{mir}, ex, installNetwork{nw}, processMetrics().InstrumentMirror(mir.Handler()), log)
+		inst = installer.New(icfg, mirrorCatalog{mir}, ex, installNetwork{nw}, processMetrics().InstrumentMirror(front.handler), log)
 		fences := map[string]readiness.FirewallChecker{"installer": settled{nw}, "installer-chains": chainRules{icfg.Table, icfg.Prefix}}
 		probes := map[string]readiness.Probe{
 			"installer": func(ctx context.Context) (string, error) { return inst.Probe(ctx) },
@@ -61,7 +61,7 @@ func wireInstall(ctx context.Context, env *Env, srv *api.Server, ex *executor.Ex
 		chk.Register("firewall", readiness.Firewall(fences))
 		chk.RegisterEvery("topology", env.Config.Readiness.TopologyInterval.D(), readiness.Topology(probes))
 	}
-	chk.Register("mirror", readiness.Mirror(mirrorIndex{mir}, "http://"+loopbackAddr(env.Config.Listen), 3))
+	chk.Register("mirror", readiness.Mirror(mirrorIndex{mir}, front.base, 3))
 	chk.Register("osv", readiness.OSV(mirrorOSV{mir}))
 	srv.SetReadiness(readinessReporter{chk})
 	if inst != nil {

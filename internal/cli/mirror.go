@@ -43,6 +43,7 @@ func mirrorCommand() *cli.Command {
 		Name:  "mirror",
 		Usage: "curate the pip/npm mirror",
 		Subcommands: []*cli.Command{
+			mirrorServeCommand(),
 			{
 				Name:      "add",
 				Usage:     "admit a package: add pip NAME==VER | add npm NAME@VER | add FILE (.whl or .tgz)",

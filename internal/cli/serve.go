@@ -128,8 +128,13 @@ func serve(ctx context.Context, env *Env) error {
 		return fmt.Errorf("opening mirror: %w", err)
 	}
 	defer mir.Close()
-	srv.Handle("/mirror/", processMetrics().InstrumentMirror(mir.Handler()))
-	wireServices(ctx, env, srv, ex, mir, st)
+	front, err := newMirrorFront(env, mir)
+	if err != nil {
+		_ = ex.Stop(context.Background())
+		return err
+	}
+	srv.Handle("/mirror/", processMetrics().InstrumentMirror(front.handler))
+	wireServices(ctx, env, srv, ex, mir, front, st)
 
 	ln, err := listen(ctx, env) // TLS per cfg.TLS (tls.go)
 	if err != nil {

@@ -12,9 +12,9 @@ import (
 
 // wireServices connects the optional API surfaces to their services. Each
 // line is one feature; keep them one line each.
-func wireServices(ctx context.Context, env *Env, srv *api.Server, ex *executor.Executor, mir *mirror.Mirror, st *store.Store) {
+func wireServices(ctx context.Context, env *Env, srv *api.Server, ex *executor.Executor, mir *mirror.Mirror, front mirrorFront, st *store.Store) {
 	wireEgress(srv)
-	wireInstall(ctx, env, srv, ex, mir)
+	wireInstall(ctx, env, srv, ex, mir, front)
 	srv.SetPackages(mirrorPackages{mir})
 	srv.Handle("/mcp", mcp.NewHTTPHandler(srv, mcp.Options{Version: Version, Logger: env.Log}))
 	srv.Handle("GET /metrics", wireMetrics(srv, ex))

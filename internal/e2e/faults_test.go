@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -458,5 +459,76 @@ func TestFaultKillDuringInstall(t *testing.T) {
 				t.Errorf("installer netns %s left after stop", e.Name())
 			}
 		}
+	}
+}
+
+// TestFaultMirrorServiceStopped runs the mirror as a service of its own
+// (`sandboxapi mirror serve`, serve pointed at it by mirror.serve_url) and
+// kills it with SIGKILL during use: the mirror's routes answer 502
+// mirror_unavailable, readiness turns red on the mirror check within
+// seconds and the install gate closes (503 not_ready, nothing installed);
+// with the service back, readiness recovers and installs work again.
+func TestFaultMirrorServiceStopped(t *testing.T) {
+	mport := freePort(t)
+	s, _, _ := installServer(t, "mirror:\n  serve_url: http://"+mport+"\n")
+	var logs bytes.Buffer
+	startMirror := func() *exec.Cmd {
+		cmd := exec.Command(s.bin, "mirror", "serve", "--listen", mport, "--config", s.config, "--data-dir", s.dataDir)
+		cmd.Stdout, cmd.Stderr = &logs, &logs
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			if r, err := http.Get("http://" + mport + "/healthz"); err == nil {
+				r.Body.Close()
+				return cmd
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("mirror service did not start:\n%s", logs.String())
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	mirrorProc := startMirror()
+	dir := t.TempDir()
+	s.importOSV()
+	s.cliArgs([]string{"mirror", "add"}, writeWheel(t, dir, "alpha-pkg", "1.0.0"))
+	s.cliArgs([]string{"mirror", "add"}, writeWheel(t, dir, "beta", "0.1"))
+	key := s.key("PRO")
+	id := s.session(key, "python3")
+	s.waitReadyz(200, 90*time.Second)
+	if r := s.install(key, id, "pip", "alpha-pkg"); r.status != http.StatusOK {
+		t.Fatalf("install through the mirror service: %d %s", r.status, r.body)
+	}
+	// Through serve's own /mirror/ route too.
+	if r := s.do("GET", "/mirror/pypi/simple/beta/", "", nil); r.status != http.StatusOK || !strings.Contains(string(r.body), "beta-0.1") {
+		t.Fatalf("simple page through serve: %d %s", r.status, r.body)
+	}
+
+	_ = mirrorProc.Process.Kill()
+	_ = mirrorProc.Wait()
+	if r := s.do("GET", "/mirror/pypi/simple/beta/", "", nil); r.status != http.StatusBadGateway || r.errCode(t) != "mirror_unavailable" {
+		t.Fatalf("mirror route with the service down: %d %s", r.status, r.body)
+	}
+	r := s.waitReadyz(503, 20*time.Second)
+	if got := failingChecks(t, r); strings.Join(got, ",") != "mirror" {
+		t.Fatalf("failing checks %v, want [mirror]: %s", got, r.body)
+	}
+	if ir := s.install(key, id, "pip", "beta"); ir.status != http.StatusServiceUnavailable || ir.errCode(t) != "not_ready" {
+		t.Fatalf("install with the mirror down: %d %s", ir.status, ir.body)
+	}
+	if res := s.exec(key, id, "import importlib.util as u; print(u.find_spec('beta') is None)"); res["stdout"] != "True\n" {
+		t.Fatalf("something was installed while the mirror was down: %v", res)
+	}
+
+	startMirror()
+	s.waitReadyz(200, 30*time.Second)
+	if r := s.install(key, id, "pip", "beta"); r.status != http.StatusOK {
+		t.Fatalf("install with the mirror back: %d %s", r.status, r.body)
+	}
+	if res := s.exec(key, id, "import alpha_pkg, beta; print(alpha_pkg.VERSION, beta.VERSION)"); res["stdout"] != "1.0.0 0.1\n" {
+		t.Fatalf("imports after recovery: %v", res)
 	}
 }

@@ -1,0 +1,111 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/sandboxapi/sandboxapi/mirror"
+	"github.com/sandboxapi/sandboxapi/store"
+)
+
+// mirrorServeCommand runs the mirror as a service of its own: the services
+// apart, with `serve` pointed at it by mirror.serve_url. It shares the data
+// dir (the store and the blobs) with `serve` and the curation commands.
+func mirrorServeCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "serve",
+		Usage: "serve the mirror alone (pip simple index, npm registry) for a sandboxapi serve whose mirror.serve_url points here",
+		Flags: append(stateFlags(), &cli.StringFlag{Name: "listen", Value: "127.0.0.1:8081", Usage: "host:port to serve on"}),
+		Action: func(c *cli.Context) error {
+			return withStore(c, func(env *Env, st *store.Store) error {
+				return mirrorServe(c.Context, env, st, c.String("listen"))
+			})
+		},
+	}
+}
+
+func mirrorServe(ctx context.Context, env *Env, st *store.Store, listen string) error {
+	mir, err := openMirror(ctx, env, st)
+	if err != nil {
+		return err
+	}
+	defer mir.Close()
+	mux := http.NewServeMux()
+	mux.Handle("/mirror/", mir.Handler())
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
+	ln, err := net.Listen("tcp", listen)
+	if err != nil {
+		return fmt.Errorf("listening on %s: %w", listen, err)
+	}
+	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
+	errc := make(chan error, 1)
+	go func() { errc <- hs.Serve(ln) }()
+	env.Log.Info("serving the mirror", "listen", ln.Addr().String(), "data_dir", env.Config.DataDir)
+	fmt.Fprintf(env.Stderr, "sandboxapi mirror listening on http://%s\n", ln.Addr())
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
+	defer signal.Stop(sigs)
+	select {
+	case <-ctx.Done():
+	case s := <-sigs:
+		env.Log.Info("shutting down", "signal", s.String())
+	case err := <-errc:
+		return err
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := hs.Shutdown(sctx); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
+
+// mirrorFront is where serve's clients, installers and readiness reach the
+// mirror's files: the mirror's own handler in this process, or a forward
+// to a separate `sandboxapi mirror serve` (mirror.serve_url).
+type mirrorFront struct {
+	handler http.Handler
+	base    string // base URL readiness probes (…/mirror/pypi/simple/ under it)
+}
+
+func newMirrorFront(env *Env, mir *mirror.Mirror) (mirrorFront, error) {
+	raw := env.Config.Mirror.ServeURL
+	if raw == "" {
+		return mirrorFront{handler: mir.Handler(), base: "http://" + loopbackAddr(env.Config.Listen)}, nil
+	}
+	target, err := url.Parse(raw)
+	if err != nil {
+		return mirrorFront{}, fmt.Errorf("mirror.serve_url: %w", err)
+	}
+	log := env.Log.With("component", "mirror-front")
+	rp := &httputil.ReverseProxy{
+		// The Host the client used is kept: the mirror builds the links it
+		// serves (npm tarballs) from it, so they lead back through here.
+		Rewrite: func(r *httputil.ProxyRequest) { r.SetURL(target); r.Out.Host = r.In.Host },
+		Transport: &http.Transport{
+			Proxy: nil, DialContext: (&net.Dialer{Timeout: 5 * time.Second}).DialContext,
+			ResponseHeaderTimeout: 30 * time.Second, MaxIdleConnsPerHost: 16,
+		},
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			log.Warn("mirror service unreachable", "path", r.URL.Path, "err", err)
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusBadGateway)
+			_ = json.NewEncoder(w).Encode(map[string]any{"error": map[string]any{
+				"code": "mirror_unavailable", "message": "the mirror service does not answer; try again later"}})
+		},
+	}
+	return mirrorFront{handler: rp, base: strings.TrimSuffix(raw, "/")}, nil
+}
