@@ -216,14 +216,18 @@ func (e *Executor) agentRun(ctx context.Context, id string, a *agentConn, greq *
 	backstop := time.NewTimer(budget)
 	defer backstop.Stop()
 	var out agentOutcome
+	ended := false
 	select {
 	case out = <-done:
+		ended = true
 	case <-ctx.Done():
 		k.kill("cancelled")
 	case <-backstop.C:
 		k.kill(StatusTimeout)
 	}
-	if why := k.reason(); why == "cancelled" || why == StatusTimeout {
+	// Whatever the kill's reason (an output-cap kill may have come first),
+	// the reader must be done with the channel before the next run uses it.
+	if !ended {
 		select {
 		case out = <-done:
 		case <-time.After(10 * time.Second):

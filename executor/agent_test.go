@@ -119,3 +119,24 @@ func short(r Result) Result {
 	}
 	return r
 }
+
+// A call cancelled mid-run (the client went away) ends its reader before
+// the next call uses the channel: the next call sees only its own output.
+func TestAgentCancelThenNextCall(t *testing.T) {
+	e, _ := startExecutor(t)
+	s := mustSession(t, e, "python3")
+	for i := range 3 {
+		ctx, cancel := context.WithTimeout(context.Background(), 400*time.Millisecond)
+		_, err := e.Execute(ctx, "k1", s.ID, ExecRequest{Code: "import sys, time\nwhile True:\n    print('old' * 1000, flush=True)\n    time.sleep(0.01)"})
+		cancel()
+		if err == nil {
+			t.Fatalf("round %d: cancelled call reported success", i)
+		}
+		if r := run(t, e, s.ID, "print('new')", 0); r.Stdout != "new\n" || r.Status != StatusOK {
+			t.Fatalf("round %d: next call %+v", i, short(r))
+		}
+	}
+	if e.agentFor(s.ID) == nil {
+		t.Fatal("the channel was given up after a plain cancel")
+	}
+}
