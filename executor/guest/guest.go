@@ -1,10 +1,14 @@
 // Package guest is the small program that runs inside every sandbox. The host
-// bind-mounts it read-only at /opt/sandboxapi/bin/guest and starts it with
-// `runsc exec`; it never trusts anything but its own stdin.
+// bind-mounts it read-only at /opt/sandboxapi/bin/guest. It is PID 1 of the
+// sandbox ("init"), where it reaps orphans and serves run requests from the
+// host on its own stdio (the agent, agent.go); and it is what `runsc exec`
+// starts for the file modes, for kills, and for runs in sandboxes without
+// an agent channel ("run"). It never trusts anything but its own stdin.
 //
-// Wire format on stdin: a decimal length, a newline, that many bytes of JSON
-// (a Request), then the bytes that become the program's stdin. The header is
-// read exactly (no read-ahead), so the child inherits the rest of stdin as is.
+// Wire format of "run" on stdin: a decimal length, a newline, that many
+// bytes of JSON (a Request), then the bytes that become the program's stdin.
+// The header is read exactly (no read-ahead), so the child inherits the rest
+// of stdin as is.
 //
 // Because the guest writes files from inside the sandbox, the host never
 // writes by path into a session's home and cannot be tricked by symlinks.
@@ -85,7 +89,8 @@ type Result struct {
 // executor refuses a guest binary of another version (a stale build).
 const ProtocolVersion = "6"
 
-// Main dispatches on the first argument: "init", "kill" or "run".
+// Main dispatches on the first argument: "init", "version", "kill", "run",
+// or a file mode ("put", "get", "list").
 func Main(args []string) int {
 	if len(args) < 2 {
 		fmt.Fprintln(os.Stderr, "guest: usage: guest init|kill|run")
