@@ -30,6 +30,9 @@ type agentConn struct {
 	seq    uint64     // the last run's number; guarded by mu
 	closed chan struct{}
 	once   sync.Once
+
+	helloOnce sync.Once
+	helloErr  error
 }
 
 // agentPipes are both ends of a channel before the sandbox starts: the
@@ -66,29 +69,36 @@ func (p *agentPipes) closeAll() {
 	p.hostOut.Close()
 }
 
-// connect waits for the guest's hello line and checks its protocol. Lines
-// before it are not the agent's and are skipped.
-func (p *agentPipes) connect(timeout time.Duration) (*agentConn, error) {
-	a := &agentConn{w: p.hostIn, r: p.hostOut, br: bufio.NewReaderSize(p.hostOut, 64<<10), closed: make(chan struct{})}
+// conn makes the host end of the channel. The guest's hello is read on
+// first use (see ready), not here: a sandbox start does not wait for it.
+func (p *agentPipes) conn() *agentConn {
+	return &agentConn{w: p.hostIn, r: p.hostOut, br: bufio.NewReaderSize(p.hostOut, 64<<10), closed: make(chan struct{})}
+}
+
+// ready waits (once) for the guest's hello line and checks its protocol;
+// lines before it are not the agent's and are skipped. Callers hold mu.
+func (a *agentConn) ready(timeout time.Duration) error {
+	a.helloOnce.Do(func() { a.helloErr = a.readHello(timeout) })
+	return a.helloErr
+}
+
+func (a *agentConn) readHello(timeout time.Duration) error {
 	_ = a.r.SetReadDeadline(time.Now().Add(timeout))
 	defer a.r.SetReadDeadline(time.Time{})
 	for skipped := 0; skipped < 64<<10; {
 		line, err := a.br.ReadString('\n')
 		if err != nil {
-			a.close()
-			return nil, fmt.Errorf("waiting for the guest agent: %w", err)
+			return fmt.Errorf("waiting for the guest agent: %w", err)
 		}
 		if v, ok := strings.CutPrefix(strings.TrimRight(line, "\n"), guest.AgentHello); ok {
 			if v != guest.ProtocolVersion {
-				a.close()
-				return nil, fmt.Errorf("guest agent speaks protocol %q, this server %q", v, guest.ProtocolVersion)
+				return fmt.Errorf("guest agent speaks protocol %q, this server %q", v, guest.ProtocolVersion)
 			}
-			return a, nil
+			return nil
 		}
 		skipped += len(line)
 	}
-	a.close()
-	return nil, errors.New("waiting for the guest agent: no hello")
+	return errors.New("waiting for the guest agent: no hello")
 }
 
 func (a *agentConn) send(typ byte, p []byte) error {
@@ -167,6 +177,11 @@ func (e *Executor) destroy(ctx context.Context, id string) error {
 func (e *Executor) agentRun(ctx context.Context, id string, a *agentConn, greq *guest.Request, stdin []byte, onOutput func(string, []byte)) (Result, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	if err := a.ready(10 * time.Second); err != nil {
+		e.dropAgent(id)
+		e.log.Warn("guest agent unavailable, using runsc exec", "sandbox", id, "err", err)
+		return e.execRun(ctx, id, greq, stdin, onOutput)
+	}
 	a.seq++
 	seq := a.seq
 	payload, err := json.Marshal(guest.AgentRequest{Seq: seq, Request: *greq, Stdin: stdin})

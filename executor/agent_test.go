@@ -127,7 +127,7 @@ func TestAgentCancelThenNextCall(t *testing.T) {
 	s := mustSession(t, e, "python3")
 	for i := range 3 {
 		ctx, cancel := context.WithTimeout(context.Background(), 400*time.Millisecond)
-		_, err := e.Execute(ctx, "k1", s.ID, ExecRequest{Code: "import sys, time\nwhile True:\n    print('old' * 1000, flush=True)\n    time.sleep(0.01)"})
+		_, err := e.Execute(ctx, "k1", s.ID, ExecRequest{Code: "import sys, time\nwhile True:\n    print('old' * 10, flush=True)\n    time.sleep(0.01)"})
 		cancel()
 		if err == nil {
 			t.Fatalf("round %d: cancelled call reported success", i)
@@ -138,5 +138,42 @@ func TestAgentCancelThenNextCall(t *testing.T) {
 	}
 	if e.agentFor(s.ID) == nil {
 		t.Fatal("the channel was given up after a plain cancel")
+	}
+}
+
+// The hello is awaited at first use: junk before it is skipped, another
+// protocol or silence is an error (and the run falls back to runsc exec).
+func TestAgentHello(t *testing.T) {
+	for _, tc := range []struct {
+		name, wrote string
+		ok          bool
+	}{
+		{"hello", guest.AgentHello + guest.ProtocolVersion + "\n", true},
+		{"junk first", "runsc: warning\n\n" + guest.AgentHello + guest.ProtocolVersion + "\n", true},
+		{"other protocol", guest.AgentHello + "0\n", false},
+		{"silence", "", false},
+		{"eof", "partial", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p, err := newAgentPipes()
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer p.closeAll()
+			a := p.conn()
+			go func() {
+				_, _ = p.sbxOut.Write([]byte(tc.wrote))
+				if tc.name == "eof" {
+					p.sbxOut.Close()
+				}
+			}()
+			err = a.ready(300 * time.Millisecond)
+			if (err == nil) != tc.ok {
+				t.Fatalf("ready: %v, want ok=%v", err, tc.ok)
+			}
+			if again := a.ready(time.Millisecond); (again == nil) != tc.ok {
+				t.Fatalf("second ready differs: %v", again)
+			}
+		})
 	}
 }

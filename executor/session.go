@@ -197,8 +197,8 @@ func (e *Executor) startSandbox(ctx context.Context, id, dir, netns string) erro
 }
 
 // startWithAgent starts the sandbox with its stdio on a fresh agent
-// channel. A sandbox whose agent does not answer still works, through
-// `runsc exec`.
+// channel. A sandbox whose agent does not answer (its hello is awaited at
+// the first run) still works, through `runsc exec`.
 func (e *Executor) startWithAgent(ctx context.Context, id, bundle, network string) error {
 	pipes, err := newAgentPipes()
 	if err != nil {
@@ -210,12 +210,7 @@ func (e *Executor) startWithAgent(ctx context.Context, id, bundle, network strin
 		pipes.closeAll()
 		return err
 	}
-	a, err := pipes.connect(10 * time.Second)
-	if err != nil {
-		e.log.Warn("guest agent unavailable, using runsc exec", "sandbox", id, "err", err)
-		return nil
-	}
-	e.setAgent(id, a)
+	e.setAgent(id, pipes.conn())
 	return nil
 }
 
