@@ -14,9 +14,10 @@ fi
 # cache folder; with them present the tests run instead of skipping.
 tools=/var/cache/sandboxapi/testtools
 mkdir -p "$tools"
-GOBIN="$tools/bin" go install github.com/letsencrypt/pebble/v2/cmd/pebble@v2.7.0
+retry() { "$@" || { sleep 5; "$@"; } || { sleep 15; "$@"; }; }
+retry env GOBIN="$tools/bin" go install github.com/letsencrypt/pebble/v2/cmd/pebble@v2.7.0
 if [ ! -x "$tools/inspector/node_modules/.bin/mcp-inspector" ]; then
-  npm install --prefix "$tools/inspector" --no-audit --no-fund --loglevel=error @modelcontextprotocol/inspector@0.15.0 >/dev/null
+  retry npm install --prefix "$tools/inspector" --no-audit --no-fund --loglevel=error @modelcontextprotocol/inspector@0.15.0 >/dev/null
 fi
 export PEBBLE="$tools/bin/pebble" SANDBOXAPI_REQUIRE_PEBBLE=1
 export SANDBOXAPI_MCP_INSPECTOR="$tools/inspector/node_modules/.bin/mcp-inspector"
