@@ -72,6 +72,9 @@ func setupEgress(ctx context.Context, env *Env, ex *executor.Executor, st *store
 	trail := store.NewEgressWriter(ctx, st, egressFlushInterval, log)
 	undo = append(undo, trail.Close)
 	onDecision := func(d egress.Decision) {
+		if strings.HasPrefix(d.Session, probeSessionPrefix) {
+			return // the readiness canary's own connections, not a client's
+		}
 		trail.Record(egressRow(d))
 		processMetrics().EgressDecision(string(d.Outcome), egress.ReasonClass(d))
 	}

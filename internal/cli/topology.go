@@ -15,6 +15,10 @@ import (
 	"github.com/sandboxapi/sandboxapi/installer"
 )
 
+// probeSessionPrefix names the session networks the topology check makes;
+// their egress decisions are not a client's and are not kept or counted.
+const probeSessionPrefix = "probe-"
+
 // sessionNetworkProbe measures a session network as a sandbox sees it: a
 // canary on a fresh session network (made exactly as for a session with
 // network) must reach the egress proxy's CONNECT and transparent ports and
@@ -31,7 +35,7 @@ func sessionNetworkProbe(ex *executor.Executor, n *egressNetwork) func(context.C
 		defer decoy.Close()
 		b := make([]byte, 8)
 		_, _ = rand.Read(b)
-		id := "probe-" + hex.EncodeToString(b)
+		id := probeSessionPrefix + hex.EncodeToString(b)
 		att, err := n.Attach(ctx, id, json.RawMessage(`{"enabled":true}`))
 		if err != nil {
 			return "", fmt.Errorf("setting up a session network: %w", err)
