@@ -410,10 +410,20 @@ func (e *Executor) lost(ctx context.Context, id string, res Result, waitErr erro
 }
 
 // hostOOM reports whether the sandbox's memory cgroup hit its limit.
-func hostOOM(id string) bool {
-	for _, p := range []string{"/sys/fs/cgroup/memory/sandboxapi/" + id + "/memory.failcnt"} {
-		if b, err := os.ReadFile(p); err == nil && strings.TrimSpace(string(b)) != "0" {
-			return true
+func hostOOM(id string) bool { return cgroupOOM("/sys/fs/cgroup", id) }
+
+// cgroupOOM reads the sandbox's memory cgroup under root: cgroup v1
+// (memory/sandboxapi/<id>/memory.failcnt) or v2 (sandboxapi/<id>/
+// memory.events, its oom and oom_kill counts).
+func cgroupOOM(root, id string) bool {
+	if b, err := os.ReadFile(root + "/memory/sandboxapi/" + id + "/memory.failcnt"); err == nil && strings.TrimSpace(string(b)) != "0" {
+		return true
+	}
+	if b, err := os.ReadFile(root + "/sandboxapi/" + id + "/memory.events"); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			if f := strings.Fields(line); len(f) == 2 && (f[0] == "oom" || f[0] == "oom_kill") && f[1] != "0" {
+				return true
+			}
 		}
 	}
 	return false
