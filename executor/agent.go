@@ -227,32 +227,12 @@ func (e *Executor) agentRun(ctx context.Context, id string, a *agentConn, greq *
 			}
 		}
 	}()
-	budget := time.Duration(greq.TimeoutMS+greq.CompileTimeoutMS)*time.Millisecond + 5*time.Second
-	backstop := time.NewTimer(budget)
-	defer backstop.Stop()
-	var out agentOutcome
-	ended := false
-	select {
-	case out = <-done:
-		ended = true
-	case <-ctx.Done():
-		k.kill("cancelled")
-	case <-backstop.C:
-		k.kill(StatusTimeout)
-	}
-	// Whatever the kill's reason (an output-cap kill may have come first),
-	// the reader must be done with the channel before the next run uses it.
-	if !ended {
-		select {
-		case out = <-done:
-		case <-time.After(10 * time.Second):
-			// The agent does not answer: the exec path's kill, then give
-			// up on the channel.
-			e.execKill(id)
-			e.dropAgent(id)
-			out = <-done
-		}
-	}
+	out := awaitRun(ctx, done, k, runBudget(greq), func() {
+		// The agent does not answer: the exec path's kill, then give up on
+		// the channel (which ends the reader).
+		e.execKill(id)
+		e.dropAgent(id)
+	})
 	k.seal()
 	if out.err != nil {
 		e.dropAgent(id)

@@ -317,29 +317,41 @@ func (e *Executor) execRun(ctx context.Context, id string, greq *guest.Request, 
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
 
-	budget := time.Duration(greq.TimeoutMS+greq.CompileTimeoutMS)*time.Millisecond + 5*time.Second
+	waitErr := awaitRun(ctx, done, k, runBudget(greq), cmdCancel) // last resort: the runsc client itself
+	raw := <-resultCh
+	k.seal()
+	return e.finishRun(ctx, id, raw, stdout, stderr, start, k.reason(), waitErr)
+}
+
+// runBudget is how long the host lets a run go before it kills it: the
+// guest's own limits plus a margin.
+func runBudget(greq *guest.Request) time.Duration {
+	return time.Duration(greq.TimeoutMS+greq.CompileTimeoutMS)*time.Millisecond + 5*time.Second
+}
+
+// awaitRun waits for a run's end on ended. When ctx is done or budget has
+// passed it kills the run and waits on; if the run still has not ended
+// 10 s after the kill, giveUp must make ended fire (it cuts the run's
+// transport). Whatever the kill's reason, it returns only once ended has
+// fired, so nothing of the run is left reading or writing.
+func awaitRun[T any](ctx context.Context, ended <-chan T, k *killer, budget time.Duration, giveUp func()) T {
 	backstop := time.NewTimer(budget)
 	defer backstop.Stop()
-	var waitErr error
 	select {
-	case waitErr = <-done:
+	case v := <-ended:
+		return v
 	case <-ctx.Done():
 		k.kill("cancelled")
 	case <-backstop.C:
 		k.kill(StatusTimeout)
 	}
-	why := k.reason()
-	if why == "cancelled" || why == StatusTimeout {
-		select {
-		case waitErr = <-done:
-		case <-time.After(10 * time.Second):
-			cmdCancel() // last resort: the runsc client itself
-			waitErr = <-done
-		}
+	select {
+	case v := <-ended:
+		return v
+	case <-time.After(10 * time.Second):
+		giveUp()
+		return <-ended
 	}
-	raw := <-resultCh
-	k.seal()
-	return e.finishRun(ctx, id, raw, stdout, stderr, start, k.reason(), waitErr)
 }
 
 // finishRun turns what a run left (the guest's JSON result, if any, the

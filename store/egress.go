@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"sync"
 	"time"
 )
 
@@ -112,96 +111,21 @@ const (
 // for a slow database are dropped and counted in the log (the proxy's log
 // line of each decision remains). Build it with NewEgressWriter; safe for
 // concurrent use.
-type EgressWriter struct {
-	st       *Store
-	log      *slog.Logger
-	interval time.Duration
-
-	mu      sync.Mutex
-	buf     []EgressRow
-	dropped int64
-	closed  bool
-
-	flushMu sync.Mutex // one write at a time, in the order rows were queued
-	kick    chan struct{}
-	stop    chan struct{}
-	done    chan struct{}
-	once    sync.Once
-}
+type EgressWriter struct{ b *batchWriter[EgressRow] }
 
 // NewEgressWriter starts a writer flushing every interval. ctx carries
 // values only: the writer runs until Close.
 func NewEgressWriter(ctx context.Context, st *Store, interval time.Duration, log *slog.Logger) *EgressWriter {
-	w := &EgressWriter{st: st, log: log, interval: interval,
-		kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
-	go w.loop(context.WithoutCancel(ctx))
-	return w
+	return &EgressWriter{newBatchWriter(ctx, "egress decisions", st.InsertEgressDecisions, interval, egressBatch, egressMaxQueued, log)}
 }
 
 // Record queues one row. It never blocks on the database.
-func (w *EgressWriter) Record(r EgressRow) {
-	w.mu.Lock()
-	if w.closed || len(w.buf) >= egressMaxQueued {
-		w.dropped++
-		w.mu.Unlock()
-		return
-	}
-	w.buf = append(w.buf, r)
-	full := len(w.buf) >= egressBatch
-	w.mu.Unlock()
-	if full {
-		select {
-		case w.kick <- struct{}{}:
-		default: // a write is already due
-		}
-	}
-}
+func (w *EgressWriter) Record(r EgressRow) { w.b.record(r) }
 
 // Flush writes what is queued (a reader calls it to see its latest rows).
-func (w *EgressWriter) Flush(ctx context.Context) {
-	w.flushMu.Lock()
-	defer w.flushMu.Unlock()
-	w.mu.Lock()
-	rows, dropped := w.buf, w.dropped
-	w.buf, w.dropped = nil, 0
-	w.mu.Unlock()
-	if dropped > 0 {
-		w.log.Error("egress decisions dropped: store too slow", "rows", dropped)
-	}
-	if len(rows) == 0 {
-		return
-	}
-	if err := w.st.InsertEgressDecisions(ctx, rows); err != nil {
-		w.log.Error("writing egress decisions", "rows", len(rows), "err", err)
-	}
-}
-
-func (w *EgressWriter) loop(ctx context.Context) {
-	defer close(w.done)
-	t := time.NewTicker(w.interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-t.C:
-			w.Flush(ctx)
-		case <-w.kick:
-			w.Flush(ctx)
-		case <-w.stop:
-			w.mu.Lock()
-			w.closed = true
-			w.mu.Unlock()
-			w.Flush(ctx)
-			return
-		}
-	}
-}
+func (w *EgressWriter) Flush(ctx context.Context) { w.b.flush(ctx) }
 
 // Close writes what is queued and stops the writer; rows recorded after
 // it are dropped. Call it after the proxy has stopped and before the
 // store closes. Calling it again does nothing.
-func (w *EgressWriter) Close() {
-	w.once.Do(func() {
-		close(w.stop)
-		<-w.done
-	})
-}
+func (w *EgressWriter) Close() { w.b.close() }

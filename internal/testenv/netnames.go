@@ -123,12 +123,9 @@ func SweepStale() {
 	}
 }
 
+// alive reports whether process pid (digits, from a table name) runs.
 func alive(pid string) bool {
-	n, err := strconv.Atoi(pid)
-	if err != nil || n == os.Getpid() {
-		return n == os.Getpid()
-	}
-	_, err = os.Stat("/proc/" + pid)
+	_, err := os.Stat("/proc/" + pid)
 	return err == nil
 }
 
