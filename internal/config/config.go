@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"os"
 	"path/filepath"
@@ -250,6 +251,9 @@ func ParseSize(s string) (int64, error) {
 	var n int64
 	if _, err := fmt.Sscanf(num, "%d", &n); err != nil || n <= 0 || fmt.Sprint(n) != num {
 		return 0, fmt.Errorf("%q is not a size like 256M", s)
+	}
+	if n > math.MaxInt64/mult {
+		return 0, fmt.Errorf("%q is too large", s)
 	}
 	return n * mult, nil
 }
