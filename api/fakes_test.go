@@ -28,6 +28,30 @@ type fakeSandboxes struct {
 	// noNetwork makes sessions with network fail as on a server without
 	// egress.
 	noNetwork bool
+	// execErr, if set, is what every execution returns (with no result).
+	execErr error
+	// execs records every execution request received, in order.
+	execs []sandbox.ExecRequest
+}
+
+// lastExec returns the latest execution request the fake received.
+func (f *fakeSandboxes) lastExec(t *testing.T) sandbox.ExecRequest {
+	t.Helper()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.execs) == 0 {
+		t.Fatal("no execution reached the sandboxes")
+	}
+	return f.execs[len(f.execs)-1]
+}
+
+// record keeps req and returns the error every execution is to fail with.
+func (f *fakeSandboxes) record(req sandbox.ExecRequest) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	req.OnOutput = nil
+	f.execs = append(f.execs, req)
+	return f.execErr
 }
 
 func newFakeSandboxes() *fakeSandboxes {
@@ -109,6 +133,9 @@ func (f *fakeSandboxes) Execute(ctx context.Context, owner, id string, req sandb
 	if _, err := f.GetSession(ctx, owner, id); err != nil {
 		return sandbox.Result{}, err
 	}
+	if err := f.record(req); err != nil {
+		return sandbox.Result{}, err
+	}
 	return f.run(req), nil
 }
 
@@ -117,6 +144,9 @@ func (f *fakeSandboxes) ExecuteStateless(ctx context.Context, owner string, req 
 	case "python3", "python", "bash":
 	default:
 		return sandbox.Result{}, fmt.Errorf("%w: %s", sandbox.ErrUnknownLanguage, req.Language)
+	}
+	if err := f.record(req); err != nil {
+		return sandbox.Result{}, err
 	}
 	return f.run(req), nil
 }
@@ -195,14 +225,23 @@ func (g *fakeGate) Ready(ctx context.Context) (bool, []CheckResult) {
 // newFakeServer builds a Server over the fakes with the default plans.
 func newFakeServer(t *testing.T) (*Server, *fakeSandboxes) {
 	t.Helper()
+	return newFakeServerWith(t, nil)
+}
+
+// newFakeServerWith is newFakeServer with edit applied to the Config first.
+func newFakeServerWith(t *testing.T, edit func(*Config)) (*Server, *fakeSandboxes) {
+	t.Helper()
 	plans, err := LoadPlans(configs.Plans)
 	if err != nil {
 		t.Fatal(err)
 	}
 	sb := newFakeSandboxes()
-	srv := New(Config{MaxBodyBytes: 1 << 20, MaxCodeBytes: 1 << 16, MaxStdinBytes: 1 << 16,
-		DefaultIdleTTL: 10 * time.Minute, MaxIdleTTL: time.Hour}, sb, fakeKeys{}, plans, nil,
-		slog.New(slog.NewJSONHandler(io.Discard, nil)))
+	cfg := Config{MaxBodyBytes: 1 << 20, MaxCodeBytes: 1 << 16, MaxStdinBytes: 1 << 16,
+		DefaultIdleTTL: 10 * time.Minute, MaxIdleTTL: time.Hour}
+	if edit != nil {
+		edit(&cfg)
+	}
+	srv := New(cfg, sb, fakeKeys{}, plans, nil, slog.New(slog.NewJSONHandler(io.Discard, nil)))
 	return srv, sb
 }
 

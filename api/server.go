@@ -54,6 +54,10 @@ type Config struct {
 	MaxStdinBytes  int64
 	DefaultIdleTTL time.Duration
 	MaxIdleTTL     time.Duration
+	// DefaultTimeout is the executor's execution timeout for a call that
+	// names none. The API sends the smaller of it and the plan's cap, so a
+	// call without a timeout never runs past the plan; zero sends the cap.
+	DefaultTimeout time.Duration
 	Gateway        GatewayConfig
 }
 

@@ -224,7 +224,19 @@ func (s *Server) execRequest(p *Principal, req *executeRequest) (sandbox.ExecReq
 	if timeout > p.Plan.MaxTimeout {
 		return sandbox.ExecRequest{}, apiErr(http.StatusBadRequest, "invalid_request", "timeout must be at most %d seconds on plan %s", int64(p.Plan.MaxTimeout/time.Second), p.Plan.Name)
 	}
+	if timeout == 0 {
+		timeout = s.defaultTimeout(p.Plan)
+	}
 	return sandbox.ExecRequest{Language: req.Language, Code: *req.Code, Stdin: []byte(req.Stdin), Timeout: timeout, Env: req.Env}, nil
+}
+
+// defaultTimeout is the timeout of a call that names none: the executor's
+// default, but never more than the plan allows.
+func (s *Server) defaultTimeout(pl *Plan) time.Duration {
+	if d := s.cfg.DefaultTimeout; d > 0 && d < pl.MaxTimeout {
+		return d
+	}
+	return pl.MaxTimeout
 }
 
 func wantsStream(r *http.Request, req *executeRequest) bool {
