@@ -74,7 +74,7 @@ func TestConnectHostile(t *testing.T) {
 		{name: "AAAA mapped metadata", target: hp("mappedmeta.evil.test"), code: 403, outcome: OutcomeDeny, reason: "IPv4-mapped cloud metadata"},
 		{name: "IPv4-compatible", target: hp("compat.evil.test"), code: 403, outcome: OutcomeDeny, reason: "IPv4-compatible"},
 		{name: "NAT64", target: hp("nat64.evil.test"), code: 403, outcome: OutcomeDeny, reason: "NAT64"},
-		{name: "6to4", target: hp("sixtofour.evil.test"), code: 403, outcome: OutcomeDeny, reason: "6to4 embedding loopback"},
+		{name: "6to4", target: hp("sixtofour.evil.test"), code: 403, outcome: OutcomeDeny, reason: "(6to4)"},
 		{name: "Teredo", target: hp("teredo.evil.test"), code: 403, outcome: OutcomeDeny, reason: "Teredo"},
 		{name: "mixed public and metadata", target: hp("mixed.evil.test"), code: 403, outcome: OutcomeDeny, reason: "cloud metadata"},
 		{name: "public A with mapped AAAA", target: hp("mixed6.evil.test"), code: 403, outcome: OutcomeDeny, reason: "IPv4-mapped loopback"},

@@ -47,6 +47,7 @@ var forbiddenV6 = mustPrefixes(
 	"::ffff:0:0:0/96", "IPv4-translated",
 	"64:ff9b::/96", "NAT64",
 	"64:ff9b:1::/48", "local-use NAT64",
+	"2002::/16", "6to4",
 	"100::/64", "discard-only",
 	"2001::/32", "Teredo",
 	"2001:db8::/32", "documentation",
@@ -60,15 +61,14 @@ var forbiddenV6 = mustPrefixes(
 	"ff00::/8", "multicast",
 )
 
-var (
-	sixToFour     = netip.MustParsePrefix("2002::/16")
-	globalUnicast = netip.MustParsePrefix("2000::/3")
-)
+var globalUnicast = netip.MustParsePrefix("2000::/3")
 
 // Forbidden reports whether a is not a public unicast address, with the
 // name of the range it falls in. IPv4-mapped addresses are unmapped first;
-// 6to4 addresses are judged by the IPv4 address they embed; IPv6 outside
-// 2000::/3 is forbidden. Zoned and invalid addresses are forbidden.
+// the transition ranges that embed or relay to IPv4 (IPv4-compatible,
+// NAT64, 6to4, Teredo) are forbidden whole, whatever address they embed;
+// IPv6 outside 2000::/3 is forbidden. Zoned and invalid addresses are
+// forbidden.
 func Forbidden(a netip.Addr) (reason string, bad bool) {
 	if !a.IsValid() {
 		return "invalid address", true
@@ -96,14 +96,6 @@ func Forbidden(a netip.Addr) (reason string, bad bool) {
 			return rr.reason, true
 		}
 	}
-	if sixToFour.Contains(a) {
-		b := a.As16()
-		v4 := netip.AddrFrom4([4]byte{b[2], b[3], b[4], b[5]})
-		if r, bad := Forbidden(v4); bad {
-			return "6to4 embedding " + r, true
-		}
-		return "", false
-	}
 	if !globalUnicast.Contains(a) {
 		return "not global unicast", true
 	}
@@ -111,16 +103,24 @@ func Forbidden(a netip.Addr) (reason string, bad bool) {
 }
 
 // Vetter decides whether the proxy may connect to an address: the
-// operator's ExtraAllowed prefixes override Forbidden, and the proxy's own
-// addresses (Own) are denied before anything else. The zero value applies
-// Forbidden alone. A Vetter is safe for concurrent use if not modified.
+// proxy's own addresses (Own) and the Denied prefixes are refused before
+// anything else, then the operator's ExtraAllowed prefixes override
+// Forbidden. The zero value applies Forbidden alone. A Vetter is safe for
+// concurrent use if not modified.
 type Vetter struct {
 	ExtraAllowed []netip.Prefix
-	Own          func(netip.Addr) bool
+	// Denied are prefixes refused whatever ExtraAllowed says: the sandbox
+	// networks' pools, whose far ends are other sessions' sandboxes that
+	// the proxy, dialling from the host namespace, could otherwise reach.
+	Denied []netip.Prefix
+	Own    func(netip.Addr) bool
 }
 
-// ReasonOwnAddress is the deny reason for the proxy's own addresses.
-const ReasonOwnAddress = "proxy's own address"
+// Deny reasons of Vetter.Check beyond those of Forbidden.
+const (
+	ReasonOwnAddress     = "proxy's own address"
+	ReasonSandboxNetwork = "sandbox network"
+)
 
 // Check reports whether a must not be dialled and why.
 func (v Vetter) Check(a netip.Addr) (reason string, bad bool) {
@@ -131,6 +131,13 @@ func (v Vetter) Check(a netip.Addr) (reason string, bad bool) {
 			if p.Contains(u) {
 				extra = true
 				break
+			}
+		}
+	}
+	if u.Zone() == "" {
+		for _, p := range v.Denied {
+			if p.Contains(u) {
+				return ReasonSandboxNetwork, true
 			}
 		}
 	}

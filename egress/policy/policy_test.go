@@ -236,10 +236,19 @@ func TestForbidden(t *testing.T) {
 		{name: "nat64", addr: "64:ff9b::7f00:1", reason: "NAT64"},
 		{name: "nat64 public", addr: "64:ff9b::5db8:d822", reason: "NAT64"},
 		{name: "local nat64", addr: "64:ff9b:1::1", reason: "local-use NAT64"},
-		{name: "6to4 loopback", addr: "2002:7f00:1::1", reason: "6to4 embedding loopback"},
-		{name: "6to4 metadata", addr: "2002:a9fe:a9fe::1", reason: "6to4 embedding cloud metadata"},
-		{name: "6to4 public", addr: "2002:5db8:d822::1"},
+		{name: "6to4 loopback", addr: "2002:7f00:1::1", reason: "6to4"},
+		{name: "6to4 metadata", addr: "2002:a9fe:a9fe::1", reason: "6to4"},
+		{name: "6to4 public", addr: "2002:5db8:d822::1", reason: "6to4"},
+		{name: "6to4 first", addr: "2002::", reason: "6to4"},
+		{name: "6to4 last", addr: "2002:ffff:ffff:ffff:ffff:ffff:ffff:ffff", reason: "6to4"},
+		{name: "after 6to4", addr: "2003::1"},
+		{name: "public 2001 outside the IETF block", addr: "2001:200::1"},
 		{name: "teredo", addr: "2001:0:4136:e378:8000:63bf:3fff:fdd2", reason: "Teredo"},
+		{name: "teredo first", addr: "2001::", reason: "Teredo"},
+		{name: "teredo last", addr: "2001:0:ffff:ffff:ffff:ffff:ffff:ffff", reason: "Teredo"},
+		{name: "nat64 first", addr: "64:ff9b::", reason: "NAT64"},
+		{name: "nat64 last", addr: "64:ff9b::ffff:ffff", reason: "NAT64"},
+		{name: "local nat64 last", addr: "64:ff9b:1:ffff:ffff:ffff:ffff:ffff", reason: "local-use NAT64"},
 		{name: "v6 documentation", addr: "2001:db8::1", reason: "documentation"},
 		{name: "v6 reserved", addr: "4000::1", reason: "not global unicast"},
 		{name: "aws v6 metadata", addr: "fd00:ec2::254", reason: "cloud metadata"},
@@ -266,8 +275,10 @@ func TestVetter(t *testing.T) {
 	t.Parallel()
 	own := netip.MustParseAddr("127.0.0.9")
 	v := Vetter{
-		ExtraAllowed: []netip.Prefix{netip.MustParsePrefix("127.0.0.2/32"), netip.MustParsePrefix("127.0.0.9/32")},
-		Own:          func(a netip.Addr) bool { return a == own },
+		ExtraAllowed: []netip.Prefix{netip.MustParsePrefix("127.0.0.2/32"), netip.MustParsePrefix("127.0.0.9/32"),
+			netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("::ffff:0:0/96")},
+		Denied: []netip.Prefix{netip.MustParsePrefix("10.200.0.0/16"), netip.MustParsePrefix("10.201.0.0/16")},
+		Own:    func(a netip.Addr) bool { return a == own },
 	}
 	tests := []struct {
 		name   string
@@ -279,6 +290,14 @@ func TestVetter(t *testing.T) {
 		{name: "rest of loopback", addr: "127.0.0.3", reason: "loopback"},
 		{name: "own beats extra", addr: "127.0.0.9", reason: ReasonOwnAddress},
 		{name: "own mapped", addr: "::ffff:127.0.0.9", reason: ReasonOwnAddress},
+		{name: "extra allowed private", addr: "10.1.2.3"},
+		{name: "another session's sandbox", addr: "10.200.7.2", reason: ReasonSandboxNetwork},
+		{name: "another session's host side", addr: "10.200.7.1", reason: ReasonSandboxNetwork},
+		{name: "pool first", addr: "10.200.0.0", reason: ReasonSandboxNetwork},
+		{name: "pool last", addr: "10.200.255.255", reason: ReasonSandboxNetwork},
+		{name: "installer pool", addr: "10.201.0.2", reason: ReasonSandboxNetwork},
+		{name: "pool mapped", addr: "::ffff:10.200.7.2", reason: ReasonSandboxNetwork},
+		{name: "next to pool", addr: "10.202.0.2"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
