@@ -58,7 +58,11 @@ type Config struct {
 	// names none. The API sends the smaller of it and the plan's cap, so a
 	// call without a timeout never runs past the plan; zero sends the cap.
 	DefaultTimeout time.Duration
-	Gateway        GatewayConfig
+	// StreamWriteTimeout bounds the write of each Server-Sent Event; a
+	// client that stops reading for longer loses its stream and its run.
+	// Zero means 30 s.
+	StreamWriteTimeout time.Duration
+	Gateway            GatewayConfig
 }
 
 // Server serves the API. Build it with New; it is safe for concurrent use.

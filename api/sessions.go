@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -257,18 +258,20 @@ func (s *Server) executeInSession(w http.ResponseWriter, r *http.Request) error 
 		return err
 	}
 	id := r.PathValue("id")
-	run := func(ereq sandbox.ExecRequest) (sandbox.Result, error) {
-		return s.sb.Execute(r.Context(), p.KeyID, id, ereq)
+	run := func(ctx context.Context, ereq sandbox.ExecRequest) (sandbox.Result, error) {
+		return s.sb.Execute(ctx, p.KeyID, id, ereq)
 	}
 	return s.replyExecution(w, r, ereq, wantsStream(r, &req), run)
 }
 
 // replyExecution runs an execution and writes the JSON result, or streams
-// it as Server-Sent Events.
-func (s *Server) replyExecution(w http.ResponseWriter, r *http.Request, ereq sandbox.ExecRequest, stream bool, run func(sandbox.ExecRequest) (sandbox.Result, error)) error {
+// it as Server-Sent Events. Each event must reach the client's socket
+// within the stream write timeout: a client that stops reading fails the
+// write, which cancels the run so its sandbox is released.
+func (s *Server) replyExecution(w http.ResponseWriter, r *http.Request, ereq sandbox.ExecRequest, stream bool, run func(context.Context, sandbox.ExecRequest) (sandbox.Result, error)) error {
 	cw, _ := w.(*countingWriter)
 	if !stream {
-		res, err := run(ereq)
+		res, err := run(r.Context(), ereq)
 		if err != nil && res.Status != sandbox.StatusOOM {
 			return err
 		}
@@ -278,34 +281,27 @@ func (s *Server) replyExecution(w http.ResponseWriter, r *http.Request, ereq san
 		writeJSON(w, http.StatusOK, res)
 		return nil
 	}
-	flusher, ok := w.(http.Flusher)
-	if !ok {
+	if _, ok := w.(http.Flusher); !ok {
 		return fmt.Errorf("streaming unsupported by the response writer")
 	}
-	var mu sync.Mutex
-	started := false
-	start := func() {
-		if !started {
-			started = true
-			h := w.Header()
-			h.Set("Content-Type", "text/event-stream")
-			h.Set("Cache-Control", "no-store")
-			h.Set("X-Accel-Buffering", "no")
-			w.WriteHeader(http.StatusOK)
-		}
-	}
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	sw := &sseWriter{w: w, rc: http.NewResponseController(w), timeout: s.streamWriteTimeout(), cancel: cancel}
 	ereq.OnOutput = func(streamName string, p []byte) {
-		mu.Lock()
-		defer mu.Unlock()
-		start()
-		writeEvent(w, streamName, map[string]string{"data": string(p)})
-		flusher.Flush()
+		sw.mu.Lock()
+		defer sw.mu.Unlock()
+		sw.event(streamName, map[string]string{"data": string(p)})
 	}
-	res, err := run(ereq)
-	mu.Lock()
-	defer mu.Unlock()
+	res, err := run(ctx, ereq)
+	sw.mu.Lock()
+	defer sw.mu.Unlock()
+	defer sw.clearDeadline()
+	if sw.err != nil {
+		s.log.Warn("stream client stopped reading; execution cancelled", "request_id", requestID(r.Context()), "err", sw.err)
+		return nil
+	}
 	if err != nil && res.Status != sandbox.StatusOOM {
-		if !started {
+		if !sw.started {
 			return err
 		}
 		ae := toAPIError(err)
@@ -313,22 +309,87 @@ func (s *Server) replyExecution(w http.ResponseWriter, r *http.Request, ereq san
 			ae = &Error{Code: "internal", Message: "internal error"}
 			s.log.Error("streamed execution failed", "request_id", requestID(r.Context()), "err", err)
 		}
-		writeEvent(w, "error", errorPayload{Code: ae.Code, Message: ae.Message, RequestID: requestID(r.Context())})
-		flusher.Flush()
+		sw.event("error", errorPayload{Code: ae.Code, Message: ae.Message, RequestID: requestID(r.Context())})
 		return nil
 	}
-	start()
 	if cw != nil {
 		cw.execMillis = res.DurationMS
 	}
-	writeEvent(w, "result", res)
-	flusher.Flush()
+	sw.event("result", res)
 	return nil
 }
 
-func writeEvent(w io.Writer, event string, v any) {
-	b, _ := json.Marshal(v)
-	fmt.Fprintf(w, "event: %s\ndata: %s\n\n", event, b)
+// defaultStreamWriteTimeout bounds each SSE event's write when
+// Config.StreamWriteTimeout is zero.
+const defaultStreamWriteTimeout = 30 * time.Second
+
+func (s *Server) streamWriteTimeout() time.Duration {
+	if s.cfg.StreamWriteTimeout > 0 {
+		return s.cfg.StreamWriteTimeout
+	}
+	return defaultStreamWriteTimeout
+}
+
+// sseWriter writes the events of one streamed execution. Callers hold mu.
+// After a failed write it drops every later event and has cancelled the
+// run.
+type sseWriter struct {
+	mu      sync.Mutex
+	w       http.ResponseWriter
+	rc      *http.ResponseController
+	timeout time.Duration
+	cancel  context.CancelFunc
+	started bool
+	err     error
+}
+
+func (sw *sseWriter) event(name string, v any) {
+	if sw.err != nil {
+		return
+	}
+	// A writer without deadlines (a recorder, the in-process MCP client)
+	// cannot stall on a socket; anything else can, and is bounded.
+	if err := sw.rc.SetWriteDeadline(time.Now().Add(sw.timeout)); err != nil && !errors.Is(err, http.ErrNotSupported) {
+		sw.fail(err)
+		return
+	}
+	if !sw.started {
+		sw.started = true
+		h := sw.w.Header()
+		h.Set("Content-Type", "text/event-stream")
+		h.Set("Cache-Control", "no-store")
+		h.Set("X-Accel-Buffering", "no")
+		sw.w.WriteHeader(http.StatusOK)
+	}
+	if err := writeEvent(sw.w, name, v); err != nil {
+		sw.fail(err)
+		return
+	}
+	if err := sw.rc.Flush(); err != nil && !errors.Is(err, http.ErrNotSupported) {
+		sw.fail(err)
+	}
+}
+
+func (sw *sseWriter) fail(err error) {
+	sw.err = fmt.Errorf("writing an event: %w", err)
+	sw.cancel()
+}
+
+// clearDeadline lifts the last event's deadline so it cannot cut a later
+// response on the same connection.
+func (sw *sseWriter) clearDeadline() {
+	if sw.started && sw.err == nil {
+		_ = sw.rc.SetWriteDeadline(time.Time{})
+	}
+}
+
+func writeEvent(w io.Writer, event string, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(w, "event: %s\ndata: %s\n\n", event, b)
+	return err
 }
 
 func (s *Server) executeStateless(w http.ResponseWriter, r *http.Request) error {
@@ -347,8 +408,8 @@ func (s *Server) executeStateless(w http.ResponseWriter, r *http.Request) error 
 	for _, f := range req.Files {
 		ereq.Files = append(ereq.Files, sandbox.File{Path: f.Path, Content: []byte(f.Content)})
 	}
-	run := func(ereq sandbox.ExecRequest) (sandbox.Result, error) {
-		return s.sb.ExecuteStateless(r.Context(), p.KeyID, ereq)
+	run := func(ctx context.Context, ereq sandbox.ExecRequest) (sandbox.Result, error) {
+		return s.sb.ExecuteStateless(ctx, p.KeyID, ereq)
 	}
 	return s.replyExecution(w, r, ereq, wantsStream(r, &req), run)
 }
