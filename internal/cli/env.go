@@ -11,6 +11,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/sandboxapi/sandboxapi/internal/config"
+	"github.com/sandboxapi/sandboxapi/internal/reqid"
 	"github.com/sandboxapi/sandboxapi/store"
 )
 
@@ -66,7 +67,36 @@ func (e *Env) openStore(ctx context.Context) (*store.Store, error) {
 func newLogger(w io.Writer, level string) *slog.Logger {
 	var l slog.Level
 	_ = l.UnmarshalText([]byte(level))
-	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: l}))
+	return slog.New(requestIDHandler{slog.NewJSONHandler(w, &slog.HandlerOptions{Level: l})})
+}
+
+// requestIDHandler stamps the request id that a line's context carries
+// (internal/reqid) on every line logged with one, unless the line names it
+// already: executor, installer and egress lines written on a request's
+// behalf can then be found by the id the client saw.
+type requestIDHandler struct{ slog.Handler }
+
+func (h requestIDHandler) Handle(ctx context.Context, r slog.Record) error {
+	if id := reqid.From(ctx); id != "" {
+		named := false
+		r.Attrs(func(a slog.Attr) bool {
+			named = a.Key == "request_id"
+			return !named
+		})
+		if !named {
+			r = r.Clone()
+			r.AddAttrs(slog.String("request_id", id))
+		}
+	}
+	return h.Handler.Handle(ctx, r)
+}
+
+func (h requestIDHandler) WithAttrs(as []slog.Attr) slog.Handler {
+	return requestIDHandler{h.Handler.WithAttrs(as)}
+}
+
+func (h requestIDHandler) WithGroup(name string) slog.Handler {
+	return requestIDHandler{h.Handler.WithGroup(name)}
 }
 
 // withStore loads the env, opens the store, runs fn and closes the store.

@@ -141,7 +141,8 @@ func serve(ctx context.Context, env *Env) error {
 		_ = ex.Stop(context.Background())
 		return fmt.Errorf("listening on %s: %w", cfg.Listen, err)
 	}
-	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
+	drain := &drainGate{next: srv}
+	hs := &http.Server{Handler: drain, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: cfg.Server.ReadTimeout.D(), IdleTimeout: 2 * time.Minute}
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(ln) }()
 	log.Info("serving", "listen", ln.Addr().String(), "data_dir", cfg.DataDir, "rootfs", ecfg.Rootfs)
@@ -157,17 +158,30 @@ func serve(ctx context.Context, env *Env) error {
 		log.Info("shutting down", "signal", s.String())
 	case serveErr = <-errc:
 	}
-	srv.SetReady(false)
-	grace, cancel := context.WithTimeout(context.Background(), cfg.Server.ShutdownGrace.D())
-	defer cancel()
+	// A second signal, at any point of the shutdown below, exits at once.
+	stopped := make(chan struct{})
+	defer close(stopped)
 	go func() {
 		select {
 		case <-sigs:
 			log.Warn("second signal: exiting now")
 			os.Exit(2)
-		case <-grace.Done():
+		case <-stopped:
 		}
 	}()
+	// Drain: /readyz goes red and new work is refused while the listener
+	// stays open, so a load balancer notices before connections close.
+	srv.SetReady(false)
+	drain.start()
+	if d := cfg.Server.DrainDelay.D(); d > 0 && serveErr == nil {
+		log.Info("draining", "delay", d.String())
+		select {
+		case <-time.After(d):
+		case <-ctx.Done():
+		}
+	}
+	grace, cancel := context.WithTimeout(context.Background(), cfg.Server.ShutdownGrace.D())
+	defer cancel()
 	if err := hs.Shutdown(grace); err != nil {
 		log.Warn("grace period over, closing connections", "err", err)
 		_ = hs.Close()

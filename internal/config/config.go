@@ -12,6 +12,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"time"
 
 	"gopkg.in/yaml.v3"
 
@@ -71,6 +72,7 @@ type Server struct {
 	MaxBodyBytes  int64    `yaml:"max_body_bytes"`
 	ReadTimeout   Duration `yaml:"read_timeout"`
 	ShutdownGrace Duration `yaml:"shutdown_grace"`
+	DrainDelay    Duration `yaml:"drain_delay"`
 	ReapInterval  Duration `yaml:"reap_interval"`
 }
 
@@ -161,6 +163,12 @@ func (c *Config) Validate() error {
 	}
 	if c.Server.MaxBodyBytes < 1024 {
 		bad("server.max_body_bytes: must be at least 1024")
+	}
+	if c.Server.ReadTimeout.D() < time.Second {
+		bad("server.read_timeout: must be at least 1s")
+	}
+	if c.Server.ShutdownGrace.D() < 0 || c.Server.DrainDelay.D() < 0 {
+		bad("server.shutdown_grace and server.drain_delay: must not be negative")
 	}
 	e := c.Executor
 	if e.Runsc == "" {

@@ -80,6 +80,9 @@ func startServerB(t testing.TB, extraYAML string) *server {
 	s := &server{t: t, bin: filepath.Join(dir, "sandboxapi"), dataDir: t.TempDir()}
 	s.config = filepath.Join(s.dataDir, "config.yaml")
 	cfg := "version: v1\nlog_level: debug\n" + extraYAML
+	if !strings.Contains(extraYAML, "\nserver:") && !strings.HasPrefix(extraYAML, "server:") {
+		cfg += "server:\n  drain_delay: 0s\n" // stops fast; drain_test.go covers the delay
+	}
 	if !strings.Contains(extraYAML, "executor:") {
 		cfg += "executor:\n  warm_pool: 1\n  home_size: 64M\n"
 	}

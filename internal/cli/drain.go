@@ -1,0 +1,42 @@
+package cli
+
+import (
+	"net/http"
+	"strings"
+	"sync/atomic"
+)
+
+// drainGate refuses new work once shutdown has begun: POST and PUT
+// requests to the API and MCP get 503 "draining" with Retry-After, so a
+// client retries elsewhere, while reads, deletes, probes, metrics and the
+// mirror keep working until the listener closes. Calls already running are
+// not affected. The zero value passes everything to next; it is safe for
+// concurrent use.
+type drainGate struct {
+	next     http.Handler
+	draining atomic.Bool
+}
+
+func (d *drainGate) start() { d.draining.Store(true) }
+
+func (d *drainGate) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if d.draining.Load() && isNewWork(r) {
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Retry-After", "5")
+		w.Header().Set("Connection", "close")
+		w.WriteHeader(http.StatusServiceUnavailable)
+		_, _ = w.Write([]byte(`{"error":{"code":"draining","message":"the server is shutting down and takes no new work; retry shortly"}}` + "\n"))
+		return
+	}
+	d.next.ServeHTTP(w, r)
+}
+
+// isNewWork tells requests that start something (sessions, executes,
+// uploads, installs, MCP calls) from those that only read or free.
+func isNewWork(r *http.Request) bool {
+	if r.Method != http.MethodPost && r.Method != http.MethodPut {
+		return false
+	}
+	p := r.URL.Path
+	return strings.HasPrefix(p, "/v1/") || p == "/mcp" || strings.HasPrefix(p, "/mcp/")
+}
