@@ -67,6 +67,9 @@ func (e *Executor) Execute(ctx context.Context, owner, id string, req ExecReques
 	if err != nil {
 		return Result{}, err
 	}
+	if _, err := e.memoryLimit(req.MemoryBytes); err != nil {
+		return Result{}, err
+	}
 	s, err := e.acquire(ctx, owner, id)
 	if err != nil {
 		return Result{}, err
@@ -78,7 +81,7 @@ func (e *Executor) Execute(ctx context.Context, owner, id string, req ExecReques
 	res, err := e.runInSession(ctx, s, req, timeout)
 	res.ExecutionID = execID
 	err = finish(&res, err)
-	e.log.Info("execution", "session", id, "execution", execID, "language", s.runtime.Name, "status", res.Status,
+	e.log.InfoContext(ctx, "execution", "session", id, "execution", execID, "language", s.runtime.Name, "status", res.Status,
 		"exit_code", res.ExitCode, "duration_ms", res.DurationMS, "stdout_bytes", len(res.Stdout), "stderr_bytes", len(res.Stderr), "truncated", res.Truncated)
 	return res, err
 }
@@ -100,7 +103,7 @@ func (e *Executor) record(ctx context.Context, row store.ExecutionRow) func(*Res
 			ierr = e.store.FinishExecution(context.WithoutCancel(ctx), row.ID, state, res.Status, res.ExitCode, res.DurationMS)
 		}
 		if err == nil && ierr != nil {
-			e.log.Error("recording execution", "execution", row.ID, "err", ierr)
+			e.log.ErrorContext(ctx, "recording execution", "execution", row.ID, "err", ierr)
 		}
 		return err
 	}
@@ -170,20 +173,49 @@ func (e *Executor) runInSession(ctx context.Context, s *session, req ExecRequest
 
 // sessionRequest is the guest request of one execute in a session.
 func (e *Executor) sessionRequest(rt *Runtime, netEnv []string, req ExecRequest, timeout time.Duration) *guest.Request {
+	mem, _ := e.memoryLimit(req.MemoryBytes) // checked by Execute
 	return &guest.Request{
 		Files:            []guest.File{{Path: rt.File, Content: []byte(req.Code)}},
 		Links:            rt.Links,
 		Argv:             rt.Run,
 		Compile:          rt.Compile,
-		CompileTimeoutMS: e.cfg.CompileTimeout.Milliseconds(),
+		CompileTimeoutMS: e.compileTimeoutMS(timeout),
 		Env:              e.baseEnv(rt, netEnv, req.Env),
 		Cwd:              HomeDir,
 		UID:              SandboxUID,
 		GID:              SandboxUID,
-		TimeoutMS:        timeout.Milliseconds(),
-		MemoryBytes:      e.cfg.MemoryBytes,
+		TimeoutMS:        timeoutMS(timeout),
+		MemoryBytes:      mem,
 		MaxProcs:         uint64(e.cfg.Pids),
 	}
+}
+
+// timeoutMS is a call's timeout for the guest: whole milliseconds rounded
+// up and never below 1, because the guest reads 0 as "its default". A
+// sub-millisecond timeout must not lose its deadline by rounding.
+func timeoutMS(d time.Duration) int64 {
+	return max(1, int64((d+time.Millisecond-1)/time.Millisecond))
+}
+
+// compileTimeoutMS caps the compile step of a call with this timeout. The
+// guest counts compile time against the call's timeout (TimeoutMS is the
+// budget of compile and run together; the run gets what the compile left)
+// and also stops the compile at this cap, so no call outlives its timeout
+// whatever compile_timeout says. duration_ms stays the run step's time.
+func (e *Executor) compileTimeoutMS(timeout time.Duration) int64 {
+	return min(timeoutMS(e.cfg.CompileTimeout), timeoutMS(timeout))
+}
+
+// memoryLimit is the memory limit of a call asking for want bytes: 0 is
+// the executor's configured limit, and nothing goes above it.
+func (e *Executor) memoryLimit(want int64) (int64, error) {
+	switch {
+	case want < 0:
+		return 0, fmt.Errorf("%w: memory limit must not be negative", ErrInvalid)
+	case want == 0 || want > e.cfg.MemoryBytes:
+		return e.cfg.MemoryBytes, nil
+	}
+	return want, nil
 }
 
 // capture collects one output stream up to max bytes.
@@ -324,10 +356,20 @@ func (e *Executor) execRun(ctx context.Context, id string, greq *guest.Request, 
 }
 
 // runBudget is how long the host lets a run go before it kills it: the
-// guest's own limits plus a margin.
+// guest's own deadline plus a margin. TimeoutMS bounds compile and run
+// together (the guest counts the compile against it), so the compile adds
+// nothing; a request without a timeout gets the guest's default.
 func runBudget(greq *guest.Request) time.Duration {
-	return time.Duration(greq.TimeoutMS+greq.CompileTimeoutMS)*time.Millisecond + 5*time.Second
+	ms := greq.TimeoutMS
+	if ms <= 0 {
+		ms = guest.DefaultTimeoutMS
+	}
+	return time.Duration(ms)*time.Millisecond + runSlack
 }
+
+// runSlack is the host's margin past the guest's deadline: the guest's
+// own kill and report normally land well inside it.
+const runSlack = 5 * time.Second
 
 // awaitRun waits for a run's end on ended. When ctx is done or budget has
 // passed it kills the run and waits on; if the run still has not ended
@@ -371,6 +413,15 @@ func (e *Executor) finishRun(ctx context.Context, id string, raw []byte, stdout,
 			res.DurationMS = gres.DurationMS
 		}
 		if gres.Status == "start_error" {
+			// The caller's own files that clash or do not fit are a bad
+			// request, not a server failure.
+			switch gres.Code {
+			// The guest's own message names its folders: it stays here.
+			case guest.CodeInvalid:
+				return res, fmt.Errorf("%w: the files cannot be placed (a path repeats, is a folder of another, or is reserved)", ErrInvalid)
+			case guest.CodeTooLarge:
+				return res, fmt.Errorf("%w: the files do not fit in the sandbox", ErrTooLarge)
+			}
 			return res, fmt.Errorf("guest: %s", gres.Error)
 		}
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sandboxapi/sandboxapi/executor/guest"
+	"github.com/sandboxapi/sandboxapi/internal/sandbox"
 	"github.com/sandboxapi/sandboxapi/store"
 )
 
@@ -31,23 +32,13 @@ func (e *Executor) ExecuteStateless(ctx context.Context, owner string, req ExecR
 	if err != nil {
 		return Result{}, err
 	}
-	files := []guest.File{{Path: rt.File, Content: []byte(req.Code)}}
-	if len(req.Files) > maxStatelessFiles {
-		return Result{}, fmt.Errorf("%w: at most %d files", ErrInvalid, maxStatelessFiles)
+	mem, err := e.memoryLimit(req.MemoryBytes)
+	if err != nil {
+		return Result{}, err
 	}
-	total := 0
-	for _, f := range req.Files {
-		if err := checkRelPath(f.Path); err != nil {
-			return Result{}, err
-		}
-		if f.Path == rt.File {
-			return Result{}, fmt.Errorf("%w: file %q would replace the code", ErrInvalid, f.Path)
-		}
-		total += len(f.Content)
-		files = append(files, guest.File{Path: f.Path, Content: f.Content})
-	}
-	if total > maxStatelessFileBytes {
-		return Result{}, fmt.Errorf("%w: files over %d bytes in all", ErrTooLarge, maxStatelessFileBytes)
+	files, err := statelessFiles(rt, req.Code, req.Files)
+	if err != nil {
+		return Result{}, err
 	}
 	if err := e.reserve(); err != nil {
 		return Result{}, err
@@ -72,7 +63,7 @@ func (e *Executor) ExecuteStateless(ctx context.Context, owner string, req ExecR
 			dctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
 			if err := e.destroySandbox(dctx, id); err != nil {
-				e.log.Error("destroying stateless sandbox", "sandbox", id, "err", err)
+				e.log.ErrorContext(ctx, "destroying stateless sandbox", "sandbox", id, "err", err)
 			}
 			e.release()
 		}()
@@ -80,14 +71,14 @@ func (e *Executor) ExecuteStateless(ctx context.Context, owner string, req ExecR
 	execID := newID("exec_")
 	finish := e.record(ctx, store.ExecutionRow{ID: execID, KeyID: owner, Language: rt.Name, StartedAt: time.Now()})
 	greq := &guest.Request{
-		Files: files, Links: rt.Links, Argv: rt.Run, Compile: rt.Compile, CompileTimeoutMS: e.cfg.CompileTimeout.Milliseconds(),
+		Files: files, Links: rt.Links, Argv: rt.Run, Compile: rt.Compile, CompileTimeoutMS: e.compileTimeoutMS(timeout),
 		Env: e.baseEnv(rt, nil, req.Env), Cwd: "{dir}", UID: SandboxUID, GID: SandboxUID,
-		TimeoutMS: timeout.Milliseconds(), MemoryBytes: e.cfg.MemoryBytes, MaxProcs: uint64(e.cfg.Pids),
+		TimeoutMS: timeoutMS(timeout), MemoryBytes: mem, MaxProcs: uint64(e.cfg.Pids),
 	}
 	res, err := e.guestRun(ctx, id, greq, req.Stdin, req.OnOutput)
 	res.ExecutionID = execID
 	err = finish(&res, err)
-	e.log.Info("execution", "execution", execID, "stateless", true, "language", rt.Name, "status", res.Status,
+	e.log.InfoContext(ctx, "execution", "execution", execID, "stateless", true, "language", rt.Name, "status", res.Status,
 		"exit_code", res.ExitCode, "duration_ms", res.DurationMS, "truncated", res.Truncated)
 	return res, err
 }
@@ -98,4 +89,91 @@ func checkRelPath(p string) error {
 		return fmt.Errorf("%w: file path %q must be relative and stay inside the work folder", ErrInvalid, p)
 	}
 	return nil
+}
+
+// statelessFiles checks the caller's files of a stateless call and returns
+// them, with the code first, as the guest writes them. Each path is
+// cleaned the way the guest cleans paths, so two spellings of one file
+// ("a", "./a", "a/") are one; refused: a path given twice, a path that is a
+// folder of another (the guest could not write both), and a path on a name
+// the work folder already uses: the code file, the runtime's links
+// (node_modules) and whatever its compile and run steps name in {dir}.
+func statelessFiles(rt *Runtime, code string, in []sandbox.File) ([]guest.File, error) {
+	if len(in) > maxStatelessFiles {
+		return nil, fmt.Errorf("%w: at most %d files", ErrInvalid, maxStatelessFiles)
+	}
+	reserved := reservedNames(rt)
+	seen := make(map[string]bool, len(in))
+	out := make([]guest.File, 0, len(in)+1)
+	out = append(out, guest.File{Path: rt.File, Content: []byte(code)})
+	total := 0
+	for _, f := range in {
+		if err := checkRelPath(f.Path); err != nil {
+			return nil, err
+		}
+		comps, err := guest.CleanPath(f.Path)
+		if err != nil || len(comps) == 0 {
+			return nil, fmt.Errorf("%w: file path %q must name a file inside the work folder", ErrInvalid, f.Path)
+		}
+		p := strings.Join(comps, "/")
+		if reserved[comps[0]] || reserved[p] {
+			return nil, fmt.Errorf("%w: file %q uses a name the %s runtime reserves", ErrInvalid, f.Path, rt.Name)
+		}
+		if seen[p] {
+			return nil, fmt.Errorf("%w: file %q is given twice", ErrInvalid, f.Path)
+		}
+		seen[p] = true
+		total += len(f.Content)
+		out = append(out, guest.File{Path: p, Content: f.Content})
+	}
+	if total > maxStatelessFileBytes {
+		return nil, fmt.Errorf("%w: files over %d bytes in all", ErrTooLarge, maxStatelessFileBytes)
+	}
+	// A path that is a folder of another: any proper prefix of a file's
+	// components that is itself a file.
+	for p := range seen {
+		for i := strings.IndexByte(p, '/'); i >= 0; i = next(p, i) {
+			if seen[p[:i]] {
+				return nil, fmt.Errorf("%w: file %q is also a folder of %q", ErrInvalid, p[:i], p)
+			}
+		}
+	}
+	return out, nil
+}
+
+// next is the index of the '/' after the one at i in p, or -1.
+func next(p string, i int) int {
+	if j := strings.IndexByte(p[i+1:], '/'); j >= 0 {
+		return i + 1 + j
+	}
+	return -1
+}
+
+// reservedNames are the top-level names of the work folder that a
+// runtime uses itself: its code file, its links and every {dir}/name its
+// compile and run steps name (outputs such as main or main.js).
+func reservedNames(rt *Runtime) map[string]bool {
+	names := map[string]bool{}
+	if comps, err := guest.CleanPath(rt.File); err == nil && len(comps) > 0 {
+		names[comps[0]] = true
+	}
+	for name := range rt.Links {
+		names[name] = true
+	}
+	for _, argv := range [][]string{rt.Compile, rt.Run} {
+		for _, a := range argv {
+			for rest := a; ; {
+				i := strings.Index(rest, "{dir}/")
+				if i < 0 {
+					break
+				}
+				rest = rest[i+len("{dir}/"):]
+				name, _, _ := strings.Cut(rest, "/")
+				if name != "" && name != "." && name != ".." {
+					names[name] = true
+				}
+			}
+		}
+	}
+	return names
 }

@@ -50,6 +50,8 @@ type Request struct {
 	Argv  []string `json:"argv"`
 	// Compile runs first; if it fails, its output goes to stderr and the
 	// result's status is compile_error.
+	// CompileTimeoutMS caps the compile step; the step also ends when the
+	// call's TimeoutMS is used up (0: TimeoutMS alone bounds it).
 	Compile          []string `json:"compile,omitempty"`
 	CompileTimeoutMS int64    `json:"compile_timeout_ms,omitempty"`
 	Env              []string `json:"env,omitempty"`
@@ -57,7 +59,9 @@ type Request struct {
 	// UID and GID run the program when the guest itself runs as root.
 	UID int `json:"uid"`
 	GID int `json:"gid"`
-	// TimeoutMS kills the program (and everything it started) after this long.
+	// TimeoutMS is the whole call's budget, compile step included: the
+	// program (and everything it started) is killed once it is used up.
+	// Zero or less means DefaultTimeoutMS, never "no deadline".
 	TimeoutMS int64 `json:"timeout_ms,omitempty"`
 	// MemoryBytes kills the program when the sandbox uses more than this.
 	MemoryBytes int64 `json:"memory_bytes,omitempty"`
@@ -83,11 +87,30 @@ type Result struct {
 	Status     string `json:"status"` // ok, error, timeout, oom, compile_error, start_error
 	DurationMS int64  `json:"duration_ms"`
 	Error      string `json:"error,omitempty"`
+	// Code classifies a start_error caused by the request itself (its
+	// files clash or do not fit): CodeInvalid or CodeTooLarge; empty for
+	// the guest's own failures.
+	Code string `json:"code,omitempty"`
+}
+
+// DefaultTimeoutMS is the deadline of a request that names none: a run
+// without a deadline is never armed, whatever the host sent.
+const DefaultTimeoutMS = 30_000
+
+// defaultTimeout is DefaultTimeoutMS as a duration; tests shorten it.
+var defaultTimeout = DefaultTimeoutMS * time.Millisecond
+
+// timeoutOf is the deadline a run gets for a TimeoutMS of ms.
+func timeoutOf(ms int64) time.Duration {
+	if ms <= 0 {
+		return defaultTimeout
+	}
+	return time.Duration(ms) * time.Millisecond
 }
 
 // ProtocolVersion changes whenever the host-guest wire format does; the
 // executor refuses a guest binary of another version (a stale build).
-const ProtocolVersion = "6"
+const ProtocolVersion = "7"
 
 // Main dispatches on the first argument: "init", "version", "kill", "run",
 // or a file mode ("put", "get", "list").
@@ -183,8 +206,8 @@ func Encode(req *Request) ([]byte, error) {
 	return append(out, b...), nil
 }
 
-// workRoot holds the private per-call folders.
-const workRoot = "/tmp/.sbx"
+// workRoot holds the private per-call folders (a variable for tests).
+var workRoot = "/tmp/.sbx"
 
 func run() int {
 	res := runRequest()
@@ -235,7 +258,7 @@ func execSpawn(cmd *exec.Cmd, stdin io.Reader, stdout, stderr io.Writer, onStart
 func serveRequest(req *Request, spawn spawnFunc, stdin io.Reader, stdout, stderr io.Writer) Result {
 	dir, err := prepareDir(req)
 	if err != nil {
-		return Result{Status: "start_error", Error: err.Error()}
+		return Result{Status: "start_error", Error: err.Error(), Code: setupCode(err)}
 	}
 	if req.Keep == "" && dir != "" {
 		defer os.RemoveAll(dir)
@@ -243,10 +266,15 @@ func serveRequest(req *Request, spawn spawnFunc, stdin io.Reader, stdout, stderr
 	if len(req.Argv) == 0 {
 		return Result{Status: "ok"}
 	}
+	// One budget for the call: the compile step gets at most its own cap
+	// and at most the call's timeout, and the run step what is left, so
+	// compile and run together never outlast TimeoutMS.
+	budget := timeoutOf(req.TimeoutMS)
+	start := time.Now()
 	if len(req.Compile) > 0 {
 		out := &limitedBuffer{max: 256 << 10}
 		creq := *req
-		creq.TimeoutMS = req.CompileTimeoutMS
+		creq.TimeoutMS = compileBudget(req).Milliseconds()
 		creq.Cwd = strings.ReplaceAll(req.Cwd, "{dir}", dir)
 		res := runOne(&creq, expand(req.Compile, dir), spawn, strings.NewReader(""), out, out)
 		if res.Status != "ok" {
@@ -257,9 +285,48 @@ func serveRequest(req *Request, spawn spawnFunc, stdin io.Reader, stdout, stderr
 			return res
 		}
 	}
-	req.Cwd = strings.ReplaceAll(req.Cwd, "{dir}", dir)
-	return runOne(req, expand(req.Argv, dir), spawn, stdin, stdout, stderr)
+	left := budget - time.Since(start)
+	if left <= 0 {
+		// The compile used the whole budget: the program never starts.
+		return Result{Status: "timeout", ExitCode: 137, Signal: "SIGKILL"}
+	}
+	rreq := *req
+	rreq.TimeoutMS = ceilMS(left)
+	rreq.Cwd = strings.ReplaceAll(req.Cwd, "{dir}", dir)
+	return runOne(&rreq, expand(req.Argv, dir), spawn, stdin, stdout, stderr)
 }
+
+// compileBudget is the compile step's deadline: the smaller of its own
+// cap (when set) and the call's whole budget.
+func compileBudget(req *Request) time.Duration {
+	b := timeoutOf(req.TimeoutMS)
+	if req.CompileTimeoutMS > 0 {
+		b = min(b, time.Duration(req.CompileTimeoutMS)*time.Millisecond)
+	}
+	return b
+}
+
+// ceilMS is d in whole milliseconds, rounded up: a positive duration never
+// becomes 0 (which would mean the default deadline).
+func ceilMS(d time.Duration) int64 {
+	return int64((d + time.Millisecond - 1) / time.Millisecond)
+}
+
+// setupCode tells a work-folder failure the caller caused (clashing or
+// oversize files) from the guest's own.
+func setupCode(err error) string {
+	switch {
+	case errors.Is(err, errBadFiles), errors.Is(err, syscall.EEXIST), errors.Is(err, syscall.ENOTDIR),
+		errors.Is(err, syscall.EISDIR), errors.Is(err, syscall.ENAMETOOLONG), errors.Is(err, syscall.ELOOP):
+		return CodeInvalid
+	case errors.Is(err, syscall.ENOSPC), errors.Is(err, syscall.EDQUOT), errors.Is(err, syscall.EFBIG):
+		return CodeTooLarge
+	}
+	return ""
+}
+
+// errBadFiles marks a request whose file or link names the guest refuses.
+var errBadFiles = errors.New("bad file list")
 
 func expand(argv []string, dir string) []string {
 	out := make([]string, len(argv))
@@ -337,12 +404,10 @@ func runOne(req *Request, argv []string, spawn spawnFunc, stdin io.Reader, stdou
 // watch kills the program's process group, then every process of the user,
 // when the call runs out of time or the sandbox out of memory.
 func watch(req *Request, pid int, reason *atomic.Value, done <-chan struct{}) {
-	var deadline <-chan time.Time
-	if req.TimeoutMS > 0 {
-		t := time.NewTimer(time.Duration(req.TimeoutMS) * time.Millisecond)
-		defer t.Stop()
-		deadline = t.C
-	}
+	// Every run has a deadline: a TimeoutMS of 0 means the default.
+	t := time.NewTimer(timeoutOf(req.TimeoutMS))
+	defer t.Stop()
+	deadline := t.C
 	// Memory is looked at often only when it is near the limit: every
 	// wake-up of this loop costs the sandbox kernel real CPU (at a steady
 	// 5 ms it took a third of a CPU from the program).
@@ -350,8 +415,7 @@ func watch(req *Request, pid int, reason *atomic.Value, done <-chan struct{}) {
 	defer tick.Stop()
 	kill := func(why string) {
 		reason.Store(why)
-		_ = syscall.Kill(-pid, syscall.SIGKILL)
-		_ = killAll()
+		killRun(pid)
 	}
 	for {
 		select {
@@ -372,6 +436,13 @@ func watch(req *Request, pid int, reason *atomic.Value, done <-chan struct{}) {
 			tick.Reset(nextMemCheck(used, req.MemoryBytes))
 		}
 	}
+}
+
+// killRun kills a run's process group, then every process of the user. A
+// variable so that tests on the host never signal -1.
+var killRun = func(pid int) {
+	_ = syscall.Kill(-pid, syscall.SIGKILL)
+	_ = killAll()
 }
 
 // nextMemCheck is the wait before the next look at memory: long while use
@@ -461,7 +532,7 @@ func prepareDir(req *Request) (string, error) {
 	created := []string{dir}
 	for name, target := range req.Links {
 		if name == "" || strings.ContainsAny(name, "/\x00") || name == "." || name == ".." || !filepath.IsAbs(target) {
-			return "", fmt.Errorf("bad link %q -> %q", name, target)
+			return "", fmt.Errorf("%w: link %q -> %q", errBadFiles, name, target)
 		}
 		l := filepath.Join(dir, name)
 		if err := os.Symlink(target, l); err != nil {
@@ -471,15 +542,19 @@ func prepareDir(req *Request) (string, error) {
 	}
 	for _, f := range req.Files {
 		if f.Path == "" || filepath.IsAbs(f.Path) || strings.Contains(f.Path, "\x00") || !filepath.IsLocal(f.Path) {
-			return "", fmt.Errorf("bad file name %q", f.Path)
+			return "", fmt.Errorf("%w: file name %q", errBadFiles, f.Path)
 		}
 		p := filepath.Join(dir, f.Path)
-		for sub := filepath.Dir(f.Path); sub != "."; sub = filepath.Dir(sub) {
+		for _, sub := range parents(f.Path) {
 			d := filepath.Join(dir, sub)
 			if err := os.Mkdir(d, 0o755); err == nil {
 				created = append(created, d)
 			} else if !errors.Is(err, os.ErrExist) {
 				return "", fmt.Errorf("creating folder for %s: %w", f.Path, err)
+			} else if fi, err := os.Lstat(d); err != nil || !fi.IsDir() {
+				// A link (node_modules) or a file of the request: writing
+				// through it would leave the work folder.
+				return "", fmt.Errorf("%w: %s is not a folder of this request", errBadFiles, sub)
 			}
 		}
 		mode := os.FileMode(f.Mode).Perm()
@@ -509,6 +584,15 @@ func prepareDir(req *Request) (string, error) {
 		}
 	}
 	return dir, nil
+}
+
+// parents are the folders above the relative path p, outermost first.
+func parents(p string) []string {
+	var out []string
+	for sub := filepath.Dir(p); sub != "." && sub != "/"; sub = filepath.Dir(sub) {
+		out = append([]string{sub}, out...)
+	}
+	return out
 }
 
 func validName(s string) bool {

@@ -78,8 +78,12 @@ type ExecRequest struct {
 	Code     string
 	Stdin    []byte
 	Timeout  time.Duration // 0: the default
-	Env      map[string]string
-	Files    []File // stateless execute only
+	// MemoryBytes is the memory limit of this call: 0 is the executor's
+	// default, and values above the executor's configured memory are
+	// capped to it.
+	MemoryBytes int64
+	Env         map[string]string
+	Files       []File // stateless execute only
 	// OnOutput, if set, receives output chunks ("stdout" or "stderr") as the
 	// program writes them; calls are serialised.
 	OnOutput func(stream string, p []byte)
