@@ -173,13 +173,34 @@ func (fakeKeys) Lookup(ctx context.Context, hash string) (string, string, string
 type fakeUsage struct{}
 
 func (fakeUsage) UsageTotals(ctx context.Context, keyID string, since time.Time) (any, error) {
-	return []map[string]any{{"day": "2026-11-30", "route": "POST /v1/execute", "requests": 1}}, nil
+	return []map[string]any{{"key_id": keyID, "day": "2026-11-30", "route": "POST /v1/execute", "requests": 1, "errors": 0,
+		"bytes_in": 40, "bytes_out": 180, "execution_ms": 12, "duration_ms": 15}}, nil
+}
+
+// fakeEgressDecision has the fields, names and omissions of the decision
+// rows the CLI's egress trail serves (internal/cli/egress.go).
+type fakeEgressDecision struct {
+	Time       time.Time `json:"time"`
+	Mode       string    `json:"mode"`
+	Host       string    `json:"host"`
+	Port       uint16    `json:"port"`
+	Addr       string    `json:"addr,omitempty"`
+	Outcome    string    `json:"outcome"`
+	Reason     string    `json:"reason"`
+	BytesUp    int64     `json:"bytes_up"`
+	BytesDown  int64     `json:"bytes_down"`
+	DurationMS int64     `json:"duration_ms"`
 }
 
 type fakeEgressLog struct{}
 
 func (fakeEgressLog) EgressDecisions(ctx context.Context, sessionID string, limit int) (any, error) {
-	return []map[string]any{{"host": "example.com", "decision": "deny", "reason": "not_allowed"}}, nil
+	at := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	return []fakeEgressDecision{
+		{Time: at, Mode: "connect", Host: "example.com", Port: 443, Outcome: "deny", Reason: "not_allowed"},
+		{Time: at, Mode: "connect", Host: "pypi.org", Port: 443, Addr: "127.0.0.1:443", Outcome: "allow", Reason: "allowed_domain",
+			BytesUp: 500, BytesDown: 9000, DurationMS: 40},
+	}, nil
 }
 
 func (fakeEgressLog) SessionOwner(ctx context.Context, sessionID string) (string, error) {

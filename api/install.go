@@ -19,7 +19,7 @@ type Installer interface {
 // SetInstaller enables POST /v1/sessions/{id}/install, which asks gate
 // first and fails closed with 503 and the failing checks.
 func (s *Server) SetInstaller(inst Installer, gate Gate) {
-	s.mux.Handle("POST /v1/sessions/{id}/install", s.authed(func(w http.ResponseWriter, r *http.Request) error {
+	s.handle("POST /v1/sessions/{id}/install", s.authed(func(w http.ResponseWriter, r *http.Request) error {
 		return s.install(w, r, inst, gate)
 	}))
 }

@@ -210,6 +210,7 @@ func newSchemaValidator(t *testing.T, doc *openAPIDoc) *schemaValidator {
 	if err := json.Unmarshal([]byte(mustJSON(map[string]any{"components": map[string]any{"schemas": doc.Components.Schemas}})), &root); err != nil {
 		t.Fatal(err)
 	}
+	closeObjects(root)
 	if err := c.AddResource("https://sandboxapi.local/openapi.json", root); err != nil {
 		t.Fatal(err)
 	}
@@ -230,6 +231,7 @@ func (v *schemaValidator) validate(schema map[string]any, body []byte) error {
 		}
 		var s any
 		_ = json.Unmarshal([]byte(key), &s)
+		closeObjects(s)
 		if err := v.c.AddResource(loc, s); err != nil {
 			return err
 		}
@@ -249,6 +251,29 @@ func (v *schemaValidator) validate(schema map[string]any, body []byte) error {
 		v.cache[loc] = sch
 	}
 	return validateWith(sch, body)
+}
+
+// closeObjects sets additionalProperties to false in every object schema
+// under v that lists properties and says nothing of others. Every request
+// and reply of the API has a shape of ours, so a field the document does
+// not name (a misspelt or renamed one) fails validation in the tests,
+// while the published document leaves clients free to ignore new fields.
+func closeObjects(v any) {
+	switch x := v.(type) {
+	case map[string]any:
+		if _, ok := x["properties"]; ok {
+			if _, set := x["additionalProperties"]; !set {
+				x["additionalProperties"] = false
+			}
+		}
+		for _, e := range x {
+			closeObjects(e)
+		}
+	case []any:
+		for _, e := range x {
+			closeObjects(e)
+		}
+	}
 }
 
 func validateWith(sch *jsonschema.Schema, body []byte) error {
@@ -525,5 +550,202 @@ func TestOpenAPIServed(t *testing.T) {
 	var v map[string]any
 	if err := json.Unmarshal(rec.Body.Bytes(), &v); err != nil || v["openapi"] != "3.1.0" {
 		t.Fatalf("not an OpenAPI 3.1 document: %v", err)
+	}
+}
+
+// httpStatusNames maps the net/http status constants the api package uses
+// to their codes, for reading statuses out of the source.
+var httpStatusNames = map[string]int{
+	"StatusOK": 200, "StatusCreated": 201, "StatusNoContent": 204,
+	"StatusBadRequest": 400, "StatusUnauthorized": 401, "StatusForbidden": 403, "StatusNotFound": 404,
+	"StatusConflict": 409, "StatusGone": 410, "StatusRequestEntityTooLarge": 413,
+	"StatusUnprocessableEntity": 422, "StatusTooManyRequests": 429,
+	"StatusInternalServerError": 500, "StatusServiceUnavailable": 503,
+}
+
+// handlerStatuses reads, for each route the api package mounts, the
+// statuses its handler can send by name: http.Status constants given to
+// apiErr, writeJSON or WriteHeader, or set as the Status of an Error
+// literal, in the handler and in every package function or Server method it
+// refers to, transitively. Statuses that come from the error table (the
+// sandboxes' sentinels) are not seen here.
+func handlerStatuses(t *testing.T) map[string]map[int]string {
+	t.Helper()
+	files, _ := filepath.Glob("*.go")
+	fset := token.NewFileSet()
+	funcs := map[string]*ast.FuncDecl{}   // package functions
+	methods := map[string]*ast.FuncDecl{} // methods of *Server
+	var parsed []*ast.File
+	for _, f := range files {
+		if strings.HasSuffix(f, "_test.go") {
+			continue
+		}
+		af, err := parser.ParseFile(fset, f, nil, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		parsed = append(parsed, af)
+		for _, d := range af.Decls {
+			fd, ok := d.(*ast.FuncDecl)
+			if !ok {
+				continue
+			}
+			switch {
+			case fd.Recv == nil:
+				funcs[fd.Name.Name] = fd
+			case recvName(fd) == "Server":
+				methods[fd.Name.Name] = fd
+			}
+		}
+	}
+	status := func(e ast.Expr) (int, bool) {
+		sel, ok := e.(*ast.SelectorExpr)
+		if !ok {
+			return 0, false
+		}
+		if x, ok := sel.X.(*ast.Ident); !ok || x.Name != "http" || !strings.HasPrefix(sel.Sel.Name, "Status") {
+			return 0, false
+		}
+		code, ok := httpStatusNames[sel.Sel.Name]
+		if !ok {
+			t.Errorf("%s: add http.%s to httpStatusNames", fset.Position(sel.Pos()), sel.Sel.Name)
+		}
+		return code, ok
+	}
+	// collect walks n and everything it refers to, adding statuses to out.
+	var collect func(n ast.Node, out map[int]string, seen map[ast.Node]bool)
+	collect = func(n ast.Node, out map[int]string, seen map[ast.Node]bool) {
+		if n == nil || seen[n] {
+			return
+		}
+		seen[n] = true
+		var visit func(ast.Node) bool
+		visit = func(n ast.Node) bool {
+			switch x := n.(type) {
+			case *ast.CallExpr:
+				name := ""
+				switch f := x.Fun.(type) {
+				case *ast.Ident:
+					name = f.Name
+				case *ast.SelectorExpr:
+					name = f.Sel.Name
+				}
+				arg := -1
+				switch name {
+				case "apiErr":
+					arg = 0
+				case "writeJSON":
+					arg = 1
+				case "WriteHeader":
+					arg = 0
+				}
+				if arg >= 0 && arg < len(x.Args) {
+					if code, ok := status(x.Args[arg]); ok {
+						out[code] = fset.Position(x.Pos()).String()
+					}
+				}
+			case *ast.CompositeLit:
+				if id, ok := x.Type.(*ast.Ident); ok && id.Name == "Error" {
+					for _, el := range x.Elts {
+						if kv, ok := el.(*ast.KeyValueExpr); ok {
+							if k, ok := kv.Key.(*ast.Ident); ok && k.Name == "Status" {
+								if code, ok := status(kv.Value); ok {
+									out[code] = fset.Position(x.Pos()).String()
+								}
+							}
+						}
+					}
+				}
+			case *ast.SelectorExpr:
+				if id, ok := x.X.(*ast.Ident); ok && id.Name == "s" {
+					if fd, ok := methods[x.Sel.Name]; ok {
+						collect(fd.Body, out, seen)
+					}
+				}
+				// x.Sel names a field or another package's function
+				// (slog.New), never one of this package's functions.
+				ast.Inspect(x.X, visit)
+				return false
+			case *ast.Ident:
+				if fd, ok := funcs[x.Name]; ok && (x.Obj == nil || x.Obj.Kind == ast.Fun) {
+					collect(fd.Body, out, seen)
+				}
+				// A local handler variable: follow what it was set to.
+				if x.Obj != nil && x.Obj.Kind == ast.Var {
+					if as, ok := x.Obj.Decl.(*ast.AssignStmt); ok {
+						collect(as, out, seen)
+					}
+				}
+			}
+			return true
+		}
+		ast.Inspect(n, visit)
+	}
+	routes := map[string]map[int]string{}
+	for _, af := range parsed {
+		ast.Inspect(af, func(n ast.Node) bool {
+			call, ok := n.(*ast.CallExpr)
+			if !ok || len(call.Args) != 2 {
+				return true
+			}
+			sel, ok := call.Fun.(*ast.SelectorExpr)
+			if !ok || (sel.Sel.Name != "handle" && sel.Sel.Name != "Handle") {
+				return true
+			}
+			lit, ok := call.Args[0].(*ast.BasicLit)
+			if !ok || lit.Kind != token.STRING {
+				return true
+			}
+			p, err := strconv.Unquote(lit.Value)
+			if err != nil || !strings.Contains(p, " ") {
+				return true
+			}
+			out := map[int]string{}
+			collect(call.Args[1], out, map[ast.Node]bool{})
+			routes[p] = out
+			return true
+		})
+	}
+	return routes
+}
+
+func recvName(fd *ast.FuncDecl) string {
+	t := fd.Recv.List[0].Type
+	if st, ok := t.(*ast.StarExpr); ok {
+		t = st.X
+	}
+	if id, ok := t.(*ast.Ident); ok {
+		return id.Name
+	}
+	return ""
+}
+
+// TestOpenAPIStatusesFromHandlers checks that every status a route's
+// handler sends by name is documented for that route.
+func TestOpenAPIStatusesFromHandlers(t *testing.T) {
+	ops := loadOpenAPI(t).operations(t)
+	routes := handlerStatuses(t)
+	for _, want := range []string{"POST /v1/sessions", "POST /v1/sessions/{id}/install", "GET /readyz", "DELETE /v1/sessions/{id}"} {
+		if len(routes[want]) == 0 {
+			t.Errorf("found no statuses for %s: the source reader is broken", want)
+		}
+	}
+	// The reader must see through the middleware, the handler and helpers.
+	for route, code := range map[string]int{"POST /v1/sessions": 429, "POST /v1/sessions/{id}/install": 422, "GET /readyz": 503, "DELETE /v1/sessions/{id}": 204, "POST /v1/execute": 413,
+		"GET /v1/sessions/{id}/egress": 400, "GET /v1/sessions/{id}/files": 400} {
+		if _, ok := routes[route][code]; !ok {
+			t.Errorf("the source reader missed status %d of %s (saw %v)", code, route, routes[route])
+		}
+	}
+	for route, codes := range routes {
+		op, ok := ops[route]
+		if !ok {
+			continue // TestOpenAPICoversRoutes reports it
+		}
+		for code, where := range codes {
+			if _, ok := op.Responses[strconv.Itoa(code)]; !ok {
+				t.Errorf("%s sends %d (%s), which api/openapi.json does not document", route, code, where)
+			}
+		}
 	}
 }
