@@ -66,6 +66,9 @@ func (t *tools) runTests(ctx context.Context, req *sdk.CallToolRequest, in Tests
 	if !found {
 		return nil, TestsResult{}, harnessError(res, stdout)
 	}
+	if err := checkSummary(res.Stdout, marker, sum); err != nil {
+		return nil, TestsResult{}, err
+	}
 	if sum.Error != "" {
 		return nil, TestsResult{}, fmt.Errorf("%s\n%s", sum.Error, capString(res.Stderr, harnessOutputCap))
 	}
@@ -104,6 +107,29 @@ func harnessError(res ExecuteResult, stdout string) error {
 		b.WriteString("\n--- stdout ---\n" + s)
 	}
 	return errors.New(b.String())
+}
+
+// errUntrusted is a run whose report the harness cannot vouch for.
+var errUntrusted = errors.New("the test report is not trusted")
+
+// checkSummary refuses reports that the harness could not have written: the
+// harness prints its marker once, with consistent counts. This catches
+// careless or crude forgery only: the tests run in the code's own process,
+// so code written to fool the grader can still forge a report (see
+// docs/mcp.md).
+func checkSummary(stdout, marker string, sum summary) error {
+	if n := strings.Count(stdout, marker); n != 1 {
+		return fmt.Errorf("%w: the program printed the harness's report marker itself (%d reports)", errUntrusted, n)
+	}
+	if sum.Error != "" {
+		return nil
+	}
+	// Every test that did not pass has at least one failure (a test with
+	// failing subtests may have several).
+	if sum.Passed < 0 || sum.Total < 0 || sum.Passed > sum.Total || len(sum.Failures) < sum.Total-sum.Passed {
+		return fmt.Errorf("%w: inconsistent counts (passed %d, total %d, %d failures)", errUntrusted, sum.Passed, sum.Total, len(sum.Failures))
+	}
+	return nil
 }
 
 func capString(s string, n int) string {
@@ -202,14 +228,22 @@ _passed, _total, _failures = 0, 0, []
 def _fail(name, m):
     _failures.append({"name": name, "message": m[:2000]})
 class _Result(_unittest.TestResult):
+    def __init__(self):
+        super().__init__()
+        self.bad = set()
     def addFailure(self, test, err):
         super().addFailure(test, err)
+        self.bad.add(test.id())
         _fail(test.id().removeprefix("tests."), _msg(err[1]))
     def addError(self, test, err):
         super().addError(test, err)
-        _fail(test.id().removeprefix("tests."), _err(err[1]))
-    def addSkip(self, test, reason):
-        super().addSkip(test, reason)
+        self.bad.add(getattr(test, "id", lambda: str(test))())
+        _fail(str(test.id()).removeprefix("tests."), _err(err[1]))
+    def addSubTest(self, test, subtest, err):
+        super().addSubTest(test, subtest, err)
+        if err is not None:
+            self.bad.add(test.id())
+            _fail(subtest.id().removeprefix("tests."), _msg(err[1]) if issubclass(err[0], AssertionError) else _err(err[1]))
 for _name, _obj in list(_ns.items()):
     if _name.startswith("test") and _inspect.isfunction(_obj) and _obj.__module__ == "tests":
         if _inspect.signature(_obj).parameters:
@@ -227,8 +261,9 @@ for _name, _obj in list(_ns.items()):
         _suite = _unittest.defaultTestLoader.loadTestsFromTestCase(_obj)
         _res = _Result()
         _suite.run(_res)
-        _total += _res.testsRun - len(_res.skipped)
-        _passed += _res.testsRun - len(_res.skipped) - len(_res.failures) - len(_res.errors)
+        _ran = _res.testsRun - len(_res.skipped)
+        _total += _ran
+        _passed += max(0, _ran - len(_res.bad))
 _report(passed=_passed, total=_total, failures=_failures)
 `
 

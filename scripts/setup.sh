@@ -9,9 +9,13 @@ RUNSC_VERSION=v0.0.0-20260905035102-160fafc42237
 export PATH=/usr/local/go/bin:$PATH
 
 if [ "$(id -u)" != 0 ]; then echo "setup.sh: run as root (sandboxes need it)" >&2; exit 1; fi
+if ! command -v go >/dev/null 2>&1; then
+  echo "setup.sh: Go 1.26 is needed at /usr/local/go (https://go.dev/doc/install)" >&2; exit 1
+fi
 
 need=()
-for pair in debootstrap:debootstrap mkfs.ext4:e2fsprogs nft:nftables ip:iproute2 curl:curl losetup:mount; do
+# npm fetches the pinned esbuild for the rootfs's TypeScript runtime.
+for pair in debootstrap:debootstrap mkfs.ext4:e2fsprogs nft:nftables ip:iproute2 curl:curl losetup:mount npm:npm; do
   command -v "${pair%%:*}" >/dev/null 2>&1 || need+=("${pair#*:}")
 done
 [ -e /usr/share/keyrings/debian-archive-keyring.gpg ] || need+=(debian-archive-keyring)

@@ -5,6 +5,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH=/usr/local/go/bin:$PATH
 export SANDBOXAPI_REQUIRE_RUNSC=1
+# The real pip and npm client tests fail, not skip, when a client is missing.
+export SANDBOXAPI_REQUIRE_CLIENTS=1
 # The hosted-product compatibility test runs a Python client with requests.
 if ! python3 -c 'import requests' 2>/dev/null && ! /usr/bin/python3 -c 'import requests' 2>/dev/null; then
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-requests >/dev/null

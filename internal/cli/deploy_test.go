@@ -3,6 +3,7 @@ package cli
 import (
 	"bufio"
 	"bytes"
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -64,37 +65,73 @@ var commandWord = regexp.MustCompile(`^[a-z]+$`)
 // flags it takes, so the documents cannot drift from the CLI.
 func TestDeploymentCommandsExist(t *testing.T) {
 	for line, where := range commandLines(t) {
-		words := strings.Fields(line)
-		var path []string
-		for _, w := range words {
-			if !commandWord.MatchString(w) {
-				break
-			}
-			path = append(path, w)
+		if err := checkCommandLine(t, line); err != nil {
+			t.Errorf("%s: %v", where, err)
 		}
-		help := ""
-		for len(path) > 0 {
-			var out, errw bytes.Buffer
-			args := append(append([]string{"sandboxapi"}, path...), "--help")
-			if Run(t.Context(), args, &out, &errw) == 0 && strings.Contains(out.String(), "sandboxapi "+strings.Join(path, " ")+" - ") {
-				help = out.String()
-				break
-			}
-			path = path[:len(path)-1]
+	}
+}
+
+// TestCheckCommandLine shows the check above refuses what does not exist.
+func TestCheckCommandLine(t *testing.T) {
+	tests := []struct {
+		line string
+		ok   bool
+	}{
+		{"serve --config /etc/sandboxapi/sandboxapi.yaml", true},
+		{"mirror add pip requests==2.32.3", true},
+		{"mirror osv import /var/lib/osv", true},
+		{"keys revoke key_abc", true},
+		{"mirror frobnicate", false},
+		{"keys rotate key_abc", false},
+		{"serve --no-such-flag", false},
+		{"frobnicate", false},
+	}
+	for _, tt := range tests {
+		if err := checkCommandLine(t, tt.line); (err == nil) != tt.ok {
+			t.Errorf("checkCommandLine(%q) = %v, want ok=%v", tt.line, err, tt.ok)
 		}
-		if help == "" {
-			t.Errorf("%s: %q is not a sandboxapi command", where, line)
-			continue
+	}
+}
+
+// checkCommandLine checks that line (the words after "sandboxapi") names a
+// real command, down to a leaf, and only flags that command takes.
+func checkCommandLine(t *testing.T, line string) error {
+	words := strings.Fields(line)
+	var path []string
+	for _, w := range words {
+		if !commandWord.MatchString(w) {
+			break
 		}
-		for _, w := range words {
-			if strings.HasPrefix(w, "--") {
-				flag, _, _ := strings.Cut(w, "=")
-				if !strings.Contains(help, flag+" ") && !strings.Contains(help, flag+"\t") {
-					t.Errorf("%s: sandboxapi %s takes no %s", where, strings.Join(path, " "), flag)
-				}
+		path = append(path, w)
+	}
+	words0 := len(path)
+	help := ""
+	for len(path) > 0 {
+		var out, errw bytes.Buffer
+		args := append(append([]string{"sandboxapi"}, path...), "--help")
+		if Run(t.Context(), args, &out, &errw) == 0 && strings.Contains(out.String(), "sandboxapi "+strings.Join(path, " ")+" - ") {
+			help = out.String()
+			break
+		}
+		path = path[:len(path)-1]
+	}
+	if help == "" {
+		return fmt.Errorf("%q is not a sandboxapi command", line)
+	}
+	// Words past the matched command are its arguments only when it is a
+	// leaf: "mirror frobnicate" must not pass as "mirror".
+	if len(path) < words0 && strings.Contains(help, "COMMANDS:") {
+		return fmt.Errorf("%q: sandboxapi %s has no subcommand %q", line, strings.Join(path, " "), words[len(path)])
+	}
+	for _, w := range words {
+		if strings.HasPrefix(w, "--") {
+			flag, _, _ := strings.Cut(w, "=")
+			if !strings.Contains(help, flag+" ") && !strings.Contains(help, flag+"\t") {
+				return fmt.Errorf("sandboxapi %s takes no %s", strings.Join(path, " "), flag)
 			}
 		}
 	}
+	return nil
 }
 
 // TestReadmeLinksOperations checks the README points at the guide and the

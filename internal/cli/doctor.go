@@ -72,6 +72,7 @@ var doctorChecks = []doctorCheck{
 	{"netns", checkNetns},
 	{"nft", checkNft},
 	{"disk", checkDisk},
+	{"homes", checkHomes},
 	{"store", checkStore},
 	{"tls", checkTLS},
 }
@@ -352,7 +353,61 @@ func checkNft(ctx context.Context, cfg *config.Config) checkResult {
 	if out, err := exec.CommandContext(ctx, nft, "list", "tables").CombinedOutput(); err != nil {
 		return egressTool(cfg, fix, "nft list tables: %v %s", err, lastLine(string(out)))
 	}
-	return ok("%s lists the ruleset", nft)
+	// A trial table with a base chain and a rule of the kind the fences
+	// use: listing alone does not show the kernel takes them.
+	table := fmt.Sprintf("sbxdoctor%d", os.Getpid())
+	script := fmt.Sprintf("add table inet %[1]s\nadd chain inet %[1]s in { type filter hook input priority 0; policy accept; }\nadd rule inet %[1]s in iifname \"sbxdoctor*\" tcp dport 1 drop\ndelete table inet %[1]s\n", table)
+	cmd := exec.CommandContext(ctx, nft, "-f", "-")
+	cmd.Stdin = strings.NewReader(script)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		_ = exec.Command(nft, "delete", "table", "inet", table).Run()
+		return egressTool(cfg, fix, "nft trial table: %v %s", err, lastLine(string(out)))
+	}
+	return ok("%s takes tables, base chains and rules", nft)
+}
+
+// checkHomes: a session home can be made the way the executor makes one,
+// a small ext4 image loop-mounted nosuid,nodev, written and removed. A host
+// without mkfs.ext4 or free loop devices would pass every other check and
+// then fail every session create.
+func checkHomes(ctx context.Context, cfg *config.Config) checkResult {
+	const fix = "apt-get install e2fsprogs mount; run as root; make sure loop devices are available (modprobe loop; losetup -f)"
+	for _, tool := range []string{"mkfs.ext4", "mount", "umount"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			return fail(fix, "%s not found", tool)
+		}
+	}
+	dir, err := os.MkdirTemp(existingParent(cfg.DataDir), ".doctor-home-")
+	if err != nil {
+		return fail(fix, "making a scratch folder: %v", err)
+	}
+	defer os.RemoveAll(dir)
+	img, mnt := filepath.Join(dir, "home.img"), filepath.Join(dir, "mnt")
+	if err := os.Mkdir(mnt, 0o700); err != nil {
+		return fail(fix, "making a mount point: %v", err)
+	}
+	f, err := os.Create(img)
+	if err == nil {
+		err = f.Truncate(16 << 20)
+		f.Close()
+	}
+	if err != nil {
+		return fail(fix, "making a 16 MiB image: %v", err)
+	}
+	if out, err := exec.CommandContext(ctx, "mkfs.ext4", "-q", "-F", "-m", "0", "-O", "^has_journal", img).CombinedOutput(); err != nil {
+		return fail(fix, "mkfs.ext4: %v %s", err, lastLine(string(out)))
+	}
+	if out, err := exec.CommandContext(ctx, "mount", "-t", "ext4", "-o", "loop,nosuid,nodev,noatime", img, mnt).CombinedOutput(); err != nil {
+		return fail(fix, "loop mount: %v %s", err, lastLine(string(out)))
+	}
+	werr := os.WriteFile(filepath.Join(mnt, "probe"), []byte("ok"), 0o600)
+	if out, err := exec.CommandContext(ctx, "umount", mnt).CombinedOutput(); err != nil {
+		return fail(fix, "umount %s: %v %s", mnt, err, lastLine(string(out)))
+	}
+	if werr != nil {
+		return fail(fix, "writing into a mounted home: %v", werr)
+	}
+	return ok("an ext4 home image can be made, loop-mounted and written (executor.home_size %s)", cfg.Executor.HomeSize)
 }
 
 // Disk thresholds for the data dir: homes are loop images of

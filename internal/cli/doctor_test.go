@@ -36,7 +36,7 @@ func TestDoctorPassesOnThisHost(t *testing.T) {
 			t.Errorf("%s: %s %s (fix: %s)", r.Name, r.Status, r.Detail, r.Fix)
 		}
 	}
-	if got := strings.Join(names, ","); got != "runsc,platform,cgroups,rootfs,guest,netns,nft,disk,store,tls" {
+	if got := strings.Join(names, ","); got != "runsc,platform,cgroups,rootfs,guest,netns,nft,disk,homes,store,tls" {
 		t.Errorf("checks = %s", got)
 	}
 	var out, errw bytes.Buffer
@@ -85,5 +85,26 @@ func TestDoctorReportsProblems(t *testing.T) {
 	}
 	if !strings.Contains(errw.String(), "problem(s) found") {
 		t.Errorf("stderr = %q", errw.String())
+	}
+}
+
+// TestDoctorHomesWithoutTools: with no mkfs.ext4 on PATH the homes check
+// fails and says what to install.
+func TestDoctorHomesWithoutTools(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("doctor's checks need root")
+	}
+	cfg, err := config.Load("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.DataDir = t.TempDir()
+	t.Setenv("PATH", t.TempDir())
+	r := checkHomes(t.Context(), cfg)
+	if r.Status != checkFail || !strings.Contains(r.Detail, "mkfs.ext4 not found") || !strings.Contains(r.Fix, "e2fsprogs") {
+		t.Errorf("homes without mkfs.ext4 = %+v", r)
+	}
+	if ents, _ := os.ReadDir(cfg.DataDir); len(ents) != 0 {
+		t.Errorf("the check left %d entries in the data dir", len(ents))
 	}
 }

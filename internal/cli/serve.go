@@ -146,7 +146,11 @@ func serve(ctx context.Context, env *Env) error {
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(ln) }()
 	log.Info("serving", "listen", ln.Addr().String(), "data_dir", cfg.DataDir, "rootfs", ecfg.Rootfs)
-	fmt.Fprintf(env.Stderr, "sandboxapi listening on http://%s\n", ln.Addr())
+	scheme := "http"
+	if cfg.TLS.Enabled() {
+		scheme = "https"
+	}
+	fmt.Fprintf(env.Stderr, "sandboxapi listening on %s://%s\n", scheme, ln.Addr())
 
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
