@@ -3,7 +3,9 @@ package mirror
 import (
 	"archive/zip"
 	"bytes"
+	"crypto/sha256"
 	"io"
+	"math"
 	"io/fs"
 	"strings"
 	"unicode/utf8"
@@ -41,18 +43,31 @@ func CheckEntryName(name string) error {
 	return nil
 }
 
-// zipFile is one checked zip entry with its content read.
+// zipFile is one checked regular zip entry. Data holds the content only
+// for entries readZip was asked to keep; every entry has its size and
+// sha256, computed while streaming.
 type zipFile struct {
-	Name string
-	Data []byte
-	Mode fs.FileMode
+	Name   string
+	Size   int64
+	SHA256 [sha256.Size]byte
+	Data   []byte
+	Mode   fs.FileMode
 }
 
-// readZip opens data as a zip archive and reads every regular entry, under
-// the limits. It refuses links and other special files, unsafe names,
-// duplicate names, encrypted entries, and archives that exceed the entry
-// count, the uncompressed total or the compression ratio.
-func readZip(data []byte, l Limits) ([]zipFile, error) {
+// maxKeptBytes bounds one entry whose content readZip keeps in memory
+// (wheel METADATA, WHEEL, RECORD).
+const maxKeptBytes = 16 << 20
+
+// readZip opens data as a zip archive and checks every entry under the
+// limits, streaming each regular file through sha256 and keeping the bytes
+// only of entries for which keep reports true. It refuses links and other
+// special files, unsafe names, duplicate names, encrypted entries, folder
+// entries with content or file entries with folder attributes (pip decides
+// by the trailing '/' alone), and archives that exceed the entry count, the
+// uncompressed total or the compression ratio. Sizes are counted as the
+// bytes come out of the decompressor, not taken from the headers, so a
+// bomb is refused after at most its allowed size has been read.
+func readZip(data []byte, l Limits, keep func(name string) bool) ([]zipFile, error) {
 	if int64(len(data)) > l.MaxArtifactBytes {
 		return nil, refusef("archive is %d bytes, over the %d byte limit", len(data), l.MaxArtifactBytes)
 	}
@@ -63,16 +78,22 @@ func readZip(data []byte, l Limits) ([]zipFile, error) {
 	if len(zr.File) > l.MaxEntries {
 		return nil, refusef("archive has %d entries, over the %d limit", len(zr.File), l.MaxEntries)
 	}
+	// Declared sizes first, overflow-safe: a cheap early refusal.
 	var declared uint64
+	limit := uint64(max(l.MaxUncompressedBytes, 0))
 	for _, f := range zr.File {
+		if f.UncompressedSize64 > limit-declared {
+			return nil, refusef("archive unpacks to more than %d bytes, over the %d byte limit", l.MaxUncompressedBytes, l.MaxUncompressedBytes)
+		}
 		declared += f.UncompressedSize64
 	}
-	if declared > uint64(l.MaxUncompressedBytes) {
-		return nil, refusef("archive unpacks to %d bytes, over the %d byte limit", declared, l.MaxUncompressedBytes)
-	}
+	// The whole archive may unpack to at most budget bytes: the size limit,
+	// and the ratio limit once past 1 MiB.
+	budget := min(l.MaxUncompressedBytes, max(1<<20, ratioCap(l.MaxRatio, int64(len(data)))))
 	seen := make(map[string]bool, len(zr.File))
 	out := make([]zipFile, 0, len(zr.File))
 	var total int64
+	buf := make([]byte, 32<<10)
 	for _, f := range zr.File {
 		if err := CheckEntryName(f.Name); err != nil {
 			return nil, err
@@ -88,36 +109,78 @@ func readZip(data []byte, l Limits) ([]zipFile, error) {
 			return nil, refusef("entry %q: duplicate name", f.Name)
 		}
 		seen[key] = true
-		if f.FileInfo().IsDir() {
-			continue
+		folder := strings.HasSuffix(f.Name, "/")
+		if !folder && f.Mode().IsDir() {
+			return nil, refusef("entry %q: folder attributes on a file entry (its name lacks the trailing /)", f.Name)
 		}
-		if f.UncompressedSize64 > 1<<20 && float64(f.UncompressedSize64) > l.MaxRatio*float64(f.CompressedSize64+1) {
+		if folder && (f.CompressedSize64 != 0 || f.UncompressedSize64 != 0) {
+			return nil, refusef("entry %q: a folder entry holding data", f.Name)
+		}
+		csize := min(f.CompressedSize64, uint64(len(data)))
+		if f.UncompressedSize64 > 1<<20 && float64(f.UncompressedSize64) > l.MaxRatio*float64(csize+1) {
 			return nil, refusef("entry %q: compression ratio over %.0f (zip bomb?)", f.Name, l.MaxRatio)
+		}
+		// An entry may yield at most: its declared size (the bytes must
+		// agree), what is left of the budget, and its own ratio cap.
+		entryCap := max(1<<20, ratioCap(l.MaxRatio, int64(csize)+1))
+		want := int64(min(f.UncompressedSize64, uint64(budget-total), uint64(entryCap)))
+		if folder {
+			want = 0
 		}
 		rc, err := f.Open()
 		if err != nil {
 			return nil, refusef("entry %q: %v", f.Name, err)
 		}
-		// Read at most the declared size plus one byte: declared sizes can
-		// lie, the bytes cannot, and the declared sizes are already bounded.
-		b, err := io.ReadAll(io.LimitReader(rc, int64(min(f.UncompressedSize64, uint64(l.MaxUncompressedBytes)))+1))
+		h := sha256.New()
+		var w io.Writer = h
+		var kept *bytes.Buffer
+		if !folder && keep != nil && keep(f.Name) {
+			if want > maxKeptBytes {
+				rc.Close()
+				return nil, refusef("entry %q: over %d bytes", f.Name, maxKeptBytes)
+			}
+			kept = bytes.NewBuffer(make([]byte, 0, want))
+			w = io.MultiWriter(h, kept)
+		}
+		n, err := io.CopyBuffer(w, io.LimitReader(rc, want+1), buf)
 		rc.Close()
 		if err != nil {
 			return nil, refusef("entry %q: %v", f.Name, err)
 		}
-		total += int64(len(b))
-		if total > l.MaxUncompressedBytes {
+		total += n
+		switch {
+		case folder && n > 0:
+			return nil, refusef("entry %q: a folder entry holding data", f.Name)
+		case n <= want && uint64(n) == f.UncompressedSize64:
+		case total > l.MaxUncompressedBytes:
 			return nil, refusef("archive unpacks to more than %d bytes", l.MaxUncompressedBytes)
+		case total > budget:
+			return nil, refusef("archive compression ratio over %.0f (zip bomb?)", l.MaxRatio)
+		case n > entryCap:
+			return nil, refusef("entry %q: compression ratio over %.0f (zip bomb?)", f.Name, l.MaxRatio)
+		default:
+			return nil, refusef("entry %q: size differs from the declared %d", f.Name, f.UncompressedSize64)
 		}
-		if uint64(len(b)) != f.UncompressedSize64 {
-			return nil, refusef("entry %q: size %d differs from the declared %d", f.Name, len(b), f.UncompressedSize64)
+		if folder {
+			continue
 		}
-		out = append(out, zipFile{Name: f.Name, Data: b, Mode: f.Mode()})
-	}
-	if total > 1<<20 && float64(total) > l.MaxRatio*float64(len(data)) {
-		return nil, refusef("archive compression ratio over %.0f (zip bomb?)", l.MaxRatio)
+		zf := zipFile{Name: f.Name, Size: n, Mode: f.Mode()}
+		h.Sum(zf.SHA256[:0])
+		if kept != nil {
+			zf.Data = kept.Bytes()
+		}
+		out = append(out, zf)
 	}
 	return out, nil
+}
+
+// ratioCap is ratio*n as an int64, saturating instead of overflowing.
+func ratioCap(ratio float64, n int64) int64 {
+	c := ratio * float64(n)
+	if c >= math.MaxInt64/2 {
+		return math.MaxInt64 / 2
+	}
+	return int64(c)
 }
 
 // checkZipMode refuses symlinks and special files, read from the Unix mode

@@ -74,7 +74,14 @@ func SanitizeNPM(data []byte, l Limits) (*NPMPackage, error) {
 		return nil, refusef("not a gzip tarball: %v", err)
 	}
 	zr.Multistream(false)
-	tr := tar.NewReader(io.LimitReader(zr, l.MaxUncompressedBytes+1<<20))
+	// The entries may unpack to at most budget bytes: the size limit, and
+	// the ratio limit once past 1 MiB. Each entry is checked against what
+	// is left before it is read, so a bomb is refused without buffering
+	// it; the stream as a whole (headers and padding too) is capped so
+	// that header-only tricks cannot make it run on.
+	budget := min(l.MaxUncompressedBytes, max(1<<20, ratioCap(l.MaxRatio, int64(len(data)))))
+	slack := int64(1<<20) + int64(max(l.MaxEntries, 0))*2048
+	tr := tar.NewReader(io.LimitReader(zr, budget+slack))
 	type entry struct {
 		name string
 		data []byte
@@ -117,6 +124,9 @@ func SanitizeNPM(data []byte, l Limits) (*NPMPackage, error) {
 		if h.Size < 0 || h.Size > l.MaxUncompressedBytes-total {
 			return nil, refusef("entry %q: %d bytes, over the size limit", h.Name, h.Size)
 		}
+		if h.Size > budget-total {
+			return nil, refusef("tarball compression ratio over %.0f (tar bomb?)", l.MaxRatio)
+		}
 		b, err := io.ReadAll(io.LimitReader(tr, h.Size+1))
 		if err != nil {
 			return nil, refusef("entry %q: %v", h.Name, err)
@@ -135,9 +145,6 @@ func SanitizeNPM(data []byte, l Limits) (*NPMPackage, error) {
 		}
 		seen[rest] = true
 		entries = append(entries, entry{name: rest, data: b, exec: h.Mode&0o111 != 0})
-	}
-	if total > 1<<20 && float64(total) > l.MaxRatio*float64(len(data)) {
-		return nil, refusef("tarball compression ratio over %.0f (tar bomb?)", l.MaxRatio)
 	}
 	pkg := &NPMPackage{}
 	var manifest []byte

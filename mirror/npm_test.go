@@ -5,8 +5,10 @@ import (
 	"bytes"
 	"compress/gzip"
 	"encoding/json"
+	"fmt"
 	"io"
 	"os"
+	"runtime"
 	"strings"
 	"testing"
 )
@@ -173,4 +175,31 @@ func FuzzSanitizeNPM(f *testing.F) {
 			t.Fatalf("re-pack does not pass its own checks: %v", err)
 		}
 	})
+}
+
+// TestSanitizeNPMBombBoundedAllocation: many 1 MiB entries of zeros, far
+// over the ratio in total, are refused once the allowed size is reached,
+// not after buffering them all. Not parallel: it reads the process-wide
+// allocation counter.
+func TestSanitizeNPMBombBoundedAllocation(t *testing.T) {
+	entries := []tarEntry{{name: "package/package.json", body: `{"name":"x","version":"1.0.0"}`}}
+	zeros := strings.Repeat("\x00", 1<<20)
+	for i := range 64 {
+		entries = append(entries, tarEntry{name: fmt.Sprintf("package/z%02d", i), body: zeros})
+	}
+	data := buildTarball(t, entries)
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	_, err := SanitizeNPM(data, DefaultConfig().Limits)
+	runtime.ReadMemStats(&after)
+	if err == nil || !IsArchiveProblem(err) || !strings.Contains(err.Error(), "ratio") {
+		t.Fatalf("err = %v, want a ratio refusal", err)
+	}
+	// The budget is 100 x the ~64 KiB tarball: about 6 MiB of entries.
+	got := after.TotalAlloc - before.TotalAlloc
+	t.Logf("refusing a %d byte bomb allocated %d KiB", len(data), got>>10)
+	if got > 24<<20 {
+		t.Errorf("refusing the bomb allocated %d MiB, want under 24", got>>20)
+	}
 }

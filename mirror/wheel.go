@@ -3,7 +3,6 @@ package mirror
 import (
 	"bufio"
 	"bytes"
-	"crypto/sha256"
 	"encoding/base64"
 	"encoding/csv"
 	"io"
@@ -42,21 +41,23 @@ func InspectWheel(filename string, data []byte, l Limits) (*Wheel, error) {
 	if looksLikeTarball(data) {
 		return nil, refusef("%s is a gzip/tar file, not a wheel (an sdist renamed to .whl?)", filename)
 	}
-	files, err := readZip(data, l)
+	files, err := readZip(data, l, keepWheelFile)
 	if err != nil {
 		return nil, err
 	}
-	byName := make(map[string][]byte, len(files))
+	byName := make(map[string]zipFile, len(files))
 	distInfos := map[string]bool{}
 	for _, f := range files {
-		byName[f.Name] = f.Data
+		byName[f.Name] = f
 		top, _, _ := strings.Cut(f.Name, "/")
 		if strings.HasSuffix(top, ".dist-info") {
 			distInfos[top] = true
 		}
 	}
 	if len(distInfos) != 1 {
-		if _, ok := byName["PKG-INFO"]; ok || byName["setup.py"] != nil {
+		_, pkgInfo := byName["PKG-INFO"]
+		_, setupPy := byName["setup.py"]
+		if pkgInfo || setupPy {
 			return nil, refusef("%s is a source distribution renamed to .whl", filename)
 		}
 		return nil, refusef("%s: want exactly one .dist-info folder, found %d", filename, len(distInfos))
@@ -65,7 +66,8 @@ func InspectWheel(filename string, data []byte, l Limits) (*Wheel, error) {
 	for k := range distInfos {
 		di = k
 	}
-	meta, ok := byName[di+"/METADATA"]
+	mf, ok := byName[di+"/METADATA"]
+	meta := mf.Data
 	if !ok {
 		return nil, refusef("%s: %s/METADATA missing", filename, di)
 	}
@@ -92,10 +94,20 @@ func InspectWheel(filename string, data []byte, l Limits) (*Wheel, error) {
 	if !ok {
 		return nil, refusef("%s: %s/RECORD missing", filename, di)
 	}
-	if err := checkRecord(di, rec, byName); err != nil {
+	if err := checkRecord(di, rec.Data, byName); err != nil {
 		return nil, err
 	}
 	return w, nil
+}
+
+// keepWheelFile reports whether readZip must keep an entry's bytes: the
+// METADATA, WHEEL and RECORD files of a top-level .dist-info folder.
+func keepWheelFile(name string) bool {
+	top, base, ok := strings.Cut(name, "/")
+	if !ok || !strings.HasSuffix(top, ".dist-info") {
+		return false
+	}
+	return base == "METADATA" || base == "WHEEL" || base == "RECORD"
 }
 
 func looksLikeTarball(b []byte) bool {
@@ -144,7 +156,7 @@ func parseMetadata(b []byte) map[string]string {
 // checkRecord verifies RECORD: every file in the archive other than RECORD
 // (and its signatures) is listed exactly once with a matching sha256 and
 // size, and every listed file exists.
-func checkRecord(di string, rec []byte, files map[string][]byte) error {
+func checkRecord(di string, rec []byte, files map[string]zipFile) error {
 	r := csv.NewReader(bytes.NewReader(rec))
 	r.FieldsPerRecord = -1
 	listed := map[string]bool{}
@@ -173,7 +185,7 @@ func checkRecord(di string, rec []byte, files map[string][]byte) error {
 			return refusef("%s/RECORD: %q listed twice", di, p)
 		}
 		listed[p] = true
-		data, ok := files[p]
+		f, ok := files[p]
 		if !ok {
 			return refusef("%s/RECORD: lists %q, which is not in the wheel", di, p)
 		}
@@ -184,13 +196,12 @@ func checkRecord(di string, rec []byte, files map[string][]byte) error {
 		if algo != "sha256" {
 			return refusef("%s/RECORD: %q has no sha256 hash", di, p)
 		}
-		sum := sha256.Sum256(data)
-		if base64.RawURLEncoding.EncodeToString(sum[:]) != strings.TrimRight(digest, "=") {
+		if base64.RawURLEncoding.EncodeToString(f.SHA256[:]) != strings.TrimRight(digest, "=") {
 			return refusef("%s/RECORD: sha256 of %q does not match", di, p)
 		}
 		if row[2] != "" {
 			n, err := strconv.ParseInt(row[2], 10, 64)
-			if err != nil || n != int64(len(data)) {
+			if err != nil || n != f.Size {
 				return refusef("%s/RECORD: size of %q does not match", di, p)
 			}
 		}

@@ -3,8 +3,14 @@ package mirror
 import (
 	"archive/zip"
 	"bytes"
+	"compress/flate"
+	"encoding/csv"
+	"fmt"
+	"hash/crc32"
 	"io"
+	"io/fs"
 	"os"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -53,6 +59,13 @@ func TestInspectWheelHostile(t *testing.T) {
 			io.WriteString(w, "pwned")
 		}
 	}
+	// entry adds a raw entry with the given header fields.
+	entry := func(h zip.FileHeader, body string) func(zw *zip.Writer) {
+		return func(zw *zip.Writer) {
+			w, _ := zw.CreateHeader(&h)
+			io.WriteString(w, body)
+		}
+	}
 	tests := []struct {
 		name   string
 		spec   wheelSpec
@@ -89,6 +102,16 @@ func TestInspectWheelHostile(t *testing.T) {
 		}}, want: "no sha256"},
 		{name: "metadata name mismatch", spec: wheelSpec{name: "demo", version: "1.0", metaName: "requests"}, want: "METADATA name"},
 		{name: "metadata version mismatch", spec: wheelSpec{name: "demo", version: "1.0", metaVersion: "2.0"}, want: "METADATA version"},
+		// pip treats any name without a trailing '/' as a file and extracts
+		// it, whatever the attributes say: such an entry must not slip past
+		// RECORD by looking like a folder.
+		{name: "msdos folder attribute on a file", spec: wheelSpec{name: "demo", version: "1.0",
+			extra: entry(zip.FileHeader{Name: "demo/evil.py", CreatorVersion: 0 << 8, ExternalAttrs: 0x10}, "import os\n")}, want: "folder attributes"},
+		{name: "unix folder mode on a file", spec: wheelSpec{name: "demo", version: "1.0",
+			extra: entry(zip.FileHeader{Name: "demo/evil.py", CreatorVersion: 3 << 8, ExternalAttrs: 0o40755 << 16}, "import os\n")}, want: "folder attributes"},
+		{name: "empty file with folder attribute", spec: wheelSpec{name: "demo", version: "1.0",
+			extra: entry(zip.FileHeader{Name: "demo/evil.pth", CreatorVersion: 0 << 8, ExternalAttrs: 0x10}, "")}, want: "folder attributes"},
+		{name: "folder entry holding data", fn: "demo-1.0-py3-none-any.whl", data: folderWithData(t), want: "folder entry holding data"},
 		{name: "sdist by name", fn: "demo-1.0.tar.gz", data: []byte("x"), want: "source distribution"},
 		{name: "sdist renamed to whl", fn: "demo-1.0-py3-none-any.whl", data: buildTarball(t, []tarEntry{{name: "demo-1.0/PKG-INFO", body: "Name: demo"}, {name: "demo-1.0/setup.py", body: "import os"}}), want: "sdist renamed"},
 		{name: "zip sdist renamed to whl", fn: "demo-1.0-py3-none-any.whl", data: zipOf(t, map[string]string{"PKG-INFO": "Name: demo\n", "setup.py": "x"}), want: "source distribution renamed"},
@@ -111,6 +134,130 @@ func TestInspectWheelHostile(t *testing.T) {
 				t.Fatalf("InspectWheel accepted a hostile wheel")
 			}
 			if !IsArchiveProblem(err) || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("err = %v, want a refusal containing %q", err, tt.want)
+			}
+		})
+	}
+}
+
+// folderWithData is a valid wheel plus an entry named "demo/evil/" that
+// holds bytes (zip.Writer refuses to write one, so the name is patched in).
+func folderWithData(t testing.TB) []byte {
+	_, data := buildWheel(t, wheelSpec{name: "demo", version: "1.0", extra: func(zw *zip.Writer) {
+		w, _ := zw.CreateHeader(&zip.FileHeader{Name: "demo/evil!", Method: zip.Store})
+		io.WriteString(w, "payload")
+	}})
+	out := bytes.ReplaceAll(data, []byte("demo/evil!"), []byte("demo/evil/"))
+	if bytes.Equal(out, data) {
+		t.Fatal("patch did not apply")
+	}
+	return out
+}
+
+func TestInspectWheelFolderEntries(t *testing.T) {
+	t.Parallel()
+	// Real folder entries (trailing '/', no data) are fine and need no
+	// RECORD row.
+	fn, data := buildWheel(t, wheelSpec{name: "demo", version: "1.0", extra: func(zw *zip.Writer) {
+		h := &zip.FileHeader{Name: "demo/sub/"}
+		h.SetMode(fs.ModeDir | 0o755)
+		if _, err := zw.CreateHeader(h); err != nil {
+			t.Fatal(err)
+		}
+	}})
+	if _, err := InspectWheel(fn, data, DefaultConfig().Limits); err != nil {
+		t.Fatalf("wheel with a folder entry refused: %v", err)
+	}
+}
+
+// bombWheel is a zip of n entries of size bytes of zeros each, written raw
+// from one deflated copy: small on disk, each entry under the 1 MiB
+// per-entry ratio threshold, the whole far over the archive ratio.
+func bombWheel(t testing.TB, n, size int) []byte {
+	t.Helper()
+	var comp bytes.Buffer
+	fw, _ := flate.NewWriter(&comp, flate.BestCompression)
+	fw.Write(make([]byte, size))
+	fw.Close()
+	crc := crc32.ChecksumIEEE(make([]byte, size))
+	var buf bytes.Buffer
+	zw := zip.NewWriter(&buf)
+	for i := range n {
+		w, err := zw.CreateRaw(&zip.FileHeader{Name: fmt.Sprintf("demo/z%04d.bin", i), Method: zip.Deflate,
+			CRC32: crc, CompressedSize64: uint64(comp.Len()), UncompressedSize64: uint64(size)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		w.Write(comp.Bytes())
+	}
+	zw.Close()
+	return buf.Bytes()
+}
+
+// TestReadZipBombBoundedAllocation: a ~1 MB archive declaring ~900 MiB is
+// refused on the archive ratio after reading about its allowed size, and
+// the entries are hashed while streaming, not buffered. Not parallel: it
+// reads the process-wide allocation counter.
+func TestReadZipBombBoundedAllocation(t *testing.T) {
+	data := bombWheel(t, 900, 1<<20-1)
+	if len(data) > 2<<20 {
+		t.Fatalf("bomb is %d bytes", len(data))
+	}
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	_, err := InspectWheel("demo-1.0-py3-none-any.whl", data, DefaultConfig().Limits)
+	runtime.ReadMemStats(&after)
+	if err == nil || !IsArchiveProblem(err) || !strings.Contains(err.Error(), "ratio") {
+		t.Fatalf("err = %v, want a ratio refusal", err)
+	}
+	got := after.TotalAlloc - before.TotalAlloc
+	t.Logf("refusing a %d byte bomb allocated %d KiB", len(data), got>>10)
+	if got > 32<<20 {
+		t.Errorf("refusing the bomb allocated %d MiB, want under 32", got>>20)
+	}
+}
+
+func TestReadZipLimitsHostile(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name   string
+		data   func(t *testing.T) []byte
+		limits func(l *Limits)
+		want   string
+	}{
+		{name: "many small entries over the archive ratio", data: func(t *testing.T) []byte { return bombWheel(t, 200, 1<<20-1) }, want: "archive compression ratio"},
+		{name: "many small entries over the size limit", data: func(t *testing.T) []byte { return bombWheel(t, 20, 1<<20-1) },
+			limits: func(l *Limits) { l.MaxUncompressedBytes = 4 << 20 }, want: "over the 4194304 byte limit"},
+		{name: "declared sizes that wrap around", data: func(t *testing.T) []byte {
+			var buf bytes.Buffer
+			zw := zip.NewWriter(&buf)
+			for i, size := range []uint64{1 << 63, 1 << 63, 10} {
+				w, _ := zw.CreateRaw(&zip.FileHeader{Name: fmt.Sprintf("demo/w%d", i), Method: zip.Store, UncompressedSize64: size, CompressedSize64: 1})
+				w.Write([]byte("x"))
+			}
+			zw.Close()
+			return buf.Bytes()
+		}, want: "byte limit"},
+		{name: "one entry over its own ratio", data: func(t *testing.T) []byte { return bombWheel(t, 1, 8<<20) }, want: "compression ratio"},
+		{name: "declared size smaller than the data", data: func(t *testing.T) []byte {
+			var buf bytes.Buffer
+			zw := zip.NewWriter(&buf)
+			w, _ := zw.CreateRaw(&zip.FileHeader{Name: "demo/a", Method: zip.Store, UncompressedSize64: 2, CompressedSize64: 5, CRC32: crc32.ChecksumIEEE([]byte("hello"))})
+			w.Write([]byte("hello"))
+			zw.Close()
+			return buf.Bytes()
+		}, want: "entry \"demo/a\""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			l := DefaultConfig().Limits
+			if tt.limits != nil {
+				tt.limits(&l)
+			}
+			_, err := readZip(tt.data(t), l, nil)
+			if err == nil || !IsArchiveProblem(err) || !strings.Contains(err.Error(), tt.want) {
 				t.Errorf("err = %v, want a refusal containing %q", err, tt.want)
 			}
 		})
@@ -171,14 +318,81 @@ func FuzzCheckEntryName(f *testing.F) {
 	})
 }
 
-// FuzzReadZip: arbitrary bytes as a wheel never panic.
+// FuzzReadZip: arbitrary bytes as a wheel never panic, and a wheel that
+// is accepted holds nothing pip would extract unchecked: read again with
+// archive/zip alone and pip's rule (a name ending in '/' is a folder,
+// anything else a file), every file is listed in RECORD with its sha256
+// (RECORD and its signatures excepted), has a safe name, and every folder
+// entry is empty.
 func FuzzReadZip(f *testing.F) {
 	_, w := buildWheel(f, wheelSpec{name: "demo", version: "1.0"})
 	f.Add(w)
 	f.Add([]byte("PK\x03\x04"))
+	f.Add(folderWithData(f))
+	_, w = buildWheel(f, wheelSpec{name: "demo", version: "1.0", extra: func(zw *zip.Writer) {
+		w, _ := zw.CreateHeader(&zip.FileHeader{Name: "demo/evil.py", ExternalAttrs: 0x10})
+		io.WriteString(w, "import os\n")
+	}})
+	f.Add(w)
 	l := DefaultConfig().Limits
 	l.MaxUncompressedBytes = 1 << 20
 	f.Fuzz(func(t *testing.T, data []byte) {
-		_, _ = InspectWheel("demo-1.0-py3-none-any.whl", data, l)
+		if _, err := InspectWheel("demo-1.0-py3-none-any.whl", data, l); err != nil {
+			return
+		}
+		zr, err := zip.NewReader(bytes.NewReader(data), int64(len(data)))
+		if err != nil {
+			t.Fatalf("accepted, but archive/zip cannot open it: %v", err)
+		}
+		contents := map[string][]byte{}
+		for _, f := range zr.File {
+			rc, err := f.Open()
+			if err != nil {
+				t.Fatalf("accepted, but %q does not open: %v", f.Name, err)
+			}
+			b, err := io.ReadAll(rc)
+			rc.Close()
+			if err != nil {
+				t.Fatalf("accepted, but %q does not read: %v", f.Name, err)
+			}
+			if strings.HasSuffix(f.Name, "/") {
+				if len(b) > 0 {
+					t.Fatalf("accepted folder entry %q holding %d bytes", f.Name, len(b))
+				}
+				continue
+			}
+			if CheckEntryName(f.Name) != nil {
+				t.Fatalf("accepted unsafe name %q", f.Name)
+			}
+			contents[f.Name] = b
+		}
+		var record string
+		for name := range contents {
+			if strings.HasSuffix(name, ".dist-info/RECORD") {
+				record = name
+			}
+		}
+		rows, err := csv.NewReader(bytes.NewReader(contents[record])).ReadAll()
+		if record == "" || err != nil {
+			t.Fatalf("accepted without a readable RECORD (%q): %v", record, err)
+		}
+		hashes := map[string]string{}
+		for _, row := range rows {
+			if len(row) == 3 {
+				hashes[row[0]] = row[1]
+			}
+		}
+		for name, b := range contents {
+			if name == record || name == record+".jws" || name == record+".p7s" {
+				continue
+			}
+			h, ok := hashes[name]
+			if !ok {
+				t.Fatalf("accepted file %q that RECORD does not list", name)
+			}
+			if strings.TrimRight(h, "=") != strings.TrimRight(recordHash(b), "=") {
+				t.Fatalf("accepted file %q whose RECORD hash %q does not match", name, h)
+			}
+		}
 	})
 }
