@@ -65,3 +65,67 @@ func TestExecuteTimeoutStaysUnderPlanCap(t *testing.T) {
 		})
 	}
 }
+
+// TestExecuteCarriesPlanMemory checks that both execute routes hand the
+// executor the caller's plan memory, in bytes.
+func TestExecuteCarriesPlanMemory(t *testing.T) {
+	t.Parallel()
+	srv, sb := newFakeServer(t)
+	for _, plan := range []string{"BASIC", "PRO", "ULTRA", "MEGA"} {
+		t.Run(plan, func(t *testing.T) {
+			pl, _ := srv.plans.Get(plan)
+			want := pl.MemoryMB << 20
+			if want == 0 {
+				t.Fatalf("plan %s has no memory_mb: the test would prove nothing", plan)
+			}
+			h := map[string]string{"X-API-Key": "key-" + plan}
+			rec := send(t, srv, "POST", "/v1/execute", `{"language":"python3","code":"print(1)"}`, h)
+			if rec.Code != 200 {
+				t.Fatalf("stateless: %d %s", rec.Code, rec.Body)
+			}
+			if got := sb.lastExec(t).MemoryBytes; got != want {
+				t.Errorf("stateless: executor got memory %d, want %d", got, want)
+			}
+			if !pl.Sessions {
+				return
+			}
+			rec = send(t, srv, "POST", "/v1/sessions", `{"language":"python3"}`, h)
+			if rec.Code != 201 {
+				t.Fatalf("session: %d %s", rec.Code, rec.Body)
+			}
+			id := strings.Split(strings.Split(rec.Body.String(), `"id":"`)[1], `"`)[0]
+			if rec := send(t, srv, "POST", "/v1/sessions/"+id+"/execute", `{"code":"print(1)"}`, h); rec.Code != 200 {
+				t.Fatalf("session execute: %d %s", rec.Code, rec.Body)
+			}
+			if got := sb.lastExec(t).MemoryBytes; got != want {
+				t.Errorf("session: executor got memory %d, want %d", got, want)
+			}
+		})
+	}
+}
+
+// TestLoadPlansRejectsBadMemory checks the bounds of memory_mb.
+func TestLoadPlansRejectsBadMemory(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name   string
+		memory string
+		ok     bool
+	}{
+		{name: "executor default", memory: "0", ok: true},
+		{name: "typical", memory: "512", ok: true},
+		{name: "bound", memory: "1048576", ok: true},
+		{name: "negative", memory: "-1", ok: false},
+		{name: "overflows bytes", memory: "9007199254740993", ok: false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			doc := "version: v1\nplans:\n  BASIC:\n    max_timeout: 30s\n    requests_per_minute: 60\n    memory_mb: " + tc.memory + "\n"
+			_, err := LoadPlans([]byte(doc))
+			if (err == nil) != tc.ok {
+				t.Fatalf("memory_mb %s: err = %v, want ok %v", tc.memory, err, tc.ok)
+			}
+		})
+	}
+}

@@ -19,9 +19,13 @@ type Plan struct {
 	Network           bool          `yaml:"network" json:"network"`
 	AllowedDomains    bool          `yaml:"allowed_domains" json:"allowed_domains"`
 	MaxTimeout        time.Duration `yaml:"max_timeout" json:"max_timeout_s"`
-	MemoryMB          int64         `yaml:"memory_mb" json:"memory_mb"`
+	MemoryMB          int64         `yaml:"memory_mb" json:"memory_mb"` // per execution; 0: the executor's default
 	RequestsPerMinute int           `yaml:"requests_per_minute" json:"requests_per_minute"`
 }
+
+// maxPlanMemoryMB bounds memory_mb (1 TiB) so the byte count cannot
+// overflow; the executor caps it to its own memory limit anyway.
+const maxPlanMemoryMB = 1 << 20
 
 // Plans is the plan table, read-only after LoadPlans.
 type Plans struct {
@@ -59,6 +63,9 @@ func LoadPlans(data []byte) (*Plans, error) {
 		}
 		if p.MaxTimeout <= 0 {
 			errs = append(errs, fmt.Errorf("plans.%s: max_timeout must be positive", name))
+		}
+		if p.MemoryMB < 0 || p.MemoryMB > maxPlanMemoryMB {
+			errs = append(errs, fmt.Errorf("plans.%s: memory_mb must be from 0 (the executor's default) to %d", name, maxPlanMemoryMB))
 		}
 		if p.RequestsPerMinute <= 0 {
 			errs = append(errs, fmt.Errorf("plans.%s: requests_per_minute must be positive", name))

@@ -228,7 +228,8 @@ func (s *Server) execRequest(p *Principal, req *executeRequest) (sandbox.ExecReq
 	if timeout == 0 {
 		timeout = s.defaultTimeout(p.Plan)
 	}
-	return sandbox.ExecRequest{Language: req.Language, Code: *req.Code, Stdin: []byte(req.Stdin), Timeout: timeout, Env: req.Env}, nil
+	return sandbox.ExecRequest{Language: req.Language, Code: *req.Code, Stdin: []byte(req.Stdin), Timeout: timeout,
+		MemoryBytes: p.Plan.MemoryMB << 20, Env: req.Env}, nil
 }
 
 // defaultTimeout is the timeout of a call that names none: the executor's
