@@ -142,9 +142,12 @@ func (a *auditor) list(id string) []Decision {
 
 // ReasonClass maps a decision to a short label from a fixed set, for
 // metrics: Reason is free text (it names hosts, addresses and errors) and
-// would give a label per host.
+// would give a label per host. The handlers build reasons as one of the
+// Reason constants, optionally followed by detail, so classes match on
+// prefixes.
 func ReasonClass(d Decision) string {
 	r := d.Reason
+	has := func(prefix string) bool { return strings.HasPrefix(r, prefix) }
 	switch {
 	case d.Outcome == OutcomeAllow:
 		return "allowed"
@@ -152,25 +155,29 @@ func ReasonClass(d Decision) string {
 		return "not_allowed"
 	case r == policy.ReasonNetworkDisabled:
 		return "network_disabled"
-	case strings.HasPrefix(r, "resolved to forbidden address"):
+	case has(reasonForbiddenAddr):
 		return "forbidden_address"
-	case strings.HasPrefix(r, "resolving"):
+	case has(reasonResolving):
 		return "unresolvable"
-	case strings.HasPrefix(r, "resolver failure"):
+	case has(reasonResolverFailure):
 		return "resolver_failure"
-	case r == ReasonSNIMismatch:
+	case has(ReasonSNIMismatch):
 		return "sni_mismatch"
-	case r == ReasonNoSNI:
+	case has(ReasonNoSNI):
 		return "no_sni"
-	case r == ReasonNotTLS:
+	case has(ReasonNotTLS):
 		return "not_tls"
-	case r == ReasonTunnelLimit:
+	case has(ReasonTunnelLimit):
 		return "tunnel_limit"
+	case has(ReasonPendingLimit):
+		return "pending_limit"
 	case d.Mode == ModePlainHTTP:
 		return "plain_http"
-	case r == ErrWrongSourceAddr.Error() || strings.Contains(r, "session"):
+	case r == ErrWrongSourceAddr.Error() || r == ErrUnknownSession.Error():
 		return "unknown_session"
-	case strings.HasPrefix(r, "dialing"):
+	case r == ErrStopped.Error():
+		return "stopped"
+	case has(reasonDialing):
 		return "dial_failed"
 	case d.Outcome == OutcomeError:
 		return "error"

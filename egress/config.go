@@ -39,6 +39,11 @@ type Config struct {
 	IdleTimeout time.Duration `yaml:"idle_timeout"`
 	// MaxTunnelsPerSession caps concurrent tunnels (including those being set up).
 	MaxTunnelsPerSession int `yaml:"max_tunnels_per_session"`
+	// MaxPendingPerSession caps, per session and listener, connections
+	// accepted but not yet holding a tunnel slot (a CONNECT not yet sent,
+	// a DNS-over-TCP exchange); past it new connections are closed at once,
+	// so idle sockets cannot pile up for HandshakeTimeout each.
+	MaxPendingPerSession int `yaml:"max_pending_per_session"`
 	// ExtraAllowedCIDRs are operator-approved prefixes that override the
 	// forbidden ranges (internal services; the tests' fake internet).
 	ExtraAllowedCIDRs []string `yaml:"extra_allowed_cidrs"`
@@ -81,6 +86,7 @@ func DefaultConfig() Config {
 		HandshakeTimeout:        10 * time.Second,
 		IdleTimeout:             5 * time.Minute,
 		MaxTunnelsPerSession:    64,
+		MaxPendingPerSession:    16,
 		DecisionsPerSession:     1000,
 		AuditRetention:          720 * time.Hour,
 		Network: NetworkConfig{
@@ -132,6 +138,9 @@ func (c *Config) Validate() error {
 	if c.MaxTunnelsPerSession <= 0 {
 		bad("max_tunnels_per_session must be positive")
 	}
+	if c.MaxPendingPerSession <= 0 {
+		bad("max_pending_per_session must be positive")
+	}
 	if c.DecisionsPerSession <= 0 {
 		bad("decisions_per_session must be positive")
 	}
@@ -150,6 +159,10 @@ func (c *Config) Validate() error {
 			bad("network.pool %q: %v", c.Network.Pool, err)
 		case !p.Addr().Is4() || p.Bits() > 29 || p != p.Masked():
 			bad("network.pool %q must be a masked IPv4 prefix of /29 or larger", c.Network.Pool)
+		default:
+			if err := c.CheckDisjoint("network.pool", c.Network.Pool); err != nil {
+				errs = append(errs, err)
+			}
 		}
 	}
 	if !validName(c.Network.Table, 32) {
@@ -157,6 +170,28 @@ func (c *Config) Validate() error {
 	}
 	if !validName(c.Network.Prefix, 5) {
 		bad("network.prefix %q must be 1-5 of [a-z0-9_]", c.Network.Prefix)
+	}
+	return errors.Join(errs...)
+}
+
+// CheckDisjoint reports an error wrapping ErrInvalidConfig if cidr (the
+// config field called name, such as another sandbox network's pool)
+// overlaps an extra_allowed_cidrs entry: the proxy dials from the host
+// namespace, where a pool's addresses are the far ends of sandbox veths,
+// so allowing them would let one session reach another's sandbox. The
+// proxy refuses those addresses anyway (see Options.Reserved); this makes
+// the contradiction a config error. Unparsable values are left to the
+// checks of their own fields.
+func (c *Config) CheckDisjoint(name, cidr string) error {
+	pool, err := netip.ParsePrefix(cidr)
+	if err != nil {
+		return nil
+	}
+	var errs []error
+	for _, e := range c.extraAllowed() {
+		if e.Overlaps(pool) {
+			errs = append(errs, fmt.Errorf("%w: extra_allowed_cidrs %q overlaps %s %q", ErrInvalidConfig, e, name, cidr))
+		}
 	}
 	return errors.Join(errs...)
 }
@@ -184,10 +219,12 @@ func parseResolver(s string) (netip.AddrPort, error) {
 	return netip.AddrPortFrom(a, 53), nil
 }
 
+// extraAllowed returns the parsed extra_allowed_cidrs, skipping entries
+// that Validate rejects.
 func (c *Config) extraAllowed() []netip.Prefix {
 	out := make([]netip.Prefix, 0, len(c.ExtraAllowedCIDRs))
 	for _, s := range c.ExtraAllowedCIDRs {
-		if p, err := netip.ParsePrefix(s); err == nil {
+		if p, err := netip.ParsePrefix(s); err == nil && p == p.Masked() {
 			out = append(out, p)
 		}
 	}

@@ -34,6 +34,16 @@ func TestConfigValidate(t *testing.T) {
 		{name: "negative audit retention", mutate: func(c *Config) { c.AuditRetention = -time.Hour }, wantErr: []string{"audit_retention must be positive"}},
 		{name: "small pool", mutate: func(c *Config) { c.Network.Pool = "10.0.0.0/30" }, wantErr: []string{"network.pool"}},
 		{name: "v6 pool", mutate: func(c *Config) { c.Network.Pool = "fd00::/64" }, wantErr: []string{"network.pool"}},
+		{name: "pending limit", mutate: func(c *Config) { c.MaxPendingPerSession = 0 }, wantErr: []string{"max_pending_per_session"}},
+		{name: "extra cidr covers the pool", mutate: func(c *Config) { c.ExtraAllowedCIDRs = []string{"10.0.0.0/8"} },
+			wantErr: []string{`extra_allowed_cidrs "10.0.0.0/8" overlaps network.pool "10.200.0.0/16"`}},
+		{name: "extra cidr inside the pool", mutate: func(c *Config) { c.ExtraAllowedCIDRs = []string{"10.200.3.0/30"} },
+			wantErr: []string{`extra_allowed_cidrs "10.200.3.0/30" overlaps network.pool`}},
+		{name: "extra cidr equal to the pool", mutate: func(c *Config) { c.ExtraAllowedCIDRs = []string{"10.200.0.0/16"} },
+			wantErr: []string{"overlaps network.pool"}},
+		{name: "extra cidr of everything", mutate: func(c *Config) { c.ExtraAllowedCIDRs = []string{"10.50.0.0/24", "0.0.0.0/0"} },
+			wantErr: []string{`"0.0.0.0/0" overlaps network.pool`}},
+		{name: "extra cidr beside the pool", mutate: func(c *Config) { c.ExtraAllowedCIDRs = []string{"10.201.0.0/16", "10.199.255.0/24", "2001:db8::/32"} }},
 		{name: "long prefix", mutate: func(c *Config) { c.Network.Prefix = "toolong" }, wantErr: []string{"network.prefix"}},
 		{name: "bad table", mutate: func(c *Config) { c.Network.Table = "a b" }, wantErr: []string{"network.table"}},
 	}
@@ -56,6 +66,37 @@ func TestConfigValidate(t *testing.T) {
 				if !strings.Contains(err.Error(), w) {
 					t.Errorf("error %q lacks %q", err, w)
 				}
+			}
+		})
+	}
+}
+
+func TestConfigCheckDisjoint(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name    string
+		extra   []string
+		other   string
+		wantErr bool
+	}{
+		{name: "installer pool covered", extra: []string{"10.0.0.0/8"}, other: "10.201.0.0/16", wantErr: true},
+		{name: "installer pool partly", extra: []string{"10.201.128.0/17"}, other: "10.201.0.0/16", wantErr: true},
+		{name: "disjoint", extra: []string{"10.50.0.0/16", "198.18.0.0/24"}, other: "10.201.0.0/16"},
+		{name: "v6 extra against v4 pool", extra: []string{"::/0"}, other: "10.201.0.0/16"},
+		{name: "unparsable pool left to its own check", extra: []string{"10.0.0.0/8"}, other: "nope"},
+		{name: "no extra", other: "10.201.0.0/16"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			c := DefaultConfig()
+			c.ExtraAllowedCIDRs = tt.extra
+			err := c.CheckDisjoint("installer.pool", tt.other)
+			if (err != nil) != tt.wantErr {
+				t.Fatalf("CheckDisjoint = %v, want error %v", err, tt.wantErr)
+			}
+			if err != nil && (!errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), "installer.pool")) {
+				t.Fatalf("error %v: not ErrInvalidConfig or field not named", err)
 			}
 		})
 	}

@@ -181,7 +181,7 @@ func (f *fakeNet) ServeDNS(w dns.ResponseWriter, r *dns.Msg) {
 		"cgnat.evil.test.": "100.64.0.1", "multicast.evil.test.": "224.0.0.1", "unspecified.evil.test.": "0.0.0.0",
 		"broadcast.evil.test.": "255.255.255.255", "benchmark.evil.test.": "198.18.0.1", "doc.evil.test.": "192.0.2.1",
 		"reserved.evil.test.": "240.0.0.1", "zeronet.evil.test.": "0.1.2.3", "loopback2.evil.test.": "127.0.0.3",
-		"selfproxy.evil.test.": "127.1.250.1",
+		"selfproxy.evil.test.": "127.1.250.1", "othersandbox.evil.test.": "127.1.249.2",
 	}
 	v6 := map[string]string{
 		"ula.evil.test.": "fd00::1", "ll6.evil.test.": "fe80::1", "mapped.evil.test.": "::ffff:127.0.0.1",

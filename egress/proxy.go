@@ -42,6 +42,10 @@ type Options struct {
 	// OnDecision, if set, is called synchronously for every decision
 	// (e.g. to persist the audit trail). It must not block.
 	OnDecision func(Decision)
+	// Reserved are further prefixes the proxy never dials, whatever
+	// extra_allowed_cidrs says, such as the installer networks' pool.
+	// Config.Network.Pool is always reserved.
+	Reserved []netip.Prefix
 }
 
 // Session binds a sandbox network to a policy. Each session has its own
@@ -127,7 +131,11 @@ func NewProxy(cfg Config, opts Options) (*Proxy, error) {
 			}
 		}
 	}
-	p.vet = policy.Vetter{ExtraAllowed: cfg.extraAllowed(), Own: p.isOwn}
+	denied := append([]netip.Prefix(nil), opts.Reserved...)
+	if pool, err := netip.ParsePrefix(cfg.Network.Pool); err == nil {
+		denied = append(denied, pool.Masked())
+	}
+	p.vet = policy.Vetter{ExtraAllowed: cfg.extraAllowed(), Denied: denied, Own: p.isOwn}
 	p.gp = p.newGoproxy()
 	p.srv = &http.Server{
 		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -235,6 +243,7 @@ func (p *Proxy) listen(ctx context.Context, s *session) error {
 	}
 	s.closers = append(s.closers, cl)
 	s.ep.Connect = cl.Addr().(*net.TCPAddr).AddrPort()
+	cl = newPendingListener(cl, p.cfg.MaxPendingPerSession, p.refusePending(s, ModeConnect))
 
 	tl, err := lc.Listen(ctx, "tcp", bind(p.cfg.TransparentPort))
 	if err != nil {
@@ -242,6 +251,7 @@ func (p *Proxy) listen(ctx context.Context, s *session) error {
 	}
 	s.closers = append(s.closers, tl)
 	s.ep.Transparent = tl.Addr().(*net.TCPAddr).AddrPort()
+	tl = newPendingListener(tl, p.cfg.MaxPendingPerSession, p.refusePending(s, ModeTransparent))
 
 	if err := p.startDNS(ctx, s); err != nil {
 		return err
@@ -256,6 +266,18 @@ func (p *Proxy) listen(ctx context.Context, s *session) error {
 		p.serveTransparent(s, tl)
 	}()
 	return nil
+}
+
+// refusePending records the deny decision for a connection closed on
+// accept by the pending cap.
+func (p *Proxy) refusePending(s *session, mode Mode) func(net.Conn) {
+	return func(net.Conn) {
+		d := Decision{Time: time.Now(), Session: s.ID, Mode: mode, Outcome: OutcomeDeny, Reason: ReasonPendingLimit}
+		if mode == ModeTransparent {
+			d.Port = p.cfg.TransparentUpstreamPort
+		}
+		p.audit.record(d)
+	}
 }
 
 // RemoveSession closes the session's listeners and tunnels and forgets its
@@ -391,6 +413,14 @@ func deny(reason string, err error) *decideError {
 	return &decideError{outcome: OutcomeDeny, reason: reason, err: err}
 }
 
+// Reason prefixes of decide and dial, which ReasonClass matches.
+const (
+	reasonResolving       = "resolving: "
+	reasonResolverFailure = "resolver failure: "
+	reasonForbiddenAddr   = "resolved to forbidden address"
+	reasonDialing         = "dialing "
+)
+
 // decide applies the policy, resolves and vets every answer.
 func (p *Proxy) decide(ctx context.Context, s *session, hp policy.HostPort) (*target, string, *decideError) {
 	reason, ok := s.Policy.Allows(hp.Host)
@@ -400,13 +430,13 @@ func (p *Proxy) decide(ctx context.Context, s *session, hp policy.HostPort) (*ta
 	addrs, err := p.res.Resolve(ctx, hp.Host)
 	if err != nil {
 		if errors.Is(err, ErrNXDomain) || errors.Is(err, ErrNoAddresses) {
-			return nil, "", &decideError{outcome: OutcomeDeny, reason: "resolving: " + err.Error(), err: err}
+			return nil, "", &decideError{outcome: OutcomeDeny, reason: reasonResolving + err.Error(), err: err}
 		}
-		return nil, "", &decideError{outcome: OutcomeError, reason: "resolver failure: " + err.Error(), err: err}
+		return nil, "", &decideError{outcome: OutcomeError, reason: reasonResolverFailure + err.Error(), err: err}
 	}
 	for _, a := range addrs {
 		if why, bad := p.vet.Check(a); bad {
-			return nil, "", &decideError{outcome: OutcomeDeny, reason: "resolved to forbidden address (" + why + ")", addr: a, err: ErrForbiddenAddr}
+			return nil, "", &decideError{outcome: OutcomeDeny, reason: reasonForbiddenAddr + " (" + why + ")", addr: a, err: ErrForbiddenAddr}
 		}
 	}
 	return &target{hp: hp, addrs: addrs}, reason, nil
@@ -440,7 +470,7 @@ func (p *Proxy) dial(ctx context.Context, t *target) (net.Conn, netip.Addr, erro
 		}
 		errs = append(errs, err)
 	}
-	return nil, netip.Addr{}, fmt.Errorf("dialing %s: %w", t.hp, errors.Join(errs...))
+	return nil, netip.Addr{}, fmt.Errorf("%s%s: %w", reasonDialing, t.hp, errors.Join(errs...))
 }
 
 func (p *Proxy) denyPlain(r *http.Request) {

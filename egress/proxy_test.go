@@ -9,12 +9,16 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"os"
 	"os/exec"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/miekg/dns"
+
+	"github.com/sandboxapi/sandboxapi/egress/policy"
+	"github.com/sandboxapi/sandboxapi/internal/testenv"
 )
 
 func TestConnectAllowed(t *testing.T) {
@@ -51,6 +55,7 @@ func TestConnectHostile(t *testing.T) {
 		code     int
 		outcome  Outcome
 		reason   string
+		class    string // ReasonClass of the decision; derived from reason when empty
 	}{
 		{name: "loopback", target: hp("loopback.evil.test"), code: 403, outcome: OutcomeDeny, reason: "loopback"},
 		{name: "rest of loopback", target: hp("loopback2.evil.test"), code: 403, outcome: OutcomeDeny, reason: "loopback"},
@@ -133,8 +138,31 @@ func TestConnectHostile(t *testing.T) {
 			if d.Outcome != tt.outcome || !strings.Contains(d.Reason, tt.reason) {
 				t.Fatalf("decision = %s %q, want %s containing %q", d.Outcome, d.Reason, tt.outcome, tt.reason)
 			}
+			if want := hostileClass(tt.outcome, tt.reason, tt.class); ReasonClass(d) != want {
+				t.Fatalf("ReasonClass(%q) = %s, want %s", d.Reason, ReasonClass(d), want)
+			}
 		})
 	}
+}
+
+// hostileClass is the metrics class a hostile case's decision must get.
+func hostileClass(o Outcome, reason, class string) string {
+	switch {
+	case class != "":
+		return class
+	case o == OutcomeAllow:
+		return "allowed"
+	case reason == "not in allowed_domains":
+		return "not_allowed"
+	case reason == "resolver failure" || reason == "CNAME chain too long":
+		return "resolver_failure"
+	case reason == "no addresses" || reason == "does not exist":
+		return "unresolvable"
+	case map[string]bool{"single-label": true, "numeric host": true, "IP literal": true, "bracketed": true, "missing port": true, "empty label": true}[reason],
+		strings.HasPrefix(reason, "port "):
+		return "bad_target"
+	}
+	return "forbidden_address"
 }
 
 func TestConnectToProxyItself(t *testing.T) {
@@ -154,6 +182,66 @@ func TestConnectToProxyItself(t *testing.T) {
 	code, _ := rawConnect(t, s, s.SandboxAddr, fmt.Sprintf("selfproxy.evil.test:%d", f.httpsAP.Port()))
 	if d := lastDecision(t, p, s.ID); code != 403 || d.Reason != "resolved to forbidden address (proxy's own address)" {
 		t.Fatalf("CONNECT to proxy itself: %d %+v", code, d)
+	}
+}
+
+// The sandbox pools are never dialled: from the host namespace their
+// addresses are other sessions' sandboxes, whatever extra_allowed_cidrs says.
+func TestConnectToSandboxPool(t *testing.T) {
+	t.Parallel()
+	f := sharedFakeNet(t)
+	target := fmt.Sprintf("othersandbox.evil.test:%d", f.httpsAP.Port()) // resolves to 127.1.249.2
+	tests := []struct {
+		name     string
+		pool     string   // Config.Network.Pool
+		extra    []string // added to extra_allowed_cidrs
+		reserved []string // Options.Reserved
+		wantErr  bool     // NewProxy refuses the config
+		reason   string
+	}{
+		{name: "session pool, no extra", pool: "127.1.249.0/24", reason: policy.ReasonSandboxNetwork},
+		{name: "session pool under extra", pool: "127.1.249.0/24", extra: []string{"127.1.0.0/16"}, wantErr: true},
+		{name: "reserved pool under extra", extra: []string{"127.1.249.0/24"}, reserved: []string{"127.1.249.0/24"}, reason: policy.ReasonSandboxNetwork},
+		{name: "reserved bigger than extra", extra: []string{"127.1.249.0/30"}, reserved: []string{"127.1.0.0/16"}, reason: policy.ReasonSandboxNetwork},
+		{name: "extra without reservation reaches it", extra: []string{"127.1.249.0/24"}, reason: ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			cfg := testConfig(f)
+			if tt.pool != "" {
+				cfg.Network.Pool = tt.pool
+			}
+			cfg.ExtraAllowedCIDRs = append(cfg.ExtraAllowedCIDRs, tt.extra...)
+			var opts Options
+			for _, r := range tt.reserved {
+				opts.Reserved = append(opts.Reserved, netip.MustParsePrefix(r))
+			}
+			p, err := NewProxy(cfg, opts)
+			if tt.wantErr {
+				if !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), "overlaps network.pool") {
+					t.Fatalf("NewProxy = %v, want the overlap refused", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { p.Stop(context.Background()) })
+			s := addSession(t, p)
+			code, _ := rawConnect(t, s, s.SandboxAddr, target)
+			d := lastDecision(t, p, s.ID)
+			if tt.reason == "" {
+				// Nothing listens there: the dial fails, but it was attempted.
+				if d.Outcome == OutcomeDeny || !strings.HasPrefix(d.Reason, reasonDialing) {
+					t.Fatalf("CONNECT: %d %+v, want a dial attempt", code, d)
+				}
+				return
+			}
+			if code != 403 || d.Reason != reasonForbiddenAddr+" ("+tt.reason+")" || ReasonClass(d) != "forbidden_address" {
+				t.Fatalf("CONNECT: %d %+v", code, d)
+			}
+		})
 	}
 }
 
@@ -199,7 +287,7 @@ func TestPlainHTTPDenied(t *testing.T) {
 	if resp.StatusCode != http.StatusForbidden {
 		t.Fatalf("status %d", resp.StatusCode)
 	}
-	if d := lastDecision(t, p, s.ID); d.Mode != ModePlainHTTP || d.Outcome != OutcomeDeny {
+	if d := lastDecision(t, p, s.ID); d.Mode != ModePlainHTTP || d.Outcome != OutcomeDeny || ReasonClass(d) != "plain_http" {
 		t.Fatalf("decision %+v", d)
 	}
 	// A non-proxy request (relative path) is refused too.
@@ -224,8 +312,8 @@ func TestSNIMismatch(t *testing.T) {
 	if err := tc.Handshake(); err == nil {
 		t.Fatal("handshake with mismatched SNI succeeded")
 	}
-	if d := lastDecision(t, p, s.ID); d.Outcome != OutcomeDeny || !strings.Contains(d.Reason, ReasonSNIMismatch) {
-		t.Fatalf("decision %+v", d)
+	if d := lastDecision(t, p, s.ID); d.Outcome != OutcomeDeny || !strings.Contains(d.Reason, ReasonSNIMismatch) || ReasonClass(d) != "sni_mismatch" {
+		t.Fatalf("decision %+v (class %s)", d, ReasonClass(d))
 	}
 	// Not TLS at all.
 	code, c = rawConnect(t, s, s.SandboxAddr, fmt.Sprintf("ok.example.com:%d", f.httpsAP.Port()))
@@ -236,8 +324,8 @@ func TestSNIMismatch(t *testing.T) {
 	if _, err := c.Read(make([]byte, 1)); err == nil {
 		t.Fatal("plain bytes in tunnel got an answer")
 	}
-	if d := lastDecision(t, p, s.ID); d.Outcome != OutcomeDeny || !strings.Contains(d.Reason, ReasonNotTLS) {
-		t.Fatalf("decision %+v", d)
+	if d := lastDecision(t, p, s.ID); d.Outcome != OutcomeDeny || !strings.Contains(d.Reason, ReasonNotTLS) || ReasonClass(d) != "not_tls" {
+		t.Fatalf("decision %+v (class %s)", d, ReasonClass(d))
 	}
 }
 
@@ -252,8 +340,8 @@ func TestAnotherSessionsTraffic(t *testing.T) {
 	if code != 403 {
 		t.Fatalf("status %d", code)
 	}
-	if d := lastDecision(t, p, b.ID); d.Outcome != OutcomeDeny || !strings.Contains(d.Reason, ErrWrongSourceAddr.Error()) {
-		t.Fatalf("decision %+v", d)
+	if d := lastDecision(t, p, b.ID); d.Outcome != OutcomeDeny || !strings.Contains(d.Reason, ErrWrongSourceAddr.Error()) || ReasonClass(d) != "unknown_session" {
+		t.Fatalf("decision %+v (class %s)", d, ReasonClass(d))
 	}
 	if ds := p.Decisions(a.ID); len(ds) != 0 {
 		t.Fatalf("session a has decisions %+v", ds)
@@ -286,15 +374,13 @@ func TestIdleTunnelClosed(t *testing.T) {
 	start := time.Now()
 	tc.SetReadDeadline(time.Now().Add(5 * time.Second))
 	_, err := tc.Read(make([]byte, 1))
-	if err == nil || errors.Is(err, errTimeout) || time.Since(start) > 3*time.Second {
+	if err == nil || errors.Is(err, os.ErrDeadlineExceeded) || time.Since(start) > 3*time.Second {
 		t.Fatalf("idle tunnel not closed: %v after %v", err, time.Since(start))
 	}
 	if d := lastDecision(t, p, s.ID); d.Outcome != OutcomeAllow || d.Duration < 300*time.Millisecond {
 		t.Fatalf("decision %+v", d)
 	}
 }
-
-var errTimeout = errors.New("timeout") // placeholder for readability
 
 func TestTunnelLimit(t *testing.T) {
 	t.Parallel()
@@ -318,7 +404,7 @@ func TestTunnelLimit(t *testing.T) {
 	if code != http.StatusTooManyRequests {
 		t.Fatalf("third tunnel: status %d", code)
 	}
-	if d := lastDecision(t, p, s.ID); d.Reason != ReasonTunnelLimit {
+	if d := lastDecision(t, p, s.ID); d.Reason != ReasonTunnelLimit || ReasonClass(d) != "tunnel_limit" {
 		t.Fatalf("decision %+v", d)
 	}
 }
@@ -381,7 +467,7 @@ func TestTransparentAndDNS(t *testing.T) {
 	if _, err := get("ok.example.com"); err == nil {
 		t.Fatal("transparent to non-allowed name succeeded")
 	}
-	if d := lastDecision(t, p, s.ID); d.Outcome != OutcomeDeny || d.Reason != "host not in allowed_domains" {
+	if d := lastDecision(t, p, s.ID); d.Outcome != OutcomeDeny || d.Reason != "host not in allowed_domains" || ReasonClass(d) != "not_allowed" {
 		t.Fatalf("decision %+v", d)
 	}
 }
@@ -416,7 +502,7 @@ func TestStopClosesTunnels(t *testing.T) {
 func TestCurlThroughProxy(t *testing.T) {
 	t.Parallel()
 	if _, err := exec.LookPath("curl"); err != nil {
-		t.Skip("curl not installed")
+		testenv.Skip(t, "curl not installed (setup installs it): %v", err)
 	}
 	f := sharedFakeNet(t)
 	p := newTestProxy(t, testConfig(f))

@@ -62,6 +62,7 @@ func (p *Proxy) handleConnect(req *http.Request, client net.Conn, _ *goproxy.Pro
 		return
 	}
 	defer release()
+	settlePending(client)
 
 	hp, err := policy.ParseHostPort(req.RequestURI, p.cfg.AllowedPorts)
 	if err != nil {
@@ -169,6 +170,7 @@ func (p *Proxy) handleTransparent(s *session, client net.Conn) {
 		return
 	}
 	defer release()
+	settlePending(client)
 	sni, hello, err := peekClientHello(client, p.cfg.HandshakeTimeout)
 	if err != nil || sni == "" {
 		why := ReasonNoSNI
@@ -222,7 +224,9 @@ func (p *Proxy) startDNS(ctx context.Context, s *session) error {
 	}
 	s.ep.DNS = netip.AddrPortFrom(s.HostAddr, uint16(port))
 	h := dns.HandlerFunc(func(w dns.ResponseWriter, r *dns.Msg) { p.answerDNS(s, w, r) })
-	for _, srv := range []*dns.Server{{PacketConn: pc, Handler: h}, {Listener: tl, Handler: h}} {
+	// DNS over TCP connections are never settled: the cap bounds them all.
+	capped := newPendingListener(tl, p.cfg.MaxPendingPerSession, nil)
+	for _, srv := range []*dns.Server{{PacketConn: pc, Handler: h}, {Listener: capped, Handler: h}} {
 		started := make(chan struct{})
 		srv.NotifyStartedFunc = func() { close(started) }
 		s.closers = append(s.closers, dnsCloser{srv})

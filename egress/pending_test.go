@@ -1,0 +1,197 @@
+package egress
+
+import (
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// refusedAtOnce dials ep from src and reports whether the connection was
+// closed within d without a byte: the reset may already fail the dial.
+func refusedAtOnce(t *testing.T, src netip.Addr, ep netip.AddrPort, d time.Duration) (bool, error) {
+	t.Helper()
+	dl := net.Dialer{LocalAddr: net.TCPAddrFromAddrPort(netip.AddrPortFrom(src, 0)), Timeout: 2 * time.Second}
+	c, err := dl.Dial("tcp", ep.String())
+	if err != nil {
+		return errors.Is(err, syscall.ECONNRESET), err
+	}
+	defer c.Close()
+	return closedAtOnce(c, d)
+}
+
+// closedAtOnce reports whether the peer closed c within d without sending
+// anything, and how it ended.
+func closedAtOnce(c net.Conn, d time.Duration) (bool, error) {
+	c.SetReadDeadline(time.Now().Add(d))
+	defer c.SetReadDeadline(time.Time{})
+	_, err := c.Read(make([]byte, 1))
+	return err != nil && !errors.Is(err, os.ErrDeadlineExceeded), err
+}
+
+func TestPendingLimit(t *testing.T) {
+	t.Parallel()
+	f := sharedFakeNet(t)
+	cfg := testConfig(f)
+	cfg.MaxPendingPerSession = 3
+	cfg.MaxTunnelsPerSession = 8
+	cfg.HandshakeTimeout = 20 * time.Second // idle sockets outlive the test unless refused
+	p := newTestProxy(t, cfg)
+	s := addSession(t, p, "*.example.com")
+	target := fmt.Sprintf("ok.example.com:%d", f.httpsAP.Port())
+
+	// Established tunnels hold tunnel slots, not pending ones.
+	for i := range 3 {
+		code, c := rawConnect(t, s, s.SandboxAddr, target)
+		if code != 200 {
+			t.Fatalf("tunnel %d: status %d", i, code)
+		}
+		if err := tls.Client(c, &tls.Config{ServerName: "ok.example.com", RootCAs: f.roots}).Handshake(); err != nil {
+			t.Fatalf("tunnel %d: %v", i, err)
+		}
+	}
+
+	tests := []struct {
+		name string
+		ep   netip.AddrPort
+		mode Mode // decision recorded for a refusal; "" for DNS
+	}{
+		{name: "connect", ep: s.ep.Connect, mode: ModeConnect},
+		{name: "dns over tcp", ep: s.ep.DNS},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			idle := make([]net.Conn, 3)
+			for i := range idle {
+				idle[i] = dialFrom(t, s.SandboxAddr, tt.ep)
+			}
+			start := time.Now()
+			if ok, err := refusedAtOnce(t, s.SandboxAddr, tt.ep, time.Second); !ok {
+				t.Fatalf("connection past the cap not closed at once: %v", err)
+			}
+			t.Logf("connection past the cap closed after %v", time.Since(start))
+			for i, c := range idle {
+				if ok, err := closedAtOnce(c, 100*time.Millisecond); ok {
+					t.Fatalf("pending connection %d within the cap closed: %v", i, err)
+				}
+			}
+			if tt.mode != "" {
+				if d := lastDecision(t, p, s.ID); d.Outcome != OutcomeDeny || d.Reason != ReasonPendingLimit || d.Mode != tt.mode || ReasonClass(d) != "pending_limit" {
+					t.Fatalf("decision %+v (class %s)", d, ReasonClass(d))
+				}
+			}
+			// Once the pending ones go, new connections are served again.
+			for _, c := range idle {
+				c.Close()
+			}
+			deadline := time.Now().Add(3 * time.Second)
+			for {
+				if ok, _ := refusedAtOnce(t, s.SandboxAddr, tt.ep, 200*time.Millisecond); !ok {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatal("still refused after the pending connections closed")
+				}
+			}
+		})
+	}
+
+	// A full CONNECT works again, and the pending count went back to zero.
+	code, c := rawConnect(t, s, s.SandboxAddr, target)
+	if code != 200 {
+		t.Fatalf("CONNECT after the pending ones closed: status %d", code)
+	}
+	if err := tls.Client(c, &tls.Config{ServerName: "ok.example.com", RootCAs: f.roots}).Handshake(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// The transparent port takes a tunnel slot on accept, before waiting for
+// the ClientHello, so idle sockets there are bounded by the tunnel limit.
+func TestTransparentIdleSocketsBounded(t *testing.T) {
+	t.Parallel()
+	f := sharedFakeNet(t)
+	cfg := testConfig(f)
+	cfg.MaxTunnelsPerSession = 2
+	cfg.MaxPendingPerSession = 1 // settled at once: does not bite
+	cfg.HandshakeTimeout = 20 * time.Second
+	p := newTestProxy(t, cfg)
+	s := addSession(t, p)
+	a, b := dialFrom(t, s.SandboxAddr, s.ep.Transparent), dialFrom(t, s.SandboxAddr, s.ep.Transparent)
+	time.Sleep(100 * time.Millisecond) // let both take their slots
+	if ok, err := refusedAtOnce(t, s.SandboxAddr, s.ep.Transparent, time.Second); !ok {
+		t.Fatalf("third idle transparent socket not closed: %v", err)
+	}
+	for _, c := range []net.Conn{a, b} {
+		if ok, err := closedAtOnce(c, 100*time.Millisecond); ok {
+			t.Fatalf("idle socket within the limit closed: %v", err)
+		}
+	}
+	if d := lastDecision(t, p, s.ID); d.Reason != ReasonTunnelLimit || d.Mode != ModeTransparent {
+		t.Fatalf("decision %+v", d)
+	}
+}
+
+// pendingListener on its own: the count follows accept, settle and close.
+func TestPendingListenerCount(t *testing.T) {
+	t.Parallel()
+	raw, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+	refused := make(chan struct{}, 8)
+	ln := newPendingListener(raw, 2, func(net.Conn) { refused <- struct{}{} })
+	accepted := make(chan net.Conn, 8)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			accepted <- c
+		}
+	}()
+	dial := func() net.Conn {
+		c, err := net.Dial("tcp", raw.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	dial()
+	dial()
+	s1, s2 := <-accepted, <-accepted
+	if n := ln.pending(); n != 2 {
+		t.Fatalf("pending = %d, want 2", n)
+	}
+	dial()
+	select {
+	case <-refused:
+	case <-time.After(2 * time.Second):
+		t.Fatal("third connection not refused")
+	}
+	settlePending(&prefixedConn{Conn: s1}) // settled through a wrapper
+	settlePending(s1)                      // idempotent
+	if n := ln.pending(); n != 1 {
+		t.Fatalf("pending after settle = %d, want 1", n)
+	}
+	dial()
+	s3 := <-accepted
+	s2.Close()
+	s2.Close()
+	s1.Close() // settled already: no second decrement
+	if n := ln.pending(); n != 1 {
+		t.Fatalf("pending after closes = %d, want 1 (s3)", n)
+	}
+	s3.Close()
+	if n := ln.pending(); n != 0 {
+		t.Fatalf("pending = %d, want 0", n)
+	}
+}
