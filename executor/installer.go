@@ -103,12 +103,11 @@ func (e *Executor) RunJob(ctx context.Context, job Job) (Result, error) {
 	for _, f := range job.Files {
 		files = append(files, guest.File{Path: f.Path, Content: f.Content})
 	}
-	cwd := "/tmp"
-	if home != "" {
-		cwd = HomeDir
-	}
+	// The job starts in its own private folder under the sandbox's /tmp,
+	// never in the session's home: a program that imports from its working
+	// folder (python -m, node) must not pick up what the session wrote.
 	greq := &guest.Request{
-		Files: files, Argv: job.Argv, Env: job.Env, Cwd: cwd,
+		Files: files, Argv: job.Argv, Env: job.Env, Cwd: "{dir}",
 		UID: SandboxUID, GID: SandboxUID, TimeoutMS: job.Timeout.Milliseconds(),
 		MemoryBytes: e.cfg.MemoryBytes, MaxProcs: uint64(e.cfg.Pids),
 	}

@@ -3,6 +3,12 @@
 # reaches only the mirror. It stages every package, then swaps the live
 # folder (a symlink to a generation folder) in one rename: all or nothing,
 # also when it is killed midway (leftovers are removed by the next run).
+#
+# Nothing the session wrote may run here: the installer is started with
+# python3 -I (no cwd, user site or PYTHON* variables; main checks that no
+# path of the home is importable), works in a private folder under the
+# sandbox's own /tmp, and runs pip the same way with an explicit, minimal
+# environment and no pip configuration but the rootfs' own.
 import base64
 import hashlib
 import json
@@ -12,6 +18,7 @@ import stat
 import subprocess
 import sys
 import tarfile
+import tempfile
 import time
 import urllib.request
 
@@ -33,16 +40,48 @@ def current_target(live):
     return None
 
 
+def restore_moved_aside():
+    # commit() moves a real live folder (made by the user) to
+    # STORE/old-MANAGER-hex and then renames the new link over its place.
+    # An installer killed in between leaves the live path empty: put the
+    # user's folder back. Once the link is in place the folder's content is
+    # in the live generation (commit copied it), so the moved copy can go.
+    # Anything else (live path taken by something not ours) keeps both.
+    for e in sorted(os.listdir(STORE)):
+        mgr = e[len("old-"):].split("-", 1)[0] if e.startswith("old-") else None
+        if mgr not in LIVE:
+            continue
+        p, live = os.path.join(STORE, e), LIVE[mgr]
+        if os.path.islink(p) or not os.path.isdir(p):
+            continue
+        if not os.path.lexists(live):
+            os.rename(p, live)
+        elif current_target(live):
+            shutil.rmtree(p, ignore_errors=True)
+
+
 def clean_leftovers():
+    restore_moved_aside()
     keep = {current_target(l) for l in LIVE.values()}
     for e in os.listdir(STORE):
         p = os.path.join(STORE, e)
         if p in keep:
             continue
+        if e.startswith("old-"):
+            continue  # a user's folder restore_moved_aside could not place
         if os.path.isdir(p) and not os.path.islink(p):
             shutil.rmtree(p, ignore_errors=True)
         else:
             os.unlink(p)
+    # Links made for a commit that never happened.
+    for live in LIVE.values():
+        d = os.path.dirname(live)
+        if not os.path.isdir(d):
+            continue
+        for e in os.listdir(d):
+            p = os.path.join(d, e)
+            if e.startswith(".link-") and os.path.islink(p) and os.path.dirname(os.path.realpath(p)) == STORE:
+                os.unlink(p)
 
 
 def new_dir(prefix):
@@ -114,25 +153,34 @@ def extract_npm(data, dest, limits):
                     left -= len(chunk)
 
 
-def stage_pip(job, stage):
-    req = os.path.join(STORE, "requirements-" + os.urandom(4).hex() + ".txt")
-    with open(req, "w") as f:
-        for p in job["packages"]:
-            f.write("%s==%s --hash=sha256:%s\n" % (p["name"], p["version"], p["sha256"]))
-    tmp = new_dir("tmp-")
-    env = {
-        "PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": tmp, "LANG": "C.UTF-8", "TMPDIR": tmp,
-        "PIP_CONFIG_FILE": "/dev/null", "PIP_NO_INPUT": "1", "PIP_DISABLE_PIP_VERSION_CHECK": "1",
-        "PYTHONDONTWRITEBYTECODE": "1", "PYTHONNOUSERSITE": "1",
-    }
-    argv = [sys.executable, "-m", "pip", "install", "--isolated", "--no-input",
+def pip_argv(job, stage, req):
+    """The whole pip command line: wheels only, no dependencies, the hashes
+    the mirror recorded, the mirror's index and nothing else."""
+    return [sys.executable, "-I", "-B", "-m", "pip", "install", "--isolated", "--no-input",
             "--only-binary=:all:", "--no-deps", "--no-build-isolation", "--require-hashes",
-            "--no-cache-dir", "--no-compile", "--progress-bar", "off",
+            "--no-cache-dir", "--no-compile", "--progress-bar", "off", "--disable-pip-version-check",
             "--index-url", job["index_url"], "--trusted-host", job["trusted_host"],
             "--target", stage, "-r", req]
-    r = subprocess.run(argv, env=env, stdin=subprocess.DEVNULL)
+
+
+def pip_env(work):
+    """pip's complete environment: nothing inherited, no configuration."""
+    return {
+        "PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": work, "LANG": "C.UTF-8", "TMPDIR": work,
+        "PIP_CONFIG_FILE": os.devnull, "PIP_NO_INPUT": "1", "PIP_DISABLE_PIP_VERSION_CHECK": "1",
+    }
+
+
+def requirements(job):
+    return "".join("%s==%s --hash=sha256:%s\n" % (p["name"], p["version"], p["sha256"]) for p in job["packages"])
+
+
+def stage_pip(job, stage, work):
+    req = os.path.join(work, "requirements.txt")
+    with open(req, "w") as f:
+        f.write(requirements(job))
+    r = subprocess.run(pip_argv(job, stage, req), env=pip_env(work), cwd=work, stdin=subprocess.DEVNULL)
     os.unlink(req)
-    shutil.rmtree(tmp, ignore_errors=True)
     if r.returncode != 0:
         fail("pip exited with %d" % r.returncode)
     # pip --target leaves scripts in bin/; keep only the packages.
@@ -189,19 +237,35 @@ def commit(job, stage, entries):
     os.symlink(os.path.relpath(gen, os.path.dirname(live)), link)
     if os.path.lexists(live) and not os.path.islink(live):
         # A real folder (made by the user): move it aside first.
-        os.rename(live, os.path.join(STORE, "old-" + os.urandom(4).hex()))
+        os.rename(live, os.path.join(STORE, "old-%s-%s" % (job["manager"], os.urandom(4).hex())))
+        if os.environ.get("SANDBOXAPI_INSTALL_DIE_AFTER_MOVE_ASIDE") == "1":
+            os.kill(os.getpid(), 9)
     os.rename(link, live)
+
+
+def check_isolated():
+    """Refuses to go on when anything of the home could be imported."""
+    if not sys.flags.isolated:
+        fail("must run as python3 -I")
+    home = os.path.realpath(HOME)
+    for p in sys.path:
+        rp = os.path.realpath(p or os.getcwd())
+        if rp == home or rp.startswith(home + os.sep):
+            fail("home on sys.path: %r" % p)
 
 
 def main():
     t0 = time.monotonic()
+    check_isolated()
     job = json.load(open(sys.argv[1]))
     os.umask(0o022)
+    work = tempfile.mkdtemp(prefix="installer-", dir="/tmp")
+    os.chdir(work)
     os.makedirs(STORE, 0o755, exist_ok=True)
     clean_leftovers()
     stage = new_dir("stage-")
     if job["manager"] == "pip":
-        entries = stage_pip(job, stage)
+        entries = stage_pip(job, stage, work)
     elif job["manager"] == "npm":
         entries = stage_npm(job, stage)
     else:

@@ -265,7 +265,8 @@ func (i *Installer) Install(ctx context.Context, owner, sessionID string, req sa
 		job.Packages = append(job.Packages, pkg{Name: p.a.Name, Version: p.a.Version, SHA256: p.a.SHA256, Integrity: p.a.Integrity, URLPath: p.a.URLPath, Size: p.a.Size})
 	}
 	jb, _ := json.Marshal(job)
-	env := []string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=/home/sandbox", "LANG=C.UTF-8", "TMPDIR=/tmp", "PIP_CONFIG_FILE=/dev/null", "PIP_NO_INPUT=1"}
+	// The installer's whole environment (install.py builds pip's own).
+	env := []string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=/tmp", "LANG=C.UTF-8", "TMPDIR=/tmp"}
 	if i.dieBeforeCommit {
 		env = append(env, "SANDBOXAPI_INSTALL_DIE_BEFORE_COMMIT=1")
 	}

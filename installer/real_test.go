@@ -285,3 +285,98 @@ func asRejected(err error, out **sandbox.RejectedError) bool {
 }
 
 func runCmd(name string, args ...string) error { return osexec.Command(name, args...).Run() }
+
+// plantHostile writes, from inside the session, everything a session user
+// could leave in the home to take over or redirect the installer's pip: a
+// "pip" package in the home folder (python -m pip run there would import
+// it), site and user customisation hooks, a .pth file in the user site,
+// and pip configuration in every per-user place pointing away from the
+// mirror. Each planted program writes a marker file when it runs.
+const plantHostile = `import os, site
+H = "/home/sandbox"
+# Hooks fire only in the installer's processes (install.py, pip): the
+# session's own python runs them too, as it should.
+hook = ("import os\nif any(w in open('/proc/self/cmdline', 'rb').read() for w in (b'install', b'pip')):\n"
+        "    open('/home/sandbox/PWNED-%s', 'w').write('ran')\n")
+fake_pip = hook % "pip" + "print('Successfully installed one-1.0'); raise SystemExit(0)\n"
+files = {
+    H + "/pip/__init__.py": "",
+    H + "/pip/__main__.py": fake_pip,
+    H + "/sitecustomize.py": hook % "sitecustomize",
+    H + "/usercustomize.py": hook % "usercustomize",
+    H + "/.local/python/sitecustomize.py": hook % "pythonpath",
+    site.getusersitepackages() + "/usercustomize.py": hook % "usersite",
+    site.getusersitepackages() + "/evil.pth": "import os; b'pip' in open('/proc/self/cmdline', 'rb').read() and open('/home/sandbox/PWNED-pth', 'w').write('ran')\n",
+    H + "/.config/pip/pip.conf": "[global]\nno-index = true\nindex-url = http://127.0.0.1:9/simple\nfind-links = /home/sandbox/wheels\n[install]\nno-deps = false\n",
+    H + "/.pip/pip.conf": "[global]\nno-index = true\nindex-url = http://127.0.0.1:9/simple\n",
+    H + "/.pydistutils.cfg": "[install]\nprefix = /home/sandbox/evil\n",
+    H + "/.profile": "export PIP_NO_INDEX=1 PIP_INDEX_URL=http://127.0.0.1:9/simple PYTHONPATH=/home/sandbox\n",
+}
+for p, body in files.items():
+    os.makedirs(os.path.dirname(p), exist_ok=True)
+    open(p, "w").write(body)
+print("planted", len(files))
+`
+
+// TestRealInstallerIgnoresTheHome: what a session planted in its home
+// neither runs inside the installer nor redirects pip; the install still
+// comes from the mirror.
+func TestRealInstallerIgnoresTheHome(t *testing.T) {
+	r := newRig(t)
+	ctx := context.Background()
+	r.addWheel(t, "one", "1.0")
+	id := r.session(t, "python3")
+	if res := r.run(t, id, plantHostile); !strings.HasPrefix(res.Stdout, "planted") {
+		t.Fatalf("planting: %+v", res)
+	}
+	if _, err := r.inst.Install(ctx, r.owner, id, sandbox.InstallRequest{Manager: "pip", Packages: []string{"one==1.0"}}, 0); err != nil {
+		t.Fatalf("install with a hostile home: %v", err)
+	}
+	// The session's own python still reads its home as usual (-I applies
+	// to the installer only); the marker check runs isolated to not fire
+	// the hooks itself.
+	res := r.run(t, id, `import subprocess, sys
+print(subprocess.run([sys.executable, "-I", "-c", "import glob; print(sorted(glob.glob('/home/sandbox/PWNED-*')))"], capture_output=True, text=True, cwd="/tmp").stdout.strip())`)
+	if strings.TrimSpace(res.Stdout) != "[]" {
+		t.Fatalf("planted code ran in the installer: %+v", res)
+	}
+	res = r.run(t, id, `import subprocess, sys
+print(subprocess.run([sys.executable, "-I", "-c", "import sys; sys.path.insert(0, '/home/sandbox/.local/python'); import one; print(one.VERSION, one.__file__)"], capture_output=True, text=True, cwd="/tmp").stdout.strip())`)
+	if !strings.HasPrefix(strings.TrimSpace(res.Stdout), "1.0 /home/sandbox/.local/python/one") {
+		t.Fatalf("package not installed from the mirror: %+v", res)
+	}
+}
+
+// wrongHash is a catalog whose recorded sha256 for one package is wrong.
+type wrongHash struct {
+	Catalog
+	name string
+}
+
+func (w wrongHash) Lookup(ctx context.Context, m Manager, name, version string) (Artifact, error) {
+	a, err := w.Catalog.Lookup(ctx, m, name, version)
+	if err == nil && name == w.name {
+		a.SHA256 = strings.Repeat("0", 64)
+	}
+	return a, err
+}
+
+// TestRealWrongRecordedHash: pip checks the served wheel against the hash
+// the catalog recorded; a mismatch fails the whole install and leaves
+// nothing installed (also not the package whose hash was right).
+func TestRealWrongRecordedHash(t *testing.T) {
+	r := newRig(t)
+	ctx := context.Background()
+	r.addWheel(t, "one", "1.0")
+	r.addWheel(t, "two", "1.0")
+	r.inst.catalog = wrongHash{Catalog: r.inst.catalog, name: "two"}
+	id := r.session(t, "python3")
+	_, err := r.inst.Install(ctx, r.owner, id, sandbox.InstallRequest{Manager: "pip", Packages: []string{"one==1.0", "two==1.0"}}, 0)
+	if !errors.Is(err, sandbox.ErrInstallFailed) {
+		t.Fatalf("install with a wrong recorded hash: %v", err)
+	}
+	res := r.run(t, id, "import os, importlib.util as u; print(u.find_spec('one') is None, u.find_spec('two') is None, os.path.exists('/home/sandbox/.local/python'))")
+	if strings.TrimSpace(res.Stdout) != "True True False" {
+		t.Fatalf("something was installed: %+v", res)
+	}
+}
