@@ -28,8 +28,9 @@ type fakeSandboxes struct {
 	// noNetwork makes sessions with network fail as on a server without
 	// egress.
 	noNetwork bool
-	// execErr, if set, is what every execution returns (with no result).
-	execErr error
+	// execErr, if set, is what every execution returns (with no result);
+	// createErr likewise for session creates.
+	execErr, createErr error
 	// execs records every execution request received, in order.
 	execs []sandbox.ExecRequest
 }
@@ -67,6 +68,9 @@ func (f *fakeSandboxes) CreateSession(ctx context.Context, spec sandbox.SessionS
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if f.createErr != nil {
+		return sandbox.Session{}, f.createErr
+	}
 	f.next++
 	ttl := spec.IdleTTL
 	if ttl == 0 {

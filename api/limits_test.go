@@ -1,9 +1,14 @@
 package api
 
 import (
+	"encoding/json"
+	"fmt"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sandboxapi/sandboxapi/internal/sandbox"
 )
 
 // TestExecuteTimeoutStaysUnderPlanCap checks the timeout each execute
@@ -125,6 +130,59 @@ func TestLoadPlansRejectsBadMemory(t *testing.T) {
 			_, err := LoadPlans([]byte(doc))
 			if (err == nil) != tc.ok {
 				t.Fatalf("memory_mb %s: err = %v, want ok %v", tc.memory, err, tc.ok)
+			}
+		})
+	}
+}
+
+// TestHostCapacityAnswers503 checks the reply when the executor has no
+// sandbox left: 503, code no_capacity, Retry-After, the JSON error body,
+// on every route that starts a sandbox, streamed or not.
+func TestHostCapacityAnswers503(t *testing.T) {
+	t.Parallel()
+	full := fmt.Errorf("starting sandbox: %w", sandbox.ErrCapacity)
+	cases := []struct {
+		name, path, body string
+		session          bool // path holds {sid}, a session made before the host fills
+	}{
+		{name: "stateless execute", path: "/v1/execute", body: `{"language":"python3","code":"print(1)"}`},
+		{name: "stateless stream", path: "/v1/execute", body: `{"language":"python3","code":"print(1)","stream":true}`},
+		{name: "session create", path: "/v1/sessions", body: `{"language":"python3"}`},
+		{name: "session execute", path: "/v1/sessions/{sid}/execute", body: `{"code":"print(1)"}`, session: true},
+		{name: "session stream", path: "/v1/sessions/{sid}/execute", body: `{"code":"print(1)","stream":true}`, session: true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			srv, sb := newFakeServer(t)
+			h := map[string]string{"X-API-Key": "key-PRO"}
+			path := tc.path
+			if tc.session {
+				rec := send(t, srv, "POST", "/v1/sessions", `{"language":"python3"}`, h)
+				if rec.Code != 201 {
+					t.Fatalf("session: %d %s", rec.Code, rec.Body)
+				}
+				path = strings.ReplaceAll(path, "{sid}", strings.Split(strings.Split(rec.Body.String(), `"id":"`)[1], `"`)[0])
+			}
+			sb.mu.Lock()
+			sb.execErr, sb.createErr = full, full
+			sb.mu.Unlock()
+			rec := send(t, srv, "POST", path, tc.body, h)
+			if rec.Code != http.StatusServiceUnavailable {
+				t.Fatalf("status %d, want 503: %s", rec.Code, rec.Body)
+			}
+			if ra := rec.Header().Get("Retry-After"); ra == "" || strings.Trim(ra, "0123456789") != "" || ra == "0" {
+				t.Errorf("Retry-After %q, want a positive number of seconds", ra)
+			}
+			if ct := rec.Header().Get("Content-Type"); ct != "application/json" {
+				t.Errorf("Content-Type %q", ct)
+			}
+			var body errorBody
+			if err := json.Unmarshal(rec.Body.Bytes(), &body); err != nil {
+				t.Fatalf("body: %v: %s", err, rec.Body)
+			}
+			if body.Error.Code != "no_capacity" || body.Error.RequestID == "" {
+				t.Errorf("error body %+v, want code no_capacity and a request id", body.Error)
 			}
 		})
 	}
