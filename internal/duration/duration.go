@@ -3,7 +3,11 @@
 package duration
 
 import (
+	"errors"
 	"fmt"
+	"math"
+	"strconv"
+	"strings"
 	"time"
 
 	"gopkg.in/yaml.v3"
@@ -13,21 +17,57 @@ import (
 // YAML and writes the Go form.
 type Duration time.Duration
 
-// UnmarshalYAML accepts Go duration strings and plain integers (seconds).
+// Parse errors.
+var (
+	ErrNegative = errors.New("duration is negative")
+	ErrTooLong  = errors.New("duration is too long")
+	ErrSyntax   = errors.New("not a duration (like 30s or 5m)")
+)
+
+// MaxSeconds is the largest plain number of seconds Parse accepts: more
+// would overflow time.Duration (about 292 years).
+const MaxSeconds = int64(math.MaxInt64 / int64(time.Second))
+
+// Parse reads a Go duration string ("1m30s") or a plain integer number of
+// seconds. Negative values and values past time.Duration's range are
+// errors (wrapping ErrNegative, ErrTooLong or ErrSyntax), never a wrapped
+// or negative result.
+func Parse(s string) (time.Duration, error) {
+	s = strings.TrimSpace(s)
+	if secs, err := strconv.ParseInt(s, 10, 64); err == nil {
+		switch {
+		case secs < 0:
+			return 0, fmt.Errorf("%q: %w", s, ErrNegative)
+		case secs > MaxSeconds:
+			return 0, fmt.Errorf("%q seconds: %w (at most %d)", s, ErrTooLong, MaxSeconds)
+		}
+		return time.Duration(secs) * time.Second, nil
+	} else if errors.Is(err, strconv.ErrRange) {
+		if strings.HasPrefix(s, "-") {
+			return 0, fmt.Errorf("%q: %w", s, ErrNegative)
+		}
+		return 0, fmt.Errorf("%q seconds: %w (at most %d)", s, ErrTooLong, MaxSeconds)
+	}
+	v, err := time.ParseDuration(s) // refuses values past its range too
+	if err != nil {
+		return 0, fmt.Errorf("%q: %w", s, ErrSyntax)
+	}
+	if v < 0 {
+		return 0, fmt.Errorf("%q: %w", s, ErrNegative)
+	}
+	return v, nil
+}
+
+// UnmarshalYAML accepts what Parse accepts.
 func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
-	var s string
-	if err := n.Decode(&s); err != nil {
-		return err
+	if n.Kind != yaml.ScalarNode {
+		return fmt.Errorf("line %d: %w", n.Line, ErrSyntax)
 	}
-	if v, err := time.ParseDuration(s); err == nil {
-		*d = Duration(v)
-		return nil
+	v, err := Parse(n.Value)
+	if err != nil {
+		return fmt.Errorf("line %d: %w", n.Line, err)
 	}
-	var secs int64
-	if err := n.Decode(&secs); err != nil {
-		return fmt.Errorf("line %d: %q is not a duration (like 30s or 5m)", n.Line, s)
-	}
-	*d = Duration(time.Duration(secs) * time.Second)
+	*d = Duration(v)
 	return nil
 }
 
