@@ -223,6 +223,7 @@ func checkIntegrity(data []byte, integrity, shasum string) error {
 // the upstream index promised: nothing is stored, but an operator must be
 // able to see that it happened (a tampered mirror or a man in the middle).
 func (m *Mirror) auditUpstreamMismatch(ctx context.Context, a Artifact, reason string) {
+	a.OSVSnapshot = m.loadedSnapshot(ctx)
 	if err := m.audit(ctx, m.entry(AuditRefusal, a, "upstream mismatch: "+reason)); err != nil {
 		m.log.Error("recording upstream mismatch", "filename", a.Filename, "err", err)
 	}

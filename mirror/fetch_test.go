@@ -133,8 +133,10 @@ func TestAddNPMRecordedFixture(t *testing.T) {
 		t.Errorf("integrity mismatch err = %v", err)
 	}
 	// and the operator can see it happened.
-	if log, _ := m2.Audit(ctx, 10); len(log) == 0 || log[0].Event != AuditRefusal || !strings.Contains(log[0].Reason, "upstream mismatch") {
-		t.Errorf("integrity mismatch not audited: %+v", log)
+	st2, _ := m2.OSVStatus(ctx)
+	if log, _ := m2.Audit(ctx, 10); len(log) == 0 || log[0].Event != AuditRefusal || !strings.Contains(log[0].Reason, "upstream mismatch") ||
+		log[0].OSVSnapshot == "" || log[0].OSVSnapshot != st2.SnapshotID {
+		t.Errorf("integrity mismatch not audited with snapshot %s: %+v", st2.SnapshotID, log)
 	}
 }
 

@@ -150,11 +150,16 @@ func (m *Mirror) admit(ctx context.Context, c candidate, accept []string) (Artif
 		}
 		return a, &RefusedError{Filename: a.Filename, Reasons: reasons, Advisories: advisories}
 	}
-	if c.problem != nil {
-		return refuse([]string{c.problem.Error()}, nil)
+	// Every outcome, refusals for archive problems included, names the
+	// snapshot loaded at the time (none when no database is readable).
+	db, dbErr := m.osvDB(ctx)
+	if dbErr == nil {
+		a.OSVSnapshot = db.Snapshot().ID
 	}
 	// A file name stays bound to its bytes while it is served (or held in
-	// quarantine); replacing it needs an explicit remove first.
+	// quarantine); replacing it needs an explicit remove first. This comes
+	// first so that a refused file cannot overwrite the row of an admitted
+	// one with the same name.
 	prev, err := m.queryArtifacts(ctx, `WHERE manager=? AND name_key=? AND filename=? AND status IN ('admitted','quarantined') AND sha256!=?`,
 		string(a.Manager), NormalizeName(a.Manager, a.Name), a.Filename, a.SHA256)
 	if err != nil {
@@ -162,33 +167,44 @@ func (m *Mirror) admit(ctx context.Context, c candidate, accept []string) (Artif
 	}
 	if len(prev) > 0 {
 		reason := fmt.Sprintf("%s is already %s with different content (sha256 %s); remove it first", a.Filename, prev[0].Status, prev[0].SHA256)
+		if c.problem != nil {
+			reason += "; it is also refused: " + c.problem.Error()
+		}
 		a.Status, a.Reasons = StatusRefused, []string{reason}
 		if err := m.audit(ctx, m.entry(AuditRefusal, a, reason)); err != nil {
 			return a, err
 		}
 		return a, &RefusedError{Filename: a.Filename, Reasons: a.Reasons}
 	}
-	db, err := m.osvDB(ctx)
-	if err != nil {
+	if c.problem != nil {
+		return refuse([]string{c.problem.Error()}, nil)
+	}
+	if dbErr != nil {
 		return refuse([]string{"osv database unavailable: nothing is admitted until one is imported"}, nil)
 	}
-	a.OSVSnapshot = db.Snapshot().ID
 	found, err := db.Match(a.Manager.Ecosystem(), a.Name, a.Version)
 	if err != nil {
 		return refuse([]string{fmt.Sprintf("osv check failed: %v", err)}, nil)
 	}
 	ids := findingIDs(found)
-	exception := false
-	if len(ids) > 0 {
-		if !slices.Equal(ids, a.Accepted) {
-			reasons := []string{"affected by " + describe(found)}
-			if len(a.Accepted) > 0 {
-				reasons = append(reasons, fmt.Sprintf("accepted ids [%s] are not exactly the matched ids [%s]", strings.Join(a.Accepted, " "), strings.Join(ids, " ")))
-			}
-			return refuse(reasons, ids)
+	// An exception names exactly the advisories that match now: ids
+	// accepted in advance (matching nothing yet) would silently cover a
+	// future advisory.
+	if !slices.Equal(ids, a.Accepted) {
+		var reasons []string
+		if len(ids) > 0 {
+			reasons = append(reasons, "affected by "+describe(found))
 		}
-		exception = true
+		switch {
+		case len(ids) == 0:
+			reasons = append(reasons, fmt.Sprintf("accepted ids [%s] match no advisory affecting %s %s in osv snapshot %s: only matching advisories can be accepted",
+				strings.Join(a.Accepted, " "), a.Name, a.Version, a.OSVSnapshot))
+		case len(a.Accepted) > 0:
+			reasons = append(reasons, fmt.Sprintf("accepted ids [%s] are not exactly the matched ids [%s]", strings.Join(a.Accepted, " "), strings.Join(ids, " ")))
+		}
+		return refuse(reasons, ids)
 	}
+	exception := len(ids) > 0
 	if err := m.blobs.put(c.blob, a.SHA256); err != nil {
 		return a, err
 	}

@@ -1,6 +1,7 @@
 package mirror
 
 import (
+	"archive/zip"
 	"context"
 	"errors"
 	"os"
@@ -317,5 +318,160 @@ func TestFilenameBoundToContent(t *testing.T) {
 	}
 	if b, err := m.AddWheel(ctx, fn, two, "test", nil); err != nil || b.SHA256 == a.SHA256 {
 		t.Fatalf("re-add after remove = %+v, %v", b, err)
+	}
+}
+
+func TestAcceptedIDsMustMatchNow(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	m := newTestMirror(t, true)
+	fn, data := buildWheel(t, wheelSpec{name: "demo", version: "1.0"})
+	// demo 1.0 matches nothing: accepting an id in advance is refused.
+	_, err := m.AddWheel(ctx, fn, data, "test", []string{"GHSA-9hjg-9r4m-mvj7"})
+	var re *RefusedError
+	if !errors.As(err, &re) || !strings.Contains(re.Error(), "match no advisory") || len(re.Advisories) != 0 {
+		t.Fatalf("pre-accepted err = %v", err)
+	}
+	if _, err := m.Lookup(ctx, Pip, "demo", "1.0"); !errors.Is(err, ErrNotAdmitted) {
+		t.Errorf("pre-accepted wheel served: %v", err)
+	}
+	// Without the bogus id it is admitted, with nothing accepted.
+	a, err := m.AddWheel(ctx, fn, data, "test", nil)
+	if err != nil || a.Status != StatusAdmitted || len(a.Accepted) != 0 {
+		t.Fatalf("clean add = %+v, %v", a, err)
+	}
+}
+
+// TestRecheckExceptionsAudited: an artifact kept only because of accepted
+// ids gets an exception row naming them and the snapshot on every
+// recheck; ids stored as accepted that never matched at admission (rows
+// written before admission refused them) cover nothing.
+func TestRecheckExceptionsAudited(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	m := newTestMirror(t, true)
+	fn, data := buildWheel(t, wheelSpec{name: "requests", version: "2.31.0"})
+	ids := []string{"GHSA-9hjg-9r4m-mvj7", "GHSA-9wx4-h78v-vm56"}
+	if _, err := m.AddWheel(ctx, fn, data, "test", ids); err != nil {
+		t.Fatal(err)
+	}
+	// A legacy row: admitted clean with an id accepted in advance.
+	legacy, err := m.AddNPMTarball(ctx, npmFixture(t, "debug", "4.3.1"), "test", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.db.ExecContext(ctx, `UPDATE mirror_artifacts SET accepted='["GHSA-9vvw-cc9w-f27h","GHSA-gxpj-cx7g-858c"]' WHERE id=?`, legacy.ID); err != nil {
+		t.Fatal(err)
+	}
+	// Flag debug 4.3.1 with a new snapshot: every record, plus one that
+	// affects it.
+	src := t.TempDir()
+	if err := os.CopyFS(src, os.DirFS("testdata/osv")); err != nil {
+		t.Fatal(err)
+	}
+	rec := `{"id":"GHSA-9vvw-cc9w-f27h","modified":"2026-10-01T00:00:00Z","affected":[{"package":{"ecosystem":"npm","name":"debug"},"versions":["4.3.1"]}]}`
+	if err := os.WriteFile(filepath.Join(src, "npm", "GHSA-9vvw-cc9w-f27h.json"), []byte(rec), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	snap, err := m.ImportOSV(ctx, src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := m.Recheck(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Quarantined) != 1 || res.Quarantined[0].Name != "debug" {
+		t.Errorf("quarantined = %+v, want the legacy pre-accepted row", res.Quarantined)
+	}
+	if len(res.Excepted) != 1 || res.Excepted[0].Name != "requests" {
+		t.Fatalf("excepted = %+v", res.Excepted)
+	}
+	audit, _ := m.Audit(ctx, 5)
+	var found bool
+	for _, e := range audit {
+		if e.Event == AuditException && e.Name == "requests" && e.OSVSnapshot == snap.ID && slices.Equal(e.Advisories, ids) &&
+			strings.Contains(e.Reason, ids[0]) && strings.Contains(e.Reason, snap.ID) {
+			found = true
+		}
+	}
+	if !found {
+		t.Errorf("no exception row for the recheck against %s: %+v", snap.ID, audit)
+	}
+	if got, err := m.Lookup(ctx, Pip, "requests", "2.31.0"); err != nil || got.OSVSnapshot != snap.ID {
+		t.Errorf("kept artifact = %+v, %v; want it stamped with %s", got, err, snap.ID)
+	}
+}
+
+// TestSnapshotStampedEverywhere: refusals for archive problems and for
+// "different content" name the loaded snapshot, and a recheck stamps the
+// artifacts it passes.
+func TestSnapshotStampedEverywhere(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	m := newTestMirror(t, true)
+	st, err := m.OSVStatus(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fn, good := buildWheel(t, wheelSpec{name: "demo", version: "1.0"})
+	_, other := buildWheel(t, wheelSpec{name: "demo", version: "1.0", files: map[string]string{"demo/x.py": "x = 1\n"}})
+	_, hostile := buildWheel(t, wheelSpec{name: "demo", version: "2.0", extra: func(zw *zip.Writer) {
+		w, _ := zw.CreateHeader(&zip.FileHeader{Name: "../evil"})
+		w.Write([]byte("x"))
+	}})
+	if _, err := m.AddWheel(ctx, "demo-2.0-py3-none-any.whl", hostile, "test", nil); !errors.Is(err, ErrNotAdmitted) {
+		t.Fatalf("hostile err = %v", err)
+	}
+	a, err := m.AddWheel(ctx, fn, good, "test", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.AddWheel(ctx, fn, other, "test", nil); !errors.Is(err, ErrNotAdmitted) {
+		t.Fatalf("different content err = %v", err)
+	}
+	// A hostile file under the admitted one's name is refused without
+	// touching the admitted row.
+	_, hostile1 := buildWheel(t, wheelSpec{name: "demo", version: "1.0", extra: func(zw *zip.Writer) {
+		w, _ := zw.CreateHeader(&zip.FileHeader{Name: "../evil"})
+		w.Write([]byte("x"))
+	}})
+	if _, err := m.AddWheel(ctx, fn, hostile1, "test", nil); !errors.Is(err, ErrNotAdmitted) || !strings.Contains(err.Error(), "different content") {
+		t.Fatalf("hostile replacement err = %v", err)
+	}
+	if got, err := m.Lookup(ctx, Pip, "demo", "1.0"); err != nil || got.SHA256 != a.SHA256 {
+		t.Fatalf("admitted row changed: %+v, %v", got, err)
+	}
+	audit, _ := m.Audit(ctx, 10)
+	refusals := 0
+	for _, e := range audit {
+		if e.OSVSnapshot != st.SnapshotID {
+			t.Errorf("%s row %q has snapshot %q, want %s", e.Event, e.Reason, e.OSVSnapshot, st.SnapshotID)
+		}
+		if e.Event == AuditRefusal {
+			refusals++
+		}
+	}
+	if refusals != 3 {
+		t.Errorf("%d refusal rows, want 3: %+v", refusals, audit)
+	}
+	// A new snapshot (one more record): the recheck stamps the passing row.
+	src := t.TempDir()
+	if err := os.CopyFS(src, os.DirFS("testdata/osv")); err != nil {
+		t.Fatal(err)
+	}
+	rec := `{"id":"TEST-0001","modified":"2026-10-01T00:00:00Z","affected":[{"package":{"ecosystem":"PyPI","name":"other"},"versions":["1.0"]}]}`
+	if err := os.WriteFile(filepath.Join(src, "PyPI", "TEST-0001.json"), []byte(rec), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	snap, err := m.ImportOSV(ctx, src)
+	if err != nil || snap.ID == st.SnapshotID {
+		t.Fatalf("import = %+v, %v", snap, err)
+	}
+	if res, err := m.Recheck(ctx); err != nil || res.Checked != 1 || len(res.Quarantined) != 0 {
+		t.Fatalf("recheck = %+v, %v", res, err)
+	}
+	if got, err := m.Lookup(ctx, Pip, "demo", "1.0"); err != nil || got.OSVSnapshot != snap.ID {
+		t.Errorf("passing row = %+v, %v; want snapshot %s", got, err, snap.ID)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"time"
 
@@ -96,6 +97,17 @@ func (m *Mirror) osvDB(ctx context.Context) (*osvdb.DB, error) {
 	return db, nil
 }
 
+// loadedSnapshot returns the id of the current snapshot when it loads, or
+// "" when no database is readable: the stamp for audit rows that are not
+// an OSV judgement themselves.
+func (m *Mirror) loadedSnapshot(ctx context.Context) string {
+	db, err := m.osvDB(ctx)
+	if err != nil {
+		return ""
+	}
+	return db.Snapshot().ID
+}
+
 // OSVStatus reports the current OSV database for readiness. A missing or
 // unreadable database returns an error wrapping ErrOSVUnavailable.
 func (m *Mirror) OSVStatus(ctx context.Context) (OSVStatus, error) {
@@ -122,6 +134,9 @@ func (m *Mirror) OSVStatus(ctx context.Context) (OSVStatus, error) {
 type RecheckResult struct {
 	Checked     int
 	Quarantined []Artifact
+	// Excepted are kept admitted only because an operator accepted the
+	// advisories that match them; each got an exception audit row.
+	Excepted []Artifact
 }
 
 // Recheck runs the OSV gate again on every admitted artifact against the
@@ -145,14 +160,32 @@ func (m *Mirror) Recheck(ctx context.Context) (RecheckResult, error) {
 		found, err := db.Match(a.Manager.Ecosystem(), a.Name, a.Version)
 		var reasons []string
 		ids := findingIDs(found)
+		// Only ids an operator accepted when they matched at admission
+		// (they are then also its advisories) cover a match now.
+		accepted := intersect(a.Accepted, a.Advisories)
 		switch {
 		case err != nil:
 			reasons = []string{fmt.Sprintf("osv check failed: %v", err)}
-		case !subset(ids, a.Accepted):
+		case !subset(ids, accepted):
 			reasons = []string{"affected by " + describe(found)}
 		}
+		prevSnap := a.OSVSnapshot
 		a.OSVSnapshot = snap
 		if reasons == nil {
+			// Kept: the row now says which snapshot passed it.
+			if prevSnap != snap {
+				if _, err := m.db.ExecContext(ctx, `UPDATE mirror_artifacts SET osv_snapshot=? WHERE id=? AND status='admitted'`, snap, a.ID); err != nil {
+					errs = append(errs, fmt.Errorf("updating mirror artifact %s: %w", a.Filename, err))
+				}
+			}
+			if len(ids) > 0 {
+				e := m.entry(AuditException, a, fmt.Sprintf("kept admitted only because the operator accepted %s (osv snapshot %s)", describe(found), snap))
+				e.Advisories = ids
+				if err := m.audit(ctx, e); err != nil {
+					errs = append(errs, err)
+				}
+				res.Excepted = append(res.Excepted, a)
+			}
 			continue
 		}
 		if err := m.setStatus(ctx, &a, StatusQuarantined, reasons, ids); err != nil {
@@ -168,6 +201,17 @@ func (m *Mirror) Recheck(ctx context.Context) (RecheckResult, error) {
 		res.Quarantined = append(res.Quarantined, a)
 	}
 	return res, errors.Join(errs...)
+}
+
+// intersect returns the ids in both a and b, in a's order.
+func intersect(a, b []string) []string {
+	var out []string
+	for _, id := range a {
+		if slices.Contains(b, id) {
+			out = append(out, id)
+		}
+	}
+	return out
 }
 
 func subset(ids, accepted []string) bool {
