@@ -179,7 +179,7 @@ func (e *Executor) agentRun(ctx context.Context, id string, a *agentConn, greq *
 	defer a.mu.Unlock()
 	if err := a.ready(10 * time.Second); err != nil {
 		e.dropAgent(id)
-		e.log.Warn("guest agent unavailable, using runsc exec", "sandbox", id, "err", err)
+		e.log.WarnContext(ctx, "guest agent unavailable, using runsc exec", "sandbox", id, "err", err)
 		return e.execRun(ctx, id, greq, stdin, onOutput)
 	}
 	a.seq++
@@ -193,7 +193,7 @@ func (e *Executor) agentRun(ctx context.Context, id string, a *agentConn, greq *
 	k := &killer{}
 	k.do = func(why string) {
 		if a.send(guest.FrameKill, []byte(strconv.FormatUint(seq, 10))) != nil {
-			e.execKill(id)
+			e.execKill(ctx, id)
 		}
 	}
 	stdout, stderr := e.captures(onOutput, k)
@@ -203,7 +203,7 @@ func (e *Executor) agentRun(ctx context.Context, id string, a *agentConn, greq *
 		// The channel is gone (the sandbox may be too): the exec path
 		// runs it or finds the sandbox lost.
 		e.dropAgent(id)
-		e.log.Warn("guest agent unusable, using runsc exec", "sandbox", id, "err", err)
+		e.log.WarnContext(ctx, "guest agent unusable, using runsc exec", "sandbox", id, "err", err)
 		return e.execRun(ctx, id, greq, stdin, onOutput)
 	}
 	done := make(chan agentOutcome, 1)
@@ -230,7 +230,7 @@ func (e *Executor) agentRun(ctx context.Context, id string, a *agentConn, greq *
 	out := awaitRun(ctx, done, k, runBudget(greq), func() {
 		// The agent does not answer: the exec path's kill, then give up on
 		// the channel (which ends the reader).
-		e.execKill(id)
+		e.execKill(ctx, id)
 		e.dropAgent(id)
 	})
 	k.seal()

@@ -289,12 +289,13 @@ func (e *Executor) captures(onOutput func(string, []byte), k *killer) (*capture,
 		&capture{mu: mu, name: "stderr", max: e.cfg.MaxOutputBytes, onOutput: onOutput, overflow: over}
 }
 
-// execKill kills every user process in the sandbox with `runsc exec`.
-func (e *Executor) execKill(id string) {
-	kctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+// execKill kills every user process in the sandbox with `runsc exec`. It
+// runs to the end even when ctx (the call's, for its log line) is done.
+func (e *Executor) execKill(ctx context.Context, id string) {
+	kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
 	if _, err := e.runsc.run(kctx, "", "exec", "--user", "0:0", "--cap", "CAP_KILL", id, guestBin, "kill"); err != nil {
-		e.log.Warn("killing user processes", "session", id, "err", err)
+		e.log.WarnContext(ctx, "killing user processes", "session", id, "err", err)
 	}
 }
 
@@ -322,7 +323,7 @@ func (e *Executor) execRun(ctx context.Context, id string, greq *guest.Request, 
 	}
 	defer rr.Close()
 
-	k := &killer{do: func(string) { e.execKill(id) }}
+	k := &killer{do: func(string) { e.execKill(ctx, id) }}
 	stdout, stderr := e.captures(onOutput, k)
 
 	// runsc exec must outlive a kill from inside; it gets its own context

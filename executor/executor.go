@@ -240,7 +240,7 @@ func (e *Executor) reconcile(ctx context.Context) error {
 		return err
 	}
 	if n := waitOrphanCommands(ctx, e.runsc.root, e.cfg.CreateTimeout); n > 0 {
-		e.log.Warn("killed runsc commands left by the previous process", "count", n)
+		e.log.WarnContext(ctx, "killed runsc commands left by the previous process", "count", n)
 	}
 	containers, err := e.runsc.list(ctx)
 	if err != nil {
@@ -269,21 +269,21 @@ func (e *Executor) reconcile(ctx context.Context) error {
 			// is recorded failed below, so stop it before new calls come.
 			kctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 			if _, err := e.runsc.run(kctx, "", "exec", "--user", "0:0", "--cap", "CAP_KILL", r.ID, guestBin, "kill"); err != nil {
-				e.log.Warn("killing leftover user processes", "session", r.ID, "err", err)
+				e.log.WarnContext(ctx, "killing leftover user processes", "session", r.ID, "err", err)
 			}
 			cancel()
-			e.log.Info("session adopted", "session", r.ID)
+			e.log.InfoContext(ctx, "session adopted", "session", r.ID)
 			continue
 		}
 		if err := e.store.SetSessionState(ctx, r.ID, string(StateEnded), "lost on restart", true); err != nil {
 			return err
 		}
-		e.log.Warn("session ended on restart", "session", r.ID, "state", r.State)
+		e.log.WarnContext(ctx, "session ended on restart", "session", r.ID, "state", r.State)
 	}
 	for _, c := range containers {
 		if !keep[c.ID] {
 			if err := e.destroy(ctx, c.ID); err != nil {
-				e.log.Error("removing orphan sandbox", "sandbox", c.ID, "err", err)
+				e.log.ErrorContext(ctx, "removing orphan sandbox", "sandbox", c.ID, "err", err)
 			}
 		}
 	}
@@ -294,7 +294,7 @@ func (e *Executor) reconcile(ctx context.Context) error {
 	for _, ent := range ents {
 		if !keep[ent.Name()] {
 			if err := dropHome(ctx, filepath.Join(e.sessionsDir(), ent.Name())); err != nil {
-				e.log.Error("removing orphan home", "session", ent.Name(), "err", err)
+				e.log.ErrorContext(ctx, "removing orphan home", "session", ent.Name(), "err", err)
 			}
 		}
 	}
@@ -303,7 +303,7 @@ func (e *Executor) reconcile(ctx context.Context) error {
 	if ents, err := os.ReadDir(e.jobsDir()); err == nil {
 		for _, ent := range ents {
 			if err := os.RemoveAll(filepath.Join(e.jobsDir(), ent.Name())); err != nil {
-				e.log.Error("removing orphan install job", "job", ent.Name(), "err", err)
+				e.log.ErrorContext(ctx, "removing orphan install job", "job", ent.Name(), "err", err)
 			}
 		}
 	}
@@ -317,13 +317,13 @@ func (e *Executor) reconcile(ctx context.Context) error {
 		}
 	}
 	if n := killStraySandboxes(e.runsc.root, keep); n > 0 {
-		e.log.Warn("killed stray sandbox processes", "count", n)
+		e.log.WarnContext(ctx, "killed stray sandbox processes", "count", n)
 	}
 	removeStaleCgroups(keep)
 	if n, err := e.store.FailRunningExecutions(ctx, "interrupted"); err != nil {
 		return err
 	} else if n > 0 {
-		e.log.Warn("executions interrupted by restart", "count", n)
+		e.log.WarnContext(ctx, "executions interrupted by restart", "count", n)
 	}
 	return nil
 }

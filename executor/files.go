@@ -110,7 +110,7 @@ func (e *Executor) PutFile(ctx context.Context, owner, id, path string, r io.Rea
 	if err == nil {
 		err = e.fileError(ctx, id, res, waitErr, op.stderr.String())
 	}
-	e.log.Info("file put", "session", id, "path", guest.JoinHome(comps), "bytes", sent, "ms", time.Since(start).Milliseconds(), "err", errString(err))
+	e.log.InfoContext(ctx, "file put", "session", id, "path", guest.JoinHome(comps), "bytes", sent, "ms", time.Since(start).Milliseconds(), "err", errString(err))
 	if err != nil {
 		return FileInfo{}, err
 	}
@@ -134,7 +134,7 @@ func (e *Executor) GetFile(ctx context.Context, owner, id, path string) (FileInf
 	fail := func(err error) (FileInfo, io.ReadCloser, error) {
 		cancel()
 		e.releaseSession(s)
-		e.log.Info("file get", "session", id, "path", guest.JoinHome(comps), "err", errString(err))
+		e.log.InfoContext(ctx, "file get", "session", id, "path", guest.JoinHome(comps), "err", errString(err))
 		return FileInfo{}, nil, err
 	}
 	op, err := e.startFileOp(ctx, id, "get", comps, e.MaxFileBytes(), nil, true)
@@ -160,28 +160,44 @@ func (e *Executor) GetFile(ctx context.Context, owner, id, path string) (FileInf
 		stopWatch()
 		cancel()
 		e.releaseSession(s)
-		e.log.Info("file get", "session", id, "path", info.Path, "bytes", info.Size-rc.remain, "complete", rc.remain == 0)
+		e.log.InfoContext(ctx, "file get", "session", id, "path", info.Path, "bytes", info.Size-rc.remain, "complete", rc.remain == 0)
 	}
 	return info, rc, nil
 }
 
+// Listing is a directory listing with its truncated flag.
+type Listing = sandbox.Listing
+
 // ListDir lists the folder at path in owner's session, sorted by name, at
-// most MaxListEntries entries. Symlinks are listed, not followed.
+// most MaxListEntries entries. Symlinks are listed, not followed. It does
+// not say whether entries were left off; List does.
 func (e *Executor) ListDir(ctx context.Context, owner, id, path string) ([]FileInfo, error) {
+	l, err := e.List(ctx, owner, id, path)
+	return l.Entries, err
+}
+
+// List lists the folder at path in owner's session like ListDir and says
+// whether it held more than MaxListEntries entries.
+func (e *Executor) List(ctx context.Context, owner, id, path string) (Listing, error) {
+	entries, truncated, err := e.listDir(ctx, owner, id, path)
+	return Listing{Entries: entries, Truncated: truncated}, err
+}
+
+func (e *Executor) listDir(ctx context.Context, owner, id, path string) ([]FileInfo, bool, error) {
 	comps, err := checkFilePath(path)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	s, err := e.acquire(ctx, owner, id)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	defer e.releaseSession(s)
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	op, err := e.startFileOp(ctx, id, "list", comps, MaxListEntries, nil, false)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	res, err := op.result(ctx)
 	waitErr := op.wait(err != nil)
@@ -189,14 +205,14 @@ func (e *Executor) ListDir(ctx context.Context, owner, id, path string) ([]FileI
 		err = e.fileError(ctx, id, res, waitErr, op.stderr.String())
 	}
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	dir := guest.JoinHome(comps)
 	out := make([]FileInfo, 0, len(res.Entries))
 	for i := range res.Entries {
 		out = append(out, toFileInfo(&res.Entries[i], dir+"/"+res.Entries[i].Name))
 	}
-	return out, nil
+	return out, res.Truncated, nil
 }
 
 // uploadPump frames an upload for the guest: chunks of up to frameSize,
@@ -291,7 +307,7 @@ func errString(err error) string {
 func (e *Executor) fileError(ctx context.Context, id string, res *guest.FileResult, waitErr error, stderr string) error {
 	if res == nil {
 		if stderr != "" {
-			e.log.Warn("file call failed in the sandbox", "session", id, "stderr", stderr)
+			e.log.WarnContext(ctx, "file call failed in the sandbox", "session", id, "stderr", stderr)
 		}
 		_, err := e.lost(ctx, id, Result{}, waitErr)
 		return err

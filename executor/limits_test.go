@@ -3,11 +3,15 @@ package executor
 import (
 	"context"
 	"errors"
+	"fmt"
+	"log/slog"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/sandboxapi/sandboxapi/executor/guest"
+	"github.com/sandboxapi/sandboxapi/internal/reqid"
 	"github.com/sandboxapi/sandboxapi/internal/sandbox"
 )
 
@@ -159,5 +163,76 @@ func TestIdleTTLReapsSession(t *testing.T) {
 	}
 	if _, err := e.Execute(ctx, "k1", s.ID, ExecRequest{Code: "echo 1"}); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("execute after reaping: %v", err)
+	}
+}
+
+// A listing cut at MaxListEntries says so.
+func TestListTruncated(t *testing.T) {
+	e, _ := startExecutor(t)
+	s := mustSession(t, e, "bash")
+	r := run(t, e, s.ID, fmt.Sprintf("mkdir -p /home/sandbox/many /home/sandbox/few && cd /home/sandbox/many && touch $(seq -f 'f%%05g' 1 %d) && touch ../few/a ../few/b && ls | wc -l", MaxListEntries+1), 60*time.Second)
+	if strings.TrimSpace(r.Stdout) != fmt.Sprint(MaxListEntries+1) {
+		t.Fatalf("making the files: %+v", r)
+	}
+	ctx := context.Background()
+	l, err := e.List(ctx, "k1", s.ID, "many")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !l.Truncated || len(l.Entries) != MaxListEntries || l.Entries[0].Name != "f00001" {
+		t.Fatalf("big folder: truncated %v, %d entries", l.Truncated, len(l.Entries))
+	}
+	l, err = e.List(ctx, "k1", s.ID, "few")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.Truncated || len(l.Entries) != 2 {
+		t.Fatalf("small folder: %+v", l)
+	}
+}
+
+// ctxHandler records, per message, the request id of the context each
+// record was logged with.
+type ctxHandler struct {
+	mu  *sync.Mutex
+	ids map[string]string
+}
+
+func (h ctxHandler) Enabled(context.Context, slog.Level) bool { return true }
+func (h ctxHandler) Handle(ctx context.Context, r slog.Record) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.ids[r.Message] = reqid.From(ctx)
+	return nil
+}
+func (h ctxHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h ctxHandler) WithGroup(string) slog.Handler      { return h }
+
+// The per-request log lines carry the request's context, so a handler can
+// stamp its request id.
+func TestRequestLogLinesCarryContext(t *testing.T) {
+	e, _ := startExecutor(t, func(c *Config) { c.WarmPool = 0 })
+	h := ctxHandler{mu: &sync.Mutex{}, ids: map[string]string{}}
+	e.log = slog.New(h)
+	ctx := reqid.With(context.Background(), "req_test")
+	s, err := e.CreateSession(ctx, SessionSpec{Language: "bash", Owner: "k1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.Execute(ctx, "k1", s.ID, ExecRequest{Code: "echo 1"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.List(ctx, "k1", s.ID, "/home/sandbox"); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.DeleteSession(ctx, "k1", s.ID); err != nil {
+		t.Fatal(err)
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, msg := range []string{"session created", "execution", "session ended"} {
+		if got, ok := h.ids[msg]; !ok || got != "req_test" {
+			t.Errorf("log line %q: request id %q (logged: %v)", msg, got, ok)
+		}
 	}
 }

@@ -134,7 +134,7 @@ func (e *Executor) CreateSession(ctx context.Context, spec SessionSpec) (Session
 	e.sessions[id] = s
 	e.mu.Unlock()
 	undo = nil
-	e.log.Info("session created", "session", id, "language", rt.Name, "owner", spec.Owner, "warm", warm, "ms", time.Since(now).Milliseconds())
+	e.log.InfoContext(ctx, "session created", "session", id, "language", rt.Name, "owner", spec.Owner, "warm", warm, "ms", time.Since(now).Milliseconds())
 	return s.snapshot(), nil
 }
 
@@ -186,7 +186,7 @@ func (e *Executor) startSandbox(ctx context.Context, id, dir, netns string) erro
 	if err != nil && ctx.Err() == nil {
 		// One retry for transient failures of runsc under host load; the
 		// half-made container goes first.
-		e.log.Warn("starting sandbox failed, retrying once", "sandbox", id, "err", err)
+		e.log.WarnContext(ctx, "starting sandbox failed, retrying once", "sandbox", id, "err", err)
 		_ = e.destroy(ctx, id)
 		err = e.startWithAgent(ctx, id, bundle, network)
 	}
@@ -305,9 +305,9 @@ func (e *Executor) endSession(ctx context.Context, id, reason string) error {
 		errs = append(errs, err)
 	}
 	if err := errors.Join(errs...); err != nil {
-		e.log.Error("ending session", "session", id, "err", err)
+		e.log.ErrorContext(ctx, "ending session", "session", id, "err", err)
 		return fmt.Errorf("ending session %s: %w", id, err)
 	}
-	e.log.Info("session ended", "session", id, "reason", reason)
+	e.log.InfoContext(ctx, "session ended", "session", id, "reason", reason)
 	return nil
 }

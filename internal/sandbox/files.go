@@ -25,3 +25,11 @@ type FileInfo struct {
 	ModTime time.Time `json:"mtime"`
 	Type    string    `json:"type"` // file, dir, symlink, fifo, socket, char_device, block_device
 }
+
+// Listing is one directory listing: its entries, sorted by name, and
+// whether the folder holds more than the listing's limit (the entries are
+// then the first ones by name).
+type Listing struct {
+	Entries   []FileInfo `json:"entries"`
+	Truncated bool       `json:"truncated"`
+}
