@@ -121,11 +121,13 @@ type UsageTotal struct {
 	BytesIn  int64  `json:"bytes_in"`
 	BytesOut int64  `json:"bytes_out"`
 	ExecMS   int64  `json:"execution_ms"`
+	// DurationMS is the wall time spent answering the requests.
+	DurationMS int64 `json:"duration_ms"`
 }
 
 // UsageTotals sums usage per key, UTC day and route; keyID "" means all keys.
 func (s *Store) UsageTotals(ctx context.Context, keyID string, since time.Time) ([]UsageTotal, error) {
-	q := `SELECT key_id, strftime('%Y-%m-%d', at/1000, 'unixepoch') AS day, route, COUNT(*), SUM(status >= 400), SUM(bytes_in), SUM(bytes_out), SUM(exec_ms)
+	q := `SELECT key_id, strftime('%Y-%m-%d', at/1000, 'unixepoch') AS day, route, COUNT(*), SUM(status >= 400), SUM(bytes_in), SUM(bytes_out), SUM(exec_ms), SUM(duration_ms)
 		FROM usage WHERE at >= ? AND (? = '' OR key_id = ?) GROUP BY key_id, day, route ORDER BY day, key_id, route`
 	rows, err := s.db.QueryContext(ctx, q, ms(since), keyID, keyID)
 	if err != nil {
@@ -135,7 +137,7 @@ func (s *Store) UsageTotals(ctx context.Context, keyID string, since time.Time) 
 	out := []UsageTotal{}
 	for rows.Next() {
 		var u UsageTotal
-		if err := rows.Scan(&u.KeyID, &u.Day, &u.Route, &u.Requests, &u.Errors, &u.BytesIn, &u.BytesOut, &u.ExecMS); err != nil {
+		if err := rows.Scan(&u.KeyID, &u.Day, &u.Route, &u.Requests, &u.Errors, &u.BytesIn, &u.BytesOut, &u.ExecMS, &u.DurationMS); err != nil {
 			return nil, fmt.Errorf("reading usage: %w", err)
 		}
 		out = append(out, u)
