@@ -5,8 +5,8 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"io"
-	"math"
 	"io/fs"
+	"math"
 	"strings"
 	"unicode/utf8"
 )

@@ -134,6 +134,16 @@ func TestOSVStatus(t *testing.T) {
 	if !st.Present || st.Records != 48 || st.Stale || st.NewestModified.Year() != 2026 || time.Since(st.ImportedAt) > time.Minute {
 		t.Errorf("status = %+v", st)
 	}
+	newest := time.Date(2026, 9, 4, 0, 47, 46, 156672516, time.UTC)
+	if !st.NewestModified.Equal(newest) {
+		t.Errorf("NewestModified = %v, want %v", st.NewestModified, newest)
+	}
+	later := newest.Add(240 * time.Hour)
+	m.now = func() time.Time { return later }
+	st, err = m.OSVStatus(ctx)
+	if err != nil || st.ModifiedAge != 240*time.Hour {
+		t.Errorf("ModifiedAge = %v (%v), want 240h", st.ModifiedAge, err)
+	}
 	m.now = func() time.Time { return time.Now().Add(100 * time.Hour) }
 	if st, _ := m.OSVStatus(ctx); !st.Stale {
 		t.Errorf("not stale after 100h: %+v", st)

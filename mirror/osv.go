@@ -13,18 +13,28 @@ import (
 	"github.com/sandboxapi/sandboxapi/mirror/osvdb"
 )
 
-// OSVStatus describes the OSV database for readiness checks.
+// OSVStatus describes the OSV database for readiness checks. Two times
+// say how old it is: ImportedAt (when an operator imported it) and
+// NewestModified (the newest "modified" of its records: how fresh the
+// source itself was). A fresh import of an old dump has a recent
+// ImportedAt but an old NewestModified.
 type OSVStatus struct {
-	Present        bool      `json:"present"`
-	SnapshotID     string    `json:"snapshot_id"`
-	ImportedAt     time.Time `json:"imported_at"`
+	Present    bool      `json:"present"`
+	SnapshotID string    `json:"snapshot_id"`
+	ImportedAt time.Time `json:"imported_at"`
+	// NewestModified is the newest record "modified" time in the snapshot.
 	NewestModified time.Time `json:"newest_modified"`
 	Records        int       `json:"records"`
-	Ecosystems     []string  `json:"ecosystems"`
+	// Skipped counts source records that named no ecosystem (not held).
+	Skipped    int      `json:"skipped,omitempty"`
+	Ecosystems []string `json:"ecosystems"`
 	// Age is now minus ImportedAt; Stale is Age > MaxAge.
 	Age    time.Duration `json:"age_ns"`
 	MaxAge time.Duration `json:"max_age_ns"`
 	Stale  bool          `json:"stale"`
+	// ModifiedAge is now minus NewestModified (zero when no record has a
+	// modified time). Stale does not look at it; readiness may.
+	ModifiedAge time.Duration `json:"modified_age_ns"`
 }
 
 // ImportOSV imports OSV records from path (see osvdb.Import) as the new
@@ -124,8 +134,11 @@ func (m *Mirror) OSVStatus(ctx context.Context) (OSVStatus, error) {
 		return st, fmt.Errorf("%w: files hold snapshot %s, store says %s", ErrOSVUnavailable, snap.ID, id)
 	}
 	st.Present, st.SnapshotID, st.ImportedAt, st.NewestModified = true, snap.ID, snap.ImportedAt, snap.NewestModified
-	st.Records, st.Ecosystems = snap.Records, snap.Ecosystems
+	st.Records, st.Skipped, st.Ecosystems = snap.Records, snap.Skipped, snap.Ecosystems
 	st.Age = m.now().Sub(snap.ImportedAt)
+	if !snap.NewestModified.IsZero() {
+		st.ModifiedAge = m.now().Sub(snap.NewestModified)
+	}
 	st.Stale = st.Age > st.MaxAge
 	return st, nil
 }

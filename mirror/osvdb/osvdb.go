@@ -80,13 +80,19 @@ type Finding struct {
 
 // Snapshot describes one imported database.
 type Snapshot struct {
-	// ID is the sha256 over every record (ecosystem, id, record hash).
-	ID             string    `json:"id"`
-	ImportedAt     time.Time `json:"imported_at"`
+	// ID is the sha256 over every record held (id and record hash).
+	ID         string    `json:"id"`
+	ImportedAt time.Time `json:"imported_at"`
+	// NewestModified is the newest "modified" time of the records held:
+	// how fresh the source was, whenever it was imported.
 	NewestModified time.Time `json:"newest_modified"`
-	Records        int       `json:"records"`
-	Ecosystems     []string  `json:"ecosystems"`
-	Source         string    `json:"source"`
+	// Records is how many records the snapshot holds; Skipped how many
+	// the source had that name no ecosystem (e.g. "affected": []) and so
+	// can match nothing and are not held.
+	Records    int      `json:"records"`
+	Skipped    int      `json:"skipped,omitempty"`
+	Ecosystems []string `json:"ecosystems"`
+	Source     string   `json:"source"`
 }
 
 // DB is a loaded snapshot. The zero value holds no records and matches

@@ -217,3 +217,54 @@ func FuzzMatch(f *testing.F) {
 }
 
 var _ = json.Marshal
+
+// TestImportSkipsRecordsWithoutEcosystem: records that name no ecosystem
+// ("affected": [], an empty or unsafe ecosystem) are not written, so they
+// must not count in the snapshot id either; the import leaves a snapshot
+// that loads.
+func TestImportSkipsRecordsWithoutEcosystem(t *testing.T) {
+	t.Parallel()
+	src := t.TempDir()
+	if err := os.CopyFS(src, os.DirFS("../testdata/osv")); err != nil {
+		t.Fatal(err)
+	}
+	for name, body := range map[string]string{
+		"EMPTY-1.json":  `{"id":"EMPTY-1","modified":"2027-01-01T00:00:00Z","affected":[]}`,
+		"NOECO-1.json":  `{"id":"NOECO-1","modified":"2027-01-01T00:00:00Z","affected":[{"package":{"ecosystem":"","name":"x"}}]}`,
+		"SLASH-1.json":  `{"id":"SLASH-1","modified":"2027-01-01T00:00:00Z","affected":[{"package":{"ecosystem":"../x","name":"x"}}]}`,
+		"ABSENT-1.json": `{"id":"ABSENT-1","modified":"2027-01-01T00:00:00Z"}`,
+	} {
+		if err := os.WriteFile(filepath.Join(src, name), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dir := filepath.Join(t.TempDir(), "osv")
+	snap, err := Import(src, dir, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if snap.Records != 48 || snap.Skipped != 4 || snap.NewestModified.Year() != 2026 {
+		t.Errorf("snapshot = %+v, want 48 records, 4 skipped, newest from 2026", snap)
+	}
+	db, err := Load(dir)
+	if err != nil {
+		t.Fatalf("Load after import: %v", err)
+	}
+	if db.Snapshot().ID != snap.ID {
+		t.Errorf("loaded id %s, imported %s", db.Snapshot().ID, snap.ID)
+	}
+	// The id is that of the usable records alone.
+	plain, err := Import("../testdata/osv", filepath.Join(t.TempDir(), "osv"), time.Now())
+	if err != nil || plain.ID != snap.ID {
+		t.Errorf("id with skipped records %s, without %s (%v)", snap.ID, plain.ID, err)
+	}
+	// A source with nothing usable is refused and leaves the old snapshot.
+	junk := t.TempDir()
+	os.WriteFile(filepath.Join(junk, "EMPTY-1.json"), []byte(`{"id":"EMPTY-1","affected":[]}`), 0o644)
+	if _, err := Import(junk, dir, time.Now()); !errors.Is(err, ErrUnavailable) {
+		t.Errorf("import of only unusable records err = %v", err)
+	}
+	if db, err := Load(dir); err != nil || db.Snapshot().ID != snap.ID {
+		t.Errorf("old snapshot after a refused import: %v", err)
+	}
+}

@@ -154,19 +154,29 @@ func snapshotID(recs map[string]*rawRecord) string {
 }
 
 func writeSnapshot(dir, src string, recs map[string]*rawRecord, now time.Time) (Snapshot, error) {
+	// Only records naming a usable ecosystem are written (into one zip per
+	// ecosystem); the id, count and newest time cover exactly those, so
+	// that Load, which can only see what was written, agrees.
 	byEco := map[string][]*rawRecord{}
-	snap := Snapshot{ID: snapshotID(recs), ImportedAt: now.UTC(), Records: len(recs), Source: src}
-	for _, r := range recs {
-		if r.rec.Modified.After(snap.NewestModified) {
-			snap.NewestModified = r.rec.Modified.UTC()
-		}
+	written := map[string]*rawRecord{}
+	for id, r := range recs {
 		ecos := map[string]bool{}
 		for _, a := range r.rec.Affected {
 			e := baseEcosystem(a.Package.Ecosystem)
 			if e != "" && !ecos[e] && !strings.ContainsAny(e, `/\`) && e != "." && e != ".." {
 				ecos[e] = true
 				byEco[e] = append(byEco[e], r)
+				written[id] = r
 			}
+		}
+	}
+	if len(written) == 0 {
+		return Snapshot{}, fmt.Errorf("importing osv records from %s: %w: none of %d records names an ecosystem", src, ErrUnavailable, len(recs))
+	}
+	snap := Snapshot{ID: snapshotID(written), ImportedAt: now.UTC(), Records: len(written), Skipped: len(recs) - len(written), Source: src}
+	for _, r := range written {
+		if r.rec.Modified.After(snap.NewestModified) {
+			snap.NewestModified = r.rec.Modified.UTC()
 		}
 	}
 	parent := filepath.Dir(filepath.Clean(dir))
@@ -207,6 +217,11 @@ func writeSnapshot(dir, src string, recs map[string]*rawRecord, now time.Time) (
 	meta, _ := json.MarshalIndent(snap, "", "  ")
 	if err := os.WriteFile(filepath.Join(tmp, snapshotFile), meta, 0o644); err != nil {
 		return Snapshot{}, fmt.Errorf("writing osv snapshot: %w", err)
+	}
+	// The staged snapshot must load (ids agree, zips read) before it
+	// replaces the current one.
+	if _, err := Load(tmp); err != nil {
+		return Snapshot{}, fmt.Errorf("checking the new osv snapshot: %w", err)
 	}
 	old := dir + ".old"
 	_ = os.RemoveAll(old)
