@@ -1,13 +1,17 @@
 package cli
 
 import (
+	"context"
 	"net/http"
 	"path/filepath"
+	"sort"
 	"sync"
+	"time"
 
 	"github.com/sandboxapi/sandboxapi/api"
 	"github.com/sandboxapi/sandboxapi/executor"
 	"github.com/sandboxapi/sandboxapi/internal/metrics"
+	"github.com/sandboxapi/sandboxapi/mirror"
 )
 
 // processMetrics is the one registry of a serve process. Wiring code of
@@ -20,13 +24,39 @@ var processMetrics = sync.OnceValue(metrics.New)
 // wireMetrics sends the API's measurements to the process registry, adds
 // the scrape-time gauges (sandboxes, warm pool, sessions by plan) and
 // returns the GET /metrics handler.
-func wireMetrics(srv *api.Server, ex *executor.Executor) http.Handler {
+func wireMetrics(srv *api.Server, ex *executor.Executor, mir *mirror.Mirror) http.Handler {
 	m := processMetrics()
 	srv.SetObserver(m)
 	m.RegisterSessionsByPlan(srv.SessionsByPlan)
 	m.RegisterSandboxStats(func() (int, int) { return liveSandboxes(), ex.WarmReady() })
 	m.RegisterReadiness(srv.ReadinessByCheck)
+	m.RegisterMirrorArtifacts(func() ([]metrics.ArtifactCount, error) { return mirrorCounts(context.Background(), mir) })
 	return m.Handler()
+}
+
+// mirrorCounts counts the mirror's catalogue by manager and status, in a
+// fixed order.
+func mirrorCounts(ctx context.Context, mir *mirror.Mirror) ([]metrics.ArtifactCount, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	arts, err := mir.List(ctx, "")
+	if err != nil {
+		return nil, err
+	}
+	n := map[[2]string]int{}
+	for _, a := range arts {
+		n[[2]string{string(a.Manager), string(a.Status)}]++
+	}
+	keys := make([][2]string, 0, len(n))
+	for k := range n {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool { return keys[i][0]+"/"+keys[i][1] < keys[j][0]+"/"+keys[j][1] })
+	out := make([]metrics.ArtifactCount, 0, len(keys))
+	for _, k := range keys {
+		out = append(out, metrics.ArtifactCount{Ecosystem: k[0], Status: k[1], N: n[k]})
+	}
+	return out, nil
 }
 
 // liveSandboxes counts running sandboxes by their per-sandbox cgroups (one

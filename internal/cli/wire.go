@@ -17,6 +17,6 @@ func wireServices(ctx context.Context, env *Env, srv *api.Server, ex *executor.E
 	wireInstall(ctx, env, srv, ex, mir, front)
 	srv.SetPackages(mirrorPackages{mir})
 	srv.Handle("/mcp", mcp.NewHTTPHandler(srv, mcp.Options{Version: Version, Logger: env.Log}))
-	srv.Handle("GET /metrics", wireMetrics(srv, ex))
+	srv.Handle("GET /metrics", wireMetrics(srv, ex, mir))
 	srv.SetFiles(ex)
 }

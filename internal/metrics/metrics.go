@@ -73,7 +73,7 @@ func New() *Metrics {
 	}, []string{"ecosystem"})
 	m.mirrorRefusals = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: namespace, Subsystem: "mirror", Name: "refusals_total",
-		Help: "Mirror refusals (ingest or serve), by ecosystem and reason.",
+		Help: "Mirror requests refused (not held, quarantined or removed), by ecosystem and reason; refusals at ingest are in sandboxapi_mirror_artifacts{status=\"refused\"}.",
 	}, []string{"ecosystem", "reason"})
 	m.readiness = &readinessCollector{vec: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: namespace, Subsystem: "readiness", Name: "check",
@@ -191,18 +191,35 @@ func (m *Metrics) RegisterSandboxStats(f SandboxStats) { m.scrape.stats.Store(&f
 // time. A later call replaces f.
 func (m *Metrics) RegisterSessionsByPlan(f func() map[string]int) { m.scrape.byPlan.Store(&f) }
 
+// ArtifactCount is one row of the mirror's catalogue counted by ecosystem
+// (pip, npm) and status (admitted, refused, quarantined, removed).
+type ArtifactCount struct {
+	Ecosystem, Status string
+	N                 int
+}
+
+// RegisterMirrorArtifacts makes sandboxapi_mirror_artifacts{ecosystem,
+// status} read f at scrape time. The catalogue is shared with the operator
+// CLI, so refusals at ingest (`mirror add` in another process) show here
+// too. A later call replaces f; an error from f omits the gauge.
+func (m *Metrics) RegisterMirrorArtifacts(f func() ([]ArtifactCount, error)) {
+	m.scrape.artifacts.Store(&f)
+}
+
 // scrapeCollector emits the gauges read from functions at scrape time.
 type scrapeCollector struct {
-	stats             atomic.Pointer[SandboxStats]
-	byPlan            atomic.Pointer[func() map[string]int]
-	live, warm, plans *prometheus.Desc
+	stats                      atomic.Pointer[SandboxStats]
+	byPlan                     atomic.Pointer[func() map[string]int]
+	artifacts                  atomic.Pointer[func() ([]ArtifactCount, error)]
+	live, warm, plans, catalog *prometheus.Desc
 }
 
 func newScrapeCollector() *scrapeCollector {
 	return &scrapeCollector{
-		live:  prometheus.NewDesc(namespace+"_sandboxes_live", "Sandboxes running now (sessions, stateless calls, the warm pool, installers).", nil, nil),
-		warm:  prometheus.NewDesc(namespace+"_warm_pool_ready", "Started, never-used sandboxes waiting in the warm pool.", nil, nil),
-		plans: prometheus.NewDesc(namespace+"_sessions", "Live sessions by plan.", []string{"plan"}, nil),
+		live:    prometheus.NewDesc(namespace+"_sandboxes_live", "Sandboxes running now (sessions, stateless calls, the warm pool, installers).", nil, nil),
+		warm:    prometheus.NewDesc(namespace+"_warm_pool_ready", "Started, never-used sandboxes waiting in the warm pool.", nil, nil),
+		plans:   prometheus.NewDesc(namespace+"_sessions", "Live sessions by plan.", []string{"plan"}, nil),
+		catalog: prometheus.NewDesc(namespace+"_mirror_artifacts", "Mirror catalogue by ecosystem and status (admitted, refused at ingest, quarantined, removed).", []string{"ecosystem", "status"}, nil),
 	}
 }
 
@@ -210,6 +227,7 @@ func (c *scrapeCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.live
 	ch <- c.warm
 	ch <- c.plans
+	ch <- c.catalog
 }
 
 func (c *scrapeCollector) Collect(ch chan<- prometheus.Metric) {
@@ -227,6 +245,13 @@ func (c *scrapeCollector) Collect(ch chan<- prometheus.Metric) {
 		sort.Strings(plans)
 		for _, p := range plans {
 			ch <- prometheus.MustNewConstMetric(c.plans, prometheus.GaugeValue, float64(counts[p]), p)
+		}
+	}
+	if f := c.artifacts.Load(); f != nil {
+		if rows, err := (*f)(); err == nil {
+			for _, r := range rows {
+				ch <- prometheus.MustNewConstMetric(c.catalog, prometheus.GaugeValue, float64(r.N), r.Ecosystem, r.Status)
+			}
 		}
 	}
 }

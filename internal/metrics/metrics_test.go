@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -132,5 +133,42 @@ func TestInstrumentMirror(t *testing.T) {
 		if !strings.Contains(text, want) {
 			t.Errorf("scrape lacks %q", want)
 		}
+	}
+}
+
+// TestMirrorArtifacts: the catalogue gauge reads its function at every
+// scrape, and a failing source leaves the gauge out instead of failing the
+// scrape.
+func TestMirrorArtifacts(t *testing.T) {
+	t.Parallel()
+	m := New()
+	var mu sync.Mutex
+	rows := []ArtifactCount{{"npm", "admitted", 2}, {"pip", "refused", 3}}
+	var fail bool
+	m.RegisterMirrorArtifacts(func() ([]ArtifactCount, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if fail {
+			return nil, io.ErrUnexpectedEOF
+		}
+		return append([]ArtifactCount(nil), rows...), nil
+	})
+	text := scrape(t, m)
+	for _, want := range []string{`sandboxapi_mirror_artifacts{ecosystem="npm",status="admitted"} 2`, `sandboxapi_mirror_artifacts{ecosystem="pip",status="refused"} 3`} {
+		if !strings.Contains(text, want) {
+			t.Errorf("scrape lacks %q", want)
+		}
+	}
+	mu.Lock()
+	rows = append(rows, ArtifactCount{"pip", "quarantined", 1})
+	mu.Unlock()
+	if !strings.Contains(scrape(t, m), `sandboxapi_mirror_artifacts{ecosystem="pip",status="quarantined"} 1`) {
+		t.Error("a later scrape does not read the source again")
+	}
+	mu.Lock()
+	fail = true
+	mu.Unlock()
+	if strings.Contains(scrape(t, m), "sandboxapi_mirror_artifacts{") {
+		t.Error("a failing source still exported values")
 	}
 }

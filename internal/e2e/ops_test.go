@@ -1,0 +1,82 @@
+package e2e
+
+import (
+	"bufio"
+	"encoding/json"
+	"io"
+	"net/http"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/sandboxapi/sandboxapi/internal/testenv"
+)
+
+// The real server's log: every line written on a request's behalf (the
+// API's request line and the executor's execution line among them) carries
+// the id the client sent, and no line holds the API key.
+func TestLogsCarryRequestIDAndNoKey(t *testing.T) {
+	s := startServer(t, "")
+	key := s.key("PRO")
+	id := s.session(key, "python3")
+	req, _ := http.NewRequest("POST", s.url("/v1/sessions/"+id+"/execute"), strings.NewReader(`{"code":"print(6*7)"}`))
+	req.Header.Set("X-RapidAPI-Key", key)
+	req.Header.Set("X-Request-Id", "rid-ops-test-42")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || resp.Header.Get("X-Request-Id") != "rid-ops-test-42" {
+		t.Fatalf("execute = %d %s (X-Request-Id %q)", resp.StatusCode, b, resp.Header.Get("X-Request-Id"))
+	}
+	s.stop()
+
+	msgs := map[string]bool{}
+	sc := bufio.NewScanner(strings.NewReader(s.logs.String()))
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if strings.Contains(line, key) || strings.Contains(line, key[len(key)-12:]) {
+			t.Errorf("a log line holds the key: %s", line)
+		}
+		var m map[string]any
+		if json.Unmarshal([]byte(line), &m) != nil {
+			continue
+		}
+		if m["request_id"] == "rid-ops-test-42" {
+			msgs[m["msg"].(string)] = true
+		}
+	}
+	t.Logf("lines with the request id: %v", msgs)
+	if len(msgs) < 2 {
+		t.Errorf("lines with the request id: %v; want the request line and the executor's execution line at least\n%s", msgs, tail(s.logs.String(), 30))
+	}
+	if !msgs["request"] {
+		t.Errorf("the API's request line lacks the request id (lines with it: %v)", msgs)
+	}
+}
+
+// The mirror's catalogue shows in /metrics, refusals at ingest by another
+// process (the operator CLI) included.
+func TestMetricsCountMirrorCatalogue(t *testing.T) {
+	s := startServer(t, "")
+	s.cliArgs([]string{"mirror", "osv", "import"}, filepath.Join(testenv.ModuleRoot(), "mirror", "testdata", "osv"))
+	dir := t.TempDir()
+	s.cliArgs([]string{"mirror", "add"}, writeWheel(t, dir, "one", "1.0"))
+	vuln := writeWheel(t, dir, "colorama-py", "0.6") // MAL-2024-4920 in the test data
+	if out, err := exec.Command(s.bin, "mirror", "add", "--config", s.config, "--data-dir", s.dataDir, vuln).CombinedOutput(); err == nil {
+		t.Fatalf("mirror add of an OSV-affected wheel passed: %s", out)
+	}
+	r := s.do("GET", "/metrics", "", nil)
+	for _, want := range []string{
+		`sandboxapi_mirror_artifacts{ecosystem="pip",status="admitted"} 1`,
+		`sandboxapi_mirror_artifacts{ecosystem="pip",status="refused"} 1`,
+	} {
+		if r.status != 200 || !strings.Contains(string(r.body), want) {
+			t.Errorf("/metrics (%d) lacks %s", r.status, want)
+		}
+	}
+}
