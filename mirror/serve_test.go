@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -189,4 +190,87 @@ func TestCacheSeesOtherProcessWrites(t *testing.T) {
 	if r := get(t, srv.URL+"/mirror/pypi/simple/", ""); strings.Contains(r.body, "example") {
 		t.Errorf("root still lists example: %s", r.body)
 	}
+}
+
+// TestQuarantinedVanishesFromEndpoints: once Recheck quarantines a wheel
+// and an npm version, their files, the wheel's PEP 658 metadata file and
+// their entries in the PEP 691 JSON, PEP 503 HTML and abbreviated
+// packument are gone, while their siblings stay.
+func TestQuarantinedVanishesFromEndpoints(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	m := newTestMirror(t, true)
+	fn1, w1 := buildWheel(t, wheelSpec{name: "demo", version: "1.0"})
+	fn2, w2 := buildWheel(t, wheelSpec{name: "demo", version: "2.0"})
+	bad, err := m.AddWheel(ctx, fn1, w1, "test", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	good, err := m.AddWheel(ctx, fn2, w2, "test", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	badNPM, err := m.AddNPMTarball(ctx, npmFixture(t, "tiny-pkg", "1.0.0"), "test", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	goodNPM, err := m.AddNPMTarball(ctx, npmFixture(t, "tiny-pkg", "1.1.0"), "test", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := serveMirror(t, m)
+	pipJSON := "application/vnd.pypi.simple.v1+json"
+	check := func(when string, quarantined bool) {
+		t.Helper()
+		want := 200
+		if quarantined {
+			want = 404
+		}
+		for _, u := range []string{bad.URLPath, bad.URLPath + ".metadata", badNPM.URLPath} {
+			if r := get(t, srv.URL+u, ""); r.code != want {
+				t.Errorf("%s: GET %s = %d, want %d", when, u, r.code, want)
+			}
+		}
+		for _, u := range []string{good.URLPath, good.URLPath + ".metadata", goodNPM.URLPath} {
+			if r := get(t, srv.URL+u, ""); r.code != 200 {
+				t.Errorf("%s: sibling GET %s = %d", when, u, r.code)
+			}
+		}
+		js := get(t, srv.URL+"/mirror/pypi/simple/demo/", pipJSON)
+		html := get(t, srv.URL+"/mirror/pypi/simple/demo/", "text/html")
+		ab := get(t, srv.URL+"/mirror/npm/tiny-pkg", npmAbbreviated)
+		if js.code != 200 || html.code != 200 || ab.code != 200 || ab.ct != npmAbbreviated {
+			t.Fatalf("%s: index codes json %d html %d packument %d (%s)", when, js.code, html.code, ab.code, ab.ct)
+		}
+		for _, page := range []struct{ name, body, gone, kept string }{
+			{"pep 691 json", js.body, fn1, fn2},
+			{"pep 503 html", html.body, fn1, fn2},
+			{"abbreviated packument", ab.body, `"1.0.0"`, `"1.1.0"`},
+		} {
+			if strings.Contains(page.body, page.gone) == quarantined || !strings.Contains(page.body, page.kept) {
+				t.Errorf("%s: %s lists %s: %v, want %v; body %s", when, page.name, page.gone, !quarantined, !quarantined, page.body)
+			}
+		}
+	}
+	check("before recheck", false)
+	src := t.TempDir()
+	if err := os.CopyFS(src, os.DirFS("testdata/osv")); err != nil {
+		t.Fatal(err)
+	}
+	for name, rec := range map[string]string{
+		"PyPI/TEST-DEMO.json": `{"id":"TEST-DEMO","modified":"2026-10-01T00:00:00Z","affected":[{"package":{"ecosystem":"PyPI","name":"demo"},"versions":["1.0"]}]}`,
+		"npm/TEST-TINY.json":  `{"id":"TEST-TINY","modified":"2026-10-01T00:00:00Z","affected":[{"package":{"ecosystem":"npm","name":"tiny-pkg"},"ranges":[{"type":"SEMVER","events":[{"introduced":"0"},{"fixed":"1.1.0"}]}]}]}`,
+	} {
+		if err := os.WriteFile(filepath.Join(src, name), []byte(rec), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := m.ImportOSV(ctx, src); err != nil {
+		t.Fatal(err)
+	}
+	res, err := m.Recheck(ctx)
+	if err != nil || len(res.Quarantined) != 2 {
+		t.Fatalf("recheck = %+v, %v", res, err)
+	}
+	check("after recheck", true)
 }
