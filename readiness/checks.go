@@ -165,10 +165,13 @@ func get(ctx context.Context, c *http.Client, url, accept string, limit int64) (
 type OSVInfo struct {
 	SnapshotID string
 	ImportedAt time.Time
-	Records    int
-	Age        time.Duration
-	MaxAge     time.Duration
-	Stale      bool
+	// NewestModified is the newest "modified" time of any record: a dump
+	// imported today whose newest record is years old is old data.
+	NewestModified time.Time
+	Records        int
+	Age            time.Duration // since ImportedAt
+	MaxAge         time.Duration
+	Stale          bool // Age > MaxAge, as the source judged it
 }
 
 // OSVSource reports on the OSV database and judges every served artifact
@@ -178,20 +181,46 @@ type OSVSource interface {
 	Judge(ctx context.Context) (checked, quarantined int, err error)
 }
 
-// OSV passes when the database is loaded, not older than its max age, and
-// every served artifact has been judged against it.
+// Errors of the OSV check.
+var (
+	ErrOSVNotLoaded = errors.New("osv database not loaded")
+	ErrOSVTooOld    = errors.New("osv database too old")
+)
+
+// OSV passes when the database is loaded, was imported no longer than its
+// max age ago, its newest record was modified no longer than the same max
+// age ago (so an old dump imported today is not fresh), and every served
+// artifact has been judged against it.
 func OSV(src OSVSource) Func {
+	return osvCheck(src, time.Now)
+}
+
+func osvCheck(src OSVSource, now func() time.Time) Func {
 	return func(ctx context.Context) (string, error) {
 		st, err := src.OSVInfo(ctx)
 		if err != nil {
 			return "", fmt.Errorf("osv database: %w", err)
 		}
 		if st.SnapshotID == "" {
-			return "", errors.New("osv database not loaded")
+			return "", ErrOSVNotLoaded
 		}
-		d := fmt.Sprintf("snapshot %s, %d records, imported %s ago (max %s)", st.SnapshotID, st.Records, st.Age.Round(time.Second), st.MaxAge)
-		if st.Stale || st.Age > st.MaxAge {
-			return d, errors.New("osv database too old")
+		t := now()
+		modAge := t.Sub(st.NewestModified)
+		newest := "unknown"
+		if !st.NewestModified.IsZero() {
+			newest = fmt.Sprintf("%s (%s ago)", st.NewestModified.UTC().Format(time.RFC3339), modAge.Round(time.Second))
+		}
+		d := fmt.Sprintf("snapshot %s, %d records, imported %s (%s ago), newest record modified %s, max age %s",
+			st.SnapshotID, st.Records, st.ImportedAt.UTC().Format(time.RFC3339), st.Age.Round(time.Second), newest, st.MaxAge)
+		switch {
+		case st.MaxAge <= 0:
+			return d, fmt.Errorf("%w: no max age set", ErrOSVTooOld)
+		case st.Stale || st.Age > st.MaxAge:
+			return d, fmt.Errorf("%w: imported more than %s ago", ErrOSVTooOld, st.MaxAge)
+		case st.NewestModified.IsZero():
+			return d, fmt.Errorf("%w: the newest record's modified time is unknown", ErrOSVTooOld)
+		case modAge > st.MaxAge:
+			return d, fmt.Errorf("%w: its newest record was modified more than %s ago", ErrOSVTooOld, st.MaxAge)
 		}
 		checked, quarantined, err := src.Judge(ctx)
 		if err != nil {

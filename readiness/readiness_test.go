@@ -180,21 +180,39 @@ func (f fakeOSV) Judge(context.Context) (int, int, error)  { return 3, 0, nil }
 
 func TestOSVCheck(t *testing.T) {
 	t.Parallel()
-	fresh := OSVInfo{SnapshotID: "s1", Records: 4, Age: time.Hour, MaxAge: 72 * time.Hour}
-	old := fresh
-	old.Age, old.Stale = 73*time.Hour, true
+	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	fresh := OSVInfo{SnapshotID: "s1", Records: 4, ImportedAt: now.Add(-time.Hour), NewestModified: now.Add(-3 * time.Hour), Age: time.Hour, MaxAge: 72 * time.Hour}
+	with := func(f func(*OSVInfo)) OSVInfo { i := fresh; f(&i); return i }
 	for _, tc := range []struct {
 		name string
 		src  fakeOSV
-		ok   bool
+		want error // nil: pass
 	}{
-		{"fresh", fakeOSV{info: fresh}, true},
-		{"too old", fakeOSV{info: old}, false},
-		{"missing", fakeOSV{err: errors.New("none imported")}, false},
-		{"not loaded", fakeOSV{info: OSVInfo{}}, false},
+		{"fresh", fakeOSV{info: fresh}, nil},
+		{"newest record a day older than import", fakeOSV{info: with(func(i *OSVInfo) { i.NewestModified = now.Add(-50 * time.Hour) })}, nil},
+		{"imported too long ago", fakeOSV{info: with(func(i *OSVInfo) { i.Age, i.Stale = 73*time.Hour, true })}, ErrOSVTooOld},
+		{"age over max, source said fresh", fakeOSV{info: with(func(i *OSVInfo) { i.Age = 73 * time.Hour })}, ErrOSVTooOld},
+		{"old dump imported today", fakeOSV{info: with(func(i *OSVInfo) { i.NewestModified = time.Date(2019, 5, 1, 0, 0, 0, 0, time.UTC) })}, ErrOSVTooOld},
+		{"newest just past max age", fakeOSV{info: with(func(i *OSVInfo) { i.NewestModified = now.Add(-72*time.Hour - time.Second) })}, ErrOSVTooOld},
+		{"newest modified unknown", fakeOSV{info: with(func(i *OSVInfo) { i.NewestModified = time.Time{} })}, ErrOSVTooOld},
+		{"no max age", fakeOSV{info: with(func(i *OSVInfo) { i.MaxAge = 0 })}, ErrOSVTooOld},
+		{"missing", fakeOSV{err: errors.New("none imported")}, errors.New("any")},
+		{"not loaded", fakeOSV{info: OSVInfo{}}, ErrOSVNotLoaded},
 	} {
-		if _, err := OSV(tc.src)(context.Background()); (err == nil) != tc.ok {
-			t.Errorf("%s: err %v", tc.name, err)
+		d, err := osvCheck(tc.src, func() time.Time { return now })(context.Background())
+		switch {
+		case tc.want == nil && err != nil:
+			t.Errorf("%s: %v", tc.name, err)
+		case tc.want != nil && err == nil:
+			t.Errorf("%s: passed: %s", tc.name, d)
+		case tc.want == ErrOSVTooOld || tc.want == ErrOSVNotLoaded:
+			if !errors.Is(err, tc.want) {
+				t.Errorf("%s: err %v, want %v", tc.name, err, tc.want)
+			}
+		}
+		// Both times are shown whenever the database is loaded.
+		if tc.src.info.SnapshotID != "" && tc.src.err == nil && (!strings.Contains(d, "imported 2026-") || !strings.Contains(d, "newest record modified ")) {
+			t.Errorf("%s: detail lacks the times: %s", tc.name, d)
 		}
 	}
 }

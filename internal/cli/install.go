@@ -172,7 +172,8 @@ func (o mirrorOSV) OSVInfo(ctx context.Context) (readiness.OSVInfo, error) {
 	if err != nil {
 		return readiness.OSVInfo{}, err
 	}
-	return readiness.OSVInfo{SnapshotID: st.SnapshotID, ImportedAt: st.ImportedAt, Records: st.Records, Age: st.Age, MaxAge: st.MaxAge, Stale: st.Stale}, nil
+	return readiness.OSVInfo{SnapshotID: st.SnapshotID, ImportedAt: st.ImportedAt, NewestModified: st.NewestModified,
+		Records: st.Records, Age: st.Age, MaxAge: st.MaxAge, Stale: st.Stale}, nil
 }
 
 func (o mirrorOSV) Judge(ctx context.Context) (int, int, error) {

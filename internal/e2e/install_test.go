@@ -78,8 +78,53 @@ func writeTarball(t *testing.T, dir, name, version string) string {
 	return p
 }
 
+// importOSV imports the test OSV records as a fresh dump: a copy whose
+// newest record was modified just now (the readiness check fails a dump
+// whose newest record is older than osv_max_age, and the stored records
+// only grow older).
 func (s *server) importOSV() {
+	s.t.Helper()
+	s.cliArgs([]string{"mirror", "osv", "import"}, freshOSV(s.t, time.Now()))
+}
+
+// importOldOSV imports the test OSV records as they are stored (their
+// newest record was modified months ago).
+func (s *server) importOldOSV() {
+	s.t.Helper()
 	s.cliArgs([]string{"mirror", "osv", "import"}, filepath.Join(testenv.ModuleRoot(), "mirror", "testdata", "osv"))
+}
+
+var modifiedField = regexp.MustCompile(`"modified":\s*"[^"]*"`)
+
+// freshOSV copies the test OSV records into a new folder, with the first
+// record's modified time set to at.
+func freshOSV(t testing.TB, at time.Time) string {
+	t.Helper()
+	src := filepath.Join(testenv.ModuleRoot(), "mirror", "testdata", "osv")
+	dst := t.TempDir()
+	bumped := false
+	err := filepath.WalkDir(src, func(p string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(src, p)
+		if d.IsDir() {
+			return os.MkdirAll(filepath.Join(dst, rel), 0o755)
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		if !bumped && strings.HasSuffix(p, ".json") && modifiedField.Match(b) {
+			b = modifiedField.ReplaceAll(b, []byte(`"modified": "`+at.UTC().Format(time.RFC3339Nano)+`"`))
+			bumped = true
+		}
+		return os.WriteFile(filepath.Join(dst, rel), b, 0o644)
+	})
+	if err != nil || !bumped {
+		t.Fatalf("copying the OSV records: %v (bumped %v)", err, bumped)
+	}
+	return dst
 }
 
 // waitReadyz polls /readyz until it answers want, and returns the body.
@@ -199,6 +244,15 @@ func TestInstallRefusalsAreAllOrNothing(t *testing.T) {
 		}
 	}
 	s.cli("mirror", "verify")
+	// A wheel an OSV record in the test data names (MAL-2024-4920: every
+	// colorama-py 0.6 is malicious) is refused at admission.
+	vuln := writeWheel(t, dir, "colorama-py", "0.6")
+	if out, err := exec.Command(s.bin, "mirror", "add", "--config", s.config, "--data-dir", s.dataDir, vuln).CombinedOutput(); err == nil {
+		t.Fatalf("mirror add of an OSV-affected wheel passed: %s", out)
+	}
+	if list := s.cli("mirror", "list", "--json"); !regexp.MustCompile(`"filename":\s*"colorama_py-0.6-py3-none-any.whl"[^}]*"status":\s*"refused"|"status":\s*"refused"[^}]*"filename":\s*"colorama_py-0.6-py3-none-any.whl"`).MatchString(list) {
+		t.Fatalf("colorama-py 0.6 not recorded as refused: %s", list)
+	}
 	key := s.key("PRO")
 	id := s.session(key, "python3")
 	s.waitReadyz(200, 90*time.Second)
@@ -210,18 +264,21 @@ func TestInstallRefusalsAreAllOrNothing(t *testing.T) {
 		status int
 		bad    string // the package the reply must name
 		why    string
+		reason string // the reason must hold this
 	}{
-		{"missing", "pip", []string{"nope==1.0"}, 422, "nope==1.0", "missing"},
-		{"unknown version", "pip", []string{"one==9.9"}, 422, "one==9.9", "missing"},
-		{"removed", "pip", []string{"gone==1.0"}, 422, "gone==1.0", "removed"},
-		{"quarantined", "pip", []string{"bad"}, 422, "bad", "quarantined"},
-		{"range", "pip", []string{"one>=1.0"}, 422, "one>=1.0", "invalid"},
-		{"url", "pip", []string{"https://example.com/x.whl"}, 422, "https://example.com/x.whl", "invalid"},
-		{"npm range", "npm", []string{"hello@^1.0.0"}, 422, "hello@^1.0.0", "invalid"},
-		{"npm missing", "npm", []string{"left-pad@1.3.0"}, 422, "left-pad@1.3.0", "missing"},
-		{"one of three refused", "pip", []string{"one==1.0", "nope", "two"}, 422, "nope", "missing"},
-		{"bad manager", "gem", []string{"x"}, 400, "", ""},
-		{"no packages", "pip", []string{}, 400, "", ""},
+		{"missing", "pip", []string{"nope==1.0"}, 422, "nope==1.0", "missing", ""},
+		{"unknown version", "pip", []string{"one==9.9"}, 422, "one==9.9", "missing", ""},
+		{"removed", "pip", []string{"gone==1.0"}, 422, "gone==1.0", "removed", ""},
+		{"quarantined", "pip", []string{"bad"}, 422, "bad", "quarantined", ""},
+		{"range", "pip", []string{"one>=1.0"}, 422, "one>=1.0", "invalid", ""},
+		{"url", "pip", []string{"https://example.com/x.whl"}, 422, "https://example.com/x.whl", "invalid", ""},
+		{"npm range", "npm", []string{"hello@^1.0.0"}, 422, "hello@^1.0.0", "invalid", ""},
+		{"npm missing", "npm", []string{"left-pad@1.3.0"}, 422, "left-pad@1.3.0", "missing", ""},
+		{"osv refused", "pip", []string{"colorama-py==0.6"}, 422, "colorama-py==0.6", "refused", "MAL-2024-4920"},
+		{"one of three refused", "pip", []string{"one==1.0", "nope", "two"}, 422, "nope", "missing", ""},
+		{"one of three osv-refused", "pip", []string{"one==1.0", "colorama_py==0.6", "two"}, 422, "colorama_py==0.6", "refused", "MAL-2024-4920"},
+		{"bad manager", "gem", []string{"x"}, 400, "", "", ""},
+		{"no packages", "pip", []string{}, 400, "", "", ""},
 	}
 	for _, tc := range cases {
 		r := s.install(key, id, tc.mgr, tc.pkgs...)
@@ -233,12 +290,13 @@ func TestInstallRefusalsAreAllOrNothing(t *testing.T) {
 			continue
 		}
 		det := r.json(t)["error"].(map[string]any)["details"].(map[string]any)["packages"].([]any)
-		if len(det) != 1 || det[0].(map[string]any)["package"] != tc.bad || det[0].(map[string]any)["status"] != tc.why || det[0].(map[string]any)["reason"] == "" {
+		reason, _ := det[0].(map[string]any)["reason"].(string)
+		if len(det) != 1 || det[0].(map[string]any)["package"] != tc.bad || det[0].(map[string]any)["status"] != tc.why || reason == "" || !strings.Contains(reason, tc.reason) {
 			t.Errorf("%s: details %s", tc.name, r.body)
 		}
 	}
-	res := s.exec(key, id, "import importlib.util as u; print(u.find_spec('one') is None, u.find_spec('two') is None)")
-	if res["stdout"] != "True True\n" {
+	res := s.exec(key, id, "import importlib.util as u; print(u.find_spec('one') is None, u.find_spec('two') is None, u.find_spec('colorama_py') is None)")
+	if res["stdout"] != "True True True\n" {
 		t.Fatalf("a refused request installed something: %v", res)
 	}
 }
@@ -313,8 +371,21 @@ func TestInstallGateFailsClosed(t *testing.T) {
 		t.Fatalf("install when ready again: %d %s", r.status, r.body)
 	}
 
+	// A dump imported just now whose newest record is months old is old
+	// data: the gate closes until a fresh dump is imported.
+	s.importOldOSV()
+	r := s.waitReadyz(503, 15*time.Second)
+	if got := failingChecks(t, r); strings.Join(got, ",") != "osv" || !strings.Contains(string(r.body), "newest record was modified more than") {
+		t.Fatalf("old dump: failing checks %v: %s", got, r.body)
+	}
+	if ir := s.install(key, id, "pip", "one"); ir.status != 503 {
+		t.Fatalf("install with an old dump: %d %s", ir.status, ir.body)
+	}
+	s.importOSV()
+	s.waitReadyz(200, 15*time.Second)
+
 	// The OSV database grows too old, then is refreshed.
-	r := s.waitReadyz(503, 90*time.Second)
+	r = s.waitReadyz(503, 90*time.Second)
 	if got := failingChecks(t, r); strings.Join(got, ",") != "osv" {
 		t.Fatalf("failing checks %v: %s", got, r.body)
 	}
