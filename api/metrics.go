@@ -15,8 +15,10 @@ import (
 // it). Methods are called on the request path: they must be safe for
 // concurrent use and must not block.
 type Observer interface {
-	// ObserveRequest is called once per authenticated-route request with the
-	// mux pattern ("POST /v1/sessions"), the status sent and the latency.
+	// ObserveRequest is called once per request, on every route, with the
+	// mux pattern ("POST /v1/sessions", "/mirror/"), or UnmatchedRoute when
+	// no pattern matched, the status sent and the latency. Routes are the
+	// mounted patterns only, so the label set stays bounded.
 	ObserveRequest(route string, status int, d time.Duration)
 	// ObserveExecution is called once per execution with a language from
 	// the runtime table ("other" for anything else) and the result status
@@ -53,21 +55,35 @@ func (s *Server) observer() Observer {
 	return s.ops.obs
 }
 
-// observeRequest is the one call the authed middleware makes when a
-// request ends.
-func (s *Server) observeRequest(r *http.Request, p *Principal, status int, d time.Duration) {
+// UnmatchedRoute is the route label of a request no pattern matched (a
+// 404 or 405 from the mux itself).
+const UnmatchedRoute = "unmatched"
+
+// observeRequest is the one call ServeHTTP makes when a request ends;
+// pattern is the mux pattern that matched, "" for none.
+func (s *Server) observeRequest(pattern string, status int, d time.Duration) {
+	obs := s.observer()
+	if obs == nil {
+		return
+	}
+	if pattern == "" {
+		pattern = UnmatchedRoute
+	}
+	obs.ObserveRequest(pattern, status, d)
+}
+
+// notePrincipal remembers the plan of a key that made a request, for
+// SessionsByPlan.
+func (s *Server) notePrincipal(p *Principal) {
+	if p == nil || p.Plan == nil {
+		return
+	}
 	s.ops.mu.Lock()
-	obs := s.ops.obs
-	if p != nil && p.Plan != nil {
-		if s.ops.owners == nil {
-			s.ops.owners = map[string]string{}
-		}
-		s.ops.owners[p.KeyID] = p.Plan.Name
+	defer s.ops.mu.Unlock()
+	if s.ops.owners == nil {
+		s.ops.owners = map[string]string{}
 	}
-	s.ops.mu.Unlock()
-	if obs != nil {
-		obs.ObserveRequest(r.Pattern, status, d)
-	}
+	s.ops.owners[p.KeyID] = p.Plan.Name
 }
 
 // SessionsByPlan counts the live sessions of every key seen since the

@@ -96,3 +96,62 @@ func TestMetricsAfterRequests(t *testing.T) {
 		t.Log(text)
 	}
 }
+
+// TestMetricsCountEveryRoute checks that requests outside the
+// authenticated API are counted too, under their pattern, and that paths
+// no pattern matches share one label whatever they are.
+func TestMetricsCountEveryRoute(t *testing.T) {
+	srv, _ := newFakeServer(t)
+	m := metrics.New()
+	srv.SetObserver(m)
+	srv.Handle("GET /metrics", m.Handler())
+	srv.Handle("/mirror/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { http.NotFound(w, r) }))
+	srv.Handle("/mcp", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusAccepted) }))
+	ts := httptest.NewServer(srv)
+	defer ts.Close()
+	get := func(method, path string) {
+		t.Helper()
+		req, _ := http.NewRequest(method, ts.URL+path, nil)
+		resp, err := ts.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+	for _, p := range []string{"/healthz", "/healthz", "/readyz", "/openapi.json", "/metrics", "/mirror/pypi/simple/six/", "/nothing", "/other-nothing", "/v1/runtimes"} {
+		get("GET", p)
+	}
+	get("POST", "/mcp")
+	get("POST", "/healthz") // the method does not match: the mux answers 405
+	resp, err := ts.Client().Get(ts.URL + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	text := string(b)
+	for _, want := range []string{
+		`sandboxapi_http_requests_total{route="GET /healthz",status="200"} 2`,
+		`sandboxapi_http_requests_total{route="GET /readyz",status="200"} 1`,
+		`sandboxapi_http_requests_total{route="GET /openapi.json",status="200"} 1`,
+		`sandboxapi_http_requests_total{route="GET /metrics",status="200"} 1`,
+		`sandboxapi_http_requests_total{route="/mirror/",status="404"} 1`,
+		`sandboxapi_http_requests_total{route="/mcp",status="202"} 1`,
+		`sandboxapi_http_requests_total{route="unmatched",status="404"} 2`,
+		`sandboxapi_http_requests_total{route="unmatched",status="405"} 1`,
+		`sandboxapi_http_requests_total{route="GET /v1/runtimes",status="401"} 1`,
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("metrics lack %q", want)
+		}
+	}
+	for _, leak := range []string{"nothing", "pypi", "six"} {
+		if strings.Contains(text, leak) {
+			t.Errorf("a request path became a label: %q", leak)
+		}
+	}
+	if t.Failed() {
+		t.Log(text)
+	}
+}

@@ -126,6 +126,12 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("X-Request-Id", rid)
 	r = r.WithContext(reqid.With(r.Context(), rid))
+	start := time.Now()
+	sw := &statusWriter{ResponseWriter: w, status: http.StatusOK}
+	w = sw
+	// Every request is observed, routed or not; the mux has set r.Pattern
+	// by the time this runs (runs after the recovery below).
+	defer func() { s.observeRequest(r.Pattern, sw.status, time.Since(start)) }()
 	defer func() {
 		if v := recover(); v != nil {
 			if v == http.ErrAbortHandler {
@@ -165,7 +171,7 @@ func (s *Server) authed(h handlerFunc) http.Handler {
 				s.meter.Record(Usage{KeyID: p.KeyID, Route: route, Status: cw.status, Duration: time.Since(start),
 					BytesIn: body.n, BytesOut: cw.n, ExecMillis: cw.execMillis, At: start})
 			}
-			s.observeRequest(r, p, cw.status, time.Since(start))
+			s.notePrincipal(p)
 			s.log.Info("request", "request_id", requestID(r.Context()), "method", r.Method, "route", r.Pattern,
 				"status", cw.status, "ms", time.Since(start).Milliseconds(), "key_id", keyIDOf(p))
 		}()
@@ -229,6 +235,34 @@ func (c *countingWriter) Flush() {
 }
 
 func (c *countingWriter) Unwrap() http.ResponseWriter { return c.ResponseWriter }
+
+// statusWriter remembers the status sent, for the request metrics; it
+// passes Flush through and unwraps for http.ResponseController.
+type statusWriter struct {
+	http.ResponseWriter
+	status      int
+	wroteHeader bool
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if !w.wroteHeader && code >= 200 {
+		w.status, w.wroteHeader = code, true
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(p []byte) (int, error) {
+	w.wroteHeader = true
+	return w.ResponseWriter.Write(p)
+}
+
+func (w *statusWriter) Flush() {
+	if f, ok := w.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 type countingBody struct {
 	rc interface {
