@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -193,5 +194,67 @@ func TestPendingListenerCount(t *testing.T) {
 	s3.Close()
 	if n := ln.pending(); n != 0 {
 		t.Fatalf("pending = %d, want 0", n)
+	}
+}
+
+// A live session's listener whose socket dies under it (shut down here as
+// `ss -K` would destroy it) is reported by Health, does not spin, and
+// refuses connections at once; removing the session clears the report.
+func TestListenerFailureReported(t *testing.T) {
+	t.Parallel()
+	f := sharedFakeNet(t)
+	p := newTestProxy(t, testConfig(f))
+	s := addSession(t, p)
+	other := addSession(t, p)
+	if err := p.Health(); err != nil {
+		t.Fatalf("Health before the fault: %v", err)
+	}
+	p.mu.Lock()
+	sess := p.sessions[s.ID]
+	p.mu.Unlock()
+	for _, c := range sess.closers[:2] { // CONNECT and transparent listeners
+		rc, err := c.(*net.TCPListener).SyscallConn()
+		if err != nil {
+			t.Fatal(err)
+		}
+		rc.Control(func(fd uintptr) { syscall.Shutdown(int(fd), syscall.SHUT_RDWR) })
+	}
+	deadline := time.Now().Add(3 * time.Second)
+	var herr error
+	for herr = p.Health(); herr == nil && time.Now().Before(deadline); herr = p.Health() {
+		time.Sleep(10 * time.Millisecond)
+	}
+	for !strings.Contains(fmt.Sprint(herr), "transparent") && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+		herr = p.Health()
+	}
+	if !errors.Is(herr, ErrListenerFailed) || !strings.Contains(herr.Error(), s.ID+" (") ||
+		!strings.Contains(herr.Error(), "CONNECT") || !strings.Contains(herr.Error(), "transparent") || strings.Contains(herr.Error(), other.ID) {
+		t.Fatalf("Health after the fault: %v", herr)
+	}
+	for _, ep := range []netip.AddrPort{s.ep.Connect, s.ep.Transparent} {
+		start := time.Now()
+		dl := net.Dialer{LocalAddr: net.TCPAddrFromAddrPort(netip.AddrPortFrom(s.SandboxAddr, 0)), Timeout: 2 * time.Second}
+		c, err := dl.Dial("tcp", ep.String())
+		if err == nil {
+			ok, rerr := closedAtOnce(c, time.Second)
+			c.Close()
+			if !ok {
+				t.Fatalf("%s still serves after its socket died: %v", ep, rerr)
+			}
+		}
+		if time.Since(start) > time.Second {
+			t.Fatalf("%s: failure took %v", ep, time.Since(start))
+		}
+	}
+	// The other session is unaffected.
+	if code, _ := rawConnect(t, other, other.SandboxAddr, fmt.Sprintf("ok.example.com:%d", f.httpsAP.Port())); code != 200 {
+		t.Fatalf("other session: status %d", code)
+	}
+	if err := p.RemoveSession(t.Context(), s.ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Health(); err != nil {
+		t.Fatalf("Health after removing the broken session: %v", err)
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"sort"
 	"strings"
 	"sync"
 	"syscall"
@@ -33,6 +34,7 @@ var (
 	ErrDirectDial      = errors.New("direct dial refused: every CONNECT is handled explicitly")
 	ErrInvalidSession  = errors.New("invalid egress session")
 	ErrWrongSourceAddr = errors.New("connection not from the session's sandbox address")
+	ErrListenerFailed  = errors.New("egress listener of a live session stopped serving")
 )
 
 // Options are the non-data dependencies of a Proxy.
@@ -76,6 +78,7 @@ type session struct {
 	ctx       context.Context
 	cancel    context.CancelFunc
 	listeners sync.WaitGroup
+	broken    []string // listeners that stopped serving; guarded by Proxy.mu
 }
 
 // Proxy is the egress proxy: per-session explicit CONNECT (built on
@@ -259,12 +262,49 @@ func (p *Proxy) listen(ctx context.Context, s *session) error {
 	s.listeners.Add(2)
 	go func() {
 		defer s.listeners.Done()
-		p.srv.Serve(cl)
+		if err := p.srv.Serve(cl); !errors.Is(err, http.ErrServerClosed) {
+			p.listenerEnded(s, "CONNECT", err)
+		}
 	}()
 	go func() {
 		defer s.listeners.Done()
 		p.serveTransparent(s, tl)
 	}()
+	return nil
+}
+
+// listenerEnded notes a listener of a live session that stopped serving
+// (its socket destroyed from outside, say): Health reports the session
+// until it is removed. Ends caused by RemoveSession or Stop are ignored.
+func (p *Proxy) listenerEnded(s *session, which string, err error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.stopped || s.ctx.Err() != nil {
+		return
+	}
+	p.log.Error("egress listener failed", slog.String("session", s.ID), slog.String("listener", which), slog.Any("err", err))
+	s.broken = append(s.broken, which)
+}
+
+// Health reports an error naming every live session one of whose
+// listeners stopped serving; such a session's sandbox can no longer reach
+// the proxy. It returns ErrStopped once the proxy is stopped.
+func (p *Proxy) Health() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.stopped {
+		return ErrStopped
+	}
+	var bad []string
+	for id, s := range p.sessions {
+		if len(s.broken) > 0 {
+			bad = append(bad, id+" ("+strings.Join(s.broken, ", ")+")")
+		}
+	}
+	if len(bad) > 0 {
+		sort.Strings(bad)
+		return fmt.Errorf("%w: %s", ErrListenerFailed, strings.Join(bad, "; "))
+	}
 	return nil
 }
 

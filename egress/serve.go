@@ -143,9 +143,16 @@ func (p *Proxy) serveTransparent(s *session, ln net.Listener) {
 			if errors.Is(err, net.ErrClosed) {
 				return
 			}
-			p.log.Error("accepting transparent connection", slog.String("session", s.ID), slog.Any("err", err))
-			time.Sleep(50 * time.Millisecond)
-			continue
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Temporary() { //nolint:staticcheck // EMFILE and the like, as net/http retries them
+				p.log.Warn("accepting transparent connection", slog.String("session", s.ID), slog.Any("err", err))
+				time.Sleep(50 * time.Millisecond)
+				continue
+			}
+			// The socket is gone (e.g. destroyed from outside): retrying
+			// would spin; the session's transparent path is down.
+			p.listenerEnded(s, "transparent", err)
+			return
 		}
 		go p.handleTransparent(s, c)
 	}
@@ -233,7 +240,9 @@ func (p *Proxy) startDNS(ctx context.Context, s *session) error {
 		s.listeners.Add(1)
 		go func() {
 			defer s.listeners.Done()
-			srv.ActivateAndServe()
+			if err := srv.ActivateAndServe(); err != nil {
+				p.listenerEnded(s, "DNS", err)
+			}
 		}()
 		<-started
 	}
