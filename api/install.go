@@ -58,9 +58,15 @@ func (s *Server) install(w http.ResponseWriter, r *http.Request, inst Installer,
 		return &Error{Status: http.StatusServiceUnavailable, Code: "not_ready", RetryAfter: 10 * time.Second,
 			Message: "installs are paused until every readiness check passes", Details: map[string]any{"checks": failing}}
 	}
+	started := time.Now()
 	reply, err := inst.Install(r.Context(), p.KeyID, id, sandbox.InstallRequest{Manager: req.Manager, Packages: req.Packages}, p.Plan.MaxTimeout)
 	if cw, ok := w.(*countingWriter); ok {
+		// A failed install has no reply to report its time; the sandbox
+		// was busy all the same, so meter the time it took.
 		cw.execMillis = reply.DurationMS
+		if err != nil {
+			cw.execMillis = time.Since(started).Milliseconds()
+		}
 	}
 	var rej *sandbox.RejectedError
 	switch {

@@ -121,7 +121,7 @@ func (s *Server) routes() {
 // ServeHTTP adds a request id, recovers panics and logs one line per request.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	rid := r.Header.Get("X-Request-Id")
-	if rid == "" || len(rid) > 64 {
+	if !validRequestID(rid) {
 		rid = newRequestID()
 	}
 	w.Header().Set("X-Request-Id", rid)
@@ -145,6 +145,24 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 func requestID(ctx context.Context) string { return reqid.From(ctx) }
+
+// validRequestID reports whether a client's X-Request-Id may be used as
+// the request id: 1 to 64 of A-Z, a-z, 0-9, '.', '_' and '-', so it is
+// safe in log lines, headers and error bodies.
+func validRequestID(id string) bool {
+	if id == "" || len(id) > 64 {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		switch {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9', c == '.', c == '_', c == '-':
+		default:
+			return false
+		}
+	}
+	return true
+}
 
 func newRequestID() string {
 	var b [8]byte
