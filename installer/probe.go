@@ -60,7 +60,8 @@ type ProbeResult struct {
 // Probe measures the installer network by real connection attempts: a
 // canary sandbox on a fresh installer network must fetch the mirror's
 // index and must not reach a decoy listener on the host (on the network's
-// host address and on every host address), nor any extra target; a canary
+// host address and on every host address), nor the mirror's port on any
+// other host address, nor loopback, nor any extra target; a canary
 // without network must not reach the mirror address. It returns an error
 // naming anything that was wrong.
 func (i *Installer) Probe(ctx context.Context, extra ...string) (string, error) {
@@ -102,6 +103,11 @@ func (i *Installer) ProbeDetail(ctx context.Context, extra ...string) (ProbeResu
 		if a != ep.HostAddr {
 			forbidden = append(forbidden, netip.AddrPortFrom(a, dport).String(), netip.AddrPortFrom(a, i.cfg.Port).String())
 		}
+	}
+	// Loopback inside the installer's namespace: nothing listens there,
+	// and the host's own loopback must not show through.
+	for _, a := range []netip.Addr{netip.MustParseAddr("127.0.0.1"), netip.IPv6Loopback()} {
+		forbidden = append(forbidden, netip.AddrPortFrom(a, i.cfg.Port).String(), netip.AddrPortFrom(a, dport).String())
 	}
 	forbidden = append(forbidden, extra...)
 	targets := append([]string{mirrorURL}, forbidden...)

@@ -270,6 +270,15 @@ func TestRealInstallerReachesOnlyTheMirror(t *testing.T) {
 	if len(res.Forbidden) < 3 {
 		t.Fatalf("too few forbidden targets: %v", res.Forbidden)
 	}
+	loopback := 0
+	for _, f := range res.Forbidden {
+		if strings.HasPrefix(f, "127.0.0.1:") || strings.HasPrefix(f, "[::1]:") {
+			loopback++
+		}
+	}
+	if loopback != 4 {
+		t.Fatalf("loopback targets: %d in %v", loopback, res.Forbidden)
+	}
 	for _, f := range res.Forbidden {
 		if got := res.Reached[f]; got == "open" || strings.HasPrefix(got, "status") || got == "" {
 			t.Errorf("%s: %q", f, got)

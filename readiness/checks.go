@@ -8,9 +8,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"net/http"
+	"net/url"
+	"regexp"
+	"sort"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -87,10 +90,17 @@ type MirrorIndex interface {
 }
 
 // Mirror checks the mirror over HTTP at baseURL: the simple index is
-// served and lists every admitted pip project, and a random sample of up
-// to sample admitted files is downloaded and re-hashed against the index.
+// served and lists every admitted pip project; each project's index page
+// (pip: the simple project page, npm: the packument) lists its admitted
+// files or versions; and admitted files are downloaded and re-hashed
+// against the index. Pages and files are taken in turns, up to
+// max(sample, 8) pages and sample files per run, so successive runs cover
+// every one of them at a bounded cost per run.
 func Mirror(idx MirrorIndex, baseURL string, sample int) Func {
 	client := &http.Client{Timeout: 15 * time.Second, Transport: &http.Transport{Proxy: nil, DisableKeepAlives: true}}
+	pages := max(sample, 8)
+	var mu sync.Mutex
+	var pageTurn, fileTurn int
 	return func(ctx context.Context) (string, error) {
 		files, err := idx.Admitted(ctx)
 		if err != nil {
@@ -101,7 +111,7 @@ func Mirror(idx MirrorIndex, baseURL string, sample int) Func {
 				Name string `json:"name"`
 			} `json:"projects"`
 		}
-		body, err := get(ctx, client, baseURL+"/mirror/pypi/simple/", "application/vnd.pypi.simple.v1+json", 8<<20)
+		body, err := get(ctx, client, baseURL+"/mirror/pypi/simple/", pypiJSON, 8<<20)
 		if err != nil {
 			return "", fmt.Errorf("mirror not serving: %w", err)
 		}
@@ -117,14 +127,21 @@ func Mirror(idx MirrorIndex, baseURL string, sample int) Func {
 				return "", fmt.Errorf("index inconsistent: admitted %s missing from the simple index", f.Name)
 			}
 		}
-		picked := files
-		if len(picked) > sample {
-			picked = make([]MirrorFile, len(files))
-			copy(picked, files)
-			rand.Shuffle(len(picked), func(i, j int) { picked[i], picked[j] = picked[j], picked[i] })
-			picked = picked[:sample]
+
+		projects := groupProjects(files)
+		sorted := append([]MirrorFile(nil), files...)
+		sort.Slice(sorted, func(i, j int) bool { return sorted[i].URLPath < sorted[j].URLPath })
+		mu.Lock()
+		pickedPages := turn(projects, &pageTurn, pages)
+		pickedFiles := turn(sorted, &fileTurn, sample)
+		mu.Unlock()
+
+		for _, p := range pickedPages {
+			if err := checkProjectPage(ctx, client, baseURL, p); err != nil {
+				return "", err
+			}
 		}
-		for _, f := range picked {
+		for _, f := range pickedFiles {
 			b, err := get(ctx, client, baseURL+f.URLPath, "", 1<<30)
 			if err != nil {
 				return "", fmt.Errorf("serving %s: %w", f.Filename, err)
@@ -134,12 +151,125 @@ func Mirror(idx MirrorIndex, baseURL string, sample int) Func {
 				return "", fmt.Errorf("served %s does not match its recorded sha256", f.Filename)
 			}
 		}
-		return fmt.Sprintf("serving; %d admitted artifacts, %d pip projects indexed, %d re-hashed", len(files), len(root.Projects), len(picked)), nil
+		return fmt.Sprintf("serving; %d admitted artifacts, %d pip projects indexed, %d of %d project pages and %d of %d files checked this run",
+			len(files), len(root.Projects), len(pickedPages), len(projects), len(pickedFiles), len(files)), nil
 	}
 }
 
+const (
+	pypiJSON = "application/vnd.pypi.simple.v1+json"
+	npmJSON  = "application/json"
+)
+
+// project is one package name's admitted files.
+type project struct {
+	manager, name string
+	files         []MirrorFile
+}
+
+func groupProjects(files []MirrorFile) []project {
+	byKey := map[string]*project{}
+	for _, f := range files {
+		name := f.Name
+		if f.Manager == "pip" {
+			name = normPip(name)
+		}
+		k := f.Manager + " " + name
+		if byKey[k] == nil {
+			byKey[k] = &project{manager: f.Manager, name: name}
+		}
+		byKey[k].files = append(byKey[k].files, f)
+	}
+	out := make([]project, 0, len(byKey))
+	for _, p := range byKey {
+		out = append(out, *p)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].manager != out[j].manager {
+			return out[i].manager < out[j].manager
+		}
+		return out[i].name < out[j].name
+	})
+	return out
+}
+
+// turn returns up to n items starting at *at (wrapping around) and moves
+// *at past them.
+func turn[T any](items []T, at *int, n int) []T {
+	if len(items) == 0 || n <= 0 {
+		return nil
+	}
+	if n >= len(items) {
+		return items
+	}
+	start := *at % len(items)
+	out := make([]T, 0, n)
+	for k := range n {
+		out = append(out, items[(start+k)%len(items)])
+	}
+	*at = (start + n) % len(items)
+	return out
+}
+
+// checkProjectPage fetches a project's index page and checks that it
+// lists every admitted file (pip, with its recorded sha256) or version
+// (npm).
+func checkProjectPage(ctx context.Context, c *http.Client, baseURL string, p project) error {
+	switch p.manager {
+	case "pip":
+		body, err := get(ctx, c, baseURL+"/mirror/pypi/simple/"+url.PathEscape(p.name)+"/", pypiJSON, 32<<20)
+		if err != nil {
+			return fmt.Errorf("index page of %s: %w", p.name, err)
+		}
+		var page struct {
+			Files []struct {
+				Filename string            `json:"filename"`
+				Hashes   map[string]string `json:"hashes"`
+			} `json:"files"`
+		}
+		if err := json.Unmarshal(body, &page); err != nil {
+			return fmt.Errorf("index page of %s unreadable: %w", p.name, err)
+		}
+		listed := map[string]string{}
+		for _, f := range page.Files {
+			listed[f.Filename] = f.Hashes["sha256"]
+		}
+		for _, f := range p.files {
+			h, ok := listed[f.Filename]
+			if !ok {
+				return fmt.Errorf("index inconsistent: admitted %s missing from the index page of %s", f.Filename, p.name)
+			}
+			if h != f.SHA256 {
+				return fmt.Errorf("index inconsistent: the index page of %s lists %s with another sha256", p.name, f.Filename)
+			}
+		}
+	case "npm":
+		body, err := get(ctx, c, baseURL+"/mirror/npm/"+url.PathEscape(p.name), npmJSON, 32<<20)
+		if err != nil {
+			return fmt.Errorf("packument of %s: %w", p.name, err)
+		}
+		var doc struct {
+			Versions map[string]json.RawMessage `json:"versions"`
+		}
+		if err := json.Unmarshal(body, &doc); err != nil {
+			return fmt.Errorf("packument of %s unreadable: %w", p.name, err)
+		}
+		for _, f := range p.files {
+			if _, ok := doc.Versions[f.Version]; !ok {
+				return fmt.Errorf("index inconsistent: admitted %s@%s missing from its packument", p.name, f.Version)
+			}
+		}
+	default:
+		return fmt.Errorf("admitted %s has unknown manager %q", p.name, p.manager)
+	}
+	return nil
+}
+
+var pipSeparators = regexp.MustCompile(`[-_.]+`)
+
+// normPip is the PEP 503 normalised name.
 func normPip(s string) string {
-	return strings.NewReplacer("_", "-", ".", "-").Replace(strings.ToLower(s))
+	return pipSeparators.ReplaceAllString(strings.ToLower(s), "-")
 }
 
 func get(ctx context.Context, c *http.Client, url, accept string, limit int64) ([]byte, error) {

@@ -5,9 +5,11 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -135,38 +137,177 @@ type fakeIndex []MirrorFile
 
 func (f fakeIndex) Admitted(context.Context) ([]MirrorFile, error) { return f, nil }
 
+// fakeMirror serves a root index, project pages, packuments and files
+// for index, counting file downloads.
+type fakeMirror struct {
+	mu      sync.Mutex
+	down    bool
+	files   map[string]string // url path -> body
+	pages   map[string]string // url path -> body
+	fetched map[string]int
+}
+
+func (f *fakeMirror) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.down {
+		http.Error(w, "down", 503)
+		return
+	}
+	if b, ok := f.pages[r.URL.EscapedPath()]; ok {
+		w.Write([]byte(b))
+		return
+	}
+	if b, ok := f.files[r.URL.Path]; ok {
+		f.fetched[r.URL.Path]++
+		w.Write([]byte(b))
+		return
+	}
+	http.NotFound(w, r)
+}
+
 func TestMirrorCheck(t *testing.T) {
 	t.Parallel()
-	body := "wheel-bytes"
-	sum := "6d9ee2c0a1fb3f2a4d0e0e6e5a8c6b9c1f9b0a7ee4a3b7b4c1d2e3f4a5b6c7d8" // wrong on purpose below
-	var serving atomic.Bool
-	serving.Store(true)
-	mux := http.NewServeMux()
-	mux.HandleFunc("/mirror/pypi/simple/", func(w http.ResponseWriter, r *http.Request) {
-		if !serving.Load() {
-			http.Error(w, "down", 503)
-			return
-		}
-		w.Write([]byte(`{"projects":[{"name":"Alpha_Pkg"}]}`))
-	})
-	mux.HandleFunc("/mirror/pypi/files/x/alpha.whl", func(w http.ResponseWriter, r *http.Request) { w.Write([]byte(body)) })
-	srv := httptest.NewServer(mux)
-	defer srv.Close()
-	real := sha256hex(body)
 	ctx := context.Background()
-	ok := Mirror(fakeIndex{{Manager: "pip", Name: "alpha-pkg", SHA256: real, URLPath: "/mirror/pypi/files/x/alpha.whl", Filename: "alpha.whl"}}, srv.URL, 3)
-	if _, err := ok(ctx); err != nil {
-		t.Fatalf("healthy mirror: %v", err)
+	type fixture struct {
+		idx fakeIndex
+		fm  *fakeMirror
+		srv *httptest.Server
 	}
-	if _, err := Mirror(fakeIndex{{Manager: "pip", Name: "alpha-pkg", SHA256: sum, URLPath: "/mirror/pypi/files/x/alpha.whl", Filename: "alpha.whl"}}, srv.URL, 3)(ctx); err == nil {
-		t.Fatal("hash mismatch passed")
+	// Two pip projects (one with two files) and two npm packages (one scoped).
+	build := func(t *testing.T) fixture {
+		fm := &fakeMirror{files: map[string]string{}, fetched: map[string]int{}}
+		var idx fakeIndex
+		add := func(mgr, name, version, fn, path string) {
+			body := "bytes of " + fn
+			fm.files[path] = body
+			idx = append(idx, MirrorFile{Manager: mgr, Name: name, Version: version, Filename: fn, SHA256: sha256hex(body), URLPath: path})
+		}
+		add("pip", "Alpha_Pkg", "1.0", "alpha_pkg-1.0-py3-none-any.whl", "/mirror/pypi/files/a/alpha_pkg-1.0-py3-none-any.whl")
+		add("pip", "Alpha_Pkg", "1.2", "alpha_pkg-1.2-py3-none-any.whl", "/mirror/pypi/files/b/alpha_pkg-1.2-py3-none-any.whl")
+		add("pip", "beta", "0.1", "beta-0.1-py3-none-any.whl", "/mirror/pypi/files/c/beta-0.1-py3-none-any.whl")
+		add("npm", "left-pad", "1.3.0", "left-pad-1.3.0.tgz", "/mirror/npm/left-pad/-/left-pad-1.3.0.tgz")
+		add("npm", "@s/p", "2.0.0", "p-2.0.0.tgz", "/mirror/npm/@s/p/-/p-2.0.0.tgz")
+		page := func(fs ...MirrorFile) string {
+			var parts []string
+			for _, f := range fs {
+				parts = append(parts, `{"filename":"`+f.Filename+`","hashes":{"sha256":"`+f.SHA256+`"}}`)
+			}
+			return `{"files":[` + strings.Join(parts, ",") + `]}`
+		}
+		fm.pages = map[string]string{
+			"/mirror/pypi/simple/":           `{"projects":[{"name":"Alpha_Pkg"},{"name":"beta"}]}`,
+			"/mirror/pypi/simple/alpha-pkg/": page(idx[0], idx[1]),
+			"/mirror/pypi/simple/beta/":      page(idx[2]),
+			"/mirror/npm/left-pad":           `{"versions":{"1.3.0":{}}}`,
+			"/mirror/npm/@s%2Fp":             `{"versions":{"2.0.0":{},"1.0.0":{}}}`,
+		}
+		srv := httptest.NewServer(fm)
+		t.Cleanup(srv.Close)
+		return fixture{idx, fm, srv}
 	}
-	if _, err := Mirror(fakeIndex{{Manager: "pip", Name: "other", SHA256: real, URLPath: "/mirror/pypi/files/x/alpha.whl"}}, srv.URL, 3)(ctx); err == nil {
-		t.Fatal("index inconsistency passed")
+
+	t.Run("healthy", func(t *testing.T) {
+		f := build(t)
+		if d, err := Mirror(f.idx, f.srv.URL, 3)(ctx); err != nil {
+			t.Fatalf("healthy mirror: %v", err)
+		} else if !strings.Contains(d, "4 of 4 project pages") || !strings.Contains(d, "3 of 5 files") {
+			t.Fatalf("detail: %s", d)
+		}
+	})
+
+	broken := []struct {
+		name  string
+		spoil func(f *fixture)
+		want  string
+	}{
+		{"stopped", func(f *fixture) { f.fm.down = true }, "not serving"},
+		{"project missing from the root", func(f *fixture) {
+			f.fm.pages["/mirror/pypi/simple/"] = `{"projects":[{"name":"beta"}]}`
+		}, "missing from the simple index"},
+		{"file missing from its project page", func(f *fixture) {
+			f.fm.pages["/mirror/pypi/simple/alpha-pkg/"] = `{"files":[{"filename":"alpha_pkg-1.0-py3-none-any.whl","hashes":{"sha256":"` + f.idx[0].SHA256 + `"}}]}`
+		}, "missing from the index page of alpha-pkg"},
+		{"project page with another hash", func(f *fixture) {
+			f.fm.pages["/mirror/pypi/simple/beta/"] = `{"files":[{"filename":"beta-0.1-py3-none-any.whl","hashes":{"sha256":"` + strings.Repeat("0", 64) + `"}}]}`
+		}, "with another sha256"},
+		{"project page gone", func(f *fixture) { delete(f.fm.pages, "/mirror/pypi/simple/beta/") }, "index page of beta"},
+		{"npm version missing from its packument", func(f *fixture) {
+			f.fm.pages["/mirror/npm/@s%2Fp"] = `{"versions":{"1.0.0":{}}}`
+		}, "@s/p@2.0.0 missing from its packument"},
+		{"packument gone", func(f *fixture) { delete(f.fm.pages, "/mirror/npm/left-pad") }, "packument of left-pad"},
+		{"packument unreadable", func(f *fixture) { f.fm.pages["/mirror/npm/left-pad"] = `<html>` }, "unreadable"},
 	}
-	serving.Store(false)
-	if _, err := ok(ctx); err == nil {
-		t.Fatal("stopped mirror passed")
+	for _, tc := range broken {
+		t.Run(tc.name, func(t *testing.T) {
+			f := build(t)
+			tc.spoil(&f)
+			if _, err := Mirror(f.idx, f.srv.URL, 3)(ctx); err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("got %v, want an error with %q", err, tc.want)
+			}
+		})
+	}
+
+	t.Run("re-hash rotation covers every file", func(t *testing.T) {
+		f := build(t)
+		check := Mirror(f.idx, f.srv.URL, 2)
+		for run := range 3 { // ceil(5/2) runs
+			before := total(f.fm)
+			if _, err := check(ctx); err != nil {
+				t.Fatalf("run %d: %v", run, err)
+			}
+			if n := total(f.fm) - before; n != 2 {
+				t.Fatalf("run %d downloaded %d files, want 2 (bounded)", run, n)
+			}
+		}
+		for _, mf := range f.idx {
+			if f.fm.fetched[mf.URLPath] == 0 {
+				t.Errorf("%s never re-hashed in 3 runs", mf.Filename)
+			}
+		}
+		// A file altered on disk is found within those runs too.
+		f.fm.mu.Lock()
+		f.fm.files[f.idx[4].URLPath] = "tampered"
+		f.fm.mu.Unlock()
+		var failed bool
+		for range 3 {
+			if _, err := check(ctx); err != nil && strings.Contains(err.Error(), "does not match its recorded sha256") {
+				failed = true
+				break
+			}
+		}
+		if !failed {
+			t.Fatal("a tampered file was not found within ceil(files/sample) runs")
+		}
+	})
+}
+
+func total(f *fakeMirror) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	n := 0
+	for _, c := range f.fetched {
+		n += c
+	}
+	return n
+}
+
+func TestTurn(t *testing.T) {
+	t.Parallel()
+	items := []int{0, 1, 2, 3, 4}
+	at := 0
+	var got []int
+	for range 4 {
+		got = append(got, turn(items, &at, 2)...)
+	}
+	if want := []int{0, 1, 2, 3, 4, 0, 1, 2}; fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("turns %v, want %v", got, want)
+	}
+	if r := turn(items, &at, 9); len(r) != 5 {
+		t.Fatalf("n over len: %v", r)
+	}
+	if r := turn([]int(nil), &at, 2); r != nil {
+		t.Fatalf("empty: %v", r)
 	}
 }
 
