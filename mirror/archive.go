@@ -3,6 +3,7 @@ package mirror
 import (
 	"archive/zip"
 	"bytes"
+	"compress/flate"
 	"crypto/sha256"
 	"io"
 	"io/fs"
@@ -113,8 +114,11 @@ func readZip(data []byte, l Limits, keep func(name string) bool) ([]zipFile, err
 		if !folder && f.Mode().IsDir() {
 			return nil, refusef("entry %q: folder attributes on a file entry (its name lacks the trailing /)", f.Name)
 		}
-		if folder && (f.CompressedSize64 != 0 || f.UncompressedSize64 != 0) {
-			return nil, refusef("entry %q: a folder entry holding data", f.Name)
+		if folder {
+			if err := checkEmptyFolder(f); err != nil {
+				return nil, err
+			}
+			continue
 		}
 		csize := min(f.CompressedSize64, uint64(len(data)))
 		if f.UncompressedSize64 > 1<<20 && float64(f.UncompressedSize64) > l.MaxRatio*float64(csize+1) {
@@ -124,9 +128,6 @@ func readZip(data []byte, l Limits, keep func(name string) bool) ([]zipFile, err
 		// agree), what is left of the budget, and its own ratio cap.
 		entryCap := max(1<<20, ratioCap(l.MaxRatio, int64(csize)+1))
 		want := int64(min(f.UncompressedSize64, uint64(budget-total), uint64(entryCap)))
-		if folder {
-			want = 0
-		}
 		rc, err := f.Open()
 		if err != nil {
 			return nil, refusef("entry %q: %v", f.Name, err)
@@ -134,7 +135,7 @@ func readZip(data []byte, l Limits, keep func(name string) bool) ([]zipFile, err
 		h := sha256.New()
 		var w io.Writer = h
 		var kept *bytes.Buffer
-		if !folder && keep != nil && keep(f.Name) {
+		if keep != nil && keep(f.Name) {
 			if want > maxKeptBytes {
 				rc.Close()
 				return nil, refusef("entry %q: over %d bytes", f.Name, maxKeptBytes)
@@ -149,8 +150,6 @@ func readZip(data []byte, l Limits, keep func(name string) bool) ([]zipFile, err
 		}
 		total += n
 		switch {
-		case folder && n > 0:
-			return nil, refusef("entry %q: a folder entry holding data", f.Name)
 		case n <= want && uint64(n) == f.UncompressedSize64:
 		case total > l.MaxUncompressedBytes:
 			return nil, refusef("archive unpacks to more than %d bytes", l.MaxUncompressedBytes)
@@ -161,9 +160,6 @@ func readZip(data []byte, l Limits, keep func(name string) bool) ([]zipFile, err
 		default:
 			return nil, refusef("entry %q: size differs from the declared %d", f.Name, f.UncompressedSize64)
 		}
-		if folder {
-			continue
-		}
 		zf := zipFile{Name: f.Name, Size: n, Mode: f.Mode()}
 		h.Sum(zf.SHA256[:0])
 		if kept != nil {
@@ -172,6 +168,34 @@ func readZip(data []byte, l Limits, keep func(name string) bool) ([]zipFile, err
 		out = append(out, zf)
 	}
 	return out, nil
+}
+
+// checkEmptyFolder refuses a folder entry (name ending in '/') that holds
+// data. pip skips such entries, but nothing may hide in an archive.
+func checkEmptyFolder(f *zip.File) error {
+	holding := refusef("entry %q: a folder entry holding data", f.Name)
+	switch {
+	case f.UncompressedSize64 != 0:
+		return holding
+	case f.CompressedSize64 == 0:
+		return nil
+	case f.Method != zip.Deflate || f.CompressedSize64 > 64:
+		return holding
+	}
+	// Some writers deflate even an empty folder entry (a two-byte
+	// stream); archive/zip will not open a folder with data, so the raw
+	// stream is inflated here and must yield nothing.
+	raw, err := f.OpenRaw()
+	if err != nil {
+		return refusef("entry %q: %v", f.Name, err)
+	}
+	fr := flate.NewReader(raw)
+	defer fr.Close()
+	n, err := io.Copy(io.Discard, io.LimitReader(fr, 1))
+	if err != nil || n > 0 {
+		return holding
+	}
+	return nil
 }
 
 // ratioCap is ratio*n as an int64, saturating instead of overflowing.

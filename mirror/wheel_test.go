@@ -156,17 +156,53 @@ func folderWithData(t testing.TB) []byte {
 
 func TestInspectWheelFolderEntries(t *testing.T) {
 	t.Parallel()
-	// Real folder entries (trailing '/', no data) are fine and need no
-	// RECORD row.
-	fn, data := buildWheel(t, wheelSpec{name: "demo", version: "1.0", extra: func(zw *zip.Writer) {
-		h := &zip.FileHeader{Name: "demo/sub/"}
-		h.SetMode(fs.ModeDir | 0o755)
-		if _, err := zw.CreateHeader(h); err != nil {
-			t.Fatal(err)
+	// rawFolder adds an entry "demo/sub!" with the given raw deflate
+	// stream, patched into "demo/sub/" below (zip.Writer writes no data
+	// for folders).
+	rawFolder := func(stream []byte, size uint64) func(zw *zip.Writer) {
+		return func(zw *zip.Writer) {
+			w, err := zw.CreateRaw(&zip.FileHeader{Name: "demo/sub!", Method: zip.Deflate, CompressedSize64: uint64(len(stream)),
+				UncompressedSize64: size, CRC32: crc32.ChecksumIEEE(nil)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			w.Write(stream)
 		}
-	}})
-	if _, err := InspectWheel(fn, data, DefaultConfig().Limits); err != nil {
-		t.Fatalf("wheel with a folder entry refused: %v", err)
+	}
+	var x bytes.Buffer
+	fw, _ := flate.NewWriter(&x, flate.BestCompression)
+	fw.Write([]byte("hidden"))
+	fw.Close()
+	tests := []struct {
+		name  string
+		extra func(zw *zip.Writer)
+		want  string // "" = accepted
+	}{
+		{name: "plain folder entry", extra: func(zw *zip.Writer) {
+			h := &zip.FileHeader{Name: "demo/sub/"}
+			h.SetMode(fs.ModeDir | 0o755)
+			if _, err := zw.CreateHeader(h); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{name: "empty deflate stream", extra: rawFolder([]byte{0x03, 0x00}, 0)},
+		{name: "deflated data, declared empty", extra: rawFolder(x.Bytes(), 0), want: "folder entry holding data"},
+		{name: "declared data", extra: rawFolder(x.Bytes(), 6), want: "folder entry holding data"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			// Folder entries need no RECORD row.
+			fn, data := buildWheel(t, wheelSpec{name: "demo", version: "1.0", extra: tt.extra})
+			data = bytes.ReplaceAll(data, []byte("demo/sub!"), []byte("demo/sub/"))
+			_, err := InspectWheel(fn, data, DefaultConfig().Limits)
+			switch {
+			case tt.want == "" && err != nil:
+				t.Fatalf("refused: %v", err)
+			case tt.want != "" && (err == nil || !strings.Contains(err.Error(), tt.want)):
+				t.Fatalf("err = %v, want a refusal containing %q", err, tt.want)
+			}
+		})
 	}
 }
 
@@ -346,6 +382,27 @@ func FuzzReadZip(f *testing.F) {
 		}
 		contents := map[string][]byte{}
 		for _, f := range zr.File {
+			if strings.HasSuffix(f.Name, "/") {
+				// archive/zip will not open a folder with data: inflate
+				// the raw bytes.
+				raw, err := f.OpenRaw()
+				if err != nil {
+					t.Fatalf("accepted, but folder %q does not open: %v", f.Name, err)
+				}
+				var n int64
+				switch f.Method {
+				case zip.Store:
+					n, _ = io.Copy(io.Discard, raw)
+				case zip.Deflate:
+					n, _ = io.Copy(io.Discard, flate.NewReader(raw))
+				default:
+					t.Fatalf("accepted folder %q with method %d", f.Name, f.Method)
+				}
+				if n > 0 || f.UncompressedSize64 > 0 {
+					t.Fatalf("accepted folder entry %q holding %d bytes", f.Name, n)
+				}
+				continue
+			}
 			rc, err := f.Open()
 			if err != nil {
 				t.Fatalf("accepted, but %q does not open: %v", f.Name, err)
@@ -354,12 +411,6 @@ func FuzzReadZip(f *testing.F) {
 			rc.Close()
 			if err != nil {
 				t.Fatalf("accepted, but %q does not read: %v", f.Name, err)
-			}
-			if strings.HasSuffix(f.Name, "/") {
-				if len(b) > 0 {
-					t.Fatalf("accepted folder entry %q holding %d bytes", f.Name, len(b))
-				}
-				continue
 			}
 			if CheckEntryName(f.Name) != nil {
 				t.Fatalf("accepted unsafe name %q", f.Name)
