@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sandboxapi/sandboxapi/internal/testenv"
 )
@@ -79,4 +80,63 @@ func TestMetricsCountMirrorCatalogue(t *testing.T) {
 			t.Errorf("/metrics (%d) lacks %s", r.status, want)
 		}
 	}
+}
+
+// warmIDs lists the sandbox ids runsc knows under the server's root.
+func warmIDs(s *server) []string {
+	m, _ := filepath.Glob(filepath.Join(s.dataDir, "runsc", "*.state"))
+	var ids []string
+	for _, p := range m {
+		// runsc names them <sandbox>_sandbox:<container>.state.
+		name := strings.TrimSuffix(filepath.Base(p), ".state")
+		if _, c, ok := strings.Cut(name, "_sandbox:"); ok {
+			name = c
+		}
+		ids = append(ids, name)
+	}
+	return ids
+}
+
+// A server killed with SIGKILL while its warm pool is full: the next start
+// removes the pooled sandboxes (they were never handed out, and a new pool
+// is made), keeps the session, and a clean stop leaves nothing.
+func TestKilledServerWithWarmPoolLeaksNothing(t *testing.T) {
+	s := startServer(t, "executor:\n  warm_pool: 2\n  home_size: 64M\n")
+	key := s.key("PRO")
+	id := s.session(key, "bash")
+	var before []string
+	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+		if before = warmIDs(s); len(before) >= 3 { // the session and two pooled
+			break
+		}
+	}
+	if len(before) < 3 {
+		t.Fatalf("warm pool did not fill: sandboxes %v", before)
+	}
+	s.kill()
+	s.start()
+	if out := s.exec(key, id, "echo adopted"); out["stdout"] != "adopted\n" {
+		t.Fatalf("session after restart: %v", out)
+	}
+	var stale []string
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+		now := map[string]bool{}
+		for _, w := range warmIDs(s) {
+			now[w] = true
+		}
+		stale = stale[:0]
+		for _, w := range before {
+			if w != id && now[w] {
+				stale = append(stale, w)
+			}
+		}
+		if len(stale) == 0 {
+			break
+		}
+	}
+	if len(stale) > 0 {
+		t.Errorf("pooled sandboxes of the killed server still exist after restart: %v", stale)
+	}
+	s.stop()
+	s.waitNoLeftovers(t, append(before, warmIDs(s)...)...)
 }
