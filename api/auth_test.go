@@ -1,6 +1,8 @@
 package api
 
 import (
+	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -55,22 +57,28 @@ func TestKeyHeaders(t *testing.T) {
 	}
 }
 
-// TestPlanTable checks what each default plan gets.
+// TestPlanTable checks what each default plan gets: session, network and
+// allowed_domains answers, concurrent sessions, the execution timeout cap,
+// memory per execution and the request rate.
 func TestPlanTable(t *testing.T) {
 	t.Parallel()
 	type want struct{ session, network, domains, sessions int }
 	cases := []struct {
-		plan string
-		want want
-		max  int
+		plan       string
+		want       want
+		max        int
+		maxTimeout int // seconds
+		memoryMB   int64
+		perMinute  int
 	}{
-		{"BASIC", want{403, 403, 403, 0}, 0},
-		{"PRO", want{201, 503, 403, 2}, 2},
-		{"ULTRA", want{201, 503, 503, 5}, 5},
-		{"MEGA", want{201, 503, 503, 8}, 8},
+		{plan: "BASIC", want: want{403, 403, 403, 0}, max: 0, maxTimeout: 30, memoryMB: 256, perMinute: 60},
+		{plan: "PRO", want: want{201, 503, 403, 2}, max: 2, maxTimeout: 120, memoryMB: 512, perMinute: 300},
+		{plan: "ULTRA", want: want{201, 503, 503, 5}, max: 5, maxTimeout: 300, memoryMB: 512, perMinute: 600},
+		{plan: "MEGA", want: want{201, 503, 503, 8}, max: 8, maxTimeout: 300, memoryMB: 512, perMinute: 1200},
 	}
 	for _, tc := range cases {
 		t.Run(tc.plan, func(t *testing.T) {
+			t.Parallel()
 			srv, sb := newFakeServer(t)
 			sb.noNetwork = true
 			h := map[string]string{"X-RapidAPI-Key": "key-" + tc.plan}
@@ -100,9 +108,53 @@ func TestPlanTable(t *testing.T) {
 					t.Fatalf("over quota: %d %s", rec.Code, rec.Body)
 				}
 			}
-			// Stateless execute works on every plan.
+			// Stateless execute works on every plan, with the plan's memory.
 			if rec := send(t, srv, "POST", "/v1/execute", `{"language":"python3","code":"print(1)"}`, h); rec.Code != 200 {
 				t.Fatalf("stateless: %d %s", rec.Code, rec.Body)
+			}
+			if got := sb.lastExec(t).MemoryBytes; got != tc.memoryMB<<20 {
+				t.Errorf("memory per execution %d bytes, want %d MiB", got, tc.memoryMB)
+			}
+			// The timeout cap: at the cap is fine, just over is a 400.
+			at := fmt.Sprintf(`{"language":"python3","code":"print(1)","timeout":%d}`, tc.maxTimeout)
+			if rec := send(t, srv, "POST", "/v1/execute", at, h); rec.Code != 200 {
+				t.Fatalf("timeout at the cap: %d %s", rec.Code, rec.Body)
+			}
+			over := fmt.Sprintf(`{"language":"python3","code":"print(1)","timeout":%d.5}`, tc.maxTimeout)
+			if rec := send(t, srv, "POST", "/v1/execute", over, h); rec.Code != 400 || !strings.Contains(rec.Body.String(), fmt.Sprintf("at most %d seconds", tc.maxTimeout)) {
+				t.Fatalf("timeout over the cap: %d %s", rec.Code, rec.Body)
+			}
+			// The limits the plan reports are the ones it enforces.
+			var rt struct {
+				Limits struct {
+					MaxTimeout int   `json:"max_timeout"`
+					MemoryMB   int64 `json:"memory_mb"`
+				} `json:"limits"`
+			}
+			rec = send(t, srv, "GET", "/v1/runtimes", "", h)
+			if err := json.Unmarshal(rec.Body.Bytes(), &rt); err != nil || rt.Limits.MaxTimeout != tc.maxTimeout || rt.Limits.MemoryMB != tc.memoryMB {
+				t.Errorf("runtimes limits %+v (%v), want max_timeout %d memory_mb %d", rt.Limits, err, tc.maxTimeout, tc.memoryMB)
+			}
+
+			// The request rate, on a fresh server: a full bucket of
+			// perMinute requests, then 429. Tokens refill at perMinute/60
+			// a second while the loop runs; allow for that.
+			srv, _ = newFakeServer(t)
+			start := time.Now()
+			allowed := 0
+			for allowed <= 2*tc.perMinute {
+				rec := send(t, srv, "GET", "/v1/sessions", "", h)
+				if rec.Code == 429 {
+					break
+				}
+				if rec.Code != 200 {
+					t.Fatalf("request %d: %d %s", allowed, rec.Code, rec.Body)
+				}
+				allowed++
+			}
+			refill := int(time.Since(start).Seconds()*float64(tc.perMinute)/60) + 1
+			if allowed < tc.perMinute || allowed > tc.perMinute+refill {
+				t.Errorf("%d requests allowed before 429, want %d (+%d refilled)", allowed, tc.perMinute, refill)
 			}
 		})
 	}
@@ -117,17 +169,35 @@ func TestGatewayMode(t *testing.T) {
 		name    string
 		headers map[string]string
 		status  int
+		code    string
 	}{
-		{"no secret, valid key", map[string]string{"X-RapidAPI-Key": "key-PRO"}, 401},
-		{"wrong secret", map[string]string{"X-RapidAPI-Proxy-Secret": "nope", "X-RapidAPI-User": "u", "X-RapidAPI-Subscription": "PRO"}, 401},
-		{"secret without user", map[string]string{"X-RapidAPI-Proxy-Secret": "s3cret", "X-RapidAPI-Subscription": "PRO"}, 401},
-		{"secret, unknown plan", map[string]string{"X-RapidAPI-Proxy-Secret": "s3cret", "X-RapidAPI-User": "u", "X-RapidAPI-Subscription": "GOLD"}, 403},
-		{"secret, user, plan", map[string]string{"X-RapidAPI-Proxy-Secret": "s3cret", "X-RapidAPI-User": "u", "X-RapidAPI-Subscription": "pro"}, 200},
+		{"no secret, valid key", map[string]string{"X-RapidAPI-Key": "key-PRO"}, 401, "unauthenticated"},
+		{"wrong secret", map[string]string{"X-RapidAPI-Proxy-Secret": "nope", "X-RapidAPI-User": "u", "X-RapidAPI-Subscription": "PRO"}, 401, "unauthenticated"},
+		{"secret without user", map[string]string{"X-RapidAPI-Proxy-Secret": "s3cret", "X-RapidAPI-Subscription": "PRO"}, 401, "unauthenticated"},
+		{"secret, unknown plan", map[string]string{"X-RapidAPI-Proxy-Secret": "s3cret", "X-RapidAPI-User": "u", "X-RapidAPI-Subscription": "GOLD"}, 403, "unknown_plan"},
+		{"secret, user, plan", map[string]string{"X-RapidAPI-Proxy-Secret": "s3cret", "X-RapidAPI-User": "u", "X-RapidAPI-Subscription": "pro"}, 200, ""},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			if rec := send(t, srv, "GET", "/v1/sessions", "", tc.headers); rec.Code != tc.status {
+			rec := send(t, srv, "GET", "/v1/sessions", "", tc.headers)
+			if rec.Code != tc.status {
 				t.Fatalf("got %d %s", rec.Code, rec.Body)
+			}
+			if tc.status < 400 {
+				return
+			}
+			// A refusal is the JSON error body, and never echoes the secrets.
+			var body errorBody
+			if err := json.Unmarshal(rec.Body.Bytes(), &body); err != nil || rec.Header().Get("Content-Type") != "application/json" {
+				t.Fatalf("refusal is not the JSON error body (%v): %s", err, rec.Body)
+			}
+			if body.Error.Code != tc.code || body.Error.Message == "" || body.Error.RequestID == "" {
+				t.Fatalf("error %+v, want code %s with a message and request id", body.Error, tc.code)
+			}
+			for _, secret := range []string{"s3cret", "nope", "key-PRO"} {
+				if strings.Contains(rec.Body.String(), secret) {
+					t.Fatalf("refusal echoes %q: %s", secret, rec.Body)
+				}
 			}
 		})
 	}
