@@ -19,8 +19,9 @@ type Files interface {
 	// GetFile opens a regular file; the reader yields exactly Size bytes
 	// and must be closed.
 	GetFile(ctx context.Context, owner, id, path string) (sandbox.FileInfo, io.ReadCloser, error)
-	// ListDir lists a folder without following symlinks.
-	ListDir(ctx context.Context, owner, id, path string) ([]sandbox.FileInfo, error)
+	// List lists a folder without following symlinks, up to a limit
+	// (Truncated says the folder holds more).
+	List(ctx context.Context, owner, id, path string) (sandbox.Listing, error)
 	// MaxFileBytes is the largest upload or download.
 	MaxFileBytes() int64
 }
@@ -93,8 +94,9 @@ func (s *Server) putFile(f Files, w http.ResponseWriter, r *http.Request) error 
 }
 
 type listingJSON struct {
-	Path    string             `json:"path"`
-	Entries []sandbox.FileInfo `json:"entries"`
+	Path      string             `json:"path"`
+	Entries   []sandbox.FileInfo `json:"entries"`
+	Truncated bool               `json:"truncated"`
 }
 
 func (s *Server) getFiles(f Files, w http.ResponseWriter, r *http.Request) error {
@@ -105,14 +107,14 @@ func (s *Server) getFiles(f Files, w http.ResponseWriter, r *http.Request) error
 		return err
 	}
 	if kind == "dir" {
-		entries, err := f.ListDir(r.Context(), p.KeyID, id, value)
+		l, err := f.List(r.Context(), p.KeyID, id, value)
 		if err != nil {
 			return err
 		}
-		if entries == nil {
-			entries = []sandbox.FileInfo{}
+		if l.Entries == nil {
+			l.Entries = []sandbox.FileInfo{}
 		}
-		writeJSON(w, http.StatusOK, listingJSON{Path: value, Entries: entries})
+		writeJSON(w, http.StatusOK, listingJSON{Path: value, Entries: l.Entries, Truncated: l.Truncated})
 		return nil
 	}
 	info, rc, err := f.GetFile(r.Context(), p.KeyID, id, value)

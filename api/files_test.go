@@ -25,6 +25,8 @@ type fakeFiles struct {
 	mu    sync.Mutex
 	files map[string][]byte
 	max   int64
+	// truncated is what List reports of every folder.
+	truncated bool
 }
 
 var fakeFileErrors = map[string]error{
@@ -80,9 +82,9 @@ func (f *fakeFiles) GetFile(ctx context.Context, owner, id, path string) (sandbo
 	return f.info(path, len(b)), io.NopCloser(bytes.NewReader(b)), nil
 }
 
-func (f *fakeFiles) ListDir(ctx context.Context, owner, id, path string) ([]sandbox.FileInfo, error) {
+func (f *fakeFiles) List(ctx context.Context, owner, id, path string) (sandbox.Listing, error) {
 	if err := f.check(owner, id, path); err != nil {
-		return nil, err
+		return sandbox.Listing{}, err
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -90,7 +92,7 @@ func (f *fakeFiles) ListDir(ctx context.Context, owner, id, path string) ([]sand
 	for name, b := range f.files {
 		out = append(out, f.info(name, len(b)))
 	}
-	return out, nil
+	return sandbox.Listing{Entries: out, Truncated: f.truncated}, nil
 }
 
 func (f *fakeFiles) MaxFileBytes() int64 { return f.max }
@@ -152,6 +154,19 @@ func TestFilesRoutes(t *testing.T) {
 	if err := v.validate(map[string]any{"$ref": "#/components/schemas/FileListing"}, body); err != nil {
 		t.Fatalf("listing: %v: %s", err, body)
 	}
+	if !strings.Contains(string(body), `"truncated":false`) {
+		t.Fatalf("listing without its truncated flag: %s", body)
+	}
+	ff.mu.Lock()
+	ff.truncated = true
+	ff.mu.Unlock()
+	resp, body = send("GET", u("dir", "/home/sandbox"), "key-PRO", nil, -1)
+	if resp.StatusCode != 200 || !strings.Contains(string(body), `"truncated":true`) {
+		t.Fatalf("truncated listing: %d %s", resp.StatusCode, body)
+	}
+	ff.mu.Lock()
+	ff.truncated = false
+	ff.mu.Unlock()
 
 	tests := []struct {
 		name, method, path, key string

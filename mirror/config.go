@@ -48,6 +48,12 @@ type Config struct {
 	// OSVMaxAge is how old the OSV database may be (by import time) before
 	// OSVStatus reports it stale.
 	OSVMaxAge Duration `yaml:"osv_max_age"`
+	// OSVMaxRecordAge, when set, also makes readiness fail when the newest
+	// record of the database was modified longer ago than this: a dump that
+	// stopped being updated upstream, even if imported today. Zero: the
+	// newest record's age is shown but does not gate (curated subsets of
+	// OSV can be old and still complete for the packages they cover).
+	OSVMaxRecordAge Duration `yaml:"osv_max_record_age"`
 	// FetchTimeout bounds one upstream download.
 	FetchTimeout Duration `yaml:"fetch_timeout"`
 	// ServeURL is the base URL of a separate `sandboxapi mirror serve`
@@ -122,6 +128,9 @@ func (c Config) Validate() error {
 	}
 	if c.OSVMaxAge <= 0 {
 		errs = append(errs, errors.New("mirror.osv_max_age: must be positive"))
+	}
+	if c.OSVMaxRecordAge < 0 {
+		errs = append(errs, errors.New("mirror.osv_max_record_age: must not be negative"))
 	}
 	if c.FetchTimeout <= 0 {
 		errs = append(errs, errors.New("mirror.fetch_timeout: must be positive"))

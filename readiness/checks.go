@@ -302,6 +302,9 @@ type OSVInfo struct {
 	Age            time.Duration // since ImportedAt
 	MaxAge         time.Duration
 	Stale          bool // Age > MaxAge, as the source judged it
+	// MaxRecordAge, when positive, bounds how long ago NewestModified may
+	// be; zero shows that age without gating on it.
+	MaxRecordAge time.Duration
 }
 
 // OSVSource reports on the OSV database and judges every served artifact
@@ -318,9 +321,9 @@ var (
 )
 
 // OSV passes when the database is loaded, was imported no longer than its
-// max age ago, its newest record was modified no longer than the same max
-// age ago (so an old dump imported today is not fresh), and every served
-// artifact has been judged against it.
+// max age ago, its newest record was modified no longer than MaxRecordAge
+// ago when that is set (so an old dump imported today is not fresh), and
+// every served artifact has been judged against it.
 func OSV(src OSVSource) Func {
 	return osvCheck(src, time.Now)
 }
@@ -347,10 +350,10 @@ func osvCheck(src OSVSource, now func() time.Time) Func {
 			return d, fmt.Errorf("%w: no max age set", ErrOSVTooOld)
 		case st.Stale || st.Age > st.MaxAge:
 			return d, fmt.Errorf("%w: imported more than %s ago", ErrOSVTooOld, st.MaxAge)
-		case st.NewestModified.IsZero():
+		case st.MaxRecordAge > 0 && st.NewestModified.IsZero():
 			return d, fmt.Errorf("%w: the newest record's modified time is unknown", ErrOSVTooOld)
-		case modAge > st.MaxAge:
-			return d, fmt.Errorf("%w: its newest record was modified more than %s ago", ErrOSVTooOld, st.MaxAge)
+		case st.MaxRecordAge > 0 && modAge > st.MaxRecordAge:
+			return d, fmt.Errorf("%w: its newest record was modified more than %s ago (osv_max_record_age)", ErrOSVTooOld, st.MaxRecordAge)
 		}
 		checked, quarantined, err := src.Judge(ctx)
 		if err != nil {

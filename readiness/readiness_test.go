@@ -333,9 +333,14 @@ func TestOSVCheck(t *testing.T) {
 		{"newest record a day older than import", fakeOSV{info: with(func(i *OSVInfo) { i.NewestModified = now.Add(-50 * time.Hour) })}, nil},
 		{"imported too long ago", fakeOSV{info: with(func(i *OSVInfo) { i.Age, i.Stale = 73*time.Hour, true })}, ErrOSVTooOld},
 		{"age over max, source said fresh", fakeOSV{info: with(func(i *OSVInfo) { i.Age = 73 * time.Hour })}, ErrOSVTooOld},
-		{"old dump imported today", fakeOSV{info: with(func(i *OSVInfo) { i.NewestModified = time.Date(2019, 5, 1, 0, 0, 0, 0, time.UTC) })}, ErrOSVTooOld},
-		{"newest just past max age", fakeOSV{info: with(func(i *OSVInfo) { i.NewestModified = now.Add(-72*time.Hour - time.Second) })}, ErrOSVTooOld},
-		{"newest modified unknown", fakeOSV{info: with(func(i *OSVInfo) { i.NewestModified = time.Time{} })}, ErrOSVTooOld},
+		{"old dump imported today, record age not gated", fakeOSV{info: with(func(i *OSVInfo) { i.NewestModified = time.Date(2019, 5, 1, 0, 0, 0, 0, time.UTC) })}, nil},
+		{"old dump imported today", fakeOSV{info: with(func(i *OSVInfo) {
+			i.NewestModified, i.MaxRecordAge = time.Date(2019, 5, 1, 0, 0, 0, 0, time.UTC), 720*time.Hour
+		})}, ErrOSVTooOld},
+		{"newest just within max record age", fakeOSV{info: with(func(i *OSVInfo) { i.NewestModified, i.MaxRecordAge = now.Add(-72*time.Hour+time.Second), 72*time.Hour })}, nil},
+		{"newest just past max record age", fakeOSV{info: with(func(i *OSVInfo) { i.NewestModified, i.MaxRecordAge = now.Add(-72*time.Hour-time.Second), 72*time.Hour })}, ErrOSVTooOld},
+		{"newest modified unknown, gated", fakeOSV{info: with(func(i *OSVInfo) { i.NewestModified, i.MaxRecordAge = time.Time{}, 72*time.Hour })}, ErrOSVTooOld},
+		{"newest modified unknown, not gated", fakeOSV{info: with(func(i *OSVInfo) { i.NewestModified = time.Time{} })}, nil},
 		{"no max age", fakeOSV{info: with(func(i *OSVInfo) { i.MaxAge = 0 })}, ErrOSVTooOld},
 		{"missing", fakeOSV{err: errors.New("none imported")}, errors.New("any")},
 		{"not loaded", fakeOSV{info: OSVInfo{}}, ErrOSVNotLoaded},

@@ -62,7 +62,7 @@ func wireInstall(ctx context.Context, env *Env, srv *api.Server, ex *executor.Ex
 		chk.RegisterEvery("topology", env.Config.Readiness.TopologyInterval.D(), readiness.Topology(probes))
 	}
 	chk.Register("mirror", readiness.Mirror(mirrorIndex{mir}, front.base, 3))
-	chk.Register("osv", readiness.OSV(mirrorOSV{mir}))
+	chk.Register("osv", readiness.OSV(mirrorOSV{m: mir, maxRecord: env.Config.Mirror.OSVMaxRecordAge.D()}))
 	srv.SetReadiness(readinessReporter{chk})
 	if inst != nil {
 		srv.SetInstaller(inst, readinessReporter{chk})
@@ -165,7 +165,10 @@ func (x mirrorIndex) Admitted(ctx context.Context) ([]readiness.MirrorFile, erro
 }
 
 // mirrorOSV adapts the mirror to readiness.OSVSource.
-type mirrorOSV struct{ m *mirror.Mirror }
+type mirrorOSV struct {
+	m         *mirror.Mirror
+	maxRecord time.Duration
+}
 
 func (o mirrorOSV) OSVInfo(ctx context.Context) (readiness.OSVInfo, error) {
 	st, err := o.m.OSVStatus(ctx)
@@ -173,7 +176,7 @@ func (o mirrorOSV) OSVInfo(ctx context.Context) (readiness.OSVInfo, error) {
 		return readiness.OSVInfo{}, err
 	}
 	return readiness.OSVInfo{SnapshotID: st.SnapshotID, ImportedAt: st.ImportedAt, NewestModified: st.NewestModified,
-		Records: st.Records, Age: st.Age, MaxAge: st.MaxAge, Stale: st.Stale}, nil
+		Records: st.Records, Age: st.Age, MaxAge: st.MaxAge, Stale: st.Stale, MaxRecordAge: o.maxRecord}, nil
 }
 
 func (o mirrorOSV) Judge(ctx context.Context) (int, int, error) {

@@ -108,7 +108,7 @@ func (l *tlsListener) acceptLoop() {
 			time.Sleep(5 * time.Millisecond) // EMFILE and the like: do not spin
 			continue
 		}
-		if !plainAllowed(c.RemoteAddr()) {
+		if !plainAllowed(c.RemoteAddr(), c.LocalAddr()) {
 			select {
 			case l.conns <- acceptResult{c: tls.Server(c, l.cfg)}:
 			case <-l.done:
@@ -142,10 +142,20 @@ func (l *tlsListener) sniff(c net.Conn) {
 	}
 }
 
-// plainAllowed reports whether a peer may speak plain HTTP: loopback only.
-func plainAllowed(a net.Addr) bool {
-	ta, ok := a.(*net.TCPAddr)
-	return ok && ta.IP.IsLoopback()
+// plainAllowed reports whether a peer may speak plain HTTP: only this host
+// itself, over loopback or from the very address it connected to (a
+// server listening on one non-loopback address probes itself that way).
+// Sandboxes connect from their own namespaces' addresses, never these.
+func plainAllowed(remote, local net.Addr) bool {
+	ra, ok := remote.(*net.TCPAddr)
+	if !ok {
+		return false
+	}
+	if ra.IP.IsLoopback() {
+		return true
+	}
+	la, ok := local.(*net.TCPAddr)
+	return ok && !ra.IP.IsUnspecified() && ra.IP.Equal(la.IP)
 }
 
 // peekedConn reads through the buffer that holds the sniffed byte.

@@ -117,8 +117,26 @@ func TestTLSLocalIssuer(t *testing.T) {
 	if resp.StatusCode != 200 || body != "hello /plain" || resp.TLS != nil {
 		t.Errorf("plain HTTP from loopback: %d %q", resp.StatusCode, body)
 	}
-	if plainAllowed(&net.TCPAddr{IP: net.ParseIP("192.0.2.7"), Port: 5000}) || !plainAllowed(&net.TCPAddr{IP: net.ParseIP("::1")}) {
-		t.Error("plainAllowed must allow loopback peers only")
+	tcp := func(ip string) net.Addr { return &net.TCPAddr{IP: net.ParseIP(ip), Port: 5000} }
+	for _, c := range []struct {
+		remote, local string
+		ok            bool
+	}{
+		{"127.0.0.1", "127.0.0.1", true},
+		{"::1", "::1", true},
+		{"127.0.0.5", "10.0.0.1", true},
+		{"10.0.0.1", "10.0.0.1", true}, // the host itself, on the address it listens on
+		{"192.0.2.7", "10.0.0.1", false},
+		{"10.200.0.2", "10.200.0.1", false}, // a sandbox beside a session's host address
+		{"::ffff:192.0.2.7", "10.0.0.1", false},
+		{"0.0.0.0", "0.0.0.0", false},
+	} {
+		if got := plainAllowed(tcp(c.remote), tcp(c.local)); got != c.ok {
+			t.Errorf("plainAllowed(%s -> %s) = %v, want %v", c.remote, c.local, got, c.ok)
+		}
+	}
+	if plainAllowed(&net.UnixAddr{Name: "x"}, tcp("127.0.0.1")) {
+		t.Error("plainAllowed took a non-TCP peer")
 	}
 	// A client that does not trust the local CA is refused.
 	if _, err := http.Get("https://" + tl.Addr().String() + "/"); err == nil || !strings.Contains(err.Error(), "certificate") {

@@ -303,7 +303,7 @@ func TestInstallRefusalsAreAllOrNothing(t *testing.T) {
 
 func TestInstallGateFailsClosed(t *testing.T) {
 	t.Parallel()
-	s, table, prefix := installServer(t, "mirror:\n  osv_max_age: 50s\n")
+	s, table, prefix := installServer(t, "mirror:\n  osv_max_age: 50s\n  osv_max_record_age: 720h\n")
 	dir := t.TempDir()
 	s.importOSV()
 	s.cliArgs([]string{"mirror", "add"}, writeWheel(t, dir, "one", "1.0"))
