@@ -104,7 +104,7 @@ func randHex(n int) string {
 func startFakeInternet(t *testing.T) *fakeInternet {
 	t.Helper()
 	if os.Geteuid() != 0 {
-		t.Skip("egress e2e needs root (netns, veth, nft)")
+		testenv.Skip(t, "egress e2e needs root (netns, veth, nft)")
 	}
 	for _, tool := range []string{"ip", "nft"} {
 		if _, err := exec.LookPath(tool); err != nil {
@@ -402,11 +402,12 @@ public class Main {
     ctx.init(null, tmf.getTrustManagers(), null);
     HttpClient c = HttpClient.newBuilder().sslContext(ctx).connectTimeout(java.time.Duration.ofSeconds(10)).build();
     for (String u : a) {
+      long t0 = System.nanoTime();
       try {
         HttpResponse<String> r = c.send(HttpRequest.newBuilder(URI.create(u)).build(), HttpResponse.BodyHandlers.ofString());
         System.out.println("OK " + u + " " + r.statusCode() + " " + r.body().trim());
       } catch (Exception e) {
-        System.out.println("FAIL " + u + " " + e);
+        System.out.println("FAIL " + u + " " + e + " cause=" + e.getCause() + " ms=" + (System.nanoTime() - t0) / 1000000);
       }
     }
   }
@@ -562,6 +563,25 @@ EOF`)
 		if !strings.Contains(o, "OK https://www.allowed.test/ hello www.allowed.test") || !strings.Contains(o, "FAIL https://evil.denied.test/") {
 			t.Fatalf("%s", out(res))
 		}
+		// Through the proxy the denial is the CONNECT's 403; without it,
+		// the in-sandbox DNS refuses the name.
+		if !strings.Contains(o, "FAIL https://evil.denied.test/ URLError Tunnel connection failed: 403") {
+			t.Errorf("want the proxy's 403 through the proxy: %s", out(res))
+		}
+		res = run(t, `python3 - <<'EOF'
+import socket, urllib.request
+op = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+for u in ["https://www.allowed.test/", "https://evil.denied.test/"]:
+    try:
+        print("OK", u, op.open(u, timeout=30).read().decode().strip())
+    except Exception as e:
+        r = getattr(e, "reason", e)
+        print("FAIL", u, type(r).__name__, getattr(r, "errno", None) == socket.EAI_NONAME)
+EOF`)
+		o = res["stdout"].(string)
+		if !strings.Contains(o, "OK https://www.allowed.test/ hello www.allowed.test") || !strings.Contains(o, "FAIL https://evil.denied.test/ gaierror True") {
+			t.Fatalf("want the transparent path to work and DNS to refuse the denied name (EAI_NONAME): %s", out(res))
+		}
 	})
 	t.Run("python requests", func(t *testing.T) {
 		res := run(t, `python3 - <<'EOF'
@@ -578,29 +598,60 @@ EOF`)
 		}
 	})
 	t.Run("node fetch transparent", func(t *testing.T) {
-		res := run(t, `node - <<'EOF'
+		res := run(t, fmt.Sprintf(`node - <<'EOF'
 (async () => {
-  for (const u of ["https://www.allowed.test/", "https://evil.denied.test/"]) {
+  for (const u of ["https://www.allowed.test/", "https://evil.denied.test/", "https://%s/"]) {
+    const t0 = Date.now();
     try {
       const r = await fetch(u, {signal: AbortSignal.timeout(30000)});
       console.log("OK", u, (await r.text()).trim());
     } catch (e) {
-      console.log("FAIL", u, e.cause ? e.cause.code : e.name);
+      console.log("FAIL", u, e.cause ? e.cause.code : e.name, "ms=" + (Date.now() - t0));
     }
   }
 })();
-EOF`)
+EOF`, f.web))
 		o := res["stdout"].(string)
 		if !strings.Contains(o, "OK https://www.allowed.test/ hello www.allowed.test") || !strings.Contains(o, "FAIL https://evil.denied.test/ ENOTFOUND") {
 			t.Fatalf("%s", out(res))
 		}
+		direct := "FAIL https://" + f.web.String() + "/ "
+		i := strings.Index(o, direct)
+		if i < 0 || strings.Contains(o, "OK https://"+f.web.String()) {
+			t.Fatalf("want a direct connection to the address to fail: %s", out(res))
+		}
+		var code string
+		var ms int
+		fmt.Sscanf(o[i+len(direct):], "%s ms=%d", &code, &ms)
+		if code == "TimeoutError" || ms > 10000 {
+			t.Fatalf("want a fast failure of the direct connection, got %s after %d ms: %s", code, ms, out(res))
+		}
+		t.Logf("node direct connection: %s in %d ms", code, ms)
 	})
 	t.Run("java HttpClient transparent", func(t *testing.T) {
-		res := run(t, "mkdir -p /tmp/j && cat > /tmp/j/Main.java <<'EOF'\n"+javaClient+"EOF\njava /tmp/j/Main.java https://www.allowed.test/ https://evil.denied.test/")
+		res := run(t, "mkdir -p /tmp/j && cat > /tmp/j/Main.java <<'EOF'\n"+javaClient+"EOF\njava /tmp/j/Main.java https://www.allowed.test/ https://evil.denied.test/ https://"+f.web.String()+"/")
 		o := res["stdout"].(string)
-		if !strings.Contains(o, "OK https://www.allowed.test/ 200 hello www.allowed.test") || !strings.Contains(o, "FAIL https://evil.denied.test/") {
+		if !strings.Contains(o, "OK https://www.allowed.test/ 200 hello www.allowed.test") {
 			t.Fatalf("%s", out(res))
 		}
+		// DNS refuses the denied name: the client never gets an address.
+		if !strings.Contains(o, "FAIL https://evil.denied.test/ java.net.ConnectException") || !strings.Contains(o, "UnresolvedAddressException") {
+			t.Errorf("want an unresolved address for the denied name: %s", out(res))
+		}
+		direct := "FAIL https://" + f.web.String() + "/ "
+		i := strings.Index(o, direct)
+		if i < 0 || strings.Contains(o, "OK https://"+f.web.String()) {
+			t.Fatalf("want a direct connection to the address to fail: %s", out(res))
+		}
+		line, _, _ := strings.Cut(o[i:], "\n")
+		var ms int
+		if j := strings.LastIndex(line, "ms="); j >= 0 {
+			fmt.Sscanf(line[j:], "ms=%d", &ms)
+		}
+		if !strings.Contains(line, "java.net.ConnectException") || strings.Contains(line, "HttpConnectTimeoutException") || ms > 10000 {
+			t.Fatalf("want a fast connect failure of the direct connection: %s", line)
+		}
+		t.Logf("java direct connection: %s", line)
 	})
 
 	t.Run("egress log", func(t *testing.T) {
