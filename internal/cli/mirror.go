@@ -89,9 +89,12 @@ func mirrorCommand() *cli.Command {
 				Action: func(c *cli.Context) error {
 					return withMirror(c, func(ctx context.Context, env *Env, m *mirror.Mirror) error {
 						res, err := m.Recheck(ctx)
-						fmt.Fprintf(env.Stdout, "checked %d, quarantined %d\n", res.Checked, len(res.Quarantined))
+						fmt.Fprintf(env.Stdout, "checked %d, quarantined %d, kept by exception %d\n", res.Checked, len(res.Quarantined), len(res.Excepted))
 						for _, a := range res.Quarantined {
 							fmt.Fprintf(env.Stdout, "quarantined %s %s: %s\n", a.Manager, a.Filename, strings.Join(a.Reasons, "; "))
+						}
+						for _, a := range res.Excepted {
+							fmt.Fprintf(env.Stdout, "kept by exception %s %s: accepted %s\n", a.Manager, a.Filename, strings.Join(a.Accepted, ", "))
 						}
 						return err
 					})
@@ -117,6 +120,9 @@ func mirrorCommand() *cli.Command {
 								}
 								fmt.Fprintf(env.Stdout, "imported %d records (%s), newest modified %s, snapshot %s\n",
 									snap.Records, strings.Join(snap.Ecosystems, ", "), snap.NewestModified.Format(time.RFC3339), snap.ID)
+								if snap.Skipped > 0 {
+									fmt.Fprintf(env.Stdout, "skipped %d records that name no ecosystem this mirror holds\n", snap.Skipped)
+								}
 								return nil
 							})
 						},
@@ -134,9 +140,9 @@ func mirrorCommand() *cli.Command {
 								if c.Bool("json") {
 									return json.NewEncoder(env.Stdout).Encode(st)
 								}
-								fmt.Fprintf(env.Stdout, "snapshot %s\nrecords %d (%s)\nimported %s (age %s, max %s, stale %t)\nnewest modified %s\n",
+								fmt.Fprintf(env.Stdout, "snapshot %s\nrecords %d (%s)\nimported %s (age %s, max %s, stale %t)\nnewest modified %s (age %s)\n",
 									st.SnapshotID, st.Records, strings.Join(st.Ecosystems, ", "), st.ImportedAt.Format(time.RFC3339),
-									st.Age.Round(time.Second), st.MaxAge, st.Stale, st.NewestModified.Format(time.RFC3339))
+									st.Age.Round(time.Second), st.MaxAge, st.Stale, st.NewestModified.Format(time.RFC3339), st.ModifiedAge.Round(time.Second))
 								return nil
 							})
 						},
