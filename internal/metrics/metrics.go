@@ -65,7 +65,7 @@ func New() *Metrics {
 	}, []string{"language"})
 	m.egress = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: namespace, Subsystem: "egress", Name: "decisions_total",
-		Help: "Egress proxy decisions by outcome (allow, deny, fail) and reason.",
+		Help: "Egress proxy decisions by outcome (allow, deny, error) and reason class.",
 	}, []string{"decision", "reason"})
 	m.mirrorHits = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: namespace, Subsystem: "mirror", Name: "hits_total",
