@@ -407,7 +407,9 @@ public class Main {
         HttpResponse<String> r = c.send(HttpRequest.newBuilder(URI.create(u)).build(), HttpResponse.BodyHandlers.ofString());
         System.out.println("OK " + u + " " + r.statusCode() + " " + r.body().trim());
       } catch (Exception e) {
-        System.out.println("FAIL " + u + " " + e + " cause=" + e.getCause() + " ms=" + (System.nanoTime() - t0) / 1000000);
+        StringBuilder chain = new StringBuilder();
+        for (Throwable x = e.getCause(); x != null; x = x.getCause()) chain.append(" cause=").append(x);
+        System.out.println("FAIL " + u + " " + e + chain + " ms=" + (System.nanoTime() - t0) / 1000000);
       }
     }
   }
@@ -565,7 +567,7 @@ EOF`)
 		}
 		// Through the proxy the denial is the CONNECT's 403; without it,
 		// the in-sandbox DNS refuses the name.
-		if !strings.Contains(o, "FAIL https://evil.denied.test/ URLError Tunnel connection failed: 403") {
+		if !strings.Contains(o, "FAIL https://evil.denied.test/ URLError <urlopen error Tunnel connection failed: 403") {
 			t.Errorf("want the proxy's 403 through the proxy: %s", out(res))
 		}
 		res = run(t, `python3 - <<'EOF'
