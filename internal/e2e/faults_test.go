@@ -175,6 +175,7 @@ func TestFaultKillDuringCreation(t *testing.T) {
 		wg      sync.WaitGroup
 		mu      sync.Mutex
 		created []string // sessions whose 201 reached the client
+		broken  int      // calls cut off by the crash
 	)
 	for i := 0; i < 4; i++ {
 		wg.Add(1)
@@ -184,6 +185,9 @@ func TestFaultKillDuringCreation(t *testing.T) {
 			req.Header.Set("X-API-Key", key)
 			resp, err := http.DefaultClient.Do(req)
 			if err != nil {
+				mu.Lock()
+				broken++
+				mu.Unlock()
 				return
 			}
 			defer resp.Body.Close()
@@ -195,10 +199,18 @@ func TestFaultKillDuringCreation(t *testing.T) {
 			}
 		}()
 	}
-	// Creation takes 100-300 ms here: kill in the middle of it.
-	time.Sleep(120 * time.Millisecond)
+	// Kill as soon as the first session's folder exists: that creation (and
+	// likely the others) is then under way, runsc not yet done with it.
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(2 * time.Millisecond) {
+		if m, _ := filepath.Glob(filepath.Join(s.dataDir, "sessions", "sess_*")); len(m) > 0 {
+			break
+		}
+	}
 	s.kill()
 	wg.Wait()
+	if broken == 0 {
+		t.Fatalf("no creation was cut off by the kill (%d answered 201): the test did not kill mid-creation", len(created))
+	}
 	// Whatever runsc left, remember its session ids for the cgroup check.
 	var ids []string
 	m, _ := filepath.Glob(filepath.Join(s.dataDir, "sessions", "*"))
