@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -78,7 +79,13 @@ func setupEgress(ctx context.Context, env *Env, ex *executor.Executor, st *store
 		trail.Record(egressRow(d))
 		processMetrics().EgressDecision(string(d.Outcome), egress.ReasonClass(d))
 	}
-	proxy, err := egress.NewProxy(ec.Config, egress.Options{Logger: log, OnDecision: onDecision})
+	// The installers' pool is never dialled either, whatever
+	// extra_allowed_cidrs says (config validation keeps them disjoint).
+	var reserved []netip.Prefix
+	if p, err := netip.ParsePrefix(env.Config.Installer.Pool); err == nil {
+		reserved = append(reserved, p.Masked())
+	}
+	proxy, err := egress.NewProxy(ec.Config, egress.Options{Logger: log, OnDecision: onDecision, Reserved: reserved})
 	if err != nil {
 		return nil, err
 	}

@@ -57,6 +57,15 @@ func wireInstall(ctx context.Context, env *Env, srv *api.Server, ex *executor.Ex
 			fences["sessions"] = settled{en.net}
 			fences["sessions-chains"] = chainRules{en.cfg.Network.Table, en.cfg.Network.Prefix}
 			probes["sessions"] = sessionNetworkProbe(ex, en)
+			// A live session whose proxy listener died can reach nothing:
+			// the proxy says so, and readiness shows it within a check
+			// interval (the topology canary only sees fresh networks).
+			chk.Register("egress", func(context.Context) (string, error) {
+				if err := en.proxy.Health(); err != nil {
+					return "", err
+				}
+				return "every live session's proxy listeners are serving", nil
+			})
 		}
 		chk.Register("firewall", readiness.Firewall(fences))
 		chk.RegisterEvery("topology", env.Config.Readiness.TopologyInterval.D(), readiness.Topology(probes))

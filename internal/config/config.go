@@ -234,6 +234,9 @@ func (c *Config) Validate() error {
 		if err := c.Egress.Config.Validate(); err != nil {
 			errs = append(errs, fmt.Errorf("egress: %w", err))
 		}
+		if err := c.Egress.Config.CheckDisjoint("installer.pool", c.Installer.Pool); err != nil {
+			errs = append(errs, fmt.Errorf("egress: %w", err))
+		}
 	}
 	if err := c.TLS.Validate(); err != nil {
 		errs = append(errs, err)

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"os/exec"
@@ -95,8 +96,10 @@ func TestEgressProxyStoppedDuringUse(t *testing.T) {
 	if n := strings.Count(logs, "accepting transparent connection"); n > 0 {
 		t.Errorf("accept loop retried %d times on a dead socket", n)
 	}
-	st, detail := s.readinessCheck("topology", 90*time.Second)
-	t.Logf("readiness topology after the fault: %s %s (it probes a fresh canary network, not live sessions)", st, detail)
+	// Readiness reflects it: the egress check names the session.
+	if st, detail := s.waitCheck("egress", "fail", 40*time.Second); st != "fail" || !strings.Contains(detail, id) {
+		t.Errorf("readiness egress after the fault: %s %q, want fail naming %s", st, detail, id)
+	}
 
 	// Other sessions are unaffected, and cleanup still removes everything.
 	other := s.networkSession(ultra, map[string]any{"enabled": true, "allowed_domains": []string{"*.allowed.test"}})
@@ -112,6 +115,33 @@ func TestEgressProxyStoppedDuringUse(t *testing.T) {
 	if left := ee.leftovers(t); len(left) != 0 {
 		t.Fatalf("left after delete: %q", left)
 	}
+	// With the broken session gone, the check passes again.
+	if st, detail := s.waitCheck("egress", "pass", 40*time.Second); st != "pass" {
+		t.Errorf("readiness egress after the session ended: %s %q, want pass", st, detail)
+	}
+}
+
+// waitCheck polls /readyz (refreshing) until the named check has status
+// want or within passes, and returns the check's last status and detail.
+func (s *server) waitCheck(name, want string, within time.Duration) (string, string) {
+	s.t.Helper()
+	var st, detail string
+	for deadline := time.Now().Add(within); time.Now().Before(deadline); time.Sleep(500 * time.Millisecond) {
+		r := s.do("GET", "/readyz?refresh=1", "", nil)
+		var body struct {
+			Checks []struct{ Name, Status, Detail string } `json:"checks"`
+		}
+		_ = json.Unmarshal(r.body, &body)
+		for _, c := range body.Checks {
+			if c.Name == name {
+				st, detail = c.Status, c.Detail
+			}
+		}
+		if st == want {
+			break
+		}
+	}
+	return st, detail
 }
 
 // countLines counts the lines of logs containing every one of subs.
