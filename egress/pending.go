@@ -11,6 +11,12 @@ import (
 // on that listener.
 const ReasonPendingLimit = "pending connection limit per session reached"
 
+// ReasonMalformed is the deny reason for a CONNECT-port connection that
+// sent bytes but never reached the proxy's handler: net/http refused the
+// request line or headers itself (a bracketed name, NUL, space or percent
+// in the target, oversized headers) or the header timeout hit.
+const ReasonMalformed = "malformed or incomplete proxy request"
+
 // pendingListener caps the connections of one session listener that are
 // accepted but not yet settled: a connection counts from Accept until it
 // is closed or settle is called on it (once it holds a tunnel slot, which
@@ -23,6 +29,9 @@ type pendingListener struct {
 	max     int64
 	n       atomic.Int64
 	refused func(net.Conn) // may be nil; called before the conn is closed
+	// malformed, if set, is called once for a connection that read bytes
+	// but was closed without markServed (no handler saw a request).
+	malformed func(net.Conn)
 }
 
 func newPendingListener(ln net.Listener, max int, refused func(net.Conn)) *pendingListener {
@@ -57,14 +66,28 @@ func (l *pendingListener) pending() int { return int(l.n.Load()) }
 // closed or settled.
 type pendingConn struct {
 	net.Conn
-	l    *pendingListener
-	once sync.Once
+	l         *pendingListener
+	once      sync.Once
+	closeOnce sync.Once
+	read      atomic.Int64
+	served    atomic.Bool
 }
 
 func (c *pendingConn) settle() { c.once.Do(func() { c.l.n.Add(-1) }) }
 
+func (c *pendingConn) Read(b []byte) (int, error) {
+	n, err := c.Conn.Read(b)
+	c.read.Add(int64(n))
+	return n, err
+}
+
 func (c *pendingConn) Close() error {
 	c.settle()
+	c.closeOnce.Do(func() {
+		if c.l.malformed != nil && !c.served.Load() && c.read.Load() > 0 {
+			c.l.malformed(c)
+		}
+	})
 	return c.Conn.Close()
 }
 
@@ -74,6 +97,22 @@ func (c *pendingConn) CloseWrite() error {
 		return cw.CloseWrite()
 	}
 	return c.Close()
+}
+
+// markServed records that a handler saw a request on c (or the connection
+// it wraps), so its close is not audited as malformed.
+func markServed(c net.Conn) {
+	for {
+		switch v := c.(type) {
+		case *pendingConn:
+			v.served.Store(true)
+			return
+		case *prefixedConn:
+			c = v.Conn
+		default:
+			return
+		}
+	}
 }
 
 // settlePending stops counting c (or the connection it wraps) against its

@@ -4,10 +4,12 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/netip"
 	"os"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -256,5 +258,58 @@ func TestListenerFailureReported(t *testing.T) {
 	}
 	if err := p.Health(); err != nil {
 		t.Fatalf("Health after removing the broken session: %v", err)
+	}
+}
+
+// A connection that sent bytes and closed without a handler seeing a
+// request is reported once as malformed; a served one, or one that sent
+// nothing, is not.
+func TestPendingMalformedOnClose(t *testing.T) {
+	t.Parallel()
+	raw, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+	var mu sync.Mutex
+	reported := 0
+	ln := newPendingListener(raw, 8, nil)
+	ln.malformed = func(net.Conn) { mu.Lock(); reported++; mu.Unlock() }
+	next := func(send string) net.Conn {
+		c, err := net.Dial("tcp", raw.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		if send != "" {
+			c.Write([]byte(send))
+		}
+		s, err := ln.Accept()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if send != "" {
+			buf := make([]byte, len(send))
+			if _, err := io.ReadFull(s, buf); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return s
+	}
+	count := func() int { mu.Lock(); defer mu.Unlock(); return reported }
+
+	bad := next("CONNECT [x]:443 HTTP/1.1\r\n")
+	bad.Close()
+	bad.Close()
+	if n := count(); n != 1 {
+		t.Fatalf("malformed reports after an unserved close = %d, want 1", n)
+	}
+	served := next("CONNECT ok.example.com:443 HTTP/1.1\r\n\r\n")
+	markServed(&prefixedConn{Conn: served})
+	served.Close()
+	silent := next("")
+	silent.Close()
+	if n := count(); n != 1 {
+		t.Fatalf("malformed reports = %d, want 1 (served and silent connections are not malformed)", n)
 	}
 }

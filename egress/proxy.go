@@ -142,6 +142,9 @@ func NewProxy(cfg Config, opts Options) (*Proxy, error) {
 	p.gp = p.newGoproxy()
 	p.srv = &http.Server{
 		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if c, ok := r.Context().Value(ctxKey{}).(net.Conn); ok {
+				markServed(c)
+			}
 			if r.Method == http.MethodConnect {
 				w = keepBuffered{w}
 			}
@@ -246,7 +249,9 @@ func (p *Proxy) listen(ctx context.Context, s *session) error {
 	}
 	s.closers = append(s.closers, cl)
 	s.ep.Connect = cl.Addr().(*net.TCPAddr).AddrPort()
-	cl = newPendingListener(cl, p.cfg.MaxPendingPerSession, p.refusePending(s, ModeConnect))
+	pl := newPendingListener(cl, p.cfg.MaxPendingPerSession, p.refusePending(s, ModeConnect))
+	pl.malformed = p.refuseMalformed(s)
+	cl = pl
 
 	tl, err := lc.Listen(ctx, "tcp", bind(p.cfg.TransparentPort))
 	if err != nil {
@@ -306,6 +311,14 @@ func (p *Proxy) Health() error {
 		return fmt.Errorf("%w: %s", ErrListenerFailed, strings.Join(bad, "; "))
 	}
 	return nil
+}
+
+// refuseMalformed records the deny decision for a CONNECT-port connection
+// that net/http refused before the handler (see ReasonMalformed).
+func (p *Proxy) refuseMalformed(s *session) func(net.Conn) {
+	return func(net.Conn) {
+		p.audit.record(Decision{Time: time.Now(), Session: s.ID, Mode: ModeConnect, Outcome: OutcomeDeny, Reason: ReasonMalformed})
+	}
 }
 
 // refusePending records the deny decision for a connection closed on

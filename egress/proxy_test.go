@@ -95,10 +95,10 @@ func TestConnectHostile(t *testing.T) {
 		{name: "short host", target: "127.1:443", code: 403, outcome: OutcomeDeny, reason: "numeric host"},
 		{name: "ip literal", target: "127.0.0.2:443", code: 403, outcome: OutcomeDeny, reason: "IP literal"},
 		{name: "bracketed v6", target: "[::1]:443", code: 403, outcome: OutcomeDeny, reason: "bracketed"},
-		{name: "bracketed name", target: "[ok.example.com]:443", code: 400}, // refused by net/http itself
-		{name: "percent encoded", target: "ok.ex%61mple.com:443", code: 400},
-		{name: "NUL byte", target: "ok.example.com\x00.evil.test:443", code: 400},
-		{name: "space", target: "ok.example.com .evil.test:443", code: 400},
+		{name: "bracketed name", target: "[ok.example.com]:443", code: 400, outcome: OutcomeDeny, reason: "malformed", class: "bad_target"}, // refused by net/http itself, audited on close
+		{name: "percent encoded", target: "ok.ex%61mple.com:443", code: 400, outcome: OutcomeDeny, reason: "malformed", class: "bad_target"},
+		{name: "NUL byte", target: "ok.example.com\x00.evil.test:443", code: 400, outcome: OutcomeDeny, reason: "malformed", class: "bad_target"},
+		{name: "space", target: "ok.example.com .evil.test:443", code: 400, outcome: OutcomeDeny, reason: "malformed", class: "bad_target"},
 		{name: "port 80", target: "ok.example.com:80", code: 403, outcome: OutcomeDeny, reason: "port 80 not allowed"},
 		{name: "port 8443", target: "ok.example.com:8443", code: 403, outcome: OutcomeDeny, reason: "port 8443 not allowed"},
 		{name: "no port", target: "ok.example.com", code: 403, outcome: OutcomeDeny, reason: "missing port"},
