@@ -379,8 +379,19 @@ func runOne(req *Request, argv []string, spawn spawnFunc, stdin io.Reader, stdou
 	start := time.Now()
 	var reason atomic.Value
 	done := make(chan struct{})
-	ws, err := spawn(cmd, stdin, stdout, stderr, func(pid int) { go watch(req, pid, &reason, done) })
+	// The run ends only once its watcher has: a kill the watcher began
+	// (killAll loops until no process is left) must not outlive the run
+	// and reach the next run's program.
+	var watching sync.WaitGroup
+	ws, err := spawn(cmd, stdin, stdout, stderr, func(pid int) {
+		watching.Add(1)
+		go func() {
+			defer watching.Done()
+			watch(req, pid, &reason, done)
+		}()
+	})
 	close(done)
+	watching.Wait()
 	if err != nil {
 		fmt.Fprintln(stderr, "sandbox: starting program:", err)
 		return Result{Status: "error", ExitCode: 127, Error: "starting program: " + err.Error()}

@@ -292,3 +292,28 @@ func codeOf(err error) string {
 	}
 	return "other: " + err.Error()
 }
+
+// A run that its watcher kills returns only after the kill has finished:
+// a killAll still looping when the next run starts would kill that run's
+// program (seen as a SIGKILL 4 ms into the call after a memory bomb).
+func TestRunWaitsForItsWatcherKill(t *testing.T) {
+	old := killRun
+	t.Cleanup(func() { killRun = old })
+	var finished atomic.Bool
+	killRun = func(int) {
+		time.Sleep(80 * time.Millisecond) // killAll still sweeping
+		finished.Store(true)
+	}
+	spawn := func(cmd *exec.Cmd, _ io.Reader, _, _ io.Writer, onStart func(int)) (syscall.WaitStatus, error) {
+		onStart(4242)
+		time.Sleep(30 * time.Millisecond) // the program dies before the sweep ends
+		return syscall.WaitStatus(syscall.SIGKILL), nil
+	}
+	res := runOne(&Request{TimeoutMS: 1}, []string{"prog"}, spawn, strings.NewReader(""), io.Discard, io.Discard)
+	if !finished.Load() {
+		t.Fatal("runOne returned while its watcher's kill was still running")
+	}
+	if res.Status != "timeout" {
+		t.Fatalf("status %q, want timeout", res.Status)
+	}
+}
