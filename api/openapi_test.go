@@ -84,6 +84,23 @@ func (d *openAPIDoc) response(r openAPIResponse) openAPIResponse {
 	return r
 }
 
+// parseSources parses the files that are not tests.
+func parseSources(t *testing.T, fset *token.FileSet, files []string) []*ast.File {
+	t.Helper()
+	var out []*ast.File
+	for _, f := range files {
+		if strings.HasSuffix(f, "_test.go") {
+			continue
+		}
+		af, err := parser.ParseFile(fset, f, nil, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, af)
+	}
+	return out
+}
+
 // sourceRoutes finds every pattern mounted in the api package and in the
 // CLI's wiring by reading the source: calls of handle, Handle or HandleFunc
 // whose first argument is a string literal. It sees routes mounted through
@@ -95,14 +112,7 @@ func sourceRoutes(t *testing.T) map[string]string {
 	files = append(files, wire...)
 	found := map[string]string{}
 	fset := token.NewFileSet()
-	for _, f := range files {
-		if strings.HasSuffix(f, "_test.go") {
-			continue
-		}
-		af, err := parser.ParseFile(fset, f, nil, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
+	for _, af := range parseSources(t, fset, files) {
 		ast.Inspect(af, func(n ast.Node) bool {
 			call, ok := n.(*ast.CallExpr)
 			if !ok || len(call.Args) != 2 {
@@ -575,16 +585,8 @@ func handlerStatuses(t *testing.T) map[string]map[int]string {
 	fset := token.NewFileSet()
 	funcs := map[string]*ast.FuncDecl{}   // package functions
 	methods := map[string]*ast.FuncDecl{} // methods of *Server
-	var parsed []*ast.File
-	for _, f := range files {
-		if strings.HasSuffix(f, "_test.go") {
-			continue
-		}
-		af, err := parser.ParseFile(fset, f, nil, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		parsed = append(parsed, af)
+	parsed := parseSources(t, fset, files)
+	for _, af := range parsed {
 		for _, d := range af.Decls {
 			fd, ok := d.(*ast.FuncDecl)
 			if !ok {
