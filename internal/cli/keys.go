@@ -128,9 +128,9 @@ func usageCommand() *cli.Command {
 					return err
 				}
 				tw := tabwriter.NewWriter(c.App.Writer, 0, 4, 2, ' ', 0)
-				fmt.Fprintln(tw, "DAY\tKEY\tROUTE\tREQUESTS\tERRORS\tBYTES_IN\tBYTES_OUT\tEXEC_MS")
+				fmt.Fprintln(tw, "DAY\tKEY\tROUTE\tREQUESTS\tERRORS\tBYTES_IN\tBYTES_OUT\tEXEC_MS\tDURATION_MS")
 				for _, u := range rows {
-					fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\n", u.Day, u.KeyID, u.Route, u.Requests, u.Errors, u.BytesIn, u.BytesOut, u.ExecMS)
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\n", u.Day, u.KeyID, u.Route, u.Requests, u.Errors, u.BytesIn, u.BytesOut, u.ExecMS, u.DurationMS)
 				}
 				return tw.Flush()
 			})
