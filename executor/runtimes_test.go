@@ -141,3 +141,44 @@ func TestNodePackagesFromTheHome(t *testing.T) {
 		}
 	}
 }
+
+// Compiled languages: a session's later calls are not slower than its
+// first (no cache that grows per call, no cold cache copied in), and no
+// compile cache lands in the home, where it would eat the disk limit.
+func TestCompileCachesDoNotSlowLaterCalls(t *testing.T) {
+	e, _ := startExecutor(t, func(c *Config) { c.WarmPool = 0; c.HomeBytes = 256 << 20; c.MemoryBytes = 768 << 20 })
+	for _, tc := range langCases {
+		if tc.badSyntax == "" || tc.lang == "typescript" {
+			continue // interpreted (esbuild bundles in milliseconds)
+		}
+		t.Run(tc.lang, func(t *testing.T) {
+			s := mustSession(t, e, tc.lang)
+			defer e.DeleteSession(context.Background(), "k1", s.ID)
+			var took []time.Duration
+			for i := 0; i < 3; i++ {
+				start := time.Now()
+				if r := run(t, e, s.ID, tc.hello, 60*time.Second); r.Status != StatusOK || r.Stdout != "hello\n" {
+					t.Fatalf("call %d: %+v", i+1, r)
+				}
+				took = append(took, time.Since(start))
+			}
+			t.Logf("%s: calls took %v", tc.lang, took)
+			// Generous against scheduling noise; a per-call cache copy or a
+			// cache that never hits would cost far more.
+			for i, d := range took[1:] {
+				if d > 2*took[0]+time.Second {
+					t.Errorf("call %d took %v, the first %v", i+2, d, took[0])
+				}
+			}
+			l, err := e.List(context.Background(), "k1", s.ID, "/home/sandbox")
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, f := range l.Entries {
+				if strings.Contains(f.Name, "cache") || f.Name == ".gradle" || f.Name == ".m2" {
+					t.Errorf("a compile cache in the home: %+v", f)
+				}
+			}
+		})
+	}
+}
