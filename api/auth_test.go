@@ -70,9 +70,10 @@ func TestPlanTable(t *testing.T) {
 		maxTimeout int // seconds
 		memoryMB   int64
 		perMinute  int
+		upgrade    string // the plan a timeout just over the cap points to
 	}{
-		{plan: "BASIC", want: want{403, 403, 403, 0}, max: 0, maxTimeout: 30, memoryMB: 256, perMinute: 60},
-		{plan: "PRO", want: want{201, 503, 403, 2}, max: 2, maxTimeout: 120, memoryMB: 512, perMinute: 300},
+		{plan: "BASIC", want: want{403, 403, 403, 0}, max: 0, maxTimeout: 30, memoryMB: 256, perMinute: 60, upgrade: "PRO"},
+		{plan: "PRO", want: want{201, 503, 403, 2}, max: 2, maxTimeout: 120, memoryMB: 512, perMinute: 300, upgrade: "ULTRA"},
 		{plan: "ULTRA", want: want{201, 503, 503, 5}, max: 5, maxTimeout: 300, memoryMB: 512, perMinute: 600},
 		{plan: "MEGA", want: want{201, 503, 503, 8}, max: 8, maxTimeout: 300, memoryMB: 512, perMinute: 1200},
 	}
@@ -115,14 +116,20 @@ func TestPlanTable(t *testing.T) {
 			if got := sb.lastExec(t).MemoryBytes; got != tc.memoryMB<<20 {
 				t.Errorf("memory per execution %d bytes, want %d MiB", got, tc.memoryMB)
 			}
-			// The timeout cap: at the cap is fine, just over is a 400.
+			// The timeout cap: at the cap is fine; just over is a 403 naming
+			// the plan that allows it, or a 400 when none does.
 			at := fmt.Sprintf(`{"language":"python3","code":"print(1)","timeout":%d}`, tc.maxTimeout)
 			if rec := send(t, srv, "POST", "/v1/execute", at, h); rec.Code != 200 {
 				t.Fatalf("timeout at the cap: %d %s", rec.Code, rec.Body)
 			}
 			over := fmt.Sprintf(`{"language":"python3","code":"print(1)","timeout":%d.5}`, tc.maxTimeout)
-			if rec := send(t, srv, "POST", "/v1/execute", over, h); rec.Code != 400 || !strings.Contains(rec.Body.String(), fmt.Sprintf("at most %d seconds", tc.maxTimeout)) {
-				t.Fatalf("timeout over the cap: %d %s", rec.Code, rec.Body)
+			wantCode, wantErr := 400, "invalid_request"
+			if tc.upgrade != "" {
+				wantCode, wantErr = 403, "plan_forbidden"
+			}
+			if rec := send(t, srv, "POST", "/v1/execute", over, h); rec.Code != wantCode || !strings.Contains(rec.Body.String(), `"code":"`+wantErr+`"`) ||
+				!strings.Contains(rec.Body.String(), fmt.Sprintf("at most %d seconds", tc.maxTimeout)) || !strings.Contains(rec.Body.String(), tc.upgrade) {
+				t.Fatalf("timeout over the cap: %d %s, want %d %s naming %q", rec.Code, rec.Body, wantCode, wantErr, tc.upgrade)
 			}
 			// The limits the plan reports are the ones it enforces.
 			var rt struct {

@@ -31,7 +31,8 @@ func TestExecuteTimeoutStaysUnderPlanCap(t *testing.T) {
 		{name: "default over every cap", plan: "MEGA", defaultTimeout: time.Hour, status: 200, want: 300 * time.Second},
 		{name: "explicit within the cap", plan: "PRO", defaultTimeout: 30 * time.Second, timeout: "90", status: 200, want: 90 * time.Second},
 		{name: "explicit at the cap", plan: "BASIC", defaultTimeout: 10 * time.Second, timeout: "30", status: 200, want: 30 * time.Second},
-		{name: "explicit over the cap", plan: "BASIC", defaultTimeout: 10 * time.Second, timeout: "30.5", status: 400},
+		{name: "explicit over the cap, a bigger plan allows it", plan: "BASIC", defaultTimeout: 10 * time.Second, timeout: "30.5", status: 403},
+		{name: "explicit over every plan's cap", plan: "BASIC", defaultTimeout: 10 * time.Second, timeout: "300.5", status: 400},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

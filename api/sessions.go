@@ -223,7 +223,13 @@ func (s *Server) execRequest(p *Principal, req *executeRequest) (sandbox.ExecReq
 		return sandbox.ExecRequest{}, err
 	}
 	if timeout > p.Plan.MaxTimeout {
-		return sandbox.ExecRequest{}, apiErr(http.StatusBadRequest, "invalid_request", "timeout must be at most %d seconds on plan %s", int64(p.Plan.MaxTimeout/time.Second), p.Plan.Name)
+		// A longer timeout that a bigger plan allows is a plan matter
+		// (403 naming that plan); one that no plan allows is bad input.
+		max := int64(p.Plan.MaxTimeout / time.Second)
+		if up := s.plans.cheapestWith(func(pl *Plan) bool { return pl.MaxTimeout >= timeout }); up != "" {
+			return sandbox.ExecRequest{}, apiErr(http.StatusForbidden, "plan_forbidden", "timeout must be at most %d seconds on plan %s; plan %s allows it", max, p.Plan.Name, up)
+		}
+		return sandbox.ExecRequest{}, apiErr(http.StatusBadRequest, "invalid_request", "timeout must be at most %d seconds on plan %s", max, p.Plan.Name)
 	}
 	if timeout == 0 {
 		timeout = s.defaultTimeout(p.Plan)
