@@ -42,7 +42,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			readinessCommand(),
 		},
 	}
-	if err := app.RunContext(ctx, args); err != nil {
+	if err := app.RunContext(ctx, hoistFlags(app.Commands, args)); err != nil {
 		fmt.Fprintln(stderr, "sandboxapi:", err)
 		var ec cli.ExitCoder
 		if errors.As(err, &ec) && ec.ExitCode() != 0 {
