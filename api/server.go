@@ -127,7 +127,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("X-Request-Id", rid)
 	r = r.WithContext(reqid.With(r.Context(), rid))
 	start := time.Now()
-	sw := &statusWriter{ResponseWriter: w, status: http.StatusOK}
+	sw := &countingWriter{ResponseWriter: w, status: http.StatusOK}
 	w = sw
 	// Every request is observed, routed or not; the mux has set r.Pattern
 	// by the time this runs (runs after the recovery below).
@@ -223,7 +223,8 @@ func keyIDOf(p *Principal) string {
 }
 
 // countingWriter records status and bytes written; it passes Flush through
-// for SSE.
+// for SSE and unwraps for http.ResponseController. ServeHTTP uses one for
+// the request metrics, authed another for metering.
 type countingWriter struct {
 	http.ResponseWriter
 	status      int
@@ -233,7 +234,7 @@ type countingWriter struct {
 }
 
 func (c *countingWriter) WriteHeader(code int) {
-	if !c.wroteHeader {
+	if !c.wroteHeader && code >= 200 { // 1xx are interim, not the status
 		c.status, c.wroteHeader = code, true
 	}
 	c.ResponseWriter.WriteHeader(code)
@@ -253,34 +254,6 @@ func (c *countingWriter) Flush() {
 }
 
 func (c *countingWriter) Unwrap() http.ResponseWriter { return c.ResponseWriter }
-
-// statusWriter remembers the status sent, for the request metrics; it
-// passes Flush through and unwraps for http.ResponseController.
-type statusWriter struct {
-	http.ResponseWriter
-	status      int
-	wroteHeader bool
-}
-
-func (w *statusWriter) WriteHeader(code int) {
-	if !w.wroteHeader && code >= 200 {
-		w.status, w.wroteHeader = code, true
-	}
-	w.ResponseWriter.WriteHeader(code)
-}
-
-func (w *statusWriter) Write(p []byte) (int, error) {
-	w.wroteHeader = true
-	return w.ResponseWriter.Write(p)
-}
-
-func (w *statusWriter) Flush() {
-	if f, ok := w.ResponseWriter.(http.Flusher); ok {
-		f.Flush()
-	}
-}
-
-func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 type countingBody struct {
 	rc interface {

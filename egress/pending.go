@@ -69,22 +69,24 @@ type pendingConn struct {
 	l         *pendingListener
 	once      sync.Once
 	closeOnce sync.Once
-	read      atomic.Int64
-	served    atomic.Bool
+	gotBytes  atomic.Bool // the peer sent something
+	served    atomic.Bool // a handler saw a request (markServed)
 }
 
 func (c *pendingConn) settle() { c.once.Do(func() { c.l.n.Add(-1) }) }
 
 func (c *pendingConn) Read(b []byte) (int, error) {
 	n, err := c.Conn.Read(b)
-	c.read.Add(int64(n))
+	if n > 0 && !c.gotBytes.Load() {
+		c.gotBytes.Store(true)
+	}
 	return n, err
 }
 
 func (c *pendingConn) Close() error {
 	c.settle()
 	c.closeOnce.Do(func() {
-		if c.l.malformed != nil && !c.served.Load() && c.read.Load() > 0 {
+		if c.l.malformed != nil && !c.served.Load() && c.gotBytes.Load() {
 			c.l.malformed(c)
 		}
 	})

@@ -194,7 +194,7 @@ func (e *Executor) sessionRequest(rt *Runtime, netEnv []string, req ExecRequest,
 // up and never below 1, because the guest reads 0 as "its default". A
 // sub-millisecond timeout must not lose its deadline by rounding.
 func timeoutMS(d time.Duration) int64 {
-	return max(1, int64((d+time.Millisecond-1)/time.Millisecond))
+	return max(1, guest.CeilMS(d))
 }
 
 // compileTimeoutMS caps the compile step of a call with this timeout. The

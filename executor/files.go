@@ -168,36 +168,24 @@ func (e *Executor) GetFile(ctx context.Context, owner, id, path string) (FileInf
 // Listing is a directory listing with its truncated flag.
 type Listing = sandbox.Listing
 
-// ListDir lists the folder at path in owner's session, sorted by name, at
-// most MaxListEntries entries. Symlinks are listed, not followed. It does
-// not say whether entries were left off; List does.
-func (e *Executor) ListDir(ctx context.Context, owner, id, path string) ([]FileInfo, error) {
-	l, err := e.List(ctx, owner, id, path)
-	return l.Entries, err
-}
-
-// List lists the folder at path in owner's session like ListDir and says
-// whether it held more than MaxListEntries entries.
+// List lists the folder at path in owner's session, sorted by name, at
+// most MaxListEntries entries, and says whether it held more. Symlinks are
+// listed, not followed.
 func (e *Executor) List(ctx context.Context, owner, id, path string) (Listing, error) {
-	entries, truncated, err := e.listDir(ctx, owner, id, path)
-	return Listing{Entries: entries, Truncated: truncated}, err
-}
-
-func (e *Executor) listDir(ctx context.Context, owner, id, path string) ([]FileInfo, bool, error) {
 	comps, err := checkFilePath(path)
 	if err != nil {
-		return nil, false, err
+		return Listing{}, err
 	}
 	s, err := e.acquire(ctx, owner, id)
 	if err != nil {
-		return nil, false, err
+		return Listing{}, err
 	}
 	defer e.releaseSession(s)
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	op, err := e.startFileOp(ctx, id, "list", comps, MaxListEntries, nil, false)
 	if err != nil {
-		return nil, false, err
+		return Listing{}, err
 	}
 	res, err := op.result(ctx)
 	waitErr := op.wait(err != nil)
@@ -205,14 +193,14 @@ func (e *Executor) listDir(ctx context.Context, owner, id, path string) ([]FileI
 		err = e.fileError(ctx, id, res, waitErr, op.stderr.String())
 	}
 	if err != nil {
-		return nil, false, err
+		return Listing{}, err
 	}
 	dir := guest.JoinHome(comps)
 	out := make([]FileInfo, 0, len(res.Entries))
 	for i := range res.Entries {
 		out = append(out, toFileInfo(&res.Entries[i], dir+"/"+res.Entries[i].Name))
 	}
-	return out, res.Truncated, nil
+	return Listing{Entries: out, Truncated: res.Truncated}, nil
 }
 
 // uploadPump frames an upload for the guest: chunks of up to frameSize,

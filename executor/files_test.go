@@ -83,7 +83,7 @@ func TestFileRoundTrip(t *testing.T) {
 		t.Fatalf("after overwrite: %+v", r)
 	}
 
-	list, err := e.ListDir(context.Background(), "k1", s.ID, "/home/sandbox")
+	list, err := listEntries(context.Background(), e, "k1", s.ID, "/home/sandbox")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -101,7 +101,7 @@ func TestFileRoundTrip(t *testing.T) {
 	if f := byName["out.txt"]; f.Size != 8 || f.Mode != "0600" || f.Path != "/home/sandbox/out.txt" || time.Since(f.ModTime) > 10*time.Minute {
 		t.Errorf("listing out.txt: %+v", f)
 	}
-	list, err = e.ListDir(context.Background(), "k1", s.ID, "/home/sandbox/data/")
+	list, err = listEntries(context.Background(), e, "k1", s.ID, "/home/sandbox/data/")
 	if err != nil || len(list) != 1 || list[0].Name != "in.bin" || list[0].Size != int64(len(content)) {
 		t.Fatalf("listing data: %+v %v", list, err)
 	}
@@ -112,7 +112,7 @@ func TestFileRoundTrip(t *testing.T) {
 	if _, _, err := e.GetFile(context.Background(), "k2", s.ID, "out.txt"); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("other owner get: %v", err)
 	}
-	if _, err := e.ListDir(context.Background(), "k2", s.ID, "/home/sandbox"); !errors.Is(err, ErrNotFound) {
+	if _, err := listEntries(context.Background(), e, "k2", s.ID, "/home/sandbox"); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("other owner list: %v", err)
 	}
 }
@@ -226,7 +226,7 @@ func TestFileHostilePaths(t *testing.T) {
 			case "put":
 				_, err = e.PutFile(ctx, "k1", s.ID, tc.path, strings.NewReader("planted\n"), 8)
 			case "list":
-				_, err = e.ListDir(ctx, "k1", s.ID, tc.path)
+				_, err = listEntries(ctx, e, "k1", s.ID, tc.path)
 			}
 			ok := false
 			for _, w := range tc.want {
@@ -338,8 +338,14 @@ func TestFileSandboxGone(t *testing.T) {
 	if _, _, err := e.GetFile(context.Background(), "k1", s.ID, "f"); !errors.Is(err, ErrLost) {
 		t.Fatalf("get after the sandbox died: %v", err)
 	}
-	_, err := e.ListDir(context.Background(), "k1", s.ID, "/home/sandbox")
+	_, err := listEntries(context.Background(), e, "k1", s.ID, "/home/sandbox")
 	if !errors.Is(err, ErrBadState) && !errors.Is(err, ErrNotFound) {
 		t.Fatalf("list on a lost session: %v", err)
 	}
+}
+
+// listEntries is List's entries, for tests that do not look at the flag.
+func listEntries(ctx context.Context, e *Executor, owner, id, path string) ([]FileInfo, error) {
+	l, err := e.List(ctx, owner, id, path)
+	return l.Entries, err
 }

@@ -132,21 +132,13 @@ func statelessFiles(rt *Runtime, code string, in []sandbox.File) ([]guest.File, 
 	// A path that is a folder of another: any proper prefix of a file's
 	// components that is itself a file.
 	for p := range seen {
-		for i := strings.IndexByte(p, '/'); i >= 0; i = next(p, i) {
-			if seen[p[:i]] {
+		for i := 0; i < len(p); i++ {
+			if p[i] == '/' && seen[p[:i]] {
 				return nil, fmt.Errorf("%w: file %q is also a folder of %q", ErrInvalid, p[:i], p)
 			}
 		}
 	}
 	return out, nil
-}
-
-// next is the index of the '/' after the one at i in p, or -1.
-func next(p string, i int) int {
-	if j := strings.IndexByte(p[i+1:], '/'); j >= 0 {
-		return i + 1 + j
-	}
-	return -1
 }
 
 // reservedNames are the top-level names of the work folder that a

@@ -291,7 +291,7 @@ func serveRequest(req *Request, spawn spawnFunc, stdin io.Reader, stdout, stderr
 		return Result{Status: "timeout", ExitCode: 137, Signal: "SIGKILL"}
 	}
 	rreq := *req
-	rreq.TimeoutMS = ceilMS(left)
+	rreq.TimeoutMS = CeilMS(left)
 	rreq.Cwd = strings.ReplaceAll(req.Cwd, "{dir}", dir)
 	return runOne(&rreq, expand(req.Argv, dir), spawn, stdin, stdout, stderr)
 }
@@ -306,9 +306,9 @@ func compileBudget(req *Request) time.Duration {
 	return b
 }
 
-// ceilMS is d in whole milliseconds, rounded up: a positive duration never
+// CeilMS is d in whole milliseconds, rounded up: a positive duration never
 // becomes 0 (which would mean the default deadline).
-func ceilMS(d time.Duration) int64 {
+func CeilMS(d time.Duration) int64 {
 	return int64((d + time.Millisecond - 1) / time.Millisecond)
 }
 

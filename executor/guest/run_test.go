@@ -52,8 +52,8 @@ func TestCeilMS(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := ceilMS(tc.d); got != tc.want {
-				t.Fatalf("ceilMS(%v) = %d, want %d", tc.d, got, tc.want)
+			if got := CeilMS(tc.d); got != tc.want {
+				t.Fatalf("CeilMS(%v) = %d, want %d", tc.d, got, tc.want)
 			}
 		})
 	}

@@ -305,7 +305,7 @@ var fallbackDocs = map[string]string{
 	"server.max_body_bytes":    "Largest request body accepted (413 above).",
 	"server.read_timeout":      "Time allowed to read a whole request, body included (a slow upload past it fails).",
 	"server.shutdown_grace":    "On SIGTERM: readiness goes red, running calls get this long to finish, then the rest are killed and every sandbox is cleaned up. A second signal exits at once.",
-	"server.drain_delay":      "On SIGTERM: how long /readyz answers 503 (draining) and new work is refused with 503 while the listener stays open, so a load balancer sees it before connections close; then the grace period starts.",
+	"server.drain_delay":       "On SIGTERM: how long /readyz answers 503 (draining) and new work is refused with 503 while the listener stays open, so a load balancer sees it before connections close; then the grace period starts.",
 	"server.reap_interval":     "How often idle sessions past their idle_ttl are reaped.",
 	"executor":                 "Sandbox runtime settings (gVisor runsc).",
 	"executor.runsc":           "runsc binary (name on PATH or path); must be a static build.",

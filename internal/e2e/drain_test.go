@@ -17,7 +17,9 @@ func TestSigtermDrainDelay(t *testing.T) {
 	key := s.key("PRO")
 	id := s.session(key, "bash")
 	running := make(chan reply, 1)
-	go func() { running <- s.do("POST", "/v1/sessions/"+id+"/execute", key, map[string]any{"code": "sleep 2; echo finished", "timeout": 30}) }()
+	go func() {
+		running <- s.do("POST", "/v1/sessions/"+id+"/execute", key, map[string]any{"code": "sleep 2; echo finished", "timeout": 30})
+	}()
 	time.Sleep(500 * time.Millisecond)
 	if err := s.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
