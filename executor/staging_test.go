@@ -96,6 +96,14 @@ int main(void) { puts("alive"); return 0; }`,
 			free: `#include <stdio.h>
 int main(void) { if (remove("/tmp/keep") == 0) puts("freed"); return 0; }`,
 		},
+		{
+			// go build keeps its work folder in $TMPDIR.
+			name:  "go build after a full tmp",
+			lang:  "go",
+			fill:  "package main\nimport (\"fmt\"; \"os\")\nfunc main() { f, _ := os.Create(\"/tmp/keep\"); b := make([]byte, 1<<20); for { if _, err := f.Write(b); err != nil { fmt.Println(\"full\", err); return } } }",
+			alive: "package main\nimport \"fmt\"\nfunc main() { fmt.Println(\"alive\") }",
+			free:  "package main\nimport (\"fmt\"; \"os\")\nfunc main() { if os.Remove(\"/tmp/keep\") == nil { fmt.Println(\"freed\") } }",
+		},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -164,5 +172,15 @@ chmod 0 "$d/lock/deeper" "$d/lock"; chmod 500 "$d"`, "full")
 		if err != nil || used > 1024 {
 			t.Fatalf("round %d: the staging area holds %q KiB after the filling call", i, r.Stdout)
 		}
+	}
+	// Plain calls leave nothing either: the folder root, this call's
+	// folder and its code file are all the inodes in use, however many
+	// calls ran before (each call once left its folder behind).
+	for range 5 {
+		execOK(t, e, s.ID, "echo hi", "hi")
+	}
+	r = execOK(t, e, s.ID, `df -i /tmp/.sbx | awk 'NR==2 {print "inodes=" $3}'`, "inodes=")
+	if got := strings.TrimSpace(r.Stdout); got != "inodes=3" {
+		t.Fatalf("staging area after 6 calls: %s, want inodes=3", got)
 	}
 }
