@@ -216,8 +216,8 @@ func (e *Executor) startWithAgent(ctx context.Context, id, bundle, network strin
 
 // hostMemory is the host cgroup limit: the guest enforces MemoryBytes on
 // the sandbox's own processes; above that sit /tmp and the staging area
-// (memory-backed) and the sandbox kernel, so a bomb is stopped inside before the host kills the
-// whole sandbox.
+// (both memory-backed) and the sandbox kernel, so a bomb is stopped inside
+// before the host kills the whole sandbox.
 func (e *Executor) hostMemory() int64 {
 	return e.cfg.MemoryBytes + e.cfg.TmpBytes + stagingBytes(e.cfg.TmpBytes) + 256<<20
 }

@@ -47,8 +47,8 @@ type specParams struct {
 }
 
 // sandboxSpec builds the OCI runtime spec of one sandbox: read-only shared
-// rootfs, private /tmp, a staging area for the guest, the session's home, the guest as pid 1, no
-// capabilities for anything but the guest's own execs.
+// rootfs, private /tmp, the guest's staging area, the session's home, the
+// guest as pid 1, no capabilities for anything but the guest's own execs.
 func sandboxSpec(p specParams) *specs.Spec {
 	period := uint64(100000)
 	quota := int64(p.CPUs * float64(period))
