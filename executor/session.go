@@ -215,11 +215,11 @@ func (e *Executor) startWithAgent(ctx context.Context, id, bundle, network strin
 }
 
 // hostMemory is the host cgroup limit: the guest enforces MemoryBytes on
-// the sandbox's own processes; above that sit /tmp (memory-backed) and the
-// sandbox kernel, so a bomb is stopped inside before the host kills the
-// whole sandbox.
+// the sandbox's own processes; above that sit /tmp and the staging area
+// (both memory-backed) and the sandbox kernel, so a bomb is stopped inside
+// before the host kills the whole sandbox.
 func (e *Executor) hostMemory() int64 {
-	return e.cfg.MemoryBytes + e.cfg.TmpBytes + 256<<20
+	return e.cfg.MemoryBytes + e.cfg.TmpBytes + stagingBytes(e.cfg.TmpBytes) + 256<<20
 }
 
 // GetSession returns a session if owner owns it.

@@ -4,6 +4,8 @@ import (
 	"fmt"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/sandboxapi/sandboxapi/executor/guest"
 )
 
 // Paths inside every sandbox.
@@ -13,7 +15,20 @@ const (
 	guestBin = guestDir + "/guest"
 	// SandboxUID runs user code; it owns the home.
 	SandboxUID = 1000
+	// stagingDir is where the guest writes each call's work folder (the
+	// code, the call's files, compile outputs): a tmpfs of its own over
+	// /tmp/.sbx, owned by root and closed to the user, so a full /tmp (or
+	// a /tmp out of inodes) never stops the next call from being staged.
+	stagingDir = guest.WorkRoot
+	// minStagingBytes is the smallest staging area: it holds a stateless
+	// call's files (maxStatelessFileBytes) with room to compile.
+	minStagingBytes = 16 << 20
 )
+
+// stagingBytes is the size of the staging tmpfs of a sandbox whose /tmp
+// holds tmp bytes: as much as /tmp, where the work folders used to live,
+// and never below minStagingBytes.
+func stagingBytes(tmp int64) int64 { return max(tmp, minStagingBytes) }
 
 // guestCaps are pid 1's capabilities, the ones `runsc exec` gives a guest.
 var guestCaps = []string{"CAP_CHOWN", "CAP_SETUID", "CAP_SETGID", "CAP_KILL"}
@@ -32,8 +47,8 @@ type specParams struct {
 }
 
 // sandboxSpec builds the OCI runtime spec of one sandbox: read-only shared
-// rootfs, private /tmp, the session's home, the guest as pid 1, no
-// capabilities for anything but the guest's own execs.
+// rootfs, private /tmp, the guest's staging area, the session's home, the
+// guest as pid 1, no capabilities for anything but the guest's own execs.
 func sandboxSpec(p specParams) *specs.Spec {
 	period := uint64(100000)
 	quota := int64(p.CPUs * float64(period))
@@ -44,6 +59,9 @@ func sandboxSpec(p specParams) *specs.Spec {
 	mounts := []specs.Mount{
 		{Destination: "/proc", Type: "proc", Source: "proc"},
 		{Destination: "/tmp", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "nodev", fmt.Sprintf("size=%d", p.TmpBytes), "mode=1777"}},
+		// Mounted over a folder of /tmp, after it: a mount point cannot be
+		// renamed or removed, and the folder needs no rootfs change.
+		{Destination: stagingDir, Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "nodev", fmt.Sprintf("size=%d", stagingBytes(p.TmpBytes)), "mode=0711", "uid=0", "gid=0"}},
 		{Destination: "/dev/shm", Type: "tmpfs", Source: "shm", Options: []string{"nosuid", "nodev", "noexec", "size=16m", "mode=1777"}},
 		{Destination: guestDir, Type: "bind", Source: p.GuestDir, Options: []string{"rbind", "ro", "nosuid", "nodev"}},
 	}

@@ -206,8 +206,12 @@ func Encode(req *Request) ([]byte, error) {
 	return append(out, b...), nil
 }
 
-// workRoot holds the private per-call folders (a variable for tests).
-var workRoot = "/tmp/.sbx"
+// WorkRoot holds the private per-call folders. In a sandbox it is a tmpfs
+// of its own (mode 0711, root's): the user can fill /tmp, not this.
+const WorkRoot = "/tmp/.sbx"
+
+// workRoot is WorkRoot (a variable for tests).
+var workRoot = WorkRoot
 
 func run() int {
 	res := runRequest()
@@ -261,7 +265,9 @@ func serveRequest(req *Request, spawn spawnFunc, stdin io.Reader, stdout, stderr
 		return Result{Status: "start_error", Error: err.Error(), Code: setupCode(err)}
 	}
 	if req.Keep == "" && dir != "" {
-		defer os.RemoveAll(dir)
+		// Nothing of the call is left to hold the folder: its processes
+		// are dead once the run returns.
+		defer removeWork(dir)
 	}
 	if len(req.Argv) == 0 {
 		return Result{Status: "ok"}
@@ -276,6 +282,12 @@ func serveRequest(req *Request, spawn spawnFunc, stdin io.Reader, stdout, stderr
 		creq := *req
 		creq.TimeoutMS = compileBudget(req).Milliseconds()
 		creq.Cwd = strings.ReplaceAll(req.Cwd, "{dir}", dir)
+		if dir != "" {
+			// The compiler's temporary files (gcc's, go build's) go to
+			// the staging area too: a /tmp the user filled must not stop
+			// every later compile.
+			creq.Env = withEnv(req.Env, "TMPDIR", dir)
+		}
 		res := runOne(&creq, expand(req.Compile, dir), spawn, strings.NewReader(""), out, out)
 		if res.Status != "ok" {
 			_, _ = stderr.Write(out.bytes())
@@ -294,6 +306,17 @@ func serveRequest(req *Request, spawn spawnFunc, stdin io.Reader, stdout, stderr
 	rreq.TimeoutMS = CeilMS(left)
 	rreq.Cwd = strings.ReplaceAll(req.Cwd, "{dir}", dir)
 	return runOne(&rreq, expand(req.Argv, dir), spawn, stdin, stdout, stderr)
+}
+
+// withEnv is env with key set to value, replacing any earlier setting.
+func withEnv(env []string, key, value string) []string {
+	out := make([]string, 0, len(env)+1)
+	for _, kv := range env {
+		if k, _, _ := strings.Cut(kv, "="); k != key {
+			out = append(out, kv)
+		}
+	}
+	return append(out, key+"="+value)
 }
 
 // compileBudget is the compile step's deadline: the smaller of its own
