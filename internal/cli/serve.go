@@ -21,7 +21,7 @@ import (
 )
 
 func serveCommand() *cli.Command {
-	flags := append(stateFlags(), &cli.StringFlag{Name: "listen", Usage: "listen address (overrides listen)", EnvVars: []string{"SANDBOXAPI_LISTEN"}})
+	flags := append(stateFlags(), listenFlag())
 	return &cli.Command{
 		Name:  "serve",
 		Usage: "run the API, executor and the other services in one process",
