@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
 	"net/url"
+	"os"
 	"path/filepath"
 	"strings"
 
