@@ -80,9 +80,10 @@ type Server struct {
 	quota     quota
 	ready     atomic.Bool
 	readiness atomic.Pointer[ReadinessReporter]
-	build     atomic.Pointer[buildinfo.Info] // shown by /healthz (SetBuildInfo)
-	extra     sync.Map                       // prefix -> http.Handler mounted without auth
-	ops       opsState                       // observer and route registry (metrics.go)
+	extra     sync.Map // prefix -> http.Handler mounted without auth
+	ops       opsState // observer and route registry (metrics.go)
+
+	build atomic.Pointer[buildinfo.Info] // shown by /healthz (SetBuildInfo)
 }
 
 // New builds the server and its routes.
