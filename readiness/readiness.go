@@ -26,9 +26,10 @@ type Config struct {
 	// TopologyInterval is how often the topology canaries run (they start
 	// sandboxes, so less often than the other checks).
 	TopologyInterval Duration `yaml:"topology_interval"`
-	// MinRefresh is the shortest time between two on-demand runs; requests
-	// in between get the last results (so /readyz cannot be used to spin
-	// canary sandboxes).
+	// MinRefresh is the shortest time between two on-demand runs (by
+	// /readyz?refresh=1, or by an install while a check fails, which runs
+	// the failing checks); requests in between get the last results or
+	// wait for a run in progress (so clients cannot spin canary sandboxes).
 	MinRefresh Duration `yaml:"min_refresh"`
 }
 
