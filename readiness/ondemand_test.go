@@ -179,3 +179,20 @@ func TestOnDemandJoinsRunInProgress(t *testing.T) {
 		t.Errorf("refresh: %+v", rep)
 	}
 }
+
+// TestRefreshWaitsForScheduledRun: /readyz?refresh=1 during a scheduled
+// run of a failing check returns that run's outcome, not the old failure.
+func TestRefreshWaitsForScheduledRun(t *testing.T) {
+	t.Parallel()
+	osv := &switchable{}
+	c := startedChecker(t, 0, map[string]Func{"osv": osv.check})
+	osv.delay = 200 * time.Millisecond
+	osv.fixed.Store(true)
+	c.launchDue(context.Background()) // the interval's tick
+	if rep := c.Refresh(context.Background()); !rep.Ready {
+		t.Fatalf("refresh during the scheduled run: %+v", rep)
+	}
+	if n := osv.runs.Load(); n != 2 {
+		t.Errorf("runs = %d, want 2 (the first and the scheduled one, which the refresh joined)", n)
+	}
+}
