@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sandboxapi/sandboxapi/internal/buildinfo"
 	"github.com/sandboxapi/sandboxapi/internal/reqid"
 	"github.com/sandboxapi/sandboxapi/internal/sandbox"
 )
@@ -81,6 +82,8 @@ type Server struct {
 	readiness atomic.Pointer[ReadinessReporter]
 	extra     sync.Map // prefix -> http.Handler mounted without auth
 	ops       opsState // observer and route registry (metrics.go)
+
+	build atomic.Pointer[buildinfo.Info] // shown by /healthz (SetBuildInfo)
 }
 
 // New builds the server and its routes.
@@ -272,8 +275,16 @@ func (b *countingBody) Read(p []byte) (int, error) {
 func (b *countingBody) Close() error { return b.rc.Close() }
 
 func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
+	if b := s.build.Load(); b != nil {
+		writeJSON(w, http.StatusOK, map[string]any{"status": "ok", "build": b})
+		return
+	}
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 }
+
+// SetBuildInfo makes /healthz name the build (version, revision, commit
+// and build time, runsc version).
+func (s *Server) SetBuildInfo(b buildinfo.Info) { s.build.Store(&b) }
 
 func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	ok, checks := s.readinessChecks(r)

@@ -353,8 +353,9 @@ func TestAcceptedIDsMustMatchNow(t *testing.T) {
 }
 
 // TestRecheckExceptionsAudited: an artifact kept only because of accepted
-// ids gets an exception row naming them and the snapshot on every
-// recheck; ids stored as accepted that never matched at admission (rows
+// ids gets an exception row naming them and the snapshot when a recheck
+// first judges it against a new snapshot (TestExceptionAuditedOnChangeOnly:
+// not on every recheck); ids stored as accepted that never matched at admission (rows
 // written before admission refused them) cover nothing.
 func TestRecheckExceptionsAudited(t *testing.T) {
 	t.Parallel()

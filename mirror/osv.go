@@ -3,6 +3,7 @@ package mirror
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -148,7 +149,8 @@ type RecheckResult struct {
 	Checked     int
 	Quarantined []Artifact
 	// Excepted are kept admitted only because an operator accepted the
-	// advisories that match them; each got an exception audit row.
+	// advisories that match them; an exception audit row is written when
+	// that changes (a new snapshot, other matching ids), not every time.
 	Excepted []Artifact
 }
 
@@ -182,21 +184,34 @@ func (m *Mirror) Recheck(ctx context.Context) (RecheckResult, error) {
 		case !subset(ids, accepted):
 			reasons = []string{"affected by " + describe(found)}
 		}
-		prevSnap := a.OSVSnapshot
+		prevSnap, prevIDs := a.OSVSnapshot, a.Advisories
 		a.OSVSnapshot = snap
 		if reasons == nil {
-			// Kept: the row now says which snapshot passed it.
-			if prevSnap != snap {
-				if _, err := m.db.ExecContext(ctx, `UPDATE mirror_artifacts SET osv_snapshot=? WHERE id=? AND status='admitted'`, snap, a.ID); err != nil {
-					errs = append(errs, fmt.Errorf("updating mirror artifact %s: %w", a.Filename, err))
+			// Kept: the row now says which snapshot passed it and which
+			// accepted advisories match.
+			changed := prevSnap != snap || !slices.Equal(ids, normIDs(prevIDs))
+			if changed {
+				if err := m.keep(ctx, &a, ids); err != nil {
+					errs = append(errs, err)
 				}
 			}
-			if len(ids) > 0 {
+			// An exception is audited (a row and a warning) when its state
+			// changes: first judged against a new snapshot, or other
+			// accepted advisories match. Rechecks run with every readiness
+			// check; an unchanged exception is not news.
+			switch {
+			case len(ids) > 0 && changed:
 				e := m.entry(AuditException, a, fmt.Sprintf("kept admitted only because the operator accepted %s (osv snapshot %s)", describe(found), snap))
-				e.Advisories = ids
 				if err := m.audit(ctx, e); err != nil {
 					errs = append(errs, err)
 				}
+			case len(ids) == 0 && len(prevIDs) > 0:
+				e := m.entry(AuditException, a, fmt.Sprintf("exception lapsed: no advisory matches any more (was %s; osv snapshot %s)", strings.Join(prevIDs, " "), snap))
+				if err := m.audit(ctx, e); err != nil {
+					errs = append(errs, err)
+				}
+			}
+			if len(ids) > 0 {
 				res.Excepted = append(res.Excepted, a)
 			}
 			continue
@@ -214,6 +229,22 @@ func (m *Mirror) Recheck(ctx context.Context) (RecheckResult, error) {
 		res.Quarantined = append(res.Quarantined, a)
 	}
 	return res, errors.Join(errs...)
+}
+
+// keep records on an admitted artifact the snapshot that passed it and the
+// accepted advisories that match it now.
+func (m *Mirror) keep(ctx context.Context, a *Artifact, ids []string) error {
+	a.Advisories, a.Reasons = ids, nil
+	if len(ids) > 0 {
+		a.Reasons = []string{"operator accepted " + strings.Join(ids, " ")}
+	}
+	adv, _ := json.Marshal(nonNil(a.Advisories))
+	reasons, _ := json.Marshal(nonNil(a.Reasons))
+	if _, err := m.db.ExecContext(ctx, `UPDATE mirror_artifacts SET osv_snapshot=?, advisories=?, reasons=? WHERE id=? AND status='admitted'`,
+		a.OSVSnapshot, string(adv), string(reasons), a.ID); err != nil {
+		return fmt.Errorf("updating mirror artifact %s: %w", a.Filename, err)
+	}
+	return nil
 }
 
 // intersect returns the ids in both a and b, in a's order.

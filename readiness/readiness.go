@@ -26,9 +26,10 @@ type Config struct {
 	// TopologyInterval is how often the topology canaries run (they start
 	// sandboxes, so less often than the other checks).
 	TopologyInterval Duration `yaml:"topology_interval"`
-	// MinRefresh is the shortest time between two on-demand runs; requests
-	// in between get the last results (so /readyz cannot be used to spin
-	// canary sandboxes).
+	// MinRefresh is the shortest time between two on-demand runs (by
+	// /readyz?refresh=1, or by an install while a check fails, which runs
+	// the failing checks); requests in between get the last results or
+	// wait for a run in progress (so clients cannot spin canary sandboxes).
 	MinRefresh Duration `yaml:"min_refresh"`
 }
 
@@ -114,6 +115,7 @@ type check struct {
 	every   time.Duration // 0: every run
 	last    Result
 	running bool
+	done    chan struct{} // closed when the run in progress ends; nil when none runs
 }
 
 // Checker runs registered checks. Build it with New, Register checks, then
@@ -125,7 +127,7 @@ type Checker struct {
 
 	mu      sync.Mutex
 	checks  []*check
-	lastRun time.Time // last on-demand run (for MinRefresh)
+	lastRun time.Time // start of the last on-demand run (for MinRefresh)
 
 	stop chan struct{}
 	wg   sync.WaitGroup
@@ -212,10 +214,16 @@ func (c *Checker) due(now time.Time) []*check {
 		if ch.every > 0 && ch.last.OK() && now.Sub(ch.last.LastRun) < ch.every {
 			continue
 		}
-		ch.running = true
+		ch.begin()
 		out = append(out, ch)
 	}
 	return out
+}
+
+// begin marks the check running. Callers hold c.mu.
+func (ch *check) begin() {
+	ch.running = true
+	ch.done = make(chan struct{})
 }
 
 // launchDue starts every due check in the background.
@@ -235,39 +243,73 @@ func (c *Checker) launchDue(ctx context.Context) {
 func (c *Checker) finish(ch *check, r Result) {
 	c.mu.Lock()
 	ch.last, ch.running = r, false
+	if ch.done != nil {
+		close(ch.done)
+		ch.done = nil
+	}
 	c.mu.Unlock()
 }
 
 // RunAll runs every due check now (concurrently, each with its own
-// timeout; checks already running are not started twice) and returns the
-// report.
+// timeout), waits for the runs of checks that were already running rather
+// than starting them twice, and returns the report.
 func (c *Checker) RunAll(ctx context.Context) Report {
-	c.mu.Lock()
-	checks := c.due(c.now())
-	c.lastRun = c.now()
-	c.mu.Unlock()
-	var wg sync.WaitGroup
-	for _, ch := range checks {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			c.finish(ch, c.runOne(ctx, ch.name, ch.fn))
-		}()
-	}
-	wg.Wait()
-	return c.Report()
+	return c.onDemand(ctx, false, true)
 }
 
-// Refresh runs every due check unless a refresh started less than
-// MinRefresh ago, then returns the report.
+// Refresh is RunAll for clients (/readyz?refresh=1): unless an on-demand
+// run started less than MinRefresh ago, in which case it only waits for
+// the runs still in progress and returns the report.
 func (c *Checker) Refresh(ctx context.Context) Report {
+	return c.onDemand(ctx, false, false)
+}
+
+// onDemand runs the due checks (failingOnly: only those the report shows
+// failing, pending or stale) now, joins the runs already in progress and
+// waits for them all or for ctx. Unless force, no check is started when
+// the last on-demand run began less than MinRefresh ago, so clients cannot
+// make the checks (canary sandboxes among them) spin. The runs themselves
+// do not end with ctx: a client that hangs up cannot fail a check.
+func (c *Checker) onDemand(ctx context.Context, failingOnly, force bool) Report {
 	c.mu.Lock()
-	recent := !c.lastRun.IsZero() && c.now().Sub(c.lastRun) < c.cfg.MinRefresh.D()
-	c.mu.Unlock()
-	if recent {
-		return c.Report()
+	now := c.now()
+	start := force || c.lastRun.IsZero() || now.Sub(c.lastRun) >= c.cfg.MinRefresh.D()
+	var launch []*check
+	var wait []chan struct{}
+	for _, ch := range c.checks {
+		if failingOnly && c.view(ch, now).OK() {
+			continue
+		}
+		switch {
+		case ch.running:
+			wait = append(wait, ch.done)
+		case !start:
+		case failingOnly || !ch.last.OK() || ch.every == 0 || now.Sub(ch.last.LastRun) >= ch.every:
+			ch.begin()
+			launch = append(launch, ch)
+			wait = append(wait, ch.done)
+		}
 	}
-	return c.RunAll(ctx)
+	if len(launch) > 0 {
+		c.lastRun = now
+	}
+	c.wg.Add(len(launch))
+	c.mu.Unlock()
+	detached := context.WithoutCancel(ctx)
+	for _, ch := range launch {
+		go func() {
+			defer c.wg.Done()
+			c.finish(ch, c.runOne(detached, ch.name, ch.fn))
+		}()
+	}
+	for _, done := range wait {
+		select {
+		case <-done:
+		case <-ctx.Done():
+			return c.Report()
+		}
+	}
+	return c.Report()
 }
 
 // runOne runs fn with a timeout; an error, a panic or a timeout is a failure.
@@ -319,13 +361,7 @@ func (c *Checker) Report() Report {
 	now := c.now()
 	rep := Report{Ready: len(c.checks) > 0, Checks: make([]Result, 0, len(c.checks))}
 	for _, ch := range c.checks {
-		r := ch.last
-		// A result may be as old as the check's own interval plus the time
-		// its next run may take, plus StaleAfter.
-		if limit := c.cfg.StaleAfter.D() + ch.every + c.cfg.Timeout.D()*time.Duration(min(ch.every, 1)); r.Status == StatusPass && now.Sub(r.LastRun) > limit {
-			r.Status = StatusStale
-			r.Detail = fmt.Sprintf("last result is %s old (limit %s): %s", now.Sub(r.LastRun).Round(time.Millisecond), limit, r.Detail)
-		}
+		r := c.view(ch, now)
 		if !r.OK() {
 			rep.Ready = false
 		}
@@ -334,9 +370,28 @@ func (c *Checker) Report() Report {
 	return rep
 }
 
+// view is the check's last result as reported at now: a pass older than
+// allowed is stale. Callers hold c.mu.
+func (c *Checker) view(ch *check, now time.Time) Result {
+	r := ch.last
+	// A result may be as old as the check's own interval plus the time
+	// its next run may take, plus StaleAfter.
+	if limit := c.cfg.StaleAfter.D() + ch.every + c.cfg.Timeout.D()*time.Duration(min(ch.every, 1)); r.Status == StatusPass && now.Sub(r.LastRun) > limit {
+		r.Status = StatusStale
+		r.Detail = fmt.Sprintf("last result is %s old (limit %s): %s", now.Sub(r.LastRun).Round(time.Millisecond), limit, r.Detail)
+	}
+	return r
+}
+
 // Ready is the install gate: it reports whether every check passed recently
-// and, if not, the failing ones.
+// and, if not, the failing ones. While any check fails, it runs the
+// failing ones again first (at most once per MinRefresh, joining runs in
+// progress), so an install right after the operator fixed the cause (an
+// OSV import, a mirror add) need not wait for the next interval.
 func (c *Checker) Ready(ctx context.Context) (bool, []Result) {
 	rep := c.Report()
+	if !rep.Ready && len(rep.Checks) > 0 {
+		rep = c.onDemand(ctx, true, false)
+	}
 	return rep.Ready, rep.Failing()
 }

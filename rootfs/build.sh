@@ -33,6 +33,18 @@ rm -rf "$r"/var/cache/apt/archives/*.deb "$r"/var/lib/apt/lists/*
 mount -t proc proc "$r/proc"
 chroot "$r" /bin/sh -c 'mkdir -p /tmp/w && cd /tmp/w && printf "package main\nimport (\"fmt\"; \"os\"; \"strings\"; \"bufio\"; \"sort\"; \"strconv\"; \"math\")\nfunc main(){ fmt.Println(strings.ToUpper(\"x\"), os.Args, sort.IntsAreSorted(nil), strconv.Itoa(1), math.Pi, bufio.MaxScanTokenSize) }\n" > main.go && GOCACHE=/opt/go-cache GOROOT=/usr/lib/go HOME=/tmp go build -o /tmp/w/m main.go && rm -rf /tmp/w' >&2
 umount "$r/proc"
+# No identity of the build host: debootstrap copies its /etc/hostname and
+# /etc/resolv.conf into the tree, and every sandbox would read them. The
+# sandbox's own name (the OCI spec's hostname is the same), loopback hosts,
+# no resolver (a network session binds its own resolv.conf over this empty
+# regular file) and an empty machine-id (nothing in a sandbox may tell two
+# hosts apart or link two sandboxes).
+echo sandbox > "$r/etc/hostname"
+printf '127.0.0.1\tlocalhost\n127.0.1.1\tsandbox\n::1\tlocalhost ip6-localhost ip6-loopback\nff02::1\tip6-allnodes\nff02::2\tip6-allrouters\n' > "$r/etc/hosts"
+rm -f "$r/etc/resolv.conf" "$r/etc/machine-id" "$r/var/lib/dbus/machine-id" "$r/etc/mailname"
+: > "$r/etc/resolv.conf"
+: > "$r/etc/machine-id"
+chmod 0644 "$r/etc/hostname" "$r/etc/hosts" "$r/etc/resolv.conf" "$r/etc/machine-id"
 # Versions are read from the built tree, never typed by hand.
 v() { chroot "$r" /bin/sh -c "$1" 2>&1 | head -1 | tr -d '"\\' ; }
 cat > "$tmp/versions.json" <<JSON

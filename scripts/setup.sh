@@ -34,9 +34,8 @@ if ! command -v runsc >/dev/null 2>&1 || [ "$(cat "$stamp" 2>/dev/null)" != "$RU
 fi
 
 echo "setup: building sandboxapi" >&2
-mkdir -p bin
-CGO_ENABLED=0 go build -trimpath -o bin/sandboxapi ./cmd/sandboxapi
-CGO_ENABLED=0 go build -trimpath -ldflags=-s -o bin/sandboxapi-guest ./cmd/sandboxapi-guest
+# Stamped with its version, revision, build time and this runsc pin.
+RUNSC_VERSION=$RUNSC_VERSION scripts/build.sh bin
 
 echo "setup: runtime rootfs" >&2
 ./bin/sandboxapi rootfs build >/dev/null

@@ -4,22 +4,26 @@ package cli
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
-	"runtime/debug"
 
 	"github.com/urfave/cli/v2"
 
 	"github.com/sandboxapi/sandboxapi/executor"
+	"github.com/sandboxapi/sandboxapi/internal/buildinfo"
 	"github.com/sandboxapi/sandboxapi/internal/config"
 	"github.com/sandboxapi/sandboxapi/rootfs"
 )
 
-// Version is set at build time with -ldflags "-X ...cli.Version=v1.2.3".
-var Version = "dev"
+// Version is this binary's version as MCP clients see it; set it with
+// -ldflags "-X github.com/sandboxapi/sandboxapi/internal/buildinfo.Version=v1.2.3"
+// (or let Go's VCS stamping name it).
+var Version = buildinfo.Read().Version
 
 // Run runs the CLI and returns the process exit code.
 func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -57,15 +61,35 @@ func versionCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "version",
 		Usage: "print the version",
+		Flags: append(stateFlags(), &cli.BoolFlag{Name: "json", Usage: "print JSON"}),
 		Action: func(c *cli.Context) error {
-			v := Version
-			if bi, ok := debug.ReadBuildInfo(); ok && v == "dev" {
-				v = "dev (" + bi.GoVersion + ")"
+			in := buildinfo.Read()
+			runscBin := "runsc"
+			if cfg, err := config.Load(c.String("config")); err == nil {
+				runscBin = cfg.Executor.Runsc
 			}
-			fmt.Fprintln(c.App.Writer, "sandboxapi", v)
+			in.Runsc = runscVersion(runscBin)
+			if c.Bool("json") {
+				return json.NewEncoder(c.App.Writer).Encode(in)
+			}
+			fmt.Fprintln(c.App.Writer, "sandboxapi", in)
 			return nil
 		},
 	}
+}
+
+// runscVersion is the gVisor version of the runsc on PATH (or at bin),
+// "unknown" when it cannot be told.
+func runscVersion(bin string) string {
+	path, err := exec.LookPath(bin)
+	if err != nil {
+		path = ""
+	}
+	v, _, err := buildinfo.RunscVersion(path)
+	if err != nil {
+		return buildinfo.Unknown
+	}
+	return v
 }
 
 func validateCommand() *cli.Command {

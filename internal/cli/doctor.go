@@ -19,6 +19,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/sandboxapi/sandboxapi/executor"
+	"github.com/sandboxapi/sandboxapi/internal/buildinfo"
 	"github.com/sandboxapi/sandboxapi/internal/config"
 	"github.com/sandboxapi/sandboxapi/store"
 )
@@ -64,6 +65,7 @@ type doctorCheck struct {
 
 // doctorChecks are run in order; later ones do not depend on earlier ones.
 var doctorChecks = []doctorCheck{
+	{"build", checkBuild},
 	{"runsc", checkRunsc},
 	{"platform", checkPlatform},
 	{"cgroups", checkCgroups},
@@ -138,8 +140,30 @@ func checkRunsc(ctx context.Context, cfg *config.Config) checkResult {
 	if err != nil {
 		return fail(runscFix, "%s --version: %v", bin, err)
 	}
-	ver, _, _ := strings.Cut(strings.TrimSpace(string(out)), "\n")
-	return ok("%s, static, %s", bin, ver)
+	// `go install .../runsc@V` leaves runsc's own version unset (it
+	// prints VERSION_MISSING); the module version V is in the binary's Go
+	// build information.
+	ver, from, err := buildinfo.RunscVersion(bin)
+	if err != nil {
+		first, _, _ := strings.Cut(strings.TrimSpace(string(out)), "\n")
+		return warn("install runsc with scripts/setup.sh, which records its version", "%s, static, %s; gVisor version unknown: %v", bin, first, err)
+	}
+	if buildinfo.Runsc != "" && ver != buildinfo.Runsc {
+		return warn(runscFix, "%s, static, gVisor %s (from the %s), but this sandboxapi was built for %s", bin, ver, from, buildinfo.Runsc)
+	}
+	return ok("%s, static, gVisor %s (from the %s)", bin, ver, from)
+}
+
+// checkBuild names this sandboxapi build: version, revision, commit and
+// build time. A binary without a revision (built outside a checkout, or
+// with VCS stamping off) cannot be traced to its source: a warning.
+func checkBuild(ctx context.Context, cfg *config.Config) checkResult {
+	in := buildinfo.Read()
+	if in.Revision == buildinfo.Unknown {
+		return warn("build with scripts/setup.sh (go build -buildvcs=true in a git checkout, or -ldflags -X "+
+			"github.com/sandboxapi/sandboxapi/internal/buildinfo.Revision=COMMIT)", "sandboxapi %s", in)
+	}
+	return ok("sandboxapi %s", in)
 }
 
 // isStaticELF reports whether path is an ELF executable without a program

@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/url"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/urfave/cli/v2"
 
@@ -30,6 +32,41 @@ func stateFlags() []cli.Flag {
 		&cli.StringFlag{Name: "config", Aliases: []string{"c"}, Usage: "config file (default: embedded defaults)", EnvVars: []string{"SANDBOXAPI_CONFIG"}},
 		&cli.StringFlag{Name: "data-dir", Usage: "state folder (overrides data_dir)", EnvVars: []string{"SANDBOXAPI_DATA_DIR"}},
 	}
+}
+
+// listenFlag is serve's listen address; commands that talk to a running
+// server take the same flag and variable, so they find it where it was
+// started.
+func listenFlag() cli.Flag {
+	return &cli.StringFlag{Name: "listen", Usage: "the server's listen address (overrides listen)", EnvVars: []string{"SANDBOXAPI_LISTEN"}}
+}
+
+// clientFlags are taken by every command that talks to a running server:
+// the state flags (the config names the listen address), --listen and
+// --url.
+func clientFlags() []cli.Flag {
+	return append(stateFlags(), listenFlag(),
+		&cli.StringFlag{Name: "url", Usage: "server base URL (default: http:// and the listen address, as serve uses it)", EnvVars: []string{"SANDBOXAPI_URL"}})
+}
+
+// serverURL is the base URL of the running server: --url (SANDBOXAPI_URL)
+// when given, else the listen address that serve would use with the same
+// --listen, SANDBOXAPI_LISTEN, --config and SANDBOXAPI_CONFIG, reached on
+// loopback when it is a wildcard. Plain HTTP works with TLS on too: the
+// server answers loopback peers in plain HTTP on the same port.
+func serverURL(c *cli.Context) (string, error) {
+	if u := strings.TrimRight(c.String("url"), "/"); u != "" {
+		pu, err := url.Parse(u)
+		if err != nil || (pu.Scheme != "http" && pu.Scheme != "https") || pu.Host == "" {
+			return "", fmt.Errorf("--url %q: want http://HOST:PORT or https://HOST:PORT", u)
+		}
+		return u, nil
+	}
+	env, err := loadEnv(c)
+	if err != nil {
+		return "", err
+	}
+	return "http://" + loopbackAddr(env.Config.Listen), nil
 }
 
 // loadEnv loads the config named by --config (or the embedded default) and

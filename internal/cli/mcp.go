@@ -18,18 +18,21 @@ func mcpCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "mcp",
 		Usage: "serve the MCP tools on stdio, forwarding to a sandboxapi server (key from SANDBOXAPI_KEY)",
-		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "url", Usage: "the sandboxapi server", Value: "http://127.0.0.1:8080", EnvVars: []string{"SANDBOXAPI_URL"}},
+		Flags: append(clientFlags(),
 			&cli.StringFlag{Name: "log-level", Usage: "debug, info, warn or error (logs go to stderr)", Value: "warn"},
-		},
+		),
 		Action: func(c *cli.Context) error {
 			var level slog.Level
 			if err := level.UnmarshalText([]byte(c.String("log-level"))); err != nil {
 				return fmt.Errorf("parsing --log-level: %w", err)
 			}
+			base, err := serverURL(c)
+			if err != nil {
+				return err
+			}
 			log := slog.New(slog.NewTextHandler(c.App.ErrWriter, &slog.HandlerOptions{Level: level}))
 			return mcp.ServeStdio(c.Context, &sdk.StdioTransport{}, mcp.Options{
-				BaseURL: c.String("url"), Key: os.Getenv("SANDBOXAPI_KEY"), Version: Version, Logger: log,
+				BaseURL: base, Key: os.Getenv("SANDBOXAPI_KEY"), Version: Version, Logger: log,
 			})
 		},
 	}

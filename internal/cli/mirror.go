@@ -78,7 +78,7 @@ func mirrorCommand() *cli.Command {
 						for _, a := range res.Quarantined {
 							fmt.Fprintf(env.Stdout, "quarantined %s %s: %s\n", a.Manager, a.Filename, strings.Join(a.Reasons, "; "))
 						}
-						return err
+						return quarantineExit("mirror verify", len(res.Quarantined), err)
 					})
 				},
 			},
@@ -96,7 +96,7 @@ func mirrorCommand() *cli.Command {
 						for _, a := range res.Excepted {
 							fmt.Fprintf(env.Stdout, "kept by exception %s %s: accepted %s\n", a.Manager, a.Filename, strings.Join(a.Accepted, ", "))
 						}
-						return err
+						return quarantineExit("mirror recheck", len(res.Quarantined), err)
 					})
 				},
 			},
@@ -151,6 +151,22 @@ func mirrorCommand() *cli.Command {
 			},
 		},
 	}
+}
+
+// quarantineExit is the outcome of verify and recheck: a failure (exit 1)
+// when the run could not finish or quarantined anything (an altered,
+// missing or unreadable file, a newly matching advisory), so that a
+// systemd timer running them fails visibly instead of logging success.
+func quarantineExit(cmd string, quarantined int, err error) error {
+	switch {
+	case err != nil && quarantined > 0:
+		return cli.Exit(fmt.Sprintf("%s: %d artifact(s) quarantined; and: %v", cmd, quarantined, err), 1)
+	case err != nil:
+		return err
+	case quarantined > 0:
+		return cli.Exit(fmt.Sprintf("%s: %d artifact(s) quarantined (no longer served; see mirror list)", cmd, quarantined), 1)
+	}
+	return nil
 }
 
 // splitAccept pulls "--accept ID" / "--accept=ID" out of args, so the flag

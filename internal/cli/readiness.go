@@ -20,8 +20,7 @@ func readinessCommand() *cli.Command {
 		Subcommands: []*cli.Command{{
 			Name:  "check",
 			Usage: "run the running server's checks now and print them; exits non-zero unless all pass",
-			Flags: append(stateFlags(),
-				&cli.StringFlag{Name: "url", Usage: "server base URL (default: from listen in the config)"},
+			Flags: append(clientFlags(),
 				&cli.BoolFlag{Name: "json", Usage: "print JSON"},
 				&cli.DurationFlag{Name: "timeout", Value: time.Minute, Usage: "how long to wait for the checks"},
 			),
@@ -31,17 +30,13 @@ func readinessCommand() *cli.Command {
 }
 
 func readinessCheck(c *cli.Context) error {
-	env, err := loadEnv(c)
+	base, err := serverURL(c)
 	if err != nil {
 		return err
 	}
-	base := c.String("url")
-	if base == "" {
-		base = "http://" + loopbackAddr(env.Config.Listen)
-	}
 	ctx, cancel := context.WithTimeout(c.Context, c.Duration("timeout"))
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(base, "/")+"/readyz?refresh=1", nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/readyz?refresh=1", nil)
 	if err != nil {
 		return err
 	}

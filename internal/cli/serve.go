@@ -15,13 +15,14 @@ import (
 	"github.com/sandboxapi/sandboxapi/api"
 	"github.com/sandboxapi/sandboxapi/configs"
 	"github.com/sandboxapi/sandboxapi/executor"
+	"github.com/sandboxapi/sandboxapi/internal/buildinfo"
 	"github.com/sandboxapi/sandboxapi/internal/config"
 	"github.com/sandboxapi/sandboxapi/mirror"
 	"github.com/sandboxapi/sandboxapi/store"
 )
 
 func serveCommand() *cli.Command {
-	flags := append(stateFlags(), &cli.StringFlag{Name: "listen", Usage: "listen address (overrides listen)", EnvVars: []string{"SANDBOXAPI_LISTEN"}})
+	flags := append(stateFlags(), listenFlag())
 	return &cli.Command{
 		Name:  "serve",
 		Usage: "run the API, executor and the other services in one process",
@@ -121,6 +122,11 @@ func serve(ctx context.Context, env *Env) error {
 		Gateway: api.GatewayConfig{Secret: cfg.API.GatewaySecret},
 	}, ex, storeKeys{st}, plans, storeMeter{usage}, log)
 	srv.SetUsageSource(storeUsage{st: st, w: usage})
+	build := buildinfo.Read()
+	build.Runsc = runscVersion(ecfg.Runsc)
+	srv.SetBuildInfo(build)
+	processMetrics().SetBuildInfo(build.Version, build.Revision, build.Runsc)
+	log.Info("build", "version", build.Version, "revision", build.Revision, "modified", build.Modified, "build_time", build.BuildTime, "runsc", build.Runsc)
 
 	mir, err := mirror.New(ctx, mirrorConfig(env), st.DB(), log)
 	if err != nil {

@@ -38,6 +38,7 @@ type Metrics struct {
 	mirrorHits      *prometheus.CounterVec
 	mirrorRefusals  *prometheus.CounterVec
 	readiness       *readinessCollector
+	buildInfo       *prometheus.GaugeVec
 	scrape          *scrapeCollector
 }
 
@@ -79,13 +80,17 @@ func New() *Metrics {
 		Namespace: namespace, Subsystem: "readiness", Name: "check",
 		Help: "Readiness per check: 1 passing, 0 failing (pending and stale count as failing).",
 	}, []string{"check"})}
+	m.buildInfo = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: namespace, Name: "build_info",
+		Help: "Always 1; its labels name the running build: version, VCS revision and the runsc (gVisor) version.",
+	}, []string{"version", "revision", "runsc"})
 	m.scrape = newScrapeCollector()
 	m.reg.MustRegister(
 		m.scrape,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		m.requests, m.requestSeconds, m.executions, m.executionSecond,
-		m.egress, m.mirrorHits, m.mirrorRefusals, m.readiness,
+		m.egress, m.mirrorHits, m.mirrorRefusals, m.readiness, m.buildInfo,
 	)
 	return m
 }
@@ -124,6 +129,13 @@ func (m *Metrics) ObserveExecution(language, status string, d time.Duration) {
 // never a host name.
 func (m *Metrics) EgressDecision(decision, reason string) {
 	m.egress.WithLabelValues(decision, reason).Inc()
+}
+
+// SetBuildInfo names the running build in sandboxapi_build_info (one
+// series, value 1); a later call replaces the earlier labels.
+func (m *Metrics) SetBuildInfo(version, revision, runsc string) {
+	m.buildInfo.Reset()
+	m.buildInfo.WithLabelValues(version, revision, runsc).Set(1)
 }
 
 // MirrorHit counts an artifact or index page the mirror served.

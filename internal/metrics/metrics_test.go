@@ -172,3 +172,19 @@ func TestMirrorArtifacts(t *testing.T) {
 		t.Error("a failing source still exported values")
 	}
 }
+
+// TestBuildInfo: one sandboxapi_build_info series names the build; a new
+// call replaces it rather than adding a second.
+func TestBuildInfo(t *testing.T) {
+	m := New()
+	m.SetBuildInfo("v0.0.0-1", "aaaa", "v0.0.0-old")
+	m.SetBuildInfo("v0.0.0-20261201124234-99c73044bcce", "99c73044bccef4f0f1267991c2d9467bcfc7bd96", "v0.0.0-20260905035102-160fafc42237")
+	out := scrape(t, m)
+	want := `sandboxapi_build_info{revision="99c73044bccef4f0f1267991c2d9467bcfc7bd96",runsc="v0.0.0-20260905035102-160fafc42237",version="v0.0.0-20261201124234-99c73044bcce"} 1`
+	if !strings.Contains(out, want) {
+		t.Errorf("scrape lacks %s:\n%s", want, out)
+	}
+	if n := strings.Count(out, "sandboxapi_build_info{"); n != 1 {
+		t.Errorf("%d build_info series, want 1", n)
+	}
+}

@@ -1,0 +1,67 @@
+package cli
+
+import (
+	"context"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sandboxapi/sandboxapi/internal/testenv"
+	"github.com/sandboxapi/sandboxapi/mirror"
+	"github.com/sandboxapi/sandboxapi/readiness"
+	"github.com/sandboxapi/sandboxapi/store"
+)
+
+// TestInstallGateSeesOSVImportAtOnce: with the real mirror and store, an
+// install gate that said "not loaded" opens right after `sandboxapi
+// mirror osv import` (run as the operator does, on the same data dir),
+// long before the next scheduled readiness run.
+func TestInstallGateSeesOSVImportAtOnce(t *testing.T) {
+	ctx := context.Background()
+	dd := t.TempDir()
+	st, err := store.Open(ctx, filepath.Join(dd, "sandboxapi.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	cfg := mirror.DefaultConfig()
+	cfg.StoreDir = filepath.Join(dd, "mirror") // as the CLI resolves it under the data dir
+	m, err := mirror.New(ctx, cfg, st.DB(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rcfg := readiness.DefaultConfig()
+	rcfg.Interval, rcfg.StaleAfter = readiness.Duration(time.Hour), readiness.Duration(2*time.Hour)
+	rcfg.MinRefresh = readiness.Duration(200 * time.Millisecond)
+	chk := readiness.New(rcfg, nil)
+	chk.Register("osv", readiness.OSV(mirrorOSV{m: m}))
+	runCtx, cancel := context.WithCancel(ctx)
+	defer func() { cancel(); chk.Stop() }()
+	chk.Start(runCtx)
+	gate := readinessReporter{chk}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if _, checks := gate.Checks(ctx, false); checks[0].Status != "pending" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the scheduled first run never finished")
+		}
+	}
+
+	ok, failing := gate.Ready(ctx)
+	if ok || len(failing) != 1 || !strings.Contains(failing[0].Detail, "not loaded") && !strings.Contains(failing[0].Detail, "unavailable") {
+		t.Fatalf("before the import: %v %+v", ok, failing)
+	}
+	mustCLI(t, "mirror", "osv", "import", filepath.Join(testenv.ModuleRoot(), "mirror", "testdata", "osv"), "--data-dir", dd)
+	time.Sleep(250 * time.Millisecond) // past min_refresh since the last on-demand run
+	start := time.Now()
+	ok, failing = gate.Ready(ctx)
+	if !ok {
+		t.Fatalf("the gate is still closed after the import: %+v", failing)
+	}
+	t.Logf("gate opened %s after the import's on-demand check", time.Since(start).Round(time.Millisecond))
+	if _, checks := gate.Checks(ctx, false); len(checks) != 1 || checks[0].Status != "pass" || !strings.Contains(checks[0].Detail, "snapshot") {
+		t.Errorf("readyz after the gate's run: %+v", checks)
+	}
+}
