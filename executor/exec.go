@@ -97,7 +97,13 @@ func (e *Executor) record(ctx context.Context, row store.ExecutionRow) func(*Res
 		ierr := <-inserted
 		state := "done"
 		if err != nil {
-			state, res.Status = "failed", "failed"
+			// A failed call is "failed", except a run classified out of
+			// memory (the host's OOM killer took the sandbox): the
+			// client is answered status oom, so that status stays.
+			state = "failed"
+			if res.Status != StatusOOM {
+				res.Status = "failed"
+			}
 		}
 		if ierr == nil {
 			ierr = e.store.FinishExecution(context.WithoutCancel(ctx), row.ID, state, res.Status, res.ExitCode, res.DurationMS)
