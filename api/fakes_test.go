@@ -33,6 +33,10 @@ type fakeSandboxes struct {
 	execErr, createErr error
 	// execs records every execution request received, in order.
 	execs []sandbox.ExecRequest
+	// creates counts the session creates that reached the fake;
+	// createPanic, if set, is what every create panics with.
+	creates     int
+	createPanic any
 }
 
 // lastExec returns the latest execution request the fake received.
@@ -62,6 +66,12 @@ func newFakeSandboxes() *fakeSandboxes {
 func (f *fakeSandboxes) CreateSession(ctx context.Context, spec sandbox.SessionSpec) (sandbox.Session, error) {
 	if spec.Language != "python3" && spec.Language != "python" && spec.Language != "bash" {
 		return sandbox.Session{}, fmt.Errorf("%w: %s", sandbox.ErrUnknownLanguage, spec.Language)
+	}
+	f.mu.Lock()
+	f.creates++
+	f.mu.Unlock()
+	if f.createPanic != nil {
+		panic(f.createPanic)
 	}
 	if f.noNetwork && strings.Contains(string(spec.Network), `"enabled":true`) {
 		return sandbox.Session{}, sandbox.ErrNoNetwork
@@ -154,6 +164,8 @@ func (f *fakeSandboxes) ExecuteStateless(ctx context.Context, owner string, req 
 	}
 	return f.run(req), nil
 }
+
+func (f *fakeSandboxes) NetworkAvailable() bool { return !f.noNetwork }
 
 func (f *fakeSandboxes) RuntimeList() []sandbox.Runtime {
 	return []sandbox.Runtime{

@@ -29,6 +29,9 @@ type Sandboxes interface {
 	Execute(ctx context.Context, owner, id string, req sandbox.ExecRequest) (sandbox.Result, error)
 	ExecuteStateless(ctx context.Context, owner string, req sandbox.ExecRequest) (sandbox.Result, error)
 	RuntimeList() []sandbox.Runtime
+	// NetworkAvailable reports whether sessions with network can be made
+	// (egress is configured); asked before anything is reserved.
+	NetworkAvailable() bool
 }
 
 // Meter records one request's usage; it must not block.
@@ -187,6 +190,21 @@ func (s *Server) authed(h handlerFunc) http.Handler {
 		var p *Principal
 		var err error
 		defer func() {
+			// A panic is answered here, so that the access log and the
+			// meter record the 500 the client gets (ServeHTTP's own
+			// recovery would write it after they ran). A reply already
+			// under way is aborted instead (the connection is cut, so the
+			// client cannot take a partial body for a whole one).
+			v := recover()
+			if v != nil && v != http.ErrAbortHandler {
+				s.log.Error("panic", "request_id", requestID(r.Context()), "panic", v, "stack", string(debug.Stack()))
+				if cw.wroteHeader {
+					v = http.ErrAbortHandler
+				} else {
+					v = nil
+					writeError(cw, r, s.log, apiErr(http.StatusInternalServerError, "internal", "internal error"))
+				}
+			}
 			if p != nil && s.meter != nil {
 				route := r.Pattern
 				s.meter.Record(Usage{KeyID: p.KeyID, Route: route, Status: cw.status, Duration: time.Since(start),
@@ -195,6 +213,9 @@ func (s *Server) authed(h handlerFunc) http.Handler {
 			s.notePrincipal(p)
 			s.log.Info("request", "request_id", requestID(r.Context()), "method", r.Method, "route", r.Pattern,
 				"status", cw.status, "ms", time.Since(start).Milliseconds(), "key_id", keyIDOf(p))
+			if v == http.ErrAbortHandler {
+				panic(v)
+			}
 		}()
 		p, err = s.authenticate(r)
 		if err != nil {

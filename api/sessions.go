@@ -155,6 +155,10 @@ func (s *Server) checkNetwork(p *Principal, n *NetworkRequest) (json.RawMessage,
 	if _, err := policy.New(true, n.AllowedDomains); err != nil {
 		return nil, apiErr(http.StatusBadRequest, "invalid_allowed_domains", "%v", err)
 	}
+	// Before the plan's session slot is taken: 503 network_unavailable.
+	if !s.sb.NetworkAvailable() {
+		return nil, sandbox.ErrNoNetwork
+	}
 	b, err := json.Marshal(n)
 	if err != nil {
 		return nil, err

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -97,7 +98,13 @@ func (e *Executor) record(ctx context.Context, row store.ExecutionRow) func(*Res
 		ierr := <-inserted
 		state := "done"
 		if err != nil {
-			state, res.Status = "failed", "failed"
+			// A failed call is "failed", except a run classified out of
+			// memory (the host's OOM killer took the sandbox): the
+			// client is answered status oom, so that status stays.
+			state = "failed"
+			if res.Status != StatusOOM {
+				res.Status = "failed"
+			}
 		}
 		if ierr == nil {
 			ierr = e.store.FinishExecution(context.WithoutCancel(ctx), row.ID, state, res.Status, res.ExitCode, res.DurationMS)
@@ -463,7 +470,11 @@ func (e *Executor) lost(ctx context.Context, id string, res Result, waitErr erro
 	e.mu.Unlock()
 	_ = e.store.SetSessionState(context.WithoutCancel(ctx), id, string(StateFailed), "sandbox lost", false)
 	oom := hostOOM(id)
+	// Stop waits for this teardown (e.bg) before it looks for sandboxes
+	// left.
+	e.bg.Add(1)
 	go func() {
+		defer e.bg.Done()
 		_ = e.endSession(context.Background(), id, "sandbox lost")
 	}()
 	if oom {
@@ -477,17 +488,29 @@ func (e *Executor) lost(ctx context.Context, id string, res Result, waitErr erro
 func hostOOM(id string) bool { return cgroupOOM("/sys/fs/cgroup", id) }
 
 // cgroupOOM reads the sandbox's memory cgroup under root: cgroup v1
-// (memory/sandboxapi/<id>/memory.failcnt) or v2 (sandboxapi/<id>/
-// memory.events, its oom and oom_kill counts).
+// (memory/sandboxapi/<id>/memory.oom_control's oom_kill count, or
+// memory.failcnt) or v2 (sandboxapi/<id>/memory.events, its oom and
+// oom_kill counts). On recent kernels a v1 group whose task the OOM
+// killer took can show failcnt 0: oom_control is what tells.
 func cgroupOOM(root, id string) bool {
-	if b, err := os.ReadFile(root + "/memory/sandboxapi/" + id + "/memory.failcnt"); err == nil && strings.TrimSpace(string(b)) != "0" {
+	v1 := root + "/memory/sandboxapi/" + id + "/"
+	if b, err := os.ReadFile(v1 + "memory.failcnt"); err == nil && strings.TrimSpace(string(b)) != "0" {
 		return true
 	}
-	if b, err := os.ReadFile(root + "/sandboxapi/" + id + "/memory.events"); err == nil {
-		for _, line := range strings.Split(string(b), "\n") {
-			if f := strings.Fields(line); len(f) == 2 && (f[0] == "oom" || f[0] == "oom_kill") && f[1] != "0" {
-				return true
-			}
+	if b, err := os.ReadFile(v1 + "memory.oom_control"); err == nil && countNonZero(b, "oom_kill", "under_oom") {
+		return true
+	}
+	b, err := os.ReadFile(root + "/sandboxapi/" + id + "/memory.events")
+	return err == nil && countNonZero(b, "oom", "oom_kill")
+}
+
+// countNonZero reports whether a "name value" file has a non-zero value
+// for one of names.
+func countNonZero(b []byte, names ...string) bool {
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) == 2 && f[1] != "0" && slices.Contains(names, f[0]) {
+			return true
 		}
 	}
 	return false

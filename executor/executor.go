@@ -69,6 +69,10 @@ type Executor struct {
 	agentsMu sync.Mutex
 	agents   map[string]*agentConn // sandbox id -> its guest agent channel
 
+	// createFault, when set (tests only), runs after each step of
+	// CreateSession; an error or panic from it fails creation there.
+	createFault func(step createStep, id string) error
+
 	warm chan warmSandbox // started sandboxes that have run nothing
 	stop chan struct{}
 	wg   sync.WaitGroup // reaper and pool filler

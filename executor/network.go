@@ -38,6 +38,10 @@ var ErrNoNetwork = sandbox.ErrNoNetwork
 // SetNetwork installs the network provider; call before Start.
 func (e *Executor) SetNetwork(n Network) { e.net = n }
 
+// NetworkAvailable reports whether sessions with network can be made: a
+// network provider is installed (egress is on).
+func (e *Executor) NetworkAvailable() bool { return e.net != nil }
+
 // Network returns the network provider (nil when egress is off).
 func (e *Executor) Network() Network { return e.net }
 
@@ -62,12 +66,18 @@ func (e *Executor) attach(ctx context.Context, id, dir string, raw json.RawMessa
 	if err != nil {
 		return nil, fmt.Errorf("attaching network: %w", err)
 	}
+	if err := e.fault(stepNetwork, id); err != nil {
+		return att, err
+	}
 	b, _ := json.Marshal(att)
 	if err := os.WriteFile(attachmentFile(dir), b, 0o600); err != nil {
 		return att, fmt.Errorf("recording network: %w", err)
 	}
 	if err := os.WriteFile(resolvFile(dir), []byte(att.ResolvConf), 0o644); err != nil {
 		return att, fmt.Errorf("writing resolv.conf: %w", err)
+	}
+	if err := e.fault(stepNetworkRecord, id); err != nil {
+		return att, err
 	}
 	return att, nil
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"sort"
 	"time"
 
@@ -44,8 +45,37 @@ func (s *session) snapshot() Session {
 
 func (e *Executor) dir(id string) string { return filepath.Join(e.sessionsDir(), id) }
 
-// CreateSession starts a sandbox for a new session.
-func (e *Executor) CreateSession(ctx context.Context, spec SessionSpec) (Session, error) {
+// createStep names a step of session creation, for the fault hook.
+type createStep string
+
+// The steps of CreateSession, in order. Each may take something on the
+// host that a failure later on must give back.
+const (
+	stepCapacity      createStep = "capacity"       // a slot under max_sandboxes
+	stepHome          createStep = "home"           // home image: file, loop device, mount (or a warm sandbox)
+	stepStoreInsert   createStep = "store_insert"   // the session's row, state creating
+	stepNetwork       createStep = "network"        // netns, veth, nft chain, address slot, proxy listeners
+	stepNetworkRecord createStep = "network_record" // network.json and resolv.conf beside the bundle
+	stepBundle        createStep = "bundle"         // bundle folder and config.json
+	stepRunsc         createStep = "runsc_run"      // the sandbox, its cgroups and its agent channel
+	stepStoreRunning  createStep = "store_running"  // the row moved to running
+)
+
+// fault is the test seam of CreateSession: it runs after each step has
+// done its work, and an error (or a panic) it returns fails creation
+// there. Nil outside tests.
+func (e *Executor) fault(step createStep, id string) error {
+	if e.createFault == nil {
+		return nil
+	}
+	return e.createFault(step, id)
+}
+
+// CreateSession starts a sandbox for a new session. Whatever creation
+// takes (capacity slot, home, store row, network, sandbox) is given back if
+// it fails at any step, also when a step or an undo panics: the panic is
+// returned as a *PanicError.
+func (e *Executor) CreateSession(ctx context.Context, spec SessionSpec) (_ Session, err error) {
 	rt, err := e.rt.Lookup(spec.Language)
 	if err != nil {
 		return Session{}, err
@@ -61,43 +91,58 @@ func (e *Executor) CreateSession(ctx context.Context, spec SessionSpec) (Session
 	if len(network) == 0 {
 		network = json.RawMessage(`{"enabled":false}`)
 	}
+	withNet := networkEnabled(network)
+	// Refused before anything is taken: a server without egress has no
+	// network layer to attach (or to detach) with.
+	if withNet && e.net == nil {
+		return Session{}, ErrNoNetwork
+	}
+
+	// The undo stack runs in reverse unless the session comes up; a panic
+	// runs it too (deferred), then becomes this call's error.
+	cu := newCleanup(e.log)
+	defer func() {
+		if v := recover(); v != nil {
+			perr := &PanicError{Value: v, Stack: debug.Stack()}
+			e.log.ErrorContext(ctx, "creating session panicked", "panic", v, "stack", string(perr.Stack))
+			err = fmt.Errorf("creating session: %w", perr)
+		}
+	}()
+	defer cu.Clean()
+
 	if err := e.reserve(); err != nil {
+		return Session{}, err
+	}
+	cu.Add("capacity slot", func(context.Context) error { e.release(); return nil })
+	if err := e.fault(stepCapacity, ""); err != nil {
 		return Session{}, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, e.cfg.CreateTimeout)
 	defer cancel()
-
-	// The cleanup stack runs in reverse unless the session comes up.
-	var undo []func()
-	defer func() {
-		for i := len(undo) - 1; i >= 0; i-- {
-			undo[i]()
-		}
-	}()
-	undo = append(undo, e.release)
 
 	// A warm sandbox (started, never used) makes the session at once; a
 	// session with network needs its namespace from the start, so it is
 	// always made cold.
 	var dir string
 	warm := false
-	if !networkEnabled(network) {
+	if !withNet {
 		if ws, ok := e.takeWarm(); ok {
 			dir, warm = e.dir(ws.id), true
 		}
 	}
-	if dir == "" {
+	if warm {
+		id := filepath.Base(dir)
+		cu.Add("warm sandbox", func(ctx context.Context) error { return e.destroySandbox(ctx, id) })
+	} else {
 		dir = e.dir(newID("sess_"))
+		cu.Add("home", func(ctx context.Context) error { return dropHome(ctx, dir) })
 		if err := makeHome(ctx, dir, e.cfg.HomeBytes); err != nil {
-			_ = dropHome(context.Background(), dir)
 			return Session{}, fmt.Errorf("preparing home: %w", err)
 		}
 	}
 	id := filepath.Base(dir)
-	if warm {
-		undo = append(undo, func() { _ = e.destroySandbox(context.Background(), id) })
-	} else {
-		undo = append(undo, func() { _ = dropHome(context.Background(), dir) })
+	if err := e.fault(stepHome, id); err != nil {
+		return Session{}, err
 	}
 
 	now := time.Now()
@@ -107,33 +152,50 @@ func (e *Executor) CreateSession(ctx context.Context, spec SessionSpec) (Session
 	if err := e.store.InsertSession(ctx, row); err != nil {
 		return Session{}, err
 	}
-	undo = append(undo, func() {
-		_ = e.store.SetSessionState(context.Background(), id, string(StateFailed), "create failed", true)
+	cu.Add("store row", func(ctx context.Context) error {
+		return e.store.SetSessionState(ctx, id, string(StateFailed), "create failed", true)
 	})
+	if err := e.fault(stepStoreInsert, id); err != nil {
+		return Session{}, err
+	}
 	netns := ""
-	if networkEnabled(network) {
+	if withNet {
+		cu.Add("network", func(ctx context.Context) error { return e.net.Detach(ctx, id) })
 		att, err := e.attach(ctx, id, dir, network)
-		undo = append(undo, func() { _ = e.net.Detach(context.Background(), id) })
 		if err != nil {
 			return Session{}, err
 		}
 		netns, s.netEnv = att.NetnsPath, att.Env
 	}
 	if !warm {
-		if err := e.startSandbox(ctx, id, dir, netns); err != nil {
-			undo = append(undo, func() { _ = e.destroy(context.Background(), id) })
+		bundle, err := e.writeBundle(id, dir, netns)
+		if err != nil {
+			return Session{}, err
+		}
+		if err := e.fault(stepBundle, id); err != nil {
+			return Session{}, err
+		}
+		// Before the run: a failed `runsc run` may leave a half-made
+		// container, and destroy is fine with none.
+		cu.Add("sandbox", func(ctx context.Context) error { return e.destroy(ctx, id) })
+		if err := e.runSandbox(ctx, id, bundle, netns != ""); err != nil {
+			return Session{}, err
+		}
+		if err := e.fault(stepRunsc, id); err != nil {
 			return Session{}, err
 		}
 	}
 	if err := e.store.SetSessionState(ctx, id, string(StateRunning), "", false); err != nil {
-		undo = append(undo, func() { _ = e.destroy(context.Background(), id) })
+		return Session{}, err
+	}
+	if err := e.fault(stepStoreRunning, id); err != nil {
 		return Session{}, err
 	}
 	s.state = StateRunning
 	e.mu.Lock()
 	e.sessions[id] = s
 	e.mu.Unlock()
-	undo = nil
+	cu.Release()
 	e.log.InfoContext(ctx, "session created", "session", id, "language", rt.Name, "owner", spec.Owner, "warm", warm, "ms", time.Since(now).Milliseconds())
 	return s.snapshot(), nil
 }
@@ -160,9 +222,19 @@ func (e *Executor) release() {
 
 // startSandbox writes the bundle and starts the sandbox.
 func (e *Executor) startSandbox(ctx context.Context, id, dir, netns string) error {
+	bundle, err := e.writeBundle(id, dir, netns)
+	if err != nil {
+		return err
+	}
+	return e.runSandbox(ctx, id, bundle, netns != "")
+}
+
+// writeBundle writes the sandbox's OCI bundle under dir and returns its
+// folder.
+func (e *Executor) writeBundle(id, dir, netns string) (string, error) {
 	bundle := filepath.Join(dir, "bundle")
 	if err := os.MkdirAll(bundle, 0o700); err != nil {
-		return fmt.Errorf("creating bundle: %w", err)
+		return "", fmt.Errorf("creating bundle: %w", err)
 	}
 	spec := sandboxSpec(specParams{
 		ID: id, Rootfs: e.cfg.Rootfs, Home: homeMount(dir), GuestDir: e.guestDir(),
@@ -173,16 +245,21 @@ func (e *Executor) startSandbox(ctx context.Context, id, dir, netns string) erro
 	}
 	b, err := json.MarshalIndent(spec, "", "  ")
 	if err != nil {
-		return fmt.Errorf("encoding spec: %w", err)
+		return "", fmt.Errorf("encoding spec: %w", err)
 	}
 	if err := os.WriteFile(filepath.Join(bundle, "config.json"), b, 0o600); err != nil {
-		return fmt.Errorf("writing spec: %w", err)
+		return "", fmt.Errorf("writing spec: %w", err)
 	}
+	return bundle, nil
+}
+
+// runSandbox starts the sandbox of bundle (runsc run --detach).
+func (e *Executor) runSandbox(ctx context.Context, id, bundle string, withNet bool) error {
 	network := "none"
-	if netns != "" {
+	if withNet {
 		network = "sandbox"
 	}
-	err = e.startWithAgent(ctx, id, bundle, network)
+	err := e.startWithAgent(ctx, id, bundle, network)
 	if err != nil && ctx.Err() == nil {
 		// One retry for transient failures of runsc under host load; the
 		// half-made container goes first.
