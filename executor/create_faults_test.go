@@ -442,3 +442,41 @@ func TestCreateSessionNetworkWithoutEgress(t *testing.T) {
 		mustSession(t, e, "bash")
 	}
 }
+
+// TestStatelessFaultGivesTheSlotBack: a stateless call that fails or
+// panics after taking its capacity slot, before it has a sandbox, gives the
+// slot back; more such calls than the ceiling leave later calls working.
+func TestStatelessFaultGivesTheSlotBack(t *testing.T) {
+	e, cfg := startExecutor(t, func(c *Config) { c.MaxSandboxes = 2 })
+	ctx := context.Background()
+	for _, panics := range []bool{false, true} {
+		e.createFault = func(step createStep, _ string) error {
+			if step != stepStatelessSandbox {
+				return nil
+			}
+			if panics {
+				panic("injected at " + string(step))
+			}
+			return errors.New("injected at " + string(step))
+		}
+		for i := range cfg.MaxSandboxes + 2 {
+			func() {
+				defer func() { _ = recover() }()
+				if _, err := e.ExecuteStateless(ctx, "k1", ExecRequest{Language: "bash", Code: "echo no"}); err == nil {
+					t.Errorf("call %d (panics %v): no error", i, panics)
+				}
+			}()
+		}
+		e.mu.Lock()
+		live := e.live
+		e.mu.Unlock()
+		if live != 0 {
+			t.Fatalf("panics %v: %d capacity slots taken after failed stateless calls", panics, live)
+		}
+	}
+	e.createFault = nil
+	res, err := e.ExecuteStateless(ctx, "k2", ExecRequest{Language: "bash", Code: "echo ok"})
+	if err != nil || res.Stdout != "ok\n" {
+		t.Fatalf("stateless after the faults: %+v %v", res, err)
+	}
+}

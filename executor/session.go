@@ -59,6 +59,10 @@ const (
 	stepBundle        createStep = "bundle"         // bundle folder and config.json
 	stepRunsc         createStep = "runsc_run"      // the sandbox, its cgroups and its agent channel
 	stepStoreRunning  createStep = "store_running"  // the row moved to running
+
+	// A stateless call's one step: its capacity slot is taken and a
+	// sandbox is being found (warm) or started (cold).
+	stepStatelessSandbox createStep = "stateless_sandbox"
 )
 
 // fault is the test seam of CreateSession: it runs after each step has

@@ -43,17 +43,25 @@ func (e *Executor) ExecuteStateless(ctx context.Context, owner string, req ExecR
 	if err := e.reserve(); err != nil {
 		return Result{}, err
 	}
+	// The capacity slot is given back if getting a sandbox fails or panics;
+	// once there is one, its teardown below gives the slot back instead.
+	undo := newCleanup(e.log)
+	undo.Add("capacity slot", func(context.Context) error { e.release(); return nil })
+	defer undo.Clean()
+	if err := e.fault(stepStatelessSandbox, ""); err != nil {
+		return Result{}, err
+	}
 	id := ""
 	if ws, ok := e.takeWarm(); ok {
 		id = ws.id
 	} else {
 		ws, err := e.prepareWarm() // a cold start, same steps
 		if err != nil {
-			e.release()
 			return Result{}, err
 		}
 		id = ws.id
 	}
+	undo.Release()
 	// Teardown is off the reply's path; the capacity slot is held until the
 	// sandbox is gone.
 	e.bg.Add(1)
