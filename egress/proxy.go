@@ -93,7 +93,7 @@ type Proxy struct {
 	audit    *auditor
 	gp       *goproxy.ProxyHttpServer
 	srv      *http.Server
-	localIPs map[netip.Addr]bool
+	localIPs *hostAddrs // the host's interface addresses, kept current
 
 	mu       sync.Mutex
 	stopped  bool
@@ -125,14 +125,7 @@ func NewProxy(cfg Config, opts Options) (*Proxy, error) {
 		audit:    &auditor{log: logger, sink: opts.OnDecision, keep: cfg.DecisionsPerSession, byID: map[string]*ring{}},
 		sessions: map[string]*session{},
 		byHost:   map[netip.Addr]*session{},
-		localIPs: map[netip.Addr]bool{},
-	}
-	if addrs, err := net.InterfaceAddrs(); err == nil {
-		for _, a := range addrs {
-			if pfx, err := netip.ParsePrefix(a.String()); err == nil {
-				p.localIPs[pfx.Addr().Unmap()] = true
-			}
-		}
+		localIPs: newHostAddrs(),
 	}
 	denied := append([]netip.Prefix(nil), opts.Reserved...)
 	if pool, err := netip.ParsePrefix(cfg.Network.Pool); err == nil {
@@ -194,8 +187,10 @@ func (p *Proxy) newGoproxy() *goproxy.ProxyHttpServer {
 	return gp
 }
 
+// isOwn reports whether a is one of the host's addresses as they are now
+// (see hostAddrs) or a session's listening address.
 func (p *Proxy) isOwn(a netip.Addr) bool {
-	if p.localIPs[a] {
+	if p.localIPs.has(a) {
 		return true
 	}
 	p.mu.Lock()
@@ -382,6 +377,7 @@ func (p *Proxy) Stop(ctx context.Context) error {
 	for _, s := range all {
 		p.closeSession(s)
 	}
+	p.localIPs.close()
 	done := make(chan struct{})
 	go func() { p.handlers.Wait(); close(done) }()
 	select {
