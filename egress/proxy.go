@@ -41,9 +41,15 @@ var (
 type Options struct {
 	// Logger receives one line per decision; nil discards.
 	Logger *slog.Logger
-	// OnDecision, if set, is called synchronously for every decision
-	// (e.g. to persist the audit trail). It must not block.
+	// OnDecision, if set, is called synchronously for every record the
+	// audit keeps (e.g. to persist the trail): single decisions, and
+	// aggregates and summaries (Decision.Count) that bound what one
+	// session can make the host store (Config.AuditRecordsPerMinute). It
+	// must not block.
 	OnDecision func(Decision)
+	// Observe, if set, is called synchronously for every decision, also
+	// those the audit aggregates (e.g. for metrics). It must not block.
+	Observe func(Decision)
 	// Reserved are further prefixes the proxy never dials, whatever
 	// extra_allowed_cidrs says, such as the installer networks' pool.
 	// Config.Network.Pool is always reserved.
@@ -122,7 +128,7 @@ func NewProxy(cfg Config, opts Options) (*Proxy, error) {
 		cfg:      cfg,
 		log:      logger,
 		res:      res,
-		audit:    &auditor{log: logger, sink: opts.OnDecision, keep: cfg.DecisionsPerSession, byID: map[string]*ring{}},
+		audit:    newAuditor(logger, opts, cfg.DecisionsPerSession, cfg.AuditRecordsPerMinute),
 		sessions: map[string]*session{},
 		byHost:   map[netip.Addr]*session{},
 		localIPs: newHostAddrs(),
@@ -380,6 +386,7 @@ func (p *Proxy) Stop(ctx context.Context) error {
 	p.localIPs.close()
 	done := make(chan struct{})
 	go func() { p.handlers.Wait(); close(done) }()
+	defer p.audit.flushAll() // after the tunnels' own decisions
 	select {
 	case <-done:
 		return nil
