@@ -143,3 +143,30 @@ func TestNetworkHealsDeletedTable(t *testing.T) {
 		t.Fatalf("repairs reported: %q", repairs)
 	}
 }
+
+func TestNftBlocks(t *testing.T) {
+	t.Parallel()
+	listing := "table inet t {\n\tmap sessions {\n\t\ttype ifname : verdict\n\t\telements = { \"ah1\" : jump s_1,\n\t\t\t     \"ah2\" : jump s_2 }\n\t}\n\n" +
+		"\tchain input {\n\t\ttype filter hook input priority filter - 10; policy accept;\n\t\tiifname vmap @sessions\n\t}\n\n" +
+		"\tchain forward {\n\t\tiifname \"ah*\" drop\n\t}\n\n\tchain s_1 {\n\t}\n}\n"
+	tests := []struct {
+		block, rule string
+		want        bool
+	}{
+		{block: "map sessions", rule: `"ah2" : jump s_2`, want: true},
+		{block: "chain input", rule: "iifname vmap @sessions", want: true},
+		{block: "chain input", rule: `iifname "ah*" drop`, want: false}, // only in forward
+		{block: "chain forward", rule: `iifname "ah*" drop`, want: true},
+		{block: "chain s_1", rule: "reject", want: false},
+		{block: "chain s_2", rule: "accept", want: false}, // no such block
+	}
+	blocks := nftBlocks(listing)
+	if _, ok := blocks["chain s_1"]; !ok || len(blocks) != 4 {
+		t.Fatalf("blocks: %q", blocks)
+	}
+	for _, tt := range tests {
+		if got := strings.Contains(blocks[tt.block], tt.rule); got != tt.want {
+			t.Errorf("%s has %q = %v, want %v", tt.block, tt.rule, got, tt.want)
+		}
+	}
+}

@@ -543,27 +543,36 @@ func (n *Network) missingLocked(ctx context.Context) ([]string, error) {
 			need{ch, pair + " tcp dport"}, need{ch, pair + " udp dport"},
 			need{ch, "reject with tcp reset"}, need{ch, "reject with icmpx admin-prohibited"})
 	}
+	blocks := nftBlocks(text)
 	var missing []string
 	for _, w := range want {
-		if !strings.Contains(nftBlock(text, w.block), w.rule) {
+		if !strings.Contains(blocks[w.block], w.rule) {
 			missing = append(missing, w.block+": "+w.rule)
 		}
 	}
 	return missing, nil
 }
 
-// nftBlock returns the body of one top-level block ("chain input", "map
-// sessions") of an `nft list table` listing, or "" when there is none.
-// Rules are matched inside their own block, so a rule that also appears
-// in another chain cannot stand in for a missing one.
-func nftBlock(listing, name string) string {
-	start := strings.Index(listing, "\n\t"+name+" {\n")
-	if start < 0 {
-		return ""
+// nftBlocks splits an `nft list table` listing into the bodies of its
+// top-level blocks, by header ("chain input", "map sessions"). Rules are
+// matched inside their own block, so a rule that also appears in another
+// chain cannot stand in for a missing one.
+func nftBlocks(listing string) map[string]string {
+	out := map[string]string{}
+	var head string
+	var body strings.Builder
+	for _, line := range strings.Split(listing, "\n") {
+		switch {
+		case head == "" && strings.HasPrefix(line, "\t") && !strings.HasPrefix(line, "\t\t") && strings.HasSuffix(line, " {"):
+			head = strings.TrimSuffix(line[1:], " {")
+			body.Reset()
+		case head != "" && line == "\t}":
+			out[head] = body.String()
+			head = ""
+		case head != "":
+			body.WriteString(line)
+			body.WriteByte('\n')
+		}
 	}
-	body := listing[start+len(name)+4:]
-	if end := strings.Index(body, "\n\t}"); end >= 0 {
-		body = body[:end]
-	}
-	return body
+	return out
 }
