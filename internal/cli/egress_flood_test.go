@@ -155,7 +155,7 @@ func TestEgressAuditFloodBounded(t *testing.T) {
 	bound := windows * (2*cfg.AuditRecordsPerMinute + 9)
 	t.Logf("%d requests, %d decisions in %v; %d rows (%d aggregates, %d summaries), +%d bytes of SQLite+WAL, %d log lines (%d bytes); bound %d",
 		sent.Load(), decisions.Load(), elapsed.Round(time.Millisecond), len(rows), aggregated, summaries, dbSize()-before, lines, logBytes, bound)
-	if decisions.Load() < int64(10*bound) {
+	if decisions.Load() < int64(4*bound) {
 		t.Fatalf("the flood made only %d decisions: not a flood", decisions.Load())
 	}
 	if len(rows) > bound || lines > bound {
