@@ -114,11 +114,14 @@ func TestEgressAuditFloodBounded(t *testing.T) {
 					continue
 				}
 				c.SetDeadline(time.Now().Add(5 * time.Second))
-				switch i % 3 {
+				switch i % 4 {
 				case 0: // the same refusal again and again
 					fmt.Fprintf(c, "CONNECT denied.test:443 HTTP/1.1\r\nHost: denied.test:443\r\n\r\n")
 				case 1: // a new name every time
 					h := fmt.Sprintf("w%d-%d.denied.test:443", w, i)
+					fmt.Fprintf(c, "CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n", h, h)
+				case 2: // as long a target as the request line allows, new each time
+					h := fmt.Sprintf("%d-%d-%s:443", w, i, strings.Repeat("x", 8000))
 					fmt.Fprintf(c, "CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n", h, h)
 				default:
 					fmt.Fprintf(c, "GET http://plain.test/ HTTP/1.1\r\nHost: plain.test\r\nConnection: close\r\n\r\n")
@@ -160,6 +163,10 @@ func TestEgressAuditFloodBounded(t *testing.T) {
 	}
 	if len(rows) > bound || lines > bound {
 		t.Fatalf("%d rows and %d log lines for %d decisions, want at most %d each", len(rows), lines, decisions.Load(), bound)
+	}
+	// Host and reason are clipped to 512 bytes each, in the log too.
+	if logBytes > lines*1600 {
+		t.Fatalf("%d log bytes in %d lines: more than 1600 bytes a line", logBytes, lines)
 	}
 	if int64(total) != decisions.Load() {
 		t.Fatalf("the rows' counts add up to %d, want every decision (%d)", total, decisions.Load())
