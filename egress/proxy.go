@@ -39,7 +39,8 @@ var (
 
 // Options are the non-data dependencies of a Proxy.
 type Options struct {
-	// Logger receives one line per decision; nil discards.
+	// Logger receives the audit's lines (one per kept record, see
+	// OnDecision); nil discards.
 	Logger *slog.Logger
 	// OnDecision, if set, is called synchronously for every record the
 	// audit keeps (e.g. to persist the trail): single decisions, and
