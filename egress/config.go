@@ -49,6 +49,13 @@ type Config struct {
 	ExtraAllowedCIDRs []string `yaml:"extra_allowed_cidrs"`
 	// DecisionsPerSession is the size of each session's in-memory audit ring.
 	DecisionsPerSession int `yaml:"decisions_per_session"`
+	// AuditRecordsPerMinute caps, per session and minute, the decisions
+	// logged and stored one by one. A refusal repeated within the minute
+	// is stored once more at its end as one record with a count and its
+	// first and last time; decisions past the cap are counted in one
+	// summary record per mode and outcome. A minute thus stores and logs
+	// at most 2*cap+9 records per session (see docs/security.md).
+	AuditRecordsPerMinute int `yaml:"audit_records_per_minute"`
 	// AuditRetention is how long decisions stay in the store, which serves
 	// GET /v1/sessions/{id}/egress also after the session ended; older
 	// ones are pruned at start and hourly.
@@ -88,6 +95,7 @@ func DefaultConfig() Config {
 		MaxTunnelsPerSession:    64,
 		MaxPendingPerSession:    16,
 		DecisionsPerSession:     1000,
+		AuditRecordsPerMinute:   60,
 		AuditRetention:          720 * time.Hour,
 		Network: NetworkConfig{
 			Pool:     "10.200.0.0/16",
@@ -143,6 +151,9 @@ func (c *Config) Validate() error {
 	}
 	if c.DecisionsPerSession <= 0 {
 		bad("decisions_per_session must be positive")
+	}
+	if c.AuditRecordsPerMinute <= 0 {
+		bad("audit_records_per_minute must be positive")
 	}
 	for _, s := range c.ExtraAllowedCIDRs {
 		p, err := netip.ParsePrefix(s)

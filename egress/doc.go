@@ -32,8 +32,13 @@
 //
 // # Decisions
 //
-// Every CONNECT or transparent connection yields one Decision, logged
-// once (Info allow, Warn deny, Error failure) and kept in a per-session
-// ring (Proxy.Decisions) and passed to Options.OnDecision. Allowed tunnels
-// are logged when they close, with byte counts and duration.
+// Every CONNECT or transparent connection yields one Decision, kept in a
+// per-session ring (Proxy.Decisions) and passed to Options.Observe.
+// Allowed tunnels are recorded when they close, with byte counts and
+// duration. What is logged (Info allow, Warn deny, Error failure) and
+// passed to Options.OnDecision is bounded per session and minute
+// (Config.AuditRecordsPerMinute): repeated refusals become one record
+// with a count, decisions past the cap summary records per mode and
+// outcome, so a looping sandbox cannot grow the host's log and store
+// without bound.
 package egress

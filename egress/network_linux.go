@@ -24,6 +24,10 @@ var (
 	ErrFirewallMissing = errors.New("sandbox firewall rules missing")
 	ErrNetworkCommand  = errors.New("network command failed")
 	ErrNameCollision   = errors.New("sandbox network name collides with another session")
+	// ErrFirewallRepaired is reported by a check that found the rules
+	// damaged and rebuilt them: they count as verified only once a later
+	// check finds them intact.
+	ErrFirewallRepaired = errors.New("sandbox firewall rules were damaged and have been rebuilt")
 )
 
 // Attachment is a session's sandbox network: a named netns holding one
@@ -56,16 +60,31 @@ func (a *Attachment) ProxyEnv(connectPort uint16) []string {
 // Network creates and removes per-session network namespaces, veth pairs
 // and nftables rules with the ip and nft tools (root only). Its methods are
 // safe for concurrent use; the zero value is not usable, use NewNetwork.
+//
+// The table is checked before every Setup and by Heal: when it was
+// deleted or altered from outside, the table and every live session's
+// chain are rebuilt in one nft transaction and the OnRepair hook is told.
 type Network struct {
-	cfg     NetworkConfig
-	tcp     []uint16 // proxy ports reachable from the sandbox
-	dns     uint16
-	log     *slog.Logger
-	pool    netip.Prefix
-	mu      sync.Mutex
-	slots   map[int]string // slot -> session id
-	atts    map[string]*Attachment
-	tableOK bool
+	cfg      NetworkConfig
+	tcp      []uint16 // proxy ports reachable from the sandbox
+	dns      uint16
+	log      *slog.Logger
+	pool     netip.Prefix
+	mu       sync.Mutex
+	slots    map[int]string // slot -> session id
+	atts     map[string]*Attachment
+	onRepair func(reason string)
+	built    bool // the table was in place once: missing parts are damage
+}
+
+// OnRepair sets fn to be called (with the network's lock held: it must
+// not call back into the Network, and should return quickly) each time
+// damaged rules were rebuilt, with what was missing. Nil (the default)
+// only logs.
+func (n *Network) OnRepair(fn func(reason string)) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.onRepair = fn
 }
 
 // NewNetwork validates cfg and returns a Network. It changes nothing on
@@ -152,18 +171,70 @@ func (n *Network) baseRules() string {
 `, n.cfg.Table, p)
 }
 
-// ensureTable creates the table if it does not exist. Callers hold n.mu.
-func (n *Network) ensureTable(ctx context.Context) error {
-	if n.tableOK {
-		return nil
+// ensureTable checks the table and every live session's chain and map
+// entry, and rebuilds them when anything is missing (a table deleted or
+// flushed from outside). It reports whether it rebuilt. Callers hold n.mu.
+func (n *Network) ensureTable(ctx context.Context) (repaired bool, err error) {
+	missing, err := n.missingLocked(ctx)
+	if err != nil {
+		return false, err
 	}
-	if err := run(ctx, "", "nft", "list", "table", "inet", n.cfg.Table); err != nil {
-		if err := run(ctx, n.baseRules(), "nft", "-f", "-"); err != nil {
-			return fmt.Errorf("creating nftables table: %w", err)
-		}
+	if len(missing) == 0 {
+		n.built = true
+		return false, nil
 	}
-	n.tableOK = true
-	return nil
+	first := !n.built
+	reason := "missing: " + strings.Join(missing, ", ")
+	if len(missing) > 6 {
+		reason = fmt.Sprintf("missing: %s and %d more", strings.Join(missing[:6], ", "), len(missing)-6)
+	}
+	if out, lerr := output(ctx, "nft", "list", "tables"); lerr == nil && !strings.Contains(string(out), "table inet "+n.cfg.Table+"\n") {
+		reason = "table inet " + n.cfg.Table + " missing"
+	}
+	// One transaction: the table (whatever is left of it) goes and comes
+	// back whole, with the chain and map entry of every live session.
+	var script strings.Builder
+	fmt.Fprintf(&script, "add table inet %[1]s\ndelete table inet %[1]s\n", n.cfg.Table)
+	script.WriteString(n.baseRules())
+	ids := make([]string, 0, len(n.atts))
+	for id := range n.atts {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	for _, id := range ids {
+		a := n.atts[id]
+		script.WriteString(n.sessionRules(shortID(id), a.HostAddr, a.SandboxAddr))
+	}
+	if err := run(ctx, script.String(), "nft", "-f", "-"); err != nil {
+		return false, fmt.Errorf("rebuilding nftables table (%s): %w", reason, err)
+	}
+	if still, err := n.missingLocked(ctx); err != nil || len(still) > 0 {
+		return false, fmt.Errorf("rebuilding nftables table: %w: still missing %q after rebuild (%v)", ErrFirewallMissing, still, err)
+	}
+	n.built = true
+	if first {
+		n.log.Info("sandbox firewall created", slog.String("table", n.cfg.Table))
+		return false, nil
+	}
+	n.log.Warn("sandbox firewall rebuilt", slog.String("table", n.cfg.Table), slog.String("reason", reason), slog.Int("sessions", len(ids)))
+	if n.onRepair != nil {
+		n.onRepair(reason)
+	}
+	return true, nil
+}
+
+// Heal checks the table and every live session's rules and rebuilds them
+// if anything is missing (see ensureTable); it reports whether it had to.
+// Readiness calls it on each run so damage is repaired without waiting
+// for the next session.
+func (n *Network) Heal(ctx context.Context) (repaired bool, err error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	repaired, err = n.ensureTable(ctx)
+	if err != nil {
+		return false, fmt.Errorf("healing sandbox firewall: %w", err)
+	}
+	return repaired, nil
 }
 
 func (n *Network) sessionRules(short string, host, sbx netip.Addr) string {
@@ -187,7 +258,7 @@ add element inet %[1]s sessions { "%[7]s" : jump %[2]s }
 func (n *Network) Setup(ctx context.Context, sessionID string) (att *Attachment, err error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if err := n.ensureTable(ctx); err != nil {
+	if _, err := n.ensureTable(ctx); err != nil {
 		return nil, fmt.Errorf("setting up network for %s: %w", sessionID, err)
 	}
 	short := shortID(sessionID)
@@ -246,7 +317,13 @@ func (n *Network) Setup(ctx context.Context, sessionID string) (att *Attachment,
 	os.WriteFile("/proc/sys/net/ipv6/conf/"+hif+"/disable_ipv6", []byte("1"), 0o644)
 	run(ctx, "", "ip", "netns", "exec", ns, "sysctl", "-q", "-w", "net.ipv6.conf.all.disable_ipv6=1", "net.ipv6.conf.default.disable_ipv6=1")
 	if err := run(ctx, n.sessionRules(short, host, sbx), "nft", "-f", "-"); err != nil {
-		return nil, fmt.Errorf("setting up firewall for %s: %w", sessionID, err)
+		// The table may have gone since the check: rebuild, then retry once.
+		if _, herr := n.ensureTable(ctx); herr != nil {
+			return nil, fmt.Errorf("setting up firewall for %s: %w", sessionID, errors.Join(err, herr))
+		}
+		if err := run(ctx, n.sessionRules(short, host, sbx), "nft", "-f", "-"); err != nil {
+			return nil, fmt.Errorf("setting up firewall for %s: %w", sessionID, err)
+		}
 	}
 	for _, s := range [][]string{{"ip", "link", "set", hif, "up"}, {"ip", "-n", ns, "link", "set", "eth0", "up"}} {
 		if err := run(ctx, "", s[0], s[1:]...); err != nil {
@@ -311,8 +388,7 @@ func (n *Network) teardownShort(ctx context.Context, short string) error {
 func (n *Network) Reconcile(ctx context.Context, live []string) error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	n.tableOK = false
-	if err := n.ensureTable(ctx); err != nil {
+	if _, err := n.ensureTable(ctx); err != nil {
 		return fmt.Errorf("reconciling sandbox network: %w", err)
 	}
 	liveShort := map[string]string{}
@@ -416,37 +492,87 @@ func ipUint(a netip.Addr) uint32 {
 }
 
 // FirewallIntact checks that the table, its hooks and every known
-// session's chain and map entry are in place (for readiness).
+// session's chain and map entry are in place (for readiness). It only
+// looks; Heal also repairs.
 func (n *Network) FirewallIntact(ctx context.Context) error {
-	out, err := output(ctx, "nft", "list", "table", "inet", n.cfg.Table)
-	if err != nil {
-		return fmt.Errorf("checking firewall: %w: %w", ErrFirewallMissing, err)
-	}
-	text := string(out)
-	p := n.cfg.Prefix + "h*"
-	want := []string{
-		"hook input priority", "iifname vmap @sessions", `iifname "` + p + `" drop`,
-		"hook forward priority", `oifname "` + p + `" drop`,
-	}
 	n.mu.Lock()
-	ids := make([]string, 0, len(n.atts))
-	for id := range n.atts {
-		ids = append(ids, id)
-	}
+	missing, err := n.missingLocked(ctx)
 	n.mu.Unlock()
-	slices.Sort(ids)
-	for _, id := range ids {
-		short := shortID(id)
-		want = append(want, "chain "+n.chainName(short)+" {", `"`+n.hostIface(short)+`" : jump `+n.chainName(short))
-	}
-	var missing []string
-	for _, w := range want {
-		if !strings.Contains(text, w) {
-			missing = append(missing, w)
-		}
+	if err != nil {
+		return fmt.Errorf("checking firewall: %w", err)
 	}
 	if len(missing) > 0 {
 		return fmt.Errorf("checking firewall: %w: %q", ErrFirewallMissing, missing)
 	}
 	return nil
+}
+
+// missingLocked lists what the table lacks: every rule of the skeleton
+// and the chain and map entry of each live session (all of them when the
+// table is gone). An error means nft itself could not be asked. Callers
+// hold n.mu, so no session comes or goes in between.
+func (n *Network) missingLocked(ctx context.Context) ([]string, error) {
+	var text string
+	out, err := output(ctx, "nft", "list", "table", "inet", n.cfg.Table)
+	if err != nil {
+		// nft answers ENOENT for a missing table; anything else (no nft,
+		// no permission) is not something a rebuild can fix.
+		if !strings.Contains(err.Error(), "No such file or directory") {
+			return nil, fmt.Errorf("%w: %w", ErrFirewallMissing, err)
+		}
+	} else {
+		text = string(out)
+	}
+	p := `"` + n.cfg.Prefix + `h*"`
+	type need struct{ block, rule string }
+	want := []need{
+		{"chain input", "hook input priority"}, {"chain input", "iifname vmap @sessions"}, {"chain input", "iifname " + p + " drop"},
+		{"chain forward", "hook forward priority"}, {"chain forward", "iifname " + p + " drop"}, {"chain forward", "oifname " + p + " drop"},
+	}
+	ids := make([]string, 0, len(n.atts))
+	for id := range n.atts {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	for _, id := range ids {
+		a, short := n.atts[id], shortID(id)
+		ch := "chain " + n.chainName(short)
+		pair := "ip saddr " + a.SandboxAddr.String() + " ip daddr " + a.HostAddr.String()
+		want = append(want,
+			need{"map sessions", `"` + n.hostIface(short) + `" : jump ` + n.chainName(short)},
+			need{ch, pair + " tcp dport"}, need{ch, pair + " udp dport"},
+			need{ch, "reject with tcp reset"}, need{ch, "reject with icmpx admin-prohibited"})
+	}
+	blocks := nftBlocks(text)
+	var missing []string
+	for _, w := range want {
+		if !strings.Contains(blocks[w.block], w.rule) {
+			missing = append(missing, w.block+": "+w.rule)
+		}
+	}
+	return missing, nil
+}
+
+// nftBlocks splits an `nft list table` listing into the bodies of its
+// top-level blocks, by header ("chain input", "map sessions"). Rules are
+// matched inside their own block, so a rule that also appears in another
+// chain cannot stand in for a missing one.
+func nftBlocks(listing string) map[string]string {
+	out := map[string]string{}
+	var head string
+	var body strings.Builder
+	for _, line := range strings.Split(listing, "\n") {
+		switch {
+		case head == "" && strings.HasPrefix(line, "\t") && !strings.HasPrefix(line, "\t\t") && strings.HasSuffix(line, " {"):
+			head = strings.TrimSuffix(line[1:], " {")
+			body.Reset()
+		case head != "" && line == "\t}":
+			out[head] = body.String()
+			head = ""
+		case head != "":
+			body.WriteString(line)
+			body.WriteByte('\n')
+		}
+	}
+	return out
 }

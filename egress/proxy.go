@@ -39,11 +39,18 @@ var (
 
 // Options are the non-data dependencies of a Proxy.
 type Options struct {
-	// Logger receives one line per decision; nil discards.
+	// Logger receives the audit's lines (one per kept record, see
+	// OnDecision); nil discards.
 	Logger *slog.Logger
-	// OnDecision, if set, is called synchronously for every decision
-	// (e.g. to persist the audit trail). It must not block.
+	// OnDecision, if set, is called synchronously for every record the
+	// audit keeps (e.g. to persist the trail): single decisions, and
+	// aggregates and summaries (Decision.Count) that bound what one
+	// session can make the host store (Config.AuditRecordsPerMinute). It
+	// must not block.
 	OnDecision func(Decision)
+	// Observe, if set, is called synchronously for every decision, also
+	// those the audit aggregates (e.g. for metrics). It must not block.
+	Observe func(Decision)
 	// Reserved are further prefixes the proxy never dials, whatever
 	// extra_allowed_cidrs says, such as the installer networks' pool.
 	// Config.Network.Pool is always reserved.
@@ -93,7 +100,7 @@ type Proxy struct {
 	audit    *auditor
 	gp       *goproxy.ProxyHttpServer
 	srv      *http.Server
-	localIPs map[netip.Addr]bool
+	localIPs *hostAddrs // the host's interface addresses, kept current
 
 	mu       sync.Mutex
 	stopped  bool
@@ -122,17 +129,10 @@ func NewProxy(cfg Config, opts Options) (*Proxy, error) {
 		cfg:      cfg,
 		log:      logger,
 		res:      res,
-		audit:    &auditor{log: logger, sink: opts.OnDecision, keep: cfg.DecisionsPerSession, byID: map[string]*ring{}},
+		audit:    newAuditor(logger, opts, cfg.DecisionsPerSession, cfg.AuditRecordsPerMinute),
 		sessions: map[string]*session{},
 		byHost:   map[netip.Addr]*session{},
-		localIPs: map[netip.Addr]bool{},
-	}
-	if addrs, err := net.InterfaceAddrs(); err == nil {
-		for _, a := range addrs {
-			if pfx, err := netip.ParsePrefix(a.String()); err == nil {
-				p.localIPs[pfx.Addr().Unmap()] = true
-			}
-		}
+		localIPs: newHostAddrs(),
 	}
 	denied := append([]netip.Prefix(nil), opts.Reserved...)
 	if pool, err := netip.ParsePrefix(cfg.Network.Pool); err == nil {
@@ -194,8 +194,10 @@ func (p *Proxy) newGoproxy() *goproxy.ProxyHttpServer {
 	return gp
 }
 
+// isOwn reports whether a is one of the host's addresses as they are now
+// (see hostAddrs) or a session's listening address.
 func (p *Proxy) isOwn(a netip.Addr) bool {
-	if p.localIPs[a] {
+	if p.localIPs.has(a) {
 		return true
 	}
 	p.mu.Lock()
@@ -382,8 +384,10 @@ func (p *Proxy) Stop(ctx context.Context) error {
 	for _, s := range all {
 		p.closeSession(s)
 	}
+	p.localIPs.close()
 	done := make(chan struct{})
 	go func() { p.handlers.Wait(); close(done) }()
+	defer p.audit.flushAll() // after the tunnels' own decisions
 	select {
 	case <-done:
 		return nil

@@ -395,3 +395,20 @@ func (c *Checker) Ready(ctx context.Context) (bool, []Result) {
 	}
 	return rep.Ready, rep.Failing()
 }
+
+// Fail records a failure of the named check now, as if it had just run
+// and failed with detail (a component that noticed damage between runs,
+// such as firewall rules rebuilt after they were deleted, closes the gate
+// at once). The check runs again at the next tick or refresh, since a
+// failed check is always due. An unknown name does nothing.
+func (c *Checker) Fail(name, detail string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, ch := range c.checks {
+		if ch.name == name {
+			ch.last = Result{Name: name, Status: StatusFail, Detail: detail, LastRun: c.now()}
+			c.log.Warn("readiness check failed", "check", name, "detail", detail)
+			return
+		}
+	}
+}

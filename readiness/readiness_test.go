@@ -387,3 +387,25 @@ func sha256hex(s string) string {
 	h := sha256.Sum256([]byte(s))
 	return hex.EncodeToString(h[:])
 }
+
+// Fail closes the gate at once, and the next run (a failed check is
+// always due, even one with its own interval) decides again.
+func TestFailClosesUntilNextRun(t *testing.T) {
+	t.Parallel()
+	c := New(testConfig(), nil)
+	var runs atomic.Int32
+	c.RegisterEvery("firewall", time.Hour, func(context.Context) (string, error) { runs.Add(1); return "intact", nil })
+	ctx := context.Background()
+	if rep := c.RunAll(ctx); !rep.Ready {
+		t.Fatalf("first run: %+v", rep)
+	}
+	c.Fail("firewall", "rules rebuilt; verifying")
+	c.Fail("unknown", "ignored")
+	ok, failing := c.Ready(ctx)
+	if ok || len(failing) != 1 || failing[0].Detail != "rules rebuilt; verifying" {
+		t.Fatalf("after Fail: %v %+v", ok, failing)
+	}
+	if rep := c.RunAll(ctx); !rep.Ready || runs.Load() != 2 {
+		t.Fatalf("after the next run: %+v (runs %d)", rep, runs.Load())
+	}
+}

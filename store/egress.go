@@ -24,6 +24,12 @@ type EgressRow struct {
 	BytesUp    int64
 	BytesDown  int64
 	DurationMS int64
+	// Count is how many decisions the row stands for (0 is stored as 1),
+	// from Time to Last (zero for a single decision); Summary marks a row
+	// that counts decisions over the audit cap rather than repeats of one.
+	Count   int
+	Last    time.Time
+	Summary bool
 }
 
 // InsertEgressDecisions stores a batch of decisions in one transaction.
@@ -33,15 +39,19 @@ func (s *Store) InsertEgressDecisions(ctx context.Context, rows []EgressRow) err
 		return fmt.Errorf("starting egress batch: %w", err)
 	}
 	defer tx.Rollback()
-	stmt, err := tx.PrepareContext(ctx, `INSERT INTO egress_decisions(session_id, key_id, time, mode, host, port, addr, outcome, reason, bytes_up, bytes_down, duration_ms)
-		VALUES (?, COALESCE(NULLIF(?, ''), (SELECT key_id FROM sessions WHERE id = ?), ''), ?,?,?,?,?,?,?,?,?,?)`)
+	stmt, err := tx.PrepareContext(ctx, `INSERT INTO egress_decisions(session_id, key_id, time, mode, host, port, addr, outcome, reason, bytes_up, bytes_down, duration_ms, count, last_time, summary)
+		VALUES (?, COALESCE(NULLIF(?, ''), (SELECT key_id FROM sessions WHERE id = ?), ''), ?,?,?,?,?,?,?,?,?,?,?,?,?)`)
 	if err != nil {
 		return fmt.Errorf("preparing egress insert: %w", err)
 	}
 	defer stmt.Close()
 	for _, r := range rows {
+		last := int64(0)
+		if !r.Last.IsZero() {
+			last = ms(r.Last)
+		}
 		if _, err := stmt.ExecContext(ctx, r.SessionID, r.KeyID, r.SessionID, ms(r.Time), r.Mode, r.Host, r.Port, r.Addr,
-			r.Outcome, r.Reason, r.BytesUp, r.BytesDown, r.DurationMS); err != nil {
+			r.Outcome, r.Reason, r.BytesUp, r.BytesDown, r.DurationMS, max(r.Count, 1), last, r.Summary); err != nil {
 			return fmt.Errorf("inserting egress decision: %w", err)
 		}
 	}
@@ -52,7 +62,7 @@ func (s *Store) InsertEgressDecisions(ctx context.Context, rows []EgressRow) err
 // first (by time, then by insertion). The list is empty, not nil, when
 // there are none.
 func (s *Store) EgressDecisions(ctx context.Context, sessionID string, limit int) ([]EgressRow, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT session_id, key_id, time, mode, host, port, addr, outcome, reason, bytes_up, bytes_down, duration_ms FROM (
+	rows, err := s.db.QueryContext(ctx, `SELECT session_id, key_id, time, mode, host, port, addr, outcome, reason, bytes_up, bytes_down, duration_ms, count, last_time, summary FROM (
 			SELECT * FROM egress_decisions WHERE session_id = ? ORDER BY time DESC, id DESC LIMIT ?
 		) ORDER BY time, id`, sessionID, limit)
 	if err != nil {
@@ -62,12 +72,15 @@ func (s *Store) EgressDecisions(ctx context.Context, sessionID string, limit int
 	out := []EgressRow{}
 	for rows.Next() {
 		var r EgressRow
-		var at int64
+		var at, last int64
 		if err := rows.Scan(&r.SessionID, &r.KeyID, &at, &r.Mode, &r.Host, &r.Port, &r.Addr, &r.Outcome, &r.Reason,
-			&r.BytesUp, &r.BytesDown, &r.DurationMS); err != nil {
+			&r.BytesUp, &r.BytesDown, &r.DurationMS, &r.Count, &last, &r.Summary); err != nil {
 			return nil, fmt.Errorf("reading egress decision: %w", err)
 		}
 		r.Time = fromMS(at)
+		if last != 0 {
+			r.Last = fromMS(last)
+		}
 		out = append(out, r)
 	}
 	return out, rows.Err()

@@ -50,6 +50,10 @@ func TestEgressDecisionsInsertAndList(t *testing.T) {
 		{SessionID: "s1", Time: t0.Add(2 * time.Second), Mode: "connect", Host: "b2.test", Port: 443, Outcome: "deny"},
 		{SessionID: "s2", Time: t0, Mode: "connect", Host: "other.test", Port: 443, Outcome: "deny"},
 		{SessionID: "gone", KeyID: "k9", Time: t0, Mode: "http", Host: "kept.test", Outcome: "deny"},
+		{SessionID: "agg", Time: t0, Mode: "connect", Host: "r.test", Port: 443, Outcome: "deny", Reason: "not_allowed",
+			Count: 812, Last: t0.Add(59 * time.Second)},
+		{SessionID: "agg", Time: t0.Add(time.Second), Mode: "connect", Outcome: "deny", Reason: "audit cap reached: ...",
+			Count: 4000, Last: t0.Add(58 * time.Second), Summary: true},
 	}
 	if err := st.InsertEgressDecisions(ctx, batch); err != nil {
 		t.Fatal(err)
@@ -88,8 +92,16 @@ func TestEgressDecisionsInsertAndList(t *testing.T) {
 	}
 	want := batch[1]
 	want.KeyID = "k1" // from the session's row
+	want.Count = 1    // a single decision
 	if got[0] != want {
 		t.Fatalf("round trip:\n got %+v\nwant %+v", got[0], want)
+	}
+	agg, err := st.EgressDecisions(ctx, "agg", 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(agg) != 2 || agg[0] != batch[len(batch)-2] || agg[1] != batch[len(batch)-1] {
+		t.Fatalf("aggregate and summary rows round trip:\n got %+v\nwant %+v", agg, batch[len(batch)-2:])
 	}
 	if other, _ := st.EgressDecisions(ctx, "s2", 1); other[0].KeyID != "" {
 		t.Fatalf("decision of a session without a row has key %q", other[0].KeyID)
@@ -236,5 +248,32 @@ func TestEgressMigrationUpgrades(t *testing.T) {
 	}
 	if p := strings.Join(plan, "; "); !strings.Contains(p, "egress_decisions_session_time") || strings.Contains(p, "TEMP B-TREE") {
 		t.Fatalf("listing a session's decisions: query plan %q, want the (session_id, time) index and no sort", p)
+	}
+}
+
+// Rows written before the aggregation columns existed read as single
+// decisions.
+func TestEgressCountMigration(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st, path := openTestStore(t)
+	if _, err := st.DB().ExecContext(ctx, `ALTER TABLE egress_decisions DROP COLUMN count;
+		ALTER TABLE egress_decisions DROP COLUMN last_time; ALTER TABLE egress_decisions DROP COLUMN summary;
+		DELETE FROM schema_version WHERE v > 3;
+		INSERT INTO egress_decisions(session_id, time, mode, host, port, outcome) VALUES ('old', 1000, 'connect', 'a.test', 443, 'deny')`); err != nil {
+		t.Fatal(err)
+	}
+	st.Close()
+	st2, err := Open(ctx, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st2.Close()
+	rows, err := st2.EgressDecisions(ctx, "old", 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rows) != 1 || rows[0].Count != 1 || !rows[0].Last.IsZero() || rows[0].Summary {
+		t.Fatalf("old row after migration: %+v", rows)
 	}
 }

@@ -112,6 +112,11 @@ var migrations = []string{
 	);
 	CREATE INDEX egress_decisions_session_time ON egress_decisions(session_id, time);
 	CREATE INDEX egress_decisions_time ON egress_decisions(time);`,
+	// A row may stand for several decisions (egress.Decision.Count):
+	// repeats of one refusal, or a summary of those over the audit cap.
+	`ALTER TABLE egress_decisions ADD COLUMN count INTEGER NOT NULL DEFAULT 1;
+	ALTER TABLE egress_decisions ADD COLUMN last_time INTEGER NOT NULL DEFAULT 0;
+	ALTER TABLE egress_decisions ADD COLUMN summary INTEGER NOT NULL DEFAULT 0;`,
 }
 
 func (s *Store) migrate(ctx context.Context) error {

@@ -72,20 +72,14 @@ func setupEgress(ctx context.Context, env *Env, ex *executor.Executor, st *store
 	}
 	trail := store.NewEgressWriter(ctx, st, egressFlushInterval, log)
 	undo = append(undo, trail.Close)
-	onDecision := func(d egress.Decision) {
-		if strings.HasPrefix(d.Session, probeSessionPrefix) {
-			return // the readiness canary's own connections, not a client's
-		}
-		trail.Record(egressRow(d))
-		processMetrics().EgressDecision(string(d.Outcome), egress.ReasonClass(d))
-	}
+	onDecision, observe := egressAudit(trail)
 	// The installers' pool is never dialled either, whatever
 	// extra_allowed_cidrs says (config validation keeps them disjoint).
 	var reserved []netip.Prefix
 	if p, err := netip.ParsePrefix(env.Config.Installer.Pool); err == nil {
 		reserved = append(reserved, p.Masked())
 	}
-	proxy, err := egress.NewProxy(ec.Config, egress.Options{Logger: log, OnDecision: onDecision, Reserved: reserved})
+	proxy, err := egress.NewProxy(ec.Config, egress.Options{Logger: log, OnDecision: onDecision, Observe: observe, Reserved: reserved})
 	if err != nil {
 		return nil, err
 	}
@@ -104,6 +98,25 @@ func setupEgress(ctx context.Context, env *Env, ex *executor.Executor, st *store
 		trail.Close() // after the proxy: tunnels it closed report on the way out
 		stopPrune()
 	}, nil
+}
+
+// egressAudit returns the proxy's audit hooks: onDecision stores the
+// records the proxy keeps (bounded per session, see
+// egress.Config.AuditRecordsPerMinute) in trail, observe counts every
+// decision in the metrics. The readiness canary's own connections are
+// neither stored nor counted.
+func egressAudit(trail *store.EgressWriter) (onDecision, observe func(egress.Decision)) {
+	onDecision = func(d egress.Decision) {
+		if !strings.HasPrefix(d.Session, probeSessionPrefix) {
+			trail.Record(egressRow(d))
+		}
+	}
+	observe = func(d egress.Decision) {
+		if !strings.HasPrefix(d.Session, probeSessionPrefix) {
+			processMetrics().EgressDecision(string(d.Outcome), egress.ReasonClass(d))
+		}
+	}
+	return onDecision, observe
 }
 
 // startEgressPruner deletes the decisions older than retention now and
@@ -301,18 +314,23 @@ func (n *egressNetwork) Reconcile(ctx context.Context, live []string) error {
 	return nil
 }
 
-// decisionJSON is one decision as the API shows it.
+// decisionJSON is one decision as the API shows it. A row may stand for
+// several decisions (Count; First and Last set when it does).
 type decisionJSON struct {
-	Time       time.Time `json:"time"`
-	Mode       string    `json:"mode"`
-	Host       string    `json:"host"`
-	Port       uint16    `json:"port"`
-	Addr       string    `json:"addr,omitempty"`
-	Outcome    string    `json:"outcome"`
-	Reason     string    `json:"reason"`
-	BytesUp    int64     `json:"bytes_up"`
-	BytesDown  int64     `json:"bytes_down"`
-	DurationMS int64     `json:"duration_ms"`
+	Time       time.Time  `json:"time"`
+	Mode       string     `json:"mode"`
+	Host       string     `json:"host"`
+	Port       uint16     `json:"port"`
+	Addr       string     `json:"addr,omitempty"`
+	Outcome    string     `json:"outcome"`
+	Reason     string     `json:"reason"`
+	BytesUp    int64      `json:"bytes_up"`
+	BytesDown  int64      `json:"bytes_down"`
+	DurationMS int64      `json:"duration_ms"`
+	Count      int        `json:"count"`
+	First      *time.Time `json:"first,omitempty"`
+	Last       *time.Time `json:"last,omitempty"`
+	Summary    bool       `json:"summary,omitempty"`
 }
 
 // egressTrail serves the egress audit trail from the store: the decisions
@@ -335,8 +353,13 @@ func (t *egressTrail) EgressDecisions(ctx context.Context, sessionID string, lim
 	}
 	out := make([]decisionJSON, 0, len(rows))
 	for _, r := range rows {
-		out = append(out, decisionJSON{Time: r.Time, Mode: r.Mode, Host: r.Host, Port: uint16(r.Port), Addr: r.Addr, Outcome: r.Outcome,
-			Reason: r.Reason, BytesUp: r.BytesUp, BytesDown: r.BytesDown, DurationMS: r.DurationMS})
+		d := decisionJSON{Time: r.Time, Mode: r.Mode, Host: r.Host, Port: uint16(r.Port), Addr: r.Addr, Outcome: r.Outcome,
+			Reason: r.Reason, BytesUp: r.BytesUp, BytesDown: r.BytesDown, DurationMS: r.DurationMS, Count: max(r.Count, 1), Summary: r.Summary}
+		if !r.Last.IsZero() {
+			first, last := r.Time, r.Last
+			d.First, d.Last = &first, &last
+		}
+		out = append(out, d)
 	}
 	return out, nil
 }
@@ -364,7 +387,10 @@ const maxAuditText = 512
 func egressRow(d egress.Decision) store.EgressRow {
 	r := store.EgressRow{SessionID: d.Session, Time: d.Time, Mode: string(d.Mode), Host: clipText(d.Host, maxAuditText), Port: int(d.Port),
 		Outcome: string(d.Outcome), Reason: clipText(d.Reason, maxAuditText), BytesUp: d.BytesUp, BytesDown: d.BytesDown,
-		DurationMS: d.Duration.Milliseconds()}
+		DurationMS: d.Duration.Milliseconds(), Count: max(d.Count, 1), Summary: d.Summary}
+	if !d.Last.IsZero() {
+		r.Last = d.Last
+	}
 	if d.Addr.IsValid() {
 		r.Addr = d.Addr.String()
 	}

@@ -48,13 +48,15 @@ func wireInstall(ctx context.Context, env *Env, srv *api.Server, ex *executor.Ex
 	var inst *installer.Installer
 	if nw != nil {
 		inst = installer.New(icfg, mirrorCatalog{mir}, ex, installNetwork{nw}, processMetrics().InstrumentMirror(front.handler), log)
-		fences := map[string]readiness.FirewallChecker{"installer": settled{nw}, "installer-chains": chainRules{icfg.Table, icfg.Prefix}}
+		fences := map[string]readiness.FirewallChecker{"installer": healing{nw}, "installer-chains": chainRules{icfg.Table, icfg.Prefix}}
+		closeOnRepair(ctx, chk, nw)
 		probes := map[string]readiness.Probe{
 			"installer": func(ctx context.Context) (string, error) { return inst.Probe(ctx) },
 		}
 		// With egress on, session networks are fenced and measured too.
 		if en, ok := ex.Network().(*egressNetwork); ok {
-			fences["sessions"] = settled{en.net}
+			fences["sessions"] = healing{en.net}
+			closeOnRepair(ctx, chk, en.net)
 			fences["sessions-chains"] = chainRules{en.cfg.Network.Table, en.cfg.Network.Prefix}
 			probes["sessions"] = sessionNetworkProbe(ex, en)
 			// A live session whose proxy listener died can reach nothing:
@@ -270,4 +272,34 @@ func (s settled) FirewallIntact(ctx context.Context) error {
 		}
 	}
 	return err
+}
+
+// healing is the firewall check of a sandbox network: it first rebuilds
+// rules deleted or altered from outside (egress.Network.Heal), and a run
+// that had to rebuild fails, so installs stay closed until a later run
+// finds the rebuilt rules intact.
+type healing struct{ n *egress.Network }
+
+func (h healing) FirewallIntact(ctx context.Context) error {
+	repaired, err := h.n.Heal(ctx)
+	if err != nil {
+		return err
+	}
+	if repaired {
+		return fmt.Errorf("%w; verifying them on the next run", egress.ErrFirewallRepaired)
+	}
+	return settled{h.n}.FirewallIntact(ctx)
+}
+
+// closeOnRepair makes a rebuild of n's rules (noticed by a session's or an
+// installer's network setup between readiness runs) close the install
+// gate at once: the firewall and topology checks fail until they run
+// again, which is started right away.
+func closeOnRepair(ctx context.Context, chk *readiness.Checker, n *egress.Network) {
+	n.OnRepair(func(reason string) {
+		detail := egress.ErrFirewallRepaired.Error() + " (" + reason + "); verifying them"
+		chk.Fail("firewall", detail)
+		chk.Fail("topology", detail)
+		go chk.RunAll(ctx)
+	})
 }

@@ -340,31 +340,34 @@ func TestInstallGateFailsClosed(t *testing.T) {
 	os.Rename(blobs+".off", blobs)
 	s.waitReadyz(200, 15*time.Second)
 
-	// A firewall rule disappears, then is put back (each of two rules).
-	for _, rule := range []struct {
-		match  string
-		repair []string
-	}{
-		{`iifname vmap @sessions # handle (\d+)`, []string{"insert", "rule", "inet", table, "input", "iifname", "vmap", "@sessions"}},
-		{`iifname "` + prefix + `h\*" drop # handle (\d+)`, []string{"add", "rule", "inet", table, "input", "iifname", prefix + "h*", "drop"}},
-	} {
+	// A firewall rule disappears (each of two rules): the gate closes, the
+	// server rebuilds the table and opens the gate again once it has
+	// verified the rebuilt rules, without the operator.
+	for _, rule := range []string{`iifname vmap @sessions # handle (\d+)`, `iifname "` + prefix + `h\*" drop # handle (\d+)`} {
 		s.importOSV()
 		out, err := exec.Command("nft", "-a", "list", "chain", "inet", table, "input").Output()
 		if err != nil {
 			t.Fatal(err)
 		}
-		m := regexp.MustCompile(rule.match).FindSubmatch(out)
+		m := regexp.MustCompile(rule).FindSubmatch(out)
 		if m == nil {
-			t.Fatalf("no rule %s in %s", rule.match, out)
+			t.Fatalf("no rule %s in %s", rule, out)
 		}
 		if out, err := exec.Command("nft", "delete", "rule", "inet", table, "input", "handle", string(m[1])).CombinedOutput(); err != nil {
 			t.Fatalf("%v %s", err, out)
 		}
-		gated("firewall")
-		if out, err := exec.Command("nft", rule.repair...).CombinedOutput(); err != nil {
-			t.Fatalf("%v %s", err, out)
+		r := s.waitReadyz(503, 15*time.Second)
+		if got := failingChecks(t, r); len(got) == 0 || got[0] != "firewall" || !strings.Contains(string(r.body), "rebuilt") {
+			t.Fatalf("failing checks %v, want firewall (rebuilt): %s", got, r.body)
 		}
-		s.waitReadyz(200, 15*time.Second)
+		if ir := s.install(key, id, "pip", "one"); ir.status != 503 || ir.errCode(t) != "not_ready" {
+			t.Fatalf("install while the rebuilt rules are not verified: %d %s", ir.status, ir.body)
+		}
+		s.waitReadyz(200, 30*time.Second)
+		out, err = exec.Command("nft", "-a", "list", "chain", "inet", table, "input").Output()
+		if err != nil || !regexp.MustCompile(rule).Match(out) {
+			t.Fatalf("rule %s not rebuilt: %v %s", rule, err, out)
+		}
 	}
 	s.waitReadyz(200, 15*time.Second)
 	if r := s.install(key, id, "pip", "one"); r.status != 200 {
