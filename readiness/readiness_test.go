@@ -388,24 +388,38 @@ func sha256hex(s string) string {
 	return hex.EncodeToString(h[:])
 }
 
-// Fail closes the gate at once, and the next run (a failed check is
-// always due, even one with its own interval) decides again.
+// Fail closes the gate at once: the report fails until the check runs
+// again, and the gate opens only through such a run (a failed check is
+// always due, even one with its own interval; the gate runs it on demand).
 func TestFailClosesUntilNextRun(t *testing.T) {
 	t.Parallel()
 	c := New(testConfig(), nil)
 	var runs atomic.Int32
-	c.RegisterEvery("firewall", time.Hour, func(context.Context) (string, error) { runs.Add(1); return "intact", nil })
+	var broken atomic.Bool
+	c.RegisterEvery("firewall", time.Hour, func(context.Context) (string, error) {
+		runs.Add(1)
+		if broken.Load() {
+			return "", errors.New("rule missing")
+		}
+		return "intact", nil
+	})
 	ctx := context.Background()
 	if rep := c.RunAll(ctx); !rep.Ready {
 		t.Fatalf("first run: %+v", rep)
 	}
 	c.Fail("firewall", "rules rebuilt; verifying")
 	c.Fail("unknown", "ignored")
-	ok, failing := c.Ready(ctx)
-	if ok || len(failing) != 1 || failing[0].Detail != "rules rebuilt; verifying" {
-		t.Fatalf("after Fail: %v %+v", ok, failing)
+	rep := c.Report()
+	if rep.Ready || len(rep.Failing()) != 1 || rep.Failing()[0].Detail != "rules rebuilt; verifying" {
+		t.Fatalf("report after Fail: %+v", rep)
 	}
-	if rep := c.RunAll(ctx); !rep.Ready || runs.Load() != 2 {
-		t.Fatalf("after the next run: %+v (runs %d)", rep, runs.Load())
+	// While the rules do not verify, the gate's on-demand run keeps it shut.
+	broken.Store(true)
+	if ok, failing := c.Ready(ctx); ok || len(failing) != 1 || runs.Load() != 2 {
+		t.Fatalf("gate while unverified: %v %+v (runs %d)", ok, failing, runs.Load())
+	}
+	broken.Store(false)
+	if ok, _ := c.Ready(ctx); !ok || runs.Load() != 3 {
+		t.Fatalf("gate after verification: %v (runs %d)", ok, runs.Load())
 	}
 }
