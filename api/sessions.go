@@ -4,12 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
 	"math"
 	"net/http"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/sandboxapi/sandboxapi/egress/policy"
@@ -54,15 +52,22 @@ func decodeJSON(r *http.Request, v any) error {
 	return nil
 }
 
-// seconds converts a JSON number of seconds, rejecting nonsense.
+// maxSeconds bounds what seconds converts: no limit of the API is near it,
+// and anything over it would overflow a time.Duration.
+const maxSeconds = 1 << 30
+
+// seconds converts a JSON number of seconds, rejecting what is not a
+// positive number. A value over maxSeconds comes back as maxSeconds
+// seconds, so that callers, which compare with their own maximum, say it
+// is over that maximum.
 func seconds(field string, v *float64) (time.Duration, error) {
 	if v == nil {
 		return 0, nil
 	}
-	if math.IsNaN(*v) || *v <= 0 || *v > 7*24*3600 {
+	if math.IsNaN(*v) || *v <= 0 {
 		return 0, apiErr(http.StatusBadRequest, "invalid_request", "%s must be a positive number of seconds", field)
 	}
-	return time.Duration(*v * float64(time.Second)), nil
+	return time.Duration(min(*v, maxSeconds) * float64(time.Second)), nil
 }
 
 // NetworkRequest is the network block of a session request.
@@ -107,8 +112,8 @@ func (s *Server) createSession(w http.ResponseWriter, r *http.Request) error {
 	if err := decodeJSON(r, &req); err != nil {
 		return err
 	}
-	if strings.TrimSpace(req.Language) == "" {
-		return apiErr(http.StatusBadRequest, "invalid_request", "language is required")
+	if err := s.checkLanguage(req.Language); err != nil {
+		return err
 	}
 	if !p.Plan.Sessions {
 		return s.forbidden(p, "stateful sessions", func(pl *Plan) bool { return pl.Sessions })
@@ -117,7 +122,7 @@ func (s *Server) createSession(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	if ttl != 0 && ttl > s.cfg.MaxIdleTTL {
+	if ttl > s.cfg.MaxIdleTTL {
 		return apiErr(http.StatusBadRequest, "invalid_request", "idle_ttl must be at most %d seconds", int64(s.cfg.MaxIdleTTL/time.Second))
 	}
 	network, err := s.checkNetwork(p, req.Network)
@@ -136,6 +141,27 @@ func (s *Server) createSession(w http.ResponseWriter, r *http.Request) error {
 	}
 	writeJSON(w, http.StatusCreated, toSessionJSON(sess))
 	return nil
+}
+
+// checkLanguage answers 400 for a missing language or one the runtime
+// table lacks (names and aliases, ignoring case, as the executor matches
+// them), so that bad input is reported before plan quotas are counted.
+func (s *Server) checkLanguage(lang string) error {
+	name := strings.ToLower(strings.TrimSpace(lang))
+	if name == "" {
+		return apiErr(http.StatusBadRequest, "invalid_request", "language is required")
+	}
+	for _, rt := range s.sb.RuntimeList() {
+		if strings.EqualFold(rt.Language, name) {
+			return nil
+		}
+		for _, a := range rt.Aliases {
+			if strings.EqualFold(a, name) {
+				return nil
+			}
+		}
+	}
+	return apiErr(http.StatusBadRequest, "unknown_language", "unknown language %q; GET /v1/runtimes lists them", lang)
 }
 
 // checkNetwork applies the plan to a network request and returns its JSON.
@@ -271,142 +297,14 @@ func (s *Server) executeInSession(w http.ResponseWriter, r *http.Request) error 
 	return s.replyExecution(w, r, ereq, wantsStream(r, &req), run)
 }
 
-// replyExecution runs an execution and writes the JSON result, or streams
-// it as Server-Sent Events. Each event must reach the client's socket
-// within the stream write timeout: a client that stops reading fails the
-// write, which cancels the run so its sandbox is released.
-func (s *Server) replyExecution(w http.ResponseWriter, r *http.Request, ereq sandbox.ExecRequest, stream bool, run func(context.Context, sandbox.ExecRequest) (sandbox.Result, error)) error {
-	cw, _ := w.(*countingWriter)
-	if !stream {
-		res, err := run(r.Context(), ereq)
-		if err != nil && res.Status != sandbox.StatusOOM {
-			return err
-		}
-		if cw != nil {
-			cw.execMillis = res.DurationMS
-		}
-		writeJSON(w, http.StatusOK, res)
-		return nil
-	}
-	if _, ok := w.(http.Flusher); !ok {
-		return fmt.Errorf("streaming unsupported by the response writer")
-	}
-	ctx, cancel := context.WithCancel(r.Context())
-	defer cancel()
-	sw := &sseWriter{w: w, rc: http.NewResponseController(w), timeout: s.streamWriteTimeout(), cancel: cancel}
-	ereq.OnOutput = func(streamName string, p []byte) {
-		sw.mu.Lock()
-		defer sw.mu.Unlock()
-		sw.event(streamName, map[string]string{"data": string(p)})
-	}
-	res, err := run(ctx, ereq)
-	sw.mu.Lock()
-	defer sw.mu.Unlock()
-	defer sw.clearDeadline()
-	if sw.err != nil {
-		s.log.Warn("stream client stopped reading; execution cancelled", "request_id", requestID(r.Context()), "err", sw.err)
-		return nil
-	}
-	if err != nil && res.Status != sandbox.StatusOOM {
-		if !sw.started {
-			return err
-		}
-		ae := toAPIError(err)
-		if ae == nil {
-			ae = &Error{Code: "internal", Message: "internal error"}
-			s.log.Error("streamed execution failed", "request_id", requestID(r.Context()), "err", err)
-		}
-		sw.event("error", errorPayload{Code: ae.Code, Message: ae.Message, RequestID: requestID(r.Context())})
-		return nil
-	}
-	if cw != nil {
-		cw.execMillis = res.DurationMS
-	}
-	sw.event("result", res)
-	return nil
-}
-
-// defaultStreamWriteTimeout bounds each SSE event's write when
-// Config.StreamWriteTimeout is zero.
-const defaultStreamWriteTimeout = 30 * time.Second
-
-func (s *Server) streamWriteTimeout() time.Duration {
-	if s.cfg.StreamWriteTimeout > 0 {
-		return s.cfg.StreamWriteTimeout
-	}
-	return defaultStreamWriteTimeout
-}
-
-// sseWriter writes the events of one streamed execution. Callers hold mu.
-// After a failed write it drops every later event and has cancelled the
-// run.
-type sseWriter struct {
-	mu      sync.Mutex
-	w       http.ResponseWriter
-	rc      *http.ResponseController
-	timeout time.Duration
-	cancel  context.CancelFunc
-	started bool
-	err     error
-}
-
-func (sw *sseWriter) event(name string, v any) {
-	if sw.err != nil {
-		return
-	}
-	// A writer without deadlines (a recorder, the in-process MCP client)
-	// cannot stall on a socket; anything else can, and is bounded.
-	if err := sw.rc.SetWriteDeadline(time.Now().Add(sw.timeout)); err != nil && !errors.Is(err, http.ErrNotSupported) {
-		sw.fail(err)
-		return
-	}
-	if !sw.started {
-		sw.started = true
-		h := sw.w.Header()
-		h.Set("Content-Type", "text/event-stream")
-		h.Set("Cache-Control", "no-store")
-		h.Set("X-Accel-Buffering", "no")
-		sw.w.WriteHeader(http.StatusOK)
-	}
-	if err := writeEvent(sw.w, name, v); err != nil {
-		sw.fail(err)
-		return
-	}
-	if err := sw.rc.Flush(); err != nil && !errors.Is(err, http.ErrNotSupported) {
-		sw.fail(err)
-	}
-}
-
-func (sw *sseWriter) fail(err error) {
-	sw.err = fmt.Errorf("writing an event: %w", err)
-	sw.cancel()
-}
-
-// clearDeadline lifts the last event's deadline so it cannot cut a later
-// response on the same connection.
-func (sw *sseWriter) clearDeadline() {
-	if sw.started && sw.err == nil {
-		_ = sw.rc.SetWriteDeadline(time.Time{})
-	}
-}
-
-func writeEvent(w io.Writer, event string, v any) error {
-	b, err := json.Marshal(v)
-	if err != nil {
-		return err
-	}
-	_, err = fmt.Fprintf(w, "event: %s\ndata: %s\n\n", event, b)
-	return err
-}
-
 func (s *Server) executeStateless(w http.ResponseWriter, r *http.Request) error {
 	p := principal(r.Context())
 	var req executeRequest
 	if err := decodeJSON(r, &req); err != nil {
 		return err
 	}
-	if strings.TrimSpace(req.Language) == "" {
-		return apiErr(http.StatusBadRequest, "invalid_request", "language is required")
+	if err := s.checkLanguage(req.Language); err != nil {
+		return err
 	}
 	ereq, err := s.execRequest(p, &req)
 	if err != nil {
