@@ -158,30 +158,28 @@ func (s *server) metricValue(name string) int {
 	return int(v)
 }
 
+// ownSandboxProcs counts the runsc-sandbox processes of the server's
+// runsc root: one per running sandbox of its own.
+func (s *server) ownSandboxProcs() int {
+	n := 0
+	root := "--root=" + filepath.Join(s.dataDir, "runsc") + "\x00"
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err == nil && strings.HasPrefix(string(b), "runsc-sandbox\x00") && strings.Contains(string(b), root) {
+			n++
+		}
+	}
+	return n
+}
+
 // TestSandboxesLiveCountsOwnOnly checks that sandboxapi_sandboxes_live
-// counts this server's sandboxes only: a cgroup folder of another
-// server's sandbox (made here, as runsc makes them, under each
-// controller's sandboxapi/ folder) does not change it, nor do other
-// tests' sandboxes running on the host meanwhile.
+// counts this server's running sandboxes (its runsc-sandbox processes)
+// and no other: a sandbox cgroup of another server (made here as runsc
+// makes them, under the controllers' sandboxapi/ folder, with a process in
+// it) does not count, nor do other tests' sandboxes on the host.
 func TestSandboxesLiveCountsOwnOnly(t *testing.T) {
 	s := startServer(t, "") // warm_pool: 1
-	waitFor := func(what string, want int) {
-		t.Helper()
-		deadline := time.Now().Add(60 * time.Second)
-		got := -1
-		for time.Now().Before(deadline) {
-			if s.metricValue("sandboxapi_warm_pool_ready") == 1 {
-				if got = s.metricValue("sandboxapi_sandboxes_live"); got == want {
-					return
-				}
-			}
-			time.Sleep(200 * time.Millisecond)
-		}
-		t.Fatalf("%s: sandboxapi_sandboxes_live %d, want %d", what, got, want)
-	}
-	// Another server's sandbox, as the host sees it: a cgroup folder under
-	// sandboxapi/ with a process in it (so no server's cleanup of empty
-	// cgroups removes it).
 	var b [8]byte
 	_, _ = rand.Read(b[:])
 	foreign := "foreign" + hex.EncodeToString(b[:])
@@ -208,14 +206,32 @@ func TestSandboxesLiveCountsOwnOnly(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte(strconv.Itoa(sleeper.Process.Pid)), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	waitFor("warm sandbox only", 1)
+	// check waits until the count is steady (the warm pool fills in the
+	// background), then compares it with this server's sandboxes.
+	check := func(what string, atLeast int) {
+		t.Helper()
+		deadline := time.Now().Add(60 * time.Second)
+		var own, got int
+		for time.Now().Before(deadline) {
+			own = s.ownSandboxProcs()
+			got = s.metricValue("sandboxapi_sandboxes_live")
+			if own >= atLeast && got == own && s.ownSandboxProcs() == own {
+				cg, _ := filepath.Glob(parent + "/*/cgroup.procs")
+				t.Logf("%s: sandboxapi_sandboxes_live %d, own sandboxes %d, sandboxapi cgroups on the host %d", what, got, own, len(cg))
+				return
+			}
+			time.Sleep(300 * time.Millisecond)
+		}
+		t.Fatalf("%s: sandboxapi_sandboxes_live %d, this server runs %d sandboxes", what, got, own)
+	}
+	check("warm pool", 1)
 	key := s.key("PRO")
 	id := s.session(key, "bash")
-	waitFor("a session and a warm sandbox", 2)
+	check("a session and the warm pool", 2)
 	if r := s.do("DELETE", "/v1/sessions/"+id, key, nil); r.status != http.StatusNoContent {
 		t.Fatalf("delete: %d %s", r.status, r.body)
 	}
-	waitFor("after delete", 1)
+	check("after delete", 1)
 }
 
 // TestMaxOutputBytesPerStream measures how limits.max_output_bytes
