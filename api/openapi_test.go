@@ -567,10 +567,10 @@ func TestOpenAPIServed(t *testing.T) {
 // to their codes, for reading statuses out of the source.
 var httpStatusNames = map[string]int{
 	"StatusOK": 200, "StatusCreated": 201, "StatusNoContent": 204,
-	"StatusBadRequest": 400, "StatusUnauthorized": 401, "StatusForbidden": 403, "StatusNotFound": 404,
+	"StatusBadRequest": 400, "StatusUnauthorized": 401, "StatusForbidden": 403, "StatusNotFound": 404, "StatusMethodNotAllowed": 405,
 	"StatusConflict": 409, "StatusGone": 410, "StatusRequestEntityTooLarge": 413,
 	"StatusUnprocessableEntity": 422, "StatusTooManyRequests": 429,
-	"StatusInternalServerError": 500, "StatusServiceUnavailable": 503,
+	"StatusInternalServerError": 500, "StatusBadGateway": 502, "StatusServiceUnavailable": 503,
 }
 
 // handlerStatuses reads, for each route the api package mounts, the

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net/http"
 	"runtime/debug"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -66,7 +67,11 @@ type Config struct {
 	// client that stops reading for longer loses its stream and its run.
 	// Zero means 30 s.
 	StreamWriteTimeout time.Duration
-	Gateway            GatewayConfig
+	// StreamHeartbeat is how long a stream may be silent before a comment
+	// line (": keepalive") is sent, so that clients and proxies with read
+	// timeouts keep it. Zero means 15 s.
+	StreamHeartbeat time.Duration
+	Gateway         GatewayConfig
 }
 
 // Server serves the API. Build it with New; it is safe for concurrent use.
@@ -83,8 +88,9 @@ type Server struct {
 	quota     quota
 	ready     atomic.Bool
 	readiness atomic.Pointer[ReadinessReporter]
-	extra     sync.Map // prefix -> http.Handler mounted without auth
-	ops       opsState // observer and route registry (metrics.go)
+	extra     sync.Map  // prefix -> http.Handler mounted without auth
+	egressLog EgressLog // nil: no decisions (SetEgressLog)
+	ops       opsState  // observer and route registry (metrics.go)
 
 	build atomic.Pointer[buildinfo.Info] // shown by /healthz (SetBuildInfo)
 }
@@ -119,6 +125,7 @@ func (s *Server) routes() {
 	s.handle("GET /v1/sessions/{id}", s.authed(s.getSession))
 	s.handle("DELETE /v1/sessions/{id}", s.authed(s.deleteSession))
 	s.handle("POST /v1/sessions/{id}/execute", s.authed(s.executeInSession))
+	s.handle("GET /v1/sessions/{id}/egress", s.authed(s.sessionEgress))
 	s.handle("/v1/", s.authed(func(w http.ResponseWriter, r *http.Request) error {
 		return apiErr(http.StatusNotFound, "no_route", "no route %s %s", r.Method, r.URL.Path)
 	}))
@@ -147,7 +154,35 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			writeError(w, r, s.log, apiErr(http.StatusInternalServerError, "internal", "internal error"))
 		}
 	}()
+	if allow := s.allowedMethods(r); allow != "" {
+		w.Header().Set("Allow", allow)
+		writeError(w, r, s.log, apiErr(http.StatusMethodNotAllowed, "method_not_allowed", "%s is not allowed on %s; allowed: %s", r.Method, r.URL.Path, allow))
+		return
+	}
 	s.mux.ServeHTTP(w, r)
+}
+
+// probeMethods are the methods allowedMethods tries on a path.
+var probeMethods = []string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete}
+
+// allowedMethods returns the Allow header of a request whose method no
+// route of its path takes while another method's route does (so the
+// reply is 405, not the mux's text nor the /v1/ catch-all's 404), and ""
+// for every other request. Routes with a method ("GET /x") count; the
+// catch-alls and handlers that take any method ("/mirror/") do not.
+func (s *Server) allowedMethods(r *http.Request) string {
+	if _, p := s.mux.Handler(r); strings.Contains(p, " ") {
+		return ""
+	}
+	var allow []string
+	probe := r.WithContext(r.Context()) // a shallow copy whose method changes
+	for _, m := range probeMethods {
+		probe.Method = m
+		if _, p := s.mux.Handler(probe); strings.Contains(p, " ") {
+			allow = append(allow, m)
+		}
+	}
+	return strings.Join(allow, ", ")
 }
 
 func requestID(ctx context.Context) string { return reqid.From(ctx) }

@@ -54,15 +54,22 @@ func decodeJSON(r *http.Request, v any) error {
 	return nil
 }
 
-// seconds converts a JSON number of seconds, rejecting nonsense.
+// maxSeconds bounds what seconds converts: no limit of the API is near it,
+// and anything over it would overflow a time.Duration.
+const maxSeconds = 1 << 30
+
+// seconds converts a JSON number of seconds, rejecting what is not a
+// positive number. A value over maxSeconds comes back as maxSeconds
+// seconds, so that callers, which compare with their own maximum, say it
+// is over that maximum.
 func seconds(field string, v *float64) (time.Duration, error) {
 	if v == nil {
 		return 0, nil
 	}
-	if math.IsNaN(*v) || *v <= 0 || *v > 7*24*3600 {
+	if math.IsNaN(*v) || *v <= 0 {
 		return 0, apiErr(http.StatusBadRequest, "invalid_request", "%s must be a positive number of seconds", field)
 	}
-	return time.Duration(*v * float64(time.Second)), nil
+	return time.Duration(min(*v, maxSeconds) * float64(time.Second)), nil
 }
 
 // NetworkRequest is the network block of a session request.
@@ -107,8 +114,8 @@ func (s *Server) createSession(w http.ResponseWriter, r *http.Request) error {
 	if err := decodeJSON(r, &req); err != nil {
 		return err
 	}
-	if strings.TrimSpace(req.Language) == "" {
-		return apiErr(http.StatusBadRequest, "invalid_request", "language is required")
+	if err := s.checkLanguage(req.Language); err != nil {
+		return err
 	}
 	if !p.Plan.Sessions {
 		return s.forbidden(p, "stateful sessions", func(pl *Plan) bool { return pl.Sessions })
@@ -117,7 +124,7 @@ func (s *Server) createSession(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	if ttl != 0 && ttl > s.cfg.MaxIdleTTL {
+	if ttl > s.cfg.MaxIdleTTL {
 		return apiErr(http.StatusBadRequest, "invalid_request", "idle_ttl must be at most %d seconds", int64(s.cfg.MaxIdleTTL/time.Second))
 	}
 	network, err := s.checkNetwork(p, req.Network)
@@ -136,6 +143,27 @@ func (s *Server) createSession(w http.ResponseWriter, r *http.Request) error {
 	}
 	writeJSON(w, http.StatusCreated, toSessionJSON(sess))
 	return nil
+}
+
+// checkLanguage answers 400 for a missing language or one the runtime
+// table lacks (names and aliases, ignoring case, as the executor matches
+// them), so that bad input is reported before plan quotas are counted.
+func (s *Server) checkLanguage(lang string) error {
+	name := strings.ToLower(strings.TrimSpace(lang))
+	if name == "" {
+		return apiErr(http.StatusBadRequest, "invalid_request", "language is required")
+	}
+	for _, rt := range s.sb.RuntimeList() {
+		if strings.EqualFold(rt.Language, name) {
+			return nil
+		}
+		for _, a := range rt.Aliases {
+			if strings.EqualFold(a, name) {
+				return nil
+			}
+		}
+	}
+	return apiErr(http.StatusBadRequest, "unknown_language", "unknown language %q; GET /v1/runtimes lists them", lang)
 }
 
 // checkNetwork applies the plan to a network request and returns its JSON.
@@ -276,9 +304,15 @@ func (s *Server) executeInSession(w http.ResponseWriter, r *http.Request) error 
 }
 
 // replyExecution runs an execution and writes the JSON result, or streams
-// it as Server-Sent Events. Each event must reach the client's socket
-// within the stream write timeout: a client that stops reading fails the
-// write, which cancels the run so its sandbox is released.
+// it as Server-Sent Events. A stream's headers go out with the first
+// output or after streamHeaderHold, whichever is first, so that a run
+// the executor refuses at once (no capacity, no such session) still gets
+// its status; after that a comment line is sent whenever the stream has
+// been silent for the heartbeat, so clients and proxies with read
+// timeouts keep a quiet program, and a failure is an `error` event. Each
+// write must reach the client's socket within the stream write timeout: a
+// client that stops reading fails the write, which cancels the run so its
+// sandbox is released.
 func (s *Server) replyExecution(w http.ResponseWriter, r *http.Request, ereq sandbox.ExecRequest, stream bool, run func(context.Context, sandbox.ExecRequest) (sandbox.Result, error)) error {
 	cw, _ := w.(*countingWriter)
 	if !stream {
@@ -298,6 +332,7 @@ func (s *Server) replyExecution(w http.ResponseWriter, r *http.Request, ereq san
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
 	sw := &sseWriter{w: w, rc: http.NewResponseController(w), timeout: s.streamWriteTimeout(), cancel: cancel}
+	sw.startHeartbeat(min(streamHeaderHold, s.streamHeartbeat()), s.streamHeartbeat())
 	ereq.OnOutput = func(streamName string, p []byte) {
 		sw.mu.Lock()
 		defer sw.mu.Unlock()
@@ -306,6 +341,7 @@ func (s *Server) replyExecution(w http.ResponseWriter, r *http.Request, ereq san
 	res, err := run(ctx, ereq)
 	sw.mu.Lock()
 	defer sw.mu.Unlock()
+	sw.stopHeartbeat()
 	defer sw.clearDeadline()
 	if sw.err != nil {
 		s.log.Warn("stream client stopped reading; execution cancelled", "request_id", requestID(r.Context()), "err", sw.err)
@@ -330,9 +366,16 @@ func (s *Server) replyExecution(w http.ResponseWriter, r *http.Request, ereq san
 	return nil
 }
 
-// defaultStreamWriteTimeout bounds each SSE event's write when
-// Config.StreamWriteTimeout is zero.
-const defaultStreamWriteTimeout = 30 * time.Second
+// defaultStreamWriteTimeout bounds each SSE write when
+// Config.StreamWriteTimeout is zero; defaultStreamHeartbeat is the
+// heartbeat when Config.StreamHeartbeat is zero. streamHeaderHold is the
+// longest a stream's headers wait for the run to print or fail (never
+// longer than the heartbeat).
+const (
+	defaultStreamWriteTimeout = 30 * time.Second
+	defaultStreamHeartbeat    = 15 * time.Second
+	streamHeaderHold          = time.Second
+)
 
 func (s *Server) streamWriteTimeout() time.Duration {
 	if s.cfg.StreamWriteTimeout > 0 {
@@ -341,20 +384,85 @@ func (s *Server) streamWriteTimeout() time.Duration {
 	return defaultStreamWriteTimeout
 }
 
-// sseWriter writes the events of one streamed execution. Callers hold mu.
-// After a failed write it drops every later event and has cancelled the
-// run.
+func (s *Server) streamHeartbeat() time.Duration {
+	if s.cfg.StreamHeartbeat > 0 {
+		return s.cfg.StreamHeartbeat
+	}
+	return defaultStreamHeartbeat
+}
+
+// heartbeatComment is the SSE comment line sent while a stream is silent;
+// SSE clients ignore lines that start with a colon.
+const heartbeatComment = ": keepalive\n\n"
+
+// sseWriter writes the events of one streamed execution. Callers of event
+// hold mu. After a failed write it drops every later write and has
+// cancelled the run.
 type sseWriter struct {
 	mu      sync.Mutex
 	w       http.ResponseWriter
 	rc      *http.ResponseController
 	timeout time.Duration
 	cancel  context.CancelFunc
-	started bool
+	started bool // headers sent
 	err     error
+
+	every   time.Duration // heartbeat
+	last    time.Time     // of the latest write
+	beat    *time.Timer   // runs heartbeat
+	stopped bool          // no heartbeat after stopHeartbeat
+}
+
+// startHeartbeat arms the timer: the headers go out after hold unless a
+// write came first, then a comment line after every silence of every.
+func (sw *sseWriter) startHeartbeat(hold, every time.Duration) {
+	sw.mu.Lock()
+	defer sw.mu.Unlock()
+	sw.every = every
+	sw.beat = time.AfterFunc(hold, sw.heartbeat)
+}
+
+// heartbeat runs on the timer: it sends the headers if nothing has yet,
+// or a comment when the stream has been silent for the heartbeat, and
+// re-arms the timer.
+func (sw *sseWriter) heartbeat() {
+	sw.mu.Lock()
+	defer sw.mu.Unlock()
+	if sw.stopped || sw.err != nil {
+		return
+	}
+	if !sw.started {
+		sw.write(nil)
+		sw.beat.Reset(sw.every)
+		return
+	}
+	if wait := sw.every - time.Since(sw.last); wait > 0 {
+		sw.beat.Reset(wait)
+		return
+	}
+	sw.write(func(w http.ResponseWriter) error {
+		_, err := io.WriteString(w, heartbeatComment)
+		return err
+	})
+	sw.beat.Reset(sw.every)
+}
+
+// stopHeartbeat ends the heartbeat; the caller holds mu, so no heartbeat
+// is being written and none follows.
+func (sw *sseWriter) stopHeartbeat() {
+	sw.stopped = true
+	if sw.beat != nil {
+		sw.beat.Stop()
+	}
 }
 
 func (sw *sseWriter) event(name string, v any) {
+	sw.write(func(w http.ResponseWriter) error { return writeEvent(w, name, v) })
+}
+
+// write sends the headers if they are not out yet, then runs f (if any)
+// on the response under the write deadline, and flushes. Callers hold mu.
+func (sw *sseWriter) write(f func(http.ResponseWriter) error) {
 	if sw.err != nil {
 		return
 	}
@@ -372,21 +480,25 @@ func (sw *sseWriter) event(name string, v any) {
 		h.Set("X-Accel-Buffering", "no")
 		sw.w.WriteHeader(http.StatusOK)
 	}
-	if err := writeEvent(sw.w, name, v); err != nil {
-		sw.fail(err)
-		return
+	if f != nil {
+		if err := f(sw.w); err != nil {
+			sw.fail(err)
+			return
+		}
 	}
 	if err := sw.rc.Flush(); err != nil && !errors.Is(err, http.ErrNotSupported) {
 		sw.fail(err)
+		return
 	}
+	sw.last = time.Now()
 }
 
 func (sw *sseWriter) fail(err error) {
-	sw.err = fmt.Errorf("writing an event: %w", err)
+	sw.err = fmt.Errorf("writing to the stream: %w", err)
 	sw.cancel()
 }
 
-// clearDeadline lifts the last event's deadline so it cannot cut a later
+// clearDeadline lifts the last write's deadline so it cannot cut a later
 // response on the same connection.
 func (sw *sseWriter) clearDeadline() {
 	if sw.started && sw.err == nil {
@@ -409,8 +521,8 @@ func (s *Server) executeStateless(w http.ResponseWriter, r *http.Request) error 
 	if err := decodeJSON(r, &req); err != nil {
 		return err
 	}
-	if strings.TrimSpace(req.Language) == "" {
-		return apiErr(http.StatusBadRequest, "invalid_request", "language is required")
+	if err := s.checkLanguage(req.Language); err != nil {
+		return err
 	}
 	ereq, err := s.execRequest(p, &req)
 	if err != nil {

@@ -24,11 +24,16 @@ import (
 // setupEgress when egress is enabled and read by wireServices.
 var egressLog *egressTrail
 
-// wireEgress serves GET /v1/sessions/{id}/egress when egress is enabled.
-func wireEgress(srv *api.Server) {
+// wireEgress serves GET /v1/sessions/{id}/egress from the egress trail:
+// the proxy's when egress is enabled, else the store's alone (no new
+// decisions; those of runs with egress on stay readable for
+// egress.audit_retention).
+func wireEgress(srv *api.Server, st *store.Store) {
 	if egressLog != nil {
 		srv.SetEgressLog(egressLog)
+		return
 	}
+	srv.SetEgressLog(&egressTrail{st: st})
 }
 
 // egressFlushInterval is how often queued egress decisions are written to
@@ -338,7 +343,7 @@ type decisionJSON struct {
 // implements api.EgressLog. Safe for concurrent use.
 type egressTrail struct {
 	st *store.Store
-	w  *store.EgressWriter
+	w  *store.EgressWriter // nil when egress is off: nothing is queued
 }
 
 // EgressDecisions returns the session's latest limit decisions, oldest
@@ -346,7 +351,9 @@ type egressTrail struct {
 func (t *egressTrail) EgressDecisions(ctx context.Context, sessionID string, limit int) (any, error) {
 	// The caller's latest decisions count; a client hanging up must not
 	// abort the write of rows already taken off the queue.
-	t.w.Flush(context.WithoutCancel(ctx))
+	if t.w != nil {
+		t.w.Flush(context.WithoutCancel(ctx))
+	}
 	rows, err := t.st.EgressDecisions(ctx, sessionID, limit)
 	if err != nil {
 		return nil, err

@@ -28,7 +28,7 @@ func wireMetrics(srv *api.Server, ex *executor.Executor, mir *mirror.Mirror) htt
 	m := processMetrics()
 	srv.SetObserver(m)
 	m.RegisterSessionsByPlan(srv.SessionsByPlan)
-	m.RegisterSandboxStats(func() (int, int) { return liveSandboxes(), ex.WarmReady() })
+	m.RegisterSandboxStats(func() (int, int) { return liveSandboxes(ex.SandboxIDs(), executor.CgroupDirs()), ex.WarmReady() })
 	m.RegisterReadiness(srv.ReadinessByCheck)
 	m.RegisterMirrorArtifacts(func() ([]metrics.ArtifactCount, error) { return mirrorCounts(context.Background(), mir) })
 	return m.Handler()
@@ -59,12 +59,20 @@ func mirrorCounts(ctx context.Context, mir *mirror.Mirror) ([]metrics.ArtifactCo
 	return out, nil
 }
 
-// liveSandboxes counts running sandboxes by their per-sandbox cgroups (one
-// folder per sandbox under each controller).
-func liveSandboxes() int {
-	ids := map[string]bool{}
-	for _, dir := range executor.CgroupDirs() {
-		ids[filepath.Base(dir)] = true
+// liveSandboxes counts this server's running sandboxes: those of its own
+// (own: the ids in its runsc root) that have a cgroup folder (cgroupDirs,
+// one folder per running sandbox under each controller). Other servers'
+// sandboxes on the host have cgroups there too and are not counted.
+func liveSandboxes(own, cgroupDirs []string) int {
+	running := map[string]bool{}
+	for _, dir := range cgroupDirs {
+		running[filepath.Base(dir)] = true
 	}
-	return len(ids)
+	n := 0
+	for _, id := range own {
+		if running[id] {
+			n++
+		}
+	}
+	return n
 }

@@ -13,7 +13,7 @@ import (
 // wireServices connects the optional API surfaces to their services. Each
 // line is one feature; keep them one line each.
 func wireServices(ctx context.Context, env *Env, srv *api.Server, ex *executor.Executor, mir *mirror.Mirror, front mirrorFront, st *store.Store) {
-	wireEgress(srv)
+	wireEgress(srv, st)
 	wireInstall(ctx, env, srv, ex, mir, front)
 	srv.SetPackages(mirrorPackages{mir})
 	srv.Handle("/mcp", mcp.NewHTTPHandler(srv, mcp.Options{Version: Version, Logger: env.Log}))

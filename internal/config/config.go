@@ -74,6 +74,11 @@ type Server struct {
 	ShutdownGrace Duration `yaml:"shutdown_grace"`
 	DrainDelay    Duration `yaml:"drain_delay"`
 	ReapInterval  Duration `yaml:"reap_interval"`
+	// StreamHeartbeat is how long a streamed execution (Server-Sent
+	// Events) may be silent before the server sends a comment line
+	// (": keepalive"), so that clients and proxies with read timeouts keep
+	// a quiet program's stream. From 1s to 5m.
+	StreamHeartbeat Duration `yaml:"stream_heartbeat"`
 }
 
 // Executor holds sandbox runtime settings.
@@ -98,6 +103,11 @@ type Executor struct {
 type Limits struct {
 	DefaultTimeout Duration `yaml:"default_timeout"`
 	MaxTimeout     Duration `yaml:"max_timeout"`
+	// MaxOutputBytes caps stdout and stderr each (not their sum): a run
+	// keeps up to this many bytes of each, and the first stream to go over
+	// ends the run with status output_limit and truncated true (the other
+	// keeps what it had). A failed compile step's output (on stderr) is
+	// also cut at 256 KiB.
 	MaxOutputBytes int64    `yaml:"max_output_bytes"`
 	DefaultIdleTTL Duration `yaml:"default_idle_ttl"`
 	MaxIdleTTL     Duration `yaml:"max_idle_ttl"`
@@ -169,6 +179,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Server.ShutdownGrace.D() < 0 || c.Server.DrainDelay.D() < 0 {
 		bad("server.shutdown_grace and server.drain_delay: must not be negative")
+	}
+	if d := c.Server.StreamHeartbeat.D(); d < time.Second || d > 5*time.Minute {
+		bad("server.stream_heartbeat: must be from 1s to 5m, got %s", d)
 	}
 	e := c.Executor
 	if e.Runsc == "" {

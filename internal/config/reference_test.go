@@ -321,7 +321,6 @@ var fallbackDocs = map[string]string{
 	"limits":                   "Per-call and per-session limits (plans may lower them).",
 	"limits.default_timeout":   "Execution timeout when a call gives none.",
 	"limits.max_timeout":       "Largest timeout a call may ask for.",
-	"limits.max_output_bytes":  "stdout plus stderr kept per execution; status output_limit above it.",
 	"limits.default_idle_ttl":  "Idle time after which a session is reaped, when the request gives none.",
 	"limits.max_idle_ttl":      "Largest idle_ttl a request may ask for.",
 	"limits.max_code_bytes":    "Largest code field.",

@@ -122,16 +122,16 @@ func TestKeysCannotSeeEachOthersSessions(t *testing.T) {
 	// Every session route, as another key: 404 with code not_found, as if
 	// the session did not exist, and nothing changes. The code matters: a
 	// route that is not mounted is a 404 too (no_route). GET
-	// /v1/sessions/{id}/egress is mounted only with egress on, which this
-	// server has off; its isolation is tested with egress on in
-	// egress_test.go ("another key's egress log", "another key reads the
-	// trail").
+	// /v1/sessions/{id}/egress is mounted with egress off too (this
+	// server); its isolation with egress on is tested in egress_test.go
+	// ("another key's egress log", "another key reads the trail").
 	for _, tc := range []struct {
 		method, path string
 		body         any
 	}{
 		{"GET", "/v1/sessions/" + id, nil},
 		{"POST", "/v1/sessions/" + id + "/execute", map[string]any{"code": "echo hi"}},
+		{"GET", "/v1/sessions/" + id + "/egress", nil},
 		{"GET", "/v1/sessions/" + id + "/files?path=f", nil},
 		{"GET", "/v1/sessions/" + id + "/files?dir=/home/sandbox", nil},
 		{"PUT", "/v1/sessions/" + id + "/files?path=f", []byte("overwritten")},
