@@ -2,15 +2,11 @@ package egress
 
 import (
 	"bytes"
-	"context"
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"os"
-	"sync"
-	"sync/atomic"
 	"time"
 )
 
@@ -64,124 +60,4 @@ func peekClientHello(conn net.Conn, timeout time.Duration) (sni string, consumed
 		return "", rc.buf.Bytes(), fmt.Errorf("reading ClientHello: %w: %w", ErrNotTLS, herr)
 	}
 	return hello.ServerName, rc.buf.Bytes(), nil
-}
-
-// Copy buffers. A pipe reads into its own small buffer while traffic is
-// light and borrows a large one from largePool once a read fills the buffer
-// it has (more is queued in the socket), until a read comes back short. A
-// bulk transfer then moves up to largeBuf per read(2)/write(2) pair, while
-// a quiet tunnel, blocked in Read, holds only its two small buffers.
-//
-// The copy is a plain read/write rather than splice(2) (which io.Copy
-// between two *net.TCPConn uses): measured on loopback it costs less CPU
-// per byte and keeps up with a direct connection, while Go's splice moves
-// only what is queued per socket->pipe->socket round and wakes more often.
-const (
-	smallBuf = 32 << 10
-	largeBuf = 256 << 10
-)
-
-var largePool = sync.Pool{New: func() any { b := make([]byte, largeBuf); return &b }}
-
-// tunnel is one client<->upstream connection pair. Only client and
-// upstream need setting; run moves the bytes. up and down count the bytes
-// delivered each way and may be read at any time; close is idempotent and
-// safe from any goroutine.
-type tunnel struct {
-	client, upstream net.Conn
-	up, down         atomic.Int64
-	start            time.Time    // set by run
-	last             atomic.Int64 // when a byte last moved, nanoseconds since start
-	once             sync.Once
-}
-
-func (t *tunnel) close() {
-	t.once.Do(func() {
-		t.client.Close()
-		t.upstream.Close()
-	})
-}
-
-// touch records that bytes moved now (on the monotonic clock).
-func (t *tunnel) touch() { t.last.Store(int64(time.Since(t.start))) }
-
-// idleFor is how long no byte has moved either way.
-func (t *tunnel) idleFor() time.Duration { return time.Since(t.start) - time.Duration(t.last.Load()) }
-
-// run copies both ways until both directions have ended, either fails,
-// no byte moved either way for idle, or ctx is done. It closes both
-// connections before returning. A watchdog timer, re-armed only when it
-// expires, enforces idle, so the copy loops set no deadlines. Progress is
-// seen per read and per write (at most largeBuf), so a receiver taking
-// longer than idle to accept one write counts as stalled.
-func (t *tunnel) run(ctx context.Context, idle time.Duration) {
-	t.start = time.Now()
-	ended := make(chan struct{}, 2)
-	go func() { t.pipe(t.upstream, t.client, &t.up); ended <- struct{}{} }()
-	go func() { t.pipe(t.client, t.upstream, &t.down); ended <- struct{}{} }()
-	watchdog := time.NewTimer(idle)
-	defer watchdog.Stop()
-	done := ctx.Done()
-	for open := 2; open > 0; {
-		select {
-		case <-ended:
-			open--
-		case <-done:
-			t.close()
-			done = nil
-		case <-watchdog.C:
-			if left := idle - t.idleFor(); left > 0 {
-				watchdog.Reset(left)
-			} else {
-				t.close()
-			}
-		}
-	}
-	t.close()
-}
-
-type closeWriter interface{ CloseWrite() error }
-
-// pipe copies src to dst and counts the bytes written into n. At EOF from
-// src it half-closes dst (or, if dst cannot, the tunnel) so the other
-// direction can finish; any other error closes the tunnel.
-func (t *tunnel) pipe(dst, src net.Conn, n *atomic.Int64) {
-	small := make([]byte, smallBuf)
-	buf := small
-	var large *[]byte
-	defer func() {
-		if large != nil {
-			largePool.Put(large)
-		}
-	}()
-	for {
-		r, err := src.Read(buf)
-		if r > 0 {
-			t.touch()
-			w, werr := dst.Write(buf[:r])
-			n.Add(int64(w))
-			t.touch()
-			if werr != nil {
-				t.close()
-				return
-			}
-		}
-		if err != nil {
-			if cw, ok := dst.(closeWriter); ok && errors.Is(err, io.EOF) {
-				if cw.CloseWrite() == nil {
-					return
-				}
-			}
-			t.close()
-			return
-		}
-		switch {
-		case r == len(buf) && large == nil:
-			large = largePool.Get().(*[]byte)
-			buf = *large
-		case r < len(buf) && large != nil:
-			largePool.Put(large)
-			large, buf = nil, small
-		}
-	}
 }
