@@ -255,6 +255,10 @@ func fakeInternet() (*x509.CertPool, netip.AddrPort, string, error) {
 		q := r.Question[0]
 		if q.Qtype == dns.TypeA && strings.HasSuffix(q.Name, ".example.com.") {
 			m.Answer = append(m.Answer, &dns.A{Hdr: dns.RR_Header{Name: q.Name, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: 1}, A: publicIP.AsSlice()})
+		} else {
+			// NODATA carries the zone's SOA, as real servers send it (RFC 2308).
+			m.Ns = append(m.Ns, &dns.SOA{Hdr: dns.RR_Header{Name: "example.com.", Rrtype: dns.TypeSOA, Class: dns.ClassINET, Ttl: 1},
+				Ns: "ns.example.com.", Mbox: "hostmaster.example.com.", Serial: 1, Refresh: 3600, Retry: 600, Expire: 86400, Minttl: 1})
 		}
 		w.WriteMsg(m)
 	})
