@@ -10,7 +10,6 @@ import (
 	"math/rand/v2"
 	"net"
 	"os"
-	"runtime"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -50,31 +49,12 @@ type tunnelRig struct {
 	cancel          context.CancelFunc
 }
 
-// copyPath is how a tunnel moves bytes: in the kernel between the raw
-// sockets, or in user space (for connections that are not TCP sockets).
-type copyPath string
-
-const (
-	kernelPath    copyPath = "kernel"
-	userspacePath copyPath = "userspace"
-)
-
-var copyPaths = []copyPath{kernelPath, userspacePath}
-
-// opaqueConn hides the TCP socket under it, as a wrapper the tunnel does
-// not know would, so the tunnel takes the user-space path.
-type opaqueConn struct{ *net.TCPConn }
-
-func startTunnel(t *testing.T, idle time.Duration, path ...copyPath) *tunnelRig {
+func startTunnel(t *testing.T, idle time.Duration) *tunnelRig {
 	t.Helper()
 	client, sandbox := tcpPair(t)
 	upstream, server := tcpPair(t)
 	ctx, cancel := context.WithCancel(context.Background())
-	tun := &tunnel{client: client, upstream: upstream}
-	if len(path) > 0 && path[0] == userspacePath {
-		tun = &tunnel{client: opaqueConn{client}, upstream: opaqueConn{upstream}}
-	}
-	r := &tunnelRig{tun: tun, sandbox: sandbox, server: server, done: make(chan struct{}), cancel: cancel}
+	r := &tunnelRig{tun: &tunnel{client: client, upstream: upstream}, sandbox: sandbox, server: server, done: make(chan struct{}), cancel: cancel}
 	go func() { r.tun.run(ctx, idle); close(r.done) }()
 	t.Cleanup(func() {
 		cancel()
@@ -120,8 +100,8 @@ func randomBytes(seed uint64, n int) []byte {
 	return b
 }
 
-// TestTunnelCopiesAndCounts moves known payloads both ways at once, on
-// both copy paths and across buffer and pipe sizes, and checks content, the byte
+// TestTunnelCopiesAndCounts moves known payloads both ways at once,
+// across the small/large buffer switch, and checks content, the byte
 // counts and that the tunnel ends once both sides have half-closed.
 func TestTunnelCopiesAndCounts(t *testing.T) {
 	t.Parallel()
@@ -131,108 +111,58 @@ func TestTunnelCopiesAndCounts(t *testing.T) {
 	}{
 		{name: "empty", up: 0, down: 0},
 		{name: "one byte each way", up: 1, down: 1},
-		{name: "buffer edges", up: fallbackBuf, down: fallbackBuf + 1},
-		{name: "splice pipe edges", up: 1<<20 - 1, down: 3<<20 + 7},
+		{name: "small buffer edges", up: smallBuf, down: smallBuf + 1},
+		{name: "large buffer edges", up: largeBuf - 1, down: 3*largeBuf + 7},
 		{name: "bulk download", up: 517, down: 8<<20 + 13},
 		{name: "bulk upload", up: 4<<20 + 5, down: 301},
-	}
-	for _, path := range copyPaths {
-		for _, tt := range tests {
-			t.Run(string(path)+"/"+tt.name, func(t *testing.T) {
-				t.Parallel()
-				r := startTunnel(t, time.Minute, path)
-				upData, downData := randomBytes(1, tt.up), randomBytes(2, tt.down)
-				type result struct {
-					got []byte
-					err error
-				}
-				// Each end writes its payload, half-closes, and reports what it reads.
-				end := func(c *net.TCPConn, out []byte, got chan<- result) {
-					go func() {
-						if _, err := c.Write(out); err != nil {
-							got <- result{err: fmt.Errorf("writing: %w", err)}
-							return
-						}
-						if err := c.CloseWrite(); err != nil {
-							got <- result{err: fmt.Errorf("half-closing: %w", err)}
-						}
-					}()
-					go func() {
-						b, err := io.ReadAll(c)
-						got <- result{b, err}
-					}()
-				}
-				atServer, atSandbox := make(chan result, 2), make(chan result, 2)
-				end(r.sandbox, upData, atSandbox)
-				end(r.server, downData, atServer)
-				for _, c := range []struct {
-					name string
-					got  <-chan result
-					want []byte
-				}{{"server", atServer, upData}, {"sandbox", atSandbox, downData}} {
-					res := <-c.got
-					if res.err != nil {
-						t.Fatalf("%s: %v", c.name, res.err)
-					}
-					if !bytes.Equal(res.got, c.want) {
-						t.Fatalf("%s got %d bytes differing from the %d sent", c.name, len(res.got), len(c.want))
-					}
-				}
-				r.wait(t, 5*time.Second)
-				if got, want := r.tun.up.Load(), int64(tt.up); got != want {
-					t.Errorf("up = %d, want %d", got, want)
-				}
-				if got, want := r.tun.down.Load(), int64(tt.down); got != want {
-					t.Errorf("down = %d, want %d", got, want)
-				}
-			})
-		}
-	}
-}
-
-// TestTunnelUnwrapsProxyConns: a hijacked client arrives wrapped (pending
-// cap, bytes the HTTP server read ahead); the tunnel copies between the
-// sockets under the wrappers, forwarding the read-ahead bytes first and
-// counting them, and still closes through the wrappers.
-func TestTunnelUnwrapsProxyConns(t *testing.T) {
-	t.Parallel()
-	tests := []struct {
-		name string
-		wrap func(c *net.TCPConn, l *pendingListener) net.Conn
-		pre  string
-	}{
-		{name: "raw", wrap: func(c *net.TCPConn, _ *pendingListener) net.Conn { return c }},
-		{name: "pending", wrap: func(c *net.TCPConn, l *pendingListener) net.Conn { return &pendingConn{Conn: c, l: l} }},
-		{name: "prefixed pending", pre: "early bytes", wrap: func(c *net.TCPConn, l *pendingListener) net.Conn {
-			return &prefixedConn{Conn: &pendingConn{Conn: c, l: l}, pre: []byte("early bytes")}
-		}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			client, sandbox := tcpPair(t)
-			upstream, server := tcpPair(t)
-			l := &pendingListener{max: 1}
-			l.n.Store(1)
-			tun := &tunnel{client: tt.wrap(client, l), upstream: upstream}
-			done := make(chan struct{})
-			go func() { tun.run(context.Background(), time.Minute); close(done) }()
-			sandbox.Write([]byte("hello"))
-			sandbox.CloseWrite()
-			got, err := io.ReadAll(server)
-			if want := tt.pre + "hello"; err != nil || string(got) != want {
-				t.Fatalf("server read %q, %v; want %q", got, err, want)
+			r := startTunnel(t, time.Minute)
+			upData, downData := randomBytes(1, tt.up), randomBytes(2, tt.down)
+			type result struct {
+				got []byte
+				err error
 			}
-			server.Close()
-			<-done
-			if runtime.GOOS == "linux" && tun.rawClient == nil {
-				t.Error("tunnel copied in user space")
+			// Each end writes its payload, half-closes, and reports what it reads.
+			end := func(c *net.TCPConn, out []byte, got chan<- result) {
+				go func() {
+					if _, err := c.Write(out); err != nil {
+						got <- result{err: fmt.Errorf("writing: %w", err)}
+						return
+					}
+					if err := c.CloseWrite(); err != nil {
+						got <- result{err: fmt.Errorf("half-closing: %w", err)}
+					}
+				}()
+				go func() {
+					b, err := io.ReadAll(c)
+					got <- result{b, err}
+				}()
 			}
-			if got, want := tun.up.Load(), int64(len(tt.pre)+5); got != want {
+			atServer, atSandbox := make(chan result, 2), make(chan result, 2)
+			end(r.sandbox, upData, atSandbox)
+			end(r.server, downData, atServer)
+			for _, c := range []struct {
+				name string
+				got  <-chan result
+				want []byte
+			}{{"server", atServer, upData}, {"sandbox", atSandbox, downData}} {
+				res := <-c.got
+				if res.err != nil {
+					t.Fatalf("%s: %v", c.name, res.err)
+				}
+				if !bytes.Equal(res.got, c.want) {
+					t.Fatalf("%s got %d bytes differing from the %d sent", c.name, len(res.got), len(c.want))
+				}
+			}
+			r.wait(t, 5*time.Second)
+			if got, want := r.tun.up.Load(), int64(tt.up); got != want {
 				t.Errorf("up = %d, want %d", got, want)
 			}
-			if n := l.pending(); tt.name != "raw" && n != 0 {
-				t.Errorf("pending = %d after close, want 0 (closed through the wrapper)", n)
+			if got, want := r.tun.down.Load(), int64(tt.down); got != want {
+				t.Errorf("down = %d, want %d", got, want)
 			}
 		})
 	}
@@ -267,8 +197,7 @@ func TestTunnelHalfClose(t *testing.T) {
 
 // TestTunnelIdle: the tunnel ends idle after the last byte moved in
 // either direction, not before, and closes both sides; a tunnel busy for
-// longer than idle (a trickle, or bulk moving in the kernel where no Go
-// code sees a read) stays open. On both copy paths.
+// longer than idle (a trickle, or bulk in either direction) stays open.
 func TestTunnelIdle(t *testing.T) {
 	t.Parallel()
 	// Generous against scheduling stalls on a loaded machine (-race, CI):
@@ -292,7 +221,7 @@ func TestTunnelIdle(t *testing.T) {
 		}},
 		{name: "trickle up after a bulk transfer", busy: 2 * idle, traffic: func(r *tunnelRig, stop <-chan struct{}) {
 			go io.Copy(io.Discard, r.server)
-			r.sandbox.Write(make([]byte, 1<<20))
+			r.sandbox.Write(make([]byte, 1<<20)) // switches to the large buffer
 			trickle(r.sandbox, stop)
 		}},
 		{name: "bulk down", busy: 3 * idle, traffic: func(r *tunnelRig, stop <-chan struct{}) {
@@ -304,28 +233,26 @@ func TestTunnelIdle(t *testing.T) {
 			flood(r.sandbox, stop)
 		}},
 	}
-	for _, path := range copyPaths {
-		for _, tt := range tests {
-			t.Run(string(path)+"/"+tt.name, func(t *testing.T) {
-				t.Parallel()
-				r := startTunnel(t, idle, path)
-				start := time.Now()
-				if tt.traffic != nil {
-					stop := make(chan struct{})
-					go tt.traffic(r, stop)
-					time.Sleep(tt.busy)
-					r.running(t)
-					close(stop)
-					start = time.Now()
-				}
-				r.wait(t, idle+2*time.Second)
-				if waited := time.Since(start); waited < idle-50*time.Millisecond { // trickle's last byte is up to 20ms old
-					t.Fatalf("closed after %v of quiet, idle is %v", waited, idle)
-				}
-				closedEnd(t, "sandbox side", r.sandbox, time.Second)
-				closedEnd(t, "server side", r.server, time.Second)
-			})
-		}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			r := startTunnel(t, idle)
+			start := time.Now()
+			if tt.traffic != nil {
+				stop := make(chan struct{})
+				go tt.traffic(r, stop)
+				time.Sleep(tt.busy)
+				r.running(t)
+				close(stop)
+				start = time.Now()
+			}
+			r.wait(t, idle+2*time.Second)
+			if waited := time.Since(start); waited < idle-50*time.Millisecond { // trickle's last byte is up to 20ms old
+				t.Fatalf("closed after %v of quiet, idle is %v", waited, idle)
+			}
+			closedEnd(t, "sandbox side", r.sandbox, time.Second)
+			closedEnd(t, "server side", r.server, time.Second)
+		})
 	}
 }
 
@@ -366,26 +293,21 @@ func trickle(c net.Conn, stop <-chan struct{}) {
 func TestTunnelStalledReader(t *testing.T) {
 	t.Parallel()
 	const idle = 300 * time.Millisecond
-	for _, path := range copyPaths {
-		t.Run(string(path), func(t *testing.T) {
-			t.Parallel()
-			r := startTunnel(t, idle, path)
-			var wrote atomic.Int64
-			go func() {
-				b := make([]byte, 64<<10)
-				for {
-					n, err := r.server.Write(b)
-					wrote.Add(int64(n))
-					if err != nil {
-						return
-					}
-				}
-			}()
-			r.wait(t, idle+5*time.Second)
-			if r.tun.down.Load() == 0 {
-				t.Fatalf("nothing delivered of %d written", wrote.Load())
+	r := startTunnel(t, idle)
+	var wrote atomic.Int64
+	go func() {
+		b := make([]byte, 64<<10)
+		for {
+			n, err := r.server.Write(b)
+			wrote.Add(int64(n))
+			if err != nil {
+				return
 			}
-		})
+		}
+	}()
+	r.wait(t, idle+5*time.Second)
+	if r.tun.down.Load() == 0 {
+		t.Fatalf("nothing delivered of %d written", wrote.Load())
 	}
 }
 
