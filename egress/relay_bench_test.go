@@ -25,7 +25,7 @@ func processCPU(tb testing.TB) time.Duration {
 // *net.TCPConn (splice(2) on Linux), with the same sender and receiver.
 // It reports MiB/s and the process CPU per GiB; the copy's own cost is its
 // CPU minus direct's. The tunnel copies in user space because this
-// measured cheaper than splice (see relay.go).
+// measured cheaper than splice (see tunnel.go).
 func BenchmarkTunnelCopy(b *testing.B) {
 	const size = 256 << 20
 	// relay starts whatever copies from near (the client side) to far

@@ -2,11 +2,15 @@ package egress
 
 import (
 	"bytes"
+	"context"
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
+	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -60,4 +64,130 @@ func peekClientHello(conn net.Conn, timeout time.Duration) (sni string, consumed
 		return "", rc.buf.Bytes(), fmt.Errorf("reading ClientHello: %w: %w", ErrNotTLS, herr)
 	}
 	return hello.ServerName, rc.buf.Bytes(), nil
+}
+
+// Copy buffers. A pipe reads into its own small buffer while traffic is
+// light and borrows a large one from largePool once a read fills the buffer
+// it has (more is queued in the socket), until a read comes back short. A
+// bulk transfer then moves up to largeBuf per read(2)/write(2) pair, while
+// a quiet tunnel, blocked in Read, holds only its two small buffers.
+//
+// The copy is a plain read/write rather than splice(2) (which io.Copy
+// between two *net.TCPConn uses). BenchmarkTunnelCopy measures both on
+// loopback; on this project's 2-vCPU VM (Linux 6.18, 2026-12-01) the
+// process used 535-615 ms of CPU per GiB through this copy against 574-734
+// ms through splice (direct: 241-285 ms), and splice moved no more bytes
+// per second: Go's splice moves only what is queued per
+// socket->pipe->socket round, and the receiver then copies page-sized
+// fragments.
+const (
+	smallBuf = 32 << 10
+	largeBuf = 256 << 10
+)
+
+var largePool = sync.Pool{New: func() any { b := make([]byte, largeBuf); return &b }}
+
+// maxIdleCheck bounds the watchdog's sampling interval, so a long idle
+// timeout is still enforced within this much of its end.
+const maxIdleCheck = 15 * time.Second
+
+// tunnel is one client<->upstream connection pair. Only client and
+// upstream need setting; run moves the bytes. up and down count the bytes
+// delivered each way and may be read at any time; close is idempotent and
+// safe from any goroutine.
+type tunnel struct {
+	client, upstream net.Conn
+	up, down         atomic.Int64
+	once             sync.Once
+}
+
+func (t *tunnel) close() {
+	t.once.Do(func() {
+		t.client.Close()
+		t.upstream.Close()
+	})
+}
+
+// run copies both ways until both directions have ended, either fails,
+// no byte moved either way for idle, or ctx is done. It closes both
+// connections before returning.
+//
+// The copy loops do no timekeeping: the byte counts they keep anyway are
+// the progress signal. A watchdog samples them every idle/4 (at most
+// maxIdleCheck) and closes the tunnel once they have not changed for idle,
+// so it ends between idle and idle plus one interval after the last byte
+// moved, never earlier. Progress is counted per write (at most largeBuf),
+// so a receiver taking longer than idle to accept one write counts as
+// stalled.
+func (t *tunnel) run(ctx context.Context, idle time.Duration) {
+	ended := make(chan struct{}, 2)
+	go func() { t.pipe(t.upstream, t.client, &t.up); ended <- struct{}{} }()
+	go func() { t.pipe(t.client, t.upstream, &t.down); ended <- struct{}{} }()
+	watchdog := time.NewTicker(min(max(idle/4, time.Millisecond), maxIdleCheck))
+	defer watchdog.Stop()
+	moved, movedAt := t.moved(), time.Now()
+	done := ctx.Done()
+	for open := 2; open > 0; {
+		select {
+		case <-ended:
+			open--
+		case <-done:
+			t.close()
+			done = nil
+		case now := <-watchdog.C:
+			if m := t.moved(); m != moved {
+				moved, movedAt = m, now
+			} else if now.Sub(movedAt) >= idle {
+				t.close()
+			}
+		}
+	}
+	t.close()
+}
+
+// moved is the bytes delivered so far, both ways.
+func (t *tunnel) moved() int64 { return t.up.Load() + t.down.Load() }
+
+type closeWriter interface{ CloseWrite() error }
+
+// pipe copies src to dst and counts the bytes written into n. At EOF from
+// src it half-closes dst (or, if dst cannot, the tunnel) so the other
+// direction can finish; any other error closes the tunnel.
+func (t *tunnel) pipe(dst, src net.Conn, n *atomic.Int64) {
+	small := make([]byte, smallBuf)
+	buf := small
+	var large *[]byte
+	defer func() {
+		if large != nil {
+			largePool.Put(large)
+		}
+	}()
+	for {
+		r, err := src.Read(buf)
+		if r > 0 {
+			w, werr := dst.Write(buf[:r])
+			n.Add(int64(w))
+			if werr != nil {
+				t.close()
+				return
+			}
+		}
+		if err != nil {
+			if cw, ok := dst.(closeWriter); ok && errors.Is(err, io.EOF) {
+				if cw.CloseWrite() == nil {
+					return
+				}
+			}
+			t.close()
+			return
+		}
+		switch {
+		case r == len(buf) && large == nil:
+			large = largePool.Get().(*[]byte)
+			buf = *large
+		case r < len(buf) && large != nil:
+			largePool.Put(large)
+			large, buf = nil, small
+		}
+	}
 }
