@@ -74,10 +74,11 @@ func peekClientHello(conn net.Conn, timeout time.Duration) (sni string, consumed
 //
 // The copy is a plain read/write rather than splice(2) (which io.Copy
 // between two *net.TCPConn uses). BenchmarkTunnelCopy measures both on
-// loopback; on this project's 2-vCPU VM (Linux 6.18, 2026-12-01) the
-// process used 535-615 ms of CPU per GiB through this copy against 574-734
-// ms through splice (direct: 241-285 ms), and splice moved no more bytes
-// per second: Go's splice moves only what is queued per
+// loopback; on this project's 2-vCPU VM (Linux 6.18, busy, 2026-12-01), in
+// ten runs alternating the two, the process used 535-810 ms of CPU per GiB
+// through this copy and 574-920 ms through splice (less with this copy in
+// 9 of 10 runs; direct about 250-350 ms), and this copy moved more bytes
+// per second in 7 of 10: Go's splice moves only what is queued per
 // socket->pipe->socket round, and the receiver then copies page-sized
 // fragments.
 const (
