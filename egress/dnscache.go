@@ -58,7 +58,9 @@ func (c *dnsCache) get(k cacheKey, now time.Time) ([]netip.Addr, bool) {
 }
 
 // put keeps addrs for ttl (capped at maxCacheTTL); ttl 0 keeps nothing.
-// When full it drops expired entries, then arbitrary ones.
+// When full it drops expired entries, then arbitrary ones down to 7/8 of
+// the bound, so a stream of new names (a sandbox may invent any number
+// under an allowed wildcard) pays for a sweep only once per maxCacheEntries/8.
 func (c *dnsCache) put(k cacheKey, addrs []netip.Addr, ttl time.Duration, now time.Time) {
 	ttl = min(ttl, maxCacheTTL)
 	if ttl <= 0 {
@@ -76,7 +78,7 @@ func (c *dnsCache) put(k cacheKey, addrs []netip.Addr, ttl time.Duration, now ti
 			}
 		}
 		for ok := range c.m {
-			if len(c.m) < maxCacheEntries {
+			if len(c.m) <= maxCacheEntries*7/8 {
 				break
 			}
 			delete(c.m, ok)
