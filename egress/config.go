@@ -27,7 +27,8 @@ type Config struct {
 	// AllowedPorts are the destination ports a CONNECT may name.
 	AllowedPorts []uint16 `yaml:"allowed_ports"`
 	// Resolvers are the upstream DNS servers ("ip" or "ip:port") the proxy
-	// resolves names with, tried in order.
+	// resolves names with, tried in order. Answers are kept for their TTL,
+	// at most 60s.
 	Resolvers []string `yaml:"resolvers"`
 	// ResolveTimeout bounds each upstream DNS exchange.
 	ResolveTimeout time.Duration `yaml:"resolve_timeout"`
@@ -35,7 +36,8 @@ type Config struct {
 	DialTimeout time.Duration `yaml:"dial_timeout"`
 	// HandshakeTimeout bounds the wait for the client's TLS ClientHello.
 	HandshakeTimeout time.Duration `yaml:"handshake_timeout"`
-	// IdleTimeout closes a tunnel after no byte moved either way for this long.
+	// IdleTimeout closes a tunnel after no byte moved either way for this
+	// long (checked every quarter of it, at most every 15s).
 	IdleTimeout time.Duration `yaml:"idle_timeout"`
 	// MaxTunnelsPerSession caps concurrent tunnels (including those being set up).
 	MaxTunnelsPerSession int `yaml:"max_tunnels_per_session"`

@@ -200,10 +200,14 @@ func (f *fakeNet) ServeDNS(w dns.ResponseWriter, r *dns.Msg) {
 		a(q.Name, pub)
 		aaaa(q.Name, "::ffff:127.0.0.1")
 	case strings.HasPrefix(name, "rebind") && strings.HasSuffix(name, ".evil.test."):
-		if n == 1 {
-			a(q.Name, pub)
-		} else {
-			a(q.Name, "127.0.0.1")
+		// TTL 0, as a rebinding attacker sends, so no cache keeps the
+		// first answer and the next lookup gets the second.
+		ip := pub
+		if n > 1 {
+			ip = "127.0.0.1"
+		}
+		if q.Qtype == dns.TypeA {
+			m.Answer = append(m.Answer, &dns.A{Hdr: dns.RR_Header{Name: q.Name, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: 0}, A: net.ParseIP(ip)})
 		}
 	case name == "cname.evil.test.":
 		cname(q.Name, "loopback.evil.test.")
@@ -233,7 +237,17 @@ func (f *fakeNet) ServeDNS(w dns.ResponseWriter, r *dns.Msg) {
 	default:
 		m.Rcode = dns.RcodeNameError
 	}
+	if m.Rcode == dns.RcodeSuccess && len(m.Answer) == 0 {
+		m.Ns = append(m.Ns, nodataSOA(q.Name)) // as real servers answer NODATA
+	}
 	w.WriteMsg(m)
+}
+
+// nodataSOA is the SOA record an authoritative server puts in a NODATA
+// answer (RFC 2308), with a negative TTL of 1s like the zones' records.
+func nodataSOA(name string) dns.RR {
+	return &dns.SOA{Hdr: dns.RR_Header{Name: name, Rrtype: dns.TypeSOA, Class: dns.ClassINET, Ttl: 1},
+		Ns: "ns." + name, Mbox: "hostmaster." + name, Serial: 1, Refresh: 3600, Retry: 600, Expire: 86400, Minttl: 1}
 }
 
 var sessionSeq atomic.Uint32

@@ -26,11 +26,12 @@ const maxCNAMEDepth = 8
 // Resolver resolves names with miekg/dns against fixed upstream servers,
 // never the system resolver. It queries A and AAAA, follows CNAME chains
 // (ignoring answer records for other owners), and retries over TCP when a
-// UDP answer is truncated. The zero value is not usable; it is safe for
-// concurrent use.
+// UDP answer is truncated. Answers are cached for their TTL (see
+// dnsCache). The zero value is not usable; it is safe for concurrent use.
 type Resolver struct {
 	servers []string
 	timeout time.Duration
+	cache   dnsCache
 }
 
 // NewResolver returns a Resolver for servers ("ip" or "ip:port").
@@ -91,18 +92,35 @@ func (r *Resolver) Resolve(ctx context.Context, host string) ([]netip.Addr, erro
 	return addrs, nil
 }
 
+// lookup answers from the cache or queries, caching the answer for the
+// lowest TTL of the records it used.
 func (r *Resolver) lookup(ctx context.Context, name string, qtype uint16) ([]netip.Addr, error) {
+	key := newCacheKey(name, qtype)
+	if addrs, ok := r.cache.get(key, time.Now()); ok {
+		return addrs, nil
+	}
+	addrs, ttl, err := r.query(ctx, name, qtype)
+	if err == nil {
+		r.cache.put(key, addrs, time.Duration(ttl)*time.Second, time.Now())
+	}
+	return addrs, err
+}
+
+// query resolves name's qtype addresses and returns the lowest TTL of the
+// records that gave the answer (0 if it may not be cached).
+func (r *Resolver) query(ctx context.Context, name string, qtype uint16) ([]netip.Addr, uint32, error) {
 	depth := 0
+	ttl := uint32(maxCacheTTL / time.Second)
 	for {
 		msg, err := r.exchange(ctx, name, qtype)
 		if err != nil {
-			return nil, err
+			return nil, 0, err
 		}
 		if msg.Rcode == dns.RcodeNameError {
-			return nil, fmt.Errorf("looking up %s %s: %w", name, dns.TypeToString[qtype], ErrNXDomain)
+			return nil, 0, fmt.Errorf("looking up %s %s: %w", name, dns.TypeToString[qtype], ErrNXDomain)
 		}
 		if msg.Rcode != dns.RcodeSuccess {
-			return nil, fmt.Errorf("looking up %s %s: rcode %s: %w", name, dns.TypeToString[qtype], dns.RcodeToString[msg.Rcode], ErrResolverFail)
+			return nil, 0, fmt.Errorf("looking up %s %s: rcode %s: %w", name, dns.TypeToString[qtype], dns.RcodeToString[msg.Rcode], ErrResolverFail)
 		}
 		// Walk the chain inside this answer, trusting only records owned
 		// by the current name.
@@ -119,30 +137,33 @@ func (r *Resolver) lookup(ctx context.Context, name string, qtype uint16) ([]net
 					if qtype == dns.TypeA {
 						if a, ok := netip.AddrFromSlice(v.A.To4()); ok {
 							addrs = append(addrs, a)
+							ttl = min(ttl, v.Hdr.Ttl)
 						}
 					}
 				case *dns.AAAA:
 					if qtype == dns.TypeAAAA {
 						if a, ok := netip.AddrFromSlice(v.AAAA.To16()); ok {
 							addrs = append(addrs, a)
+							ttl = min(ttl, v.Hdr.Ttl)
 						}
 					}
 				case *dns.CNAME:
 					next = v.Target
+					ttl = min(ttl, v.Hdr.Ttl)
 				}
 			}
 			if len(addrs) > 0 {
-				return addrs, nil
+				return addrs, ttl, nil
 			}
 			if next == "" {
 				if cur == name {
-					return nil, nil // NODATA
+					return nil, min(ttl, negativeTTL(msg)), nil // NODATA
 				}
 				break // chain leaves this answer: query the target
 			}
 			depth++
 			if depth > maxCNAMEDepth {
-				return nil, fmt.Errorf("looking up %s: %w", name, ErrCNAMEDepth)
+				return nil, 0, fmt.Errorf("looking up %s: %w", name, ErrCNAMEDepth)
 			}
 			cur = next
 		}

@@ -73,15 +73,24 @@ func peekClientHello(conn net.Conn, timeout time.Duration) (sni string, consumed
 // a quiet tunnel, blocked in Read, holds only its two small buffers.
 //
 // The copy is a plain read/write rather than splice(2) (which io.Copy
-// between two *net.TCPConn uses): measured on loopback it costs less CPU
-// per byte and keeps up with a direct connection, while Go's splice moves
-// only what is queued per socket->pipe->socket round and wakes more often.
+// between two *net.TCPConn uses). BenchmarkTunnelCopy measures both on
+// loopback; on this project's 2-vCPU VM (Linux 6.18, busy, 2026-12-01), in
+// ten runs alternating the two, the process used 535-810 ms of CPU per GiB
+// through this copy and 574-920 ms through splice (less with this copy in
+// 9 of 10 runs; direct about 250-350 ms), and this copy moved more bytes
+// per second in 7 of 10: Go's splice moves only what is queued per
+// socket->pipe->socket round, and the receiver then copies page-sized
+// fragments.
 const (
 	smallBuf = 32 << 10
 	largeBuf = 256 << 10
 )
 
 var largePool = sync.Pool{New: func() any { b := make([]byte, largeBuf); return &b }}
+
+// maxIdleCheck bounds the watchdog's sampling interval, so a long idle
+// timeout is still enforced within this much of its end.
+const maxIdleCheck = 15 * time.Second
 
 // tunnel is one client<->upstream connection pair. Only client and
 // upstream need setting; run moves the bytes. up and down count the bytes
@@ -90,8 +99,6 @@ var largePool = sync.Pool{New: func() any { b := make([]byte, largeBuf); return 
 type tunnel struct {
 	client, upstream net.Conn
 	up, down         atomic.Int64
-	start            time.Time    // set by run
-	last             atomic.Int64 // when a byte last moved, nanoseconds since start
 	once             sync.Once
 }
 
@@ -102,25 +109,24 @@ func (t *tunnel) close() {
 	})
 }
 
-// touch records that bytes moved now (on the monotonic clock).
-func (t *tunnel) touch() { t.last.Store(int64(time.Since(t.start))) }
-
-// idleFor is how long no byte has moved either way.
-func (t *tunnel) idleFor() time.Duration { return time.Since(t.start) - time.Duration(t.last.Load()) }
-
 // run copies both ways until both directions have ended, either fails,
 // no byte moved either way for idle, or ctx is done. It closes both
-// connections before returning. A watchdog timer, re-armed only when it
-// expires, enforces idle, so the copy loops set no deadlines. Progress is
-// seen per read and per write (at most largeBuf), so a receiver taking
-// longer than idle to accept one write counts as stalled.
+// connections before returning.
+//
+// The copy loops do no timekeeping: the byte counts they keep anyway are
+// the progress signal. A watchdog samples them every idle/4 (at most
+// maxIdleCheck) and closes the tunnel once they have not changed for idle,
+// so it ends between idle and idle plus one interval after the last byte
+// moved, never earlier. Progress is counted per write (at most largeBuf),
+// so a receiver taking longer than idle to accept one write counts as
+// stalled.
 func (t *tunnel) run(ctx context.Context, idle time.Duration) {
-	t.start = time.Now()
 	ended := make(chan struct{}, 2)
 	go func() { t.pipe(t.upstream, t.client, &t.up); ended <- struct{}{} }()
 	go func() { t.pipe(t.client, t.upstream, &t.down); ended <- struct{}{} }()
-	watchdog := time.NewTimer(idle)
+	watchdog := time.NewTicker(min(max(idle/4, time.Millisecond), maxIdleCheck))
 	defer watchdog.Stop()
+	moved, movedAt := t.moved(), time.Now()
 	done := ctx.Done()
 	for open := 2; open > 0; {
 		select {
@@ -129,16 +135,19 @@ func (t *tunnel) run(ctx context.Context, idle time.Duration) {
 		case <-done:
 			t.close()
 			done = nil
-		case <-watchdog.C:
-			if left := idle - t.idleFor(); left > 0 {
-				watchdog.Reset(left)
-			} else {
+		case now := <-watchdog.C:
+			if m := t.moved(); m != moved {
+				moved, movedAt = m, now
+			} else if now.Sub(movedAt) >= idle {
 				t.close()
 			}
 		}
 	}
 	t.close()
 }
+
+// moved is the bytes delivered so far, both ways.
+func (t *tunnel) moved() int64 { return t.up.Load() + t.down.Load() }
 
 type closeWriter interface{ CloseWrite() error }
 
@@ -157,10 +166,8 @@ func (t *tunnel) pipe(dst, src net.Conn, n *atomic.Int64) {
 	for {
 		r, err := src.Read(buf)
 		if r > 0 {
-			t.touch()
 			w, werr := dst.Write(buf[:r])
 			n.Add(int64(w))
-			t.touch()
 			if werr != nil {
 				t.close()
 				return

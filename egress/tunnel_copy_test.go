@@ -196,7 +196,8 @@ func TestTunnelHalfClose(t *testing.T) {
 }
 
 // TestTunnelIdle: the tunnel ends idle after the last byte moved in
-// either direction, not before, and closes both sides.
+// either direction, not before, and closes both sides; a tunnel busy for
+// longer than idle (a trickle, or bulk in either direction) stays open.
 func TestTunnelIdle(t *testing.T) {
 	t.Parallel()
 	// Generous against scheduling stalls on a loaded machine (-race, CI):
@@ -223,6 +224,14 @@ func TestTunnelIdle(t *testing.T) {
 			r.sandbox.Write(make([]byte, 1<<20)) // switches to the large buffer
 			trickle(r.sandbox, stop)
 		}},
+		{name: "bulk down", busy: 3 * idle, traffic: func(r *tunnelRig, stop <-chan struct{}) {
+			go io.Copy(io.Discard, r.sandbox)
+			flood(r.server, stop)
+		}},
+		{name: "bulk up", busy: 3 * idle, traffic: func(r *tunnelRig, stop <-chan struct{}) {
+			go io.Copy(io.Discard, r.server)
+			flood(r.sandbox, stop)
+		}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -244,6 +253,22 @@ func TestTunnelIdle(t *testing.T) {
 			closedEnd(t, "sandbox side", r.sandbox, time.Second)
 			closedEnd(t, "server side", r.server, time.Second)
 		})
+	}
+}
+
+// flood writes 64 KiB at a time, with short pauses, until stop is closed.
+func flood(c net.Conn, stop <-chan struct{}) {
+	b := make([]byte, 64<<10)
+	for {
+		select {
+		case <-stop:
+			return
+		default:
+		}
+		if _, err := c.Write(b); err != nil {
+			return
+		}
+		time.Sleep(time.Millisecond)
 	}
 }
 

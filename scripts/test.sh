@@ -25,4 +25,9 @@ export PEBBLE="$tools/bin/pebble" SANDBOXAPI_REQUIRE_PEBBLE=1
 export SANDBOXAPI_MCP_INSPECTOR="$tools/inspector/node_modules/.bin/mcp-inspector"
 go vet ./...
 go test -count=1 -timeout 60m ./...
+# bench/egress is its own module (smokescreen is a peer there, not a dependency):
+# build it and smoke-run a short comparison so it keeps compiling and working.
+egress_bench=$(cd bench/egress && go vet . && go run . -mib 4 -runs 1 -setups 20)
+printf '%s\n' "$egress_bench"
+grep -q '^| sandboxapi |' <<<"$egress_bench"
 scripts/fuzz.sh

@@ -270,8 +270,9 @@ func freePort() (int, error) {
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
+// waitUp polls u for up to 30s (Verdaccio starts slowly on a busy machine).
 func waitUp(u string) error {
-	for i := 0; i < 100; i++ {
+	for i := 0; i < 600; i++ {
 		if r, err := http.Get(u); err == nil {
 			r.Body.Close()
 			return nil
