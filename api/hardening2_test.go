@@ -56,8 +56,8 @@ func TestStreamHeartbeatKeepsSilentRunAlive(t *testing.T) {
 	t.Parallel()
 	const (
 		heartbeat = 100 * time.Millisecond
-		silence   = 1500 * time.Millisecond
-		perRead   = 500 * time.Millisecond
+		silence   = 3 * time.Second
+		perRead   = 1500 * time.Millisecond // 15 heartbeats: slack for a loaded machine
 	)
 	srv, fake := newFakeServerWith(t, func(c *Config) { c.StreamHeartbeat = heartbeat })
 	srv.sb = &silentSandboxes{fakeSandboxes: fake, silence: silence}

@@ -257,7 +257,7 @@ func TestCreateSessionFaultAtEveryStep(t *testing.T) {
 	fdsAtMost := func(t *testing.T, want int) {
 		t.Helper()
 		got := 0
-		for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) { // long: background teardowns on a loaded machine
 			waitWarm(t)
 			if got = fdCount(); got <= want {
 				return

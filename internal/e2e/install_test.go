@@ -243,7 +243,10 @@ func TestInstallRefusalsAreAllOrNothing(t *testing.T) {
 			}
 		}
 	}
-	s.cli("mirror", "verify")
+	// verify exits non-zero when it quarantined something (timers fail).
+	if out, err := exec.Command(s.bin, "mirror", "verify", "--config", s.config, "--data-dir", s.dataDir).CombinedOutput(); err == nil || !strings.Contains(string(out), "1 artifact(s) quarantined") {
+		t.Fatalf("mirror verify of a tampered file: %v %s", err, out)
+	}
 	// A wheel an OSV record in the test data names (MAL-2024-4920: every
 	// colorama-py 0.6 is malicious) is refused at admission.
 	vuln := writeWheel(t, dir, "colorama-py", "0.6")
@@ -360,7 +363,15 @@ func TestInstallGateFailsClosed(t *testing.T) {
 		if got := failingChecks(t, r); len(got) == 0 || got[0] != "firewall" || !strings.Contains(string(r.body), "rebuilt") {
 			t.Fatalf("failing checks %v, want firewall (rebuilt): %s", got, r.body)
 		}
-		if ir := s.install(key, id, "pip", "one"); ir.status != 503 || ir.errCode(t) != "not_ready" {
+		// An install re-runs the failing checks on demand: it goes ahead
+		// only once they have verified the rebuilt rule, else it is 503.
+		switch ir := s.install(key, id, "pip", "one"); {
+		case ir.status == 200:
+			out, err := exec.Command("nft", "-a", "list", "chain", "inet", table, "input").Output()
+			if err != nil || !regexp.MustCompile(rule).Match(out) {
+				t.Fatalf("install went ahead before rule %s was rebuilt: %v %s", rule, err, out)
+			}
+		case ir.status != 503 || ir.errCode(t) != "not_ready":
 			t.Fatalf("install while the rebuilt rules are not verified: %d %s", ir.status, ir.body)
 		}
 		s.waitReadyz(200, 30*time.Second)
