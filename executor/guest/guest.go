@@ -54,8 +54,15 @@ type Request struct {
 	// call's TimeoutMS is used up (0: TimeoutMS alone bounds it).
 	Compile          []string `json:"compile,omitempty"`
 	CompileTimeoutMS int64    `json:"compile_timeout_ms,omitempty"`
-	Env              []string `json:"env,omitempty"`
-	Cwd              string   `json:"cwd,omitempty"`
+	// InlineCompile says that the run step compiles the code itself (one
+	// process for compile and run, e.g. one JVM): it gets a pipe as fd 3
+	// and writes a byte to it, then closes it, once the compile has
+	// succeeded and before any of the user's code runs. A run that ends
+	// without that byte failed to compile: its status is compile_error.
+	// The byte also splits the step's time into compile_ms and run_ms.
+	InlineCompile bool     `json:"inline_compile,omitempty"`
+	Env           []string `json:"env,omitempty"`
+	Cwd           string   `json:"cwd,omitempty"`
 	// UID and GID run the program when the guest itself runs as root.
 	UID int `json:"uid"`
 	GID int `json:"gid"`
@@ -82,10 +89,14 @@ type Request struct {
 
 // Result is written as JSON to fd 3 when the program has ended.
 type Result struct {
-	ExitCode   int    `json:"exit_code"`
-	Signal     string `json:"signal,omitempty"`
-	Status     string `json:"status"` // ok, error, timeout, oom, compile_error, start_error
+	ExitCode int    `json:"exit_code"`
+	Signal   string `json:"signal,omitempty"`
+	Status   string `json:"status"` // ok, error, timeout, oom, compile_error, start_error
+	// DurationMS is the whole call's time in the sandbox: CompileMS (the
+	// compile step, 0 when there is none) plus RunMS (the program).
 	DurationMS int64  `json:"duration_ms"`
+	CompileMS  int64  `json:"compile_ms,omitempty"`
+	RunMS      int64  `json:"run_ms"`
 	Error      string `json:"error,omitempty"`
 	// Code classifies a start_error caused by the request itself (its
 	// files clash or do not fit): CodeInvalid or CodeTooLarge; empty for
@@ -271,29 +282,39 @@ func serveRequest(req *Request, spawn spawnFunc, stdin io.Reader, stdout, stderr
 	// compile and run together never outlast TimeoutMS.
 	budget := timeoutOf(req.TimeoutMS)
 	start := time.Now()
+	var compiled time.Duration
 	if len(req.Compile) > 0 {
 		out := &limitedBuffer{max: 256 << 10}
 		creq := *req
 		creq.TimeoutMS = compileBudget(req).Milliseconds()
 		creq.Cwd = strings.ReplaceAll(req.Cwd, "{dir}", dir)
+		creq.InlineCompile = false
 		res := runOne(&creq, expand(req.Compile, dir), spawn, strings.NewReader(""), out, out)
+		compiled = time.Since(start)
 		if res.Status != "ok" {
 			_, _ = stderr.Write(out.bytes())
 			if res.Status == "error" {
 				res.Status = "compile_error"
 			}
+			res.CompileMS, res.RunMS, res.DurationMS = CeilMS(compiled), 0, CeilMS(compiled)
 			return res
 		}
 	}
 	left := budget - time.Since(start)
 	if left <= 0 {
 		// The compile used the whole budget: the program never starts.
-		return Result{Status: "timeout", ExitCode: 137, Signal: "SIGKILL"}
+		ms := CeilMS(time.Since(start))
+		return Result{Status: "timeout", ExitCode: 137, Signal: "SIGKILL", CompileMS: ms, DurationMS: ms}
 	}
 	rreq := *req
 	rreq.TimeoutMS = CeilMS(left)
 	rreq.Cwd = strings.ReplaceAll(req.Cwd, "{dir}", dir)
-	return runOne(&rreq, expand(req.Argv, dir), spawn, stdin, stdout, stderr)
+	res := runOne(&rreq, expand(req.Argv, dir), spawn, stdin, stdout, stderr)
+	if res.Status != "start_error" {
+		res.CompileMS += CeilMS(compiled)
+		res.DurationMS = res.CompileMS + res.RunMS
+	}
+	return res
 }
 
 // compileBudget is the compile step's deadline: the smaller of its own
@@ -376,6 +397,14 @@ func runOne(req *Request, argv []string, spawn spawnFunc, stdin io.Reader, stdou
 			return Result{Status: "start_error", Error: "limiting processes: " + err.Error()}
 		}
 	}
+	var marker *compileMarker
+	if req.InlineCompile {
+		m, err := newCompileMarker(cmd)
+		if err != nil {
+			return Result{Status: "start_error", Error: "creating compile marker: " + err.Error()}
+		}
+		marker = m
+	}
 	start := time.Now()
 	var reason atomic.Value
 	done := make(chan struct{})
@@ -392,11 +421,20 @@ func runOne(req *Request, argv []string, spawn spawnFunc, stdin io.Reader, stdou
 	})
 	close(done)
 	watching.Wait()
+	took := time.Since(start)
+	var compiledAt time.Time
+	if marker != nil {
+		compiledAt = marker.wait()
+	}
 	if err != nil {
 		fmt.Fprintln(stderr, "sandbox: starting program:", err)
 		return Result{Status: "error", ExitCode: 127, Error: "starting program: " + err.Error()}
 	}
-	res := Result{DurationMS: time.Since(start).Milliseconds(), Status: "ok"}
+	res := Result{DurationMS: CeilMS(took), RunMS: CeilMS(took), Status: "ok"}
+	if marker != nil && !compiledAt.IsZero() {
+		c := compiledAt.Sub(start)
+		res.CompileMS, res.RunMS = CeilMS(c), CeilMS(took-c)
+	}
 	switch {
 	case ws.Signaled():
 		res.Signal = unix.SignalName(ws.Signal())
@@ -409,7 +447,50 @@ func runOne(req *Request, argv []string, spawn spawnFunc, stdin io.Reader, stdou
 	if r, ok := reason.Load().(string); ok {
 		res.Status = r
 	}
+	if marker != nil && compiledAt.IsZero() {
+		// The user's code never ran: whatever ended the step, it ended
+		// during the compile.
+		res.CompileMS, res.RunMS = res.DurationMS, 0
+		if res.Status == "error" {
+			res.Status = "compile_error"
+		}
+	}
 	return res
+}
+
+// compileMarker is the pipe on which a run step with an inline compile
+// says that its compile succeeded (see Request.InlineCompile).
+type compileMarker struct {
+	r, w *os.File
+	at   chan time.Time
+}
+
+// newCompileMarker hands the write end to cmd as fd 3 and starts reading.
+func newCompileMarker(cmd *exec.Cmd) (*compileMarker, error) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	m := &compileMarker{r: r, w: w, at: make(chan time.Time, 1)}
+	cmd.ExtraFiles = []*os.File{w}
+	go func() {
+		var b [1]byte
+		n, _ := r.Read(b[:])
+		if n > 0 {
+			m.at <- time.Now()
+		}
+		close(m.at)
+	}()
+	return m, nil
+}
+
+// wait returns when the compile succeeded, or the zero time when the step
+// ended without saying so; the step and everything it started has ended.
+func (m *compileMarker) wait() time.Time {
+	m.w.Close() // the reader sees EOF once no process holds the pipe
+	at := <-m.at
+	m.r.Close()
+	return at
 }
 
 // watch kills the program's process group, then every process of the user,
