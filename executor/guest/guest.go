@@ -399,7 +399,7 @@ func runOne(req *Request, argv []string, spawn spawnFunc, stdin io.Reader, stdou
 	}
 	var marker *compileMarker
 	if req.InlineCompile {
-		m, err := newCompileMarker(cmd)
+		m, err := newCompileMarker(cmd, req.UID, req.GID)
 		if err != nil {
 			return Result{Status: "start_error", Error: "creating compile marker: " + err.Error()}
 		}
@@ -466,10 +466,19 @@ type compileMarker struct {
 }
 
 // newCompileMarker hands the write end to cmd as fd 3 and starts reading.
-func newCompileMarker(cmd *exec.Cmd) (*compileMarker, error) {
+// The pipe is the user's: a program (a JVM) can write to an inherited
+// descriptor only by opening /proc/self/fd/3, which checks the owner.
+func newCompileMarker(cmd *exec.Cmd, uid, gid int) (*compileMarker, error) {
 	r, w, err := os.Pipe()
 	if err != nil {
 		return nil, err
+	}
+	if os.Getuid() == 0 {
+		if err := w.Chown(uid, gid); err != nil {
+			r.Close()
+			w.Close()
+			return nil, err
+		}
 	}
 	m := &compileMarker{r: r, w: w, at: make(chan time.Time, 1)}
 	cmd.ExtraFiles = []*os.File{w}
