@@ -221,6 +221,9 @@ func Encode(req *Request) ([]byte, error) {
 var workRoot = "/tmp/.sbx"
 
 func run() int {
+	// fd 3 is the host's result pipe: the program must not inherit it (what
+	// it wrote there would be read as the result).
+	syscall.CloseOnExec(3)
 	res := runRequest()
 	out := os.NewFile(3, "result")
 	if out != nil {
