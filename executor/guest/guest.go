@@ -50,8 +50,9 @@ type Request struct {
 	Argv  []string `json:"argv"`
 	// Compile runs first; if it fails, its output goes to stderr and the
 	// result's status is compile_error.
-	// CompileTimeoutMS caps the compile step; the step also ends when the
-	// call's TimeoutMS is used up (0: TimeoutMS alone bounds it).
+	// CompileTimeoutMS caps the compile step (or an inline compile, until
+	// its byte on fd 3); the step also ends when the call's TimeoutMS is
+	// used up (0: TimeoutMS alone bounds it).
 	Compile          []string `json:"compile,omitempty"`
 	CompileTimeoutMS int64    `json:"compile_timeout_ms,omitempty"`
 	// InlineCompile says that the run step compiles the code itself (one
@@ -421,6 +422,22 @@ func runOne(req *Request, argv []string, spawn spawnFunc, stdin io.Reader, stdou
 			defer watching.Done()
 			watch(req, pid, &reason, done)
 		}()
+		if marker != nil && req.CompileTimeoutMS > 0 {
+			// The compile step's own cap holds for a compile inside the run.
+			watching.Add(1)
+			go func() {
+				defer watching.Done()
+				t := time.NewTimer(compileBudget(req))
+				defer t.Stop()
+				select {
+				case <-marker.seen:
+				case <-done:
+				case <-t.C:
+					reason.Store("timeout")
+					killRun(pid)
+				}
+			}()
+		}
 	})
 	close(done)
 	watching.Wait()
@@ -466,6 +483,7 @@ func runOne(req *Request, argv []string, spawn spawnFunc, stdin io.Reader, stdou
 type compileMarker struct {
 	r, w *os.File
 	at   chan time.Time
+	seen chan struct{} // closed once the byte came or the pipe closed
 }
 
 // newCompileMarker hands the write end to cmd as fd 3 and starts reading.
@@ -483,7 +501,7 @@ func newCompileMarker(cmd *exec.Cmd, uid, gid int) (*compileMarker, error) {
 			return nil, err
 		}
 	}
-	m := &compileMarker{r: r, w: w, at: make(chan time.Time, 1)}
+	m := &compileMarker{r: r, w: w, at: make(chan time.Time, 1), seen: make(chan struct{})}
 	cmd.ExtraFiles = []*os.File{w}
 	go func() {
 		var b [1]byte
@@ -492,6 +510,7 @@ func newCompileMarker(cmd *exec.Cmd, uid, gid int) (*compileMarker, error) {
 			m.at <- time.Now()
 		}
 		close(m.at)
+		close(m.seen)
 	}()
 	return m, nil
 }

@@ -388,3 +388,19 @@ func TestCompileAndRunTimesAreSplit(t *testing.T) {
 		})
 	}
 }
+
+// An inline compile (one JVM) is held to the compile cap too: a run step
+// that has not said "compiled" on fd 3 when the cap passes is killed.
+func TestInlineCompileHasTheCompileCap(t *testing.T) {
+	f := &fakeSpawn{kills: installFakeKills(t), steps: []step{{d: 0}}}
+	req := &Request{Argv: []string{"java", "{dir}"}, InlineCompile: true, TimeoutMS: 10_000, CompileTimeoutMS: 100}
+	start := time.Now()
+	res := serveRequest(req, f.spawn, strings.NewReader(""), io.Discard, io.Discard)
+	took := time.Since(start)
+	if res.Status != "timeout" || took > 3*time.Second {
+		t.Fatalf("status %q after %v, want timeout at the compile cap (%+v)", res.Status, took, res)
+	}
+	if res.CompileMS < 100 || res.RunMS != 0 {
+		t.Fatalf("compile %d ms, run %d ms", res.CompileMS, res.RunMS)
+	}
+}
