@@ -83,7 +83,7 @@ func (e *Executor) Execute(ctx context.Context, owner, id string, req ExecReques
 	res.ExecutionID = execID
 	err = finish(&res, err)
 	e.log.InfoContext(ctx, "execution", "session", id, "execution", execID, "language", s.runtime.Name, "status", res.Status,
-		"exit_code", res.ExitCode, "duration_ms", res.DurationMS, "stdout_bytes", len(res.Stdout), "stderr_bytes", len(res.Stderr), "truncated", res.Truncated)
+		"exit_code", res.ExitCode, "duration_ms", res.DurationMS, "compile_ms", res.CompileMS, "run_ms", res.RunMS, "stdout_bytes", len(res.Stdout), "stderr_bytes", len(res.Stderr), "truncated", res.Truncated)
 	return res, err
 }
 
@@ -186,6 +186,7 @@ func (e *Executor) sessionRequest(rt *Runtime, netEnv []string, req ExecRequest,
 		Links:            rt.Links,
 		Argv:             rt.Run,
 		Compile:          rt.Compile,
+		InlineCompile:    rt.InlineCompile,
 		CompileTimeoutMS: e.compileTimeoutMS(timeout),
 		Env:              e.baseEnv(rt, netEnv, req.Env),
 		Cwd:              HomeDir,
@@ -208,7 +209,7 @@ func timeoutMS(d time.Duration) int64 {
 // guest counts compile time against the call's timeout (TimeoutMS is the
 // budget of compile and run together; the run gets what the compile left)
 // and also stops the compile at this cap, so no call outlives its timeout
-// whatever compile_timeout says. duration_ms stays the run step's time.
+// whatever compile_timeout says. duration_ms is compile_ms plus run_ms.
 func (e *Executor) compileTimeoutMS(timeout time.Duration) int64 {
 	return min(timeoutMS(e.cfg.CompileTimeout), timeoutMS(timeout))
 }
@@ -418,7 +419,7 @@ func (e *Executor) finishRun(ctx context.Context, id string, raw []byte, stdout,
 	if len(raw) > 0 && json.Unmarshal(raw, &gres) == nil {
 		res.ExitCode, res.Signal, res.Status = gres.ExitCode, gres.Signal, gres.Status
 		if gres.DurationMS > 0 {
-			res.DurationMS = gres.DurationMS
+			res.DurationMS, res.CompileMS, res.RunMS = gres.DurationMS, gres.CompileMS, gres.RunMS
 		}
 		if gres.Status == "start_error" {
 			// The caller's own files that clash or do not fit are a bad

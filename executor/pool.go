@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/sandboxapi/sandboxapi/executor/guest"
 )
 
 // warmSandbox is a started sandbox with a fresh home that has run nothing.
@@ -34,6 +36,9 @@ func (e *Executor) fillWarm() {
 		default:
 		}
 		ws, err := e.prepareWarm()
+		if err == nil {
+			e.warmUp(ws.id)
+		}
 		if err != nil {
 			e.log.Error("preparing warm sandbox", "err", err)
 			select {
@@ -67,6 +72,27 @@ func (e *Executor) prepareWarm() (warmSandbox, error) {
 		return warmSandbox{}, err
 	}
 	return warmSandbox{id: id}, nil
+}
+
+// warmUpArgv starts the interpreters once. A fresh sandbox's kernel has
+// none of the rootfs's files cached: its first python3 start takes about
+// twice as long as later ones, its first node start about 200 ms more.
+var warmUpArgv = []string{"/bin/sh", "-c", "python3 -c pass; node -e 0"}
+
+// warmUp runs warmUpArgv in a pool sandbox before anyone has it, as the
+// sandbox user in /, so a caller's first run finds the files cached. It
+// writes nothing (the sandbox stays fresh) and every process it started
+// is gone when it returns; a failure only costs the speed-up.
+func (e *Executor) warmUp(id string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	res, err := e.guestRun(ctx, id, &guest.Request{
+		Argv: warmUpArgv, Env: []string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=" + HomeDir, "LANG=C.UTF-8"},
+		Cwd: "/", UID: SandboxUID, GID: SandboxUID, TimeoutMS: 10_000, MaxProcs: uint64(e.cfg.Pids),
+	}, nil, nil)
+	if err != nil || res.Status != StatusOK {
+		e.log.Warn("warming up a pool sandbox", "sandbox", id, "status", res.Status, "err", err)
+	}
 }
 
 // destroySandbox removes a sandbox that belongs to no session, and its home.

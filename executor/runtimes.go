@@ -21,8 +21,12 @@ type Runtime struct {
 	Aliases []string `yaml:"aliases" json:"aliases"`
 	File    string   `yaml:"file" json:"file"`
 	Compile []string `yaml:"compile" json:"-"`
-	Run     []string `yaml:"run" json:"-"`
-	Env     []string `yaml:"env" json:"-"`
+	// InlineCompile: the run step compiles the code itself and says so on
+	// fd 3 (guest.Request.InlineCompile); compile failures are still
+	// compile_error.
+	InlineCompile bool     `yaml:"inline_compile" json:"-"`
+	Run           []string `yaml:"run" json:"-"`
+	Env           []string `yaml:"env" json:"-"`
 	// Links are symlinks made beside the code (name -> absolute target).
 	Links    map[string]string `yaml:"links" json:"-"`
 	Version  string            `yaml:"-" json:"version"`
@@ -73,7 +77,7 @@ func LoadRuntimes(data []byte, versionsFile string) (*Runtimes, error) {
 			continue
 		}
 		r.Name = n
-		r.Compiled = len(r.Compile) > 0
+		r.Compiled = len(r.Compile) > 0 || r.InlineCompile
 		r.Version = versions[n]
 		if r.File == "" || filepath.Base(r.File) != r.File || len(r.Run) == 0 {
 			errs = append(errs, fmt.Errorf("runtimes.%s: needs a plain file name and a run step", n))

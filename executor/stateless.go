@@ -79,7 +79,7 @@ func (e *Executor) ExecuteStateless(ctx context.Context, owner string, req ExecR
 	execID := newID("exec_")
 	finish := e.record(ctx, store.ExecutionRow{ID: execID, KeyID: owner, Language: rt.Name, StartedAt: time.Now()})
 	greq := &guest.Request{
-		Files: files, Links: rt.Links, Argv: rt.Run, Compile: rt.Compile, CompileTimeoutMS: e.compileTimeoutMS(timeout),
+		Files: files, Links: rt.Links, Argv: rt.Run, Compile: rt.Compile, InlineCompile: rt.InlineCompile, CompileTimeoutMS: e.compileTimeoutMS(timeout),
 		Env: e.baseEnv(rt, nil, req.Env), Cwd: "{dir}", UID: SandboxUID, GID: SandboxUID,
 		TimeoutMS: timeoutMS(timeout), MemoryBytes: mem, MaxProcs: uint64(e.cfg.Pids),
 	}
@@ -87,7 +87,7 @@ func (e *Executor) ExecuteStateless(ctx context.Context, owner string, req ExecR
 	res.ExecutionID = execID
 	err = finish(&res, err)
 	e.log.InfoContext(ctx, "execution", "execution", execID, "stateless", true, "language", rt.Name, "status", res.Status,
-		"exit_code", res.ExitCode, "duration_ms", res.DurationMS, "truncated", res.Truncated)
+		"exit_code", res.ExitCode, "duration_ms", res.DurationMS, "compile_ms", res.CompileMS, "run_ms", res.RunMS, "truncated", res.Truncated)
 	return res, err
 }
 

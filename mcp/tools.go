@@ -28,7 +28,9 @@ type ExecuteResult struct {
 	ExitCode   int    `json:"exit_code" jsonschema:"the process exit code"`
 	Signal     string `json:"signal" jsonschema:"the signal that ended the process, if any"`
 	Status     string `json:"status" jsonschema:"ok, error (non-zero exit), timeout, oom, output_limit or compile_error"`
-	DurationMS int64  `json:"duration_ms" jsonschema:"wall-clock time in milliseconds"`
+	DurationMS int64  `json:"duration_ms" jsonschema:"time in the sandbox in milliseconds: compile_ms plus run_ms"`
+	CompileMS  int64  `json:"compile_ms" jsonschema:"the compile step's time in milliseconds (0 for interpreted languages)"`
+	RunMS      int64  `json:"run_ms" jsonschema:"the program's own run time in milliseconds"`
 	Truncated  bool   `json:"truncated" jsonschema:"true when output was cut at the cap"`
 }
 

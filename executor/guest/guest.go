@@ -50,12 +50,20 @@ type Request struct {
 	Argv  []string `json:"argv"`
 	// Compile runs first; if it fails, its output goes to stderr and the
 	// result's status is compile_error.
-	// CompileTimeoutMS caps the compile step; the step also ends when the
-	// call's TimeoutMS is used up (0: TimeoutMS alone bounds it).
+	// CompileTimeoutMS caps the compile step (or an inline compile, until
+	// its byte on fd 3); the step also ends when the call's TimeoutMS is
+	// used up (0: TimeoutMS alone bounds it).
 	Compile          []string `json:"compile,omitempty"`
 	CompileTimeoutMS int64    `json:"compile_timeout_ms,omitempty"`
-	Env              []string `json:"env,omitempty"`
-	Cwd              string   `json:"cwd,omitempty"`
+	// InlineCompile says that the run step compiles the code itself (one
+	// process for compile and run, e.g. one JVM): it gets a pipe as fd 3
+	// and writes a byte to it, then closes it, once the compile has
+	// succeeded and before any of the user's code runs. A run that ends
+	// without that byte failed to compile: its status is compile_error.
+	// The byte also splits the step's time into compile_ms and run_ms.
+	InlineCompile bool     `json:"inline_compile,omitempty"`
+	Env           []string `json:"env,omitempty"`
+	Cwd           string   `json:"cwd,omitempty"`
 	// UID and GID run the program when the guest itself runs as root.
 	UID int `json:"uid"`
 	GID int `json:"gid"`
@@ -82,10 +90,14 @@ type Request struct {
 
 // Result is written as JSON to fd 3 when the program has ended.
 type Result struct {
-	ExitCode   int    `json:"exit_code"`
-	Signal     string `json:"signal,omitempty"`
-	Status     string `json:"status"` // ok, error, timeout, oom, compile_error, start_error
+	ExitCode int    `json:"exit_code"`
+	Signal   string `json:"signal,omitempty"`
+	Status   string `json:"status"` // ok, error, timeout, oom, compile_error, start_error
+	// DurationMS is the whole call's time in the sandbox: CompileMS (the
+	// compile step, 0 when there is none) plus RunMS (the program).
 	DurationMS int64  `json:"duration_ms"`
+	CompileMS  int64  `json:"compile_ms,omitempty"`
+	RunMS      int64  `json:"run_ms"`
 	Error      string `json:"error,omitempty"`
 	// Code classifies a start_error caused by the request itself (its
 	// files clash or do not fit): CodeInvalid or CodeTooLarge; empty for
@@ -110,7 +122,7 @@ func timeoutOf(ms int64) time.Duration {
 
 // ProtocolVersion changes whenever the host-guest wire format does; the
 // executor refuses a guest binary of another version (a stale build).
-const ProtocolVersion = "7"
+const ProtocolVersion = "8" // 8: inline_compile, compile_ms and run_ms
 
 // Main dispatches on the first argument: "init", "version", "kill", "run",
 // or a file mode ("put", "get", "list").
@@ -214,6 +226,9 @@ const WorkRoot = "/tmp/.sbx"
 var workRoot = WorkRoot
 
 func run() int {
+	// fd 3 is the host's result pipe: the program must not inherit it (what
+	// it wrote there would be read as the result).
+	syscall.CloseOnExec(3)
 	res := runRequest()
 	out := os.NewFile(3, "result")
 	if out != nil {
@@ -277,6 +292,7 @@ func serveRequest(req *Request, spawn spawnFunc, stdin io.Reader, stdout, stderr
 	// compile and run together never outlast TimeoutMS.
 	budget := timeoutOf(req.TimeoutMS)
 	start := time.Now()
+	var compiled time.Duration
 	if len(req.Compile) > 0 {
 		out := &limitedBuffer{max: 256 << 10}
 		creq := *req
@@ -288,24 +304,33 @@ func serveRequest(req *Request, spawn spawnFunc, stdin io.Reader, stdout, stderr
 			// every later compile.
 			creq.Env = withEnv(req.Env, "TMPDIR", dir)
 		}
+		creq.InlineCompile = false
 		res := runOne(&creq, expand(req.Compile, dir), spawn, strings.NewReader(""), out, out)
+		compiled = time.Since(start)
 		if res.Status != "ok" {
 			_, _ = stderr.Write(out.bytes())
 			if res.Status == "error" {
 				res.Status = "compile_error"
 			}
+			res.CompileMS, res.RunMS, res.DurationMS = CeilMS(compiled), 0, CeilMS(compiled)
 			return res
 		}
 	}
 	left := budget - time.Since(start)
 	if left <= 0 {
 		// The compile used the whole budget: the program never starts.
-		return Result{Status: "timeout", ExitCode: 137, Signal: "SIGKILL"}
+		ms := CeilMS(time.Since(start))
+		return Result{Status: "timeout", ExitCode: 137, Signal: "SIGKILL", CompileMS: ms, DurationMS: ms}
 	}
 	rreq := *req
 	rreq.TimeoutMS = CeilMS(left)
 	rreq.Cwd = strings.ReplaceAll(req.Cwd, "{dir}", dir)
-	return runOne(&rreq, expand(req.Argv, dir), spawn, stdin, stdout, stderr)
+	res := runOne(&rreq, expand(req.Argv, dir), spawn, stdin, stdout, stderr)
+	if res.Status != "start_error" {
+		res.CompileMS += CeilMS(compiled)
+		res.DurationMS = res.CompileMS + res.RunMS
+	}
+	return res
 }
 
 // withEnv is env with key set to value, replacing any earlier setting.
@@ -399,6 +424,14 @@ func runOne(req *Request, argv []string, spawn spawnFunc, stdin io.Reader, stdou
 			return Result{Status: "start_error", Error: "limiting processes: " + err.Error()}
 		}
 	}
+	var marker *compileMarker
+	if req.InlineCompile {
+		m, err := newCompileMarker(cmd, req.UID, req.GID)
+		if err != nil {
+			return Result{Status: "start_error", Error: "creating compile marker: " + err.Error()}
+		}
+		marker = m
+	}
 	start := time.Now()
 	var reason atomic.Value
 	done := make(chan struct{})
@@ -412,14 +445,39 @@ func runOne(req *Request, argv []string, spawn spawnFunc, stdin io.Reader, stdou
 			defer watching.Done()
 			watch(req, pid, &reason, done)
 		}()
+		if marker != nil && req.CompileTimeoutMS > 0 {
+			// The compile step's own cap holds for a compile inside the run.
+			watching.Add(1)
+			go func() {
+				defer watching.Done()
+				t := time.NewTimer(compileBudget(req))
+				defer t.Stop()
+				select {
+				case <-marker.seen:
+				case <-done:
+				case <-t.C:
+					reason.Store("timeout")
+					killRun(pid)
+				}
+			}()
+		}
 	})
 	close(done)
 	watching.Wait()
+	took := time.Since(start)
+	var compiledAt time.Time
+	if marker != nil {
+		compiledAt = marker.wait()
+	}
 	if err != nil {
 		fmt.Fprintln(stderr, "sandbox: starting program:", err)
 		return Result{Status: "error", ExitCode: 127, Error: "starting program: " + err.Error()}
 	}
-	res := Result{DurationMS: time.Since(start).Milliseconds(), Status: "ok"}
+	res := Result{DurationMS: CeilMS(took), RunMS: CeilMS(took), Status: "ok"}
+	if marker != nil && !compiledAt.IsZero() {
+		c := compiledAt.Sub(start)
+		res.CompileMS, res.RunMS = CeilMS(c), CeilMS(took-c)
+	}
 	switch {
 	case ws.Signaled():
 		res.Signal = unix.SignalName(ws.Signal())
@@ -432,7 +490,61 @@ func runOne(req *Request, argv []string, spawn spawnFunc, stdin io.Reader, stdou
 	if r, ok := reason.Load().(string); ok {
 		res.Status = r
 	}
+	if marker != nil && compiledAt.IsZero() {
+		// The user's code never ran: whatever ended the step, it ended
+		// during the compile.
+		res.CompileMS, res.RunMS = res.DurationMS, 0
+		if res.Status == "error" {
+			res.Status = "compile_error"
+		}
+	}
 	return res
+}
+
+// compileMarker is the pipe on which a run step with an inline compile
+// says that its compile succeeded (see Request.InlineCompile).
+type compileMarker struct {
+	r, w *os.File
+	at   chan time.Time
+	seen chan struct{} // closed once the byte came or the pipe closed
+}
+
+// newCompileMarker hands the write end to cmd as fd 3 and starts reading.
+// The pipe is the user's: a program (a JVM) can write to an inherited
+// descriptor only by opening /proc/self/fd/3, which checks the owner.
+func newCompileMarker(cmd *exec.Cmd, uid, gid int) (*compileMarker, error) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	if os.Getuid() == 0 {
+		if err := w.Chown(uid, gid); err != nil {
+			r.Close()
+			w.Close()
+			return nil, err
+		}
+	}
+	m := &compileMarker{r: r, w: w, at: make(chan time.Time, 1), seen: make(chan struct{})}
+	cmd.ExtraFiles = []*os.File{w}
+	go func() {
+		var b [1]byte
+		n, _ := r.Read(b[:])
+		if n > 0 {
+			m.at <- time.Now()
+		}
+		close(m.at)
+		close(m.seen)
+	}()
+	return m, nil
+}
+
+// wait returns when the compile succeeded, or the zero time when the step
+// ended without saying so; the step and everything it started has ended.
+func (m *compileMarker) wait() time.Time {
+	m.w.Close() // the reader sees EOF once no process holds the pipe
+	at := <-m.at
+	m.r.Close()
+	return at
 }
 
 // watch kills the program's process group, then every process of the user,

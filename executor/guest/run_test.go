@@ -317,3 +317,90 @@ func TestRunWaitsForItsWatcherKill(t *testing.T) {
 		t.Fatalf("status %q, want timeout", res.Status)
 	}
 }
+
+// The result splits the call's time into compile_ms and run_ms, and
+// duration_ms is their sum, for a separate compile step and for a run step
+// that compiles inline (one JVM) and says so on fd 3.
+func TestCompileAndRunTimesAreSplit(t *testing.T) {
+	tests := []struct {
+		name    string
+		inline  bool
+		compile time.Duration // the compile step's (or phase's) length
+		run     time.Duration
+		marker  bool // inline: the step writes its byte after the compile
+		exit    int
+		status  string
+	}{
+		{name: "separate compile then run", compile: 60 * time.Millisecond, run: 30 * time.Millisecond, status: "ok"},
+		{name: "separate compile fails", compile: 40 * time.Millisecond, exit: 1, status: "compile_error"},
+		{name: "inline compile then run", inline: true, compile: 60 * time.Millisecond, run: 30 * time.Millisecond, marker: true, status: "ok"},
+		{name: "inline compile fails: no byte", inline: true, compile: 40 * time.Millisecond, exit: 1, status: "compile_error"},
+		{name: "inline run fails after the byte", inline: true, compile: 40 * time.Millisecond, run: 20 * time.Millisecond, marker: true, exit: 1, status: "error"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			installFakeKills(t)
+			spawn := func(cmd *exec.Cmd, _ io.Reader, _, _ io.Writer, onStart func(int)) (syscall.WaitStatus, error) {
+				onStart(4242)
+				isCompile := cmd.Args[0] == "cc"
+				switch {
+				case isCompile:
+					time.Sleep(tc.compile)
+					return syscall.WaitStatus(tc.exit << 8), nil
+				case tc.inline:
+					if len(cmd.ExtraFiles) != 1 {
+						t.Errorf("inline compile: fd 3 not passed (%v)", cmd.ExtraFiles)
+						return 0, nil
+					}
+					time.Sleep(tc.compile)
+					if tc.marker {
+						if _, err := cmd.ExtraFiles[0].Write([]byte{1}); err != nil {
+							t.Errorf("writing the marker: %v", err)
+						}
+					}
+					time.Sleep(tc.run)
+					return syscall.WaitStatus(tc.exit << 8), nil
+				}
+				time.Sleep(tc.run)
+				return 0, nil
+			}
+			req := &Request{Argv: []string{"{dir}/main"}, TimeoutMS: 10_000, InlineCompile: tc.inline}
+			if !tc.inline {
+				req.Compile = []string{"cc", "{dir}/main.c"}
+			}
+			res := serveRequest(req, spawn, strings.NewReader(""), io.Discard, io.Discard)
+			if res.Status != tc.status {
+				t.Fatalf("status %q, want %q (%+v)", res.Status, tc.status, res)
+			}
+			if res.DurationMS != res.CompileMS+res.RunMS {
+				t.Fatalf("duration %d != compile %d + run %d", res.DurationMS, res.CompileMS, res.RunMS)
+			}
+			near := func(got int64, want time.Duration) bool {
+				return got >= want.Milliseconds() && got <= want.Milliseconds()+150
+			}
+			wantRun := tc.run
+			if tc.status == "compile_error" {
+				wantRun = 0
+			}
+			if !near(res.CompileMS, tc.compile) || !near(res.RunMS, wantRun) {
+				t.Fatalf("compile %d ms run %d ms, want about %v and %v", res.CompileMS, res.RunMS, tc.compile, wantRun)
+			}
+		})
+	}
+}
+
+// An inline compile (one JVM) is held to the compile cap too: a run step
+// that has not said "compiled" on fd 3 when the cap passes is killed.
+func TestInlineCompileHasTheCompileCap(t *testing.T) {
+	f := &fakeSpawn{kills: installFakeKills(t), steps: []step{{d: 0}}}
+	req := &Request{Argv: []string{"java", "{dir}"}, InlineCompile: true, TimeoutMS: 10_000, CompileTimeoutMS: 100}
+	start := time.Now()
+	res := serveRequest(req, f.spawn, strings.NewReader(""), io.Discard, io.Discard)
+	took := time.Since(start)
+	if res.Status != "timeout" || took > 3*time.Second {
+		t.Fatalf("status %q after %v, want timeout at the compile cap (%+v)", res.Status, took, res)
+	}
+	if res.CompileMS < 100 || res.RunMS != 0 {
+		t.Fatalf("compile %d ms, run %d ms", res.CompileMS, res.RunMS)
+	}
+}

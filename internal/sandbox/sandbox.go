@@ -97,8 +97,13 @@ type Result struct {
 	ExitCode    int    `json:"exit_code"`
 	Signal      string `json:"signal"`
 	Status      string `json:"status"`
-	DurationMS  int64  `json:"duration_ms"`
-	Truncated   bool   `json:"truncated"`
+	// DurationMS is CompileMS plus RunMS: the call's time in the sandbox.
+	DurationMS int64 `json:"duration_ms"`
+	// CompileMS is the compile step's time (0 for interpreted languages);
+	// RunMS is the program's.
+	CompileMS int64 `json:"compile_ms"`
+	RunMS     int64 `json:"run_ms"`
+	Truncated bool  `json:"truncated"`
 }
 
 // Runtime describes one language for clients.
