@@ -56,8 +56,19 @@ type Artifact struct {
 	RequiresPython string    `json:"requires_python,omitempty"`
 	UpstreamSHA256 string    `json:"upstream_sha256,omitempty"` // npm: sha256 of the tarball before re-packing
 	Source         string    `json:"source"`                    // file path or upstream URL
-	CreatedAt      time.Time `json:"created_at"`
-	UpdatedAt      time.Time `json:"updated_at"`
+	// Stripped lists what admission took out of the published file
+	// (npm: "scripts.postinstall", "dependencies", ...); empty when the
+	// mirror serves it byte for byte as published.
+	Stripped []string `json:"stripped,omitempty"`
+	// Dependencies are what an npm package needs installed next to it
+	// (name -> npm range), as published; the mirror serves them in no
+	// manifest, the installer checks them.
+	Dependencies map[string]string `json:"dependencies,omitempty"`
+	// PublishedAt is the upstream registry's publish time of this version
+	// (zero when unknown, e.g. a local file).
+	PublishedAt time.Time `json:"published_at,omitzero"`
+	CreatedAt   time.Time `json:"created_at"`
+	UpdatedAt   time.Time `json:"updated_at"`
 
 	manifest string // npm: sanitised package.json
 }
@@ -330,10 +341,10 @@ func guessPipName(fn string) (string, string) {
 // AddNPMTarball sanitises and admits an npm tarball. want, when non-empty,
 // is the spec the tarball must match.
 func (m *Mirror) AddNPMTarball(ctx context.Context, data []byte, source string, accept []string) (Artifact, error) {
-	return m.addNPM(ctx, data, source, accept, Spec{})
+	return m.addNPM(ctx, data, source, accept, Spec{}, time.Time{})
 }
 
-func (m *Mirror) addNPM(ctx context.Context, data []byte, source string, accept []string, want Spec) (Artifact, error) {
+func (m *Mirror) addNPM(ctx context.Context, data []byte, source string, accept []string, want Spec, published time.Time) (Artifact, error) {
 	up := sha256.Sum256(data)
 	c := candidate{a: Artifact{Manager: NPM, Name: want.Name, Version: want.Version, UpstreamSHA256: hex.EncodeToString(up[:]), Source: source}}
 	p, err := SanitizeNPM(data, m.cfg.Limits)
@@ -357,6 +368,8 @@ func (m *Mirror) addNPM(ctx context.Context, data []byte, source string, accept 
 	c.a.Filename = npmTarballName(p.Name, p.Version)
 	c.a.SHA256, c.a.Integrity, c.a.Shasum, c.a.Size = hex.EncodeToString(sum[:]), p.Integrity, p.Shasum, int64(len(p.Tarball))
 	c.a.manifest = string(p.Manifest)
+	c.a.Stripped, c.a.Dependencies = p.Removed, p.Dependencies
+	c.a.PublishedAt = published
 	c.blob = p.Tarball
 	if len(p.Removed) > 0 {
 		m.log.InfoContext(ctx, "mirror sanitised npm package", "name", p.Name, "version", p.Version, "removed", p.Removed)
