@@ -46,16 +46,16 @@ type Artifact struct {
 	Size      int64  `json:"size"`
 	// URLPath is where Handler serves the file, e.g.
 	// "/mirror/pypi/files/<sha256>/<filename>".
-	URLPath        string    `json:"url_path"`
-	Status         Status    `json:"status"`
-	Reasons        []string  `json:"reasons,omitempty"`
-	Advisories     []string  `json:"advisories,omitempty"`      // OSV ids that matched
-	Accepted       []string  `json:"accepted,omitempty"`        // OSV ids an operator accepted
-	OSVSnapshot    string    `json:"osv_snapshot"`              // the snapshot the artifact was last judged against
-	MetadataSHA256 string    `json:"metadata_sha256,omitempty"` // wheels: sha256 of .dist-info/METADATA (PEP 658)
-	RequiresPython string    `json:"requires_python,omitempty"`
-	UpstreamSHA256 string    `json:"upstream_sha256,omitempty"` // npm: sha256 of the tarball before re-packing
-	Source         string    `json:"source"`                    // file path or upstream URL
+	URLPath        string   `json:"url_path"`
+	Status         Status   `json:"status"`
+	Reasons        []string `json:"reasons,omitempty"`
+	Advisories     []string `json:"advisories,omitempty"`      // OSV ids that matched
+	Accepted       []string `json:"accepted,omitempty"`        // OSV ids an operator accepted
+	OSVSnapshot    string   `json:"osv_snapshot"`              // the snapshot the artifact was last judged against
+	MetadataSHA256 string   `json:"metadata_sha256,omitempty"` // wheels: sha256 of .dist-info/METADATA (PEP 658)
+	RequiresPython string   `json:"requires_python,omitempty"`
+	UpstreamSHA256 string   `json:"upstream_sha256,omitempty"` // npm: sha256 of the tarball before re-packing
+	Source         string   `json:"source"`                    // file path or upstream URL
 	// Stripped lists what admission took out of the published file
 	// (npm: "scripts.postinstall", "dependencies", ...); empty when the
 	// mirror serves it byte for byte as published.
