@@ -58,23 +58,58 @@ type pep691Project struct {
 	} `json:"files"`
 }
 
+// pipProject reads name's page from the upstream simple index (PEP 691
+// JSON) at Config.PipIndexURL. That index is the only place "mirror add
+// pip" downloads from; when it cannot be reached the error says so and
+// what to do instead.
+func (m *Mirror) pipProject(ctx context.Context, name string) (pep691Project, *url.URL, error) {
+	base, err := url.Parse(strings.TrimSuffix(m.cfg.PipIndexURL, "/") + "/" + NormalizePyPI(name) + "/")
+	if err != nil {
+		return pep691Project{}, nil, fmt.Errorf("%w: bad pip index url: %w", ErrUpstream, err)
+	}
+	page, err := m.get(ctx, base.String(), "application/vnd.pypi.simple.v1+json", 64<<20)
+	if err != nil {
+		if errors.Is(err, ErrUpstream) {
+			return pep691Project{}, nil, fmt.Errorf("the pip index %s (mirror.pip_index_url, a PEP 691 JSON simple index) could not be used: %w; "+
+				"point pip_index_url at an index this host reaches, or download the wheels elsewhere and add each with `mirror add FILE.whl`", m.cfg.PipIndexURL, err)
+		}
+		return pep691Project{}, nil, err
+	}
+	var proj pep691Project
+	if err := json.Unmarshal(page, &proj); err != nil {
+		return pep691Project{}, nil, fmt.Errorf("%w: parsing index page for %s (not PEP 691 JSON?): %w", ErrUpstream, name, err)
+	}
+	return proj, base, nil
+}
+
 // AddPip fetches the wheels of spec from the upstream simple index (PEP 691
 // JSON) whose platform tag matches Config.PipPlatforms, verifies each
 // against the index's sha256 and admits it. When only source distributions
 // exist, the request is refused with that reason.
 func (m *Mirror) AddPip(ctx context.Context, spec Spec, accept []string) ([]Artifact, error) {
-	base, err := url.Parse(strings.TrimSuffix(m.cfg.PipIndexURL, "/") + "/" + NormalizePyPI(spec.Name) + "/")
-	if err != nil {
-		return nil, fmt.Errorf("%w: bad pip index url: %w", ErrUpstream, err)
-	}
-	page, err := m.get(ctx, base.String(), "application/vnd.pypi.simple.v1+json", 64<<20)
+	return m.AddPipHashes(ctx, spec, nil, accept)
+}
+
+// AddPipHashes is AddPip for a requirements file line with --hash values:
+// when hashes (sha256 hex) are given, only wheels with one of them are
+// fetched and admitted, as pip's hash-checking mode would install.
+func (m *Mirror) AddPipHashes(ctx context.Context, spec Spec, hashes []string, accept []string) ([]Artifact, error) {
+	proj, base, err := m.pipProject(ctx, spec.Name)
 	if err != nil {
 		return nil, fmt.Errorf("adding %s: %w", spec, err)
 	}
-	var proj pep691Project
-	if err := json.Unmarshal(page, &proj); err != nil {
-		return nil, fmt.Errorf("%w: parsing index page for %s (not PEP 691 JSON?): %w", ErrUpstream, spec.Name, err)
+	hashOK := func(h string) bool {
+		if len(hashes) == 0 {
+			return true
+		}
+		for _, x := range hashes {
+			if strings.EqualFold(x, h) {
+				return true
+			}
+		}
+		return false
 	}
+	var unhashed []string
 	var out []Artifact
 	var errs []error
 	sdists := 0
@@ -95,6 +130,10 @@ func (m *Mirror) AddPip(ctx context.Context, spec Spec, accept []string) ([]Arti
 		want := strings.ToLower(f.Hashes["sha256"])
 		if len(want) != 64 {
 			errs = append(errs, fmt.Errorf("%w: index lists %s without a sha256", ErrUpstream, fn))
+			continue
+		}
+		if !hashOK(want) {
+			unhashed = append(unhashed, fn)
 			continue
 		}
 		fu, err := base.Parse(f.URL)
@@ -123,6 +162,9 @@ func (m *Mirror) AddPip(ctx context.Context, spec Spec, accept []string) ([]Arti
 		out = append(out, a)
 	}
 	if len(out) == 0 && len(errs) == 0 {
+		if len(unhashed) > 0 {
+			return nil, fmt.Errorf("adding %s: no wheel matches the requirement's --hash values (the index has %s): %w", spec, strings.Join(unhashed, ", "), ErrNotFound)
+		}
 		if sdists > 0 {
 			c := candidate{a: Artifact{Manager: Pip, Name: spec.Name, Version: spec.Version, Filename: spec.Name + "-" + spec.Version + ".tar.gz", Source: base.String()},
 				problem: refusef("%s has only a source distribution upstream: only wheels are admitted", spec)}

@@ -286,6 +286,12 @@ func describe(f []osvdb.Finding) string {
 // AddFile admits a local file: a .whl (pip) or a .tgz (npm). Source
 // distributions are refused. accept names the OSV ids an operator accepts.
 func (m *Mirror) AddFile(ctx context.Context, path string, accept []string) (Artifact, error) {
+	// A path that names no package file is a mistake, not a package to
+	// refuse: nothing is recorded for it.
+	if b := filepath.Base(path); !strings.HasSuffix(b, ".whl") && !strings.HasSuffix(b, ".tgz") && !IsSdistFilename(b) {
+		return Artifact{}, fmt.Errorf("%w: %s is not a wheel (.whl), an npm tarball (.tgz) or a source distribution; "+
+			"a requirements file is added with -r FILE, a package-lock.json with --lockfile FILE", ErrBadSpec, path)
+	}
 	f, err := os.Open(path)
 	if err != nil {
 		return Artifact{}, fmt.Errorf("opening %s: %w", path, err)

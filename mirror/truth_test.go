@@ -93,7 +93,7 @@ func (r *npmRegistry) serve(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	versions, times := map[string]any{}, map[string]string{}
-	latest := r.tags[name]
+	latest, tagged := r.tags[name], r.tags[name] != ""
 	for v, rv := range vs {
 		integ, shasum := npmDigests(rv.tarball)
 		doc := map[string]any{"name": name, "version": v,
@@ -103,7 +103,7 @@ func (r *npmRegistry) serve(w http.ResponseWriter, req *http.Request) {
 		}
 		versions[v] = doc
 		times[v] = rv.time
-		if latest == "" || newerSemver(v, latest) {
+		if !tagged && (latest == "" || newerSemver(v, latest)) {
 			if !strings.Contains(v, "-") {
 				latest = v
 			}
