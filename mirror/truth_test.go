@@ -421,3 +421,37 @@ func TestMigrateAddsColumns(t *testing.T) {
 		t.Fatalf("after migration: %+v, %v", as, err)
 	}
 }
+
+// TestRealNPMInstallsDependenciesListed: the real npm client installs
+// debug@4.3.7 (dependencies stripped) together with ms@2.1.3 from the
+// mirror, and debug finds ms at run time.
+func TestRealNPMInstallsDependenciesListed(t *testing.T) {
+	t.Parallel()
+	npm := needTool(t, "npm")
+	node := needTool(t, "node")
+	ctx := context.Background()
+	reg := newNPMRegistry(t)
+	reg.addRecorded(t, "ms", "2.1.3")
+	reg.addRecorded(t, "debug", "4.3.7")
+	m := newTestMirror(t, true)
+	m.cfg.NPMRegistryURL = reg.URL
+	for _, n := range []string{"ms", "debug"} {
+		if _, err := m.AddNPM(ctx, Spec{Manager: NPM, Name: n, Version: map[string]string{"ms": "2.1.3", "debug": "4.3.7"}[n]}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	srv := serveMirror(t, m)
+	home := t.TempDir()
+	proj := filepath.Join(home, "proj")
+	os.MkdirAll(proj, 0o755)
+	os.WriteFile(filepath.Join(proj, "package.json"), []byte(`{"name":"proj","version":"1.0.0","private":true}`), 0o644)
+	out, err := run(t, proj, clientEnv(home), npm, "install", "--registry", srv.URL+"/mirror/npm/", "--cache", filepath.Join(home, "cache"),
+		"--no-audit", "--no-fund", "debug@4.3.7", "ms@2.1.3")
+	if err != nil {
+		t.Fatalf("npm install: %v\n%s", err, out)
+	}
+	got, err := run(t, proj, clientEnv(home), node, "-e", "const d = require('debug'); console.log(d.humanize(7200000))")
+	if err != nil || strings.TrimSpace(got) != "2h" {
+		t.Errorf("debug with ms = %q, %v", got, err)
+	}
+}

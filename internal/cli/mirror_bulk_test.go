@@ -266,3 +266,27 @@ func TestMirrorAddRequirements(t *testing.T) {
 		t.Errorf("unreachable index: exit %d\n%s", code, out)
 	}
 }
+
+// TestMirrorAddLockfileFromRegistry curates a real lockfile (express and
+// friends, made by npm against registry.npmjs.org) from the npm registry.
+// It leaves loopback, so it runs only with SANDBOXAPI_ONLINE_TESTS=1.
+func TestMirrorAddLockfileFromRegistry(t *testing.T) {
+	if os.Getenv("SANDBOXAPI_ONLINE_TESTS") != "1" {
+		t.Skip("leaves loopback: set SANDBOXAPI_ONLINE_TESTS=1 to fetch from the npm registry")
+	}
+	flags := bulkEnv(t, "https://pypi.org/simple/", "https://registry.npmjs.org")
+	lf := filepath.Join("testdata", "lock-express", "package-lock.json")
+	start := time.Now()
+	code, out, errOut := runCLI(t, append([]string{"mirror", "add", "--lockfile", lf}, flags...)...)
+	took := time.Since(start)
+	noJSON(t, out)
+	admitted, refused := strings.Count(out, "\nadmitted "), strings.Count(out, "\nrefused ")
+	t.Logf("curated %s in %s: %d admitted, %d refused\n%s", lf, took.Round(time.Millisecond), admitted, refused, out)
+	if code == 0 || admitted < 20 || refused != 2 || !strings.Contains(out, "axios") || !strings.Contains(out, "minimist") ||
+		!strings.Contains(out, "GHSA-xvch-5gv4-984h (fixed 1.2.6)") {
+		t.Fatalf("exit %d, %d admitted, %d refused\n%s%s", code, admitted, refused, out, errOut)
+	}
+	if strings.Count(out, "served as published") < 10 {
+		t.Errorf("few packages served as published:\n%s", out)
+	}
+}
