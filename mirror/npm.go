@@ -109,6 +109,7 @@ func SanitizeNPM(data []byte, l Limits) (*NPMPackage, error) {
 	var total int64
 	var n int
 	var unusual []string // what npm could read differently from the checks here
+	otherTop := false
 	for {
 		h, err := tr.Next()
 		if errors.Is(err, io.EOF) {
@@ -162,6 +163,12 @@ func SanitizeNPM(data []byte, l Limits) (*NPMPackage, error) {
 			return nil, refusef("entry %q: duplicate name", h.Name)
 		}
 		seen[rest] = true
+		// The installer unpacks "package/..." only (npm takes any first
+		// folder): another layout is re-packed rather than served as is.
+		if !strings.HasPrefix(h.Name, "package/") && !otherTop {
+			otherTop = true
+			unusual = append(unusual, fmt.Sprintf("top folder of %q is not package/", h.Name))
+		}
 		if h.Mode&^0o777 != 0 {
 			unusual = append(unusual, fmt.Sprintf("mode %o of %s", h.Mode, rest))
 		}
