@@ -213,6 +213,11 @@ func mirrorAdd(c *cli.Context) error {
 		if err != nil {
 			return err
 		}
+		if len(accept) > 0 && len(jobs) > 1 {
+			// An exception names exactly one package's matching advisories;
+			// applied to a list it would refuse every clean package.
+			return errors.New("mirror add: --accept applies to one package: add that package on its own")
+		}
 		var rows []addRow
 		switch {
 		case jobs != nil || c.String("requirement") != "" || c.String("lockfile") != "":

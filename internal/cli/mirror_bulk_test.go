@@ -192,6 +192,10 @@ func TestMirrorAddLockfile(t *testing.T) {
 	if !strings.Contains(errOut, "1 refused, 1 failed") {
 		t.Errorf("stderr: %s", errOut)
 	}
+	// An exception is for one package, never a whole list.
+	if code, out, errOut := runCLI(t, append([]string{"mirror", "add", "--lockfile", lf, "--accept", "GHSA-4hjh-wcwx-xvwj"}, flags...)...); code == 0 || !strings.Contains(errOut, "--accept applies to one package") {
+		t.Errorf("--accept with a lockfile: exit %d\n%s%s", code, out, errOut)
+	}
 	// Again: what is admitted is not fetched again.
 	_, out, _ = runCLI(t, append([]string{"mirror", "add", "--lockfile", lf}, flags...)...)
 	if !strings.Contains(out, "0 admitted, 1 refused, 2 already present") {
