@@ -31,6 +31,12 @@ type PackageVerdict struct {
 	Reasons     []string `json:"reasons,omitempty"`
 	OSVSnapshot string   `json:"osv_snapshot,omitempty"`
 	Install     string   `json:"install,omitempty"` // exact spec for POST /v1/sessions/{id}/install
+	// Stripped is what the mirror took out of the published package (npm:
+	// "scripts.postinstall", "dependencies", ...); empty when it is served
+	// as published.
+	Stripped []string `json:"stripped,omitempty"`
+	// Dependencies (npm) must be installed with it: name -> range.
+	Dependencies map[string]string `json:"dependencies,omitempty"`
 }
 
 // Package verdict statuses that are not mirror statuses.

@@ -243,6 +243,30 @@ def commit(job, stage, entries):
     os.rename(link, live)
 
 
+def check_requires(job):
+    """Stops (exit 4, nothing changed) when a dependency the request does
+    not bring is not in the session at a version the catalog lists."""
+    missing = []
+    for r in job.get("requires") or []:
+        pj = os.path.join(LIVE["npm"], *r["name"].split("/"), "package.json")
+        version = None
+        try:
+            fd = os.open(pj, os.O_RDONLY | os.O_NONBLOCK)
+            try:
+                if stat.S_ISREG(os.fstat(fd).st_mode):
+                    version = json.loads(os.read(fd, 1 << 20)).get("version")
+            finally:
+                os.close(fd)
+        except (OSError, ValueError, AttributeError):
+            version = None
+        if version not in r["versions"]:
+            missing.append({"by": r["by"], "name": r["name"], "range": r["range"],
+                            "installed": version if isinstance(version, str) else None})
+    if missing:
+        print(json.dumps({"ok": False, "missing": missing}))
+        sys.exit(4)
+
+
 def check_isolated():
     """Refuses to go on when anything of the home could be imported."""
     if not sys.flags.isolated:
@@ -258,6 +282,8 @@ def main():
     t0 = time.monotonic()
     check_isolated()
     job = json.load(open(sys.argv[1]))
+    if job["manager"] == "npm":
+        check_requires(job)
     os.umask(0o022)
     work = tempfile.mkdtemp(prefix="installer-", dir="/tmp")
     os.chdir(work)

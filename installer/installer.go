@@ -12,9 +12,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"net/netip"
+	"slices"
 	"strings"
 	"time"
 
@@ -43,12 +45,20 @@ type Artifact struct {
 	URLPath   string // where the mirror handler serves it
 	Status    string // admitted, refused, quarantined, removed
 	Reasons   []string
+	// Stripped is what the mirror took out of the published package.
+	Stripped []string
+	// Dependencies (npm) are what the package needs installed next to it:
+	// name -> npm range.
+	Dependencies map[string]string
 }
 
 // Catalog errors; Lookup wraps them.
 var (
 	ErrNotFound    = errors.New("not in the mirror")
 	ErrNotAdmitted = errors.New("not admitted by the mirror")
+	// ErrRange means a dependency range the catalog cannot check (a URL,
+	// an alias, a tag).
+	ErrRange = errors.New("dependency range cannot be checked")
 )
 
 // Catalog is the mirror as the installer sees it.
@@ -56,6 +66,11 @@ type Catalog interface {
 	// Lookup finds name at version ("" for the newest admitted). A known but
 	// not admitted artifact comes back with an error wrapping ErrNotAdmitted.
 	Lookup(ctx context.Context, m Manager, name, version string) (Artifact, error)
+	// Satisfying returns the versions of the npm package name that satisfy
+	// rng: those the mirror serves and every version it ever recorded
+	// (what a session can hold), oldest first. An uncheckable range wraps
+	// ErrRange.
+	Satisfying(ctx context.Context, name, rng string) (admitted, known []string, err error)
 }
 
 // Endpoint is an installer network: a namespace whose only reachable
@@ -160,16 +175,16 @@ type planned struct {
 
 // plan checks every requested package against the catalog. Any problem
 // rejects the whole request with a reason per package.
-func (i *Installer) plan(ctx context.Context, req sandbox.InstallRequest) ([]planned, error) {
+func (i *Installer) plan(ctx context.Context, req sandbox.InstallRequest) ([]planned, []requirement, error) {
 	m := Manager(req.Manager)
 	if m != Pip && m != NPM {
-		return nil, fmt.Errorf("%w: manager must be pip or npm", sandbox.ErrInvalid)
+		return nil, nil, fmt.Errorf("%w: manager must be pip or npm", sandbox.ErrInvalid)
 	}
 	if len(req.Packages) == 0 {
-		return nil, fmt.Errorf("%w: list at least one package", sandbox.ErrInvalid)
+		return nil, nil, fmt.Errorf("%w: list at least one package", sandbox.ErrInvalid)
 	}
 	if len(req.Packages) > i.cfg.MaxPackages {
-		return nil, fmt.Errorf("%w: at most %d packages per install", sandbox.ErrInvalid, i.cfg.MaxPackages)
+		return nil, nil, fmt.Errorf("%w: at most %d packages per install", sandbox.ErrInvalid, i.cfg.MaxPackages)
 	}
 	var rej []sandbox.PackageRejection
 	var out []planned
@@ -199,7 +214,7 @@ func (i *Installer) plan(ctx context.Context, req sandbox.InstallRequest) ([]pla
 			rej = append(rej, sandbox.PackageRejection{Package: spec, Status: a.Status, Reason: reason})
 			continue
 		case err != nil:
-			return nil, fmt.Errorf("looking up %s: %w", spec, err)
+			return nil, nil, fmt.Errorf("looking up %s: %w", spec, err)
 		}
 		if m == Pip && !strings.HasSuffix(a.Filename, ".whl") {
 			rej = append(rej, sandbox.PackageRejection{Package: spec, Status: "not_a_wheel", Reason: "only wheels are installed: " + a.Filename})
@@ -216,16 +231,138 @@ func (i *Installer) plan(ctx context.Context, req sandbox.InstallRequest) ([]pla
 		out = append(out, planned{requested: spec, resolved: version == "", a: a})
 	}
 	if len(rej) > 0 {
-		return nil, &sandbox.RejectedError{Packages: rej}
+		return nil, nil, &sandbox.RejectedError{Packages: rej}
 	}
-	return out, nil
+	if m != NPM {
+		return out, nil, nil
+	}
+	return i.checkDependencies(ctx, out)
+}
+
+// requirement is a dependency of a requested npm package that the request
+// does not bring; the installer checks the session for it.
+type requirement struct {
+	By       string   `json:"by"`
+	Name     string   `json:"name"`
+	Range    string   `json:"range"`
+	Versions []string `json:"versions"` // every version the catalog knows that satisfies Range
+	admitted []string
+}
+
+// checkDependencies refuses a request whose packages need a dependency
+// that the request names at a version outside the needed range, and
+// returns the dependencies the request does not name at all: the session
+// may already hold them (checked by the install job).
+func (i *Installer) checkDependencies(ctx context.Context, plan []planned) ([]planned, []requirement, error) {
+	inReq := map[string]string{}
+	for _, p := range plan {
+		inReq[normName(NPM, p.a.Name)] = p.a.Version
+	}
+	var rej []sandbox.PackageRejection
+	var reqs []requirement
+	for _, p := range plan {
+		var missing []sandbox.MissingDependency
+		for _, dep := range slices.Sorted(maps.Keys(p.a.Dependencies)) {
+			rng := p.a.Dependencies[dep]
+			admitted, known, err := i.catalog.Satisfying(ctx, dep, rng)
+			if err != nil && !errors.Is(err, ErrRange) {
+				return nil, nil, fmt.Errorf("checking %s's dependency %s@%s: %w", p.requested, dep, rng, err)
+			}
+			v, named := inReq[normName(NPM, dep)]
+			switch {
+			case named && slices.Contains(known, v):
+			case named:
+				missing = append(missing, sandbox.MissingDependency{Name: dep, Range: rng, MirrorVersions: nonNil(admitted), Requested: v})
+			default:
+				reqs = append(reqs, requirement{By: p.requested, Name: dep, Range: rng, Versions: nonNil(known), admitted: nonNil(admitted)})
+			}
+		}
+		if len(missing) > 0 {
+			rej = append(rej, missingRejection(p.requested, missing))
+		}
+	}
+	if len(rej) > 0 {
+		return nil, nil, &sandbox.RejectedError{Packages: rej}
+	}
+	return plan, reqs, nil
+}
+
+// missingRejection says what spec needs and what to add to the request.
+func missingRejection(spec string, missing []sandbox.MissingDependency) sandbox.PackageRejection {
+	parts := make([]string, 0, len(missing))
+	for _, d := range missing {
+		s := d.Name + "@" + d.Range
+		switch {
+		case d.Requested != "":
+			s += " (the request names " + d.Requested + ", outside the range"
+		case d.Installed != "":
+			s += " (the session has " + d.Installed + ", outside the range"
+		default:
+			s += " (not in the request nor in the session"
+		}
+		if len(d.MirrorVersions) > 0 {
+			s += "; the mirror has " + strings.Join(d.MirrorVersions, ", ") + ")"
+		} else {
+			s += "; the mirror has no version in that range)"
+		}
+		parts = append(parts, s)
+	}
+	return sandbox.PackageRejection{Package: spec, Status: "missing_dependencies", MissingDependencies: missing,
+		Reason: "needs " + strings.Join(parts, ", ") + ": install them in the same request"}
+}
+
+func nonNil(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
+}
+
+// missingExit is the install job's exit code when a requirement is not in
+// the session; it then prints {"missing": [...]} and changes nothing.
+const missingExit = 4
+
+// missingFromJob turns the job's report into a rejection per package.
+func missingFromJob(stdout string, reqs []requirement) (*sandbox.RejectedError, bool) {
+	var rep struct {
+		Missing []struct {
+			By, Name, Range string
+			Installed       *string
+		} `json:"missing"`
+	}
+	if json.Unmarshal([]byte(lastLine(stdout)), &rep) != nil || len(rep.Missing) == 0 {
+		return nil, false
+	}
+	byPkg := map[string][]sandbox.MissingDependency{}
+	var order []string
+	for _, m := range rep.Missing {
+		var admitted []string
+		for _, r := range reqs {
+			if r.By == m.By && r.Name == m.Name {
+				admitted = r.admitted
+			}
+		}
+		d := sandbox.MissingDependency{Name: m.Name, Range: m.Range, MirrorVersions: nonNil(admitted)}
+		if m.Installed != nil {
+			d.Installed = *m.Installed
+		}
+		if _, ok := byPkg[m.By]; !ok {
+			order = append(order, m.By)
+		}
+		byPkg[m.By] = append(byPkg[m.By], d)
+	}
+	rej := &sandbox.RejectedError{}
+	for _, by := range order {
+		rej.Packages = append(rej.Packages, missingRejection(by, byPkg[by]))
+	}
+	return rej, true
 }
 
 // Install puts the requested packages into owner's session, all or nothing.
 // timeout (0: the configured one) bounds the whole job.
 func (i *Installer) Install(ctx context.Context, owner, sessionID string, req sandbox.InstallRequest, timeout time.Duration) (sandbox.InstallReply, error) {
 	start := time.Now()
-	plan, err := i.plan(ctx, req)
+	plan, reqs, err := i.plan(ctx, req)
 	if err != nil {
 		return sandbox.InstallReply{}, err
 	}
@@ -257,8 +394,9 @@ func (i *Installer) Install(ctx context.Context, owner, sessionID string, req sa
 		Trusted  string           `json:"trusted_host"`
 		BaseURL  string           `json:"base_url"`
 		Packages []pkg            `json:"packages"`
+		Requires []requirement    `json:"requires,omitempty"`
 		Limits   map[string]int64 `json:"limits"`
-	}{Manager: req.Manager, IndexURL: base + "/mirror/pypi/simple/", BaseURL: base,
+	}{Requires: reqs, Manager: req.Manager, IndexURL: base + "/mirror/pypi/simple/", BaseURL: base,
 		Trusted: netip.AddrPortFrom(ep.HostAddr, i.cfg.Port).String(),
 		Limits:  map[string]int64{"max_entries": int64(i.cfg.MaxEntries), "max_bytes": i.cfg.MaxUnpackedBytes}}
 	for _, p := range plan {
@@ -280,6 +418,11 @@ func (i *Installer) Install(ctx context.Context, owner, sessionID string, req sa
 	if err != nil {
 		return sandbox.InstallReply{}, err
 	}
+	if res.ExitCode == missingExit && len(reqs) > 0 {
+		if rej, ok := missingFromJob(res.Stdout, reqs); ok {
+			return sandbox.InstallReply{}, rej
+		}
+	}
 	if res.Status != sandbox.StatusOK {
 		i.log.Warn("install failed", "session", sessionID, "manager", req.Manager, "status", res.Status, "exit_code", res.ExitCode,
 			"stdout", tail(res.Stdout, 2000), "stderr", tail(res.Stderr, 4000))
@@ -288,7 +431,7 @@ func (i *Installer) Install(ctx context.Context, owner, sessionID string, req sa
 	reply := sandbox.InstallReply{Manager: req.Manager, DurationMS: time.Since(start).Milliseconds()}
 	for _, p := range plan {
 		reply.Installed = append(reply.Installed, sandbox.InstalledPackage{Requested: p.requested, Name: p.a.Name, Version: p.a.Version,
-			Filename: p.a.Filename, SHA256: p.a.SHA256, Resolved: p.resolved})
+			Filename: p.a.Filename, SHA256: p.a.SHA256, Resolved: p.resolved, Stripped: p.a.Stripped})
 	}
 	i.log.Info("install", "session", sessionID, "manager", req.Manager, "packages", len(plan), "ms", reply.DurationMS,
 		"sandbox_ms", res.DurationMS, "installer", lastLine(res.Stdout))

@@ -3,6 +3,7 @@ package installer
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 
@@ -93,7 +94,81 @@ func (f fakeCatalog) Lookup(_ context.Context, m Manager, name, version string) 
 	return a, nil
 }
 
+// Satisfying treats a range "^V" as exactly V (a fake: the real matcher
+// is tested in the mirror).
+func (f fakeCatalog) Satisfying(_ context.Context, name, rng string) (admitted, known []string, err error) {
+	if strings.Contains(rng, ":") {
+		return nil, nil, ErrRange
+	}
+	want := strings.TrimPrefix(rng, "^")
+	for k, a := range f {
+		if strings.HasPrefix(k, "npm:"+name+":") && a.Version == want && !slices.Contains(known, a.Version) {
+			known = append(known, a.Version)
+			if a.Status == "admitted" {
+				admitted = append(admitted, a.Version)
+			}
+		}
+	}
+	return admitted, known, nil
+}
+
 const hash = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+
+// TestPlanDependencies: an npm request must bring what its packages need
+// at versions in range; what it does not name goes to the job's session
+// check, with every catalogue version that satisfies the range.
+func TestPlanDependencies(t *testing.T) {
+	t.Parallel()
+	tgz := func(name, version string, deps map[string]string) Artifact {
+		return Artifact{Name: name, Version: version, Filename: name + "-" + version + ".tgz", SHA256: hash, Integrity: "sha512-x", Status: "admitted",
+			Dependencies: deps, Stripped: []string{"dependencies"}}
+	}
+	cat := fakeCatalog{
+		"npm:debug:4.3.7":  tgz("debug", "4.3.7", map[string]string{"ms": "^2.1.3"}),
+		"npm:ms:2.1.3":     tgz("ms", "2.1.3", nil),
+		"npm:ms:2.0.0":     tgz("ms", "2.0.0", nil),
+		"npm:gitdep:1.0.0": tgz("gitdep", "1.0.0", map[string]string{"x": "github:a/x"}),
+	}
+	inst := New(DefaultConfig(), cat, nil, nil, nil, nil)
+	ctx := context.Background()
+	// Alone: the session must hold ms in range.
+	_, reqs, err := inst.plan(ctx, sandbox.InstallRequest{Manager: "npm", Packages: []string{"debug@4.3.7"}})
+	if err != nil || len(reqs) != 1 || reqs[0].Name != "ms" || reqs[0].Range != "^2.1.3" || !slices.Equal(reqs[0].Versions, []string{"2.1.3"}) || reqs[0].By != "debug@4.3.7" {
+		t.Fatalf("debug alone: %+v, %v", reqs, err)
+	}
+	// With ms in range: nothing left to check.
+	if plan, reqs, err := inst.plan(ctx, sandbox.InstallRequest{Manager: "npm", Packages: []string{"debug@4.3.7", "ms@2.1.3"}}); err != nil || len(reqs) != 0 || len(plan) != 2 {
+		t.Fatalf("debug with ms: %+v %+v, %v", plan, reqs, err)
+	}
+	// With ms out of range: 422 at once, naming the range and what the mirror has.
+	_, _, err = inst.plan(ctx, sandbox.InstallRequest{Manager: "npm", Packages: []string{"ms@2.0.0", "debug@4.3.7"}})
+	var rej *sandbox.RejectedError
+	if !errors.As(err, &rej) || len(rej.Packages) != 1 {
+		t.Fatalf("ms out of range: %v", err)
+	}
+	p := rej.Packages[0]
+	if p.Package != "debug@4.3.7" || p.Status != "missing_dependencies" || len(p.MissingDependencies) != 1 ||
+		p.MissingDependencies[0].Name != "ms" || p.MissingDependencies[0].Range != "^2.1.3" || p.MissingDependencies[0].Requested != "2.0.0" ||
+		!slices.Equal(p.MissingDependencies[0].MirrorVersions, []string{"2.1.3"}) || !strings.Contains(p.Reason, "ms@^2.1.3") {
+		t.Fatalf("rejection: %+v", p)
+	}
+	// A range the catalog cannot check is a requirement no version meets.
+	if _, reqs, err := inst.plan(ctx, sandbox.InstallRequest{Manager: "npm", Packages: []string{"gitdep@1.0.0"}}); err != nil || len(reqs) != 1 || len(reqs[0].Versions) != 0 {
+		t.Fatalf("git dependency: %+v, %v", reqs, err)
+	}
+	// The job's report becomes one rejection per package.
+	r, ok := missingFromJob("noise\n"+`{"ok": false, "missing": [{"by": "debug@4.3.7", "name": "ms", "range": "^2.1.3", "installed": "2.0.0"}]}`+"\n", reqs0(reqs))
+	if !ok || len(r.Packages) != 1 || r.Packages[0].MissingDependencies[0].Installed != "2.0.0" || !strings.Contains(r.Packages[0].Reason, "the session has 2.0.0") {
+		t.Fatalf("job report: %+v %v", r, ok)
+	}
+	if _, ok := missingFromJob(`{"ok": true}`, reqs); ok {
+		t.Fatal("an ok report read as missing")
+	}
+}
+
+func reqs0(r []requirement) []requirement {
+	return append(r, requirement{By: "debug@4.3.7", Name: "ms", Range: "^2.1.3", admitted: []string{"2.1.3"}})
+}
 
 func TestPlanRejections(t *testing.T) {
 	t.Parallel()
@@ -127,7 +202,7 @@ func TestPlanRejections(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			plan, err := inst.plan(context.Background(), tc.req)
+			plan, _, err := inst.plan(context.Background(), tc.req)
 			if tc.status == nil {
 				if err != nil || len(plan) != len(tc.req.Packages) {
 					t.Fatalf("plan: %v %v", plan, err)
@@ -154,7 +229,7 @@ func TestPlanRejections(t *testing.T) {
 		})
 	}
 	for _, req := range []sandbox.InstallRequest{{Manager: "gem", Packages: []string{"x"}}, {Manager: "pip"}} {
-		if _, err := inst.plan(context.Background(), req); !errors.Is(err, sandbox.ErrInvalid) {
+		if _, _, err := inst.plan(context.Background(), req); !errors.Is(err, sandbox.ErrInvalid) {
 			t.Errorf("%+v: %v", req, err)
 		}
 	}

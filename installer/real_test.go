@@ -12,6 +12,7 @@ import (
 	"os"
 	osexec "os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -137,7 +138,8 @@ type catalog struct{ m *mirror.Mirror }
 
 func (c catalog) Lookup(ctx context.Context, m Manager, name, version string) (Artifact, error) {
 	a, err := c.m.Lookup(ctx, mirror.Manager(m), name, version)
-	out := Artifact{Name: a.Name, Version: a.Version, Filename: a.Filename, SHA256: a.SHA256, Integrity: a.Integrity, Size: a.Size, URLPath: a.URLPath, Status: string(a.Status), Reasons: a.Reasons}
+	out := Artifact{Name: a.Name, Version: a.Version, Filename: a.Filename, SHA256: a.SHA256, Integrity: a.Integrity, Size: a.Size, URLPath: a.URLPath, Status: string(a.Status), Reasons: a.Reasons,
+		Stripped: a.Stripped, Dependencies: a.Dependencies}
 	switch {
 	case err == nil:
 		return out, nil
@@ -147,6 +149,14 @@ func (c catalog) Lookup(ctx context.Context, m Manager, name, version string) (A
 		return out, fmt.Errorf("%w: %v", ErrNotAdmitted, err)
 	}
 	return out, err
+}
+
+func (c catalog) Satisfying(ctx context.Context, name, rng string) ([]string, []string, error) {
+	admitted, known, err := c.m.Satisfying(ctx, name, rng)
+	if errors.Is(err, mirror.ErrRange) {
+		return nil, nil, fmt.Errorf("%w: %v", ErrRange, err)
+	}
+	return admitted, known, err
 }
 
 func (r *rig) addWheel(t *testing.T, name, version string) {
@@ -387,5 +397,58 @@ func TestRealWrongRecordedHash(t *testing.T) {
 	res := r.run(t, id, "import os, importlib.util as u; print(u.find_spec('one') is None, u.find_spec('two') is None, os.path.exists('/home/sandbox/.local/python'))")
 	if strings.TrimSpace(res.Stdout) != "True True False" {
 		t.Fatalf("something was installed: %+v", res)
+	}
+}
+
+// TestRealNPMDependencies: debug@4.3.7 (as published) needs ms@^2.1.3. Alone
+// in a fresh session it is refused with what to add, and nothing is
+// installed; with ms in the same request, or with ms already in the
+// session, it installs and works.
+func TestRealNPMDependencies(t *testing.T) {
+	r := newRig(t)
+	ctx := context.Background()
+	for _, f := range []string{"debug-4.3.7.tgz", "ms-2.1.3.tgz"} {
+		b, err := os.ReadFile(filepath.Join(testenv.ModuleRoot(), "mirror", "testdata", "npm", f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := r.mir.AddNPMTarball(ctx, b, "test", nil); err != nil {
+			t.Fatalf("admitting %s: %v", f, err)
+		}
+	}
+	js := r.session(t, "javascript")
+	_, err := r.inst.Install(ctx, r.owner, js, sandbox.InstallRequest{Manager: "npm", Packages: []string{"debug@4.3.7"}}, 0)
+	var rej *sandbox.RejectedError
+	if !errors.As(err, &rej) || len(rej.Packages) != 1 || rej.Packages[0].Status != "missing_dependencies" {
+		t.Fatalf("debug alone: %v", err)
+	}
+	md := rej.Packages[0].MissingDependencies
+	if len(md) != 1 || md[0].Name != "ms" || md[0].Range != "^2.1.3" || strings.Join(md[0].MirrorVersions, ",") != "2.1.3" {
+		t.Fatalf("missing: %+v", rej.Packages[0])
+	}
+	if res := r.run(t, js, "console.log(require('fs').existsSync('/home/sandbox/node_modules/debug'))"); res.Stdout != "false\n" {
+		t.Fatalf("a refused request installed something: %+v", res)
+	}
+	reply, err := r.inst.Install(ctx, r.owner, js, sandbox.InstallRequest{Manager: "npm", Packages: []string{"debug@4.3.7", "ms@2.1.3"}}, 0)
+	if err != nil {
+		t.Fatalf("debug with ms: %v", err)
+	}
+	if got := reply.Installed[0].Stripped; !slices.Contains(got, "dependencies") || len(reply.Installed[1].Stripped) != 0 {
+		t.Errorf("stripped in reply: %+v", reply.Installed)
+	}
+	code := "const d = require('debug'); d.enable('t'); d.log = (...a) => console.log(a.join(' ')); d('t')('hi'); console.log(require('ms')('2h'))"
+	if res := r.run(t, js, code); !strings.Contains(res.Stdout, "hi") || !strings.Contains(res.Stdout, "7200000") {
+		t.Fatalf("debug after install: %+v", res)
+	}
+	// ms already in the session: debug alone is enough.
+	js2 := r.session(t, "javascript")
+	if _, err := r.inst.Install(ctx, r.owner, js2, sandbox.InstallRequest{Manager: "npm", Packages: []string{"ms@2.1.3"}}, 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.inst.Install(ctx, r.owner, js2, sandbox.InstallRequest{Manager: "npm", Packages: []string{"debug@4.3.7"}}, 0); err != nil {
+		t.Fatalf("debug with ms in the session: %v", err)
+	}
+	if res := r.run(t, js2, "console.log(typeof require('debug'))"); res.Stdout != "function\n" {
+		t.Fatalf("debug in second session: %+v", res)
 	}
 }

@@ -72,7 +72,10 @@ func (f *fakeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		_ = json.NewDecoder(r.Body).Decode(&body)
 		var out []map[string]any
 		for _, p := range body.Packages {
-			if strings.HasPrefix(p, "requests") {
+			if strings.HasPrefix(p, "debug") {
+				out = append(out, map[string]any{"spec": p, "name": "debug", "version": "4.3.7", "available": true, "status": "admitted",
+					"versions": []string{"4.3.7"}, "osv": "clean", "install": "debug@4.3.7", "stripped": []string{"dependencies"}, "dependencies": map[string]string{"ms": "^2.1.3"}})
+			} else if strings.HasPrefix(p, "requests") {
 				out = append(out, map[string]any{"spec": p, "name": "requests", "version": "2.32.3", "available": true, "status": "admitted",
 					"versions": []string{"2.31.0", "2.32.3"}, "osv": "clean", "install": "requests==2.32.3"})
 			} else {
@@ -313,6 +316,14 @@ func TestMCPCheckPackages(t *testing.T) {
 	out := structured[PackagesResult](t, res)
 	if len(out.Results) != 2 || !out.Results[0].Available || out.Results[0].Install != "requests==2.32.3" || out.Results[1].Status != "not_found" {
 		t.Fatalf("got %+v", out)
+	}
+	// What the mirror stripped and what must come along reach the agent,
+	// structured and in the text.
+	res = call(t, cs, "check_packages", map[string]any{"manager": "npm", "packages": []string{"debug@4.3.7"}})
+	dbg := structured[PackagesResult](t, res).Results[0]
+	if !slices.Equal(dbg.Stripped, []string{"dependencies"}) || dbg.Dependencies["ms"] != "^2.1.3" ||
+		!strings.Contains(text(res), "needs ms@^2.1.3 in the same install") || !strings.Contains(text(res), "stripped by the mirror: dependencies") {
+		t.Fatalf("debug verdict %+v, text %q", dbg, text(res))
 	}
 	if res := call(t, cs, "check_packages", map[string]any{"manager": "pip", "packages": []string{}}); !res.IsError {
 		t.Fatalf("empty packages accepted: %s", text(res))

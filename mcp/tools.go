@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
@@ -87,6 +89,9 @@ type PackageVerdict struct {
 	Reasons     []string `json:"reasons,omitempty"`
 	OSVSnapshot string   `json:"osv_snapshot,omitempty"`
 	Install     string   `json:"install,omitempty" jsonschema:"the exact spec to install"`
+	Stripped    []string `json:"stripped,omitempty" jsonschema:"what the mirror took out of the published package (npm install scripts, dependency fields); empty when served as published"`
+	// Dependencies are npm packages to install in the same request.
+	Dependencies map[string]string `json:"dependencies,omitempty" jsonschema:"npm packages it needs installed with it (name to version range): list them in the same install"`
 }
 
 // PackagesResult is check_packages' output.
@@ -263,6 +268,16 @@ func (t *tools) checkPackages(ctx context.Context, req *sdk.CallToolRequest, in 
 		}
 		if len(v.Versions) > 0 {
 			fmt.Fprintf(&b, "; admitted versions: %s", strings.Join(v.Versions, ", "))
+		}
+		if len(v.Dependencies) > 0 {
+			deps := make([]string, 0, len(v.Dependencies))
+			for _, n := range slices.Sorted(maps.Keys(v.Dependencies)) {
+				deps = append(deps, n+"@"+v.Dependencies[n])
+			}
+			fmt.Fprintf(&b, "; needs %s in the same install", strings.Join(deps, ", "))
+		}
+		if len(v.Stripped) > 0 {
+			fmt.Fprintf(&b, "; stripped by the mirror: %s", strings.Join(v.Stripped, ", "))
 		}
 	}
 	return &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: b.String()}}}, res, nil

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -67,6 +68,9 @@ CREATE TABLE IF NOT EXISTS mirror_artifacts (
 	source TEXT NOT NULL DEFAULT '',
 	created_at INTEGER NOT NULL,
 	updated_at INTEGER NOT NULL,
+	stripped TEXT NOT NULL DEFAULT '[]',
+	dependencies TEXT NOT NULL DEFAULT '{}',
+	published_at INTEGER NOT NULL DEFAULT 0,
 	UNIQUE(manager, name_key, filename)
 );
 CREATE INDEX IF NOT EXISTS mirror_artifacts_name ON mirror_artifacts(manager, name_key, status);
@@ -109,6 +113,34 @@ CREATE TABLE IF NOT EXISTS mirror_osv (
 func Migrate(ctx context.Context, db *sql.DB) error {
 	if _, err := db.ExecContext(ctx, schema); err != nil {
 		return fmt.Errorf("creating mirror tables: %w", err)
+	}
+	// Columns added after the first release: stores made before them get
+	// them here (SQLite has no ADD COLUMN IF NOT EXISTS).
+	have := map[string]bool{}
+	rows, err := db.QueryContext(ctx, `SELECT name FROM pragma_table_info('mirror_artifacts')`)
+	if err != nil {
+		return fmt.Errorf("reading mirror columns: %w", err)
+	}
+	for rows.Next() {
+		var n string
+		if err := rows.Scan(&n); err != nil {
+			rows.Close()
+			return fmt.Errorf("reading mirror columns: %w", err)
+		}
+		have[n] = true
+	}
+	rows.Close()
+	for _, c := range []struct{ name, def string }{
+		{"stripped", `TEXT NOT NULL DEFAULT '[]'`},
+		{"dependencies", `TEXT NOT NULL DEFAULT '{}'`},
+		{"published_at", `INTEGER NOT NULL DEFAULT 0`},
+	} {
+		if have[c.name] {
+			continue
+		}
+		if _, err := db.ExecContext(ctx, `ALTER TABLE mirror_artifacts ADD COLUMN `+c.name+` `+c.def); err != nil && !strings.Contains(err.Error(), "duplicate column") {
+			return fmt.Errorf("adding mirror column %s: %w", c.name, err)
+		}
 	}
 	return nil
 }
@@ -177,18 +209,27 @@ func (m *Mirror) Audit(ctx context.Context, limit int) ([]AuditEntry, error) {
 	return out, rows.Err()
 }
 
-const artifactCols = `id,manager,name,version,filename,sha256,integrity,shasum,size,metadata_sha256,requires_python,upstream_sha256,manifest,status,reasons,advisories,accepted,osv_snapshot,source,created_at,updated_at`
+const artifactCols = `id,manager,name,version,filename,sha256,integrity,shasum,size,metadata_sha256,requires_python,upstream_sha256,manifest,status,reasons,advisories,accepted,osv_snapshot,source,created_at,updated_at,stripped,dependencies,published_at`
 
 type scanner interface{ Scan(...any) error }
 
 func scanArtifact(s scanner) (Artifact, error) {
 	var a Artifact
-	var reasons, adv, acc string
-	var created, updated int64
+	var reasons, adv, acc, stripped, deps string
+	var created, updated, published int64
 	err := s.Scan(&a.ID, &a.Manager, &a.Name, &a.Version, &a.Filename, &a.SHA256, &a.Integrity, &a.Shasum, &a.Size,
-		&a.MetadataSHA256, &a.RequiresPython, &a.UpstreamSHA256, &a.manifest, &a.Status, &reasons, &adv, &acc, &a.OSVSnapshot, &a.Source, &created, &updated)
+		&a.MetadataSHA256, &a.RequiresPython, &a.UpstreamSHA256, &a.manifest, &a.Status, &reasons, &adv, &acc, &a.OSVSnapshot, &a.Source, &created, &updated,
+		&stripped, &deps, &published)
 	if err != nil {
 		return Artifact{}, err
+	}
+	_ = json.Unmarshal([]byte(stripped), &a.Stripped)
+	_ = json.Unmarshal([]byte(deps), &a.Dependencies)
+	if len(a.Dependencies) == 0 {
+		a.Dependencies = nil
+	}
+	if published != 0 {
+		a.PublishedAt = time.UnixMilli(published).UTC()
 	}
 	_ = json.Unmarshal([]byte(reasons), &a.Reasons)
 	_ = json.Unmarshal([]byte(adv), &a.Advisories)
@@ -238,17 +279,27 @@ func (m *Mirror) upsert(ctx context.Context, a *Artifact) error {
 	reasons, _ := json.Marshal(nonNil(a.Reasons))
 	adv, _ := json.Marshal(nonNil(a.Advisories))
 	acc, _ := json.Marshal(nonNil(a.Accepted))
-	err = tx.QueryRowContext(ctx, `INSERT INTO mirror_artifacts(manager,name_key,name,version,filename,sha256,integrity,shasum,size,metadata_sha256,requires_python,upstream_sha256,manifest,status,reasons,advisories,accepted,osv_snapshot,source,created_at,updated_at)
-		VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)
+	stripped, _ := json.Marshal(nonNil(a.Stripped))
+	deps, _ := json.Marshal(a.Dependencies)
+	if a.Dependencies == nil {
+		deps = []byte("{}")
+	}
+	var published int64
+	if !a.PublishedAt.IsZero() {
+		published = a.PublishedAt.UnixMilli()
+	}
+	err = tx.QueryRowContext(ctx, `INSERT INTO mirror_artifacts(manager,name_key,name,version,filename,sha256,integrity,shasum,size,metadata_sha256,requires_python,upstream_sha256,manifest,status,reasons,advisories,accepted,osv_snapshot,source,created_at,updated_at,stripped,dependencies,published_at)
+		VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)
 		ON CONFLICT(manager, name_key, filename) DO UPDATE SET name_key=excluded.name_key, name=excluded.name, version=excluded.version, sha256=excluded.sha256,
 			integrity=excluded.integrity, shasum=excluded.shasum, size=excluded.size, metadata_sha256=excluded.metadata_sha256,
 			requires_python=excluded.requires_python, upstream_sha256=excluded.upstream_sha256, manifest=excluded.manifest, status=excluded.status,
 			reasons=excluded.reasons, advisories=excluded.advisories, accepted=excluded.accepted, osv_snapshot=excluded.osv_snapshot,
-			source=excluded.source, updated_at=excluded.updated_at
+			source=excluded.source, updated_at=excluded.updated_at, stripped=excluded.stripped, dependencies=excluded.dependencies,
+			published_at=excluded.published_at
 		RETURNING id`,
 		string(a.Manager), NormalizeName(a.Manager, a.Name), a.Name, a.Version, a.Filename, a.SHA256, a.Integrity, a.Shasum, a.Size,
 		a.MetadataSHA256, a.RequiresPython, a.UpstreamSHA256, a.manifest, string(a.Status), string(reasons), string(adv), string(acc),
-		a.OSVSnapshot, a.Source, now, now).Scan(&a.ID)
+		a.OSVSnapshot, a.Source, now, now, string(stripped), string(deps), published).Scan(&a.ID)
 	if err != nil {
 		return fmt.Errorf("writing mirror artifact %s: %w", a.Filename, err)
 	}

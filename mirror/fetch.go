@@ -15,6 +15,7 @@ import (
 	"net/url"
 	"path"
 	"strings"
+	"time"
 )
 
 // get fetches u with at most limit bytes of body.
@@ -57,23 +58,58 @@ type pep691Project struct {
 	} `json:"files"`
 }
 
+// pipProject reads name's page from the upstream simple index (PEP 691
+// JSON) at Config.PipIndexURL. That index is the only place "mirror add
+// pip" downloads from; when it cannot be reached the error says so and
+// what to do instead.
+func (m *Mirror) pipProject(ctx context.Context, name string) (pep691Project, *url.URL, error) {
+	base, err := url.Parse(strings.TrimSuffix(m.cfg.PipIndexURL, "/") + "/" + NormalizePyPI(name) + "/")
+	if err != nil {
+		return pep691Project{}, nil, fmt.Errorf("%w: bad pip index url: %w", ErrUpstream, err)
+	}
+	page, err := m.get(ctx, base.String(), "application/vnd.pypi.simple.v1+json", 64<<20)
+	if err != nil {
+		if errors.Is(err, ErrUpstream) {
+			return pep691Project{}, nil, fmt.Errorf("the pip index %s (mirror.pip_index_url, a PEP 691 JSON simple index) could not be used: %w; "+
+				"point pip_index_url at an index this host reaches, or download the wheels elsewhere and add each with `mirror add FILE.whl`", m.cfg.PipIndexURL, err)
+		}
+		return pep691Project{}, nil, err
+	}
+	var proj pep691Project
+	if err := json.Unmarshal(page, &proj); err != nil {
+		return pep691Project{}, nil, fmt.Errorf("%w: parsing index page for %s (not PEP 691 JSON?): %w", ErrUpstream, name, err)
+	}
+	return proj, base, nil
+}
+
 // AddPip fetches the wheels of spec from the upstream simple index (PEP 691
 // JSON) whose platform tag matches Config.PipPlatforms, verifies each
 // against the index's sha256 and admits it. When only source distributions
 // exist, the request is refused with that reason.
 func (m *Mirror) AddPip(ctx context.Context, spec Spec, accept []string) ([]Artifact, error) {
-	base, err := url.Parse(strings.TrimSuffix(m.cfg.PipIndexURL, "/") + "/" + NormalizePyPI(spec.Name) + "/")
-	if err != nil {
-		return nil, fmt.Errorf("%w: bad pip index url: %w", ErrUpstream, err)
-	}
-	page, err := m.get(ctx, base.String(), "application/vnd.pypi.simple.v1+json", 64<<20)
+	return m.AddPipHashes(ctx, spec, nil, accept)
+}
+
+// AddPipHashes is AddPip for a requirements file line with --hash values:
+// when hashes (sha256 hex) are given, only wheels with one of them are
+// fetched and admitted, as pip's hash-checking mode would install.
+func (m *Mirror) AddPipHashes(ctx context.Context, spec Spec, hashes []string, accept []string) ([]Artifact, error) {
+	proj, base, err := m.pipProject(ctx, spec.Name)
 	if err != nil {
 		return nil, fmt.Errorf("adding %s: %w", spec, err)
 	}
-	var proj pep691Project
-	if err := json.Unmarshal(page, &proj); err != nil {
-		return nil, fmt.Errorf("%w: parsing index page for %s (not PEP 691 JSON?): %w", ErrUpstream, spec.Name, err)
+	hashOK := func(h string) bool {
+		if len(hashes) == 0 {
+			return true
+		}
+		for _, x := range hashes {
+			if strings.EqualFold(x, h) {
+				return true
+			}
+		}
+		return false
 	}
+	var unhashed []string
 	var out []Artifact
 	var errs []error
 	sdists := 0
@@ -94,6 +130,10 @@ func (m *Mirror) AddPip(ctx context.Context, spec Spec, accept []string) ([]Arti
 		want := strings.ToLower(f.Hashes["sha256"])
 		if len(want) != 64 {
 			errs = append(errs, fmt.Errorf("%w: index lists %s without a sha256", ErrUpstream, fn))
+			continue
+		}
+		if !hashOK(want) {
+			unhashed = append(unhashed, fn)
 			continue
 		}
 		fu, err := base.Parse(f.URL)
@@ -122,6 +162,9 @@ func (m *Mirror) AddPip(ctx context.Context, spec Spec, accept []string) ([]Arti
 		out = append(out, a)
 	}
 	if len(out) == 0 && len(errs) == 0 {
+		if len(unhashed) > 0 {
+			return nil, fmt.Errorf("adding %s: no wheel matches the requirement's --hash values (the index has %s): %w", spec, strings.Join(unhashed, ", "), ErrNotFound)
+		}
 		if sdists > 0 {
 			c := candidate{a: Artifact{Manager: Pip, Name: spec.Name, Version: spec.Version, Filename: spec.Name + "-" + spec.Version + ".tar.gz", Source: base.String()},
 				problem: refusef("%s has only a source distribution upstream: only wheels are admitted", spec)}
@@ -145,27 +188,45 @@ func (m *Mirror) platformWanted(tag string) bool {
 }
 
 type npmPackument struct {
+	DistTags map[string]string `json:"dist-tags"`
 	Versions map[string]struct {
-		Dist struct {
+		Deprecated any `json:"deprecated"`
+		Dist       struct {
 			Tarball   string `json:"tarball"`
 			Integrity string `json:"integrity"`
 			Shasum    string `json:"shasum"`
 		} `json:"dist"`
 	} `json:"versions"`
+	Time map[string]string `json:"time"`
+}
+
+func (m *Mirror) npmPackument(ctx context.Context, name string) (*npmPackument, error) {
+	u := strings.TrimSuffix(m.cfg.NPMRegistryURL, "/") + "/" + strings.Replace(name, "/", "%2f", 1)
+	page, err := m.get(ctx, u, "application/json", 256<<20)
+	if err != nil {
+		return nil, err
+	}
+	var p npmPackument
+	if err := json.Unmarshal(page, &p); err != nil {
+		return nil, fmt.Errorf("%w: parsing packument of %s: %w", ErrUpstream, name, err)
+	}
+	return &p, nil
 }
 
 // AddNPM fetches spec from the upstream registry, verifies the tarball
 // against the registry's dist.integrity (sha512; sha1 shasum only when no
-// integrity is published), then sanitises and admits it.
+// integrity is published), then sanitises and admits it. The version's
+// upstream publish time is kept for the packument.
 func (m *Mirror) AddNPM(ctx context.Context, spec Spec, accept []string) (Artifact, error) {
-	u := strings.TrimSuffix(m.cfg.NPMRegistryURL, "/") + "/" + strings.Replace(spec.Name, "/", "%2f", 1)
-	page, err := m.get(ctx, u, "application/json", 256<<20)
+	return m.AddNPMLocked(ctx, spec, "", accept)
+}
+
+// AddNPMLocked is AddNPM for a package-lock.json entry: the tarball must
+// also match integrity (an SRI string, sha512 or sha1), the lockfile's.
+func (m *Mirror) AddNPMLocked(ctx context.Context, spec Spec, integrity string, accept []string) (Artifact, error) {
+	p, err := m.npmPackument(ctx, spec.Name)
 	if err != nil {
 		return Artifact{}, fmt.Errorf("adding %s: %w", spec, err)
-	}
-	var p npmPackument
-	if err := json.Unmarshal(page, &p); err != nil {
-		return Artifact{}, fmt.Errorf("%w: parsing packument of %s: %w", ErrUpstream, spec.Name, err)
 	}
 	v, ok := p.Versions[spec.Version]
 	if !ok {
@@ -179,13 +240,50 @@ func (m *Mirror) AddNPM(ctx context.Context, spec Spec, accept []string) (Artifa
 	if err != nil {
 		return Artifact{}, fmt.Errorf("adding %s: %w", spec, err)
 	}
-	if err := checkIntegrity(data, v.Dist.Integrity, v.Dist.Shasum); err != nil {
+	check := checkIntegrity(data, v.Dist.Integrity, v.Dist.Shasum)
+	if check == nil && integrity != "" && !matchSRI(data, integrity) {
+		check = fmt.Errorf("%w: tarball does not match the lockfile's integrity %s", ErrUpstream, truncate(integrity, 30))
+	}
+	if check != nil {
 		sum := sha256.Sum256(data)
 		m.auditUpstreamMismatch(ctx, Artifact{Manager: NPM, Name: spec.Name, Version: spec.Version, Filename: path.Base(tu.Path),
-			SHA256: hex.EncodeToString(sum[:]), Source: tu.String()}, err.Error())
-		return Artifact{}, fmt.Errorf("adding %s: %w", spec, err)
+			SHA256: hex.EncodeToString(sum[:]), Source: tu.String()}, check.Error())
+		return Artifact{}, fmt.Errorf("adding %s: %w", spec, check)
 	}
-	return m.addNPM(ctx, data, tu.String(), accept, spec)
+	var published time.Time
+	if t, err := time.Parse(time.RFC3339Nano, p.Time[spec.Version]); err == nil {
+		published = t.UTC()
+	}
+	return m.addNPM(ctx, data, tu.String(), accept, spec, published)
+}
+
+// matchSRI reports whether data matches one of the sha512 or sha1 entries
+// of an SRI string (the strongest algorithm present decides).
+func matchSRI(data []byte, sri string) bool {
+	want := map[string][]string{}
+	for _, part := range strings.Fields(sri) {
+		algo, val, _ := strings.Cut(part, "-")
+		val, _, _ = strings.Cut(val, "?")
+		want[algo] = append(want[algo], val)
+	}
+	var got string
+	var vals []string
+	switch {
+	case len(want["sha512"]) > 0:
+		s := sha512.Sum512(data)
+		got, vals = base64.StdEncoding.EncodeToString(s[:]), want["sha512"]
+	case len(want["sha1"]) > 0:
+		s := sha1.Sum(data)
+		got, vals = base64.StdEncoding.EncodeToString(s[:]), want["sha1"]
+	default:
+		return false
+	}
+	for _, v := range vals {
+		if v == got {
+			return true
+		}
+	}
+	return false
 }
 
 // checkIntegrity verifies an SRI string (any sha512 entry must match) or,

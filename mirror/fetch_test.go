@@ -120,8 +120,8 @@ func TestAddNPMRecordedFixture(t *testing.T) {
 		t.Fatalf("AddNPM = %+v, %v", a, err)
 	}
 	up := sha256.Sum256(data)
-	if a.UpstreamSHA256 != hex.EncodeToString(up[:]) || a.Integrity == integ {
-		t.Errorf("upstream %s, integrity %s (want a new one)", a.UpstreamSHA256, a.Integrity)
+	if a.UpstreamSHA256 != hex.EncodeToString(up[:]) || a.Integrity != integ || a.SHA256 != a.UpstreamSHA256 || len(a.Stripped) != 0 {
+		t.Errorf("upstream %s, integrity %s, stripped %v (want the published file as is)", a.UpstreamSHA256, a.Integrity, a.Stripped)
 	}
 	if _, err := m.AddNPM(ctx, Spec{Manager: NPM, Name: "is-number", Version: "6.0.0"}, nil); !errors.Is(err, ErrNotFound) {
 		t.Errorf("missing version err = %v", err)

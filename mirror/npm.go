@@ -10,8 +10,10 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"path"
+	"regexp"
 	"sort"
 	"strings"
 	"time"
@@ -20,26 +22,31 @@ import (
 // npmMTime is the fixed mtime of re-packed entries (the one npm pack uses).
 var npmMTime = time.Date(1985, 10, 26, 8, 15, 0, 0, time.UTC)
 
-// lifecycleScripts are the package.json scripts npm runs on its own during
-// install, publish or pack. They are removed; other scripts ("test",
-// "start", ...) only run when a user asks for them by name.
+// lifecycleScripts are the package.json scripts npm runs on its own when
+// it installs a package from a registry. They are removed; other scripts
+// ("test", "prepare", "prepublishOnly", ...) never run for an installed
+// package, only when a user asks for them by name or packs the package
+// from its source, so they stay and the tarball can stay as published.
 var lifecycleScripts = []string{
 	"preinstall", "install", "postinstall",
 	"preuninstall", "uninstall", "postuninstall",
-	"prepublish", "preprepare", "prepare", "postprepare",
-	"prepublishOnly", "prepack", "postpack",
-	"publish", "postpublish",
-	"preversion", "version", "postversion",
-	"dependencies", "prerestart", "restart", "postrestart",
 }
 
 // strippedFields are package.json fields removed from the manifest:
-// dependency metadata (npm trusts the packument for these) and node-gyp
-// hints.
+// dependency metadata (kept in the catalogue instead: the installer checks
+// that a request brings what a package needs) and node-gyp hints.
+// devDependencies stay: npm never installs them for a dependency.
 var strippedFields = []string{
 	"dependencies", "optionalDependencies", "peerDependencies", "peerDependenciesMeta",
-	"bundleDependencies", "bundledDependencies", "devDependencies",
+	"bundleDependencies", "bundledDependencies",
 	"gypfile", "_hasShrinkwrap", "hasInstallScript",
+}
+
+// nativeTools are programs whose use in an install script, or presence as
+// a dependency, means the package builds native code when installed.
+var nativeTools = []string{
+	"node-gyp", "node-pre-gyp", "@mapbox/node-pre-gyp", "prebuild-install", "cmake-js", "node-gyp-build",
+	"prebuildify", "node-waf", "napi", "make", "cmake", "gcc", "g++", "cc", "clang", "cargo", "go build",
 }
 
 // NPMPackage is a sanitised npm package ready to store.
@@ -54,22 +61,31 @@ type NPMPackage struct {
 	Integrity string
 	Shasum    string
 	// Removed lists what sanitising took out ("scripts.postinstall",
-	// "dependencies", "binding.gyp", ...).
+	// "dependencies", ...). When it is empty, Tarball is the input itself,
+	// byte for byte, so lockfiles made against the public registry keep
+	// their integrity.
 	Removed []string
+	// Dependencies are the manifest's "dependencies" (name -> range),
+	// less those bundled in the tarball.
+	Dependencies map[string]string
 }
 
-// SanitizeNPM checks an npm tarball and re-packs it. It refuses links,
-// devices and other non-regular entries, unsafe or duplicate names,
-// oversize content and a missing or malformed package.json. The re-pack
-// holds regular files only, under "package/", sorted, with fixed mtimes,
-// owners and modes (0644, or 0755 when executable), gzip without name or
-// time; package.json loses lifecycle scripts and dependency fields, and
-// binding.gyp files are dropped.
+// SanitizeNPM checks an npm tarball and, when something must go, re-packs
+// it. It refuses links, devices and other non-regular entries, unsafe or
+// duplicate names, oversize content, a missing or malformed package.json,
+// and packages that cannot work without a native build (see nativeBuild).
+// When package.json has no install-time scripts or dependency fields and
+// the archive holds nothing unread, the tarball is kept byte for byte.
+// Otherwise the re-pack holds regular files only, under "package/",
+// sorted, with fixed mtimes, owners and modes (0644, or 0755 when
+// executable), gzip without name or time, and package.json without
+// lifecycle scripts and dependency fields.
 func SanitizeNPM(data []byte, l Limits) (*NPMPackage, error) {
 	if int64(len(data)) > l.MaxArtifactBytes {
 		return nil, refusef("tarball is %d bytes, over the %d byte limit", len(data), l.MaxArtifactBytes)
 	}
-	zr, err := gzip.NewReader(bytes.NewReader(data))
+	src := bytes.NewReader(data)
+	zr, err := gzip.NewReader(src)
 	if err != nil {
 		return nil, refusef("not a gzip tarball: %v", err)
 	}
@@ -81,7 +97,8 @@ func SanitizeNPM(data []byte, l Limits) (*NPMPackage, error) {
 	// that header-only tricks cannot make it run on.
 	budget := min(l.MaxUncompressedBytes, max(1<<20, ratioCap(l.MaxRatio, int64(len(data)))))
 	slack := int64(1<<20) + int64(max(l.MaxEntries, 0))*2048
-	tr := tar.NewReader(io.LimitReader(zr, budget+slack))
+	lr := io.LimitReader(zr, budget+slack)
+	tr := tar.NewReader(lr)
 	type entry struct {
 		name string
 		data []byte
@@ -91,6 +108,8 @@ func SanitizeNPM(data []byte, l Limits) (*NPMPackage, error) {
 	seen := map[string]bool{}
 	var total int64
 	var n int
+	var unusual []string // what npm could read differently from the checks here
+	otherTop := false
 	for {
 		h, err := tr.Next()
 		if errors.Is(err, io.EOF) {
@@ -144,34 +163,58 @@ func SanitizeNPM(data []byte, l Limits) (*NPMPackage, error) {
 			return nil, refusef("entry %q: duplicate name", h.Name)
 		}
 		seen[rest] = true
+		// The installer unpacks "package/..." only (npm takes any first
+		// folder): another layout is re-packed rather than served as is.
+		if !strings.HasPrefix(h.Name, "package/") && !otherTop {
+			otherTop = true
+			unusual = append(unusual, fmt.Sprintf("top folder of %q is not package/", h.Name))
+		}
+		if h.Mode&^0o777 != 0 {
+			unusual = append(unusual, fmt.Sprintf("mode %o of %s", h.Mode, rest))
+		}
 		entries = append(entries, entry{name: rest, data: b, exec: h.Mode&0o111 != 0})
+	}
+	// Served as published, the file must hold nothing these checks did not
+	// read: no data after the tar's end, no second gzip member.
+	var tail zeroWriter
+	if _, err := io.Copy(&tail, lr); err != nil {
+		return nil, refusef("reading tarball: %v", err)
+	}
+	if tail.nonZero {
+		unusual = append(unusual, "data after the end of the tar archive")
+	}
+	if src.Len() > 0 {
+		unusual = append(unusual, "data after the gzip stream")
 	}
 	pkg := &NPMPackage{}
 	var manifest []byte
-	kept := entries[:0]
+	files := map[string]bool{}
 	for _, e := range entries {
-		switch {
-		case e.name == "package.json":
+		files[e.name] = true
+		if e.name == "package.json" {
 			manifest = e.data
-		case path.Base(e.name) == "binding.gyp":
-			pkg.Removed = append(pkg.Removed, e.name)
-			continue
 		}
-		kept = append(kept, e)
 	}
 	if manifest == nil {
 		return nil, refusef("package.json missing")
 	}
-	clean, err := sanitizeManifest(manifest, pkg)
+	clean, err := sanitizeManifest(manifest, pkg, files)
 	if err != nil {
 		return nil, err
 	}
 	pkg.Manifest = clean
-	sort.Slice(kept, func(i, j int) bool { return kept[i].name < kept[j].name })
+	if len(pkg.Removed) == 0 && len(unusual) == 0 {
+		pkg.Manifest = manifest
+		pkg.Tarball = data
+		pkg.Integrity, pkg.Shasum = npmDigests(data)
+		return pkg, nil
+	}
+	pkg.Removed = append(pkg.Removed, unusual...)
+	sort.Slice(entries, func(i, j int) bool { return entries[i].name < entries[j].name })
 	var buf bytes.Buffer
 	gw, _ := gzip.NewWriterLevel(&buf, gzip.BestCompression)
 	tw := tar.NewWriter(gw)
-	for _, e := range kept {
+	for _, e := range entries {
 		b := e.data
 		if e.name == "package.json" {
 			b = clean
@@ -202,6 +245,22 @@ func SanitizeNPM(data []byte, l Limits) (*NPMPackage, error) {
 	return pkg, nil
 }
 
+// zeroWriter notes whether anything but zero bytes was written to it
+// (tar pads its end with zero blocks; anything else is hidden data).
+type zeroWriter struct{ nonZero bool }
+
+func (z *zeroWriter) Write(p []byte) (int, error) {
+	if !z.nonZero {
+		for _, c := range p {
+			if c != 0 {
+				z.nonZero = true
+				break
+			}
+		}
+	}
+	return len(p), nil
+}
+
 func npmDigests(b []byte) (integrity, shasum string) {
 	s512 := sha512.Sum512(b)
 	s1 := sha1.Sum(b)
@@ -209,8 +268,10 @@ func npmDigests(b []byte) (integrity, shasum string) {
 }
 
 // sanitizeManifest removes lifecycle scripts and dependency fields and
-// re-encodes package.json with sorted keys.
-func sanitizeManifest(b []byte, pkg *NPMPackage) ([]byte, error) {
+// re-encodes package.json with sorted keys. files are the tarball's paths
+// (relative to the package folder). A package that needs a native build
+// is refused.
+func sanitizeManifest(b []byte, pkg *NPMPackage, files map[string]bool) ([]byte, error) {
 	var m map[string]json.RawMessage
 	if err := json.Unmarshal(b, &m); err != nil {
 		return nil, refusef("package.json: %v", err)
@@ -221,6 +282,14 @@ func sanitizeManifest(b []byte, pkg *NPMPackage) ([]byte, error) {
 	if err := json.Unmarshal(m["version"], &pkg.Version); err != nil || !ValidVersion(NPM, pkg.Version) {
 		return nil, refusef("package.json: missing or bad version")
 	}
+	if why := nativeBuild(m, files); len(why) > 0 {
+		return nil, refusef("needs a native build or an install script that builds, which the mirror never runs: %s", strings.Join(why, "; "))
+	}
+	deps, err := dependencies(m, files)
+	if err != nil {
+		return nil, err
+	}
+	pkg.Dependencies = deps
 	if raw, ok := m["scripts"]; ok {
 		var scripts map[string]json.RawMessage
 		if err := json.Unmarshal(raw, &scripts); err != nil {
@@ -252,4 +321,88 @@ func sanitizeManifest(b []byte, pkg *NPMPackage) ([]byte, error) {
 		return nil, refusef("package.json: %v", err)
 	}
 	return append(out, '\n'), nil
+}
+
+var nativeToolRE = func() *regexp.Regexp {
+	alts := make([]string, len(nativeTools))
+	for i, t := range nativeTools {
+		alts[i] = regexp.QuoteMeta(t)
+	}
+	return regexp.MustCompile(`(?:^|[\s;&|()'"/=])(` + strings.Join(alts, "|") + `)(?:$|[\s;&|()'"])`)
+}()
+
+// nativeBuild says why a package cannot work without building native code
+// at install time (nothing when it can): a binding.gyp at its root (npm
+// then runs node-gyp itself), "gypfile": true, a node-pre-gyp "binary"
+// section, a dependency on a build tool, or an install, preinstall or
+// postinstall script that runs one.
+func nativeBuild(m map[string]json.RawMessage, files map[string]bool) []string {
+	var why []string
+	if files["binding.gyp"] {
+		why = append(why, "binding.gyp (node-gyp)")
+	}
+	var gyp bool
+	if json.Unmarshal(m["gypfile"], &gyp) == nil && gyp {
+		why = append(why, `"gypfile": true`)
+	}
+	var binary map[string]json.RawMessage
+	if json.Unmarshal(m["binary"], &binary) == nil && binary["module_path"] != nil {
+		why = append(why, `a node-pre-gyp "binary" section`)
+	}
+	for _, f := range []string{"dependencies", "optionalDependencies"} {
+		var deps map[string]json.RawMessage
+		_ = json.Unmarshal(m[f], &deps)
+		for _, t := range []string{"node-pre-gyp", "@mapbox/node-pre-gyp", "prebuild-install", "node-gyp", "cmake-js"} {
+			if _, ok := deps[t]; ok && f == "dependencies" {
+				why = append(why, "depends on "+t)
+			}
+		}
+	}
+	var scripts map[string]json.RawMessage
+	_ = json.Unmarshal(m["scripts"], &scripts)
+	for _, s := range []string{"preinstall", "install", "postinstall"} {
+		var cmd string
+		if json.Unmarshal(scripts[s], &cmd) != nil {
+			continue
+		}
+		if t := nativeToolRE.FindStringSubmatch(cmd); t != nil {
+			why = append(why, fmt.Sprintf("scripts.%s runs %s (%q)", s, t[1], truncate(cmd, 80)))
+		}
+	}
+	return why
+}
+
+func truncate(s string, n int) string {
+	if len(s) > n {
+		return s[:n] + "..."
+	}
+	return s
+}
+
+// dependencies returns the "dependencies" a package needs next to it at
+// run time (name -> npm range), less those bundled in the tarball.
+func dependencies(m map[string]json.RawMessage, files map[string]bool) (map[string]string, error) {
+	raw, ok := m["dependencies"]
+	if !ok || string(raw) == "null" {
+		return nil, nil
+	}
+	var deps map[string]any
+	if err := json.Unmarshal(raw, &deps); err != nil {
+		return nil, refusef("package.json: dependencies is not an object")
+	}
+	out := make(map[string]string, len(deps))
+	for name, v := range deps {
+		r, ok := v.(string)
+		if !ok || !ValidName(NPM, name) {
+			return nil, refusef("package.json: bad dependency %q", name)
+		}
+		if files["node_modules/"+name+"/package.json"] {
+			continue // bundled
+		}
+		out[name] = r
+	}
+	if len(out) == 0 {
+		return nil, nil
+	}
+	return out, nil
 }

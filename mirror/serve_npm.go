@@ -115,7 +115,14 @@ func packument(as []Artifact, base string, abbrev bool) ([]byte, error) {
 			man["_id"], _ = json.Marshal(a.Name + "@" + a.Version)
 		}
 		versions[a.Version] = man
-		times[a.Version] = a.UpdatedAt.Format(time.RFC3339Nano)
+		// Upstream's publish time, so that minimum-release-age policies
+		// (npm's --before, Renovate's minimumReleaseAge) see the truth;
+		// the admission time only for files that came without one.
+		published := a.PublishedAt
+		if published.IsZero() {
+			published = a.CreatedAt
+		}
+		times[a.Version] = published.Format(time.RFC3339Nano)
 		if a.UpdatedAt.After(modified) {
 			modified = a.UpdatedAt
 		}

@@ -148,7 +148,7 @@ type mirrorCatalog struct{ m *mirror.Mirror }
 func (c mirrorCatalog) Lookup(ctx context.Context, m installer.Manager, name, version string) (installer.Artifact, error) {
 	a, err := c.m.Lookup(ctx, mirror.Manager(m), name, version)
 	out := installer.Artifact{Name: a.Name, Version: a.Version, Filename: a.Filename, SHA256: a.SHA256, Integrity: a.Integrity,
-		Size: a.Size, URLPath: a.URLPath, Status: string(a.Status), Reasons: a.Reasons}
+		Size: a.Size, URLPath: a.URLPath, Status: string(a.Status), Reasons: a.Reasons, Stripped: a.Stripped, Dependencies: a.Dependencies}
 	switch {
 	case errors.Is(err, mirror.ErrNotFound):
 		return out, fmt.Errorf("%w: %w", installer.ErrNotFound, err)
@@ -156,6 +156,14 @@ func (c mirrorCatalog) Lookup(ctx context.Context, m installer.Manager, name, ve
 		return out, fmt.Errorf("%w: %w", installer.ErrNotAdmitted, err)
 	}
 	return out, err
+}
+
+func (c mirrorCatalog) Satisfying(ctx context.Context, name, rng string) ([]string, []string, error) {
+	admitted, known, err := c.m.Satisfying(ctx, name, rng)
+	if errors.Is(err, mirror.ErrRange) {
+		return nil, nil, fmt.Errorf("%w: %w", installer.ErrRange, err)
+	}
+	return admitted, known, err
 }
 
 // mirrorIndex adapts the mirror to readiness.MirrorIndex.

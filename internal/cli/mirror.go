@@ -45,12 +45,19 @@ func mirrorCommand() *cli.Command {
 		Subcommands: []*cli.Command{
 			mirrorServeCommand(),
 			{
-				Name:      "add",
-				Usage:     "admit a package: add pip NAME==VER | add npm NAME@VER | add FILE (.whl or .tgz)",
-				ArgsUsage: "pip NAME==VER | npm NAME@VER | FILE",
+				Name: "add",
+				Usage: "admit packages: add pip NAME[==VER]... | add npm NAME[@VER]... | add FILE (.whl or .tgz) | add -r requirements.txt | add --lockfile package-lock.json; " +
+					"a bare NAME takes the newest version with no open advisory; ends with a table and exits 1 when anything was refused or failed",
+				ArgsUsage: "pip NAME[==VER]... | npm NAME[@VER]... | FILE",
 				Flags: append(stateFlags(), &cli.StringSliceFlag{
 					Name:  "accept",
 					Usage: "OSV advisory id the operator accepts (repeat; must name exactly the matched ids)",
+				}, &cli.StringFlag{
+					Name: "requirement", Aliases: []string{"r"},
+					Usage: "a pip requirements file: every pinned name==version, with its --hash=sha256: values honoured",
+				}, &cli.StringFlag{
+					Name:  "lockfile",
+					Usage: "a package-lock.json (v1-v3): every package it resolves from the registry, checked against its integrity",
 				}),
 				Action: mirrorAdd,
 			},
@@ -62,9 +69,12 @@ func mirrorCommand() *cli.Command {
 				Action:    mirrorRemove,
 			},
 			{
-				Name:   "list",
-				Usage:  "list artifacts with status and reasons",
-				Flags:  append(stateFlags(), jsonFlag, &cli.StringFlag{Name: "manager", Usage: "pip or npm"}),
+				Name:  "list",
+				Usage: "list artifacts with status and reasons",
+				Flags: append(stateFlags(), jsonFlag,
+					&cli.StringFlag{Name: "ecosystem", Aliases: []string{"manager"}, Usage: "pip (or pypi) or npm"},
+					&cli.StringFlag{Name: "name", Usage: "names containing this text (case-insensitive)"},
+					&cli.StringFlag{Name: "status", Usage: "admitted, refused, quarantined or removed"}),
 				Action: mirrorList,
 			},
 			{
@@ -140,9 +150,9 @@ func mirrorCommand() *cli.Command {
 								if c.Bool("json") {
 									return json.NewEncoder(env.Stdout).Encode(st)
 								}
-								fmt.Fprintf(env.Stdout, "snapshot %s\nrecords %d (%s)\nimported %s (age %s, max %s, stale %t)\nnewest modified %s (age %s)\n",
+								fmt.Fprintf(env.Stdout, "snapshot %s\nrecords %d (%s)\nimported %s (%s ago, max age %s, stale %t)\nnewest modified %s (%s ago)\n",
 									st.SnapshotID, st.Records, strings.Join(st.Ecosystems, ", "), st.ImportedAt.Format(time.RFC3339),
-									st.Age.Round(time.Second), st.MaxAge, st.Stale, st.NewestModified.Format(time.RFC3339), st.ModifiedAge.Round(time.Second))
+									humanAge(st.Age), humanAge(st.MaxAge), st.Stale, st.NewestModified.Format(time.RFC3339), humanAge(st.ModifiedAge))
 								return nil
 							})
 						},
@@ -198,43 +208,40 @@ func mirrorAdd(c *cli.Context) error {
 	}
 	accept = append(accept, c.StringSlice("accept")...)
 	return withMirror(c, func(ctx context.Context, env *Env, m *mirror.Mirror) error {
-		var as []mirror.Artifact
-		var err error
+		start := time.Now()
+		jobs, err := bulkJobs(c, args, m.Config())
+		if err != nil {
+			return err
+		}
+		if len(accept) > 0 && len(jobs) > 1 {
+			// An exception names exactly one package's matching advisories;
+			// applied to a list it would refuse every clean package.
+			return errors.New("mirror add: --accept applies to one package: add that package on its own")
+		}
+		var rows []addRow
 		switch {
-		case len(args) == 2 && (args[0] == "pip" || args[0] == "npm"):
-			mgr, _ := mirror.ParseManager(args[0])
-			spec, perr := mirror.ParseSpec(mgr, args[1])
-			if perr != nil {
-				return perr
-			}
-			if mgr == mirror.Pip {
-				as, err = m.AddPip(ctx, spec, accept)
-			} else {
-				var a mirror.Artifact
-				if a, err = m.AddNPM(ctx, spec, accept); err == nil {
-					as = append(as, a)
-				}
-			}
+		case jobs != nil || c.String("requirement") != "" || c.String("lockfile") != "":
+			rows = runAddJobs(ctx, m, jobs, accept)
 		case len(args) == 1:
-			var a mirror.Artifact
-			if a, err = m.AddFile(ctx, args[0], accept); err == nil {
-				as = append(as, a)
+			a, err := m.AddFile(ctx, args[0], accept)
+			var re *mirror.RefusedError
+			switch {
+			case errors.As(err, &re):
+				detail := m.DescribeAdvisories(ctx, a.Manager, a.Name, a.Version, re.Advisories)
+				if detail == "" {
+					detail = strings.Join(re.Reasons, "; ")
+				}
+				rows = append(rows, addRow{Outcome: outcomeRefused, Manager: a.Manager, Name: a.Name, Version: a.Version, Detail: detail})
+			case err != nil:
+				return err // a mistyped path or an unreadable file: nothing recorded
+			default:
+				rows = append(rows, addRow{Outcome: outcomeAdmitted, Manager: a.Manager, Name: a.Name, Version: a.Version, Detail: joinDetail(artifactNotes(a))})
 			}
 		default:
-			return errors.New("mirror add: want pip NAME==VER, npm NAME@VER or FILE")
+			return errors.New("mirror add: want pip NAME[==VER]..., npm NAME[@VER]..., FILE, -r requirements.txt or --lockfile package-lock.json")
 		}
-		for _, a := range as {
-			fmt.Fprintf(env.Stdout, "%s %s %s %s sha256=%s%s\n", a.Status, a.Manager, a.Filename, a.Version, a.SHA256, reasonSuffix(a.Reasons))
-		}
-		return err
+		return printAddTable(env.Stdout, rows, time.Since(start))
 	})
-}
-
-func reasonSuffix(r []string) string {
-	if len(r) == 0 {
-		return ""
-	}
-	return " (" + strings.Join(r, "; ") + ")"
 }
 
 func mirrorRemove(c *cli.Context) error {
@@ -262,27 +269,50 @@ func mirrorRemove(c *cli.Context) error {
 
 func mirrorList(c *cli.Context) error {
 	var mgr mirror.Manager
-	if s := c.String("manager"); s != "" {
+	if s := strings.ToLower(c.String("ecosystem")); s != "" {
+		if s == "pypi" {
+			s = "pip"
+		}
 		var err error
 		if mgr, err = mirror.ParseManager(s); err != nil {
 			return err
 		}
 	}
+	status := mirror.Status(strings.ToLower(c.String("status")))
+	switch status {
+	case "", mirror.StatusAdmitted, mirror.StatusRefused, mirror.StatusQuarantined, mirror.StatusRemoved:
+	default:
+		return fmt.Errorf("mirror list: --status %q: want admitted, refused, quarantined or removed", status)
+	}
+	name := strings.ToLower(c.String("name"))
 	return withMirror(c, func(ctx context.Context, env *Env, m *mirror.Mirror) error {
-		as, err := m.List(ctx, mgr)
+		all, err := m.List(ctx, mgr)
 		if err != nil {
 			return err
 		}
-		if c.Bool("json") {
-			if as == nil {
-				as = []mirror.Artifact{}
+		as := []mirror.Artifact{}
+		for _, a := range all {
+			if (status == "" || a.Status == status) && (name == "" || strings.Contains(strings.ToLower(a.Name), name)) {
+				as = append(as, a)
 			}
+		}
+		if c.Bool("json") {
 			return json.NewEncoder(env.Stdout).Encode(as)
 		}
+		now := time.Now()
 		tw := tabwriter.NewWriter(env.Stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "STATUS\tMANAGER\tNAME\tVERSION\tFILE\tSHA256\tREASONS")
+		fmt.Fprintln(tw, "STATUS\tMANAGER\tNAME\tVERSION\tFILE\tSHA256\tCHANGED\tPUBLISHED\tSTRIPPED\tREASONS")
 		for _, a := range as {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%.12s\t%s\n", a.Status, a.Manager, a.Name, a.Version, a.Filename, a.SHA256, strings.Join(a.Reasons, "; "))
+			published := "-"
+			if !a.PublishedAt.IsZero() {
+				published = humanAge(now.Sub(a.PublishedAt)) + " ago"
+			}
+			stripped := "-"
+			if len(a.Stripped) > 0 {
+				stripped = strings.Join(a.Stripped, ",")
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%.12s\t%s ago\t%s\t%s\t%s\n", a.Status, a.Manager, a.Name, a.Version, a.Filename, a.SHA256,
+				humanAge(now.Sub(a.UpdatedAt)), published, stripped, strings.Join(a.Reasons, "; "))
 		}
 		return tw.Flush()
 	})

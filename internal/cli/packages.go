@@ -73,9 +73,11 @@ func (p mirrorPackages) check(ctx context.Context, mgr mirror.Manager, raw strin
 			v.OSV = "accepted"
 		}
 		v.Install = mirror.Spec{Manager: mgr, Name: a.Name, Version: a.Version}.String()
+		v.Stripped, v.Dependencies = a.Stripped, a.Dependencies
 	case errors.Is(err, mirror.ErrNotAdmitted):
 		v.Name, v.Version, v.Status = a.Name, a.Version, string(a.Status)
 		v.Reasons, v.Advisories, v.OSVSnapshot = a.Reasons, a.Advisories, a.OSVSnapshot
+		v.Stripped, v.Dependencies = a.Stripped, a.Dependencies
 		switch {
 		case len(a.Advisories) > 0:
 			v.OSV = "vulnerable"

@@ -76,6 +76,43 @@ func TestMirrorPackagesCheck(t *testing.T) {
 	}
 }
 
+// TestMirrorPackagesCheckStripped: check_packages (POST /v1/packages/check)
+// says what the mirror took out of a package and what it needs with it.
+func TestMirrorPackagesCheckStripped(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	st, err := store.Open(ctx, filepath.Join(dir, "sandboxapi.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	cfg := mirror.DefaultConfig()
+	cfg.StoreDir = filepath.Join(dir, "mirror")
+	m, err := mirror.New(ctx, cfg, st.DB(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	td := filepath.Join(testenv.ModuleRoot(), "mirror", "testdata")
+	if _, err := m.ImportOSV(ctx, filepath.Join(td, "osv")); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"npm/is-number-7.0.0.tgz", "npm/debug-4.3.7.tgz"} {
+		if _, err := m.AddFile(ctx, filepath.Join(td, f), nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := mirrorPackages{m}.Check(ctx, "npm", []string{"debug@4.3.7", "is-number"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(got[0].Stripped, "dependencies") || got[0].Dependencies["ms"] != "^2.1.3" {
+		t.Errorf("debug: stripped %v, dependencies %v", got[0].Stripped, got[0].Dependencies)
+	}
+	if len(got[1].Stripped) != 0 || got[1].Dependencies != nil {
+		t.Errorf("is-number (served as published): stripped %v, dependencies %v", got[1].Stripped, got[1].Dependencies)
+	}
+}
+
 func TestSortVersions(t *testing.T) {
 	vs := []string{"1.10.0", "1.2.0", "1.2.0rc1", "0.9"}
 	sortVersions(mirror.Pip, vs)

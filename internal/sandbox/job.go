@@ -43,6 +43,10 @@ type InstalledPackage struct {
 	// Resolved is true when the request named no version and the newest
 	// admitted one was chosen.
 	Resolved bool `json:"resolved"`
+	// Stripped lists what the mirror took out of the published package
+	// (npm: "scripts.postinstall", "dependencies", ...); empty when it was
+	// installed byte for byte as published.
+	Stripped []string `json:"stripped,omitempty"`
 }
 
 // InstallReply is the outcome of a successful install.
@@ -56,7 +60,25 @@ type InstallReply struct {
 type PackageRejection struct {
 	Package string `json:"package"`
 	Reason  string `json:"reason"`
-	Status  string `json:"status,omitempty"` // missing, refused, quarantined, removed, not_a_wheel, invalid
+	Status  string `json:"status,omitempty"` // missing, refused, quarantined, removed, not_a_wheel, invalid, missing_dependencies
+	// MissingDependencies (status missing_dependencies) are what the
+	// package needs that neither the request nor the session has.
+	MissingDependencies []MissingDependency `json:"missing_dependencies,omitempty"`
+}
+
+// MissingDependency is one dependency an npm package needs installed next
+// to it: its name, the range the package asks for, and the versions the
+// mirror serves that satisfy the range (oldest first; empty when none).
+type MissingDependency struct {
+	Name           string   `json:"name"`
+	Range          string   `json:"range"`
+	MirrorVersions []string `json:"mirror_versions"`
+	// Requested is the version the same request asked for, when it does
+	// not satisfy Range.
+	Requested string `json:"requested,omitempty"`
+	// Installed is the version the session holds, when it does not
+	// satisfy Range.
+	Installed string `json:"installed,omitempty"`
 }
 
 // RejectedError means at least one package cannot be installed; nothing

@@ -76,6 +76,9 @@ type Finding struct {
 	// Why says how it matched: "range", "versions", "all versions" or
 	// "unparsable advisory version" (matched to fail closed).
 	Why string
+	// Fixed is the lowest version the matching range names as fixed above
+	// the matched one ("" when the advisory names none).
+	Fixed string
 }
 
 // Snapshot describes one imported database.
@@ -198,13 +201,45 @@ func (db *DB) Match(ecosystem, name, version string) (found []Finding, err error
 				continue
 			}
 			if why := affects(a, v, version, baseEcosystem(ecosystem)); why != "" {
-				found = append(found, Finding{ID: r.ID, Summary: r.Summary, Why: why})
+				found = append(found, Finding{ID: r.ID, Summary: r.Summary, Why: why, Fixed: fixedAbove(a, v, baseEcosystem(ecosystem))})
 				break
 			}
 		}
 	}
 	sort.Slice(found, func(i, j int) bool { return found[i].ID < found[j].ID })
 	return found, nil
+}
+
+// fixedAbove returns the lowest "fixed" event version of a's ranges that
+// is above v ("" when there is none or it cannot be compared).
+func fixedAbove(a Affected, v semantic.Version, eco string) (out string) {
+	defer func() {
+		if recover() != nil {
+			out = ""
+		}
+	}()
+	var best semantic.Version
+	for _, r := range a.Ranges {
+		for _, e := range r.Events {
+			if e.Fixed == "" || !wellFormed(e.Fixed, eco) {
+				continue
+			}
+			p, err := parseVersion(e.Fixed, eco)
+			if err != nil || p == nil {
+				continue
+			}
+			if c, err := v.Compare(p); err != nil || c >= 0 {
+				continue
+			}
+			if best != nil {
+				if c, err := p.Compare(best); err != nil || c >= 0 {
+					continue
+				}
+			}
+			best, out = p, e.Fixed
+		}
+	}
+	return out
 }
 
 // affects reports why a affects v ("" if it does not).
