@@ -112,6 +112,11 @@ var migrations = []string{
 	);
 	CREATE INDEX egress_decisions_session_time ON egress_decisions(session_id, time);
 	CREATE INDEX egress_decisions_time ON egress_decisions(time);`,
+	// Durable sessions: when a session was hibernated, its home's size
+	// (the disk budget) and the session it was forked from.
+	`ALTER TABLE sessions ADD COLUMN hibernated_at INTEGER;
+	ALTER TABLE sessions ADD COLUMN disk_bytes INTEGER NOT NULL DEFAULT 0;
+	ALTER TABLE sessions ADD COLUMN parent_id TEXT NOT NULL DEFAULT '';`,
 }
 
 func (s *Store) migrate(ctx context.Context) error {
