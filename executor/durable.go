@@ -317,21 +317,25 @@ func (e *Executor) ForkSession(ctx context.Context, id string, spec ForkSpec) (_
 		return Session{}, fmt.Errorf("creating home folder: %w", err)
 	}
 	srcMnt := homeMount(e.dir(id))
+	frozen := false
 	if mounted(srcMnt) {
 		// Freezing flushes what the sandbox wrote and holds new writes
 		// (none should come: no execute runs) until the copy is done.
 		if err := freezeHome(srcMnt); err != nil {
 			return Session{}, fmt.Errorf("freezing source home: %w", err)
 		}
-		err = copyImage(ctx, homeImage(e.dir(id)), homeImage(dir))
-		thawHome(e.dir(id))
+		frozen = true
+	}
+	err = copyImage(ctx, homeImage(e.dir(id)), homeImage(dir))
+	if err != nil {
+		err = fmt.Errorf("copying home: %w", err)
 	} else {
-		err = copyImage(ctx, homeImage(e.dir(id)), homeImage(dir))
+		err = e.fault(stepForkCopy, childID) // frozen still, if it was
+	}
+	if frozen {
+		thawHome(e.dir(id))
 	}
 	if err != nil {
-		return Session{}, fmt.Errorf("copying home: %w", err)
-	}
-	if err := e.fault(stepForkCopy, childID); err != nil {
 		return Session{}, err
 	}
 	now := time.Now()

@@ -394,3 +394,192 @@ func TestDiskBudget(t *testing.T) {
 		t.Fatalf("create after a delete: %v", err)
 	}
 }
+
+// blockForever is a fault hook's way to crash: the call stops at the step
+// and never comes back, holding what it took, like a killed process.
+func blockForever() { select {} }
+
+// A resume that fails at any step leaves the session hibernated, holding
+// nothing, and the next call resumes it; a crash at any step leaves it
+// whole for the next start.
+func TestResumeFaults(t *testing.T) {
+	steps := []createStep{stepResumeStore, stepResumeMount, stepResumeRunsc}
+	t.Run("error", func(t *testing.T) {
+		e, _ := startExecutor(t, func(c *Config) { c.WarmPool = 0 })
+		ctx := context.Background()
+		s := mustSession(t, e, "bash")
+		run(t, e, s.ID, "echo whole > /home/sandbox/f", 0)
+		for _, step := range steps {
+			if _, err := e.HibernateSession(ctx, "k1", s.ID); err != nil {
+				t.Fatal(err)
+			}
+			e.createFault = func(at createStep, _ string) error {
+				if at == step {
+					return errors.New("injected")
+				}
+				return nil
+			}
+			if _, err := e.Execute(ctx, "k1", s.ID, ExecRequest{Code: "cat /home/sandbox/f"}); err == nil {
+				t.Fatalf("%s: the call succeeded", step)
+			}
+			e.createFault = nil
+			if st := state(t, e, s.ID); st != StateHibernated {
+				t.Fatalf("%s: state %s after a failed resume", step, st)
+			}
+			if got := held(t, e, s.ID); len(got) != 0 {
+				t.Fatalf("%s: a failed resume left %v", step, got)
+			}
+			if r := run(t, e, s.ID, "cat /home/sandbox/f", 0); r.Stdout != "whole\n" {
+				t.Fatalf("%s: next call: %+v", step, r)
+			}
+		}
+	})
+	for _, step := range steps {
+		t.Run("crash/"+string(step), func(t *testing.T) {
+			_, open := restartable(t)
+			first, st := open()
+			s := mustSession(t, first, "bash")
+			run(t, first, s.ID, "echo whole > /home/sandbox/f", 0)
+			if _, err := first.HibernateSession(context.Background(), "k1", s.ID); err != nil {
+				t.Fatal(err)
+			}
+			reached := make(chan struct{})
+			first.createFault = func(at createStep, _ string) error {
+				if at == step {
+					close(reached)
+					blockForever()
+				}
+				return nil
+			}
+			go first.Execute(context.Background(), "k1", s.ID, ExecRequest{Code: "true"})
+			<-reached
+			crash(first, st)
+			second, st2 := open()
+			defer func() { second.Stop(context.Background()); st2.Close() }()
+			if st := state(t, second, s.ID); st != StateHibernated {
+				t.Fatalf("after a crash at %s: %s", step, st)
+			}
+			if got := held(t, second, s.ID); len(got) != 0 {
+				t.Fatalf("after a crash at %s the session holds %v", step, got)
+			}
+			if r := run(t, second, s.ID, "cat /home/sandbox/f", 0); r.Stdout != "whole\n" {
+				t.Fatalf("after a crash at %s: %+v", step, r)
+			}
+		})
+	}
+}
+
+// A fork that fails at any step leaves no child (no folder, no listed
+// session, its row failed) and a source that works and takes writes (not
+// left frozen); after a crash at any step the next start ends the child
+// and serves the source whole.
+func TestForkFaults(t *testing.T) {
+	steps := []createStep{stepForkInsert, stepForkCopy}
+	check := func(t *testing.T, e *Executor, st *store.Store, parent, child string) {
+		t.Helper()
+		if child == "" {
+			t.Fatal("the fault hook saw no child id")
+		}
+		if _, err := e.GetSession(context.Background(), "k1", child); !errors.Is(err, ErrNotFound) {
+			t.Fatalf("child listed: %v", err)
+		}
+		if _, err := os.Stat(e.dir(child)); !os.IsNotExist(err) {
+			t.Fatalf("child folder: %v", err)
+		}
+		if row, err := st.GetSession(context.Background(), child); err != nil || (row.State != string(StateFailed) && row.State != string(StateEnded)) {
+			t.Fatalf("child row: %+v %v", row, err)
+		}
+		if n := e.CountSessions("k1"); n != 1 {
+			t.Fatalf("%d sessions listed, want the source alone", n)
+		}
+		r := run(t, e, parent, "echo more >> /home/sandbox/f; cat /home/sandbox/f", 0)
+		if !strings.HasPrefix(r.Stdout, "whole\n") {
+			t.Fatalf("source: %+v", r)
+		}
+	}
+	t.Run("error", func(t *testing.T) {
+		for _, hibernated := range []bool{false, true} {
+			e, _ := startExecutor(t, func(c *Config) { c.WarmPool = 0 })
+			s := mustSession(t, e, "bash")
+			run(t, e, s.ID, "echo whole > /home/sandbox/f", 0)
+			for _, step := range steps {
+				if hibernated {
+					if _, err := e.HibernateSession(context.Background(), "k1", s.ID); err != nil {
+						t.Fatal(err)
+					}
+				}
+				child := ""
+				e.createFault = func(at createStep, id string) error {
+					child = id
+					if at == step {
+						return errors.New("injected")
+					}
+					return nil
+				}
+				if _, err := e.ForkSession(context.Background(), s.ID, ForkSpec{Owner: "k1"}); err == nil {
+					t.Fatalf("%s: fork succeeded", step)
+				}
+				e.createFault = nil
+				committed, _ := e.DiskStats()
+				if committed != e.cfg.HomeBytes {
+					t.Fatalf("%s: disk reservation left: %d", step, committed)
+				}
+				check(t, e, e.store, s.ID, child)
+			}
+		}
+	})
+	for _, step := range steps {
+		t.Run("crash/"+string(step), func(t *testing.T) {
+			_, open := restartable(t)
+			first, st := open()
+			s := mustSession(t, first, "bash")
+			run(t, first, s.ID, "echo whole > /home/sandbox/f", 0)
+			reached := make(chan string)
+			first.createFault = func(at createStep, id string) error {
+				if at == step {
+					reached <- id
+					blockForever()
+				}
+				return nil
+			}
+			go first.ForkSession(context.Background(), s.ID, ForkSpec{Owner: "k1"})
+			child := <-reached
+			crash(first, st)
+			second, st2 := open()
+			defer func() { second.Stop(context.Background()); st2.Close() }()
+			check(t, second, st2, s.ID, child)
+		})
+	}
+}
+
+// A crash in the middle of a hibernation leaves the session whole: the
+// next start serves it hibernated.
+func TestHibernateCrash(t *testing.T) {
+	for _, step := range []createStep{stepHibernateStore, stepHibernateSandbox} {
+		t.Run(string(step), func(t *testing.T) {
+			_, open := restartable(t)
+			first, st := open()
+			s := mustSession(t, first, "bash")
+			run(t, first, s.ID, "echo whole > /home/sandbox/f", 0)
+			reached := make(chan struct{})
+			first.createFault = func(at createStep, _ string) error {
+				if at == step {
+					close(reached)
+					blockForever()
+				}
+				return nil
+			}
+			go first.HibernateSession(context.Background(), "k1", s.ID)
+			<-reached
+			crash(first, st)
+			second, st2 := open()
+			defer func() { second.Stop(context.Background()); st2.Close() }()
+			if st := state(t, second, s.ID); st != StateHibernated {
+				t.Fatalf("after a crash at %s: %s", step, st)
+			}
+			if r := run(t, second, s.ID, "cat /home/sandbox/f", 0); r.Stdout != "whole\n" {
+				t.Fatalf("after a crash at %s: %+v", step, r)
+			}
+		})
+	}
+}
