@@ -352,7 +352,9 @@ func (e *Executor) reconcile(ctx context.Context) error {
 				e.sessions[r.ID] = s
 				e.disk += size
 				keepHome[r.ID] = true
-				hibernated = append(hibernated, s)
+				if r.State != string(StateHibernated) {
+					hibernated = append(hibernated, s)
+				}
 				continue
 			}
 		}
@@ -368,8 +370,9 @@ func (e *Executor) reconcile(ctx context.Context) error {
 			}
 		}
 	}
-	// The sandboxes of hibernated sessions are gone (above): their homes
-	// come off the host, and their rows say hibernated.
+	// The sandboxes of sessions now hibernated are gone (above): their
+	// homes come off the host, and their rows say hibernated. (A row that
+	// was hibernated already had its home unmounted before it said so.)
 	for _, s := range hibernated {
 		if err := unmountHome(e.dir(s.id)); err != nil {
 			e.log.ErrorContext(ctx, "unmounting home of a hibernated session", "session", s.id, "err", err)
