@@ -183,14 +183,17 @@ func (e *Executor) resume(ctx context.Context, s *session) (took time.Duration, 
 		return 0, err
 	}
 	cu.Add("home mount", func(context.Context) error { return unmountHome(dir) })
+	tMount := time.Now()
 	if err := mountHome(ctx, dir); err != nil {
 		return 0, fmt.Errorf("mounting home: %w", err)
 	}
 	if err := e.fault(stepResumeMount, id); err != nil {
 		return 0, err
 	}
+	mountTook := time.Since(tMount)
 	netns := ""
 	var netEnv []string
+	tNet := time.Now()
 	if networkEnabled(s.network) {
 		if e.net == nil {
 			return 0, ErrNoNetwork
@@ -202,6 +205,8 @@ func (e *Executor) resume(ctx context.Context, s *session) (took time.Duration, 
 		}
 		netns, netEnv = att.NetnsPath, att.Env
 	}
+	netTook := time.Since(tNet)
+	tSandbox := time.Now()
 	bundle, err := e.writeBundle(id, dir, netns)
 	if err != nil {
 		return 0, err
@@ -210,6 +215,7 @@ func (e *Executor) resume(ctx context.Context, s *session) (took time.Duration, 
 	if err := e.runSandbox(ctx, id, bundle, netns != ""); err != nil {
 		return 0, err
 	}
+	sandboxTook := time.Since(tSandbox)
 	if err := e.fault(stepResumeRunsc, id); err != nil {
 		return 0, err
 	}
@@ -221,7 +227,8 @@ func (e *Executor) resume(ctx context.Context, s *session) (took time.Duration, 
 	e.mu.Unlock()
 	cu.Release()
 	took = time.Since(start)
-	e.log.InfoContext(ctx, "session resumed", "session", id, "ms", took.Milliseconds())
+	e.log.InfoContext(ctx, "session resumed", "session", id, "ms", took.Milliseconds(), "mount_ms", mountTook.Milliseconds(),
+		"network_ms", netTook.Milliseconds(), "sandbox_ms", sandboxTook.Milliseconds())
 	return took, nil
 }
 

@@ -70,12 +70,18 @@ func benchResume(b *testing.B) {
 		b.Fatal("the warm pool did not refill")
 	}
 	const rounds = 20
-	var create, resume, execResumed, execRunning []time.Duration
+	var create, cold, resume, execResumed, execRunning []time.Duration
 	for i := 0; i < rounds; i++ {
 		warmReady()
 		t0 := time.Now()
 		id := s.session(key, "python3")
 		create = append(create, time.Since(t0))
+		// Right after, the pool is empty: a cold create (home image,
+		// bundle, runsc run), the same work as a resume plus mkfs.
+		t0 = time.Now()
+		coldID := s.session(key, "python3")
+		cold = append(cold, time.Since(t0))
+		s.do("DELETE", "/v1/sessions/"+coldID, key, nil)
 		s.exec(key, id, "open('/home/sandbox/f','w').write('x')")
 		t0 = time.Now()
 		s.exec(key, id, "print(1)")
@@ -94,11 +100,14 @@ func benchResume(b *testing.B) {
 	}
 	b.ReportMetric(ms(pct(create, .5)), "warm_create_p50_ms")
 	b.ReportMetric(ms(pct(create, .99)), "warm_create_p99_ms")
+	b.ReportMetric(ms(pct(cold, .5)), "cold_create_p50_ms")
+	b.ReportMetric(ms(pct(cold, .99)), "cold_create_p99_ms")
 	b.ReportMetric(ms(pct(resume, .5)), "resume_p50_ms")
 	b.ReportMetric(ms(pct(resume, .99)), "resume_p99_ms")
 	b.ReportMetric(ms(pct(execRunning, .5)), "exec_running_p50_ms")
 	b.ReportMetric(ms(pct(execResumed, .5)), "exec_resuming_p50_ms")
 	b.ReportMetric(ms(pct(resume, .5)-pct(create, .5)), "resume_minus_warm_create_p50_ms")
+	b.Logf("cold create p50 %.0f ms p99 %.0f ms (resume/cold %.2f)", ms(pct(cold, .5)), ms(pct(cold, .99)), ms(pct(resume, .5))/ms(pct(cold, .5)))
 	b.Logf("%d rounds: warm create p50 %.0f ms p99 %.0f ms; resume p50 %.0f ms p99 %.0f ms (ratio %.2f); execute running p50 %.0f ms, resuming p50 %.0f ms",
 		rounds, ms(pct(create, .5)), ms(pct(create, .99)), ms(pct(resume, .5)), ms(pct(resume, .99)),
 		ms(pct(resume, .5))/ms(pct(create, .5)), ms(pct(execRunning, .5)), ms(pct(execResumed, .5)))
