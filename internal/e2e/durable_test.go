@@ -233,3 +233,52 @@ func TestHibernateForkAndDiskBudgetOverHTTP(t *testing.T) {
 		t.Fatalf("parent after the child's delete: %v", out)
 	}
 }
+
+// A network session hibernates with nothing of its network left (netns,
+// veth, nft chain), and comes back with its allow-list enforced: after a
+// resume, and after a SIGTERM and a restart.
+func TestNetworkSessionHibernatesWithItsAllowList(t *testing.T) {
+	f := startFakeInternet(t)
+	ee := newEgressEnv(t)
+	s := startServer(t, ee.yaml(f))
+	sweepAfter(t, s)
+	ultra := s.key("ULTRA")
+	id := s.networkSession(ultra, map[string]any{"enabled": true, "allowed_domains": []string{"www.allowed.test"}})
+	s.installCA(ultra, id, f)
+	curl := `curl -sS --max-time 30 https://www.allowed.test/; curl -sS --max-time 30 https://api.allowed.test/; echo "rc=$?"`
+	enforced := func(when string) {
+		t.Helper()
+		r := s.do("POST", "/v1/sessions/"+id+"/execute", ultra, map[string]any{"code": curl, "env": caEnv, "timeout": 90})
+		if r.status != http.StatusOK {
+			t.Fatalf("%s: execute %d %s", when, r.status, r.body)
+		}
+		res := r.json(t)
+		if o := res["stdout"].(string); strings.Count(o, "hello www.allowed.test") != 1 || strings.Contains(o, "rc=0") || strings.Contains(o, "hello api.allowed.test") {
+			t.Fatalf("%s: allow-list not enforced: %s", when, out(res))
+		}
+		if when != "before" && r.header.Get("X-Sandbox-Resumed") == "" {
+			t.Fatalf("%s: no resume reported", when)
+		}
+	}
+	enforced("before")
+	s.readinessCheck("topology", 90*time.Second) // its canary network is gone
+	if r := s.do("POST", "/v1/sessions/"+id+"/hibernate", ultra, nil); r.status != 200 {
+		t.Fatalf("hibernate: %d %s", r.status, r.body)
+	}
+	if left := ee.leftovers(t); len(left) != 0 {
+		t.Fatalf("a hibernated network session holds %q", left)
+	}
+	if held := s.sessionHeld(id); len(held) != 0 {
+		t.Fatalf("a hibernated network session holds %v", held)
+	}
+	enforced("after resume")
+	s.stop()
+	if left := ee.leftovers(t); len(left) != 0 {
+		t.Fatalf("after SIGTERM: %q", left)
+	}
+	s.start()
+	if st, _ := s.sessionState(t, ultra, id); st != "hibernated" {
+		t.Fatalf("after restart: %s", st)
+	}
+	enforced("after restart")
+}
