@@ -3,6 +3,7 @@ package e2e
 import (
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -12,6 +13,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/sandboxapi/sandboxapi/internal/testenv"
 )
 
 // sessionState reads a session's state through the API.
@@ -49,16 +52,23 @@ func (s *server) sessionHeld(id string) []string {
 // data dir, as an operator's cleanup script or a host reboot would.
 func (s *server) killFromOutside(t *testing.T) (procs, mounts int) {
 	t.Helper()
-	ents, _ := os.ReadDir("/proc")
-	for _, ent := range ents {
-		cmd, err := os.ReadFile(filepath.Join("/proc", ent.Name(), "cmdline"))
-		if err == nil && strings.Contains(string(cmd), s.dataDir) && strings.HasPrefix(string(cmd), "runsc") {
-			if pid, err := strconv.Atoi(ent.Name()); err == nil && syscall.Kill(pid, syscall.SIGKILL) == nil {
-				procs++
+	// Again until none is left: a runsc command killed half-way may have
+	// started a child a moment before.
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		n := 0
+		ents, _ := os.ReadDir("/proc")
+		for _, ent := range ents {
+			cmd, err := os.ReadFile(filepath.Join("/proc", ent.Name(), "cmdline"))
+			if err == nil && strings.Contains(string(cmd), s.dataDir) && strings.HasPrefix(string(cmd), "runsc") {
+				if pid, err := strconv.Atoi(ent.Name()); err == nil && syscall.Kill(pid, syscall.SIGKILL) == nil {
+					n++
+				}
 			}
 		}
-	}
-	for deadline := time.Now().Add(10 * time.Second); countProcs(s.dataDir) > 0; time.Sleep(50 * time.Millisecond) {
+		procs += n
+		if n == 0 && countProcs(s.dataDir) == 0 {
+			break
+		}
 		if time.Now().After(deadline) {
 			t.Fatalf("runsc processes of %s did not die", s.dataDir)
 		}
@@ -80,7 +90,8 @@ func (s *server) killFromOutside(t *testing.T) (procs, mounts int) {
 // is adopted), and every runsc process and mount of the server removed
 // from outside and a restart (it comes back hibernated). Each time the file
 // and the package are there and the next execute works; a resume says so
-// in X-Sandbox-Resumed and resumed_ms.
+// in X-Sandbox-Resumed and resumed_ms. Last, an upgrade: SIGTERM and a
+// start of a freshly built binary.
 func TestSessionSurvivesRestarts(t *testing.T) {
 	s, _, _ := installServer(t, "")
 	dir := t.TempDir()
@@ -140,6 +151,30 @@ func TestSessionSurvivesRestarts(t *testing.T) {
 			t.Fatalf("nothing removed: %d processes, %d mounts", procs, mounts)
 		}
 		s.start()
+		check(t, "hibernated", true)
+	})
+	t.Run("upgrade to a freshly built binary", func(t *testing.T) {
+		// A new build (another version stamp) beside the same guest.
+		dir := t.TempDir()
+		cmd := exec.Command("go", "build", "-trimpath", "-ldflags", "-X github.com/sandboxapi/sandboxapi/internal/buildinfo.Version=v9.9.9-upgrade",
+			"-o", filepath.Join(dir, "sandboxapi"), "./cmd/sandboxapi")
+		cmd.Dir = testenv.ModuleRoot()
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("building: %v\n%s", err, out)
+		}
+		guest, err := os.ReadFile(filepath.Join(filepath.Dir(s.bin), "sandboxapi-guest"))
+		if err != nil || os.WriteFile(filepath.Join(dir, "sandboxapi-guest"), guest, 0o755) != nil {
+			t.Fatalf("copying the guest: %v", err)
+		}
+		old := s.bin
+		defer func() { s.bin = old }()
+		s.stop()
+		s.bin = filepath.Join(dir, "sandboxapi")
+		s.start()
+		if h := s.do("GET", "/healthz", "", nil); !strings.Contains(string(h.body), "v9.9.9-upgrade") {
+			t.Fatalf("not the new build: %s", h.body)
+		}
 		check(t, "hibernated", true)
 	})
 	if r := s.do("DELETE", "/v1/sessions/"+id, key, nil); r.status != http.StatusNoContent {
