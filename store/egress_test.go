@@ -204,7 +204,9 @@ func TestEgressMigrationUpgrades(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	st, path := openTestStore(t)
-	if _, err := st.DB().ExecContext(ctx, `DROP TABLE egress_decisions; DELETE FROM schema_version WHERE v > 2`); err != nil {
+	if _, err := st.DB().ExecContext(ctx, `DROP TABLE egress_decisions;
+		ALTER TABLE sessions DROP COLUMN hibernated_at; ALTER TABLE sessions DROP COLUMN disk_bytes; ALTER TABLE sessions DROP COLUMN parent_id;
+		DELETE FROM schema_version WHERE v > 2`); err != nil {
 		t.Fatal(err)
 	}
 	st.Close()
