@@ -35,7 +35,12 @@ func (e *Executor) fillWarm() {
 		}
 		ws, err := e.prepareWarm()
 		if err != nil {
-			e.log.Error("preparing warm sandbox", "err", err)
+			if errors.Is(err, ErrNoStorage) {
+				// The homes' disk budget is spent: sessions come first.
+				e.log.Debug("warm pool waits for disk budget")
+			} else {
+				e.log.Error("preparing warm sandbox", "err", err)
+			}
 			select {
 			case <-e.stop:
 				return

@@ -29,9 +29,10 @@ func letterID(i int) string {
 // BenchmarkDurable measures durable sessions on the real binary, side by
 // side in one run:
 //
-//   - resume against a warm-pool create, alternated round by round: the
-//     create is POST /v1/sessions with a warm sandbox ready; the resume is
-//     the resumed_ms of the first execute after POST .../hibernate (and the
+//   - resume against a warm-pool create and a cold create (a second server
+//     without a warm pool), alternated round by round: the warm create is
+//     POST /v1/sessions with a warm sandbox ready; the resume is the
+//     resumed_ms of the first execute after POST .../hibernate (and the
 //     whole of that execute against an execute on the running session);
 //   - fork of a home holding 100 MiB of files (POST .../fork);
 //   - server memory per hibernated session: the server's RSS with 2,000
@@ -60,7 +61,10 @@ func resumedMS(b *testing.B, r reply) time.Duration {
 
 func benchResume(b *testing.B) {
 	s := startServerB(b, "executor:\n  warm_pool: 1\n  home_size: 64M\n  hibernate_after: 0s\n")
-	key := s.key("MEGA")
+	// A second server without a warm pool, beside it, for cold creates
+	// (the same work as a resume, plus mkfs of a new home).
+	c := startServerB(b, "executor:\n  warm_pool: 0\n  home_size: 64M\n  hibernate_after: 0s\n")
+	key, ckey := s.key("MEGA"), c.key("MEGA")
 	warmReady := func() {
 		for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
 			if strings.Contains(string(s.do("GET", "/metrics", "", nil).body), "sandboxapi_warm_pool_ready 1") {
@@ -76,12 +80,10 @@ func benchResume(b *testing.B) {
 		t0 := time.Now()
 		id := s.session(key, "python3")
 		create = append(create, time.Since(t0))
-		// Right after, the pool is empty: a cold create (home image,
-		// bundle, runsc run), the same work as a resume plus mkfs.
 		t0 = time.Now()
-		coldID := s.session(key, "python3")
+		coldID := c.session(ckey, "python3")
 		cold = append(cold, time.Since(t0))
-		s.do("DELETE", "/v1/sessions/"+coldID, key, nil)
+		c.do("DELETE", "/v1/sessions/"+coldID, ckey, nil)
 		s.exec(key, id, "open('/home/sandbox/f','w').write('x')")
 		t0 = time.Now()
 		s.exec(key, id, "print(1)")
@@ -107,11 +109,12 @@ func benchResume(b *testing.B) {
 	b.ReportMetric(ms(pct(execRunning, .5)), "exec_running_p50_ms")
 	b.ReportMetric(ms(pct(execResumed, .5)), "exec_resuming_p50_ms")
 	b.ReportMetric(ms(pct(resume, .5)-pct(create, .5)), "resume_minus_warm_create_p50_ms")
-	b.Logf("cold create p50 %.0f ms p99 %.0f ms (resume/cold %.2f)", ms(pct(cold, .5)), ms(pct(cold, .99)), ms(pct(resume, .5))/ms(pct(cold, .5)))
-	b.Logf("%d rounds: warm create p50 %.0f ms p99 %.0f ms; resume p50 %.0f ms p99 %.0f ms (ratio %.2f); execute running p50 %.0f ms, resuming p50 %.0f ms",
-		rounds, ms(pct(create, .5)), ms(pct(create, .99)), ms(pct(resume, .5)), ms(pct(resume, .99)),
-		ms(pct(resume, .5))/ms(pct(create, .5)), ms(pct(execRunning, .5)), ms(pct(execResumed, .5)))
+	b.ReportMetric(ms(pct(resume, .5))/ms(pct(cold, .5)), "resume_over_cold_create_p50")
+	b.Logf("%d rounds: warm create p50 %.0f ms p99 %.0f ms; cold create p50 %.0f ms p99 %.0f ms; resume p50 %.0f ms p99 %.0f ms (resume/cold %.2f); execute running p50 %.0f ms, resuming p50 %.0f ms",
+		rounds, ms(pct(create, .5)), ms(pct(create, .99)), ms(pct(cold, .5)), ms(pct(cold, .99)), ms(pct(resume, .5)), ms(pct(resume, .99)),
+		ms(pct(resume, .5))/ms(pct(cold, .5)), ms(pct(execRunning, .5)), ms(pct(execResumed, .5)))
 	s.stop()
+	c.stop()
 }
 
 func benchFork(b *testing.B) {
