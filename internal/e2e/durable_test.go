@@ -97,6 +97,7 @@ func TestSessionSurvivesRestarts(t *testing.T) {
 	dir := t.TempDir()
 	s.importOSV()
 	s.cliArgs([]string{"mirror", "add"}, writeWheel(t, dir, "durable-pkg", "1.0.0"))
+	s.cliArgs([]string{"mirror", "add"}, writeWheel(t, dir, "durable-two", "2.0.0"))
 	key := s.key("PRO")
 	id := s.session(key, "python3")
 	s.waitReadyz(200, 90*time.Second)
@@ -176,6 +177,19 @@ func TestSessionSurvivesRestarts(t *testing.T) {
 			t.Fatalf("not the new build: %s", h.body)
 		}
 		check(t, "hibernated", true)
+	})
+	t.Run("install into a hibernated session", func(t *testing.T) {
+		if r := s.do("POST", "/v1/sessions/"+id+"/hibernate", key, nil); r.status != 200 {
+			t.Fatalf("hibernate: %d %s", r.status, r.body)
+		}
+		s.waitReadyz(200, 90*time.Second)
+		r := s.install(key, id, "pip", "durable-two==2.0.0")
+		if r.status != 200 || r.header.Get("X-Sandbox-Resumed") == "" {
+			t.Fatalf("install: %d resumed=%q %s", r.status, r.header.Get("X-Sandbox-Resumed"), r.body)
+		}
+		if out := s.exec(key, id, "import durable_two, durable_pkg; print(durable_two.VERSION)"); out["stdout"] != "2.0.0\n" {
+			t.Fatalf("after install: %v", out)
+		}
 	})
 	if r := s.do("DELETE", "/v1/sessions/"+id, key, nil); r.status != http.StatusNoContent {
 		t.Fatalf("delete: %d %s", r.status, r.body)
