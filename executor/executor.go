@@ -370,18 +370,6 @@ func (e *Executor) reconcile(ctx context.Context) error {
 			}
 		}
 	}
-	// The sandboxes of sessions now hibernated are gone (above): their
-	// homes come off the host, and their rows say hibernated. (A row that
-	// was hibernated already had its home unmounted before it said so.)
-	for _, s := range hibernated {
-		if err := unmountHome(e.dir(s.id)); err != nil {
-			e.log.ErrorContext(ctx, "unmounting home of a hibernated session", "session", s.id, "err", err)
-		}
-		if err := e.store.SetSessionHibernated(ctx, s.id, s.hibernatedAt, s.lastUsed); err != nil {
-			return err
-		}
-		e.log.InfoContext(ctx, "session served hibernated", "session", s.id)
-	}
 	ents, err := os.ReadDir(e.sessionsDir())
 	if err != nil {
 		return fmt.Errorf("reading sessions folder: %w", err)
@@ -415,6 +403,19 @@ func (e *Executor) reconcile(ctx context.Context) error {
 		e.log.WarnContext(ctx, "killed stray sandbox processes", "count", n)
 	}
 	removeStaleCgroups(keep)
+	// The sandboxes (and stray processes) of sessions now hibernated are
+	// gone (above): their homes come off the host, and their rows say
+	// hibernated. (A row hibernated already had its home unmounted before
+	// it said so.)
+	for _, s := range hibernated {
+		if err := unmountHome(e.dir(s.id)); err != nil {
+			e.log.ErrorContext(ctx, "unmounting home of a hibernated session", "session", s.id, "err", err)
+		}
+		if err := e.store.SetSessionHibernated(ctx, s.id, s.hibernatedAt, s.lastUsed); err != nil {
+			return err
+		}
+		e.log.InfoContext(ctx, "session served hibernated", "session", s.id)
+	}
 	if n, err := e.store.FailRunningExecutions(ctx, "interrupted"); err != nil {
 		return err
 	} else if n > 0 {
