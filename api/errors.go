@@ -44,6 +44,7 @@ var errorTable = []struct {
 	{sandbox.ErrCapacity, http.StatusServiceUnavailable, "no_capacity"},
 	{sandbox.ErrNotStarted, http.StatusServiceUnavailable, "not_ready"},
 	{sandbox.ErrNoNetwork, http.StatusServiceUnavailable, "network_unavailable"},
+	{sandbox.ErrNoStorage, http.StatusInsufficientStorage, "insufficient_storage"},
 	{sandbox.ErrFileNotFound, http.StatusNotFound, "file_not_found"},
 	{sandbox.ErrNotRegular, http.StatusConflict, "not_regular_file"},
 	{sandbox.ErrNotDir, http.StatusConflict, "not_a_directory"},

@@ -570,7 +570,7 @@ var httpStatusNames = map[string]int{
 	"StatusBadRequest": 400, "StatusUnauthorized": 401, "StatusForbidden": 403, "StatusNotFound": 404, "StatusMethodNotAllowed": 405,
 	"StatusConflict": 409, "StatusGone": 410, "StatusRequestEntityTooLarge": 413,
 	"StatusUnprocessableEntity": 422, "StatusTooManyRequests": 429,
-	"StatusInternalServerError": 500, "StatusBadGateway": 502, "StatusServiceUnavailable": 503,
+	"StatusInternalServerError": 500, "StatusBadGateway": 502, "StatusServiceUnavailable": 503, "StatusInsufficientStorage": 507,
 }
 
 // handlerStatuses reads, for each route the api package mounts, the

@@ -21,6 +21,9 @@ type Plan struct {
 	MaxTimeout        time.Duration `yaml:"max_timeout" json:"max_timeout_s"`
 	MemoryMB          int64         `yaml:"memory_mb" json:"memory_mb"` // per execution; 0: the executor's default
 	RequestsPerMinute int           `yaml:"requests_per_minute" json:"requests_per_minute"`
+	// SessionDiskMB is the size of each session's home (its disk limit);
+	// 0: the executor's home_size.
+	SessionDiskMB int64 `yaml:"session_disk_mb" json:"session_disk_mb"`
 }
 
 // maxPlanMemoryMB bounds memory_mb (1 TiB) so the byte count cannot
@@ -66,6 +69,11 @@ func LoadPlans(data []byte) (*Plans, error) {
 		}
 		if p.MemoryMB < 0 || p.MemoryMB > maxPlanMemoryMB {
 			errs = append(errs, fmt.Errorf("plans.%s: memory_mb must be from 0 (the executor's default) to %d", name, maxPlanMemoryMB))
+		}
+		if p.SessionDiskMB < 0 || p.SessionDiskMB > maxPlanMemoryMB {
+			errs = append(errs, fmt.Errorf("plans.%s: session_disk_mb must be from 0 (the executor's home_size) to %d", name, maxPlanMemoryMB))
+		} else if p.SessionDiskMB > 0 && p.SessionDiskMB < 16 {
+			errs = append(errs, fmt.Errorf("plans.%s: session_disk_mb must be at least 16", name))
 		}
 		if p.RequestsPerMinute <= 0 {
 			errs = append(errs, fmt.Errorf("plans.%s: requests_per_minute must be positive", name))

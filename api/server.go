@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net/http"
 	"runtime/debug"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -263,7 +264,12 @@ func (s *Server) authed(h handlerFunc) http.Handler {
 			writeError(cw, r, s.log, e)
 			return
 		}
-		r = r.WithContext(withPrincipal(r.Context(), p))
+		// A call that resumes a hibernated session says so, and how long
+		// it took, in X-Sandbox-Resumed (milliseconds).
+		ctx := sandbox.WithResumeNote(withPrincipal(r.Context(), p), func(d time.Duration) {
+			cw.resumedMS.Store(max(d.Milliseconds(), 1))
+		})
+		r = r.WithContext(ctx)
 		if err := h(cw, r); err != nil {
 			if cw.wroteHeader {
 				s.log.Warn("error after reply started", "request_id", requestID(r.Context()), "err", err)
@@ -290,17 +296,26 @@ type countingWriter struct {
 	n           int64
 	wroteHeader bool
 	execMillis  int64
+	// resumedMS, when set (by the executor's resume note, from any
+	// goroutine), becomes the X-Sandbox-Resumed header of the reply if
+	// its header is still to be written.
+	resumedMS atomic.Int64
 }
 
 func (c *countingWriter) WriteHeader(code int) {
 	if !c.wroteHeader && code >= 200 { // 1xx are interim, not the status
 		c.status, c.wroteHeader = code, true
+		if ms := c.resumedMS.Load(); ms > 0 {
+			c.ResponseWriter.Header().Set("X-Sandbox-Resumed", strconv.FormatInt(ms, 10))
+		}
 	}
 	c.ResponseWriter.WriteHeader(code)
 }
 
 func (c *countingWriter) Write(p []byte) (int, error) {
-	c.wroteHeader = true
+	if !c.wroteHeader {
+		c.WriteHeader(http.StatusOK)
+	}
 	n, err := c.ResponseWriter.Write(p)
 	c.n += int64(n)
 	return n, err

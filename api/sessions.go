@@ -93,11 +93,21 @@ type sessionJSON struct {
 	CreatedAt time.Time       `json:"created_at"`
 	LastUsed  time.Time       `json:"last_used_at"`
 	ExpiresAt time.Time       `json:"expires_at"`
+	// HibernatedAt is when the session last hibernated (absent: never).
+	HibernatedAt *time.Time `json:"hibernated_at,omitempty"`
+	ForkedFrom   string     `json:"forked_from,omitempty"`
+	DiskMB       int64      `json:"disk_mb,omitempty"`
 }
 
 func toSessionJSON(s sandbox.Session) sessionJSON {
-	return sessionJSON{ID: s.ID, Language: s.Language, State: string(s.State), IdleTTL: int64(s.IdleTTL / time.Second),
-		Network: s.Network, CreatedAt: s.CreatedAt.UTC(), LastUsed: s.LastUsedAt.UTC(), ExpiresAt: s.ExpiresAt().UTC()}
+	j := sessionJSON{ID: s.ID, Language: s.Language, State: string(s.State), IdleTTL: int64(s.IdleTTL / time.Second),
+		Network: s.Network, CreatedAt: s.CreatedAt.UTC(), LastUsed: s.LastUsedAt.UTC(), ExpiresAt: s.ExpiresAt().UTC(),
+		ForkedFrom: s.ForkedFrom, DiskMB: s.DiskBytes >> 20}
+	if !s.HibernatedAt.IsZero() {
+		t := s.HibernatedAt.UTC()
+		j.HibernatedAt = &t
+	}
+	return j
 }
 
 // forbidden is the 403 for a feature the caller's plan lacks.
@@ -137,7 +147,8 @@ func (s *Server) createSession(w http.ResponseWriter, r *http.Request) error {
 		return e
 	}
 	defer s.quota.release(p.KeyID)
-	sess, err := s.sb.CreateSession(r.Context(), sandbox.SessionSpec{Language: req.Language, IdleTTL: ttl, Owner: p.KeyID, Network: network})
+	sess, err := s.sb.CreateSession(r.Context(), sandbox.SessionSpec{Language: req.Language, IdleTTL: ttl, Owner: p.KeyID, Network: network,
+		DiskBytes: p.Plan.SessionDiskMB << 20})
 	if err != nil {
 		return err
 	}

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/sandboxapi/sandboxapi/executor/guest"
+	"github.com/sandboxapi/sandboxapi/internal/sandbox"
 	"github.com/sandboxapi/sandboxapi/store"
 )
 
@@ -71,7 +72,7 @@ func (e *Executor) Execute(ctx context.Context, owner, id string, req ExecReques
 	if _, err := e.memoryLimit(req.MemoryBytes); err != nil {
 		return Result{}, err
 	}
-	s, err := e.acquire(ctx, owner, id)
+	s, resumed, err := e.acquireResumed(ctx, owner, id)
 	if err != nil {
 		return Result{}, err
 	}
@@ -81,6 +82,9 @@ func (e *Executor) Execute(ctx context.Context, owner, id string, req ExecReques
 	finish := e.record(ctx, store.ExecutionRow{ID: execID, SessionID: id, KeyID: owner, Language: s.runtime.Name, StartedAt: time.Now()})
 	res, err := e.runInSession(ctx, s, req, timeout)
 	res.ExecutionID = execID
+	if resumed > 0 {
+		res.ResumedMS = max(resumed.Milliseconds(), 1)
+	}
 	err = finish(&res, err)
 	e.log.InfoContext(ctx, "execution", "session", id, "execution", execID, "language", s.runtime.Name, "status", res.Status,
 		"exit_code", res.ExitCode, "duration_ms", res.DurationMS, "compile_ms", res.CompileMS, "run_ms", res.RunMS, "stdout_bytes", len(res.Stdout), "stderr_bytes", len(res.Stderr), "truncated", res.Truncated)
@@ -117,13 +121,22 @@ func (e *Executor) record(ctx context.Context, row store.ExecutionRow) func(*Res
 }
 
 // acquire takes the session's lock (waiting for a running call) and marks
-// it busy so the reaper leaves it alone.
+// it busy so the reaper leaves it alone. A hibernated session is resumed
+// first (see acquireResumed).
 func (e *Executor) acquire(ctx context.Context, owner, id string) (*session, error) {
+	s, _, err := e.acquireResumed(ctx, owner, id)
+	return s, err
+}
+
+// acquireResumed is acquire that also says how long resuming the session
+// took (0: it was running). The resume is reported to the context's
+// resume note (sandbox.WithResumeNote) before the call goes on.
+func (e *Executor) acquireResumed(ctx context.Context, owner, id string) (*session, time.Duration, error) {
 	e.mu.Lock()
 	s, ok := e.sessions[id]
 	if !ok || s.owner != owner {
 		e.mu.Unlock()
-		return nil, ErrNotFound
+		return nil, 0, ErrNotFound
 	}
 	s.busy++
 	e.mu.Unlock()
@@ -133,16 +146,28 @@ func (e *Executor) acquire(ctx context.Context, owner, id string) (*session, err
 		e.mu.Lock()
 		s.busy--
 		e.mu.Unlock()
-		return nil, ctx.Err()
+		return nil, 0, ctx.Err()
 	}
 	e.mu.Lock()
 	st := s.state
 	e.mu.Unlock()
+	var took time.Duration
+	if st == StateHibernated {
+		var err error
+		if took, err = e.resume(ctx, s); err != nil {
+			e.releaseSession(s)
+			return nil, 0, fmt.Errorf("resuming session %s: %w", id, err)
+		}
+		sandbox.NoteResume(ctx, took)
+		e.mu.Lock()
+		st = s.state
+		e.mu.Unlock()
+	}
 	if st != StateRunning {
 		e.releaseSession(s)
-		return nil, fmt.Errorf("%w: %s", ErrBadState, st)
+		return nil, 0, fmt.Errorf("%w: %s", ErrBadState, st)
 	}
-	return s, nil
+	return s, took, nil
 }
 
 func (e *Executor) releaseSession(s *session) {

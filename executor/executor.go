@@ -49,6 +49,12 @@ type Config struct {
 	// WarmPool is how many started, never-used sandboxes wait for new
 	// sessions and stateless calls.
 	WarmPool int
+	// HibernateAfter hibernates a session idle this long (its sandbox,
+	// network and mount go; its home stays); 0 never does.
+	HibernateAfter time.Duration
+	// MaxDisk caps the sum of all homes' sizes (sessions, hibernated or
+	// not, and warm sandboxes); 0 is no cap.
+	MaxDisk int64
 }
 
 // Executor owns every sandbox under its data dir. Create it with New, then
@@ -63,7 +69,8 @@ type Executor struct {
 
 	mu       sync.Mutex
 	sessions map[string]*session
-	live     int // sandboxes counted against MaxSandboxes
+	live     int   // sandboxes counted against MaxSandboxes
+	disk     int64 // bytes of homes counted against MaxDisk
 	started  bool
 
 	agentsMu sync.Mutex
@@ -173,7 +180,9 @@ func (e *Executor) Start(ctx context.Context) error {
 	return nil
 }
 
-// Stop ends every session and spare, then waits for background work.
+// Stop hibernates every session (they live on in their homes and the
+// store, and the next Start serves them), ends every spare, then waits for
+// background work.
 func (e *Executor) Stop(ctx context.Context) error {
 	e.mu.Lock()
 	if !e.started {
@@ -188,12 +197,7 @@ func (e *Executor) Stop(ctx context.Context) error {
 	}
 	e.mu.Unlock()
 	e.wg.Wait()
-	var errs []error
-	for _, id := range ids {
-		if err := e.endSession(ctx, id, "server stopped"); err != nil && !errors.Is(err, ErrNotFound) {
-			errs = append(errs, err)
-		}
-	}
+	errs := e.hibernateAll(ctx, ids)
 	for {
 		select {
 		case ws := <-e.warm:
@@ -212,6 +216,48 @@ func (e *Executor) Stop(ctx context.Context) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// hibernateAll hibernates the sessions ids in parallel (at most four at a
+// time). A call still running past the caller's grace is ended with its
+// sandbox: Stop runs after the HTTP server's grace period.
+func (e *Executor) hibernateAll(ctx context.Context, ids []string) []error {
+	var mu sync.Mutex
+	var errs []error
+	sem := make(chan struct{}, 4)
+	var wg sync.WaitGroup
+	for _, id := range ids {
+		e.mu.Lock()
+		s, ok := e.sessions[id]
+		e.mu.Unlock()
+		if !ok {
+			continue
+		}
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			locked := false
+			select {
+			case s.lock <- struct{}{}:
+				locked = true
+			case <-time.After(2 * time.Second):
+			case <-ctx.Done():
+			}
+			err := e.hibernate(ctx, s, "server stopped")
+			if locked {
+				<-s.lock
+			}
+			if err != nil && !errors.Is(err, ErrBadState) {
+				mu.Lock()
+				errs = append(errs, err)
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	return errs
 }
 
 // installFile copies src to dst atomically with mode 0755.
@@ -236,10 +282,12 @@ func installFile(src, dst string) error {
 	return os.Rename(tmp, dst)
 }
 
-// reconcile adopts sessions whose sandbox survived, ends the others, and
+// reconcile adopts sessions whose sandbox survived, serves the other
+// sessions whose home image is there as hibernated, ends the rest, and
 // removes sandboxes, homes and cgroups that belong to no session.
 func (e *Executor) reconcile(ctx context.Context) error {
-	rows, err := e.store.SessionsInStates(ctx, string(StateCreating), string(StateRunning), string(StateEnding), string(StateFailed))
+	rows, err := e.store.SessionsInStates(ctx, string(StateCreating), string(StateRunning), string(StateEnding), string(StateFailed),
+		string(StateHibernated), storeHibernating, storeResuming)
 	if err != nil {
 		return err
 	}
@@ -254,21 +302,33 @@ func (e *Executor) reconcile(ctx context.Context) error {
 	for _, c := range containers {
 		runningC[c.ID] = c.Status == "running"
 	}
-	keep := map[string]bool{}
+	keep := map[string]bool{}     // sessions adopted with their sandbox
+	keepHome := map[string]bool{} // sessions kept: adopted or hibernated
+	var hibernated []*session
 	for _, r := range rows {
 		dir := filepath.Join(e.sessionsDir(), r.ID)
+		// A fork that crashed may have left its source frozen.
+		thawHome(dir)
 		rt, lerr := e.rt.Lookup(r.Language)
 		att := loadAttachment(dir)
+		size := r.DiskBytes
+		if size <= 0 {
+			if fi, err := os.Stat(homeImage(dir)); err == nil {
+				size = fi.Size()
+			}
+		}
 		if r.State == string(StateRunning) && runningC[r.ID] && mounted(homeMount(dir)) && lerr == nil && (att != nil) == networkEnabled(json.RawMessage(r.Network)) {
 			s := newSession(r.ID, r.KeyID, rt, r.IdleTTL, r.CreatedAt, r.Network)
-			s.state = StateRunning
+			s.state, s.hasSandbox, s.parent, s.diskBytes, s.hibernatedAt = StateRunning, true, r.ParentID, size, r.HibernatedAt
 			if att != nil {
 				s.netEnv = att.Env
 			}
 			s.lastUsed = time.Now() // the idle clock restarts with the server
 			e.sessions[r.ID] = s
 			e.live++
+			e.disk += size
 			keep[r.ID] = true
+			keepHome[r.ID] = true
 			// A call the crash interrupted may still run its program; it
 			// is recorded failed below, so stop it before new calls come.
 			kctx, cancel := context.WithTimeout(ctx, 10*time.Second)
@@ -278,6 +338,25 @@ func (e *Executor) reconcile(ctx context.Context) error {
 			cancel()
 			e.log.InfoContext(ctx, "session adopted", "session", r.ID)
 			continue
+		}
+		switch r.State {
+		case string(StateRunning), string(StateHibernated), storeHibernating, storeResuming:
+			if _, err := os.Stat(homeImage(dir)); err == nil && lerr == nil {
+				s := newSession(r.ID, r.KeyID, rt, r.IdleTTL, r.CreatedAt, r.Network)
+				s.state, s.parent, s.diskBytes = StateHibernated, r.ParentID, size
+				s.hibernatedAt, s.lastUsed = time.Now(), time.Now()
+				if r.State == string(StateHibernated) {
+					// Cleanly hibernated: its idle clock goes on.
+					s.hibernatedAt, s.lastUsed = r.HibernatedAt, r.LastUsedAt
+				}
+				e.sessions[r.ID] = s
+				e.disk += size
+				keepHome[r.ID] = true
+				if r.State != string(StateHibernated) {
+					hibernated = append(hibernated, s)
+				}
+				continue
+			}
 		}
 		if err := e.store.SetSessionState(ctx, r.ID, string(StateEnded), "lost on restart", true); err != nil {
 			return err
@@ -296,7 +375,7 @@ func (e *Executor) reconcile(ctx context.Context) error {
 		return fmt.Errorf("reading sessions folder: %w", err)
 	}
 	for _, ent := range ents {
-		if !keep[ent.Name()] {
+		if !keepHome[ent.Name()] {
 			if err := dropHome(ctx, filepath.Join(e.sessionsDir(), ent.Name())); err != nil {
 				e.log.ErrorContext(ctx, "removing orphan home", "session", ent.Name(), "err", err)
 			}
@@ -324,6 +403,19 @@ func (e *Executor) reconcile(ctx context.Context) error {
 		e.log.WarnContext(ctx, "killed stray sandbox processes", "count", n)
 	}
 	removeStaleCgroups(keep)
+	// The sandboxes (and stray processes) of sessions now hibernated are
+	// gone (above): their homes come off the host, and their rows say
+	// hibernated. (A row hibernated already had its home unmounted before
+	// it said so.)
+	for _, s := range hibernated {
+		if err := unmountHome(e.dir(s.id)); err != nil {
+			e.log.ErrorContext(ctx, "unmounting home of a hibernated session", "session", s.id, "err", err)
+		}
+		if err := e.store.SetSessionHibernated(ctx, s.id, s.hibernatedAt, s.lastUsed); err != nil {
+			return err
+		}
+		e.log.InfoContext(ctx, "session served hibernated", "session", s.id)
+	}
 	if n, err := e.store.FailRunningExecutions(ctx, "interrupted"); err != nil {
 		return err
 	} else if n > 0 {
@@ -370,17 +462,46 @@ func (e *Executor) reapLoop() {
 	}
 }
 
-// reapIdle ends sessions idle past their TTL. A busy session is not idle.
+// reapIdle ends sessions idle past their TTL, running or hibernated, and
+// hibernates running ones idle past hibernate_after. A busy session is not
+// idle.
 func (e *Executor) reapIdle() {
 	now := time.Now()
 	var idle []string
+	var sleepy []*session
 	e.mu.Lock()
 	for id, s := range e.sessions {
-		if s.state == StateRunning && s.busy == 0 && now.Sub(s.lastUsed) > s.idleTTL {
+		if s.busy != 0 || (s.state != StateRunning && s.state != StateHibernated) {
+			continue
+		}
+		switch {
+		case now.Sub(s.lastUsed) > s.idleTTL:
 			idle = append(idle, id)
+		case s.state == StateRunning && e.cfg.HibernateAfter > 0 && now.Sub(s.lastUsed) > e.cfg.HibernateAfter:
+			sleepy = append(sleepy, s)
 		}
 	}
 	e.mu.Unlock()
+	for _, s := range sleepy {
+		select {
+		case s.lock <- struct{}{}:
+		default:
+			continue // a call has just come
+		}
+		e.mu.Lock()
+		still := s.busy == 0 && time.Since(s.lastUsed) > e.cfg.HibernateAfter
+		e.mu.Unlock()
+		if !still {
+			<-s.lock
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		if err := e.hibernate(ctx, s, "idle"); err != nil && !errors.Is(err, ErrBadState) {
+			e.log.Error("hibernating idle session", "session", s.id, "err", err)
+		}
+		cancel()
+		<-s.lock
+	}
 	for _, id := range idle {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		if err := e.endSession(ctx, id, "idle_ttl"); err != nil && !errors.Is(err, ErrNotFound) {

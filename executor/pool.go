@@ -40,7 +40,12 @@ func (e *Executor) fillWarm() {
 			e.warmUp(ws.id)
 		}
 		if err != nil {
-			e.log.Error("preparing warm sandbox", "err", err)
+			if errors.Is(err, ErrNoStorage) {
+				// The homes' disk budget is spent: sessions come first.
+				e.log.Debug("warm pool waits for disk budget")
+			} else {
+				e.log.Error("preparing warm sandbox", "err", err)
+			}
 			select {
 			case <-e.stop:
 				return
@@ -63,8 +68,14 @@ func (e *Executor) prepareWarm() (warmSandbox, error) {
 	defer cancel()
 	id := newID("sess_")
 	dir := e.dir(id)
+	// A warm home counts against max_disk like any other; it becomes the
+	// reservation of the session that takes it.
+	if err := e.reserveDisk(e.cfg.HomeBytes); err != nil {
+		return warmSandbox{}, err
+	}
 	if err := makeHome(ctx, dir, e.cfg.HomeBytes); err != nil {
 		_ = dropHome(context.Background(), dir)
+		e.releaseDisk(e.cfg.HomeBytes)
 		return warmSandbox{}, fmt.Errorf("preparing home: %w", err)
 	}
 	if err := e.startSandbox(ctx, id, dir, ""); err != nil {
@@ -95,8 +106,10 @@ func (e *Executor) warmUp(id string) {
 	}
 }
 
-// destroySandbox removes a sandbox that belongs to no session, and its home.
+// destroySandbox removes a warm sandbox that belongs to no session, and
+// its home, and gives back its disk reservation.
 func (e *Executor) destroySandbox(ctx context.Context, id string) error {
+	defer e.releaseDisk(e.cfg.HomeBytes)
 	var errs []error
 	if err := e.destroy(ctx, id); err != nil {
 		errs = append(errs, err)

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"runtime/debug"
 	"sort"
+	"sync"
 	"time"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
@@ -25,12 +26,19 @@ type session struct {
 	idleTTL   time.Duration
 	createdAt time.Time
 	network   json.RawMessage
+	parent    string        // forked from
+	diskBytes int64         // home image size, counted against max_disk
 	lock      chan struct{} // one execute (or file op) at a time
+	// life serialises what changes the session's sandbox: resume,
+	// hibernate, fork's copy and the end. An execute holds lock, not life.
+	life sync.Mutex
 
-	state    State
-	lastUsed time.Time
-	busy     int
-	netEnv   []string // proxy variables when the session has network
+	state        State
+	lastUsed     time.Time
+	hibernatedAt time.Time
+	busy         int
+	hasSandbox   bool     // a sandbox is counted in Executor.live for it
+	netEnv       []string // proxy variables when the session has network
 }
 
 func newSession(id, owner string, rt *Runtime, ttl time.Duration, created time.Time, network string) *session {
@@ -40,7 +48,8 @@ func newSession(id, owner string, rt *Runtime, ttl time.Duration, created time.T
 
 func (s *session) snapshot() Session {
 	return Session{ID: s.id, Owner: s.owner, Language: s.runtime.Name, State: s.state, IdleTTL: s.idleTTL,
-		Network: s.network, CreatedAt: s.createdAt, LastUsedAt: s.lastUsed}
+		Network: s.network, CreatedAt: s.createdAt, LastUsedAt: s.lastUsed, HibernatedAt: s.hibernatedAt,
+		ForkedFrom: s.parent, DiskBytes: s.diskBytes}
 }
 
 func (e *Executor) dir(id string) string { return filepath.Join(e.sessionsDir(), id) }
@@ -126,21 +135,30 @@ func (e *Executor) CreateSession(ctx context.Context, spec SessionSpec) (_ Sessi
 
 	// A warm sandbox (started, never used) makes the session at once; a
 	// session with network needs its namespace from the start, so it is
-	// always made cold.
+	// always made cold, and so is one whose home has another size.
+	size := spec.DiskBytes
+	if size <= 0 {
+		size = e.cfg.HomeBytes
+	}
 	var dir string
 	warm := false
-	if !withNet {
+	if !withNet && size == e.cfg.HomeBytes {
 		if ws, ok := e.takeWarm(); ok {
 			dir, warm = e.dir(ws.id), true
 		}
 	}
 	if warm {
+		// The warm home's disk reservation becomes the session's.
 		id := filepath.Base(dir)
 		cu.Add("warm sandbox", func(ctx context.Context) error { return e.destroySandbox(ctx, id) })
 	} else {
+		if err := e.reserveDisk(size); err != nil {
+			return Session{}, err
+		}
+		cu.Add("disk reservation", func(context.Context) error { e.releaseDisk(size); return nil })
 		dir = e.dir(newID("sess_"))
 		cu.Add("home", func(ctx context.Context) error { return dropHome(ctx, dir) })
-		if err := makeHome(ctx, dir, e.cfg.HomeBytes); err != nil {
+		if err := makeHome(ctx, dir, size); err != nil {
 			return Session{}, fmt.Errorf("preparing home: %w", err)
 		}
 	}
@@ -152,7 +170,8 @@ func (e *Executor) CreateSession(ctx context.Context, spec SessionSpec) (_ Sessi
 	now := time.Now()
 	s := newSession(id, spec.Owner, rt, ttl, now, string(network))
 	s.state = StateCreating
-	row := store.SessionRow{ID: id, KeyID: spec.Owner, Language: rt.Name, State: string(StateCreating), Network: string(network), IdleTTL: ttl, CreatedAt: now, LastUsedAt: now}
+	s.diskBytes = size
+	row := store.SessionRow{ID: id, KeyID: spec.Owner, Language: rt.Name, State: string(StateCreating), Network: string(network), IdleTTL: ttl, CreatedAt: now, LastUsedAt: now, DiskBytes: size}
 	if err := e.store.InsertSession(ctx, row); err != nil {
 		return Session{}, err
 	}
@@ -196,6 +215,7 @@ func (e *Executor) CreateSession(ctx context.Context, spec SessionSpec) (_ Sessi
 		return Session{}, err
 	}
 	s.state = StateRunning
+	s.hasSandbox = true
 	e.mu.Lock()
 	e.sessions[id] = s
 	e.mu.Unlock()
@@ -353,35 +373,52 @@ func (e *Executor) DeleteSession(ctx context.Context, owner, id string) error {
 	return e.endSession(ctx, id, "deleted")
 }
 
-// endSession tears a session down; only one caller wins, the others get
-// ErrNotFound.
+// endSession tears a session down, running or hibernated; only one caller
+// wins, the others get ErrNotFound. It waits for a resume, hibernation or
+// fork of the session in progress (not for a running execute, which it
+// ends).
 func (e *Executor) endSession(ctx context.Context, id, reason string) error {
 	e.mu.Lock()
 	s, ok := e.sessions[id]
-	if !ok || !canMove(s.state, StateEnding) {
+	e.mu.Unlock()
+	if !ok {
+		return ErrNotFound
+	}
+	s.life.Lock()
+	defer s.life.Unlock()
+	e.mu.Lock()
+	if !canMove(s.state, StateEnding) {
 		e.mu.Unlock()
 		return ErrNotFound
 	}
 	s.state = StateEnding
+	hadSandbox := s.hasSandbox
 	e.mu.Unlock()
 	_ = e.store.SetSessionState(ctx, id, string(StateEnding), reason, false)
 
 	var errs []error
-	if err := e.destroy(ctx, id); err != nil {
-		errs = append(errs, err)
-	}
-	if e.net != nil && networkEnabled(s.network) {
-		if err := e.net.Detach(ctx, id); err != nil {
+	if hadSandbox {
+		if err := e.destroy(ctx, id); err != nil {
 			errs = append(errs, err)
 		}
+		if e.net != nil && networkEnabled(s.network) {
+			if err := e.net.Detach(ctx, id); err != nil {
+				errs = append(errs, err)
+			}
+		}
 	}
+	thawHome(e.dir(id))
 	if err := dropHome(ctx, e.dir(id)); err != nil {
 		errs = append(errs, err)
 	}
 	e.mu.Lock()
 	delete(e.sessions, id)
-	e.live--
+	if hadSandbox {
+		s.hasSandbox = false
+		e.live--
+	}
 	e.mu.Unlock()
+	e.releaseDisk(s.diskBytes)
 	if err := e.store.SetSessionState(ctx, id, string(StateEnded), reason, true); err != nil {
 		errs = append(errs, err)
 	}

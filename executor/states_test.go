@@ -24,6 +24,13 @@ func TestSessionTransitions(t *testing.T) {
 		{StateFailed, StateRunning, false},
 		{StateEnded, StateRunning, false},
 		{StateEnded, StateEnding, false},
+		{StateRunning, StateHibernated, true},
+		{StateHibernated, StateRunning, true},
+		{StateHibernated, StateEnding, true},
+		{StateHibernated, StateCreating, false},
+		{StateCreating, StateHibernated, false},
+		{StateEnding, StateHibernated, false},
+		{StateFailed, StateHibernated, false},
 	}
 	for _, tc := range cases {
 		if got := canMove(tc.from, tc.to); got != tc.ok {

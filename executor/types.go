@@ -20,7 +20,11 @@ var (
 	ErrLost            = sandbox.ErrLost
 	ErrNotStarted      = sandbox.ErrNotStarted
 	ErrUnknownLanguage = sandbox.ErrUnknownLanguage
+	ErrNoStorage       = sandbox.ErrNoStorage
 )
+
+// ForkSpec asks for a copy of a session.
+type ForkSpec = sandbox.ForkSpec
 
 const (
 	StateCreating = sandbox.StateCreating
@@ -28,6 +32,8 @@ const (
 	StateEnding   = sandbox.StateEnding
 	StateEnded    = sandbox.StateEnded
 	StateFailed   = sandbox.StateFailed
+	// StateHibernated: no sandbox, home image kept; the next call resumes.
+	StateHibernated = sandbox.StateHibernated
 
 	StatusOK           = sandbox.StatusOK
 	StatusError        = sandbox.StatusError

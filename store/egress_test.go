@@ -216,7 +216,9 @@ func TestEgressMigrationUpgrades(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	st, path := openTestStore(t)
-	if _, err := st.DB().ExecContext(ctx, `DROP TABLE egress_decisions; DELETE FROM schema_version WHERE v > 2`); err != nil {
+	if _, err := st.DB().ExecContext(ctx, `DROP TABLE egress_decisions;
+		ALTER TABLE sessions DROP COLUMN hibernated_at; ALTER TABLE sessions DROP COLUMN disk_bytes; ALTER TABLE sessions DROP COLUMN parent_id;
+		DELETE FROM schema_version WHERE v > 2`); err != nil {
 		t.Fatal(err)
 	}
 	st.Close()
@@ -259,6 +261,7 @@ func TestEgressCountMigration(t *testing.T) {
 	st, path := openTestStore(t)
 	if _, err := st.DB().ExecContext(ctx, `ALTER TABLE egress_decisions DROP COLUMN count;
 		ALTER TABLE egress_decisions DROP COLUMN last_time; ALTER TABLE egress_decisions DROP COLUMN summary;
+		ALTER TABLE sessions DROP COLUMN hibernated_at; ALTER TABLE sessions DROP COLUMN disk_bytes; ALTER TABLE sessions DROP COLUMN parent_id;
 		DELETE FROM schema_version WHERE v > 3;
 		INSERT INTO egress_decisions(session_id, time, mode, host, port, outcome) VALUES ('old', 1000, 'connect', 'a.test', 443, 'deny')`); err != nil {
 		t.Fatal(err)

@@ -20,12 +20,16 @@ type SessionRow struct {
 	LastUsedAt time.Time
 	EndedAt    time.Time
 	EndReason  string
+	// HibernatedAt is when the session was last hibernated (zero: never).
+	HibernatedAt time.Time
+	DiskBytes    int64  // size of its home image
+	ParentID     string // the session it was forked from
 }
 
 // InsertSession records a new session.
 func (s *Store) InsertSession(ctx context.Context, r SessionRow) error {
-	_, err := s.db.ExecContext(ctx, `INSERT INTO sessions(id, key_id, language, state, network, idle_ttl_ms, created_at, last_used_at)
-		VALUES (?,?,?,?,?,?,?,?)`, r.ID, r.KeyID, r.Language, r.State, r.Network, r.IdleTTL.Milliseconds(), ms(r.CreatedAt), ms(r.LastUsedAt))
+	_, err := s.db.ExecContext(ctx, `INSERT INTO sessions(id, key_id, language, state, network, idle_ttl_ms, created_at, last_used_at, disk_bytes, parent_id)
+		VALUES (?,?,?,?,?,?,?,?,?,?)`, r.ID, r.KeyID, r.Language, r.State, r.Network, r.IdleTTL.Milliseconds(), ms(r.CreatedAt), ms(r.LastUsedAt), r.DiskBytes, r.ParentID)
 	if err != nil {
 		return fmt.Errorf("inserting session %s: %w", r.ID, err)
 	}
@@ -46,12 +50,22 @@ func (s *Store) SetSessionState(ctx context.Context, id, state, reason string, e
 	return nil
 }
 
+// SetSessionHibernated records that a session is hibernated: its sandbox
+// is gone and its home image is whole. lastUsed is kept for its idle TTL.
+func (s *Store) SetSessionHibernated(ctx context.Context, id string, at, lastUsed time.Time) error {
+	_, err := s.db.ExecContext(ctx, `UPDATE sessions SET state='hibernated', hibernated_at=?, last_used_at=? WHERE id=?`, ms(at), ms(lastUsed), id)
+	if err != nil {
+		return fmt.Errorf("updating session %s: %w", id, err)
+	}
+	return nil
+}
+
 // SessionsInStates lists sessions whose state is one of states.
 func (s *Store) SessionsInStates(ctx context.Context, states ...string) ([]SessionRow, error) {
 	if len(states) == 0 {
 		return nil, nil
 	}
-	q := `SELECT id, key_id, language, state, network, idle_ttl_ms, created_at, last_used_at, COALESCE(ended_at,0), end_reason FROM sessions WHERE state IN (?` + repeat(",?", len(states)-1) + `) ORDER BY created_at`
+	q := `SELECT id, key_id, language, state, network, idle_ttl_ms, created_at, last_used_at, COALESCE(ended_at,0), end_reason, COALESCE(hibernated_at,0), disk_bytes, parent_id FROM sessions WHERE state IN (?` + repeat(",?", len(states)-1) + `) ORDER BY created_at`
 	args := make([]any, len(states))
 	for i, st := range states {
 		args[i] = st
@@ -74,7 +88,7 @@ func (s *Store) SessionsInStates(ctx context.Context, states ...string) ([]Sessi
 
 // GetSession reads one session.
 func (s *Store) GetSession(ctx context.Context, id string) (SessionRow, error) {
-	row := s.db.QueryRowContext(ctx, `SELECT id, key_id, language, state, network, idle_ttl_ms, created_at, last_used_at, COALESCE(ended_at,0), end_reason FROM sessions WHERE id=?`, id)
+	row := s.db.QueryRowContext(ctx, `SELECT id, key_id, language, state, network, idle_ttl_ms, created_at, last_used_at, COALESCE(ended_at,0), end_reason, COALESCE(hibernated_at,0), disk_bytes, parent_id FROM sessions WHERE id=?`, id)
 	r, err := scanSession(row)
 	if errors.Is(err, sql.ErrNoRows) {
 		return SessionRow{}, ErrNotFound
@@ -86,8 +100,8 @@ type scanner interface{ Scan(...any) error }
 
 func scanSession(sc scanner) (SessionRow, error) {
 	var r SessionRow
-	var ttl, created, used, ended int64
-	if err := sc.Scan(&r.ID, &r.KeyID, &r.Language, &r.State, &r.Network, &ttl, &created, &used, &ended, &r.EndReason); err != nil {
+	var ttl, created, used, ended, hib int64
+	if err := sc.Scan(&r.ID, &r.KeyID, &r.Language, &r.State, &r.Network, &ttl, &created, &used, &ended, &r.EndReason, &hib, &r.DiskBytes, &r.ParentID); err != nil {
 		if errors.Is(err, sql.ErrNoRows) {
 			return r, err
 		}
@@ -97,6 +111,9 @@ func scanSession(sc scanner) (SessionRow, error) {
 	r.CreatedAt, r.LastUsedAt = fromMS(created), fromMS(used)
 	if ended > 0 {
 		r.EndedAt = fromMS(ended)
+	}
+	if hib > 0 {
+		r.HibernatedAt = fromMS(hib)
 	}
 	return r, nil
 }

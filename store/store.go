@@ -117,6 +117,11 @@ var migrations = []string{
 	`ALTER TABLE egress_decisions ADD COLUMN count INTEGER NOT NULL DEFAULT 1;
 	ALTER TABLE egress_decisions ADD COLUMN last_time INTEGER NOT NULL DEFAULT 0;
 	ALTER TABLE egress_decisions ADD COLUMN summary INTEGER NOT NULL DEFAULT 0;`,
+	// Durable sessions: when a session was hibernated, its home's size
+	// (the disk budget) and the session it was forked from.
+	`ALTER TABLE sessions ADD COLUMN hibernated_at INTEGER;
+	ALTER TABLE sessions ADD COLUMN disk_bytes INTEGER NOT NULL DEFAULT 0;
+	ALTER TABLE sessions ADD COLUMN parent_id TEXT NOT NULL DEFAULT '';`,
 }
 
 func (s *Store) migrate(ctx context.Context) error {

@@ -145,6 +145,10 @@ func executorConfig(cfg *config.Config) (executor.Config, error) {
 		return executor.Config{}, err
 	}
 	home, _ := config.ParseSize(cfg.Executor.HomeSize)
+	var maxDisk int64
+	if d := cfg.Executor.MaxDisk; d != "" && d != "0" {
+		maxDisk, _ = config.ParseSize(d)
+	}
 	guest := cfg.Executor.GuestBinary
 	if guest != "" && !filepath.IsAbs(guest) {
 		if abs, err := filepath.Abs(guest); err == nil {
@@ -160,6 +164,7 @@ func executorConfig(cfg *config.Config) (executor.Config, error) {
 		CompileTimeout: cfg.Executor.CompileTimeout.D(), MaxOutputBytes: cfg.Limits.MaxOutputBytes, MaxFileBytes: cfg.Limits.MaxFileBytes,
 		DefaultIdleTTL: cfg.Limits.DefaultIdleTTL.D(), MaxIdleTTL: cfg.Limits.MaxIdleTTL.D(),
 		ReapInterval: cfg.Server.ReapInterval.D(), WarmPool: cfg.Executor.WarmPool,
+		HibernateAfter: cfg.Executor.HibernateAfter.D(), MaxDisk: maxDisk,
 	}, nil
 }
 

@@ -452,13 +452,35 @@ func checkDisk(ctx context.Context, cfg *config.Config) checkResult {
 	home, _ := config.ParseSize(cfg.Executor.HomeSize)
 	need := home * int64(cfg.Executor.MaxSandboxes)
 	const fix = "free space under data_dir or move it (data_dir, --data-dir); each session home is an image of executor.home_size"
+	n, committed, used := homesOnDisk(cfg.DataDir)
+	homes := fmt.Sprintf("%d session homes (running or hibernated) use %s, sized %s in all", n, humanBytes(used), humanBytes(committed))
+	if d := cfg.Executor.MaxDisk; d != "" && d != "0" {
+		homes += " (executor.max_disk " + d + ")"
+	}
 	switch {
 	case free < diskFailBytes:
-		return fail(fix, "%s: %s free, less than 1 GiB", dir, humanBytes(free))
+		return fail(fix, "%s: %s free, less than 1 GiB; %s", dir, humanBytes(free), homes)
 	case free < diskWarnBytes || free < need:
-		return warn(fix, "%s: %s free; %d homes of %s need %s", dir, humanBytes(free), cfg.Executor.MaxSandboxes, cfg.Executor.HomeSize, humanBytes(need))
+		return warn(fix, "%s: %s free; %d homes of %s need %s; %s", dir, humanBytes(free), cfg.Executor.MaxSandboxes, cfg.Executor.HomeSize, humanBytes(need), homes)
+	case free < committed-used:
+		return warn(fix, "%s: %s free, less than the homes may still grow by; %s", dir, humanBytes(free), homes)
 	}
-	return ok("%s: %s free", dir, humanBytes(free))
+	return ok("%s: %s free; %s", dir, humanBytes(free), homes)
+}
+
+// homesOnDisk counts the session home images under dataDir: how many, the
+// sum of their sizes and the blocks they take.
+func homesOnDisk(dataDir string) (n int, committed, used int64) {
+	imgs, _ := filepath.Glob(filepath.Join(dataDir, "sessions", "*", "home.img"))
+	for _, p := range imgs {
+		var st syscall.Stat_t
+		if syscall.Stat(p, &st) == nil {
+			n++
+			committed += st.Size
+			used += st.Blocks * 512
+		}
+	}
+	return n, committed, used
 }
 
 func existingParent(dir string) string {

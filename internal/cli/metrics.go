@@ -30,6 +30,11 @@ func wireMetrics(srv *api.Server, ex *executor.Executor, mir *mirror.Mirror) htt
 	m.RegisterSessionsByPlan(srv.SessionsByPlan)
 	m.RegisterSandboxStats(func() (int, int) { return liveSandboxes(ex.SandboxIDs(), executor.CgroupDirs()), ex.WarmReady() })
 	m.RegisterReadiness(srv.ReadinessByCheck)
+	m.RegisterHomeStats(func() (int, int, int64, int64) {
+		running, hibernated := ex.SessionCounts()
+		committed, used := ex.DiskStats()
+		return running, hibernated, committed, used
+	})
 	m.RegisterMirrorArtifacts(func() ([]metrics.ArtifactCount, error) { return mirrorCounts(context.Background(), mir) })
 	return m.Handler()
 }

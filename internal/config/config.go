@@ -97,6 +97,14 @@ type Executor struct {
 	CompileTimeout Duration `yaml:"compile_timeout"`
 	GuestBinary    string   `yaml:"guest_binary"`
 	WarmPool       int      `yaml:"warm_pool"`
+	// HibernateAfter hibernates a session idle this long: its sandbox,
+	// network and mount are released, its home and plan slot kept; the
+	// next call resumes it. 0s never hibernates.
+	HibernateAfter Duration `yaml:"hibernate_after"`
+	// MaxDisk caps the sum of all session homes' sizes (running,
+	// hibernated, warm); creation and fork past it answer 507
+	// insufficient_storage. Empty or 0: no cap.
+	MaxDisk string `yaml:"max_disk"`
 }
 
 // Limits holds per-call and per-session limits.
@@ -208,6 +216,18 @@ func (c *Config) Validate() error {
 	}
 	if e.CPUs <= 0 {
 		bad("executor.cpus: must be positive")
+	}
+	if e.HibernateAfter.D() < 0 {
+		bad("executor.hibernate_after: must not be negative (0s never hibernates)")
+	} else if d := e.HibernateAfter.D(); d > 0 && d < time.Second {
+		bad("executor.hibernate_after: must be at least 1s (or 0s)")
+	}
+	if e.MaxDisk != "" && e.MaxDisk != "0" {
+		if n, err := ParseSize(e.MaxDisk); err != nil {
+			bad("executor.max_disk: %v", err)
+		} else if h, _ := ParseSize(e.HomeSize); n < h {
+			bad("executor.max_disk: must hold at least one home (%s)", e.HomeSize)
+		}
 	}
 	if e.WarmPool < 0 || e.WarmPool > 64 {
 		bad("executor.warm_pool: must be between 0 and 64")

@@ -312,6 +312,8 @@ var fallbackDocs = map[string]string{
 	"executor.platform":        "runsc platform: systrap (default), ptrace or kvm.",
 	"executor.max_sandboxes":   "Host-wide ceiling of sandboxes (sessions, stateless calls, installers); 503 no_capacity above it.",
 	"executor.home_size":       "Disk quota of one session home (a loop-mounted ext4 image).",
+	"executor.hibernate_after": "Hibernate a session idle this long (sandbox, network and mount released; home and plan slot kept; the next call resumes it). 0s never hibernates.",
+	"executor.max_disk":        "Cap on the sum of all homes' sizes (sessions running or hibernated, warm sandboxes); create and fork past it answer 507 insufficient_storage. Empty or 0: no cap.",
 	"executor.memory_mb":       "Memory limit of one sandbox.",
 	"executor.pids":            "Process limit of one sandbox.",
 	"executor.cpus":            "CPU limit of one sandbox.",

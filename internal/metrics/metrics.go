@@ -203,6 +203,15 @@ func (m *Metrics) RegisterSandboxStats(f SandboxStats) { m.scrape.stats.Store(&f
 // time. A later call replaces f.
 func (m *Metrics) RegisterSessionsByPlan(f func() map[string]int) { m.scrape.byPlan.Store(&f) }
 
+// HomeStats are the durable-session gauges: sessions by state (running,
+// hibernated) and the homes' disk (committed: the sum of their sizes, which
+// executor.max_disk caps; used: the blocks their images take).
+type HomeStats func() (running, hibernated int, committed, used int64)
+
+// RegisterHomeStats makes sandboxapi_sessions_by_state{state} and
+// sandboxapi_homes_disk_bytes{kind} read f at scrape time.
+func (m *Metrics) RegisterHomeStats(f HomeStats) { m.scrape.homes.Store(&f) }
+
 // ArtifactCount is one row of the mirror's catalogue counted by ecosystem
 // (pip, npm) and status (admitted, refused, quarantined, removed).
 type ArtifactCount struct {
@@ -223,7 +232,9 @@ type scrapeCollector struct {
 	stats                      atomic.Pointer[SandboxStats]
 	byPlan                     atomic.Pointer[func() map[string]int]
 	artifacts                  atomic.Pointer[func() ([]ArtifactCount, error)]
+	homes                      atomic.Pointer[HomeStats]
 	live, warm, plans, catalog *prometheus.Desc
+	byState, homeDisk          *prometheus.Desc
 }
 
 func newScrapeCollector() *scrapeCollector {
@@ -232,6 +243,9 @@ func newScrapeCollector() *scrapeCollector {
 		warm:    prometheus.NewDesc(namespace+"_warm_pool_ready", "Started, never-used sandboxes waiting in the warm pool.", nil, nil),
 		plans:   prometheus.NewDesc(namespace+"_sessions", "Live sessions by plan.", []string{"plan"}, nil),
 		catalog: prometheus.NewDesc(namespace+"_mirror_artifacts", "Mirror catalogue by ecosystem and status (admitted, refused at ingest, quarantined, removed).", []string{"ecosystem", "status"}, nil),
+		byState: prometheus.NewDesc(namespace+"_sessions_by_state", "Live sessions by state (running: with a sandbox; hibernated: home only).", []string{"state"}, nil),
+		homeDisk: prometheus.NewDesc(namespace+"_homes_disk_bytes", "Session homes' disk: committed (sum of home sizes, capped by executor.max_disk) and used (blocks the images take).",
+			[]string{"kind"}, nil),
 	}
 }
 
@@ -240,6 +254,8 @@ func (c *scrapeCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.warm
 	ch <- c.plans
 	ch <- c.catalog
+	ch <- c.byState
+	ch <- c.homeDisk
 }
 
 func (c *scrapeCollector) Collect(ch chan<- prometheus.Metric) {
@@ -258,6 +274,13 @@ func (c *scrapeCollector) Collect(ch chan<- prometheus.Metric) {
 		for _, p := range plans {
 			ch <- prometheus.MustNewConstMetric(c.plans, prometheus.GaugeValue, float64(counts[p]), p)
 		}
+	}
+	if f := c.homes.Load(); f != nil {
+		running, hibernated, committed, used := (*f)()
+		ch <- prometheus.MustNewConstMetric(c.byState, prometheus.GaugeValue, float64(running), "running")
+		ch <- prometheus.MustNewConstMetric(c.byState, prometheus.GaugeValue, float64(hibernated), "hibernated")
+		ch <- prometheus.MustNewConstMetric(c.homeDisk, prometheus.GaugeValue, float64(committed), "committed")
+		ch <- prometheus.MustNewConstMetric(c.homeDisk, prometheus.GaugeValue, float64(used), "used")
 	}
 	if f := c.artifacts.Load(); f != nil {
 		if rows, err := (*f)(); err == nil {

@@ -3,6 +3,7 @@
 package sandbox
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"time"
@@ -19,6 +20,9 @@ var (
 	ErrUnknownLanguage = errors.New("unknown language")
 	ErrTooLarge        = errors.New("too large")
 	ErrNoNetwork       = errors.New("network access is not available on this server")
+	// ErrNoStorage: the host's disk budget for homes (executor.max_disk)
+	// cannot hold another home; nothing was made.
+	ErrNoStorage = errors.New("insufficient storage for another session home")
 )
 
 // State is a session's lifecycle state.
@@ -31,6 +35,9 @@ const (
 	StateEnding   State = "ending"
 	StateEnded    State = "ended"
 	StateFailed   State = "failed"
+	// StateHibernated: the session has no sandbox; its home image, record
+	// and manifest are kept, and the next call resumes it.
+	StateHibernated State = "hibernated"
 )
 
 // Statuses of an execution.
@@ -49,6 +56,16 @@ type SessionSpec struct {
 	IdleTTL  time.Duration // 0: the default
 	Owner    string        // key id; sessions are visible only to their owner
 	Network  json.RawMessage
+	// DiskBytes is the size of the session's home (its disk limit); 0:
+	// the executor's default.
+	DiskBytes int64
+}
+
+// ForkSpec asks for a copy of a session. Empty fields keep the source's.
+type ForkSpec struct {
+	Owner    string
+	Language string
+	Network  json.RawMessage
 }
 
 // Session is a snapshot of one session.
@@ -61,6 +78,11 @@ type Session struct {
 	Network    json.RawMessage
 	CreatedAt  time.Time
 	LastUsedAt time.Time
+	// HibernatedAt is when the session was last hibernated (zero while it
+	// runs and never hibernated).
+	HibernatedAt time.Time
+	ForkedFrom   string // the source session of a fork
+	DiskBytes    int64  // size of the home image (its disk limit)
 }
 
 // ExpiresAt is when the session is reaped if it stays idle.
@@ -104,6 +126,9 @@ type Result struct {
 	CompileMS int64 `json:"compile_ms"`
 	RunMS     int64 `json:"run_ms"`
 	Truncated bool  `json:"truncated"`
+	// ResumedMS is set when this call first resumed the hibernated
+	// session: how long the resume took.
+	ResumedMS int64 `json:"resumed_ms,omitempty"`
 }
 
 // Runtime describes one language for clients.
@@ -112,4 +137,20 @@ type Runtime struct {
 	Aliases  []string `json:"aliases"`
 	Version  string   `json:"version"`
 	Compiled bool     `json:"compiled"`
+}
+
+type resumeNoteKey struct{}
+
+// WithResumeNote returns a context whose calls report a resume to note:
+// the executor calls it (once, before any output) when a call had to
+// resume a hibernated session first.
+func WithResumeNote(ctx context.Context, note func(time.Duration)) context.Context {
+	return context.WithValue(ctx, resumeNoteKey{}, note)
+}
+
+// NoteResume reports a resume of d to the context's note, if any.
+func NoteResume(ctx context.Context, d time.Duration) {
+	if f, ok := ctx.Value(resumeNoteKey{}).(func(time.Duration)); ok && f != nil {
+		f(d)
+	}
 }

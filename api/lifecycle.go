@@ -1,0 +1,107 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/sandboxapi/sandboxapi/internal/sandbox"
+)
+
+// Lifecycle is what the durable-session routes need from the executor.
+type Lifecycle interface {
+	// HibernateSession releases the session's sandbox at once, keeping
+	// its home; the next call resumes it.
+	HibernateSession(ctx context.Context, owner, id string) (sandbox.Session, error)
+	// ForkSession makes a new hibernated session of spec.Owner whose home
+	// is a copy of session id's.
+	ForkSession(ctx context.Context, id string, spec sandbox.ForkSpec) (sandbox.Session, error)
+}
+
+// SetLifecycle enables
+//
+//	POST /v1/sessions/{id}/hibernate  -> 200 session (state hibernated)
+//	POST /v1/sessions/{id}/fork       -> 201 new session (state hibernated)
+func (s *Server) SetLifecycle(l Lifecycle) {
+	s.handle("POST /v1/sessions/{id}/hibernate", s.authed(func(w http.ResponseWriter, r *http.Request) error {
+		p := principal(r.Context())
+		sess, err := l.HibernateSession(r.Context(), p.KeyID, r.PathValue("id"))
+		if err != nil {
+			return err
+		}
+		writeJSON(w, http.StatusOK, toSessionJSON(sess))
+		return nil
+	}))
+	s.handle("POST /v1/sessions/{id}/fork", s.authed(func(w http.ResponseWriter, r *http.Request) error {
+		return s.fork(w, r, l)
+	}))
+}
+
+type forkRequest struct {
+	Language string          `json:"language"`
+	Network  *NetworkRequest `json:"network"`
+}
+
+func (s *Server) fork(w http.ResponseWriter, r *http.Request, l Lifecycle) error {
+	p := principal(r.Context())
+	var req forkRequest
+	// The body is optional: none (or an empty one) keeps the source's
+	// language and network.
+	if r.ContentLength != 0 {
+		if err := decodeJSON(r, &req); err != nil && !isEmptyBody(err) {
+			return err
+		}
+	}
+	if !p.Plan.Sessions {
+		return s.forbidden(p, "stateful sessions", func(pl *Plan) bool { return pl.Sessions })
+	}
+	id := r.PathValue("id")
+	if _, err := s.sb.GetSession(r.Context(), p.KeyID, id); err != nil {
+		return err
+	}
+	spec := sandbox.ForkSpec{Owner: p.KeyID, Language: strings.TrimSpace(req.Language)}
+	if req.Network != nil {
+		network, err := s.checkNetwork(p, req.Network)
+		if err != nil {
+			return err
+		}
+		spec.Network = network
+	} else if src, err := s.sb.GetSession(r.Context(), p.KeyID, id); err == nil && networkOn(src.Network) {
+		// The source's network comes along: the plan must still allow it.
+		var n NetworkRequest
+		if err := json.Unmarshal(src.Network, &n); err == nil {
+			if _, err := s.checkNetwork(p, &n); err != nil {
+				return err
+			}
+		}
+	}
+	if !s.quota.reserve(p.KeyID, func() int { return s.sb.CountSessions(p.KeyID) }, p.Plan.MaxSessions) {
+		e := apiErr(http.StatusTooManyRequests, "quota_exceeded", "plan %s allows %d concurrent sessions; delete one first", p.Plan.Name, p.Plan.MaxSessions)
+		e.RetryAfter = 10 * time.Second
+		return e
+	}
+	defer s.quota.release(p.KeyID)
+	sess, err := l.ForkSession(r.Context(), id, spec)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusCreated, toSessionJSON(sess))
+	return nil
+}
+
+// isEmptyBody reports whether a decode error is the empty body's.
+func isEmptyBody(err error) bool {
+	var ae *Error
+	return errors.As(err, &ae) && ae.Code == "invalid_json" && strings.Contains(ae.Message, "empty") || errors.Is(err, io.EOF)
+}
+
+func networkOn(raw json.RawMessage) bool {
+	var n struct {
+		Enabled bool `json:"enabled"`
+	}
+	return len(raw) > 0 && json.Unmarshal(raw, &n) == nil && n.Enabled
+}

@@ -1,0 +1,419 @@
+package executor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"runtime/debug"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/sandboxapi/sandboxapi/store"
+)
+
+// Durable sessions. A session is its home image, its store row and its
+// install manifest (in the home); its sandbox is a cache. Hibernation
+// takes the sandbox, network and mount away and keeps the rest; a resume
+// mounts the same image into a new sandbox. Every transition writes the
+// store first, so that a crash at any point leaves on the next start a
+// session that is either whole (served hibernated) or cleanly ended:
+//
+//	hibernate: row hibernating -> sandbox, network, mount go -> row hibernated
+//	resume:    row resuming -> mount, network, sandbox -> row running
+//	fork:      child row creating -> copy of the image -> child row hibernated
+//
+// reconcile (executor.go) serves rows in running, hibernating, hibernated
+// and resuming as hibernated when their image exists (adopting a running
+// sandbox as before), and ends rows in creating.
+
+// Store states of the transitions above (never shown to clients).
+const (
+	storeHibernating = "hibernating"
+	storeResuming    = "resuming"
+)
+
+// The fault-hook steps of hibernate, resume and fork (tests only).
+const (
+	stepHibernateStore   createStep = "hibernate_store"   // row moved to hibernating
+	stepHibernateSandbox createStep = "hibernate_sandbox" // sandbox and network gone
+	stepResumeStore      createStep = "resume_store"      // row moved to resuming
+	stepResumeMount      createStep = "resume_mount"      // home mounted
+	stepResumeRunsc      createStep = "resume_runsc"      // sandbox started
+	stepForkInsert       createStep = "fork_insert"       // child row, state creating
+	stepForkCopy         createStep = "fork_copy"         // child image written
+)
+
+// HibernateSession hibernates owner's session at once: it waits for a call
+// in progress, then releases the sandbox, network and mount. A session
+// that is already hibernated is left as it is.
+func (e *Executor) HibernateSession(ctx context.Context, owner, id string) (Session, error) {
+	e.mu.Lock()
+	s, ok := e.sessions[id]
+	if ok && s.owner != owner {
+		ok = false
+	}
+	if ok {
+		s.busy++
+	}
+	e.mu.Unlock()
+	if !ok {
+		return Session{}, ErrNotFound
+	}
+	select {
+	case s.lock <- struct{}{}:
+	case <-ctx.Done():
+		e.mu.Lock()
+		s.busy--
+		e.mu.Unlock()
+		return Session{}, ctx.Err()
+	}
+	err := e.hibernate(context.WithoutCancel(ctx), s, "requested")
+	e.mu.Lock()
+	s.busy--
+	snap := s.snapshot()
+	e.mu.Unlock()
+	<-s.lock
+	return snap, err
+}
+
+// hibernate releases s's sandbox, network and home mount and records the
+// session hibernated. The caller keeps executes away (holds s.lock, or is
+// Stop). A hibernated session is fine; any other state is ErrBadState.
+func (e *Executor) hibernate(ctx context.Context, s *session, reason string) error {
+	s.life.Lock()
+	defer s.life.Unlock()
+	e.mu.Lock()
+	st, had, lastUsed := s.state, s.hasSandbox, s.lastUsed
+	e.mu.Unlock()
+	if st == StateHibernated {
+		return nil
+	}
+	if st != StateRunning {
+		return fmt.Errorf("%w: %s", ErrBadState, st)
+	}
+	start := time.Now()
+	if err := e.store.SetSessionState(ctx, s.id, storeHibernating, "", false); err != nil {
+		return err
+	}
+	if err := e.fault(stepHibernateStore, s.id); err != nil {
+		return err
+	}
+	var errs []error
+	if had {
+		if err := e.destroy(ctx, s.id); err != nil {
+			errs = append(errs, err)
+		}
+		if e.net != nil && networkEnabled(s.network) {
+			if err := e.net.Detach(ctx, s.id); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	if err := e.fault(stepHibernateSandbox, s.id); err != nil {
+		return err
+	}
+	// The sandbox is gone whatever failed above: the session is
+	// hibernated from here on (a resume starts from a clean slate).
+	e.mu.Lock()
+	if had {
+		s.hasSandbox = false
+		e.live--
+	}
+	e.mu.Unlock()
+	// A mount that will not go stays (never lazily: the same image must
+	// not be mounted twice); the next resume uses it.
+	if err := unmountHome(e.dir(s.id)); err != nil {
+		errs = append(errs, err)
+	}
+	now := time.Now()
+	if err := e.store.SetSessionHibernated(ctx, s.id, now, lastUsed); err != nil {
+		errs = append(errs, err)
+	}
+	e.mu.Lock()
+	s.state, s.hibernatedAt, s.netEnv = StateHibernated, now, nil
+	e.mu.Unlock()
+	if err := errors.Join(errs...); err != nil {
+		e.log.WarnContext(ctx, "hibernating session", "session", s.id, "err", err)
+	}
+	e.log.InfoContext(ctx, "session hibernated", "session", s.id, "reason", reason, "ms", time.Since(start).Milliseconds())
+	return nil
+}
+
+// resume starts a sandbox on a hibernated session's home, with its network
+// re-attached under the same request. The caller holds s.lock, so
+// concurrent calls resume once: the others find it running. What a failed
+// resume took is given back and the session stays hibernated. The resume
+// is not cancelled with the caller: the calls waiting behind it want it.
+func (e *Executor) resume(ctx context.Context, s *session) (took time.Duration, err error) {
+	s.life.Lock()
+	defer s.life.Unlock()
+	e.mu.Lock()
+	st, hibAt, lastUsed := s.state, s.hibernatedAt, s.lastUsed
+	e.mu.Unlock()
+	if st == StateRunning {
+		return 0, nil
+	}
+	if st != StateHibernated {
+		return 0, fmt.Errorf("%w: %s", ErrBadState, st)
+	}
+	start := time.Now()
+	cu := newCleanup(e.log)
+	defer func() {
+		if v := recover(); v != nil {
+			perr := &PanicError{Value: v, Stack: debug.Stack()}
+			e.log.ErrorContext(ctx, "resuming session panicked", "panic", v, "stack", string(perr.Stack))
+			err = fmt.Errorf("resuming session: %w", perr)
+		}
+	}()
+	defer cu.Clean()
+	if err := e.reserve(); err != nil {
+		return 0, err
+	}
+	cu.Add("capacity slot", func(context.Context) error { e.release(); return nil })
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.cfg.CreateTimeout)
+	defer cancel()
+	id, dir := s.id, e.dir(s.id)
+	if err := e.store.SetSessionState(ctx, id, storeResuming, "", false); err != nil {
+		return 0, err
+	}
+	cu.Add("store row", func(ctx context.Context) error { return e.store.SetSessionHibernated(ctx, id, hibAt, lastUsed) })
+	if err := e.fault(stepResumeStore, id); err != nil {
+		return 0, err
+	}
+	cu.Add("home mount", func(context.Context) error { return unmountHome(dir) })
+	tMount := time.Now()
+	if err := mountHome(ctx, dir); err != nil {
+		return 0, fmt.Errorf("mounting home: %w", err)
+	}
+	if err := e.fault(stepResumeMount, id); err != nil {
+		return 0, err
+	}
+	mountTook := time.Since(tMount)
+	netns := ""
+	var netEnv []string
+	tNet := time.Now()
+	if networkEnabled(s.network) {
+		if e.net == nil {
+			return 0, ErrNoNetwork
+		}
+		cu.Add("network", func(ctx context.Context) error { return e.net.Detach(ctx, id) })
+		att, err := e.attach(ctx, id, dir, s.network)
+		if err != nil {
+			return 0, err
+		}
+		netns, netEnv = att.NetnsPath, att.Env
+	}
+	netTook := time.Since(tNet)
+	tSandbox := time.Now()
+	bundle, err := e.writeBundle(id, dir, netns)
+	if err != nil {
+		return 0, err
+	}
+	cu.Add("sandbox", func(ctx context.Context) error { return e.destroy(ctx, id) })
+	if err := e.runSandbox(ctx, id, bundle, netns != ""); err != nil {
+		return 0, err
+	}
+	sandboxTook := time.Since(tSandbox)
+	if err := e.fault(stepResumeRunsc, id); err != nil {
+		return 0, err
+	}
+	if err := e.store.SetSessionState(ctx, id, string(StateRunning), "", false); err != nil {
+		return 0, err
+	}
+	e.mu.Lock()
+	s.state, s.hasSandbox, s.netEnv = StateRunning, true, netEnv
+	e.mu.Unlock()
+	cu.Release()
+	took = time.Since(start)
+	e.log.InfoContext(ctx, "session resumed", "session", id, "ms", took.Milliseconds(), "mount_ms", mountTook.Milliseconds(),
+		"network_ms", netTook.Milliseconds(), "sandbox_ms", sandboxTook.Milliseconds())
+	return took, nil
+}
+
+// ForkSession copies owner's session id into a new hibernated session of
+// the same owner: its home is a copy of the source's at this moment (taken
+// with the source's file system frozen, without copying unused blocks),
+// language and network as in spec or else the source's. The child starts
+// on its first call. The caller has counted it against the plan.
+func (e *Executor) ForkSession(ctx context.Context, id string, spec ForkSpec) (_ Session, err error) {
+	e.mu.Lock()
+	src, ok := e.sessions[id]
+	if ok && src.owner != spec.Owner {
+		ok = false
+	}
+	if ok {
+		src.busy++
+	}
+	e.mu.Unlock()
+	if !ok {
+		return Session{}, ErrNotFound
+	}
+	defer func() {
+		e.mu.Lock()
+		src.busy--
+		e.mu.Unlock()
+	}()
+	lang := spec.Language
+	if lang == "" {
+		lang = src.runtime.Name
+	}
+	rt, err := e.rt.Lookup(lang)
+	if err != nil {
+		return Session{}, err
+	}
+	network := spec.Network
+	if len(network) == 0 {
+		network = src.network
+	}
+	if networkEnabled(network) && e.net == nil {
+		return Session{}, ErrNoNetwork
+	}
+	// No execute runs in the source while its image is copied.
+	select {
+	case src.lock <- struct{}{}:
+	case <-ctx.Done():
+		return Session{}, ctx.Err()
+	}
+	defer func() { <-src.lock }()
+	src.life.Lock()
+	defer src.life.Unlock()
+	e.mu.Lock()
+	st := src.state
+	e.mu.Unlock()
+	if st != StateRunning && st != StateHibernated {
+		return Session{}, fmt.Errorf("%w: %s", ErrBadState, st)
+	}
+
+	cu := newCleanup(e.log)
+	defer func() {
+		if v := recover(); v != nil {
+			perr := &PanicError{Value: v, Stack: debug.Stack()}
+			e.log.ErrorContext(ctx, "forking session panicked", "panic", v, "stack", string(perr.Stack))
+			err = fmt.Errorf("forking session: %w", perr)
+		}
+	}()
+	defer cu.Clean()
+	if !e.isStarted() {
+		return Session{}, ErrNotStarted
+	}
+	size := src.diskBytes
+	if err := e.reserveDisk(size); err != nil {
+		return Session{}, err
+	}
+	cu.Add("disk reservation", func(context.Context) error { e.releaseDisk(size); return nil })
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.cfg.CreateTimeout)
+	defer cancel()
+	start := time.Now()
+	childID := newID("sess_")
+	dir := e.dir(childID)
+	row := store.SessionRow{ID: childID, KeyID: spec.Owner, Language: rt.Name, State: string(StateCreating), Network: string(network),
+		IdleTTL: src.idleTTL, CreatedAt: start, LastUsedAt: start, DiskBytes: size, ParentID: id}
+	if err := e.store.InsertSession(ctx, row); err != nil {
+		return Session{}, err
+	}
+	cu.Add("store row", func(ctx context.Context) error {
+		return e.store.SetSessionState(ctx, childID, string(StateFailed), "fork failed", true)
+	})
+	if err := e.fault(stepForkInsert, childID); err != nil {
+		return Session{}, err
+	}
+	cu.Add("home", func(ctx context.Context) error { return dropHome(ctx, dir) })
+	if err := os.MkdirAll(homeMount(dir), 0o700); err != nil {
+		return Session{}, fmt.Errorf("creating home folder: %w", err)
+	}
+	srcMnt := homeMount(e.dir(id))
+	frozen := false
+	if mounted(srcMnt) {
+		// Freezing flushes what the sandbox wrote and holds new writes
+		// (none should come: no execute runs) until the copy is done.
+		if err := freezeHome(srcMnt); err != nil {
+			return Session{}, fmt.Errorf("freezing source home: %w", err)
+		}
+		frozen = true
+	}
+	err = copyImage(ctx, homeImage(e.dir(id)), homeImage(dir))
+	if err != nil {
+		err = fmt.Errorf("copying home: %w", err)
+	} else {
+		err = e.fault(stepForkCopy, childID) // frozen still, if it was
+	}
+	if frozen {
+		thawHome(e.dir(id))
+	}
+	if err != nil {
+		return Session{}, err
+	}
+	now := time.Now()
+	if err := e.store.SetSessionHibernated(ctx, childID, now, now); err != nil {
+		return Session{}, err
+	}
+	child := newSession(childID, spec.Owner, rt, src.idleTTL, start, string(network))
+	child.state, child.hibernatedAt, child.lastUsed, child.parent, child.diskBytes = StateHibernated, now, now, id, size
+	e.mu.Lock()
+	e.sessions[childID] = child
+	snap := child.snapshot()
+	e.mu.Unlock()
+	cu.Release()
+	e.log.InfoContext(ctx, "session forked", "session", childID, "from", id, "ms", time.Since(start).Milliseconds())
+	return snap, nil
+}
+
+func (e *Executor) isStarted() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.started
+}
+
+// reserveDisk counts n bytes of home against executor.max_disk (0: no
+// cap); past it, ErrNoStorage and nothing is counted.
+func (e *Executor) reserveDisk(n int64) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.cfg.MaxDisk > 0 && e.disk+n > e.cfg.MaxDisk {
+		return ErrNoStorage
+	}
+	e.disk += n
+	return nil
+}
+
+func (e *Executor) releaseDisk(n int64) {
+	e.mu.Lock()
+	e.disk -= n
+	e.mu.Unlock()
+}
+
+// DiskStats reports the homes' disk: committed is the sum of their sizes
+// (what max_disk caps), used the blocks their images take on the host.
+func (e *Executor) DiskStats() (committed, used int64) {
+	e.mu.Lock()
+	committed = e.disk
+	ids := make([]string, 0, len(e.sessions))
+	for id := range e.sessions {
+		ids = append(ids, id)
+	}
+	e.mu.Unlock()
+	for _, id := range ids {
+		var st unix.Stat_t
+		if unix.Stat(homeImage(e.dir(id)), &st) == nil {
+			used += st.Blocks * 512
+		}
+	}
+	return committed, used
+}
+
+// SessionCounts reports how many sessions run and how many hibernate.
+func (e *Executor) SessionCounts() (running, hibernated int) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, s := range e.sessions {
+		switch s.state {
+		case StateHibernated:
+			hibernated++
+		case StateRunning:
+			running++
+		}
+	}
+	return running, hibernated
+}
