@@ -26,10 +26,13 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // Frame types. Host to guest: FrameRun (an AgentRequest), FrameKill.
-// Guest to host: FrameStdout, FrameStderr, FrameResult (a Result).
+// Guest to host: FrameStdout, FrameStderr, FrameResult (a Result). File
+// streams have frames of their own (filestream.go).
 const (
 	FrameRun    byte = 'R'
 	FrameKill   byte = 'K'
@@ -151,6 +154,10 @@ func agentInit() int {
 		for range sigs {
 		}
 	}()
+	// Not dumpable: /proc/1 stays root's even while a file stream's thread
+	// acts as the user (filestream.go), so the user cannot reach pid 1's
+	// descriptors (the host channel) through /proc/1/task/*/fd.
+	_ = unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0)
 	r := newReaper()
 	a := &agent{out: bufio.NewWriterSize(os.Stdout, 64<<10), reaper: r}
 	if _, err := fmt.Fprintf(os.Stdout, "%s%s\n", AgentHello, ProtocolVersion); err == nil {
@@ -163,6 +170,8 @@ type agent struct {
 	wmu    sync.Mutex
 	out    *bufio.Writer
 	reaper *reaper
+
+	files fileStreams
 
 	mu      sync.Mutex
 	running bool
@@ -205,6 +214,14 @@ func (a *agent) serve(in io.Reader) {
 				continue
 			}
 			go a.run(&ar)
+		case FrameFileOpen:
+			a.fileOpen(p)
+		case FrameFileData:
+			a.fileData(p)
+		case FrameFileCancel:
+			a.fileCancel(p)
+		case FrameFileWindow:
+			a.fileWindow(p)
 		case FrameKill:
 			seq, err := strconv.ParseUint(string(p), 10, 64)
 			a.mu.Lock()

@@ -124,7 +124,8 @@ func fileMode(mode string) int {
 	var res FileResult
 	switch mode {
 	case "put":
-		res.Info, err = putFile(comps, req.Max, bufio.NewReaderSize(os.Stdin, 64<<10))
+		in := bufio.NewReaderSize(os.Stdin, 64<<10)
+		res.Info, err = putFile(comps, func(w io.Writer, what string) error { return copyFrames(w, in, req.Max, what) })
 	case "get":
 		var f *os.File
 		f, res.Info, err = openRegular(comps, req.Max)
@@ -244,7 +245,7 @@ func entry(name string, st *unix.Stat_t) FileEntry {
 // must be a directory, and the opened descriptor must be that very
 // directory (same device and inode).
 func walk(comps []string, create bool) (int, error) {
-	fd, err := openDirAt(unix.AT_FDCWD, Home, Home, false)
+	fd, err := openDirAt(unix.AT_FDCWD, homeRoot, Home, false)
 	if err != nil {
 		return -1, err
 	}
@@ -351,11 +352,11 @@ func openRegular(comps []string, max int64) (*os.File, *FileEntry, error) {
 	return os.NewFile(uintptr(fd), what), &e, nil
 }
 
-// putFile writes the framed content on r to comps, atomically: into a
-// fresh temporary file beside it, renamed over the target only once the
-// whole stream has arrived. An existing target must be a regular file;
-// its permission bits are kept.
-func putFile(comps []string, max int64, r io.Reader) (*FileEntry, error) {
+// putFile writes what fill copies to comps, atomically: into a fresh
+// temporary file beside it, renamed over the target only once fill has
+// returned nil (the whole upload has arrived). An existing target must be
+// a regular file; its permission bits are kept.
+func putFile(comps []string, fill func(w io.Writer, what string) error) (*FileEntry, error) {
 	if len(comps) == 0 {
 		return nil, failf(CodeNotRegular, "%s is a directory", Home)
 	}
@@ -390,7 +391,7 @@ func putFile(comps []string, max int64, r io.Reader) (*FileEntry, error) {
 	if err := unix.Fchmod(fd, perm); err != nil { // umask may have narrowed it
 		return nil, classify(what, err)
 	}
-	if err := copyFrames(f, r, max, what); err != nil {
+	if err := fill(f, what); err != nil {
 		return nil, err
 	}
 	if err := unix.Renameat(dirfd, tmp, dirfd, name); err != nil {

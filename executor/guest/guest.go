@@ -110,7 +110,7 @@ func timeoutOf(ms int64) time.Duration {
 
 // ProtocolVersion changes whenever the host-guest wire format does; the
 // executor refuses a guest binary of another version (a stale build).
-const ProtocolVersion = "7"
+const ProtocolVersion = "8"
 
 // Main dispatches on the first argument: "init", "version", "kill", "run",
 // or a file mode ("put", "get", "list").

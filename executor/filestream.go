@@ -1,0 +1,333 @@
+package executor
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+
+	"github.com/sandboxapi/sandboxapi/executor/guest"
+)
+
+// The host end of file streams over the agent channel (see
+// guest/filestream.go for the wire format and the flow control). A
+// stream's state is filled by the channel's reader (deliver) and drained
+// by the file call that opened it.
+
+// errStreamProtocol marks a guest that broke the stream protocol.
+var errStreamProtocol = errors.New("guest broke the file stream protocol")
+
+// errDownloadAborted is a download the guest gave up after its result
+// (a read error, or the file changed while it was sent).
+var errDownloadAborted = errors.New("download aborted in the sandbox")
+
+// streamTable holds a channel's open streams. The zero value is ready.
+type streamTable struct {
+	mu     sync.Mutex
+	m      map[uint32]*hostStream
+	nextID uint32
+	failed error // the channel's failure: no new streams
+	slots  chan struct{}
+	init   sync.Once
+}
+
+// hostStream is one transfer. Fields below mu are guarded by it.
+type hostStream struct {
+	id  uint32
+	a   *agentConn
+	mu  sync.Mutex
+	cnd *sync.Cond
+
+	result *guest.FileResult
+	// download data not yet read, and whether its end has come
+	data     [][]byte
+	buffered int64
+	eof      bool
+	// upload credit: bytes the guest will take
+	credit int64
+	err    error // the stream failed (channel gone, download aborted)
+}
+
+// open makes a stream, waiting for a free slot (the guest serves at most
+// guest.MaxFileStreams at once).
+func (t *streamTable) open(ctx context.Context, a *agentConn) (*hostStream, error) {
+	t.init.Do(func() { t.slots = make(chan struct{}, guest.MaxFileStreams) })
+	select {
+	case t.slots <- struct{}{}:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.failed != nil {
+		<-t.slots
+		return nil, t.failed
+	}
+	if t.m == nil {
+		t.m = map[uint32]*hostStream{}
+	}
+	t.nextID++
+	if t.nextID == 0 {
+		t.nextID = 1
+	}
+	s := &hostStream{id: t.nextID, a: a, credit: guest.FileWindow}
+	s.cnd = sync.NewCond(&s.mu)
+	t.m[s.id] = s
+	return s, nil
+}
+
+// close forgets a stream and frees its slot; safe to call twice.
+func (t *streamTable) close(s *hostStream) {
+	t.mu.Lock()
+	_, ok := t.m[s.id]
+	delete(t.m, s.id)
+	t.mu.Unlock()
+	if ok {
+		<-t.slots
+	}
+}
+
+// failAll fails every open stream and refuses new ones.
+func (t *streamTable) failAll(err error) {
+	t.mu.Lock()
+	if t.failed == nil {
+		t.failed = err
+	}
+	streams := make([]*hostStream, 0, len(t.m))
+	for _, s := range t.m {
+		streams = append(streams, s)
+	}
+	t.mu.Unlock()
+	for _, s := range streams {
+		s.fail(err)
+	}
+}
+
+// deliver hands one guest frame to its stream. Frames of streams that
+// have ended are dropped; an error means the guest broke the protocol.
+func (t *streamTable) deliver(typ byte, p []byte) error {
+	id, data, err := guest.StreamPayload(p)
+	if err != nil {
+		return fmt.Errorf("%w: %v", errStreamProtocol, err)
+	}
+	t.mu.Lock()
+	s := t.m[id]
+	t.mu.Unlock()
+	if s == nil {
+		return nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	defer s.cnd.Broadcast()
+	switch typ {
+	case guest.FrameFileResult:
+		if s.result != nil {
+			return fmt.Errorf("%w: a second result on stream %d", errStreamProtocol, id)
+		}
+		var res guest.FileResult
+		if err := json.Unmarshal(data, &res); err != nil {
+			return fmt.Errorf("%w: decoding result: %v", errStreamProtocol, err)
+		}
+		s.result = &res
+	case guest.FrameFileChunk:
+		switch {
+		case s.result == nil || s.eof:
+			return fmt.Errorf("%w: data out of place on stream %d", errStreamProtocol, id)
+		case len(data) == 0:
+			s.eof = true
+		case s.buffered+int64(len(data)) > guest.FileWindow:
+			return fmt.Errorf("%w: stream %d went over its window", errStreamProtocol, id)
+		default:
+			s.data = append(s.data, data)
+			s.buffered += int64(len(data))
+		}
+	case guest.FrameFileAbort:
+		if s.err == nil {
+			s.err = fmt.Errorf("%w: %s", errDownloadAborted, data)
+		}
+	case guest.FrameFileCredit:
+		n, err := guest.Credit(data)
+		if err != nil || s.credit+n > guest.FileWindow {
+			return fmt.Errorf("%w: bad credit on stream %d", errStreamProtocol, id)
+		}
+		s.credit += n
+	}
+	return nil
+}
+
+func (s *hostStream) fail(err error) {
+	s.mu.Lock()
+	if s.err == nil {
+		s.err = err
+	}
+	s.cnd.Broadcast()
+	s.mu.Unlock()
+}
+
+// watch wakes the stream's waiters when ctx ends; the returned func stops it.
+func (s *hostStream) watch(ctx context.Context) func() bool {
+	return context.AfterFunc(ctx, func() {
+		s.mu.Lock()
+		s.cnd.Broadcast()
+		s.mu.Unlock()
+	})
+}
+
+// awaitResult waits for the guest's result. A nil result comes with the
+// error that ended the stream first.
+func (s *hostStream) awaitResult(ctx context.Context) (*guest.FileResult, error) {
+	defer s.watch(ctx)()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for s.result == nil && s.err == nil && ctx.Err() == nil {
+		s.cnd.Wait()
+	}
+	if s.result != nil {
+		return s.result, nil
+	}
+	if s.err != nil {
+		return nil, s.err
+	}
+	return nil, ctx.Err()
+}
+
+// send writes one frame of this stream.
+func (s *hostStream) send(typ byte, data []byte) error {
+	s.a.wmu.Lock()
+	defer s.a.wmu.Unlock()
+	return guest.WriteStreamFrame(s.a.w, typ, s.id, data)
+}
+
+// upload sends r's bytes as the stream's upload: chunks as the guest's
+// credit allows, then the end frame, but only after a clean io.EOF with
+// the announced size (size < 0: unknown). Any other end cancels the
+// stream, so the guest writes nothing. It stops early, without error,
+// when the guest has answered (it refused the upload).
+func (s *hostStream) upload(ctx context.Context, r io.Reader, size, max int64) (sent int64, err error) {
+	defer s.watch(ctx)()
+	buf := make([]byte, guest.FileChunk)
+	cancel := func(err error) (int64, error) {
+		_ = s.send(guest.FrameFileCancel, nil)
+		return sent, err
+	}
+	for {
+		n, rerr := io.ReadAtLeast(r, buf, len(buf))
+		if n > 0 {
+			sent += int64(n)
+			if sent > max {
+				return cancel(fmt.Errorf("%w: upload is over the limit of %d bytes", ErrTooLarge, max))
+			}
+			s.mu.Lock()
+			for s.credit < int64(n) && s.result == nil && s.err == nil && ctx.Err() == nil {
+				s.cnd.Wait()
+			}
+			answered, serr := s.result != nil, s.err
+			if !answered && serr == nil && ctx.Err() == nil {
+				s.credit -= int64(n)
+			}
+			s.mu.Unlock()
+			switch {
+			case answered:
+				return sent, nil
+			case serr != nil:
+				return sent, serr
+			case ctx.Err() != nil:
+				return cancel(ctx.Err())
+			}
+			if err := s.send(guest.FrameFileData, buf[:n]); err != nil {
+				return sent, fmt.Errorf("%w: sending upload: %w", errAgentChannel, err)
+			}
+		}
+		switch {
+		case rerr == io.EOF || rerr == io.ErrUnexpectedEOF:
+			if size >= 0 && sent != size {
+				return cancel(fmt.Errorf("%w: upload ended after %d of %d bytes", ErrInvalid, sent, size))
+			}
+			if err := s.send(guest.FrameFileData, nil); err != nil {
+				return sent, fmt.Errorf("%w: sending upload: %w", errAgentChannel, err)
+			}
+			return sent, nil
+		case rerr != nil:
+			return cancel(fmt.Errorf("reading upload: %w", rerr))
+		}
+	}
+}
+
+// streamReader is a download's body: exactly size bytes, read from the
+// stream's buffer, with credit granted back as the caller reads.
+type streamReader struct {
+	s       *hostStream
+	ctx     context.Context
+	remain  int64
+	granted int64 // read since the last credit frame
+	cur     []byte
+	done    func(complete bool)
+	closed  bool
+}
+
+func (r *streamReader) Read(p []byte) (int, error) {
+	if r.remain <= 0 {
+		return 0, io.EOF
+	}
+	if len(r.cur) == 0 {
+		s := r.s
+		stop := s.watch(r.ctx)
+		s.mu.Lock()
+		for len(s.data) == 0 && !s.eof && s.err == nil && r.ctx.Err() == nil {
+			s.cnd.Wait()
+		}
+		var err error
+		switch {
+		case len(s.data) > 0:
+			r.cur = s.data[0]
+			s.data[0] = nil
+			s.data = s.data[1:]
+			s.buffered -= int64(len(r.cur))
+		case s.err != nil:
+			err = s.err
+		case s.eof:
+			err = io.ErrUnexpectedEOF
+		default:
+			err = r.ctx.Err()
+		}
+		s.mu.Unlock()
+		stop()
+		if err != nil {
+			return 0, err
+		}
+		if int64(len(r.cur)) > r.remain {
+			return 0, fmt.Errorf("%w: more bytes than the file's size", errStreamProtocol)
+		}
+	}
+	n := copy(p, r.cur)
+	r.cur = r.cur[n:]
+	r.remain -= int64(n)
+	r.granted += int64(n)
+	if r.granted >= guest.FileChunk && r.remain > 0 {
+		if err := r.s.send(guest.FrameFileWindow, guest.CreditData(r.granted)); err != nil {
+			return n, fmt.Errorf("granting credit: %w", err)
+		}
+		r.granted = 0
+	}
+	if r.remain == 0 {
+		return n, io.EOF
+	}
+	return n, nil
+}
+
+// Close ends the download; one closed early cancels the guest's side.
+func (r *streamReader) Close() error {
+	if r.closed {
+		return nil
+	}
+	r.closed = true
+	complete := r.remain == 0
+	if !complete {
+		_ = r.s.send(guest.FrameFileCancel, nil)
+	}
+	r.s.a.streams.close(r.s)
+	r.done(complete)
+	return nil
+}
