@@ -72,6 +72,12 @@ func WriteFrame(w io.Writer, typ byte, payload []byte) error {
 
 // ReadFrame reads one frame of at most max payload bytes.
 func ReadFrame(r io.Reader, max int) (byte, []byte, error) {
+	return readFrameInto(r, max, nil)
+}
+
+// readFrameInto is ReadFrame with the payload's buffer from alloc (when
+// it returns one large enough) instead of a fresh one.
+func readFrameInto(r io.Reader, max int, alloc func(typ byte, n int) []byte) (byte, []byte, error) {
 	var h [5]byte
 	if _, err := io.ReadFull(r, h[:]); err != nil {
 		return 0, nil, err
@@ -80,7 +86,15 @@ func ReadFrame(r io.Reader, max int) (byte, []byte, error) {
 	if int64(n) > int64(max) {
 		return 0, nil, fmt.Errorf("frame of %d bytes over the %d limit", n, max)
 	}
-	p := make([]byte, n)
+	var p []byte
+	if alloc != nil {
+		if b := alloc(h[0], int(n)); cap(b) >= int(n) {
+			p = b[:n]
+		}
+	}
+	if p == nil {
+		p = make([]byte, n)
+	}
 	if _, err := io.ReadFull(r, p); err != nil {
 		return 0, nil, fmt.Errorf("reading frame: %w", err)
 	}
@@ -192,7 +206,7 @@ func (a *agent) send(typ byte, p []byte) {
 func (a *agent) serve(in io.Reader) {
 	br := bufio.NewReaderSize(in, 64<<10)
 	for {
-		typ, p, err := ReadFrame(br, MaxAgentFrame)
+		typ, p, err := readFrameInto(br, MaxAgentFrame, uploadBuffer)
 		if err != nil {
 			return
 		}

@@ -64,13 +64,13 @@ const (
 
 const (
 	// FileChunk is the most data one frame carries.
-	FileChunk = 256 << 10
+	FileChunk = 1 << 20
 	// FileWindow is each side's initial credit per stream, and the most
 	// data of a stream either side buffers.
-	FileWindow = 2 << 20
+	FileWindow = 4 << 20
 	// MaxFileStreams is how many streams the guest serves at once; more
 	// are refused (the host keeps below it).
-	MaxFileStreams = 8
+	MaxFileStreams = 4
 )
 
 // FileOpen starts a stream.
@@ -127,13 +127,34 @@ func CreditData(n int64) []byte {
 	return b[:]
 }
 
+// chunkPool holds upload frame buffers (stream id and one chunk): an
+// upload reuses a few instead of making the garbage collector run every
+// few chunks.
+var chunkPool = sync.Pool{New: func() any { b := make([]byte, 4+FileChunk); return &b }}
+
+// uploadBuffer gives the serve loop a pooled buffer for an upload frame.
+func uploadBuffer(typ byte, n int) []byte {
+	if typ != FrameFileData || n > 4+FileChunk || n < 4+64<<10 {
+		return nil
+	}
+	return *chunkPool.Get().(*[]byte)
+}
+
+// recycle returns an upload frame's payload buffer to the pool.
+func recycle(p []byte) {
+	if cap(p) == 4+FileChunk {
+		p = p[:cap(p)]
+		chunkPool.Put(&p)
+	}
+}
+
 // fstream is the guest's state of one stream. The serve loop fills it;
 // the stream's own goroutine drains it.
 type fstream struct {
 	id   uint32
 	mu   sync.Mutex
 	cond *sync.Cond
-	// upload
+	// upload: frame payloads (stream id, then data)
 	queue  [][]byte
 	queued int64
 	eof    bool
@@ -197,7 +218,9 @@ func (a *agent) fileOpen(p []byte) {
 	go a.serveStream(s, &op)
 }
 
-// fileData queues upload bytes (or the end of the upload).
+// fileData queues upload bytes (or the end of the upload). The queue
+// keeps the whole payload p (its buffer goes back to the pool once
+// written); the data is p[4:].
 func (a *agent) fileData(p []byte) {
 	id, data, err := StreamPayload(p)
 	if err != nil {
@@ -205,19 +228,21 @@ func (a *agent) fileData(p []byte) {
 	}
 	s := a.files.get(id)
 	if s == nil {
+		recycle(p)
 		return // ended already: what the host sent before it knew is dropped
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	switch {
 	case s.gone || s.eof:
+		recycle(p)
 	case len(data) == 0:
 		s.eof = true
 	case s.queued+int64(len(data)) > FileWindow:
 		s.gone = true // over the window: the host is not playing by the rules
+		recycle(p)
 	default:
-		// The frame's buffer is the stream's now: ReadFrame made it fresh.
-		s.queue = append(s.queue, data)
+		s.queue = append(s.queue, p)
 		s.queued += int64(len(data))
 	}
 	s.cond.Broadcast()
@@ -357,16 +382,19 @@ func (a *agent) copyUpload(w io.Writer, s *fstream, max int64, what string) erro
 			s.mu.Unlock()
 			return nil
 		}
-		chunk := s.queue[0]
+		frame := s.queue[0]
 		s.queue[0] = nil
 		s.queue = s.queue[1:]
 		s.mu.Unlock()
 
+		chunk := frame[4:]
 		total += int64(len(chunk))
 		if max > 0 && total > max {
 			return failf(CodeTooLarge, "upload to %s is over the limit of %d bytes", what, max)
 		}
-		if _, err := w.Write(chunk); err != nil {
+		_, err := w.Write(chunk)
+		recycle(frame)
+		if err != nil {
 			return classify(what, err)
 		}
 		s.mu.Lock()
