@@ -296,30 +296,64 @@ func (a *agent) fileResult(id uint32, res FileResult) {
 	a.sendStream(FrameFileResult, id, b)
 }
 
-// becomeUser makes the calling OS thread act as uid and gid for file
-// access: effective ids only, no supplementary groups. Linux and gVisor
-// keep credentials per thread, so the raw syscalls (not syscall.Setresuid,
-// which changes every thread of the process) touch this thread alone. The
-// caller has locked its goroutine to the thread and never unlocks it.
-var becomeUser = func(uid, gid int) error {
-	if os.Geteuid() != 0 {
-		return nil // a test on the host, not pid 1
-	}
+// threadCreds sets the calling OS thread's effective uid and gid (and
+// drops its supplementary groups when becoming the user). Linux and
+// gVisor keep credentials per thread, so the raw syscalls (not
+// syscall.Setresuid, which changes every thread of the process) touch
+// this thread alone. The real and saved ids stay 0, which lets the thread
+// go back to root. The caller has locked its goroutine to the thread.
+func threadCreds(uid, gid int) error {
 	const keep = ^uintptr(0) // -1: leave that id as it is
-	if _, _, e := unix.RawSyscall(unix.SYS_SETGROUPS, 0, 0, 0); e != 0 {
-		return fmt.Errorf("dropping groups: %w", e)
+	if uid != 0 {
+		if _, _, e := unix.RawSyscall(unix.SYS_SETGROUPS, 0, 0, 0); e != 0 {
+			return fmt.Errorf("dropping groups: %w", e)
+		}
+		if _, _, e := unix.RawSyscall(unix.SYS_SETRESGID, keep, uintptr(gid), keep); e != 0 {
+			return fmt.Errorf("switching group: %w", e)
+		}
+		if _, _, e := unix.RawSyscall(unix.SYS_SETRESUID, keep, uintptr(uid), keep); e != 0 {
+			return fmt.Errorf("switching user: %w", e)
+		}
+		return nil
 	}
-	if _, _, e := unix.RawSyscall(unix.SYS_SETRESGID, keep, uintptr(gid), keep); e != 0 {
-		return fmt.Errorf("switching group: %w", e)
+	if _, _, e := unix.RawSyscall(unix.SYS_SETRESUID, keep, 0, keep); e != 0 {
+		return fmt.Errorf("switching back to root: %w", e)
 	}
-	if _, _, e := unix.RawSyscall(unix.SYS_SETRESUID, keep, uintptr(uid), keep); e != 0 {
-		return fmt.Errorf("switching user: %w", e)
+	if _, _, e := unix.RawSyscall(unix.SYS_SETRESGID, keep, 0, keep); e != 0 {
+		return fmt.Errorf("switching back to root's group: %w", e)
 	}
 	return nil
 }
 
-// serveStream serves one stream as the user, on a thread of its own that
-// ends with it.
+// userRunner returns the asUser of a stream: it runs f with the thread's
+// effective ids set to uid and gid, then sets them back to root. Only the
+// steps that resolve names (the walk, opening, creating, renaming,
+// listing) run as the user; the bytes are copied as root on descriptors
+// already open. While a thread's effective uid is the user's, gVisor
+// gives that user its /proc/1/task/<tid> folder (it does not apply
+// PR_SET_DUMPABLE there, measured): the window is kept to those steps.
+// Outside a sandbox's pid 1 (tests as another user) f runs as is.
+func userRunner(uid, gid int) func(func() error) error {
+	if os.Geteuid() != 0 || os.Getpid() != 1 && !testUserSwitch {
+		return asIs
+	}
+	return func(f func() error) error {
+		if err := threadCreds(uid, gid); err != nil {
+			return err
+		}
+		ferr := f()
+		if err := threadCreds(0, 0); err != nil {
+			// The thread stays the user's: it ends with its goroutine.
+			return errors.Join(ferr, err)
+		}
+		return ferr
+	}
+}
+
+// testUserSwitch lets tests on the host (not pid 1) switch credentials.
+var testUserSwitch = false
+
+// serveStream serves one stream on a thread of its own that ends with it.
 func (a *agent) serveStream(s *fstream, op *FileOpen) {
 	runtime.LockOSThread() // never unlocked: the thread dies with this goroutine
 	defer a.files.remove(s.id)
@@ -329,23 +363,24 @@ func (a *agent) serveStream(s *fstream, op *FileOpen) {
 			a.fileResult(s.id, FileResult{Code: CodeIO, Error: fmt.Sprint("agent: ", v)})
 		}
 	}()
-	err := becomeUser(op.UID, op.GID)
-	var comps []string
-	if err == nil {
-		comps, err = CleanPath(op.Path)
-		if err != nil {
-			err = failf(CodeInvalid, "%v", err)
-		}
+	asUser := userRunner(op.UID, op.GID)
+	comps, err := CleanPath(op.Path)
+	if err != nil {
+		err = failf(CodeInvalid, "%v", err)
 	}
 	if err == nil {
 		switch op.Op {
 		case "put":
-			res.Info, err = putFile(comps, func(w io.Writer, what string) error { return a.copyUpload(w, s, op.Max, what) })
+			res.Info, err = putFile(comps, func(w io.Writer, what string) error { return a.copyUpload(w, s, op.Max, what) }, asUser)
 		case "get":
-			a.serveDownload(s, comps, op.Max)
+			a.serveDownload(s, comps, op.Max, asUser)
 			return
 		case "list":
-			res.Entries, res.Truncated, err = listDir(comps, int(op.Max))
+			err = asUser(func() error {
+				var err error
+				res.Entries, res.Truncated, err = listDir(comps, int(op.Max))
+				return err
+			})
 		default:
 			err = failf(CodeInvalid, "unknown file operation %q", op.Op)
 		}
@@ -410,8 +445,14 @@ func (a *agent) copyUpload(w io.Writer, s *fstream, max int64, what string) erro
 // time or modification time at the end than at the start), the last
 // chunk is held back and the download fails: a download is one version
 // of the file or an error, never a mix of two.
-func (a *agent) serveDownload(s *fstream, comps []string, max int64) {
-	f, info, err := openRegular(comps, max)
+func (a *agent) serveDownload(s *fstream, comps []string, max int64, asUser func(func() error) error) {
+	var f *os.File
+	var info *FileEntry
+	err := asUser(func() error {
+		var err error
+		f, info, err = openRegular(comps, max)
+		return err
+	})
 	if err != nil {
 		a.fileResult(s.id, fileFailure(err))
 		return
