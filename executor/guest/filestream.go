@@ -4,16 +4,20 @@ package guest
 // is a stream of its own, multiplexed with runs on pid 1's stdio, so a
 // file call costs no `runsc exec` and does not wait for (or hold up) a run.
 //
-// A stream is served by a goroutine locked to an OS thread of its own
-// whose effective uid and gid are the sandbox user's (setresuid(-1, uid,
-// -1) on that thread alone: Linux and gVisor keep credentials per thread).
-// The sandbox kernel then checks every access against the user's rights,
-// as it did for a `runsc exec --user` process, and what the stream creates
-// belongs to the user. The effective capabilities go with the uid change;
-// the real and saved uid stay 0, so the user's processes can neither
-// signal nor ptrace that thread, and pid 1 is not dumpable, so its /proc
-// entries stay root's. The thread is never given back: it ends with the
-// goroutine (runtime.LockOSThread without an unlock).
+// A stream is served by a goroutine locked to an OS thread of its own.
+// The steps that resolve names (the walk, opening, creating, renaming,
+// listing) run with that thread's effective uid and gid set to the
+// sandbox user's (setresuid(-1, uid, -1) on that thread alone: Linux and
+// gVisor keep credentials per thread), so the sandbox kernel checks them
+// against the user's rights, as it did for a `runsc exec --user` process,
+// and what they create belongs to the user; the effective capabilities go
+// with the uid change. The bytes are then copied as root, on descriptors
+// already open: gVisor gives a thread's /proc/1/task/<tid> folder to its
+// effective uid (PR_SET_DUMPABLE does not change that, measured), and
+// that folder lists pid 1's descriptors, the host channel's included. The
+// real and saved uid stay 0 throughout, so the user can neither signal
+// nor ptrace the thread. The thread is never given back to the Go
+// runtime: it ends with the goroutine (LockOSThread without an unlock).
 //
 // The walk, the symlink refusals and the atomic put are those of the file
 // modes (files.go): the same functions run on either path.
