@@ -79,8 +79,12 @@ func newAgentPipes() (*agentPipes, error) {
 	// Bigger pipes than the 64 KiB default: a file chunk (1 MiB) then
 	// crosses in one write instead of several wake-ups of the other side.
 	// A smaller pipe only costs speed.
+	// Through SyscallConn: Fd would put the pipe in blocking mode, and the
+	// hello's read deadline would no longer work.
 	for _, f := range []*os.File{inW, outR} {
-		_, _ = unix.FcntlInt(f.Fd(), unix.F_SETPIPE_SZ, agentPipeBytes)
+		if rc, err := f.SyscallConn(); err == nil {
+			_ = rc.Control(func(fd uintptr) { _, _ = unix.FcntlInt(fd, unix.F_SETPIPE_SZ, agentPipeBytes) })
+		}
 	}
 	return &agentPipes{sbxIn: inR, sbxOut: outW, hostIn: inW, hostOut: outR}, nil
 }
