@@ -271,50 +271,83 @@ func (r *streamReader) Read(p []byte) (int, error) {
 	if r.remain <= 0 {
 		return 0, io.EOF
 	}
-	if len(r.cur) == 0 {
-		s := r.s
-		stop := s.watch(r.ctx)
-		s.mu.Lock()
-		for len(s.data) == 0 && !s.eof && s.err == nil && r.ctx.Err() == nil {
-			s.cnd.Wait()
-		}
-		var err error
-		switch {
-		case len(s.data) > 0:
-			r.cur = s.data[0]
-			s.data[0] = nil
-			s.data = s.data[1:]
-			s.buffered -= int64(len(r.cur))
-		case s.err != nil:
-			err = s.err
-		case s.eof:
-			err = io.ErrUnexpectedEOF
-		default:
-			err = r.ctx.Err()
-		}
-		s.mu.Unlock()
-		stop()
-		if err != nil {
-			return 0, err
-		}
-		if int64(len(r.cur)) > r.remain {
-			return 0, fmt.Errorf("%w: more bytes than the file's size", errStreamProtocol)
-		}
+	if err := r.fill(); err != nil {
+		return 0, err
 	}
 	n := copy(p, r.cur)
-	r.cur = r.cur[n:]
-	r.remain -= int64(n)
-	r.granted += int64(n)
-	if r.granted >= guest.FileChunk && r.remain > 0 {
-		if err := r.s.send(guest.FrameFileWindow, guest.CreditData(r.granted)); err != nil {
-			return n, fmt.Errorf("granting credit: %w", err)
-		}
-		r.granted = 0
+	if err := r.consumed(n); err != nil {
+		return n, err
 	}
 	if r.remain == 0 {
 		return n, io.EOF
 	}
 	return n, nil
+}
+
+// WriteTo writes the rest of the download to w a whole chunk at a time
+// (io.Copy uses it: no 32 KiB copy loop between the stream and w).
+func (r *streamReader) WriteTo(w io.Writer) (int64, error) {
+	var total int64
+	for r.remain > 0 {
+		if err := r.fill(); err != nil {
+			return total, err
+		}
+		n, err := w.Write(r.cur)
+		total += int64(n)
+		if cerr := r.consumed(n); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return total, err
+		}
+	}
+	return total, nil
+}
+
+// fill makes r.cur the next chunk of the download, waiting for it.
+func (r *streamReader) fill() error {
+	if len(r.cur) > 0 {
+		return nil
+	}
+	s := r.s
+	stop := s.watch(r.ctx)
+	defer stop()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for len(s.data) == 0 && !s.eof && s.err == nil && r.ctx.Err() == nil {
+		s.cnd.Wait()
+	}
+	switch {
+	case len(s.data) > 0:
+		r.cur = s.data[0]
+		s.data[0] = nil
+		s.data = s.data[1:]
+		s.buffered -= int64(len(r.cur))
+	case s.err != nil:
+		return s.err
+	case s.eof:
+		return io.ErrUnexpectedEOF
+	default:
+		return r.ctx.Err()
+	}
+	if int64(len(r.cur)) > r.remain {
+		return fmt.Errorf("%w: more bytes than the file's size", errStreamProtocol)
+	}
+	return nil
+}
+
+// consumed drops n bytes of r.cur and grants the guest credit for them.
+func (r *streamReader) consumed(n int) error {
+	r.cur = r.cur[n:]
+	r.remain -= int64(n)
+	r.granted += int64(n)
+	if r.granted >= guest.FileChunk && r.remain > 0 {
+		if err := r.s.send(guest.FrameFileWindow, guest.CreditData(r.granted)); err != nil {
+			return fmt.Errorf("granting credit: %w", err)
+		}
+		r.granted = 0
+	}
+	return nil
 }
 
 // Close ends the download; one closed early cancels the guest's side.
