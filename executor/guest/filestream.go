@@ -392,6 +392,9 @@ func (a *agent) serveStream(s *fstream, op *FileOpen) {
 	if err != nil {
 		res = fileFailure(err)
 	}
+	// Gone from the table before the host hears the end: it may open the
+	// next stream at once, and must find a free place.
+	a.files.remove(s.id)
 	a.fileResult(s.id, res)
 }
 
@@ -458,17 +461,25 @@ func (a *agent) serveDownload(s *fstream, comps []string, max int64, asUser func
 		return err
 	})
 	if err != nil {
+		a.files.remove(s.id)
 		a.fileResult(s.id, fileFailure(err))
 		return
 	}
 	defer f.Close()
 	var before unix.Stat_t
 	if err := unix.Fstat(int(f.Fd()), &before); err != nil {
+		a.files.remove(s.id)
 		a.fileResult(s.id, fileFailure(classify(info.Name, err)))
 		return
 	}
+	if info.Size == 0 {
+		a.files.remove(s.id)
+	}
 	a.fileResult(s.id, FileResult{Info: info})
-	abort := func(msg string) { a.sendStream(FrameFileAbort, s.id, []byte(msg)) }
+	abort := func(msg string) {
+		a.files.remove(s.id)
+		a.sendStream(FrameFileAbort, s.id, []byte(msg))
+	}
 	buf := make([]byte, FileChunk)
 	for remain := info.Size; remain > 0; {
 		s.mu.Lock()
@@ -497,6 +508,9 @@ func (a *agent) serveDownload(s *fstream, comps []string, max int64, asUser func
 		s.mu.Lock()
 		s.credit -= n
 		s.mu.Unlock()
+		if remain == 0 {
+			a.files.remove(s.id) // the host may be done once it has these bytes
+		}
 		a.sendStream(FrameFileChunk, s.id, buf[:n])
 	}
 	a.sendStream(FrameFileChunk, s.id, nil)

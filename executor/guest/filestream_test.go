@@ -288,3 +288,31 @@ func TestAgentDownloadWaitsForCredit(t *testing.T) {
 		t.Fatalf("downloaded %d of %d", got, size)
 	}
 }
+
+// TestAgentStreamSlotFreedBeforeItsEnd: a stream leaves the guest's table
+// before its last frame goes out, so a host that opens the next stream as
+// soon as it has that frame never finds the table full.
+func TestAgentStreamSlotFreedBeforeItsEnd(t *testing.T) {
+	r, w, _ := agentPair(t)
+	for round := 0; round < 50; round++ {
+		base := uint32(100 * (round + 1))
+		for i := uint32(0); i < MaxFileStreams; i++ {
+			openStream(t, w, FileOpen{Stream: base + i, Op: "put", Path: "p", Max: 10, UID: 1000, GID: 1000})
+		}
+		// One ends; at once another opens in its place.
+		_ = WriteStreamFrame(w, FrameFileData, base, nil)
+		if res := resultOf(t, r, base); res.Code != "" {
+			t.Fatalf("round %d: put: %+v", round, res)
+		}
+		openStream(t, w, FileOpen{Stream: base + 50, Op: "list", Path: "/home/sandbox", Max: 10, UID: 1000, GID: 1000})
+		if res := resultOf(t, r, base+50); res.Code != "" {
+			t.Fatalf("round %d: the next stream was refused: %+v", round, res)
+		}
+		for i := uint32(1); i < MaxFileStreams; i++ {
+			_ = WriteStreamFrame(w, FrameFileCancel, base+i, nil)
+			if res := resultOf(t, r, base+i); res.Code != CodeAborted {
+				t.Fatalf("round %d: cancel: %+v", round, res)
+			}
+		}
+	}
+}
