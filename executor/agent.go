@@ -129,7 +129,7 @@ func (a *agentConn) readLoop() {
 	for {
 		// Output chunks, results and file data are small; a listing's
 		// result is the largest frame the guest sends.
-		typ, p, err := guest.ReadFrame(a.br, maxGuestFrame)
+		typ, p, err := guest.ReadFrameInto(a.br, maxGuestFrame, chunkBuffer)
 		if err != nil {
 			a.fail(err)
 			return

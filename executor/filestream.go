@@ -23,6 +23,26 @@ var errStreamProtocol = errors.New("guest broke the file stream protocol")
 // (a read error, or the file changed while it was sent).
 var errDownloadAborted = errors.New("download aborted in the sandbox")
 
+// chunkPool holds download frame buffers (stream id and one chunk), so a
+// download reuses a few instead of making garbage of every chunk.
+var chunkPool = sync.Pool{New: func() any { b := make([]byte, 4+guest.FileChunk); return &b }}
+
+// chunkBuffer gives the reader a pooled buffer for a download frame.
+func chunkBuffer(typ byte, n int) []byte {
+	if typ != guest.FrameFileChunk || n > 4+guest.FileChunk || n < 4+64<<10 {
+		return nil
+	}
+	return *chunkPool.Get().(*[]byte)
+}
+
+// recycleChunk returns a download frame's payload buffer to the pool.
+func recycleChunk(p []byte) {
+	if cap(p) == 4+guest.FileChunk {
+		p = p[:cap(p)]
+		chunkPool.Put(&p)
+	}
+}
+
 // streamTable holds a channel's open streams. The zero value is ready.
 type streamTable struct {
 	mu     sync.Mutex
@@ -41,7 +61,8 @@ type hostStream struct {
 	cnd *sync.Cond
 
 	result *guest.FileResult
-	// download data not yet read, and whether its end has come
+	// download frames not yet read (payloads: stream id, then data), and
+	// whether the download's end has come
 	data     [][]byte
 	buffered int64
 	eof      bool
@@ -116,6 +137,7 @@ func (t *streamTable) deliver(typ byte, p []byte) error {
 	s := t.m[id]
 	t.mu.Unlock()
 	if s == nil {
+		recycleChunk(p)
 		return nil
 	}
 	s.mu.Lock()
@@ -140,7 +162,7 @@ func (t *streamTable) deliver(typ byte, p []byte) error {
 		case s.buffered+int64(len(data)) > guest.FileWindow:
 			return fmt.Errorf("%w: stream %d went over its window", errStreamProtocol, id)
 		default:
-			s.data = append(s.data, data)
+			s.data = append(s.data, p)
 			s.buffered += int64(len(data))
 		}
 	case guest.FrameFileAbort:
@@ -261,7 +283,8 @@ type streamReader struct {
 	s       *hostStream
 	ctx     context.Context
 	remain  int64
-	granted int64 // read since the last credit frame
+	granted int64  // read since the last credit frame
+	frame   []byte // the payload r.cur is part of
 	cur     []byte
 	done    func(complete bool)
 	closed  bool
@@ -319,7 +342,8 @@ func (r *streamReader) fill() error {
 	}
 	switch {
 	case len(s.data) > 0:
-		r.cur = s.data[0]
+		r.frame = s.data[0]
+		r.cur = r.frame[4:]
 		s.data[0] = nil
 		s.data = s.data[1:]
 		s.buffered -= int64(len(r.cur))
@@ -339,6 +363,10 @@ func (r *streamReader) fill() error {
 // consumed drops n bytes of r.cur and grants the guest credit for them.
 func (r *streamReader) consumed(n int) error {
 	r.cur = r.cur[n:]
+	if len(r.cur) == 0 && r.frame != nil {
+		recycleChunk(r.frame)
+		r.frame, r.cur = nil, nil
+	}
 	r.remain -= int64(n)
 	r.granted += int64(n)
 	if r.granted >= guest.FileChunk && r.remain > 0 {

@@ -75,8 +75,12 @@ func ReadFrame(r io.Reader, max int) (byte, []byte, error) {
 	return readFrameInto(r, max, nil)
 }
 
-// readFrameInto is ReadFrame with the payload's buffer from alloc (when
+// ReadFrameInto is ReadFrame with the payload's buffer from alloc (when
 // it returns one large enough) instead of a fresh one.
+func ReadFrameInto(r io.Reader, max int, alloc func(typ byte, n int) []byte) (byte, []byte, error) {
+	return readFrameInto(r, max, alloc)
+}
+
 func readFrameInto(r io.Reader, max int, alloc func(typ byte, n int) []byte) (byte, []byte, error) {
 	var h [5]byte
 	if _, err := io.ReadFull(r, h[:]); err != nil {
