@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"time"
 
 	"github.com/sandboxapi/sandboxapi/executor/guest"
 )
@@ -229,13 +230,69 @@ func (s *hostStream) send(typ byte, data []byte) error {
 // when the guest has answered (it refused the upload).
 func (s *hostStream) upload(ctx context.Context, r io.Reader, size, max int64) (sent int64, err error) {
 	defer s.watch(ctx)()
-	buf := make([]byte, guest.FileChunk)
+	// Two buffers: the next chunk is read from r (a network body comes in
+	// pieces) while the last one crosses to the guest.
+	type piece struct {
+		buf []byte
+		n   int
+		err error
+	}
+	free := make(chan []byte, 2)
+	var pooled [][]byte
+	for range 2 {
+		if size >= 0 && size < guest.FileChunk {
+			free <- make([]byte, size+1) // room to see the end
+			continue
+		}
+		b := *chunkPool.Get().(*[]byte)
+		pooled = append(pooled, b)
+		free <- b[:guest.FileChunk]
+	}
+	pieces := make(chan piece, 1)
+	stop := make(chan struct{})
+	readerDone := make(chan struct{})
+	go func() {
+		defer close(readerDone)
+		for {
+			var b []byte
+			select {
+			case b = <-free:
+			case <-stop:
+				return
+			}
+			n, err := io.ReadAtLeast(r, b, len(b))
+			select {
+			case pieces <- piece{b, n, err}:
+			case <-stop:
+				return
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	defer func() {
+		close(stop)
+		select {
+		case <-readerDone:
+			for _, b := range pooled {
+				recycleChunk(b)
+			}
+		case <-time.After(5 * time.Second): // a stalled client: its reader (and buffers) are abandoned
+		}
+	}()
 	cancel := func(err error) (int64, error) {
 		_ = s.send(guest.FrameFileCancel, nil)
 		return sent, err
 	}
 	for {
-		n, rerr := io.ReadAtLeast(r, buf, len(buf))
+		var p piece
+		select {
+		case p = <-pieces:
+		case <-ctx.Done():
+			return cancel(ctx.Err())
+		}
+		n, rerr := p.n, p.err
 		if n > 0 {
 			sent += int64(n)
 			if sent > max {
@@ -258,10 +315,11 @@ func (s *hostStream) upload(ctx context.Context, r io.Reader, size, max int64) (
 			case ctx.Err() != nil:
 				return cancel(ctx.Err())
 			}
-			if err := s.send(guest.FrameFileData, buf[:n]); err != nil {
+			if err := s.send(guest.FrameFileData, p.buf[:n]); err != nil {
 				return sent, fmt.Errorf("%w: sending upload: %w", errAgentChannel, err)
 			}
 		}
+		free <- p.buf
 		switch {
 		case rerr == io.EOF || rerr == io.ErrUnexpectedEOF:
 			if size >= 0 && sent != size {
