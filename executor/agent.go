@@ -6,11 +6,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/sandboxapi/sandboxapi/executor/guest"
 )
@@ -25,7 +28,7 @@ type agentConn struct {
 	r  *os.File
 	br *bufio.Reader
 
-	wmu    sync.Mutex // frame writes (a kill may come during a run)
+	wmu    sync.Mutex // frame writes (a kill may come during a run, file frames any time)
 	mu     sync.Mutex // one run at a time
 	seq    uint64     // the last run's number; guarded by mu
 	closed chan struct{}
@@ -33,7 +36,27 @@ type agentConn struct {
 
 	helloOnce sync.Once
 	helloErr  error
+
+	// The reader (readLoop) hands frames to the current run's sink and to
+	// the file streams.
+	sinkMu sync.Mutex
+	sink   *runSink
+	failed error // why the reader stopped; guarded by sinkMu
+
+	streams streamTable
 }
+
+// errAgentChannel marks a failure of the agent channel itself.
+var errAgentChannel = errors.New("guest agent channel failed")
+
+// runSink receives the frames of the run in progress.
+type runSink struct {
+	stdout, stderr io.Writer
+	done           chan agentOutcome // gets the result or the channel's failure
+}
+
+// agentPipeBytes is the capacity asked for the channel's pipes.
+const agentPipeBytes = 1 << 20
 
 // agentPipes are both ends of a channel before the sandbox starts: the
 // sandbox side goes to runsc, the host side stays here.
@@ -52,6 +75,16 @@ func newAgentPipes() (*agentPipes, error) {
 		inR.Close()
 		inW.Close()
 		return nil, fmt.Errorf("creating agent pipe: %w", err)
+	}
+	// Bigger pipes than the 64 KiB default: a file chunk (1 MiB) then
+	// crosses in one write instead of several wake-ups of the other side.
+	// A smaller pipe only costs speed.
+	// Through SyscallConn: Fd would put the pipe in blocking mode, and the
+	// hello's read deadline would no longer work.
+	for _, f := range []*os.File{inW, outR} {
+		if rc, err := f.SyscallConn(); err == nil {
+			_ = rc.Control(func(fd uintptr) { _, _ = unix.FcntlInt(fd, unix.F_SETPIPE_SZ, agentPipeBytes) })
+		}
 	}
 	return &agentPipes{sbxIn: inR, sbxOut: outW, hostIn: inW, hostOut: outR}, nil
 }
@@ -76,10 +109,90 @@ func (p *agentPipes) conn() *agentConn {
 }
 
 // ready waits (once) for the guest's hello line and checks its protocol;
-// lines before it are not the agent's and are skipped. Callers hold mu.
+// lines before it are not the agent's and are skipped. Then the reader
+// starts: from here on it alone reads the channel.
 func (a *agentConn) ready(timeout time.Duration) error {
-	a.helloOnce.Do(func() { a.helloErr = a.readHello(timeout) })
+	a.helloOnce.Do(func() {
+		a.helloErr = a.readHello(timeout)
+		if a.helloErr == nil {
+			go a.readLoop()
+		}
+	})
 	return a.helloErr
+}
+
+// readLoop reads the guest's frames for as long as the channel lives and
+// hands each to its run or stream; a run's output is written to its sink
+// here, in order. When the channel fails, the run in progress and every
+// stream get the error.
+func (a *agentConn) readLoop() {
+	for {
+		// Output chunks, results and file data are small; a listing's
+		// result is the largest frame the guest sends.
+		typ, p, err := guest.ReadFrameInto(a.br, maxGuestFrame, chunkBuffer)
+		if err != nil {
+			a.fail(err)
+			return
+		}
+		switch typ {
+		case guest.FrameStdout, guest.FrameStderr, guest.FrameResult:
+			a.sinkMu.Lock()
+			sink := a.sink
+			if typ == guest.FrameResult {
+				a.sink = nil
+			}
+			a.sinkMu.Unlock()
+			if sink == nil {
+				continue // nothing runs: not believed
+			}
+			switch typ {
+			case guest.FrameStdout:
+				_, _ = sink.stdout.Write(p)
+			case guest.FrameStderr:
+				_, _ = sink.stderr.Write(p)
+			default:
+				sink.done <- agentOutcome{raw: p}
+			}
+		case guest.FrameFileResult, guest.FrameFileChunk, guest.FrameFileAbort, guest.FrameFileCredit:
+			if err := a.streams.deliver(typ, p); err != nil {
+				// A guest that breaks the stream protocol is not trusted
+				// with the channel any more.
+				a.fail(err)
+				a.close()
+				return
+			}
+		}
+	}
+}
+
+// fail records why the channel stopped and tells the run in progress and
+// every stream.
+func (a *agentConn) fail(err error) {
+	a.sinkMu.Lock()
+	if a.failed == nil {
+		a.failed = fmt.Errorf("%w: %w", errAgentChannel, err)
+	}
+	sink := a.sink
+	a.sink = nil
+	ferr := a.failed
+	a.sinkMu.Unlock()
+	if sink != nil {
+		sink.done <- agentOutcome{err: ferr}
+	}
+	a.streams.failAll(ferr)
+	a.close()
+}
+
+// setSink makes sink the receiver of the next run's frames; false if the
+// channel has already failed.
+func (a *agentConn) setSink(sink *runSink) bool {
+	a.sinkMu.Lock()
+	defer a.sinkMu.Unlock()
+	if a.failed != nil {
+		return false
+	}
+	a.sink = sink
+	return true
 }
 
 func (a *agentConn) readHello(timeout time.Duration) error {
@@ -125,9 +238,10 @@ func (a *agentConn) broken() bool {
 	}
 }
 
-// maxGuestFrame bounds a frame from the guest (it sends output in 32 KiB
-// chunks and a small result).
-const maxGuestFrame = 1 << 20
+// maxGuestFrame bounds a frame from the guest: it sends output in 32 KiB
+// chunks, file data in guest.FileChunk ones, and a listing of at most
+// MaxListEntries names of at most 255 bytes in one result.
+const maxGuestFrame = 16 << 20
 
 // agentOutcome is what the reader saw at the end of a run.
 type agentOutcome struct {
@@ -198,6 +312,11 @@ func (e *Executor) agentRun(ctx context.Context, id string, a *agentConn, greq *
 	}
 	stdout, stderr := e.captures(onOutput, k)
 
+	done := make(chan agentOutcome, 1)
+	if !a.setSink(&runSink{stdout: stdout, stderr: stderr, done: done}) {
+		e.dropAgent(id)
+		return e.execRun(ctx, id, greq, stdin, onOutput)
+	}
 	start := time.Now()
 	if err := a.send(guest.FrameRun, payload); err != nil {
 		// The channel is gone (the sandbox may be too): the exec path
@@ -206,30 +325,9 @@ func (e *Executor) agentRun(ctx context.Context, id string, a *agentConn, greq *
 		e.log.WarnContext(ctx, "guest agent unusable, using runsc exec", "sandbox", id, "err", err)
 		return e.execRun(ctx, id, greq, stdin, onOutput)
 	}
-	done := make(chan agentOutcome, 1)
-	go func() {
-		for {
-			// The guest's frames are output chunks and a small result;
-			// nothing bigger is believed.
-			typ, p, err := guest.ReadFrame(a.br, maxGuestFrame)
-			if err != nil {
-				done <- agentOutcome{err: err}
-				return
-			}
-			switch typ {
-			case guest.FrameStdout:
-				_, _ = stdout.Write(p)
-			case guest.FrameStderr:
-				_, _ = stderr.Write(p)
-			case guest.FrameResult:
-				done <- agentOutcome{raw: p}
-				return
-			}
-		}
-	}()
 	out := awaitRun(ctx, done, k, runBudget(greq), func() {
 		// The agent does not answer: the exec path's kill, then give up on
-		// the channel (which ends the reader).
+		// the channel (which ends the reader and fails the run).
 		e.execKill(ctx, id)
 		e.dropAgent(id)
 	})

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -581,5 +582,41 @@ func TestHibernateCrash(t *testing.T) {
 				t.Fatalf("after a crash at %s: %+v", step, r)
 			}
 		})
+	}
+}
+
+// Files calls resume a hibernated session too, now that they travel over
+// the agent channel without the session's lock: an upload, a download and
+// a listing each find the session hibernated and work.
+func TestFileCallsResumeHibernated(t *testing.T) {
+	e, _ := startExecutor(t, func(c *Config) { c.WarmPool = 0 })
+	ctx := context.Background()
+	s := mustSession(t, e, "bash")
+	hibernate := func() {
+		t.Helper()
+		if _, err := e.HibernateSession(ctx, "k1", s.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	hibernate()
+	if _, err := e.PutFile(ctx, "k1", s.ID, "/home/sandbox/up.txt", strings.NewReader("uploaded"), 8); err != nil {
+		t.Fatalf("upload into a hibernated session: %v", err)
+	}
+	hibernate()
+	info, rc, err := e.GetFile(ctx, "k1", s.ID, "/home/sandbox/up.txt")
+	if err != nil {
+		t.Fatalf("download from a hibernated session: %v", err)
+	}
+	b, err := io.ReadAll(rc)
+	rc.Close()
+	if err != nil || string(b) != "uploaded" || info.Size != 8 {
+		t.Fatalf("download: %q %+v %v", b, info, err)
+	}
+	hibernate()
+	if _, err := e.List(ctx, "k1", s.ID, "/home/sandbox"); err != nil {
+		t.Fatalf("listing a hibernated session: %v", err)
+	}
+	if res := run(t, e, s.ID, "cat /home/sandbox/up.txt", 0); res.Stdout != "uploaded" {
+		t.Fatalf("execute after the file calls: %+v", res)
 	}
 }

@@ -18,7 +18,7 @@ import (
 )
 
 // testConfig returns a config for a real executor under dir.
-func testConfig(t *testing.T, dir string) Config {
+func testConfig(t testing.TB, dir string) Config {
 	t.Helper()
 	bin := testenv.Runsc(t)
 	rootfs, versions, err := FindRootfs(os.Getenv("SANDBOXAPI_ROOTFS"), "")
@@ -38,7 +38,7 @@ func quietLog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, n
 
 // startExecutor starts a real executor on a fresh data dir; it is stopped
 // when the test ends.
-func startExecutor(t *testing.T, mutate ...func(*Config)) (*Executor, Config) {
+func startExecutor(t testing.TB, mutate ...func(*Config)) (*Executor, Config) {
 	t.Helper()
 	dir := t.TempDir()
 	cfg := testConfig(t, dir)
@@ -48,7 +48,7 @@ func startExecutor(t *testing.T, mutate ...func(*Config)) (*Executor, Config) {
 	return openExecutor(t, cfg), cfg
 }
 
-func openExecutor(t *testing.T, cfg Config) *Executor {
+func openExecutor(t testing.TB, cfg Config) *Executor {
 	t.Helper()
 	ctx := context.Background()
 	st, err := store.Open(ctx, filepath.Join(cfg.DataDir, "sandboxapi.db"))
@@ -75,7 +75,7 @@ func openExecutor(t *testing.T, cfg Config) *Executor {
 	return e
 }
 
-func mustSession(t *testing.T, e *Executor, lang string) Session {
+func mustSession(t testing.TB, e *Executor, lang string) Session {
 	t.Helper()
 	s, err := e.CreateSession(context.Background(), SessionSpec{Language: lang, Owner: "k1"})
 	if err != nil {

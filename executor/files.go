@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sandboxapi/sandboxapi/executor/guest"
@@ -20,10 +21,30 @@ import (
 )
 
 // The files API moves bytes in and out of a session's home through the
-// sandbox: the guest's put, get and list modes run as the sandbox user
-// (`runsc exec --user 1000:1000`, no capabilities), so the sandbox kernel
-// applies the user's own permissions and the host never resolves a path
-// the sandbox controls. Like Execute, a file call holds the session's lock.
+// sandbox, never by a host path: the sandbox kernel applies the sandbox
+// user's own permissions and the host never resolves a path the sandbox
+// controls. Two transports carry the same guest code (the walk, the
+// symlink refusals, the atomic put of guest/files.go):
+//
+//   - a file stream over the sandbox's agent channel (filestream.go),
+//     served by pid 1 on a thread that acts as the sandbox user. It starts
+//     no process and does not take the session's lock: a transfer runs
+//     beside executes.
+//   - the guest's put, get and list modes under `runsc exec --user
+//     1000:1000`, for sandboxes without a working channel (adopted after a
+//     restart). Like Execute, such a call holds the session's lock: a
+//     concurrent execute's end kills every process of the user, the file
+//     call's included.
+//
+// Consistency of a file call beside executes (channel path): an upload is
+// written to a temporary name and renamed over the target at its end, so
+// code sees the old file or the whole new one, never a part; an upload
+// that has returned is seen by every execute that starts after. A
+// download is read from one open file and is that file's content or an
+// error: if the file's size, modification or change time differ at the
+// end from the start, the guest holds back the last chunk and the
+// download fails (the HTTP body is cut short). A listing is a directory
+// read at one moment; entries may change right after.
 
 // FileInfo describes one file in a session's home.
 type FileInfo = sandbox.FileInfo
@@ -79,6 +100,60 @@ func (e *Executor) PutFile(ctx context.Context, owner, id, path string, r io.Rea
 	if size > max {
 		return FileInfo{}, fmt.Errorf("%w: file of %d bytes is over the limit of %d", sandbox.ErrTooLarge, size, max)
 	}
+	s, a, err := e.fileChannel(ctx, owner, id)
+	if err != nil {
+		return FileInfo{}, err
+	}
+	if a == nil {
+		return e.putFileExec(ctx, owner, id, comps, r, size)
+	}
+	defer e.unuse(s)
+	ctx, cancel := context.WithTimeout(ctx, fileTimeout)
+	defer cancel()
+	start := time.Now()
+	sent, res, err := e.putFileStream(ctx, a, id, comps, r, size, max)
+	e.log.InfoContext(ctx, "file put", "session", id, "path", guest.JoinHome(comps), "bytes", sent, "ms", time.Since(start).Milliseconds(), "err", errString(err))
+	if err != nil {
+		return FileInfo{}, err
+	}
+	return toFileInfo(res.Info, guest.JoinHome(comps)), nil
+}
+
+// putFileStream uploads over the agent channel.
+func (e *Executor) putFileStream(ctx context.Context, a *agentConn, id string, comps []string, r io.Reader, size, max int64) (int64, *guest.FileResult, error) {
+	st, err := e.openStream(ctx, a, id, "put", comps, max)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer a.streams.close(st)
+	sent, uerr := st.upload(ctx, r, size, max)
+	wctx := ctx
+	if uerr != nil {
+		// The guest was told to drop the upload: wait (briefly) for it to
+		// say so, so that no temporary file outlives the call.
+		var cancel context.CancelFunc
+		wctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+	}
+	res, rerr := st.awaitResult(wctx)
+	switch {
+	case uerr != nil && errors.Is(uerr, errAgentChannel):
+		return sent, nil, e.streamError(ctx, id, uerr)
+	case uerr != nil:
+		return sent, nil, uerr
+	case rerr != nil:
+		return sent, nil, e.streamError(ctx, id, rerr)
+	}
+	if err := e.fileError(ctx, id, res, nil, ""); err != nil {
+		return sent, nil, err
+	}
+	return sent, res, nil
+}
+
+// putFileExec is PutFile through `runsc exec` (the guest's put mode),
+// holding the session's lock.
+func (e *Executor) putFileExec(ctx context.Context, owner, id string, comps []string, r io.Reader, size int64) (FileInfo, error) {
+	max := e.MaxFileBytes()
 	s, err := e.acquire(ctx, owner, id)
 	if err != nil {
 		return FileInfo{}, err
@@ -110,7 +185,7 @@ func (e *Executor) PutFile(ctx context.Context, owner, id, path string, r io.Rea
 	if err == nil {
 		err = e.fileError(ctx, id, res, waitErr, op.stderr.String())
 	}
-	e.log.InfoContext(ctx, "file put", "session", id, "path", guest.JoinHome(comps), "bytes", sent, "ms", time.Since(start).Milliseconds(), "err", errString(err))
+	e.log.InfoContext(ctx, "file put", "session", id, "path", guest.JoinHome(comps), "bytes", sent, "ms", time.Since(start).Milliseconds(), "err", errString(err), "exec", true)
 	if err != nil {
 		return FileInfo{}, err
 	}
@@ -126,6 +201,51 @@ func (e *Executor) GetFile(ctx context.Context, owner, id, path string) (FileInf
 	if err != nil {
 		return FileInfo{}, nil, err
 	}
+	s, a, err := e.fileChannel(ctx, owner, id)
+	if err != nil {
+		return FileInfo{}, nil, err
+	}
+	if a == nil {
+		return e.getFileExec(ctx, owner, id, comps)
+	}
+	ctx, cancel := context.WithTimeout(ctx, fileTimeout)
+	fail := func(err error) (FileInfo, io.ReadCloser, error) {
+		cancel()
+		e.unuse(s)
+		e.log.InfoContext(ctx, "file get", "session", id, "path", guest.JoinHome(comps), "err", errString(err))
+		return FileInfo{}, nil, err
+	}
+	st, err := e.openStream(ctx, a, id, "get", comps, e.MaxFileBytes())
+	if err != nil {
+		return fail(err)
+	}
+	res, err := st.awaitResult(ctx)
+	if err == nil {
+		err = e.fileError(ctx, id, res, nil, "")
+	} else {
+		err = e.streamError(ctx, id, err)
+	}
+	if err == nil && res.Info == nil {
+		err = errors.New("guest sent no file information")
+	}
+	if err != nil {
+		_ = st.send(guest.FrameFileCancel, nil)
+		a.streams.close(st)
+		return fail(err)
+	}
+	info := toFileInfo(res.Info, guest.JoinHome(comps))
+	rc := &streamReader{s: st, ctx: ctx, remain: info.Size}
+	rc.done = func(complete bool) {
+		cancel()
+		e.unuse(s)
+		e.log.InfoContext(ctx, "file get", "session", id, "path", info.Path, "bytes", info.Size-rc.remain, "complete", complete)
+	}
+	return info, rc, nil
+}
+
+// getFileExec is GetFile through `runsc exec` (the guest's get mode); the
+// session stays locked until the reader is closed.
+func (e *Executor) getFileExec(ctx context.Context, owner, id string, comps []string) (FileInfo, io.ReadCloser, error) {
 	s, err := e.acquire(ctx, owner, id)
 	if err != nil {
 		return FileInfo{}, nil, err
@@ -160,7 +280,7 @@ func (e *Executor) GetFile(ctx context.Context, owner, id, path string) (FileInf
 		stopWatch()
 		cancel()
 		e.releaseSession(s)
-		e.log.InfoContext(ctx, "file get", "session", id, "path", info.Path, "bytes", info.Size-rc.remain, "complete", rc.remain == 0)
+		e.log.InfoContext(ctx, "file get", "session", id, "path", info.Path, "bytes", info.Size-rc.remain, "complete", rc.remain == 0, "exec", true)
 	}
 	return info, rc, nil
 }
@@ -176,21 +296,15 @@ func (e *Executor) List(ctx context.Context, owner, id, path string) (Listing, e
 	if err != nil {
 		return Listing{}, err
 	}
-	s, err := e.acquire(ctx, owner, id)
+	s, a, err := e.fileChannel(ctx, owner, id)
 	if err != nil {
 		return Listing{}, err
 	}
-	defer e.releaseSession(s)
-	ctx, cancel := context.WithTimeout(ctx, time.Minute)
-	defer cancel()
-	op, err := e.startFileOp(ctx, id, "list", comps, MaxListEntries, nil, false)
-	if err != nil {
-		return Listing{}, err
-	}
-	res, err := op.result(ctx)
-	waitErr := op.wait(err != nil)
-	if err == nil {
-		err = e.fileError(ctx, id, res, waitErr, op.stderr.String())
+	var res *guest.FileResult
+	if a == nil {
+		res, err = e.listExec(ctx, owner, id, comps)
+	} else {
+		res, err = e.listStream(ctx, s, a, id, comps)
 	}
 	if err != nil {
 		return Listing{}, err
@@ -201,6 +315,147 @@ func (e *Executor) List(ctx context.Context, owner, id, path string) (Listing, e
 		out = append(out, toFileInfo(&res.Entries[i], dir+"/"+res.Entries[i].Name))
 	}
 	return Listing{Entries: out, Truncated: res.Truncated}, nil
+}
+
+func (e *Executor) listStream(ctx context.Context, s *session, a *agentConn, id string, comps []string) (*guest.FileResult, error) {
+	defer e.unuse(s)
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	st, err := e.openStream(ctx, a, id, "list", comps, MaxListEntries)
+	if err != nil {
+		return nil, err
+	}
+	defer a.streams.close(st)
+	res, err := st.awaitResult(ctx)
+	if err != nil {
+		return nil, e.streamError(ctx, id, err)
+	}
+	if err := e.fileError(ctx, id, res, nil, ""); err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+// listExec lists through `runsc exec` (the guest's list mode), holding the
+// session's lock.
+func (e *Executor) listExec(ctx context.Context, owner, id string, comps []string) (*guest.FileResult, error) {
+	s, err := e.acquire(ctx, owner, id)
+	if err != nil {
+		return nil, err
+	}
+	defer e.releaseSession(s)
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	op, err := e.startFileOp(ctx, id, "list", comps, MaxListEntries, nil, false)
+	if err != nil {
+		return nil, err
+	}
+	res, err := op.result(ctx)
+	waitErr := op.wait(err != nil)
+	if err == nil {
+		err = e.fileError(ctx, id, res, waitErr, op.stderr.String())
+	}
+	if err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+// fileChannel checks owner's session and returns its agent channel when
+// it has a working one; the session is then marked busy (release it with
+// unuse) but not locked. Without a channel it returns a nil channel and
+// holds nothing: the caller takes the exec path, which locks.
+func (e *Executor) fileChannel(ctx context.Context, owner, id string) (*session, *agentConn, error) {
+	s, err := e.use(owner, id)
+	if errors.Is(err, ErrBadState) && e.hibernated(id) {
+		// A hibernated session is resumed under its lock, as for an
+		// execute; the transfer is then marked busy (so that idle
+		// hibernation leaves it alone) before the lock is let go.
+		rs, rerr := e.acquire(ctx, owner, id)
+		if rerr != nil {
+			return nil, nil, rerr
+		}
+		s, err = e.use(owner, id)
+		e.releaseSession(rs)
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	a := e.agentFor(id)
+	if a != nil {
+		if err := a.ready(10 * time.Second); err != nil {
+			e.dropAgent(id)
+			e.log.WarnContext(ctx, "guest agent unavailable, using runsc exec", "sandbox", id, "err", err)
+			a = nil
+		}
+	}
+	if a == nil {
+		e.unuse(s)
+		return nil, nil, nil
+	}
+	return s, a, nil
+}
+
+// use marks owner's running session busy (the reaper leaves it alone)
+// without taking its lock.
+func (e *Executor) use(owner, id string) (*session, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	s, ok := e.sessions[id]
+	if !ok || s.owner != owner {
+		return nil, ErrNotFound
+	}
+	if s.state != StateRunning {
+		return nil, fmt.Errorf("%w: %s", ErrBadState, s.state)
+	}
+	s.busy++
+	return s, nil
+}
+
+// hibernated reports whether session id is hibernated now.
+func (e *Executor) hibernated(id string) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	s, ok := e.sessions[id]
+	return ok && s.state == StateHibernated
+}
+
+func (e *Executor) unuse(s *session) {
+	e.mu.Lock()
+	s.busy--
+	s.lastUsed = time.Now()
+	e.mu.Unlock()
+}
+
+// openStream opens a file stream of op on the channel.
+func (e *Executor) openStream(ctx context.Context, a *agentConn, id, op string, comps []string, max int64) (*hostStream, error) {
+	st, err := a.streams.open(ctx, a)
+	if err != nil {
+		return nil, e.streamError(ctx, id, err)
+	}
+	b, err := json.Marshal(guest.FileOpen{Stream: st.id, Op: op, Path: guest.JoinHome(comps), Max: max, UID: SandboxUID, GID: SandboxUID})
+	if err == nil {
+		err = a.send(guest.FrameFileOpen, b)
+	}
+	if err != nil {
+		a.streams.close(st)
+		return nil, e.streamError(ctx, id, err)
+	}
+	return st, nil
+}
+
+// streamError turns a stream that ended without a result into the
+// caller's error: the caller's own cancellation, or a channel that broke,
+// in which case the sandbox may be gone (then the session is lost).
+func (e *Executor) streamError(ctx context.Context, id string, err error) error {
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	e.dropAgent(id)
+	return e.fileError(ctx, id, nil, err, "")
 }
 
 // uploadPump frames an upload for the guest: chunks of up to frameSize,
@@ -341,9 +596,14 @@ type fileLine struct {
 	err error
 }
 
+// execFileOps counts file calls that took the `runsc exec` path (tests
+// check that the channel carried theirs).
+var execFileOps atomic.Int64
+
 // startFileOp starts `guest <mode>` as the sandbox user; body (put only)
 // follows the header on stdin.
 func (e *Executor) startFileOp(ctx context.Context, id, mode string, comps []string, max int64, body io.Reader, wantStdout bool) (*fileOp, error) {
+	execFileOps.Add(1)
 	header, err := guest.EncodeFile(&guest.FileRequest{Path: guest.JoinHome(comps), Max: max})
 	if err != nil {
 		return nil, fmt.Errorf("encoding file request: %w", err)

@@ -122,8 +122,15 @@ func TestFileRoundTrip(t *testing.T) {
 // files) and checks that every files call refuses it with a clear error,
 // quickly, and without touching anything outside the home.
 func TestFileHostilePaths(t *testing.T) {
+	for _, transport := range []string{"channel", "exec"} {
+		t.Run(transport, func(t *testing.T) { testFileHostilePaths(t, transport) })
+	}
+}
+
+func testFileHostilePaths(t *testing.T, transport string) {
 	e, cfg := startExecutor(t, func(c *Config) { c.MaxFileBytes = 1 << 20 })
 	s := mustSession(t, e, "bash")
+	execsBefore := execFileOps.Load()
 	hostPath := cfg.DataDir + "/sessions/" + s.ID + "/home.img"
 	setup := strings.Join([]string{
 		"cd /home/sandbox",
@@ -146,6 +153,8 @@ func TestFileHostilePaths(t *testing.T) {
 		"echo keep > keep.txt",
 		"head -c 2097152 /dev/zero > big",
 		"echo plain > plain",
+		"ln -s /proc/self procself",
+		"ln -s /proc/1/fd/1 agentfd",
 		"ls -la /home/sandbox",
 	}, "\n")
 	r := run(t, e, s.ID, setup, 30*time.Second)
@@ -158,6 +167,11 @@ func TestFileHostilePaths(t *testing.T) {
 		}
 	}
 
+	if transport == "exec" {
+		// A sandbox without a channel (adopted after a restart): every
+		// file call takes `runsc exec`.
+		e.dropAgent(s.ID)
+	}
 	long := "/home/sandbox/" + strings.Repeat("a/", 2100)
 	tests := []struct {
 		name string
@@ -207,6 +221,14 @@ func TestFileHostilePaths(t *testing.T) {
 		{name: "closed folder put", op: "put", path: "closed/x", want: []error{ErrPermission}},
 		{name: "closed folder list", op: "list", path: "closed", want: []error{ErrPermission}},
 		{name: "download over limit", op: "get", path: "big", want: []error{sandbox.ErrTooLarge}},
+		{name: "long name under the limit, missing", op: "get", path: strings.Repeat("n", 255), want: []error{ErrFileNotFound}},
+		{name: "NUL in a folder name", op: "put", path: "dir\x00/x", want: []error{ErrInvalid}},
+		{name: "dotdot after symlink", op: "get", path: "etcdir/../plain", want: []error{ErrInvalid}},
+		{name: "proc via home path", op: "list", path: "/home/sandbox/../../proc/1/fd", want: []error{ErrInvalid}},
+		{name: "dev via home path", op: "put", path: "/home/sandbox/../../dev/null", want: []error{ErrInvalid}},
+		{name: "symlink to proc", op: "list", path: "procself", want: []error{ErrSymlink}},
+		{name: "symlink to pid 1 fd put", op: "put", path: "agentfd", want: []error{ErrSymlink}},
+		{name: "symlink to pid 1 fd get", op: "get", path: "agentfd", want: []error{ErrSymlink}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -245,6 +267,9 @@ func TestFileHostilePaths(t *testing.T) {
 	r = run(t, e, s.ID, "ls -A /tmp | grep -c -e planted -e '^a$'; cat /home/sandbox/keep.txt /home/sandbox/plain; ls -A /home/sandbox | grep -c sbx-upload; true", 0)
 	if r.Stdout != "0\nkeep\nplain\n0\n" {
 		t.Fatalf("after hostile calls: %q", r.Stdout)
+	}
+	if n := execFileOps.Load() - execsBefore; (transport == "channel") != (n == 0) {
+		t.Fatalf("%s transport: %d file calls took runsc exec", transport, n)
 	}
 }
 

@@ -26,10 +26,13 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // Frame types. Host to guest: FrameRun (an AgentRequest), FrameKill.
-// Guest to host: FrameStdout, FrameStderr, FrameResult (a Result).
+// Guest to host: FrameStdout, FrameStderr, FrameResult (a Result). File
+// streams have frames of their own (filestream.go).
 const (
 	FrameRun    byte = 'R'
 	FrameKill   byte = 'K'
@@ -69,6 +72,16 @@ func WriteFrame(w io.Writer, typ byte, payload []byte) error {
 
 // ReadFrame reads one frame of at most max payload bytes.
 func ReadFrame(r io.Reader, max int) (byte, []byte, error) {
+	return readFrameInto(r, max, nil)
+}
+
+// ReadFrameInto is ReadFrame with the payload's buffer from alloc (when
+// it returns one large enough) instead of a fresh one.
+func ReadFrameInto(r io.Reader, max int, alloc func(typ byte, n int) []byte) (byte, []byte, error) {
+	return readFrameInto(r, max, alloc)
+}
+
+func readFrameInto(r io.Reader, max int, alloc func(typ byte, n int) []byte) (byte, []byte, error) {
 	var h [5]byte
 	if _, err := io.ReadFull(r, h[:]); err != nil {
 		return 0, nil, err
@@ -77,7 +90,15 @@ func ReadFrame(r io.Reader, max int) (byte, []byte, error) {
 	if int64(n) > int64(max) {
 		return 0, nil, fmt.Errorf("frame of %d bytes over the %d limit", n, max)
 	}
-	p := make([]byte, n)
+	var p []byte
+	if alloc != nil {
+		if b := alloc(h[0], int(n)); cap(b) >= int(n) {
+			p = b[:n]
+		}
+	}
+	if p == nil {
+		p = make([]byte, n)
+	}
 	if _, err := io.ReadFull(r, p); err != nil {
 		return 0, nil, fmt.Errorf("reading frame: %w", err)
 	}
@@ -151,6 +172,10 @@ func agentInit() int {
 		for range sigs {
 		}
 	}()
+	// Not dumpable: /proc/1 stays root's even while a file stream's thread
+	// acts as the user (filestream.go), so the user cannot reach pid 1's
+	// descriptors (the host channel) through /proc/1/task/*/fd.
+	_ = unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0)
 	r := newReaper()
 	a := &agent{out: bufio.NewWriterSize(os.Stdout, 64<<10), reaper: r}
 	if _, err := fmt.Fprintf(os.Stdout, "%s%s\n", AgentHello, ProtocolVersion); err == nil {
@@ -163,6 +188,8 @@ type agent struct {
 	wmu    sync.Mutex
 	out    *bufio.Writer
 	reaper *reaper
+
+	files fileStreams
 
 	mu      sync.Mutex
 	running bool
@@ -183,7 +210,7 @@ func (a *agent) send(typ byte, p []byte) {
 func (a *agent) serve(in io.Reader) {
 	br := bufio.NewReaderSize(in, 64<<10)
 	for {
-		typ, p, err := ReadFrame(br, MaxAgentFrame)
+		typ, p, err := readFrameInto(br, MaxAgentFrame, uploadBuffer)
 		if err != nil {
 			return
 		}
@@ -205,6 +232,14 @@ func (a *agent) serve(in io.Reader) {
 				continue
 			}
 			go a.run(&ar)
+		case FrameFileOpen:
+			a.fileOpen(p)
+		case FrameFileData:
+			a.fileData(p)
+		case FrameFileCancel:
+			a.fileCancel(p)
+		case FrameFileWindow:
+			a.fileWindow(p)
 		case FrameKill:
 			seq, err := strconv.ParseUint(string(p), 10, 64)
 			a.mu.Lock()

@@ -124,7 +124,8 @@ func fileMode(mode string) int {
 	var res FileResult
 	switch mode {
 	case "put":
-		res.Info, err = putFile(comps, req.Max, bufio.NewReaderSize(os.Stdin, 64<<10))
+		in := bufio.NewReaderSize(os.Stdin, 64<<10)
+		res.Info, err = putFile(comps, func(w io.Writer, what string) error { return copyFrames(w, in, req.Max, what) }, asIs)
 	case "get":
 		var f *os.File
 		f, res.Info, err = openRegular(comps, req.Max)
@@ -244,7 +245,7 @@ func entry(name string, st *unix.Stat_t) FileEntry {
 // must be a directory, and the opened descriptor must be that very
 // directory (same device and inode).
 func walk(comps []string, create bool) (int, error) {
-	fd, err := openDirAt(unix.AT_FDCWD, Home, Home, false)
+	fd, err := openDirAt(unix.AT_FDCWD, homeRoot, Home, false)
 	if err != nil {
 		return -1, err
 	}
@@ -351,59 +352,85 @@ func openRegular(comps []string, max int64) (*os.File, *FileEntry, error) {
 	return os.NewFile(uintptr(fd), what), &e, nil
 }
 
-// putFile writes the framed content on r to comps, atomically: into a
-// fresh temporary file beside it, renamed over the target only once the
-// whole stream has arrived. An existing target must be a regular file;
-// its permission bits are kept.
-func putFile(comps []string, max int64, r io.Reader) (*FileEntry, error) {
+// putFile writes what fill copies to comps, atomically: into a fresh
+// temporary file beside it, renamed over the target only once fill has
+// returned nil (the whole upload has arrived). An existing target must be
+// a regular file; its permission bits are kept. Every step that resolves
+// a name runs inside asUser; fill only writes to the open file.
+func putFile(comps []string, fill func(w io.Writer, what string) error, asUser func(func() error) error) (*FileEntry, error) {
 	if len(comps) == 0 {
 		return nil, failf(CodeNotRegular, "%s is a directory", Home)
 	}
 	what := JoinHome(comps)
-	dirfd, err := walk(comps[:len(comps)-1], true)
-	if err != nil {
-		return nil, err
-	}
-	defer unix.Close(dirfd)
 	name := comps[len(comps)-1]
-	perm := uint32(0o644)
-	if st, err := checkLeaf(dirfd, name, what); err == nil {
-		perm = st.Mode & 0o777
-	} else if ff := classify(what, err); ff.code != CodeNotFound {
-		return nil, ff
-	}
-	var rnd [8]byte
-	_, _ = rand.Read(rnd[:])
-	tmp := ".sbx-upload-" + hex.EncodeToString(rnd[:])
-	fd, err := unix.Openat(dirfd, tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, perm)
-	if err != nil {
-		return nil, classify(what, err)
-	}
-	f := os.NewFile(uintptr(fd), tmp)
+	dirfd := -1
+	var f *os.File
+	tmp := ""
+	err := asUser(func() error {
+		var err error
+		dirfd, err = walk(comps[:len(comps)-1], true)
+		if err != nil {
+			return err
+		}
+		perm := uint32(0o644)
+		if st, err := checkLeaf(dirfd, name, what); err == nil {
+			perm = st.Mode & 0o777
+		} else if ff := classify(what, err); ff.code != CodeNotFound {
+			return ff
+		}
+		var rnd [8]byte
+		_, _ = rand.Read(rnd[:])
+		tmp = ".sbx-upload-" + hex.EncodeToString(rnd[:])
+		fd, err := unix.Openat(dirfd, tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, perm)
+		if err != nil {
+			tmp = ""
+			return classify(what, err)
+		}
+		f = os.NewFile(uintptr(fd), tmp)
+		if err := unix.Fchmod(fd, perm); err != nil { // umask may have narrowed it
+			return classify(what, err)
+		}
+		return nil
+	})
 	committed := false
 	defer func() {
-		f.Close()
-		if !committed {
-			_ = unix.Unlinkat(dirfd, tmp, 0)
+		if f != nil {
+			f.Close()
+		}
+		if tmp != "" && !committed {
+			_ = asUser(func() error { return unix.Unlinkat(dirfd, tmp, 0) })
+		}
+		if dirfd >= 0 {
+			unix.Close(dirfd)
 		}
 	}()
-	if err := unix.Fchmod(fd, perm); err != nil { // umask may have narrowed it
-		return nil, classify(what, err)
-	}
-	if err := copyFrames(f, r, max, what); err != nil {
+	if err != nil {
 		return nil, err
 	}
-	if err := unix.Renameat(dirfd, tmp, dirfd, name); err != nil {
-		return nil, classify(what, err)
+	if err := fill(f, what); err != nil {
+		return nil, err
 	}
-	committed = true
 	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil {
-		return nil, classify(what, err)
+	err = asUser(func() error {
+		if err := unix.Renameat(dirfd, tmp, dirfd, name); err != nil {
+			return classify(what, err)
+		}
+		committed = true
+		if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+			return classify(what, err)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	e := entry(name, &st)
 	return &e, nil
 }
+
+// asIs runs f with the caller's own credentials (the file modes already
+// run as the user).
+func asIs(f func() error) error { return f() }
 
 // copyFrames copies framed content to w until the end frame.
 func copyFrames(w io.Writer, r io.Reader, max int64, what string) error {

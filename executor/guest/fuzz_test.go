@@ -51,6 +51,12 @@ func FuzzReadFrame(f *testing.F) {
 	f.Add(seed.Bytes())
 	f.Add([]byte{'R', 0xff, 0xff, 0xff, 0xff})
 	f.Add([]byte{'O', 0, 0, 0, 3, 'a'})
+	var files bytes.Buffer
+	_ = WriteStreamFrame(&files, FrameFileData, 1, []byte("chunk"))
+	_ = WriteStreamFrame(&files, FrameFileWindow, 1, CreditData(FileChunk))
+	_ = WriteStreamFrame(&files, FrameFileChunk, 2, nil)
+	f.Add(files.Bytes())
+	f.Add([]byte{FrameFileData, 0, 0, 0, 2, 0, 1})
 	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, data []byte) {
 		const max = 1 << 10

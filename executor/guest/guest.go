@@ -122,7 +122,7 @@ func timeoutOf(ms int64) time.Duration {
 
 // ProtocolVersion changes whenever the host-guest wire format does; the
 // executor refuses a guest binary of another version (a stale build).
-const ProtocolVersion = "8" // 8: inline_compile, compile_ms and run_ms
+const ProtocolVersion = "9" // 8: inline_compile, compile_ms and run_ms; 9: file streams on the agent channel
 
 // Main dispatches on the first argument: "init", "version", "kill", "run",
 // or a file mode ("put", "get", "list").
