@@ -21,6 +21,11 @@ retry env GOBIN="$tools/bin" go install github.com/letsencrypt/pebble/v2/cmd/peb
 if [ ! -x "$tools/inspector/node_modules/.bin/mcp-inspector" ]; then
   retry npm install --prefix "$tools/inspector" --no-audit --no-fund --loglevel=error @modelcontextprotocol/inspector@0.15.0 >/dev/null
 fi
+# The CycloneDX project's validator (SBOM tests) and Redocly's OpenAPI linter.
+if [ ! -f "$tools/cyclonedx/node_modules/@cyclonedx/cyclonedx-library/package.json" ]; then
+  retry npm install --prefix "$tools/cyclonedx" --no-audit --no-fund --loglevel=error @cyclonedx/cyclonedx-library@10.3.0 ajv@8.20.0 ajv-formats@3.0.1 ajv-formats-draft2019@1.6.1 >/dev/null
+fi
+export SANDBOXAPI_CYCLONEDX_MODULES="$tools/cyclonedx/node_modules"
 export PEBBLE="$tools/bin/pebble" SANDBOXAPI_REQUIRE_PEBBLE=1
 export SANDBOXAPI_MCP_INSPECTOR="$tools/inspector/node_modules/.bin/mcp-inspector"
 go vet ./...

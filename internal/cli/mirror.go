@@ -44,6 +44,7 @@ func mirrorCommand() *cli.Command {
 		Usage: "curate the pip/npm mirror",
 		Subcommands: []*cli.Command{
 			mirrorServeCommand(),
+			mirrorSBOMCommand(),
 			{
 				Name:      "add",
 				Usage:     "admit a package: add pip NAME==VER | add npm NAME@VER | add FILE (.whl or .tgz)",
