@@ -216,7 +216,7 @@ func TestEgressMigrationUpgrades(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	st, path := openTestStore(t)
-	if _, err := st.DB().ExecContext(ctx, `DROP TABLE egress_decisions; DELETE FROM schema_version WHERE v > 2`); err != nil {
+	if _, err := st.DB().ExecContext(ctx, `DROP TABLE egress_decisions; ALTER TABLE api_keys DROP COLUMN kind; DELETE FROM schema_version WHERE v > 2`); err != nil {
 		t.Fatal(err)
 	}
 	st.Close()
@@ -259,7 +259,7 @@ func TestEgressCountMigration(t *testing.T) {
 	st, path := openTestStore(t)
 	if _, err := st.DB().ExecContext(ctx, `ALTER TABLE egress_decisions DROP COLUMN count;
 		ALTER TABLE egress_decisions DROP COLUMN last_time; ALTER TABLE egress_decisions DROP COLUMN summary;
-		DELETE FROM schema_version WHERE v > 3;
+		ALTER TABLE api_keys DROP COLUMN kind; DELETE FROM schema_version WHERE v > 3;
 		INSERT INTO egress_decisions(session_id, time, mode, host, port, outcome) VALUES ('old', 1000, 'connect', 'a.test', 443, 'deny')`); err != nil {
 		t.Fatal(err)
 	}

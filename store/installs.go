@@ -58,3 +58,23 @@ func (s *Store) SessionInstalls(ctx context.Context, sessionID string) ([]Instal
 	}
 	return out, rows.Err()
 }
+
+// RecentSessions returns the latest limit sessions of every key, live or
+// ended, newest first (the operator console).
+func (s *Store) RecentSessions(ctx context.Context, limit int) ([]SessionRow, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT id, key_id, language, state, network, idle_ttl_ms, created_at, last_used_at, COALESCE(ended_at,0), end_reason
+		FROM sessions ORDER BY created_at DESC, id LIMIT ?`, limit)
+	if err != nil {
+		return nil, fmt.Errorf("listing sessions: %w", err)
+	}
+	defer rows.Close()
+	out := []SessionRow{}
+	for rows.Next() {
+		r, err := scanSession(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	return out, rows.Err()
+}

@@ -118,7 +118,7 @@ var migrations = []string{
 	ALTER TABLE egress_decisions ADD COLUMN last_time INTEGER NOT NULL DEFAULT 0;
 	ALTER TABLE egress_decisions ADD COLUMN summary INTEGER NOT NULL DEFAULT 0;`,
 	// Installs into sessions (SBOMs) and operator keys (the console).
-	`CREATE TABLE session_installs (
+	`CREATE TABLE IF NOT EXISTS session_installs (
 		id INTEGER PRIMARY KEY,
 		session_id TEXT NOT NULL,
 		key_id TEXT NOT NULL DEFAULT '',
@@ -130,7 +130,7 @@ var migrations = []string{
 		osv_snapshot TEXT NOT NULL DEFAULT '',
 		installed_at INTEGER NOT NULL
 	);
-	CREATE INDEX session_installs_session ON session_installs(session_id, id);
+	CREATE INDEX IF NOT EXISTS session_installs_session ON session_installs(session_id, id);
 	ALTER TABLE api_keys ADD COLUMN kind TEXT NOT NULL DEFAULT 'client';`,
 }
 
