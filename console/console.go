@@ -200,13 +200,15 @@ func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// authorize reads the key from Authorization: Bearer, X-API-Key or the
-// login cookie, in that order.
+// authorize reads the key as the API does (Authorization: Bearer,
+// X-API-Key, X-RapidAPI-Key), else from the login cookie.
 func (c *Console) authorize(r *http.Request) (string, error) {
 	key := ""
 	if a := r.Header.Get("Authorization"); len(a) > 7 && strings.EqualFold(a[:7], "bearer ") {
 		key = strings.TrimSpace(a[7:])
 	} else if k := r.Header.Get("X-API-Key"); k != "" {
+		key = k
+	} else if k := r.Header.Get("X-RapidAPI-Key"); k != "" {
 		key = k
 	} else if ck, err := r.Cookie(CookieName); err == nil {
 		key = ck.Value

@@ -239,7 +239,7 @@ func Chart(rows []UsageRow, since, now time.Time, width, height int) ([]Bar, int
 	for i, d := range days {
 		h := int(perDay[d] * int64(height-20) / peak)
 		bars = append(bars, Bar{X: i*slot + 1, Y: height - 20 - h, W: max(slot-2, 1), H: h, Day: d, Requests: perDay[d],
-			Label: i%7 == 0 || i == len(days)-1})
+			Label: i%7 == 0 && i < len(days)-4 || i == len(days)-1})
 	}
 	return bars, peak
 }

@@ -11,6 +11,10 @@ export SANDBOXAPI_REQUIRE_CLIENTS=1
 if ! python3 -c 'import requests' 2>/dev/null && ! /usr/bin/python3 -c 'import requests' 2>/dev/null; then
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-requests >/dev/null
 fi
+# The operator console is tested in Debian's headless Chromium.
+if ! command -v chromium >/dev/null; then
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+fi
 # Real peers the suite drives: Pebble (an ACME test CA, for TLS) and the MCP
 # Inspector (an MCP client, for the stdio transport). Installed once into a
 # cache folder; with them present the tests run instead of skipping.

@@ -47,3 +47,13 @@ func CycloneDXValidator() string {
 	_, file, _, _ := runtime.Caller(0)
 	return filepath.Join(filepath.Dir(file), "cyclonedx_validate.cjs")
 }
+
+// HasCycloneDX reports whether the validator is installed.
+func HasCycloneDX() bool {
+	dir := os.Getenv("SANDBOXAPI_CYCLONEDX_MODULES")
+	if dir == "" {
+		dir = "/var/cache/sandboxapi/testtools/cyclonedx/node_modules"
+	}
+	_, err := os.Stat(filepath.Join(dir, "@cyclonedx", "cyclonedx-library", "package.json"))
+	return err == nil
+}
