@@ -77,7 +77,7 @@ func wireInstall(ctx context.Context, env *Env, srv *api.Server, ex *executor.Ex
 	chk.Register("osv", readiness.OSV(mirrorOSV{m: mir, maxRecord: env.Config.Mirror.OSVMaxRecordAge.D()}))
 	srv.SetReadiness(readinessReporter{chk})
 	if inst != nil {
-		srv.SetInstaller(recordingInstaller{next: inst, st: st, mir: mir, log: log}, readinessReporter{chk})
+		srv.SetInstaller(recordingInstaller{next: inst, st: st, mir: mir, log: log, observe: processMetrics().ObserveInstall}, readinessReporter{chk})
 	} else {
 		srv.SetInstaller(closedInstaller{}, readinessReporter{chk})
 	}

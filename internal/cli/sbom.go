@@ -3,6 +3,7 @@ package cli
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -77,18 +78,37 @@ func artifactPackage(a mirror.Artifact) sbom.Package {
 		Advisories: a.Advisories, Accepted: a.Accepted, OSVSnapshot: a.OSVSnapshot, Source: a.Source}
 }
 
-// recordingInstaller records every package of a successful install in the
-// store (session_installs), with the OSV snapshot its artifact had been
+// recordingInstaller counts every install and records every package of a
+// successful one in the store (session_installs), with the OSV snapshot its artifact had been
 // judged against, for GET /v1/sessions/{id}/sbom.
 type recordingInstaller struct {
 	next api.Installer
 	st   *store.Store
 	mir  *mirror.Mirror
 	log  *slog.Logger
+	// observe, if set, counts each install (sandboxapi_installs_total).
+	observe func(manager, outcome string, d time.Duration)
+}
+
+// installOutcome is the outcome label of an install's error.
+func installOutcome(err error) string {
+	switch {
+	case err == nil:
+		return "ok"
+	case errors.Is(err, sandbox.ErrRejected), errors.Is(err, sandbox.ErrInvalid):
+		return "rejected"
+	case errors.Is(err, sandbox.ErrInstallFailed):
+		return "failed"
+	}
+	return "error"
 }
 
 func (r recordingInstaller) Install(ctx context.Context, owner, id string, req sandbox.InstallRequest, timeout time.Duration) (sandbox.InstallReply, error) {
+	start := time.Now()
 	reply, err := r.next.Install(ctx, owner, id, req, timeout)
+	if r.observe != nil {
+		r.observe(req.Manager, installOutcome(err), time.Since(start))
+	}
 	if err != nil {
 		return reply, err
 	}

@@ -153,3 +153,53 @@ func TestSBOMs(t *testing.T) {
 	}
 	testenv.ValidateWithCycloneDX(t, modules, out, sessFile)
 }
+
+// TestInstallsObserved: every install through the decorator is counted
+// with its manager and outcome (sandboxapi_installs_total).
+func TestInstallsObserved(t *testing.T) {
+	tests := []struct {
+		err  error
+		want string
+	}{
+		{nil, "ok"},
+		{&sandbox.RejectedError{Packages: []sandbox.PackageRejection{{Package: "x", Status: "missing"}}}, "rejected"},
+		{sandbox.ErrInvalid, "rejected"},
+		{sandbox.ErrInstallFailed, "failed"},
+		{context.DeadlineExceeded, "error"},
+	}
+	for _, tt := range tests {
+		var got []string
+		rec := recordingInstaller{log: slog.New(slog.DiscardHandler), next: fakeInstaller{err: tt.err},
+			observe: func(manager, outcome string, d time.Duration) { got = append(got, manager+"/"+outcome) }}
+		if tt.err == nil {
+			// A successful install with nothing to record needs no store.
+			rec.next = fakeInstaller{reply: sandbox.InstallReply{Manager: "npm"}}
+			rec.st, rec.mir = openStoreMirror(t)
+		}
+		_, _ = rec.Install(context.Background(), "k", "s", sandbox.InstallRequest{Manager: "npm", Packages: []string{"ms@2.1.3"}}, 0)
+		if len(got) != 1 || got[0] != "npm/"+tt.want {
+			t.Errorf("%v: observed %v, want npm/%s", tt.err, got, tt.want)
+		}
+	}
+}
+
+func openStoreMirror(t *testing.T) (*store.Store, *mirror.Mirror) {
+	t.Helper()
+	cfg, err := config.Load("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.DataDir = t.TempDir()
+	env := &Env{Config: cfg, Log: slog.New(slog.DiscardHandler)}
+	st, err := env.openStore(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	mir, err := openMirror(context.Background(), env, st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { mir.Close() })
+	return st, mir
+}
