@@ -30,6 +30,10 @@ if [ ! -f "$tools/cyclonedx/node_modules/@cyclonedx/cyclonedx-library/package.js
   retry npm install --prefix "$tools/cyclonedx" --no-audit --no-fund --loglevel=error @cyclonedx/cyclonedx-library@10.3.0 ajv@8.20.0 ajv-formats@3.0.1 ajv-formats-draft2019@1.6.1 >/dev/null
 fi
 export SANDBOXAPI_CYCLONEDX_MODULES="$tools/cyclonedx/node_modules"
+if [ ! -x "$tools/redocly/node_modules/.bin/redocly" ]; then
+  retry npm install --prefix "$tools/redocly" --no-audit --no-fund --loglevel=error @redocly/cli@2.77.0 >/dev/null
+fi
+export SANDBOXAPI_REDOCLY="$tools/redocly/node_modules/.bin/redocly"
 export PEBBLE="$tools/bin/pebble" SANDBOXAPI_REQUIRE_PEBBLE=1
 export SANDBOXAPI_MCP_INSPECTOR="$tools/inspector/node_modules/.bin/mcp-inspector"
 go vet ./...
