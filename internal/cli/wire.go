@@ -17,7 +17,7 @@ func wireServices(ctx context.Context, env *Env, srv *api.Server, ex *executor.E
 	wireInstall(ctx, env, srv, ex, mir, front, st)
 	srv.SetSBOM(sbomSource{st: st, mir: mir})
 	srv.SetPackages(mirrorPackages{mir})
-	srv.Handle("/mcp", mcp.NewHTTPHandler(srv, mcp.Options{Version: Version, Logger: env.Log}))
+	srv.Handle("/mcp", mcp.NewHTTPHandler(srv, mcp.Options{Version: Version, Logger: env.Log, DefaultTimeout: env.Config.Limits.DefaultTimeout.D()}))
 	srv.Handle("GET /metrics", wireMetrics(srv, ex, mir))
 	srv.SetFiles(ex)
 	wireConsole(env, srv, mir, st)
