@@ -79,6 +79,9 @@ type Session struct {
 	AllowedDomains                      []string
 	CreatedAt, LastUsedAt, EndedAt      time.Time
 	EndReason                           string
+	// DiskUsed and DiskSize are the home's bytes used and its size; both
+	// zero when unknown (ended, or another node's).
+	DiskUsed, DiskSize int64
 }
 
 // Decision is one egress decision (or a row standing for Count of them).

@@ -49,7 +49,8 @@ type fakeSessions struct{}
 
 func (fakeSessions) Sessions(context.Context, int) ([]Session, error) {
 	return []Session{
-		{ID: "sess_b", KeyID: "key_2", KeyName: "bob", Language: "python3", State: "running", NetworkEnabled: true, AllowedDomains: []string{"api.example.com"}, CreatedAt: now},
+		{ID: "sess_b", KeyID: "key_2", KeyName: "bob", Language: "python3", State: "running", NetworkEnabled: true, AllowedDomains: []string{"api.example.com"}, CreatedAt: now,
+			DiskUsed: 3 << 20, DiskSize: 64 << 20},
 		{ID: "sess_a", KeyID: "key_1", KeyName: "alice", Language: "bash", State: "ended", EndReason: "deleted", CreatedAt: now, EndedAt: now},
 	}, nil
 }
@@ -136,7 +137,7 @@ func TestConsolePages(t *testing.T) {
 		{"/console/mirror?status=admitted", 200, []string{">six<"}, []string{">requests<", ">ms<"}},
 		{"/console/mirror?manager=npm", 200, []string{">ms<"}, []string{">six<"}},
 		{"/console/mirror?status=bogus", 400, []string{"bad filter"}, nil},
-		{"/console/sessions", 200, []string{"alice", "bob", "api.example.com", "sess_a", "deleted"}, nil},
+		{"/console/sessions", 200, []string{"alice", "bob", "api.example.com", "sess_a", "deleted", "3.0 MiB of 64.0 MiB"}, nil},
 		{"/console/sessions/sess_b", 200, []string{"evil.test", "1 allowed, 3 denied"}, nil},
 		{"/console/sessions/nope", 404, nil, nil},
 		{"/console/usage", 200, []string{"<svg", "2026-11-30", "alice", "<rect class=\"bar\""}, nil},

@@ -29,9 +29,10 @@ var funcs = template.FuncMap{
 		}
 		return t.UTC().Format("2006-01-02 15:04:05Z")
 	},
-	"age":  Age,
-	"join": func(s []string) string { return strings.Join(s, ", ") },
-	"add":  func(a, b int) int { return a + b },
+	"age":   Age,
+	"join":  func(s []string) string { return strings.Join(s, ", ") },
+	"bytes": Bytes,
+	"add":   func(a, b int) int { return a + b },
 }
 
 // Age prints a duration for people: "45 seconds", "12 minutes", "5 hours",
@@ -56,6 +57,20 @@ func Age(d time.Duration) string {
 	default:
 		return plural(int64(d/(24*time.Hour)), "day")
 	}
+}
+
+// Bytes prints a size for people: "512 B", "3.4 MiB", "1.0 GiB".
+func Bytes(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	div, exp := int64(unit), 0
+	for m := n / unit; m >= unit && exp < 4; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTP"[exp])
 }
 
 type overviewData struct {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/sandboxapi/sandboxapi/api"
 	"github.com/sandboxapi/sandboxapi/console"
+	"github.com/sandboxapi/sandboxapi/executor"
 	"github.com/sandboxapi/sandboxapi/mirror"
 	"github.com/sandboxapi/sandboxapi/store"
 )
@@ -18,16 +19,17 @@ var (
 	_ console.Catalogue = consoleCatalogue{}
 	_ console.Sessions  = consoleSessions{}
 	_ console.Usage     = consoleSessions{}
+	_ homeUsage         = (*executor.Executor)(nil)
 )
 
 // wireConsole mounts the operator console at /console.
-func wireConsole(env *Env, srv *api.Server, mir *mirror.Mirror, st *store.Store) {
+func wireConsole(env *Env, srv *api.Server, mir *mirror.Mirror, st *store.Store, disk homeUsage) {
 	c := console.New(console.Deps{
 		Admins:    consoleAdmins{st},
 		Readiness: consoleReadiness{srv},
 		Catalogue: consoleCatalogue{mir},
-		Sessions:  consoleSessions{st},
-		Usage:     consoleSessions{st},
+		Sessions:  consoleSessions{st: st, disk: disk},
+		Usage:     consoleSessions{st: st},
 	}, env.Log.With("component", "console"))
 	srv.Handle("/console", c)
 	srv.Handle("/console/", c)
@@ -82,7 +84,15 @@ func (c consoleCatalogue) OSV(ctx context.Context) console.OSV {
 	return console.OSV{SnapshotID: st.SnapshotID, ImportedAt: st.ImportedAt, Newest: st.NewestModified, Records: st.Records, MaxAge: st.MaxAge, Stale: st.Stale}
 }
 
-type consoleSessions struct{ st *store.Store }
+// homeUsage reports a live session's disk (the executor).
+type homeUsage interface {
+	HomeUsage(id string) (used, size int64, ok bool)
+}
+
+type consoleSessions struct {
+	st   *store.Store
+	disk homeUsage // nil: disk not shown
+}
 
 func (s consoleSessions) keyNames(ctx context.Context) map[string]string {
 	names := map[string]string{}
@@ -92,6 +102,16 @@ func (s consoleSessions) keyNames(ctx context.Context) map[string]string {
 		}
 	}
 	return names
+}
+
+func (s consoleSessions) toConsole(r store.SessionRow, names map[string]string) console.Session {
+	c := toConsoleSession(r, names)
+	if s.disk != nil && r.EndedAt.IsZero() {
+		if used, size, ok := s.disk.HomeUsage(r.ID); ok {
+			c.DiskUsed, c.DiskSize = used, size
+		}
+	}
+	return c
 }
 
 func toConsoleSession(r store.SessionRow, names map[string]string) console.Session {
@@ -112,7 +132,7 @@ func (s consoleSessions) Sessions(ctx context.Context, limit int) ([]console.Ses
 	names := s.keyNames(ctx)
 	out := make([]console.Session, 0, len(rows))
 	for _, r := range rows {
-		out = append(out, toConsoleSession(r, names))
+		out = append(out, s.toConsole(r, names))
 	}
 	return out, nil
 }
@@ -125,7 +145,7 @@ func (s consoleSessions) Session(ctx context.Context, id string) (console.Sessio
 	if err != nil {
 		return console.Session{}, err
 	}
-	return toConsoleSession(r, s.keyNames(ctx)), nil
+	return s.toConsole(r, s.keyNames(ctx)), nil
 }
 
 func (s consoleSessions) Egress(ctx context.Context, id string, limit int) ([]console.Decision, error) {

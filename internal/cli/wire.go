@@ -20,5 +20,5 @@ func wireServices(ctx context.Context, env *Env, srv *api.Server, ex *executor.E
 	srv.Handle("/mcp", mcp.NewHTTPHandler(srv, mcp.Options{Version: Version, Logger: env.Log, DefaultTimeout: env.Config.Limits.DefaultTimeout.D()}))
 	srv.Handle("GET /metrics", wireMetrics(srv, ex, mir))
 	srv.SetFiles(ex)
-	wireConsole(env, srv, mir, st)
+	wireConsole(env, srv, mir, st, ex)
 }

@@ -236,6 +236,11 @@ func TestConsoleInChromium(t *testing.T) {
 		}
 		t.Logf("screenshot %s", b.screenshot(shots, p.name))
 	}
+	// The live session's disk, read from its mounted home.
+	b.open(s.url("/console/sessions"))
+	if txt := b.text("table.sessions"); !strings.Contains(txt, "iB of ") {
+		t.Fatalf("sessions page shows no disk use:\n%s", txt)
+	}
 	// The search and the status filter, through the form.
 	b.open(s.url("/console/mirror"))
 	if err := chromedp.Do(b.ctx, chromedp.SetValue(`input[name="q"]`, "beta"), chromedp.Submit(`form.filter`), chromedp.WaitReady(`#count`)); err != nil {
