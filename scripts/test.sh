@@ -13,7 +13,7 @@ if ! python3 -c 'import requests' 2>/dev/null && ! /usr/bin/python3 -c 'import r
 fi
 # The operator console is tested in Debian's headless Chromium.
 if ! command -v chromium >/dev/null; then
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
 fi
 # Real peers the suite drives: Pebble (an ACME test CA, for TLS) and the MCP
 # Inspector (an MCP client, for the stdio transport). Installed once into a
