@@ -26,6 +26,19 @@ type Observer interface {
 	ObserveExecution(language, status string, d time.Duration)
 }
 
+// PanicObserver is an optional part of an Observer: it counts panics the
+// server recovered from (component "api").
+type PanicObserver interface {
+	ObservePanic(component string)
+}
+
+// observePanic counts one recovered panic when the observer takes it.
+func (s *Server) observePanic() {
+	if po, ok := s.observer().(PanicObserver); ok {
+		po.ObservePanic("api")
+	}
+}
+
 // opsState is the Server's operational bookkeeping: the observer, the keys
 // seen (for sessions by plan) and the route registry (see handle). The
 // zero value observes nothing; it is safe for concurrent use.

@@ -155,3 +155,20 @@ func TestMetricsCountEveryRoute(t *testing.T) {
 		t.Log(text)
 	}
 }
+
+// TestPanicsRecoveredCounted: a handler panic answered with a 500 shows in
+// sandboxapi_panics_recovered_total{component="api"}.
+func TestPanicsRecoveredCounted(t *testing.T) {
+	srv, sb := newFakeServer(t)
+	m := metrics.New()
+	srv.SetObserver(m)
+	srv.Handle("GET /metrics", m.Handler())
+	sb.createPanic = "boom"
+	if rec := send(t, srv, "POST", "/v1/sessions", `{"language":"python3"}`, map[string]string{"X-RapidAPI-Key": "key-PRO"}); rec.Code != 500 {
+		t.Fatalf("panicking create: %d", rec.Code)
+	}
+	rec := send(t, srv, "GET", "/metrics", "", nil)
+	if !strings.Contains(rec.Body.String(), `sandboxapi_panics_recovered_total{component="api"} 1`) {
+		t.Fatalf("no panic counted:\n%s", rec.Body)
+	}
+}

@@ -29,6 +29,16 @@ type Gate interface {
 // SetReadiness makes /readyz report r's checks (503 when any fails).
 func (s *Server) SetReadiness(r ReadinessReporter) { s.readiness.Store(&r) }
 
+// ReadinessChecks returns what /readyz reports (for the operator console):
+// the latest results, without asking for a new run.
+func (s *Server) ReadinessChecks(ctx context.Context) (bool, []CheckResult) {
+	p := s.readiness.Load()
+	if p == nil {
+		return true, []CheckResult{}
+	}
+	return (*p).Checks(ctx, false)
+}
+
 // readinessChecks returns the reporter's view; with no reporter, ready
 // with no checks.
 func (s *Server) readinessChecks(r *http.Request) (bool, []CheckResult) {

@@ -152,6 +152,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				panic(v)
 			}
 			s.log.Error("panic", "request_id", rid, "panic", v, "stack", string(debug.Stack()))
+			s.observePanic()
 			writeError(w, r, s.log, apiErr(http.StatusInternalServerError, "internal", "internal error"))
 		}
 	}()
@@ -234,6 +235,7 @@ func (s *Server) authed(h handlerFunc) http.Handler {
 			v := recover()
 			if v != nil && v != http.ErrAbortHandler {
 				s.log.Error("panic", "request_id", requestID(r.Context()), "panic", v, "stack", string(debug.Stack()))
+				s.observePanic()
 				if cw.wroteHeader {
 					v = http.ErrAbortHandler
 				} else {

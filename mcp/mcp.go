@@ -51,6 +51,9 @@ type Options struct {
 	Version string
 	// Logger receives the SDK's and the tools' logs; nil discards them.
 	Logger *slog.Logger
+	// DefaultTimeout is the server's limits.default_timeout, stated as the
+	// default of the tools' timeout; zero means 30 s.
+	DefaultTimeout time.Duration
 }
 
 // backend sends one API call and returns the reply.
@@ -264,7 +267,11 @@ func newServer(c *client, o Options) *sdk.Server {
 			"execute_code runs one program statelessly; run_tests grades code against Python or JavaScript tests; " +
 			"check_packages tells whether the curated mirror holds a pip or npm package.",
 	})
-	registerTools(s, c)
+	def := o.DefaultTimeout.Seconds()
+	if def <= 0 {
+		def = defaultTimeoutSeconds
+	}
+	registerTools(s, c, def)
 	return s
 }
 

@@ -11,8 +11,9 @@ import (
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
-// textCap bounds each output stream in a tool's text content; the
-// structured content carries the API's (already capped) output whole.
+// textCap bounds each output stream in a tool's text content and in its
+// structured content alike (truncated is then true): an agent's context
+// gets no more from one than from the other.
 const textCap = 32 << 10
 
 // ExecuteInput is the execute_code tool's input.
@@ -102,16 +103,20 @@ type PackagesResult struct {
 
 type tools struct{ c *client }
 
-func registerTools(s *sdk.Server, c *client) {
+func registerTools(s *sdk.Server, c *client, defTimeout float64) {
 	t := &tools{c: c}
 	f, tr := false, true
 	sdk.AddTool(s, &sdk.Tool{
 		Name:  "execute_code",
 		Title: "Execute code in a sandbox",
 		Description: "Run one program in a fresh gVisor sandbox (no network, no state kept) and return stdout, stderr, " +
-			"exit code and status. Output is capped. Errors such as an unknown language, a timeout over your plan's limit " +
-			"or an exhausted quota come back as tool errors.",
-		Annotations: &sdk.ToolAnnotations{DestructiveHint: &f, OpenWorldHint: &f},
+			"exit code and status. Output is capped (32 KiB per stream, in the text and the structured result alike). " +
+			"java: the source is saved as Main.java, so the class with main must be named Main (`public class Main`) " +
+			"(any other public class name fails to compile). " +
+			"Errors such as an unknown language, a timeout over your plan's limit or an exhausted quota come back as tool errors.",
+		InputSchema:  executeInputSchema(defTimeout),
+		OutputSchema: executeOutputSchema(),
+		Annotations:  &sdk.ToolAnnotations{DestructiveHint: &f, OpenWorldHint: &f},
 	}, t.execute)
 	sdk.AddTool(s, &sdk.Tool{
 		Name:        "list_runtimes",
@@ -125,6 +130,7 @@ func registerTools(s *sdk.Server, c *client) {
 		Description: "Run code together with tests in a sandbox and report {passed, total, failures}. " +
 			"python3: tests are Python source with test_* functions using assert, or unittest.TestCase classes; the code's names are in scope (also importable as module solution). " +
 			"javascript: tests call test(name, fn) / it(name, fn) (describe is supported) or define test* functions; assert (node:assert) is predefined, async tests may return promises; the code's top-level names are in scope.",
+		InputSchema: testsInputSchema(defTimeout),
 		Annotations: &sdk.ToolAnnotations{DestructiveHint: &f, OpenWorldHint: &f},
 	}, t.runTests)
 	sdk.AddTool(s, &sdk.Tool{
@@ -132,7 +138,9 @@ func registerTools(s *sdk.Server, c *client) {
 		Title: "Check packages in the mirror",
 		Description: "For each pip or npm package, say whether the curated mirror holds it (sandboxes install only from there), " +
 			"its admitted versions and its OSV vulnerability verdict, to plan an install.",
-		Annotations: &sdk.ToolAnnotations{ReadOnlyHint: true, IdempotentHint: true, OpenWorldHint: &tr},
+		InputSchema:  packagesInputSchema(),
+		OutputSchema: packagesOutputSchema(),
+		Annotations:  &sdk.ToolAnnotations{ReadOnlyHint: true, IdempotentHint: true, OpenWorldHint: &tr},
 	}, t.checkPackages)
 }
 
@@ -142,6 +150,7 @@ func (t *tools) execute(ctx context.Context, req *sdk.CallToolRequest, in Execut
 		return nil, ExecuteResult{}, err
 	}
 	out := &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: describeExecution(res)}}}
+	res = capResult(res)
 	switch res.Status {
 	case "timeout", "oom":
 		out.IsError = true
@@ -200,6 +209,18 @@ func describeExecution(r ExecuteResult) string {
 	return b.String()
 }
 
+// capResult cuts each stream of the structured result at textCap, as the
+// text is cut, and marks it truncated.
+func capResult(r ExecuteResult) ExecuteResult {
+	for _, p := range []*string{&r.Stdout, &r.Stderr} {
+		if len(*p) > textCap {
+			*p = strings.ToValidUTF8((*p)[:textCap], "")
+			r.Truncated = true
+		}
+	}
+	return r
+}
+
 func writeStream(b *strings.Builder, name, s string) {
 	if s == "" {
 		return
@@ -207,7 +228,7 @@ func writeStream(b *strings.Builder, name, s string) {
 	fmt.Fprintf(b, "\n--- %s ---\n", name)
 	if len(s) > textCap {
 		b.WriteString(s[:textCap])
-		fmt.Fprintf(b, "\n[... %d more bytes in the structured result]", len(s)-textCap)
+		fmt.Fprintf(b, "\n[... %d more bytes cut]", len(s)-textCap)
 		return
 	}
 	b.WriteString(strings.TrimRight(s, "\n"))

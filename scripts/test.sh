@@ -11,6 +11,10 @@ export SANDBOXAPI_REQUIRE_CLIENTS=1
 if ! python3 -c 'import requests' 2>/dev/null && ! /usr/bin/python3 -c 'import requests' 2>/dev/null; then
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-requests >/dev/null
 fi
+# The operator console is tested in Debian's headless Chromium.
+if ! command -v chromium >/dev/null; then
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+fi
 # Real peers the suite drives: Pebble (an ACME test CA, for TLS) and the MCP
 # Inspector (an MCP client, for the stdio transport). Installed once into a
 # cache folder; with them present the tests run instead of skipping.
@@ -21,6 +25,15 @@ retry env GOBIN="$tools/bin" go install github.com/letsencrypt/pebble/v2/cmd/peb
 if [ ! -x "$tools/inspector/node_modules/.bin/mcp-inspector" ]; then
   retry npm install --prefix "$tools/inspector" --no-audit --no-fund --loglevel=error @modelcontextprotocol/inspector@0.15.0 >/dev/null
 fi
+# The CycloneDX project's validator (SBOM tests) and Redocly's OpenAPI linter.
+if [ ! -f "$tools/cyclonedx/node_modules/@cyclonedx/cyclonedx-library/package.json" ]; then
+  retry npm install --prefix "$tools/cyclonedx" --no-audit --no-fund --loglevel=error @cyclonedx/cyclonedx-library@10.3.0 ajv@8.20.0 ajv-formats@3.0.1 ajv-formats-draft2019@1.6.1 >/dev/null
+fi
+export SANDBOXAPI_CYCLONEDX_MODULES="$tools/cyclonedx/node_modules"
+if [ ! -x "$tools/redocly/node_modules/.bin/redocly" ]; then
+  retry npm install --prefix "$tools/redocly" --no-audit --no-fund --loglevel=error @redocly/cli@2.77.0 >/dev/null
+fi
+export SANDBOXAPI_REDOCLY="$tools/redocly/node_modules/.bin/redocly"
 export PEBBLE="$tools/bin/pebble" SANDBOXAPI_REQUIRE_PEBBLE=1
 export SANDBOXAPI_MCP_INSPECTOR="$tools/inspector/node_modules/.bin/mcp-inspector"
 go vet ./...

@@ -218,6 +218,7 @@ func TestEgressMigrationUpgrades(t *testing.T) {
 	st, path := openTestStore(t)
 	if _, err := st.DB().ExecContext(ctx, `DROP TABLE egress_decisions;
 		ALTER TABLE sessions DROP COLUMN hibernated_at; ALTER TABLE sessions DROP COLUMN disk_bytes; ALTER TABLE sessions DROP COLUMN parent_id;
+		DROP TABLE session_installs; ALTER TABLE api_keys DROP COLUMN kind;
 		DELETE FROM schema_version WHERE v > 2`); err != nil {
 		t.Fatal(err)
 	}
@@ -262,6 +263,7 @@ func TestEgressCountMigration(t *testing.T) {
 	if _, err := st.DB().ExecContext(ctx, `ALTER TABLE egress_decisions DROP COLUMN count;
 		ALTER TABLE egress_decisions DROP COLUMN last_time; ALTER TABLE egress_decisions DROP COLUMN summary;
 		ALTER TABLE sessions DROP COLUMN hibernated_at; ALTER TABLE sessions DROP COLUMN disk_bytes; ALTER TABLE sessions DROP COLUMN parent_id;
+		DROP TABLE session_installs; ALTER TABLE api_keys DROP COLUMN kind;
 		DELETE FROM schema_version WHERE v > 3;
 		INSERT INTO egress_decisions(session_id, time, mode, host, port, outcome) VALUES ('old', 1000, 'connect', 'a.test', 443, 'deny')`); err != nil {
 		t.Fatal(err)

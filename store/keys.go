@@ -10,18 +10,34 @@ import (
 
 // KeyRow is an API key as stored: only the SHA-256 of the secret is kept.
 type KeyRow struct {
-	ID        string
-	Name      string
-	Plan      string
-	Hash      string
+	ID   string
+	Name string
+	Plan string
+	Hash string
+	// Kind is KindClient (the API) or KindAdmin (the operator console);
+	// "" is stored as KindClient.
+	Kind      string
 	CreatedAt time.Time
 	RevokedAt time.Time
 }
 
+// Key kinds. An admin key opens the operator console and nothing else; a
+// client key opens the API and never the console.
+const (
+	KindClient = "client"
+	KindAdmin  = "admin"
+)
+
 // InsertKey stores a new key.
 func (s *Store) InsertKey(ctx context.Context, k KeyRow) error {
-	_, err := s.db.ExecContext(ctx, `INSERT INTO api_keys(id, name, plan, hash, created_at) VALUES (?,?,?,?,?)`,
-		k.ID, k.Name, k.Plan, k.Hash, ms(k.CreatedAt))
+	if k.Kind == "" {
+		k.Kind = KindClient
+	}
+	if k.Kind != KindClient && k.Kind != KindAdmin {
+		return fmt.Errorf("inserting key: unknown kind %q", k.Kind)
+	}
+	_, err := s.db.ExecContext(ctx, `INSERT INTO api_keys(id, name, plan, hash, kind, created_at) VALUES (?,?,?,?,?,?)`,
+		k.ID, k.Name, k.Plan, k.Hash, k.Kind, ms(k.CreatedAt))
 	if err != nil {
 		return fmt.Errorf("inserting key: %w", err)
 	}
@@ -32,8 +48,8 @@ func (s *Store) InsertKey(ctx context.Context, k KeyRow) error {
 func (s *Store) KeyByHash(ctx context.Context, hash string) (KeyRow, error) {
 	var k KeyRow
 	var created int64
-	err := s.db.QueryRowContext(ctx, `SELECT id, name, plan, hash, created_at FROM api_keys WHERE hash=? AND revoked_at IS NULL`, hash).
-		Scan(&k.ID, &k.Name, &k.Plan, &k.Hash, &created)
+	err := s.db.QueryRowContext(ctx, `SELECT id, name, plan, hash, kind, created_at FROM api_keys WHERE hash=? AND revoked_at IS NULL`, hash).
+		Scan(&k.ID, &k.Name, &k.Plan, &k.Hash, &k.Kind, &created)
 	if errors.Is(err, sql.ErrNoRows) {
 		return k, ErrNotFound
 	}
@@ -46,7 +62,7 @@ func (s *Store) KeyByHash(ctx context.Context, hash string) (KeyRow, error) {
 
 // ListKeys returns every key, newest first.
 func (s *Store) ListKeys(ctx context.Context) ([]KeyRow, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT id, name, plan, hash, created_at, COALESCE(revoked_at,0) FROM api_keys ORDER BY created_at DESC`)
+	rows, err := s.db.QueryContext(ctx, `SELECT id, name, plan, hash, kind, created_at, COALESCE(revoked_at,0) FROM api_keys ORDER BY created_at DESC`)
 	if err != nil {
 		return nil, fmt.Errorf("listing keys: %w", err)
 	}
@@ -55,7 +71,7 @@ func (s *Store) ListKeys(ctx context.Context) ([]KeyRow, error) {
 	for rows.Next() {
 		var k KeyRow
 		var created, revoked int64
-		if err := rows.Scan(&k.ID, &k.Name, &k.Plan, &k.Hash, &created, &revoked); err != nil {
+		if err := rows.Scan(&k.ID, &k.Name, &k.Plan, &k.Hash, &k.Kind, &created, &revoked); err != nil {
 			return nil, fmt.Errorf("reading key: %w", err)
 		}
 		k.CreatedAt = fromMS(created)

@@ -122,6 +122,21 @@ var migrations = []string{
 	`ALTER TABLE sessions ADD COLUMN hibernated_at INTEGER;
 	ALTER TABLE sessions ADD COLUMN disk_bytes INTEGER NOT NULL DEFAULT 0;
 	ALTER TABLE sessions ADD COLUMN parent_id TEXT NOT NULL DEFAULT '';`,
+	// Installs into sessions (SBOMs) and operator keys (the console).
+	`CREATE TABLE IF NOT EXISTS session_installs (
+		id INTEGER PRIMARY KEY,
+		session_id TEXT NOT NULL,
+		key_id TEXT NOT NULL DEFAULT '',
+		manager TEXT NOT NULL,
+		name TEXT NOT NULL,
+		version TEXT NOT NULL,
+		filename TEXT NOT NULL,
+		sha256 TEXT NOT NULL,
+		osv_snapshot TEXT NOT NULL DEFAULT '',
+		installed_at INTEGER NOT NULL
+	);
+	CREATE INDEX IF NOT EXISTS session_installs_session ON session_installs(session_id, id);
+	ALTER TABLE api_keys ADD COLUMN kind TEXT NOT NULL DEFAULT 'client';`,
 }
 
 func (s *Store) migrate(ctx context.Context) error {

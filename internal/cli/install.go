@@ -16,6 +16,7 @@ import (
 	"github.com/sandboxapi/sandboxapi/internal/sandbox"
 	"github.com/sandboxapi/sandboxapi/mirror"
 	"github.com/sandboxapi/sandboxapi/readiness"
+	"github.com/sandboxapi/sandboxapi/store"
 )
 
 var (
@@ -35,7 +36,7 @@ var (
 // POST /v1/sessions/{id}/install and the checks in /readyz. The checks run
 // until ctx ends. Without an installer network (not root, no nft), installs
 // stay closed: the firewall and topology checks fail.
-func wireInstall(ctx context.Context, env *Env, srv *api.Server, ex *executor.Executor, mir *mirror.Mirror, front mirrorFront) {
+func wireInstall(ctx context.Context, env *Env, srv *api.Server, ex *executor.Executor, mir *mirror.Mirror, front mirrorFront, st *store.Store) {
 	log := env.Log.With("component", "installer")
 	icfg := env.Config.Installer
 	chk := readiness.New(env.Config.Readiness, env.Log.With("component", "readiness"))
@@ -76,7 +77,7 @@ func wireInstall(ctx context.Context, env *Env, srv *api.Server, ex *executor.Ex
 	chk.Register("osv", readiness.OSV(mirrorOSV{m: mir, maxRecord: env.Config.Mirror.OSVMaxRecordAge.D()}))
 	srv.SetReadiness(readinessReporter{chk})
 	if inst != nil {
-		srv.SetInstaller(inst, readinessReporter{chk})
+		srv.SetInstaller(recordingInstaller{next: inst, st: st, mir: mir, log: log, observe: processMetrics().ObserveInstall}, readinessReporter{chk})
 	} else {
 		srv.SetInstaller(closedInstaller{}, readinessReporter{chk})
 	}

@@ -34,12 +34,22 @@ func keysCommand() *cli.Command {
 				Name:  "create",
 				Usage: "create a key; the secret is printed once, alone on the last line",
 				Flags: append(stateFlags(),
-					&cli.StringFlag{Name: "plan", Required: true, Usage: "BASIC, PRO, ULTRA or MEGA (see plans.yaml)"},
-					&cli.StringFlag{Name: "name", Required: true, Usage: "who the key is for"}),
+					&cli.StringFlag{Name: "plan", Usage: "BASIC, PRO, ULTRA or MEGA (see plans.yaml); required unless --admin"},
+					&cli.StringFlag{Name: "name", Required: true, Usage: "who the key is for"},
+					&cli.BoolFlag{Name: "admin", Usage: "an operator key: opens the console (/console) and never the API"}),
 				Action: func(c *cli.Context) error {
 					env, err := loadEnv(c)
 					if err != nil {
 						return err
+					}
+					if c.Bool("admin") {
+						if c.String("plan") != "" {
+							return errors.New("--admin keys have no plan: leave out --plan")
+						}
+						return createKey(c, env, store.KindAdmin, "")
+					}
+					if c.String("plan") == "" {
+						return errors.New("--plan is required (or --admin for an operator key)")
 					}
 					plans, err := loadPlans(env.Config)
 					if err != nil {
@@ -49,23 +59,7 @@ func keysCommand() *cli.Command {
 					if !ok {
 						return fmt.Errorf("unknown plan %q (have %s)", c.String("plan"), strings.Join(plans.Names(), ", "))
 					}
-					name := strings.TrimSpace(c.String("name"))
-					if name == "" || len(name) > 128 {
-						return errors.New("--name must be 1 to 128 characters")
-					}
-					st, err := env.openStore(c.Context)
-					if err != nil {
-						return err
-					}
-					defer st.Close()
-					secret := "sk_" + randomToken(20)
-					id := "key_" + randomToken(10)
-					if err := st.InsertKey(c.Context, store.KeyRow{ID: id, Name: name, Plan: plan.Name, Hash: api.HashKey(secret), CreatedAt: time.Now()}); err != nil {
-						return err
-					}
-					fmt.Fprintf(c.App.ErrWriter, "created key %s (%s, plan %s); the secret is shown only now:\n", id, name, plan.Name)
-					fmt.Fprintln(c.App.Writer, secret)
-					return nil
+					return createKey(c, env, store.KindClient, plan.Name)
 				},
 			},
 			{
@@ -85,7 +79,11 @@ func keysCommand() *cli.Command {
 							if !k.RevokedAt.IsZero() {
 								revoked = k.RevokedAt.Format(time.RFC3339)
 							}
-							fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", k.ID, k.Name, k.Plan, k.CreatedAt.Format(time.RFC3339), revoked)
+							plan := k.Plan
+							if k.Kind == store.KindAdmin {
+								plan = "(admin)"
+							}
+							fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", k.ID, k.Name, plan, k.CreatedAt.Format(time.RFC3339), revoked)
 						}
 						return tw.Flush()
 					})
@@ -114,6 +112,32 @@ func keysCommand() *cli.Command {
 			},
 		},
 	}
+}
+
+// createKey stores a new key of kind and prints its secret alone on the
+// last line of stdout.
+func createKey(c *cli.Context, env *Env, kind, plan string) error {
+	name := strings.TrimSpace(c.String("name"))
+	if name == "" || len(name) > 128 {
+		return errors.New("--name must be 1 to 128 characters")
+	}
+	st, err := env.openStore(c.Context)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	secret := "sk_" + randomToken(20)
+	id := "key_" + randomToken(10)
+	if err := st.InsertKey(c.Context, store.KeyRow{ID: id, Name: name, Plan: plan, Kind: kind, Hash: api.HashKey(secret), CreatedAt: time.Now()}); err != nil {
+		return err
+	}
+	what := "plan " + plan
+	if kind == store.KindAdmin {
+		what = "admin: console only"
+	}
+	fmt.Fprintf(c.App.ErrWriter, "created key %s (%s, %s); the secret is shown only now:\n", id, name, what)
+	fmt.Fprintln(c.App.Writer, secret)
+	return nil
 }
 
 func usageCommand() *cli.Command {

@@ -36,6 +36,12 @@ func wireMetrics(srv *api.Server, ex *executor.Executor, mir *mirror.Mirror) htt
 		return running, hibernated, committed, used
 	})
 	m.RegisterMirrorArtifacts(func() ([]metrics.ArtifactCount, error) { return mirrorCounts(context.Background(), mir) })
+	m.RegisterOSVAge(func() (time.Duration, bool) {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		st, err := mir.OSVStatus(ctx)
+		return st.Age, err == nil && st.Present
+	})
 	return m.Handler()
 }
 
@@ -50,7 +56,7 @@ func mirrorCounts(ctx context.Context, mir *mirror.Mirror) ([]metrics.ArtifactCo
 	}
 	n := map[[2]string]int{}
 	for _, a := range arts {
-		n[[2]string{string(a.Manager), string(a.Status)}]++
+		n[[2]string{metrics.Ecosystem(string(a.Manager)), string(a.Status)}]++
 	}
 	keys := make([][2]string, 0, len(n))
 	for k := range n {

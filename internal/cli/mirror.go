@@ -44,6 +44,7 @@ func mirrorCommand() *cli.Command {
 		Usage: "curate the pip/npm mirror",
 		Subcommands: []*cli.Command{
 			mirrorServeCommand(),
+			mirrorSBOMCommand(),
 			{
 				Name: "add",
 				Usage: "admit packages: add pip NAME[==VER]... | add npm NAME[@VER]... | add FILE (.whl or .tgz) | add -r requirements.txt | add --lockfile package-lock.json; " +

@@ -58,7 +58,8 @@ type storeKeys struct{ st *store.Store }
 
 func (k storeKeys) Lookup(ctx context.Context, hash string) (string, string, string, error) {
 	row, err := k.st.KeyByHash(ctx, hash)
-	if errors.Is(err, store.ErrNotFound) {
+	if errors.Is(err, store.ErrNotFound) || (err == nil && row.Kind == store.KindAdmin) {
+		// An admin key opens the console only: to the API it is unknown.
 		return "", "", "", api.ErrUnknownKey
 	}
 	if err != nil {

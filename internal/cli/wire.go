@@ -14,10 +14,12 @@ import (
 // line is one feature; keep them one line each.
 func wireServices(ctx context.Context, env *Env, srv *api.Server, ex *executor.Executor, mir *mirror.Mirror, front mirrorFront, st *store.Store) {
 	wireEgress(srv, st)
-	wireInstall(ctx, env, srv, ex, mir, front)
+	wireInstall(ctx, env, srv, ex, mir, front, st)
+	srv.SetSBOM(sbomSource{st: st, mir: mir})
 	srv.SetPackages(mirrorPackages{mir})
-	srv.Handle("/mcp", mcp.NewHTTPHandler(srv, mcp.Options{Version: Version, Logger: env.Log}))
+	srv.Handle("/mcp", mcp.NewHTTPHandler(srv, mcp.Options{Version: Version, Logger: env.Log, DefaultTimeout: env.Config.Limits.DefaultTimeout.D()}))
 	srv.Handle("GET /metrics", wireMetrics(srv, ex, mir))
 	srv.SetFiles(ex)
 	srv.SetLifecycle(ex)
+	wireConsole(env, srv, mir, st, ex)
 }

@@ -39,6 +39,9 @@ type Metrics struct {
 	mirrorRefusals  *prometheus.CounterVec
 	readiness       *readinessCollector
 	buildInfo       *prometheus.GaugeVec
+	installs        *prometheus.CounterVec
+	installSeconds  *prometheus.HistogramVec
+	panics          *prometheus.CounterVec
 	scrape          *scrapeCollector
 }
 
@@ -84,8 +87,22 @@ func New() *Metrics {
 		Namespace: namespace, Name: "build_info",
 		Help: "Always 1; its labels name the running build: version, VCS revision and the runsc (gVisor) version.",
 	}, []string{"version", "revision", "runsc"})
+	m.installs = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: namespace, Name: "installs_total",
+		Help: "Package installs into sessions by manager (pip, npm) and outcome (ok, rejected, failed, error).",
+	}, []string{"manager", "outcome"})
+	m.installSeconds = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Namespace: namespace, Name: "install_duration_seconds",
+		Help:    "Time one install took, checks and installer sandbox included, by manager and outcome.",
+		Buckets: []float64{0.25, 0.5, 1, 2, 4, 8, 15, 30, 60, 120},
+	}, []string{"manager", "outcome"})
+	m.panics = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: namespace, Name: "panics_recovered_total",
+		Help: "Panics recovered (and answered with a 500 where a request was being served), by component.",
+	}, []string{"component"})
 	m.scrape = newScrapeCollector()
 	m.reg.MustRegister(
+		m.installs, m.installSeconds, m.panics,
 		m.scrape,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
@@ -138,13 +155,40 @@ func (m *Metrics) SetBuildInfo(version, revision, runsc string) {
 	m.buildInfo.WithLabelValues(version, revision, runsc).Set(1)
 }
 
+// Ecosystem returns the one spelling every metric uses for a package
+// ecosystem: "pypi" for pip (or PyPI), "npm" for npm, "other" otherwise.
+func Ecosystem(managerOrEcosystem string) string {
+	switch strings.ToLower(managerOrEcosystem) {
+	case "pip", "pypi":
+		return "pypi"
+	case "npm":
+		return "npm"
+	}
+	return "other"
+}
+
+// ObserveInstall counts one install of manager ("pip" or "npm", as the
+// request names it) with its outcome and duration.
+func (m *Metrics) ObserveInstall(manager, outcome string, d time.Duration) {
+	if manager != "pip" && manager != "npm" {
+		manager = "other"
+	}
+	m.installs.WithLabelValues(manager, outcome).Inc()
+	m.installSeconds.WithLabelValues(manager, outcome).Observe(d.Seconds())
+}
+
+// ObservePanic counts a recovered panic in component ("api", ...).
+func (m *Metrics) ObservePanic(component string) { m.panics.WithLabelValues(component).Inc() }
+
 // MirrorHit counts an artifact or index page the mirror served.
-func (m *Metrics) MirrorHit(ecosystem string) { m.mirrorHits.WithLabelValues(ecosystem).Inc() }
+func (m *Metrics) MirrorHit(ecosystem string) {
+	m.mirrorHits.WithLabelValues(Ecosystem(ecosystem)).Inc()
+}
 
 // MirrorRefusal counts a package the mirror refused (osv, not_binary,
 // hash_mismatch, not_found, ...).
 func (m *Metrics) MirrorRefusal(ecosystem, reason string) {
-	m.mirrorRefusals.WithLabelValues(ecosystem, reason).Inc()
+	m.mirrorRefusals.WithLabelValues(Ecosystem(ecosystem), reason).Inc()
 }
 
 // ReadinessCheck records the latest outcome of one readiness check.
@@ -213,11 +257,16 @@ type HomeStats func() (running, hibernated int, committed, used int64)
 func (m *Metrics) RegisterHomeStats(f HomeStats) { m.scrape.homes.Store(&f) }
 
 // ArtifactCount is one row of the mirror's catalogue counted by ecosystem
-// (pip, npm) and status (admitted, refused, quarantined, removed).
+// (pypi or npm; a manager name "pip" is exported as "pypi") and status (admitted, refused, quarantined, removed).
 type ArtifactCount struct {
 	Ecosystem, Status string
 	N                 int
 }
+
+// RegisterOSVAge makes sandboxapi_osv_snapshot_age_seconds read f at
+// scrape time; f returns false when there is no usable snapshot (the gauge
+// is then absent). A later call replaces f.
+func (m *Metrics) RegisterOSVAge(f func() (time.Duration, bool)) { m.scrape.osvAge.Store(&f) }
 
 // RegisterMirrorArtifacts makes sandboxapi_mirror_artifacts{ecosystem,
 // status} read f at scrape time. The catalogue is shared with the operator
@@ -233,8 +282,10 @@ type scrapeCollector struct {
 	byPlan                     atomic.Pointer[func() map[string]int]
 	artifacts                  atomic.Pointer[func() ([]ArtifactCount, error)]
 	homes                      atomic.Pointer[HomeStats]
+	osvAge                     atomic.Pointer[func() (time.Duration, bool)]
 	live, warm, plans, catalog *prometheus.Desc
 	byState, homeDisk          *prometheus.Desc
+	osv                        *prometheus.Desc
 }
 
 func newScrapeCollector() *scrapeCollector {
@@ -246,6 +297,7 @@ func newScrapeCollector() *scrapeCollector {
 		byState: prometheus.NewDesc(namespace+"_sessions_by_state", "Live sessions by state (running: with a sandbox; hibernated: home only).", []string{"state"}, nil),
 		homeDisk: prometheus.NewDesc(namespace+"_homes_disk_bytes", "Session homes' disk: committed (sum of home sizes, capped by executor.max_disk) and used (blocks the images take).",
 			[]string{"kind"}, nil),
+		osv: prometheus.NewDesc(namespace+"_osv_snapshot_age_seconds", "Seconds since the current OSV snapshot was imported; absent when there is none.", nil, nil),
 	}
 }
 
@@ -256,6 +308,7 @@ func (c *scrapeCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.catalog
 	ch <- c.byState
 	ch <- c.homeDisk
+	ch <- c.osv
 }
 
 func (c *scrapeCollector) Collect(ch chan<- prometheus.Metric) {
@@ -285,8 +338,13 @@ func (c *scrapeCollector) Collect(ch chan<- prometheus.Metric) {
 	if f := c.artifacts.Load(); f != nil {
 		if rows, err := (*f)(); err == nil {
 			for _, r := range rows {
-				ch <- prometheus.MustNewConstMetric(c.catalog, prometheus.GaugeValue, float64(r.N), r.Ecosystem, r.Status)
+				ch <- prometheus.MustNewConstMetric(c.catalog, prometheus.GaugeValue, float64(r.N), Ecosystem(r.Ecosystem), r.Status)
 			}
+		}
+	}
+	if f := c.osvAge.Load(); f != nil {
+		if age, ok := (*f)(); ok {
+			ch <- prometheus.MustNewConstMetric(c.osv, prometheus.GaugeValue, age.Seconds())
 		}
 	}
 }

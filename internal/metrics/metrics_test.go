@@ -154,7 +154,7 @@ func TestMirrorArtifacts(t *testing.T) {
 		return append([]ArtifactCount(nil), rows...), nil
 	})
 	text := scrape(t, m)
-	for _, want := range []string{`sandboxapi_mirror_artifacts{ecosystem="npm",status="admitted"} 2`, `sandboxapi_mirror_artifacts{ecosystem="pip",status="refused"} 3`} {
+	for _, want := range []string{`sandboxapi_mirror_artifacts{ecosystem="npm",status="admitted"} 2`, `sandboxapi_mirror_artifacts{ecosystem="pypi",status="refused"} 3`} {
 		if !strings.Contains(text, want) {
 			t.Errorf("scrape lacks %q", want)
 		}
@@ -162,7 +162,7 @@ func TestMirrorArtifacts(t *testing.T) {
 	mu.Lock()
 	rows = append(rows, ArtifactCount{"pip", "quarantined", 1})
 	mu.Unlock()
-	if !strings.Contains(scrape(t, m), `sandboxapi_mirror_artifacts{ecosystem="pip",status="quarantined"} 1`) {
+	if !strings.Contains(scrape(t, m), `sandboxapi_mirror_artifacts{ecosystem="pypi",status="quarantined"} 1`) {
 		t.Error("a later scrape does not read the source again")
 	}
 	mu.Lock()
@@ -186,5 +186,57 @@ func TestBuildInfo(t *testing.T) {
 	}
 	if n := strings.Count(out, "sandboxapi_build_info{"); n != 1 {
 		t.Errorf("%d build_info series, want 1", n)
+	}
+}
+
+// TestOneEcosystemSpelling: every metric with an ecosystem label spells
+// PyPI "pypi", whether the caller said pip or pypi (the catalogue gauge
+// said "pip" while the mirror counters said "pypi").
+func TestOneEcosystemSpelling(t *testing.T) {
+	m := New()
+	m.MirrorHit("pip")
+	m.MirrorRefusal("PyPI", "osv")
+	m.RegisterMirrorArtifacts(func() ([]ArtifactCount, error) {
+		return []ArtifactCount{{"pip", "admitted", 1}, {"npm", "admitted", 1}}, nil
+	})
+	text := scrape(t, m)
+	if strings.Contains(text, `ecosystem="pip"`) || strings.Contains(text, `ecosystem="PyPI"`) {
+		t.Fatalf("a metric spells the ecosystem pip or PyPI:\n%s", text)
+	}
+	for _, want := range []string{`sandboxapi_mirror_hits_total{ecosystem="pypi"} 1`, `sandboxapi_mirror_refusals_total{ecosystem="pypi",reason="osv"} 1`,
+		`sandboxapi_mirror_artifacts{ecosystem="pypi",status="admitted"} 1`} {
+		if !strings.Contains(text, want) {
+			t.Errorf("scrape lacks %q", want)
+		}
+	}
+}
+
+func TestInstallPanicAndOSVMetrics(t *testing.T) {
+	m := New()
+	if strings.Contains(scrape(t, m), "sandboxapi_osv_snapshot_age_seconds ") {
+		t.Fatal("OSV age exported before a source is registered")
+	}
+	m.ObserveInstall("pip", "ok", 1500*time.Millisecond)
+	m.ObserveInstall("npm", "rejected", 10*time.Millisecond)
+	m.ObserveInstall("cargo", "error", time.Millisecond)
+	m.ObservePanic("api")
+	ok := true
+	m.RegisterOSVAge(func() (time.Duration, bool) { return 90 * time.Second, ok })
+	text := scrape(t, m)
+	for _, want := range []string{
+		`sandboxapi_installs_total{manager="pip",outcome="ok"} 1`,
+		`sandboxapi_installs_total{manager="npm",outcome="rejected"} 1`,
+		`sandboxapi_installs_total{manager="other",outcome="error"} 1`,
+		`sandboxapi_install_duration_seconds_bucket{manager="pip",outcome="ok",le="2"} 1`,
+		`sandboxapi_panics_recovered_total{component="api"} 1`,
+		`sandboxapi_osv_snapshot_age_seconds 90`,
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("scrape lacks %q", want)
+		}
+	}
+	ok = false
+	if strings.Contains(scrape(t, m), "sandboxapi_osv_snapshot_age_seconds ") {
+		t.Error("OSV age exported with no snapshot")
 	}
 }

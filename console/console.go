@@ -1,0 +1,304 @@
+// Package console is the operator console at /console: server-rendered
+// pages (html/template, no scripts, no external assets, inline CSS and SVG
+// under a strict Content-Security-Policy) over small read-only interfaces
+// that it declares and internal/cli implements. Only admin keys open it;
+// client keys get 403, no key or an unknown one 401.
+package console
+
+import (
+	"context"
+	"crypto/rand"
+	"embed"
+	"encoding/base64"
+	"errors"
+	"html/template"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+)
+
+// Errors an Admins implementation returns.
+var (
+	// ErrUnknownKey: no such key, or revoked (401).
+	ErrUnknownKey = errors.New("unknown key")
+	// ErrNotAdmin: a valid key that is not an admin key (403).
+	ErrNotAdmin = errors.New("not an admin key")
+)
+
+// Admins checks console keys.
+type Admins interface {
+	// Admin returns the name of the admin key whose secret is given, or an
+	// error wrapping ErrUnknownKey or ErrNotAdmin.
+	Admin(ctx context.Context, secret string) (name string, err error)
+}
+
+// Check is one readiness check.
+type Check struct {
+	Name, Status, Detail string
+	LastRun              time.Time
+}
+
+// Readiness reports the server's readiness checks.
+type Readiness interface {
+	Checks(ctx context.Context) (ready bool, checks []Check)
+}
+
+// Artifact is one mirror catalogue entry.
+type Artifact struct {
+	Manager, Name, Version, Filename, Status string
+	Reasons, Advisories, Accepted            []string
+	// Stripped says what admission removed from the artifact (npm
+	// dependencies, scripts), when the mirror reports it.
+	Stripped    []string
+	OSVSnapshot string
+	UpdatedAt   time.Time
+}
+
+// OSV describes the current OSV snapshot; Err is set when there is none.
+type OSV struct {
+	SnapshotID string
+	ImportedAt time.Time
+	Newest     time.Time
+	Records    int
+	MaxAge     time.Duration
+	Stale      bool
+	Err        string
+}
+
+// Catalogue is the mirror as the console shows it.
+type Catalogue interface {
+	Artifacts(ctx context.Context) ([]Artifact, error)
+	OSV(ctx context.Context) OSV
+}
+
+// Session is one session, live or ended.
+type Session struct {
+	ID, KeyID, KeyName, Language, State string
+	NetworkEnabled                      bool
+	AllowedDomains                      []string
+	CreatedAt, LastUsedAt, EndedAt      time.Time
+	EndReason                           string
+	// DiskUsed and DiskSize are the home's bytes used and its size; both
+	// zero when unknown (ended, or another node's).
+	DiskUsed, DiskSize int64
+}
+
+// Decision is one egress decision (or a row standing for Count of them).
+type Decision struct {
+	Time               time.Time
+	Mode, Host, Addr   string
+	Port               int
+	Outcome, Reason    string
+	Count              int
+	BytesUp, BytesDown int64
+	Summary            bool
+}
+
+// Sessions lists sessions and their egress decisions.
+type Sessions interface {
+	Sessions(ctx context.Context, limit int) ([]Session, error)
+	Session(ctx context.Context, id string) (Session, error)
+	Egress(ctx context.Context, id string, limit int) ([]Decision, error)
+}
+
+// UsageRow is one key's usage on one UTC day.
+type UsageRow struct {
+	KeyID, KeyName, Day string
+	Requests, Errors    int64
+	ExecMS              int64
+}
+
+// Usage sums usage per key and day.
+type Usage interface {
+	Usage(ctx context.Context, since time.Time) ([]UsageRow, error)
+}
+
+// Deps are what the console reads. Every field must be set.
+type Deps struct {
+	Admins    Admins
+	Readiness Readiness
+	Catalogue Catalogue
+	Sessions  Sessions
+	Usage     Usage
+	// Now is the clock (time.Now when nil).
+	Now func() time.Time
+}
+
+// CookieName holds the key after a login with the form.
+const CookieName = "sandboxapi_console"
+
+//go:embed templates/*.html
+var templateFS embed.FS
+
+// Console serves the pages. Build it with New; it is safe for concurrent
+// use.
+type Console struct {
+	d    Deps
+	log  *slog.Logger
+	tmpl map[string]*template.Template
+}
+
+// New returns the console; log may be nil.
+func New(d Deps, log *slog.Logger) *Console {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if d.Now == nil {
+		d.Now = time.Now
+	}
+	c := &Console{d: d, log: log, tmpl: map[string]*template.Template{}}
+	for _, page := range []string{"overview", "mirror", "sessions", "session", "usage", "login", "error"} {
+		c.tmpl[page] = template.Must(template.New("layout.html").Funcs(funcs).ParseFS(templateFS, "templates/layout.html", "templates/"+page+".html"))
+	}
+	return c
+}
+
+// ServeHTTP routes /console and /console/...
+func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	nonce := newNonce()
+	h := w.Header()
+	h.Set("Content-Security-Policy", "default-src 'none'; style-src 'nonce-"+nonce+"'; img-src data:; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("X-Frame-Options", "DENY")
+	h.Set("Referrer-Policy", "no-referrer")
+	h.Set("Cache-Control", "no-store")
+	path := strings.TrimSuffix(strings.TrimPrefix(r.URL.Path, "/console"), "/")
+	v := view{Nonce: nonce, Now: c.d.Now()}
+	if path == "/login" {
+		c.login(w, r, v)
+		return
+	}
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		h.Set("Allow", "GET, HEAD")
+		c.fail(w, v, http.StatusMethodNotAllowed, "method not allowed")
+		return
+	}
+	name, err := c.authorize(r)
+	switch {
+	case errors.Is(err, ErrNotAdmin):
+		c.fail(w, v, http.StatusForbidden, "this key is not an admin key: the console is for operators (keys create --admin)")
+		return
+	case err != nil:
+		h.Set("WWW-Authenticate", `Bearer realm="sandboxapi console"`)
+		v.Title = "sign in"
+		c.render(w, http.StatusUnauthorized, "login", v)
+		return
+	}
+	v.Admin = name
+	ctx := r.Context()
+	switch {
+	case path == "":
+		c.overview(ctx, w, v)
+	case path == "/mirror":
+		c.mirror(ctx, w, r, v)
+	case path == "/sessions":
+		c.sessions(ctx, w, v)
+	case strings.HasPrefix(path, "/sessions/"):
+		c.session(ctx, w, v, strings.TrimPrefix(path, "/sessions/"))
+	case path == "/usage":
+		c.usage(ctx, w, v)
+	default:
+		c.fail(w, v, http.StatusNotFound, "no such page")
+	}
+}
+
+// authorize reads the key as the API does (Authorization: Bearer,
+// X-API-Key, X-RapidAPI-Key), else from the login cookie.
+func (c *Console) authorize(r *http.Request) (string, error) {
+	key := ""
+	if a := r.Header.Get("Authorization"); len(a) > 7 && strings.EqualFold(a[:7], "bearer ") {
+		key = strings.TrimSpace(a[7:])
+	} else if k := r.Header.Get("X-API-Key"); k != "" {
+		key = k
+	} else if k := r.Header.Get("X-RapidAPI-Key"); k != "" {
+		key = k
+	} else if ck, err := r.Cookie(CookieName); err == nil {
+		key = ck.Value
+	}
+	if key == "" || len(key) > 256 {
+		return "", ErrUnknownKey
+	}
+	return c.d.Admins.Admin(r.Context(), key)
+}
+
+// login shows the form (GET) or checks a key and sets the cookie (POST).
+func (c *Console) login(w http.ResponseWriter, r *http.Request, v view) {
+	v.Title = "sign in"
+	switch r.Method {
+	case http.MethodGet, http.MethodHead:
+		c.render(w, http.StatusOK, "login", v)
+		return
+	case http.MethodPost:
+	default:
+		w.Header().Set("Allow", "GET, HEAD, POST")
+		c.fail(w, v, http.StatusMethodNotAllowed, "method not allowed")
+		return
+	}
+	if o := r.Header.Get("Origin"); o != "" && o != "null" && !sameOrigin(o, r) {
+		c.fail(w, v, http.StatusForbidden, "cross-origin sign-in refused")
+		return
+	}
+	r.Body = http.MaxBytesReader(w, r.Body, 4096)
+	key := strings.TrimSpace(r.PostFormValue("key"))
+	if key == "" || len(key) > 256 {
+		v.Error = "enter an admin key"
+		c.render(w, http.StatusUnauthorized, "login", v)
+		return
+	}
+	if _, err := c.d.Admins.Admin(r.Context(), key); err != nil {
+		v.Error = "that is not an admin key"
+		status := http.StatusUnauthorized
+		if errors.Is(err, ErrNotAdmin) {
+			status = http.StatusForbidden
+		}
+		c.render(w, status, "login", v)
+		return
+	}
+	http.SetCookie(w, &http.Cookie{Name: CookieName, Value: key, Path: "/console", HttpOnly: true, Secure: r.TLS != nil,
+		SameSite: http.SameSiteStrictMode, MaxAge: 12 * 3600})
+	http.Redirect(w, r, "/console", http.StatusSeeOther)
+}
+
+func sameOrigin(origin string, r *http.Request) bool {
+	_, host, ok := strings.Cut(origin, "://")
+	return ok && strings.EqualFold(host, r.Host)
+}
+
+func newNonce() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return base64.RawURLEncoding.EncodeToString(b[:])
+}
+
+// view is what every template gets.
+type view struct {
+	Nonce, Title, Admin, Error string
+	Now                        time.Time
+	Page                       string
+	Data                       any
+}
+
+func (c *Console) render(w http.ResponseWriter, status int, page string, v view) {
+	v.Page = page
+	var b strings.Builder
+	if err := c.tmpl[page].Execute(&b, v); err != nil {
+		c.log.Error("rendering console page", "page", page, "err", err)
+		http.Error(w, "internal error", http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.WriteHeader(status)
+	_, _ = w.Write([]byte(b.String()))
+}
+
+func (c *Console) fail(w http.ResponseWriter, v view, status int, msg string) {
+	v.Title, v.Error = http.StatusText(status), msg
+	c.render(w, status, "error", v)
+}
+
+// internal logs err and shows a page that does not echo it.
+func (c *Console) internal(w http.ResponseWriter, v view, what string, err error) {
+	c.log.Error("console "+what, "err", err)
+	c.fail(w, v, http.StatusInternalServerError, "could not read "+what+"; see the server log")
+}

@@ -1,0 +1,174 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/sandboxapi/sandboxapi/api"
+	"github.com/sandboxapi/sandboxapi/internal/sandbox"
+	"github.com/sandboxapi/sandboxapi/mirror"
+	"github.com/sandboxapi/sandboxapi/sbom"
+	"github.com/sandboxapi/sandboxapi/store"
+)
+
+var (
+	_ api.Installer = recordingInstaller{}
+	_ api.SBOMs     = sbomSource{}
+)
+
+// mirrorSBOMCommand is `mirror sbom`: the whole catalogue, every status,
+// as CycloneDX 1.6 JSON.
+func mirrorSBOMCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "sbom",
+		Usage: "export the mirror catalogue (every artifact and its status) as CycloneDX 1.6 JSON",
+		Flags: append(stateFlags(),
+			&cli.StringFlag{Name: "output", Aliases: []string{"o"}, Usage: "write to this file instead of stdout"}),
+		Action: func(c *cli.Context) error {
+			return withMirror(c, func(ctx context.Context, env *Env, m *mirror.Mirror) error {
+				var buf bytes.Buffer
+				n, err := catalogueSBOM(ctx, m, &buf)
+				if err != nil {
+					return err
+				}
+				if p := c.String("output"); p != "" {
+					if err := os.WriteFile(p, buf.Bytes(), 0o644); err != nil {
+						return fmt.Errorf("writing %s: %w", p, err)
+					}
+					fmt.Fprintf(c.App.ErrWriter, "wrote %d components to %s\n", n, p)
+					return nil
+				}
+				_, err = c.App.Writer.Write(buf.Bytes())
+				return err
+			})
+		},
+	}
+}
+
+// catalogueSBOM writes the catalogue's document to w and returns how many
+// components it lists.
+func catalogueSBOM(ctx context.Context, m *mirror.Mirror, w io.Writer) (int, error) {
+	arts, err := m.List(ctx, "")
+	if err != nil {
+		return 0, err
+	}
+	subject := sbom.Subject{Name: "sandboxapi mirror catalogue", Version: Version}
+	if st, err := m.OSVStatus(ctx); err == nil {
+		subject.Properties = append(subject.Properties, [2]string{sbom.PropCurrentOSV, st.SnapshotID},
+			[2]string{"sandboxapi:osv:imported_at", st.ImportedAt.UTC().Format(time.RFC3339)})
+	}
+	pkgs := make([]sbom.Package, 0, len(arts))
+	for _, a := range arts {
+		pkgs = append(pkgs, artifactPackage(a))
+	}
+	return len(pkgs), sbom.Write(w, sbom.Build(subject, sbom.Tool{Name: "sandboxapi", Version: Version}, pkgs, time.Now()))
+}
+
+func artifactPackage(a mirror.Artifact) sbom.Package {
+	return sbom.Package{Manager: string(a.Manager), Name: a.Name, Version: a.Version, Filename: a.Filename,
+		SHA256: a.SHA256, Integrity: a.Integrity, URLPath: a.URLPath, Status: string(a.Status), Reasons: a.Reasons,
+		Advisories: a.Advisories, Accepted: a.Accepted, OSVSnapshot: a.OSVSnapshot, Source: a.Source}
+}
+
+// recordingInstaller counts every install and records every package of a
+// successful one in the store (session_installs), with the OSV snapshot its artifact had been
+// judged against, for GET /v1/sessions/{id}/sbom.
+type recordingInstaller struct {
+	next api.Installer
+	st   *store.Store
+	mir  *mirror.Mirror
+	log  *slog.Logger
+	// observe, if set, counts each install (sandboxapi_installs_total).
+	observe func(manager, outcome string, d time.Duration)
+}
+
+// installOutcome is the outcome label of an install's error.
+func installOutcome(err error) string {
+	switch {
+	case err == nil:
+		return "ok"
+	case errors.Is(err, sandbox.ErrRejected), errors.Is(err, sandbox.ErrInvalid):
+		return "rejected"
+	case errors.Is(err, sandbox.ErrInstallFailed):
+		return "failed"
+	}
+	return "error"
+}
+
+func (r recordingInstaller) Install(ctx context.Context, owner, id string, req sandbox.InstallRequest, timeout time.Duration) (sandbox.InstallReply, error) {
+	start := time.Now()
+	reply, err := r.next.Install(ctx, owner, id, req, timeout)
+	if r.observe != nil {
+		r.observe(req.Manager, installOutcome(err), time.Since(start))
+	}
+	if err != nil {
+		return reply, err
+	}
+	snap := map[string]string{}
+	if arts, lerr := r.mir.List(ctx, mirror.Manager(reply.Manager)); lerr == nil {
+		for _, a := range arts {
+			snap[a.Filename+"\x00"+a.SHA256] = a.OSVSnapshot
+		}
+	}
+	now := time.Now()
+	rows := make([]store.InstallRow, 0, len(reply.Installed))
+	for _, p := range reply.Installed {
+		rows = append(rows, store.InstallRow{SessionID: id, KeyID: owner, Manager: reply.Manager, Name: p.Name, Version: p.Version,
+			Filename: p.Filename, SHA256: p.SHA256, OSVSnapshot: snap[p.Filename+"\x00"+p.SHA256], InstalledAt: now})
+	}
+	// The packages are in the session whatever the store says: a failed
+	// record is logged, not turned into a failed install.
+	if rerr := r.st.InsertInstalls(context.WithoutCancel(ctx), rows); rerr != nil {
+		r.log.Error("recording install for the SBOM", "session", id, "err", rerr)
+	}
+	return reply, nil
+}
+
+// sbomSource builds session SBOMs from the install records and the
+// mirror's current view of each artifact.
+type sbomSource struct {
+	st  *store.Store
+	mir *mirror.Mirror
+}
+
+func (s sbomSource) SessionSBOM(ctx context.Context, owner, id string) ([]byte, string, error) {
+	rows, err := s.st.SessionInstalls(ctx, id)
+	if err != nil {
+		return nil, "", err
+	}
+	arts, err := s.mir.List(ctx, "")
+	if err != nil {
+		return nil, "", err
+	}
+	byFile := map[string]mirror.Artifact{}
+	for _, a := range arts {
+		byFile[string(a.Manager)+"\x00"+a.Filename+"\x00"+a.SHA256] = a
+	}
+	pkgs := make([]sbom.Package, 0, len(rows))
+	for _, r := range rows {
+		p := sbom.Package{Manager: r.Manager, Name: r.Name, Version: r.Version, Filename: r.Filename, SHA256: r.SHA256,
+			InstalledSnapshot: r.OSVSnapshot, OSVSnapshot: r.OSVSnapshot, InstalledAt: r.InstalledAt}
+		if a, ok := byFile[r.Manager+"\x00"+r.Filename+"\x00"+r.SHA256]; ok {
+			p = artifactPackage(a)
+			p.InstalledSnapshot, p.InstalledAt = r.OSVSnapshot, r.InstalledAt
+		}
+		pkgs = append(pkgs, p)
+	}
+	subject := sbom.Subject{Name: "session " + id, Properties: [][2]string{{sbom.PropSession, id}}}
+	if st, err := s.mir.OSVStatus(ctx); err == nil {
+		subject.Properties = append(subject.Properties, [2]string{sbom.PropCurrentOSV, st.SnapshotID})
+	}
+	var buf bytes.Buffer
+	if err := sbom.Write(&buf, sbom.Build(subject, sbom.Tool{Name: "sandboxapi", Version: Version}, pkgs, time.Now())); err != nil {
+		return nil, "", err
+	}
+	return buf.Bytes(), sbom.MediaType, nil
+}

@@ -1,0 +1,93 @@
+package mcp
+
+import (
+	"fmt"
+
+	"github.com/google/jsonschema-go/jsonschema"
+)
+
+// Closed value sets the tools' schemas state as enums.
+var (
+	managers         = []any{"pip", "npm"}
+	executionStatus  = []any{"ok", "error", "timeout", "oom", "output_limit", "compile_error"}
+	packageStatus    = []any{"admitted", "refused", "quarantined", "removed", "not_found", "invalid"}
+	osvVerdicts      = []any{"clean", "accepted", "vulnerable", "unknown"}
+	minTimeoutSecond = 0.1
+)
+
+// defaultTimeoutSeconds is the timeout a call without one gets when
+// Options.DefaultTimeout is zero (the server's limits.default_timeout
+// default); the server also caps it at the plan's max_timeout.
+const defaultTimeoutSeconds = 30
+
+// schemaFor infers T's schema (as the SDK would) and lets edit refine it:
+// enums, bounds and defaults the Go types cannot say.
+func schemaFor[T any](edit func(props map[string]*jsonschema.Schema)) *jsonschema.Schema {
+	s, err := jsonschema.For[T](nil)
+	if err != nil {
+		panic(fmt.Sprintf("mcp: schema of %T: %v", *new(T), err))
+	}
+	if edit != nil {
+		edit(s.Properties)
+	}
+	return s
+}
+
+// requiredArray makes p a required, non-null array with at least one item
+// (the inferred schema of a Go slice also allows null).
+func requiredArray(s *jsonschema.Schema, name string, maxItems int) {
+	p := s.Properties[name]
+	p.Type, p.Types = "array", nil
+	p.MinItems = ptr(1)
+	if maxItems > 0 {
+		p.MaxItems = ptr(maxItems)
+	}
+	for _, r := range s.Required {
+		if r == name {
+			return
+		}
+	}
+	s.Required = append(s.Required, name)
+}
+
+// timeoutSchema bounds a timeout property and states its default.
+func timeoutSchema(p *jsonschema.Schema, def float64) {
+	p.Minimum = &minTimeoutSecond
+	p.Default = []byte(fmt.Sprintf("%g", def))
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// executeInputSchema is execute_code's input schema.
+func executeInputSchema(defTimeout float64) *jsonschema.Schema {
+	return schemaFor[ExecuteInput](func(p map[string]*jsonschema.Schema) { timeoutSchema(p["timeout"], defTimeout) })
+}
+
+func testsInputSchema(defTimeout float64) *jsonschema.Schema {
+	return schemaFor[TestsInput](func(p map[string]*jsonschema.Schema) {
+		timeoutSchema(p["timeout"], defTimeout)
+	})
+}
+
+func executeOutputSchema() *jsonschema.Schema {
+	return schemaFor[ExecuteResult](func(p map[string]*jsonschema.Schema) { p["status"].Enum = executionStatus })
+}
+
+func packagesInputSchema() *jsonschema.Schema {
+	s := schemaFor[PackagesInput](func(p map[string]*jsonschema.Schema) { p["manager"].Enum = managers })
+	requiredArray(s, "packages", maxPackages)
+	s.Properties["packages"].Items.MinLength = ptr(1)
+	return s
+}
+
+func packagesOutputSchema() *jsonschema.Schema {
+	return schemaFor[PackagesResult](func(p map[string]*jsonschema.Schema) {
+		p["manager"].Enum = managers
+		v := p["results"].Items
+		v.Properties["status"].Enum = packageStatus
+		v.Properties["osv"].Enum = osvVerdicts
+	})
+}
+
+// maxPackages bounds one check_packages call (the API's own bound).
+const maxPackages = 100

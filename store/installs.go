@@ -1,0 +1,80 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// InstallRow is one package put into a session by a successful install.
+type InstallRow struct {
+	SessionID string
+	KeyID     string
+	Manager   string // pip, npm
+	Name      string
+	Version   string
+	Filename  string
+	SHA256    string
+	// OSVSnapshot is the snapshot the mirror had judged the artifact
+	// against when it was installed.
+	OSVSnapshot string
+	InstalledAt time.Time
+}
+
+// InsertInstalls records the packages of one install in one transaction.
+func (s *Store) InsertInstalls(ctx context.Context, rows []InstallRow) error {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("starting install record: %w", err)
+	}
+	defer tx.Rollback()
+	for _, r := range rows {
+		if _, err := tx.ExecContext(ctx, `INSERT INTO session_installs(session_id, key_id, manager, name, version, filename, sha256, osv_snapshot, installed_at)
+			VALUES (?,?,?,?,?,?,?,?,?)`, r.SessionID, r.KeyID, r.Manager, r.Name, r.Version, r.Filename, r.SHA256, r.OSVSnapshot, ms(r.InstalledAt)); err != nil {
+			return fmt.Errorf("recording install of %s: %w", r.Filename, err)
+		}
+	}
+	return tx.Commit()
+}
+
+// SessionInstalls returns what was installed into a session, oldest
+// first; a file installed again appears once, with its latest install.
+func (s *Store) SessionInstalls(ctx context.Context, sessionID string) ([]InstallRow, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT session_id, key_id, manager, name, version, filename, sha256, osv_snapshot, installed_at
+		FROM session_installs WHERE id IN (SELECT MAX(id) FROM session_installs WHERE session_id=? GROUP BY manager, filename, sha256) ORDER BY id`, sessionID)
+	if err != nil {
+		return nil, fmt.Errorf("reading installs of %s: %w", sessionID, err)
+	}
+	defer rows.Close()
+	out := []InstallRow{}
+	for rows.Next() {
+		var r InstallRow
+		var at int64
+		if err := rows.Scan(&r.SessionID, &r.KeyID, &r.Manager, &r.Name, &r.Version, &r.Filename, &r.SHA256, &r.OSVSnapshot, &at); err != nil {
+			return nil, fmt.Errorf("reading install: %w", err)
+		}
+		r.InstalledAt = fromMS(at)
+		out = append(out, r)
+	}
+	return out, rows.Err()
+}
+
+// RecentSessions returns the latest limit sessions of every key, live or
+// ended, newest first (the operator console).
+func (s *Store) RecentSessions(ctx context.Context, limit int) ([]SessionRow, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT id, key_id, language, state, network, idle_ttl_ms, created_at, last_used_at, COALESCE(ended_at,0), end_reason
+		FROM sessions ORDER BY created_at DESC, id LIMIT ?`, limit)
+	if err != nil {
+		return nil, fmt.Errorf("listing sessions: %w", err)
+	}
+	defer rows.Close()
+	out := []SessionRow{}
+	for rows.Next() {
+		r, err := scanSession(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	return out, rows.Err()
+}
