@@ -31,6 +31,7 @@ const (
 	PropInstalledAt = "sandboxapi:installed_at"
 	PropInstalledOn = "sandboxapi:osv:snapshot_at_install"
 	PropReason      = "sandboxapi:mirror:reason"
+	PropStripped    = "sandboxapi:mirror:stripped"
 	PropSession     = "sandboxapi:session"
 	PropCurrentOSV  = "sandboxapi:osv:current_snapshot"
 )
@@ -53,6 +54,9 @@ type Package struct {
 	// quarantined, removed); "" when the mirror no longer knows it.
 	Status  string
 	Reasons []string
+	// Stripped lists what admission took out of the published file (npm:
+	// install scripts, dependency fields); empty when served as published.
+	Stripped []string
 	// Advisories are the OSV ids that matched; Accepted those an operator
 	// accepted.
 	Advisories []string
@@ -281,6 +285,9 @@ func component(p Package, ref string) cdx.Component {
 	add(PropSource, p.Source)
 	for _, r := range p.Reasons {
 		add(PropReason, r)
+	}
+	for _, r := range p.Stripped {
+		add(PropStripped, r)
 	}
 	if len(props) > 0 {
 		c.Properties = &props

@@ -60,7 +60,7 @@ func samplePackages() []Package {
 			Advisories: []string{"GHSA-x84v-xcm2-53pg", "PYSEC-2018-28"}, OSVSnapshot: "snap1"},
 		{Manager: "npm", Name: "@scope/left-pad", Version: "1.3.0", Filename: "left-pad-1.3.0.tgz",
 			SHA256: strings.Repeat("c", 64), Integrity: "sha512-" + strings.Repeat("A", 86) + "==", Status: "quarantined",
-			Advisories: []string{"GHSA-x84v-xcm2-53pg"}, OSVSnapshot: "snap1"},
+			Stripped: []string{"scripts.postinstall", "dependencies"}, Advisories: []string{"GHSA-x84v-xcm2-53pg"}, OSVSnapshot: "snap1"},
 		{Manager: "npm", Name: "ms", Version: "2.1.3", Filename: "ms-2.1.3.tgz", SHA256: strings.Repeat("d", 64),
 			Status: "admitted", Advisories: []string{"GHSA-aaaa-bbbb-cccc"}, Accepted: []string{"GHSA-aaaa-bbbb-cccc"}},
 		{Manager: "npm", Name: "ms", Version: "2.1.3", Filename: "ms-2.1.3.tgz", SHA256: strings.Repeat("d", 64), Status: "removed"},
@@ -123,6 +123,15 @@ func TestBuild(t *testing.T) {
 	}
 	if props[PropStatus] != "admitted" || props[PropOSVSnapshot] != "snap1" || props[PropInstalledOn] != "snap0" {
 		t.Fatalf("properties %v", props)
+	}
+	var stripped []string
+	for _, p := range doc.Components[2].Properties {
+		if p.Name == PropStripped {
+			stripped = append(stripped, p.Value)
+		}
+	}
+	if strings.Join(stripped, ",") != "scripts.postinstall,dependencies" {
+		t.Fatalf("stripped properties of the re-packed npm component: %v", stripped)
 	}
 	if len(doc.Vulnerabilities) != 3 {
 		t.Fatalf("%d vulnerabilities", len(doc.Vulnerabilities))

@@ -71,7 +71,8 @@ func (c consoleCatalogue) Artifacts(ctx context.Context) ([]console.Artifact, er
 	out := make([]console.Artifact, 0, len(arts))
 	for _, a := range arts {
 		out = append(out, console.Artifact{Manager: string(a.Manager), Name: a.Name, Version: a.Version, Filename: a.Filename,
-			Status: string(a.Status), Reasons: a.Reasons, Advisories: a.Advisories, Accepted: a.Accepted, OSVSnapshot: a.OSVSnapshot, UpdatedAt: a.UpdatedAt})
+			Status: string(a.Status), Reasons: a.Reasons, Advisories: a.Advisories, Accepted: a.Accepted, OSVSnapshot: a.OSVSnapshot, UpdatedAt: a.UpdatedAt,
+			Stripped: a.Stripped})
 	}
 	return out, nil
 }

@@ -75,7 +75,7 @@ func catalogueSBOM(ctx context.Context, m *mirror.Mirror, w io.Writer) (int, err
 func artifactPackage(a mirror.Artifact) sbom.Package {
 	return sbom.Package{Manager: string(a.Manager), Name: a.Name, Version: a.Version, Filename: a.Filename,
 		SHA256: a.SHA256, Integrity: a.Integrity, URLPath: a.URLPath, Status: string(a.Status), Reasons: a.Reasons,
-		Advisories: a.Advisories, Accepted: a.Accepted, OSVSnapshot: a.OSVSnapshot, Source: a.Source}
+		Stripped: a.Stripped, Advisories: a.Advisories, Accepted: a.Accepted, OSVSnapshot: a.OSVSnapshot, Source: a.Source}
 }
 
 // recordingInstaller counts every install and records every package of a
