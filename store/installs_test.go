@@ -54,3 +54,27 @@ func TestKeyKinds(t *testing.T) {
 		}
 	}
 }
+
+// RecentSessions reads the same columns as GetSession (a column added to
+// sessions must be read by every query that scans a SessionRow).
+func TestRecentSessions(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st, _ := openTestStore(t)
+	at := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	for i, id := range []string{"s1", "s2"} {
+		r := SessionRow{ID: id, KeyID: "k1", Language: "python3", State: "running", Network: "{}", IdleTTL: time.Minute,
+			CreatedAt: at.Add(time.Duration(i) * time.Second), LastUsedAt: at, DiskBytes: 64 << 20, ParentID: "p"}
+		if err := st.InsertSession(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rows, err := st.RecentSessions(ctx, 10)
+	if err != nil || len(rows) != 2 || rows[0].ID != "s2" {
+		t.Fatalf("recent sessions: %+v %v", rows, err)
+	}
+	one, err := st.GetSession(ctx, "s2")
+	if err != nil || one.DiskBytes != rows[0].DiskBytes || one.ParentID != rows[0].ParentID {
+		t.Fatalf("GetSession %+v and RecentSessions %+v differ (%v)", one, rows[0], err)
+	}
+}

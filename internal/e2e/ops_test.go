@@ -73,8 +73,8 @@ func TestMetricsCountMirrorCatalogue(t *testing.T) {
 	}
 	r := s.do("GET", "/metrics", "", nil)
 	for _, want := range []string{
-		`sandboxapi_mirror_artifacts{ecosystem="pip",status="admitted"} 1`,
-		`sandboxapi_mirror_artifacts{ecosystem="pip",status="refused"} 1`,
+		`sandboxapi_mirror_artifacts{ecosystem="pypi",status="admitted"} 1`,
+		`sandboxapi_mirror_artifacts{ecosystem="pypi",status="refused"} 1`,
 	} {
 		if r.status != 200 || !strings.Contains(string(r.body), want) {
 			t.Errorf("/metrics (%d) lacks %s", r.status, want)
