@@ -264,6 +264,7 @@ def main():
     os.makedirs(STORE, 0o755, exist_ok=True)
     clean_leftovers()
     stage = new_dir("stage-")
+    tp = time.monotonic()
     if job["manager"] == "pip":
         entries = stage_pip(job, stage, work)
     elif job["manager"] == "npm":
@@ -276,8 +277,9 @@ def main():
     commit(job, stage, entries)
     clean_leftovers()
     t2 = time.monotonic()
-    print(json.dumps({"ok": True, "entries": sorted(entries),
-                      "stage_ms": int((t1 - t0) * 1000), "commit_ms": int((t2 - t1) * 1000)}))
+    ms = lambda a, b: int((b - a) * 1000)
+    print(json.dumps({"ok": True, "entries": sorted(entries), "prepare_ms": ms(t0, tp),
+                      "fetch_ms": ms(tp, t1), "commit_ms": ms(t1, t2)}))
 
 
 if __name__ == "__main__":

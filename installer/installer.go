@@ -129,9 +129,12 @@ func (c Config) Validate() error {
 }
 
 // Installer runs install jobs. Build it with New; it is safe for
-// concurrent use.
+// concurrent use. Start keeps an installer network ready ahead of each
+// install and Stop removes it; without Start each install makes its own
+// network in line.
 type Installer struct {
 	cfg     Config
+	warm    warm
 	catalog Catalog
 	runner  Runner
 	net     Network
@@ -235,12 +238,18 @@ func (i *Installer) Install(ctx context.Context, owner, sessionID string, req sa
 	ctx, cancel := context.WithTimeout(ctx, timeout+10*time.Second)
 	defer cancel()
 
-	netID := "inst-" + randomID()
-	ep, stop, err := i.serveMirror(ctx, netID)
+	netStart := time.Now()
+	ep, stop, err := i.serveMirror(ctx)
 	if err != nil {
 		return sandbox.InstallReply{}, err
 	}
-	defer stop()
+	netTime := time.Since(netStart)
+	stopped := false
+	defer func() {
+		if !stopped {
+			stop()
+		}
+	}()
 
 	base := fmt.Sprintf("http://%s", netip.AddrPortFrom(ep.HostAddr, i.cfg.Port))
 	type pkg struct {
@@ -270,6 +279,7 @@ func (i *Installer) Install(ctx context.Context, owner, sessionID string, req sa
 	if i.dieBeforeCommit {
 		env = append(env, "SANDBOXAPI_INSTALL_DIE_BEFORE_COMMIT=1")
 	}
+	jobStart := time.Now()
 	res, err := i.runner.RunJob(ctx, sandbox.Job{
 		Owner: owner, SessionID: sessionID, NetnsPath: ep.NetnsPath,
 		Files:   []sandbox.File{{Path: "install.py", Content: installScript}, {Path: "job.json", Content: jb}},
@@ -277,50 +287,71 @@ func (i *Installer) Install(ctx context.Context, owner, sessionID string, req sa
 		Env:     env,
 		Timeout: timeout,
 	})
+	jobTime := time.Since(jobStart)
 	if err != nil {
 		return sandbox.InstallReply{}, err
 	}
+	stopStart := time.Now()
+	stop()
+	stopped = true
+	netTime += time.Since(stopStart)
 	if res.Status != sandbox.StatusOK {
 		i.log.Warn("install failed", "session", sessionID, "manager", req.Manager, "status", res.Status, "exit_code", res.ExitCode,
 			"stdout", tail(res.Stdout, 2000), "stderr", tail(res.Stderr, 4000))
 		return sandbox.InstallReply{}, fmt.Errorf("%w: installer %s (exit %d): %s", sandbox.ErrInstallFailed, res.Status, res.ExitCode, lastLine(res.Stderr))
 	}
-	reply := sandbox.InstallReply{Manager: req.Manager, DurationMS: time.Since(start).Milliseconds()}
+	reply := sandbox.InstallReply{Manager: req.Manager, DurationMS: time.Since(start).Milliseconds(),
+		Phases: phases(netTime, jobTime, res)}
 	for _, p := range plan {
 		reply.Installed = append(reply.Installed, sandbox.InstalledPackage{Requested: p.requested, Name: p.a.Name, Version: p.a.Version,
 			Filename: p.a.Filename, SHA256: p.a.SHA256, Resolved: p.resolved})
 	}
 	i.log.Info("install", "session", sessionID, "manager", req.Manager, "packages", len(plan), "ms", reply.DurationMS,
-		"sandbox_ms", res.DurationMS, "installer", lastLine(res.Stdout))
+		"network_ms", reply.Phases.Network, "sandbox_ms", reply.Phases.Sandbox, "startup_ms", reply.Phases.Startup,
+		"stage_ms", reply.Phases.Stage, "commit_ms", reply.Phases.Commit, "installer", lastLine(res.Stdout))
 	return reply, nil
 }
 
-// serveMirror sets up an installer network and serves the mirror on its
-// host address for as long as the returned stop is not called.
-func (i *Installer) serveMirror(ctx context.Context, id string) (Endpoint, func(), error) {
-	ep, err := i.net.Setup(ctx, id)
+// report is the installer program's last line of output.
+type report struct {
+	OK        bool     `json:"ok"`
+	Entries   []string `json:"entries"`
+	PrepareMS int64    `json:"prepare_ms"`
+	FetchMS   int64    `json:"fetch_ms"`
+	CommitMS  int64    `json:"commit_ms"`
+}
+
+// phases splits an install's time: net is the network's set-up and
+// teardown, job the whole RunJob call, res what the program reported.
+func phases(net, job time.Duration, res sandbox.Result) *sandbox.InstallPhases {
+	var r report
+	_ = json.Unmarshal([]byte(lastLine(res.Stdout)), &r)
+	p := &sandbox.InstallPhases{Network: net.Milliseconds(), Stage: r.FetchMS, Commit: r.CommitMS}
+	p.Sandbox = max(0, job.Milliseconds()-res.DurationMS)
+	p.Startup = max(0, res.DurationMS-r.FetchMS-r.CommitMS)
+	return p
+}
+
+// serveMirror takes a fresh installer network and serves the mirror on
+// its host address until the returned stop is called; stop closes the
+// listener at once and releases the network (see release).
+func (i *Installer) serveMirror(ctx context.Context) (Endpoint, func(), error) {
+	slot, err := i.network(ctx)
 	if err != nil {
 		return Endpoint{}, nil, fmt.Errorf("setting up installer network: %w", err)
 	}
-	teardown := func() {
-		tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-		defer cancel()
-		if err := i.net.Teardown(tctx, id); err != nil {
-			i.log.Error("tearing down installer network", "id", id, "err", err)
-		}
-	}
-	ln, err := net.Listen("tcp", netip.AddrPortFrom(ep.HostAddr, i.cfg.Port).String())
+	ln, err := net.Listen("tcp", netip.AddrPortFrom(slot.ep.HostAddr, i.cfg.Port).String())
 	if err != nil {
-		teardown()
+		i.release(ctx, slot.id)
 		return Endpoint{}, nil, fmt.Errorf("listening for the installer: %w", err)
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/mirror/", i.mirror)
-	hs := &http.Server{Handler: logRequests(i.log, id, mux), ReadHeaderTimeout: 10 * time.Second}
+	hs := &http.Server{Handler: logRequests(i.log, slot.id, mux), ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = hs.Serve(ln) }()
-	return ep, func() {
+	return slot.ep, func() {
 		_ = hs.Close()
-		teardown()
+		i.release(ctx, slot.id)
 	}, nil
 }
 

@@ -119,6 +119,12 @@ func newRig(t *testing.T) *rig {
 		_ = nw.Reconcile(context.Background(), nil)
 	})
 	inst := New(icfg, catalog{mir}, ex, netAdapter{nw}, mir.Handler(), log)
+	inst.Start(ctx)
+	t.Cleanup(func() {
+		if err := inst.Stop(context.Background()); err != nil {
+			t.Error(err)
+		}
+	})
 	return &rig{ex: ex, mir: mir, inst: inst, owner: "key_1"}
 }
 

@@ -48,6 +48,15 @@ func wireInstall(ctx context.Context, env *Env, srv *api.Server, ex *executor.Ex
 	var inst *installer.Installer
 	if nw != nil {
 		inst = installer.New(icfg, mirrorCatalog{mir}, ex, installNetwork{nw}, processMetrics().InstrumentMirror(front.handler), log)
+		// A spare installer network waits for the next install; one left
+		// by a process that exits is removed by the next start's Reconcile.
+		inst.Start(ctx)
+		go func() {
+			<-ctx.Done()
+			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+			defer cancel()
+			_ = inst.Stop(sctx)
+		}()
 		fences := map[string]readiness.FirewallChecker{"installer": settled{nw}, "installer-chains": chainRules{icfg.Table, icfg.Prefix}}
 		probes := map[string]readiness.Probe{
 			"installer": func(ctx context.Context) (string, error) { return inst.Probe(ctx) },
