@@ -204,7 +204,7 @@ func (i *Installer) plan(ctx context.Context, req sandbox.InstallRequest) ([]pla
 		case err != nil:
 			return nil, fmt.Errorf("looking up %s: %w", spec, err)
 		}
-		if m == Pip && !strings.HasSuffix(a.Filename, ".whl") {
+		if m == Pip && (!strings.HasSuffix(a.Filename, ".whl") || !wheelFile.MatchString(a.Filename) || strings.Contains(a.Filename, "..")) {
 			rej = append(rej, sandbox.PackageRejection{Package: spec, Status: "not_a_wheel", Reason: "only wheels are installed: " + a.Filename})
 			continue
 		}
@@ -255,6 +255,7 @@ func (i *Installer) Install(ctx context.Context, owner, sessionID string, req sa
 	type pkg struct {
 		Name      string `json:"name"`
 		Version   string `json:"version"`
+		Filename  string `json:"filename"`
 		SHA256    string `json:"sha256"`
 		Integrity string `json:"integrity,omitempty"`
 		URLPath   string `json:"url_path"`
@@ -262,16 +263,13 @@ func (i *Installer) Install(ctx context.Context, owner, sessionID string, req sa
 	}
 	job := struct {
 		Manager  string           `json:"manager"`
-		IndexURL string           `json:"index_url"`
-		Trusted  string           `json:"trusted_host"`
 		BaseURL  string           `json:"base_url"`
 		Packages []pkg            `json:"packages"`
 		Limits   map[string]int64 `json:"limits"`
-	}{Manager: req.Manager, IndexURL: base + "/mirror/pypi/simple/", BaseURL: base,
-		Trusted: netip.AddrPortFrom(ep.HostAddr, i.cfg.Port).String(),
-		Limits:  map[string]int64{"max_entries": int64(i.cfg.MaxEntries), "max_bytes": i.cfg.MaxUnpackedBytes}}
+	}{Manager: req.Manager, BaseURL: base,
+		Limits: map[string]int64{"max_entries": int64(i.cfg.MaxEntries), "max_bytes": i.cfg.MaxUnpackedBytes}}
 	for _, p := range plan {
-		job.Packages = append(job.Packages, pkg{Name: p.a.Name, Version: p.a.Version, SHA256: p.a.SHA256, Integrity: p.a.Integrity, URLPath: p.a.URLPath, Size: p.a.Size})
+		job.Packages = append(job.Packages, pkg{Name: p.a.Name, Version: p.a.Version, Filename: p.a.Filename, SHA256: p.a.SHA256, Integrity: p.a.Integrity, URLPath: p.a.URLPath, Size: p.a.Size})
 	}
 	jb, _ := json.Marshal(job)
 	// The installer's whole environment (install.py builds pip's own).
@@ -283,7 +281,7 @@ func (i *Installer) Install(ctx context.Context, owner, sessionID string, req sa
 	res, err := i.runner.RunJob(ctx, sandbox.Job{
 		Owner: owner, SessionID: sessionID, NetnsPath: ep.NetnsPath,
 		Files:   []sandbox.File{{Path: "install.py", Content: installScript}, {Path: "job.json", Content: jb}},
-		Argv:    []string{"/usr/bin/python3", "-I", "{dir}/install.py", "{dir}/job.json"},
+		Argv:    []string{"/usr/bin/python3", "-I", "-B", "{dir}/install.py", "{dir}/job.json"},
 		Env:     env,
 		Timeout: timeout,
 	})
@@ -325,7 +323,8 @@ type report struct {
 // teardown, job the whole RunJob call, res what the program reported.
 func phases(net, job time.Duration, res sandbox.Result) *sandbox.InstallPhases {
 	var r report
-	_ = json.Unmarshal([]byte(lastLine(res.Stdout)), &r)
+	out := strings.TrimSpace(res.Stdout)
+	_ = json.Unmarshal([]byte(out[strings.LastIndexByte(out, '\n')+1:]), &r)
 	p := &sandbox.InstallPhases{Network: net.Milliseconds(), Stage: r.FetchMS, Commit: r.CommitMS}
 	p.Sandbox = max(0, job.Milliseconds()-res.DurationMS)
 	p.Startup = max(0, res.DurationMS-r.FetchMS-r.CommitMS)

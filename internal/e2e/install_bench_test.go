@@ -26,9 +26,7 @@ import (
 //
 //	go test ./internal/e2e -run '^$' -bench InstallFiveWheels -benchtime 5x
 func BenchmarkInstallFiveWheels(b *testing.B) {
-	if _, err := exec.LookPath("python3"); err != nil {
-		b.Skip("no python3 on the host")
-	}
+	py := hostPip(b)
 	n := testenv.NewNet(b, 'b')
 	s := startServerB(b, fmt.Sprintf(`readiness:
   interval: 1s
@@ -94,7 +92,7 @@ installer:
 		hostTimes = hostTimes[:0]
 		for i := range b.N {
 			target := filepath.Join(dir, fmt.Sprintf("t%d-%d", b.N, i))
-			cmd := exec.Command("python3", "-m", "pip", "install", "--isolated", "--no-input", "--only-binary=:all:", "--no-deps",
+			cmd := exec.Command(py, "-m", "pip", "install", "--isolated", "--no-input", "--only-binary=:all:", "--no-deps",
 				"--no-build-isolation", "--require-hashes", "--no-cache-dir", "--no-compile", "--disable-pip-version-check",
 				"--index-url", s.url("/mirror/pypi/simple/"), "--target", target, "-r", req)
 			cmd.Env = append(os.Environ(), "PIP_CONFIG_FILE=/dev/null")
@@ -109,6 +107,19 @@ installer:
 		a, h := median(apiTimes), median(hostTimes)
 		b.Logf("median of the last run: api %.3f s, host pip %.3f s: %.2fx (goal at most 1.5x)", a.Seconds(), h.Seconds(), a.Seconds()/h.Seconds())
 	}
+}
+
+// hostPip returns the host's python3 that has pip: the system's own
+// first, as a wrapper such as a pyenv shim adds its own start-up to the
+// baseline.
+func hostPip(b *testing.B) string {
+	for _, py := range []string{"/usr/bin/python3", "python3"} {
+		if exec.Command(py, "-m", "pip", "--version").Run() == nil {
+			return py
+		}
+	}
+	b.Skip("no python3 with pip on the host")
+	return ""
 }
 
 func median(ds []time.Duration) time.Duration {
