@@ -34,8 +34,10 @@ var (
 // mirror), the readiness checks and the gate, and enables
 // POST /v1/sessions/{id}/install and the checks in /readyz. The checks run
 // until ctx ends. Without an installer network (not root, no nft), installs
-// stay closed: the firewall and topology checks fail.
-func wireInstall(ctx context.Context, env *Env, srv *api.Server, ex *executor.Executor, mir *mirror.Mirror, front mirrorFront) {
+// stay closed: the firewall and topology checks fail. The returned func
+// removes the installer's spare network.
+func wireInstall(ctx context.Context, env *Env, srv *api.Server, ex *executor.Executor, mir *mirror.Mirror, front mirrorFront) (stop func()) {
+	stop = func() {}
 	log := env.Log.With("component", "installer")
 	icfg := env.Config.Installer
 	chk := readiness.New(env.Config.Readiness, env.Log.With("component", "readiness"))
@@ -49,14 +51,15 @@ func wireInstall(ctx context.Context, env *Env, srv *api.Server, ex *executor.Ex
 	if nw != nil {
 		inst = installer.New(icfg, mirrorCatalog{mir}, ex, installNetwork{nw}, processMetrics().InstrumentMirror(front.handler), log)
 		// A spare installer network waits for the next install; one left
-		// by a process that exits is removed by the next start's Reconcile.
+		// by a process that dies is removed by the next start's Reconcile.
 		inst.Start(ctx)
-		go func() {
-			<-ctx.Done()
+		stop = func() {
 			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 			defer cancel()
-			_ = inst.Stop(sctx)
-		}()
+			if err := inst.Stop(sctx); err != nil {
+				log.Error("stopping installer", "err", err)
+			}
+		}
 		fences := map[string]readiness.FirewallChecker{"installer": settled{nw}, "installer-chains": chainRules{icfg.Table, icfg.Prefix}}
 		probes := map[string]readiness.Probe{
 			"installer": func(ctx context.Context) (string, error) { return inst.Probe(ctx) },
@@ -91,6 +94,7 @@ func wireInstall(ctx context.Context, env *Env, srv *api.Server, ex *executor.Ex
 		waitListening(ctx, loopbackAddr(env.Config.Listen), 30*time.Second)
 		chk.Start(ctx)
 	}()
+	return stop
 }
 
 // newInstallNetwork makes the installers' egress.Network: its own table,

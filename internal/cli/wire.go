@@ -11,12 +11,14 @@ import (
 )
 
 // wireServices connects the optional API surfaces to their services. Each
-// line is one feature; keep them one line each.
-func wireServices(ctx context.Context, env *Env, srv *api.Server, ex *executor.Executor, mir *mirror.Mirror, front mirrorFront, st *store.Store) {
+// line is one feature; keep them one line each. The returned func stops
+// what they started (call it once serving has ended).
+func wireServices(ctx context.Context, env *Env, srv *api.Server, ex *executor.Executor, mir *mirror.Mirror, front mirrorFront, st *store.Store) (stop func()) {
 	wireEgress(srv)
-	wireInstall(ctx, env, srv, ex, mir, front)
+	stop = wireInstall(ctx, env, srv, ex, mir, front)
 	srv.SetPackages(mirrorPackages{mir})
 	srv.Handle("/mcp", mcp.NewHTTPHandler(srv, mcp.Options{Version: Version, Logger: env.Log}))
 	srv.Handle("GET /metrics", wireMetrics(srv, ex, mir))
 	srv.SetFiles(ex)
+	return stop
 }
