@@ -249,13 +249,12 @@ func load(name, u, accept string, conc int, d time.Duration, keepAlive bool) (re
 	return result{name: name, n: len(all), rps: float64(len(all)) / el.Seconds(), p50: pct(0.5), p99: pct(0.99), max: all[len(all)-1].Round(time.Microsecond)}, nil
 }
 
-// pipPython is the host's python3 that has pip: the system's own first, as
-// a wrapper such as a pyenv shim adds its own start-up to every run.
+// pipPython is the host's python3 resolved to the interpreter itself: a
+// wrapper such as a pyenv shim adds its own start-up to every run.
 func pipPython() string {
-	for _, py := range []string{"/usr/bin/python3", "python3"} {
-		if exec.Command(py, "-m", "pip", "--version").Run() == nil {
-			return py
-		}
+	out, err := exec.Command("python3", "-c", "import sys; print(sys.executable)").Output()
+	if py := strings.TrimSpace(string(out)); err == nil && py != "" {
+		return py
 	}
 	return "python3"
 }

@@ -140,17 +140,16 @@ type phases struct {
 	Network, Sandbox, Startup, Stage, Commit int64
 }
 
-// hostPip returns the host's python3 that has pip: the system's own
-// first, as a wrapper such as a pyenv shim adds its own start-up to the
-// baseline.
+// hostPip returns the host's python3 with pip, resolved to the
+// interpreter itself: a wrapper such as a pyenv shim adds its own start-up
+// to the baseline.
 func hostPip(b *testing.B) string {
-	for _, py := range []string{"/usr/bin/python3", "python3"} {
-		if exec.Command(py, "-m", "pip", "--version").Run() == nil {
-			return py
-		}
+	out, err := exec.Command("python3", "-c", "import sys; print(sys.executable)").Output()
+	py := strings.TrimSpace(string(out))
+	if err != nil || py == "" || exec.Command(py, "-m", "pip", "--version").Run() != nil {
+		b.Skip("no python3 with pip on the host")
 	}
-	b.Skip("no python3 with pip on the host")
-	return ""
+	return py
 }
 
 func median(xs []float64) float64 {
