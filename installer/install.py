@@ -308,8 +308,11 @@ def stage_pip(job, stage, work, timings):
     req = os.path.join(work, "requirements.txt")
     with open(req, "w") as f:
         f.write(requirements(job, wheels))
-    # Imported here first: the fetching threads need them, and a module
-    # imported from two threads at once can deadlock.
+    # What the fetching threads use is imported here, before pip's imports
+    # start in this thread: two threads importing at once may see each
+    # other's modules half made. (The idna codec resolves the mirror's
+    # address.)
+    import encodings.idna  # noqa: F401
     import http.client  # noqa: F401
     import urllib.parse  # noqa: F401
     wait = download_all(job, wheels)

@@ -16,6 +16,7 @@ import (
 	"net/http"
 	"net/netip"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/sandboxapi/sandboxapi/internal/sandbox"
@@ -244,12 +245,8 @@ func (i *Installer) Install(ctx context.Context, owner, sessionID string, req sa
 		return sandbox.InstallReply{}, err
 	}
 	netTime := time.Since(netStart)
-	stopped := false
-	defer func() {
-		if !stopped {
-			stop()
-		}
-	}()
+	stop = sync.OnceFunc(stop)
+	defer stop()
 
 	base := fmt.Sprintf("http://%s", netip.AddrPortFrom(ep.HostAddr, i.cfg.Port))
 	type pkg struct {
@@ -290,8 +287,7 @@ func (i *Installer) Install(ctx context.Context, owner, sessionID string, req sa
 		return sandbox.InstallReply{}, err
 	}
 	stopStart := time.Now()
-	stop()
-	stopped = true
+	stop() // the job's sandbox is gone: close the listener now
 	netTime += time.Since(stopStart)
 	if res.Status != sandbox.StatusOK {
 		i.log.Warn("install failed", "session", sessionID, "manager", req.Manager, "status", res.Status, "exit_code", res.ExitCode,
