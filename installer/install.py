@@ -5,22 +5,31 @@
 # also when it is killed midway (leftovers are removed by the next run).
 #
 # Nothing the session wrote may run here: the installer is started with
-# python3 -I (no cwd, user site or PYTHON* variables; main checks that no
-# path of the home is importable), works in a private folder under the
-# sandbox's own /tmp, and runs pip the same way with an explicit, minimal
-# environment and no pip configuration but the rootfs' own.
-import base64
+# python3 -I -B (no cwd, user site or PYTHON* variables, no bytecode
+# written; main checks that no path of the home is importable), works in a
+# private folder under the sandbox's own /tmp, and runs pip in this same
+# process with an explicit, minimal environment and no pip configuration
+# but the rootfs' own.
+#
+# For pip it first fetches every wheel from the mirror in parallel (each
+# checked against its recorded size and sha256) while pip is imported,
+# then has pip install those files with --no-index --require-hashes: pip
+# checks the hashes again, and reaches nothing itself.
 import hashlib
 import json
 import os
+import re
 import shutil
 import stat
 import subprocess
 import sys
-import tarfile
 import tempfile
+import threading
 import time
-import urllib.request
+
+# Test hooks, read before pip's environment replaces ours.
+DIE_BEFORE_COMMIT = os.environ.get("SANDBOXAPI_INSTALL_DIE_BEFORE_COMMIT") == "1"
+DIE_AFTER_MOVE_ASIDE = os.environ.get("SANDBOXAPI_INSTALL_DIE_AFTER_MOVE_ASIDE") == "1"
 
 HOME = "/home/sandbox"
 STORE = HOME + "/.local/.sandboxapi-pkgs"
@@ -104,7 +113,12 @@ def norm(name):
     return "".join(out)
 
 
+class Failure(Exception):
+    pass
+
+
 def fetch(url, size_limit):
+    import urllib.request
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
     with opener.open(url, timeout=60) as r:
         data = r.read(size_limit + 1)
@@ -116,7 +130,9 @@ def fetch(url, size_limit):
 def extract_npm(data, dest, limits):
     count = 0
     total = 0
-    with tarfile.open(fileobj=__import__("io").BytesIO(data), mode="r:gz") as tf:
+    import io
+    import tarfile
+    with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tf:
         for m in tf:
             count += 1
             if count > limits["max_entries"]:
@@ -153,13 +169,13 @@ def extract_npm(data, dest, limits):
                     left -= len(chunk)
 
 
-def pip_argv(job, stage, req):
-    """The whole pip command line: wheels only, no dependencies, the hashes
-    the mirror recorded, the mirror's index and nothing else."""
-    return [sys.executable, "-I", "-B", "-m", "pip", "install", "--isolated", "--no-input",
+def pip_argv(stage, req):
+    """pip's whole command line: wheels only, no dependencies, no index
+    (only the files fetched from the mirror), the hashes the mirror
+    recorded."""
+    return ["install", "--isolated", "--no-input", "--no-index",
             "--only-binary=:all:", "--no-deps", "--no-build-isolation", "--require-hashes",
             "--no-cache-dir", "--no-compile", "--progress-bar", "off", "--disable-pip-version-check",
-            "--index-url", job["index_url"], "--trusted-host", job["trusted_host"],
             "--target", stage, "-r", req]
 
 
@@ -171,23 +187,155 @@ def pip_env(work):
     }
 
 
-def requirements(job):
-    return "".join("%s==%s --hash=sha256:%s\n" % (p["name"], p["version"], p["sha256"]) for p in job["packages"])
+SAFE_NAME = re.compile(r"[A-Za-z0-9]([A-Za-z0-9._-]{0,198}[A-Za-z0-9])?")
+SAFE_WHEEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+!-]{0,250}\.whl")
+SAFE_PATH = re.compile(r"/[A-Za-z0-9._~%/+!-]{1,1000}")
 
 
-def stage_pip(job, stage, work):
+def wheel_path(wheels, p):
+    """Where p's wheel is kept: its recorded file name in wheels, refused
+    unless it is a plain wheel file name."""
+    fn = p.get("filename", "")
+    if not SAFE_WHEEL.fullmatch(fn) or ".." in fn:
+        raise Failure("%r is not a plain wheel file name" % fn)
+    return os.path.join(wheels, fn)
+
+
+def requirements(job, wheels):
+    """One line per wheel: its name pinned to the fetched file and to the
+    hash the mirror recorded (pip checks the wheel's name, version and
+    hash against them)."""
+    lines = []
+    for p in job["packages"]:
+        if not SAFE_NAME.fullmatch(p["name"]) or not re.fullmatch(r"[0-9a-f]{64}", p["sha256"]):
+            raise Failure("bad package record %r" % p["name"])
+        lines.append("%s @ file://%s --hash=sha256:%s\n" % (p["name"], wheel_path(wheels, p), p["sha256"]))
+    return "".join(lines)
+
+
+def download(base_url, p, path):
+    """Streams one file from the mirror into a new file at path; it must
+    have the recorded size and sha256."""
+    import http.client
+    import urllib.parse
+    u = urllib.parse.urlsplit(base_url)
+    if u.scheme != "http" or not u.hostname or not SAFE_PATH.fullmatch(p["url_path"]):
+        raise Failure("bad mirror address for %s" % p["name"])
+    conn = http.client.HTTPConnection(u.hostname, u.port or 80, timeout=60)
+    try:
+        conn.request("GET", p["url_path"])
+        r = conn.getresponse()
+        if r.status != 200:
+            raise Failure("%s: mirror answered %d" % (p["name"], r.status))
+        h, n = hashlib.sha256(), 0
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+        with os.fdopen(fd, "wb") as out:
+            while True:
+                chunk = r.read(1 << 20)
+                if not chunk:
+                    break
+                n += len(chunk)
+                if n > p["size"]:
+                    raise Failure("%s: larger than recorded" % p["name"])
+                h.update(chunk)
+                out.write(chunk)
+    finally:
+        conn.close()
+    if n != p["size"] or h.hexdigest() != p["sha256"]:
+        raise Failure("%s: size or sha256 differs from the mirror's record" % p["name"])
+
+
+def download_all(job, wheels, workers=8):
+    """Starts fetching every wheel in parallel; the returned function waits
+    and raises the first failure."""
+    todo = [(p, wheel_path(wheels, p)) for p in job["packages"]]
+    if len(set(path for _, path in todo)) != len(todo):
+        raise Failure("a wheel is listed twice")
+    errors = []
+
+    def work():
+        while True:
+            try:
+                p, path = todo.pop()
+            except IndexError:
+                return
+            try:
+                download(job["base_url"], p, path)
+            except Exception as e:  # reported by wait
+                errors.append(e)
+                return
+    threads = [threading.Thread(target=work, daemon=True) for _ in range(min(workers, len(todo)))]
+    for t in threads:
+        t.start()
+
+    def wait():
+        for t in threads:
+            t.join()
+        if errors:
+            raise Failure("fetching from the mirror: %s" % errors[0])
+    return wait
+
+
+def trim_pip():
+    """pip builds an HTTP session for every install, though here it fetches
+    nothing (--no-index, file:// wheels). Two parts of that session only
+    matter for requests and are slow in the sandbox: the user agent (it
+    scans every installed distribution and looks for rustc) and the
+    system trust store (it parses every CA certificate). Skip both; with
+    no trust store pip falls back to its own verified default. Returns
+    what was trimmed: nothing when pip's insides have changed."""
+    done = []
+    try:
+        import pip._internal.network.session as session
+        if callable(getattr(session, "user_agent", None)):
+            session.user_agent = lambda: "pip (sandboxapi installer)"
+            done.append("user_agent")
+    except ImportError:
+        pass
+    try:
+        import pip._internal.cli.index_command as index_command
+        if callable(getattr(index_command, "_create_truststore_ssl_context", None)):
+            index_command._create_truststore_ssl_context = lambda: None
+            done.append("truststore")
+    except ImportError:
+        pass
+    return done
+
+
+def stage_pip(job, stage, work, timings):
+    t0 = time.monotonic()
+    wheels = os.path.join(work, "wheels")
+    os.mkdir(wheels, 0o700)
     req = os.path.join(work, "requirements.txt")
     with open(req, "w") as f:
-        f.write(requirements(job))
-    r = subprocess.run(pip_argv(job, stage, req), env=pip_env(work), cwd=work, stdin=subprocess.DEVNULL)
-    os.unlink(req)
-    if r.returncode != 0:
-        fail("pip exited with %d" % r.returncode)
-    # pip --target leaves scripts in bin/; keep only the packages.
-    return [e for e in os.listdir(stage)]
+        f.write(requirements(job, wheels))
+    # What the fetching threads use is imported here, before pip's imports
+    # start in this thread: two threads importing at once may see each
+    # other's modules half made. (The idna codec resolves the mirror's
+    # address.)
+    import encodings.idna  # noqa: F401
+    import http.client  # noqa: F401
+    import urllib.parse  # noqa: F401
+    wait = download_all(job, wheels)
+    # pip runs in this process (python3 -I -B already), with its own
+    # fixed environment, imported while the wheels arrive.
+    os.environ.clear()
+    os.environ.update(pip_env(work))
+    tempfile.tempdir = work
+    from pip._internal.cli.main import main as pip_main
+    timings["pip_trimmed"] = trim_pip()
+    t1 = time.monotonic()
+    wait()
+    t2 = time.monotonic()
+    rc = pip_main(pip_argv(stage, req))
+    timings.update(pip_import_ms=ms(t0, t1), download_wait_ms=ms(t1, t2), pip_run_ms=ms(t2, time.monotonic()))
+    if rc != 0:
+        fail("pip exited with %d" % rc)
+    return os.listdir(stage)
 
 
 def stage_npm(job, stage):
+    import base64
     names = []
     for p in job["packages"]:
         data = fetch(job["base_url"] + p["url_path"], p["size"])
@@ -206,16 +354,25 @@ def stage_npm(job, stage):
     return names
 
 
-def commit(job, stage, entries):
-    live = LIVE[job["manager"]]
-    gen = new_dir(job["manager"] + "-")
+def start_copy(manager):
+    """Makes the next generation folder and starts filling it with hard
+    links to the current packages, in the background while the new ones
+    are staged. Returns the folder and the copy (None: nothing to copy)."""
+    live = LIVE[manager]
+    gen = new_dir(manager + "-")
     cur = current_target(live)
     src = cur if cur else (live if os.path.isdir(live) and not os.path.islink(live) else None)
-    if src:
-        os.rmdir(gen)
-        r = subprocess.run(["cp", "-a", "-l", "--", src, gen], stdin=subprocess.DEVNULL)
-        if r.returncode != 0:
-            fail("copying the current packages failed")
+    if not src:
+        return gen, None
+    os.rmdir(gen)
+    return gen, subprocess.Popen(["cp", "-a", "-l", "--", src, gen], stdin=subprocess.DEVNULL)
+
+
+def commit(job, stage, entries, copy=None):
+    live = LIVE[job["manager"]]
+    gen, cp = copy or start_copy(job["manager"])
+    if cp is not None and cp.wait() != 0:
+        fail("copying the current packages failed")
     if job["manager"] == "pip":
         wanted = {norm(p["name"]) for p in job["packages"]}
         for e in os.listdir(gen):
@@ -238,7 +395,7 @@ def commit(job, stage, entries):
     if os.path.lexists(live) and not os.path.islink(live):
         # A real folder (made by the user): move it aside first.
         os.rename(live, os.path.join(STORE, "old-%s-%s" % (job["manager"], os.urandom(4).hex())))
-        if os.environ.get("SANDBOXAPI_INSTALL_DIE_AFTER_MOVE_ASIDE") == "1":
+        if DIE_AFTER_MOVE_ASIDE:
             os.kill(os.getpid(), 9)
     os.rename(link, live)
 
@@ -268,14 +425,19 @@ def check_requires(job):
 
 
 def check_isolated():
-    """Refuses to go on when anything of the home could be imported."""
-    if not sys.flags.isolated:
-        fail("must run as python3 -I")
+    """Refuses to go on when anything of the home could be imported, or
+    bytecode written."""
+    if not sys.flags.isolated or not sys.flags.dont_write_bytecode:
+        fail("must run as python3 -I -B")
     home = os.path.realpath(HOME)
     for p in sys.path:
         rp = os.path.realpath(p or os.getcwd())
         if rp == home or rp.startswith(home + os.sep):
             fail("home on sys.path: %r" % p)
+
+
+def ms(a, b):
+    return int((b - a) * 1000)
 
 
 def main():
@@ -290,20 +452,32 @@ def main():
     os.makedirs(STORE, 0o755, exist_ok=True)
     clean_leftovers()
     stage = new_dir("stage-")
-    if job["manager"] == "pip":
-        entries = stage_pip(job, stage, work)
-    elif job["manager"] == "npm":
-        entries = stage_npm(job, stage)
-    else:
-        fail("unknown manager")
+    copy = start_copy(job["manager"])
+    tp = time.monotonic()
+    timings = {}
+    try:
+        if job["manager"] == "pip":
+            entries = stage_pip(job, stage, work, timings)
+        elif job["manager"] == "npm":
+            entries = stage_npm(job, stage)
+        else:
+            fail("unknown manager")
+    except Failure as e:
+        fail(str(e))
     t1 = time.monotonic()
-    if os.environ.get("SANDBOXAPI_INSTALL_DIE_BEFORE_COMMIT") == "1":
+    if DIE_BEFORE_COMMIT:
         os.kill(os.getpid(), 9)
-    commit(job, stage, entries)
+    commit(job, stage, entries, copy)
     clean_leftovers()
     t2 = time.monotonic()
-    print(json.dumps({"ok": True, "entries": sorted(entries),
-                      "stage_ms": int((t1 - t0) * 1000), "commit_ms": int((t2 - t1) * 1000)}))
+    out = {"ok": True, "entries": sorted(entries), "prepare_ms": ms(t0, tp), "fetch_ms": ms(tp, t1), "commit_ms": ms(t1, t2)}
+    out.update(timings)
+    print(json.dumps(out))
+    # Done: everything is committed by renames. Skip tearing the
+    # interpreter (and all of pip) down.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":

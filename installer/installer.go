@@ -18,6 +18,7 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/sandboxapi/sandboxapi/internal/sandbox"
@@ -144,9 +145,12 @@ func (c Config) Validate() error {
 }
 
 // Installer runs install jobs. Build it with New; it is safe for
-// concurrent use.
+// concurrent use. Start keeps an installer network ready ahead of each
+// install and Stop removes it; without Start each install makes its own
+// network in line.
 type Installer struct {
 	cfg     Config
+	warm    warm
 	catalog Catalog
 	runner  Runner
 	net     Network
@@ -216,7 +220,7 @@ func (i *Installer) plan(ctx context.Context, req sandbox.InstallRequest) ([]pla
 		case err != nil:
 			return nil, nil, fmt.Errorf("looking up %s: %w", spec, err)
 		}
-		if m == Pip && !strings.HasSuffix(a.Filename, ".whl") {
+		if m == Pip && (!strings.HasSuffix(a.Filename, ".whl") || !wheelFile.MatchString(a.Filename) || strings.Contains(a.Filename, "..")) {
 			rej = append(rej, sandbox.PackageRejection{Package: spec, Status: "not_a_wheel", Reason: "only wheels are installed: " + a.Filename})
 			continue
 		}
@@ -372,17 +376,20 @@ func (i *Installer) Install(ctx context.Context, owner, sessionID string, req sa
 	ctx, cancel := context.WithTimeout(ctx, timeout+10*time.Second)
 	defer cancel()
 
-	netID := "inst-" + randomID()
-	ep, stop, err := i.serveMirror(ctx, netID)
+	netStart := time.Now()
+	ep, stop, err := i.serveMirror(ctx)
 	if err != nil {
 		return sandbox.InstallReply{}, err
 	}
+	netTime := time.Since(netStart)
+	stop = sync.OnceFunc(stop)
 	defer stop()
 
 	base := fmt.Sprintf("http://%s", netip.AddrPortFrom(ep.HostAddr, i.cfg.Port))
 	type pkg struct {
 		Name      string `json:"name"`
 		Version   string `json:"version"`
+		Filename  string `json:"filename"`
 		SHA256    string `json:"sha256"`
 		Integrity string `json:"integrity,omitempty"`
 		URLPath   string `json:"url_path"`
@@ -390,17 +397,14 @@ func (i *Installer) Install(ctx context.Context, owner, sessionID string, req sa
 	}
 	job := struct {
 		Manager  string           `json:"manager"`
-		IndexURL string           `json:"index_url"`
-		Trusted  string           `json:"trusted_host"`
 		BaseURL  string           `json:"base_url"`
 		Packages []pkg            `json:"packages"`
 		Requires []requirement    `json:"requires,omitempty"`
 		Limits   map[string]int64 `json:"limits"`
-	}{Requires: reqs, Manager: req.Manager, IndexURL: base + "/mirror/pypi/simple/", BaseURL: base,
-		Trusted: netip.AddrPortFrom(ep.HostAddr, i.cfg.Port).String(),
-		Limits:  map[string]int64{"max_entries": int64(i.cfg.MaxEntries), "max_bytes": i.cfg.MaxUnpackedBytes}}
+	}{Requires: reqs, Manager: req.Manager, BaseURL: base,
+		Limits: map[string]int64{"max_entries": int64(i.cfg.MaxEntries), "max_bytes": i.cfg.MaxUnpackedBytes}}
 	for _, p := range plan {
-		job.Packages = append(job.Packages, pkg{Name: p.a.Name, Version: p.a.Version, SHA256: p.a.SHA256, Integrity: p.a.Integrity, URLPath: p.a.URLPath, Size: p.a.Size})
+		job.Packages = append(job.Packages, pkg{Name: p.a.Name, Version: p.a.Version, Filename: p.a.Filename, SHA256: p.a.SHA256, Integrity: p.a.Integrity, URLPath: p.a.URLPath, Size: p.a.Size})
 	}
 	jb, _ := json.Marshal(job)
 	// The installer's whole environment (install.py builds pip's own).
@@ -408,16 +412,21 @@ func (i *Installer) Install(ctx context.Context, owner, sessionID string, req sa
 	if i.dieBeforeCommit {
 		env = append(env, "SANDBOXAPI_INSTALL_DIE_BEFORE_COMMIT=1")
 	}
+	jobStart := time.Now()
 	res, err := i.runner.RunJob(ctx, sandbox.Job{
 		Owner: owner, SessionID: sessionID, NetnsPath: ep.NetnsPath,
 		Files:   []sandbox.File{{Path: "install.py", Content: installScript}, {Path: "job.json", Content: jb}},
-		Argv:    []string{"/usr/bin/python3", "-I", "{dir}/install.py", "{dir}/job.json"},
+		Argv:    []string{"/usr/bin/python3", "-I", "-B", "{dir}/install.py", "{dir}/job.json"},
 		Env:     env,
 		Timeout: timeout,
 	})
+	jobTime := time.Since(jobStart)
 	if err != nil {
 		return sandbox.InstallReply{}, err
 	}
+	stopStart := time.Now()
+	stop() // the job's sandbox is gone: close the listener now
+	netTime += time.Since(stopStart)
 	if res.ExitCode == missingExit && len(reqs) > 0 {
 		if rej, ok := missingFromJob(res.Stdout, reqs); ok {
 			return sandbox.InstallReply{}, rej
@@ -428,42 +437,59 @@ func (i *Installer) Install(ctx context.Context, owner, sessionID string, req sa
 			"stdout", tail(res.Stdout, 2000), "stderr", tail(res.Stderr, 4000))
 		return sandbox.InstallReply{}, fmt.Errorf("%w: installer %s (exit %d): %s", sandbox.ErrInstallFailed, res.Status, res.ExitCode, lastLine(res.Stderr))
 	}
-	reply := sandbox.InstallReply{Manager: req.Manager, DurationMS: time.Since(start).Milliseconds()}
+	reply := sandbox.InstallReply{Manager: req.Manager, DurationMS: time.Since(start).Milliseconds(),
+		Phases: phases(netTime, jobTime, res)}
 	for _, p := range plan {
 		reply.Installed = append(reply.Installed, sandbox.InstalledPackage{Requested: p.requested, Name: p.a.Name, Version: p.a.Version,
 			Filename: p.a.Filename, SHA256: p.a.SHA256, Resolved: p.resolved, Stripped: p.a.Stripped})
 	}
 	i.log.Info("install", "session", sessionID, "manager", req.Manager, "packages", len(plan), "ms", reply.DurationMS,
-		"sandbox_ms", res.DurationMS, "installer", lastLine(res.Stdout))
+		"network_ms", reply.Phases.Network, "sandbox_ms", reply.Phases.Sandbox, "startup_ms", reply.Phases.Startup,
+		"stage_ms", reply.Phases.Stage, "commit_ms", reply.Phases.Commit, "installer", lastLine(res.Stdout))
 	return reply, nil
 }
 
-// serveMirror sets up an installer network and serves the mirror on its
-// host address for as long as the returned stop is not called.
-func (i *Installer) serveMirror(ctx context.Context, id string) (Endpoint, func(), error) {
-	ep, err := i.net.Setup(ctx, id)
+// report is the installer program's last line of output.
+type report struct {
+	OK        bool     `json:"ok"`
+	Entries   []string `json:"entries"`
+	PrepareMS int64    `json:"prepare_ms"`
+	FetchMS   int64    `json:"fetch_ms"`
+	CommitMS  int64    `json:"commit_ms"`
+}
+
+// phases splits an install's time: net is the network's set-up and
+// teardown, job the whole RunJob call, res what the program reported.
+func phases(net, job time.Duration, res sandbox.Result) *sandbox.InstallPhases {
+	var r report
+	out := strings.TrimSpace(res.Stdout)
+	_ = json.Unmarshal([]byte(out[strings.LastIndexByte(out, '\n')+1:]), &r)
+	p := &sandbox.InstallPhases{Network: net.Milliseconds(), Stage: r.FetchMS, Commit: r.CommitMS}
+	p.Sandbox = max(0, job.Milliseconds()-res.DurationMS)
+	p.Startup = max(0, res.DurationMS-r.FetchMS-r.CommitMS)
+	return p
+}
+
+// serveMirror takes a fresh installer network and serves the mirror on
+// its host address until the returned stop is called; stop closes the
+// listener at once and releases the network (see release).
+func (i *Installer) serveMirror(ctx context.Context) (Endpoint, func(), error) {
+	slot, err := i.network(ctx)
 	if err != nil {
 		return Endpoint{}, nil, fmt.Errorf("setting up installer network: %w", err)
 	}
-	teardown := func() {
-		tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-		defer cancel()
-		if err := i.net.Teardown(tctx, id); err != nil {
-			i.log.Error("tearing down installer network", "id", id, "err", err)
-		}
-	}
-	ln, err := net.Listen("tcp", netip.AddrPortFrom(ep.HostAddr, i.cfg.Port).String())
+	ln, err := net.Listen("tcp", netip.AddrPortFrom(slot.ep.HostAddr, i.cfg.Port).String())
 	if err != nil {
-		teardown()
+		i.release(ctx, slot.id)
 		return Endpoint{}, nil, fmt.Errorf("listening for the installer: %w", err)
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/mirror/", i.mirror)
-	hs := &http.Server{Handler: logRequests(i.log, id, mux), ReadHeaderTimeout: 10 * time.Second}
+	hs := &http.Server{Handler: logRequests(i.log, slot.id, mux), ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = hs.Serve(ln) }()
-	return ep, func() {
+	return slot.ep, func() {
 		_ = hs.Close()
-		teardown()
+		i.release(ctx, slot.id)
 	}, nil
 }
 

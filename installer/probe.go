@@ -92,7 +92,7 @@ func (i *Installer) ProbeDetail(ctx context.Context, extra ...string) (ProbeResu
 	}
 	defer decoy.Close()
 
-	ep, stop, err := i.serveMirror(ctx, "probe-"+randomID())
+	ep, stop, err := i.serveMirror(ctx)
 	if err != nil {
 		return ProbeResult{}, err
 	}

@@ -120,6 +120,12 @@ func newRig(t *testing.T) *rig {
 		_ = nw.Reconcile(context.Background(), nil)
 	})
 	inst := New(icfg, catalog{mir}, ex, netAdapter{nw}, mir.Handler(), log)
+	inst.Start(ctx)
+	t.Cleanup(func() {
+		if err := inst.Stop(context.Background()); err != nil {
+			t.Error(err)
+		}
+	})
 	return &rig{ex: ex, mir: mir, inst: inst, owner: "key_1"}
 }
 
@@ -450,5 +456,25 @@ func TestRealNPMDependencies(t *testing.T) {
 	}
 	if res := r.run(t, js2, "console.log(typeof require('debug'))"); res.Stdout != "function\n" {
 		t.Fatalf("debug in second session: %+v", res)
+	}
+}
+
+// TestRealPipTrimApplies: the parts of pip's HTTP session that install.py
+// skips (pip fetches nothing itself) still exist in the rootfs' pip, so
+// the trim is in effect and not silently gone after a pip upgrade.
+func TestRealPipTrimApplies(t *testing.T) {
+	r := newRig(t)
+	driver := "import sys, json\nsys.path.insert(0, sys.argv[1])\nimport install\nprint(json.dumps(install.trim_pip()))\n"
+	res, err := r.ex.RunJob(context.Background(), sandbox.Job{
+		Files:   []sandbox.File{{Path: "install.py", Content: installScript}, {Path: "driver.py", Content: []byte(driver)}},
+		Argv:    []string{"/usr/bin/python3", "-I", "-B", "{dir}/driver.py", "{dir}"},
+		Env:     []string{"PATH=/usr/bin:/bin", "LANG=C.UTF-8"},
+		Timeout: time.Minute,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.TrimSpace(res.Stdout); got != `["user_agent", "truststore"]` {
+		t.Fatalf("trimmed %q (stderr %s)", got, res.Stderr)
 	}
 }

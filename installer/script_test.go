@@ -33,7 +33,7 @@ func hostPython(t *testing.T) (py, dir string) {
 func runScript(t *testing.T, py, dir, code string, env []string, args ...string) (string, error) {
 	t.Helper()
 	prelude := "import sys; sys.path.insert(0, " + pyStr(dir) + "); import install\n"
-	cmd := exec.Command(py, append([]string{"-I", "-c", prelude + code}, args...)...)
+	cmd := exec.Command(py, append([]string{"-I", "-B", "-c", prelude + code}, args...)...)
 	cmd.Env = append([]string{"PATH=/usr/bin:/bin"}, env...)
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
@@ -50,20 +50,24 @@ func pyStr(s string) string {
 }
 
 // TestPipArgv pins the exact pip command line: wheels only, no
-// dependencies, the recorded hashes required, pip's isolated mode, the
-// mirror's index as the only source; and pip's environment.
+// dependencies, no index (only the files fetched from the mirror), the
+// recorded hashes required, pip's isolated mode; pip's environment; and
+// the requirements, each name pinned to its fetched file and hash.
 func TestPipArgv(t *testing.T) {
 	t.Parallel()
 	py, dir := hostPython(t)
 	job := map[string]any{
-		"manager": "pip", "index_url": "http://10.201.0.1:3141/mirror/pypi/simple/", "trusted_host": "10.201.0.1:3141",
-		"packages": []map[string]string{{"name": "alpha-pkg", "version": "1.2.0", "sha256": hash}, {"name": "beta", "version": "0.1", "sha256": strings.Repeat("b", 64)}},
+		"manager": "pip", "base_url": "http://10.201.0.1:3141",
+		"packages": []map[string]any{
+			{"name": "alpha-pkg", "version": "1.2.0", "filename": "alpha_pkg-1.2.0-py3-none-any.whl", "sha256": hash, "size": 10, "url_path": "/mirror/pypi/files/x/alpha_pkg-1.2.0-py3-none-any.whl"},
+			{"name": "beta", "version": "0.1", "filename": "beta-0.1-py3-none-any.whl", "sha256": strings.Repeat("b", 64), "size": 10, "url_path": "/mirror/pypi/files/y/beta-0.1-py3-none-any.whl"},
+		},
 	}
 	jb, _ := json.Marshal(job)
 	out, err := runScript(t, py, dir, `import json
 job = json.loads(sys.argv[1])
-print(json.dumps({"argv": install.pip_argv(job, "/st", "/w/req.txt"), "env": install.pip_env("/w"),
-                  "req": install.requirements(job), "exe": sys.executable}))`, nil, string(jb))
+print(json.dumps({"argv": install.pip_argv("/st", "/w/req.txt"), "env": install.pip_env("/w"),
+                  "req": install.requirements(job, "/w/wheels")}))`, nil, string(jb))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,21 +75,19 @@ print(json.dumps({"argv": install.pip_argv(job, "/st", "/w/req.txt"), "env": ins
 		Argv []string          `json:"argv"`
 		Env  map[string]string `json:"env"`
 		Req  string            `json:"req"`
-		Exe  string            `json:"exe"`
 	}
 	if err := json.Unmarshal([]byte(out), &got); err != nil {
 		t.Fatalf("%v: %s", err, out)
 	}
-	want := []string{got.Exe, "-I", "-B", "-m", "pip", "install", "--isolated", "--no-input",
+	want := []string{"install", "--isolated", "--no-input", "--no-index",
 		"--only-binary=:all:", "--no-deps", "--no-build-isolation", "--require-hashes",
 		"--no-cache-dir", "--no-compile", "--progress-bar", "off", "--disable-pip-version-check",
-		"--index-url", "http://10.201.0.1:3141/mirror/pypi/simple/", "--trusted-host", "10.201.0.1:3141",
 		"--target", "/st", "-r", "/w/req.txt"}
 	if strings.Join(got.Argv, "\x00") != strings.Join(want, "\x00") {
 		t.Fatalf("pip argv\n got %q\nwant %q", got.Argv, want)
 	}
 	for _, a := range got.Argv {
-		for _, bad := range []string{"--extra-index-url", "--find-links", "-f", "--pre", "--user", "--no-binary", "--src", "-e", "--editable", "-c", "--constraint"} {
+		for _, bad := range []string{"--index-url", "-i", "--extra-index-url", "--find-links", "-f", "--pre", "--user", "--no-binary", "--src", "-e", "--editable", "-c", "--constraint"} {
 			if a == bad || strings.HasPrefix(a, bad+"=") {
 				t.Errorf("pip argv holds %s", a)
 			}
@@ -101,9 +103,57 @@ print(json.dumps({"argv": install.pip_argv(job, "/st", "/w/req.txt"), "env": ins
 			t.Errorf("pip env %s = %q, want %q", k, got.Env[k], v)
 		}
 	}
-	wantReq := "alpha-pkg==1.2.0 --hash=sha256:" + hash + "\nbeta==0.1 --hash=sha256:" + strings.Repeat("b", 64) + "\n"
+	wantReq := "alpha-pkg @ file:///w/wheels/alpha_pkg-1.2.0-py3-none-any.whl --hash=sha256:" + hash + "\n" +
+		"beta @ file:///w/wheels/beta-0.1-py3-none-any.whl --hash=sha256:" + strings.Repeat("b", 64) + "\n"
 	if got.Req != wantReq {
-		t.Errorf("requirements %q, want %q", got.Req, wantReq)
+		t.Errorf("requirements\n got %q\nwant %q", got.Req, wantReq)
+	}
+}
+
+// TestRequirementsRefuseHostileRecords: a package record that could add a
+// line or an option to pip's requirements file, or put a wheel outside
+// the installer's folder, stops the install.
+func TestRequirementsRefuseHostileRecords(t *testing.T) {
+	t.Parallel()
+	py, dir := hostPython(t)
+	good := map[string]any{"name": "ok", "filename": "ok-1.0-py3-none-any.whl", "sha256": hash}
+	with := func(k string, v any) map[string]any {
+		m := map[string]any{}
+		for a, b := range good {
+			m[a] = b
+		}
+		m[k] = v
+		return m
+	}
+	cases := []struct {
+		name string
+		pkg  map[string]any
+	}{
+		{"option in the name", with("name", "ok --index-url http://evil/")},
+		{"new line in the name", with("name", "ok\n--find-links /home/sandbox")},
+		{"marker in the name", with("name", "ok; python_version>'0'")},
+		{"url in the name", with("name", "ok@http://evil/x.whl")},
+		{"option in the hash", with("sha256", hash+" --no-deps")},
+		{"short hash", with("sha256", "abc")},
+		{"upper-case hash", with("sha256", strings.ToUpper(hash))},
+		{"file name with a folder", with("filename", "../ok-1.0-py3-none-any.whl")},
+		{"file name with a slash", with("filename", "x/ok-1.0-py3-none-any.whl")},
+		{"hidden file name", with("filename", ".ok-1.0-py3-none-any.whl")},
+		{"file name with a space", with("filename", "ok-1.0 -r x.whl")},
+		{"file name with a new line", with("filename", "ok-1.0\n-r x.whl")},
+		{"not a wheel", with("filename", "ok-1.0.tar.gz")},
+		{"no file name", with("filename", "")},
+	}
+	for _, tc := range cases {
+		jb, _ := json.Marshal(map[string]any{"packages": []map[string]any{good, tc.pkg}})
+		out, err := runScript(t, py, dir, `import json
+try:
+    print(install.requirements(json.loads(sys.argv[1]), "/w/wheels"))
+except install.Failure as e:
+    print("refused:", e)`, nil, string(jb))
+		if err != nil || !strings.HasPrefix(out, "refused:") {
+			t.Errorf("%s: err %v, out %q", tc.name, err, out)
+		}
 	}
 }
 
@@ -129,11 +179,13 @@ func TestCheckIsolated(t *testing.T) {
 			t.Errorf("%s: err %v out %q", tc.name, err, out)
 		}
 	}
-	// Without -I it refuses too.
-	cmd := exec.Command(py, "-c", "import sys; sys.path.insert(0, "+pyStr(dir)+"); import install; install.check_isolated()")
-	cmd.Env = []string{"PATH=/usr/bin:/bin"}
-	if out, err := cmd.CombinedOutput(); err == nil || !strings.Contains(string(out), "python3 -I") {
-		t.Errorf("not isolated: err %v: %s", err, out)
+	// Without -I, or without -B, it refuses too.
+	for _, flags := range [][]string{{"-B"}, {"-I"}, nil} {
+		cmd := exec.Command(py, append(flags, "-c", "import sys; sys.path.insert(0, "+pyStr(dir)+"); import install; install.check_isolated()")...)
+		cmd.Env = []string{"PATH=/usr/bin:/bin"}
+		if out, err := cmd.CombinedOutput(); err == nil || !strings.Contains(string(out), "python3 -I -B") {
+			t.Errorf("flags %q: err %v: %s", flags, err, out)
+		}
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 var (
 	pipName    = regexp.MustCompile(`^(?i:[a-z0-9]|[a-z0-9][a-z0-9._-]{0,198}[a-z0-9])$`)
 	pipVersion = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9.+!_-]{0,63}$`)
+	wheelFile  = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._+!-]{0,250}\.whl$`)
 	npmName    = regexp.MustCompile(`^(@[a-z0-9~][a-z0-9._~-]{0,100}/)?[a-z0-9~][a-z0-9._~-]{0,213}$`)
 	npmVersion = regexp.MustCompile(`^v?[0-9]+\.[0-9]+\.[0-9]+([-+][0-9A-Za-z.+-]{1,64})?$`)
 )

@@ -170,20 +170,26 @@ func run(ctx context.Context, d time.Duration, conc int, osvDir string, installs
 		fmt.Println()
 	}
 
-	fmt.Printf("pip install of ten 256 KiB wheels (--no-deps --only-binary=:all: --no-cache-dir), %d runs each\n\n| index | median | min |\n|---|---|---|\n", installs)
-	var med [2]time.Duration
-	for i, idx := range []struct{ name, url string }{{"mirror", mURL + "/mirror/pypi/simple"}, {"python http.server", pyURL + "/simple"}} {
-		var ts []time.Duration
-		for j := 0; j < installs; j++ {
-			t, err := pipInstall(ctx, idx.url, names)
+	pipPy := pipPython()
+	fmt.Printf("pip install of ten 256 KiB wheels (--no-deps --only-binary=:all: --no-cache-dir, %s), %d runs each, alternating\n\n| index | median | min |\n|---|---|---|\n", pipPy, installs)
+	idxs := []struct{ name, url string }{{"mirror", mURL + "/mirror/pypi/simple"}, {"python http.server", pyURL + "/simple"}}
+	// Alternating runs share the machine's load alike (it drifts on a
+	// shared VM), so the ratio of the medians compares like with like.
+	ts := make([][]time.Duration, len(idxs))
+	for j := 0; j < installs; j++ {
+		for i, idx := range idxs {
+			t, err := pipInstall(ctx, pipPy, idx.url, names)
 			if err != nil {
 				return fmt.Errorf("pip from %s: %w", idx.name, err)
 			}
-			ts = append(ts, t)
+			ts[i] = append(ts[i], t)
 		}
-		sort.Slice(ts, func(a, b int) bool { return ts[a] < ts[b] })
-		med[i] = ts[len(ts)/2]
-		fmt.Printf("| %s | %s | %s |\n", idx.name, ts[len(ts)/2].Round(time.Millisecond), ts[0].Round(time.Millisecond))
+	}
+	var med [2]time.Duration
+	for i, idx := range idxs {
+		sort.Slice(ts[i], func(a, b int) bool { return ts[i][a] < ts[i][b] })
+		med[i] = ts[i][len(ts[i])/2]
+		fmt.Printf("| %s | %s | %s |\n", idx.name, med[i].Round(time.Millisecond), ts[i][0].Round(time.Millisecond))
 	}
 	fmt.Printf("\nratio mirror / http.server install time: %.2fx\n", float64(med[0])/float64(med[1]))
 	return nil
@@ -243,7 +249,17 @@ func load(name, u, accept string, conc int, d time.Duration, keepAlive bool) (re
 	return result{name: name, n: len(all), rps: float64(len(all)) / el.Seconds(), p50: pct(0.5), p99: pct(0.99), max: all[len(all)-1].Round(time.Microsecond)}, nil
 }
 
-func pipInstall(ctx context.Context, index string, pkgs []string) (time.Duration, error) {
+// pipPython is the host's python3 resolved to the interpreter itself: a
+// wrapper such as a pyenv shim adds its own start-up to every run.
+func pipPython() string {
+	out, err := exec.Command("python3", "-c", "import sys; print(sys.executable)").Output()
+	if py := strings.TrimSpace(string(out)); err == nil && py != "" {
+		return py
+	}
+	return "python3"
+}
+
+func pipInstall(ctx context.Context, py, index string, pkgs []string) (time.Duration, error) {
 	target, err := os.MkdirTemp("", "mirrorbench-pip-")
 	if err != nil {
 		return 0, err
@@ -251,7 +267,7 @@ func pipInstall(ctx context.Context, index string, pkgs []string) (time.Duration
 	defer os.RemoveAll(target)
 	args := append([]string{"-m", "pip", "install", "--index-url", index, "--only-binary=:all:", "--no-deps", "--no-cache-dir",
 		"--disable-pip-version-check", "--quiet", "--target", target}, pkgs...)
-	cmd := exec.CommandContext(ctx, "python3", args...)
+	cmd := exec.CommandContext(ctx, py, args...)
 	cmd.Env = append(os.Environ(), "PIP_CONFIG_FILE=/dev/null")
 	t0 := time.Now()
 	out, err := cmd.CombinedOutput()

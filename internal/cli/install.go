@@ -35,8 +35,10 @@ var (
 // mirror), the readiness checks and the gate, and enables
 // POST /v1/sessions/{id}/install and the checks in /readyz. The checks run
 // until ctx ends. Without an installer network (not root, no nft), installs
-// stay closed: the firewall and topology checks fail.
-func wireInstall(ctx context.Context, env *Env, srv *api.Server, ex *executor.Executor, mir *mirror.Mirror, front mirrorFront, st *store.Store) {
+// stay closed: the firewall and topology checks fail. The returned func
+// removes the installer's spare network.
+func wireInstall(ctx context.Context, env *Env, srv *api.Server, ex *executor.Executor, mir *mirror.Mirror, front mirrorFront, st *store.Store) (stop func()) {
+	stop = func() {}
 	log := env.Log.With("component", "installer")
 	icfg := env.Config.Installer
 	chk := readiness.New(env.Config.Readiness, env.Log.With("component", "readiness"))
@@ -49,6 +51,16 @@ func wireInstall(ctx context.Context, env *Env, srv *api.Server, ex *executor.Ex
 	var inst *installer.Installer
 	if nw != nil {
 		inst = installer.New(icfg, mirrorCatalog{mir}, ex, installNetwork{nw}, processMetrics().InstrumentMirror(front.handler), log)
+		// A spare installer network waits for the next install; one left
+		// by a process that dies is removed by the next start's Reconcile.
+		inst.Start(ctx)
+		stop = func() {
+			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+			defer cancel()
+			if err := inst.Stop(sctx); err != nil {
+				log.Error("stopping installer", "err", err)
+			}
+		}
 		fences := map[string]readiness.FirewallChecker{"installer": healing{nw}, "installer-chains": chainRules{icfg.Table, icfg.Prefix}}
 		closeOnRepair(ctx, chk, nw)
 		probes := map[string]readiness.Probe{
@@ -85,6 +97,7 @@ func wireInstall(ctx context.Context, env *Env, srv *api.Server, ex *executor.Ex
 		waitListening(ctx, loopbackAddr(env.Config.Listen), 30*time.Second)
 		chk.Start(ctx)
 	}()
+	return stop
 }
 
 // newInstallNetwork makes the installers' egress.Network: its own table,

@@ -141,7 +141,8 @@ func serve(ctx context.Context, env *Env) error {
 		return err
 	}
 	srv.Handle("/mirror/", processMetrics().InstrumentMirror(front.handler))
-	wireServices(ctx, env, srv, ex, mir, front, st)
+	stopServices := wireServices(ctx, env, srv, ex, mir, front, st)
+	defer stopServices()
 
 	ln, err := listen(ctx, env) // TLS per cfg.TLS (tls.go)
 	if err != nil {

@@ -11,10 +11,11 @@ import (
 )
 
 // wireServices connects the optional API surfaces to their services. Each
-// line is one feature; keep them one line each.
-func wireServices(ctx context.Context, env *Env, srv *api.Server, ex *executor.Executor, mir *mirror.Mirror, front mirrorFront, st *store.Store) {
+// line is one feature; keep them one line each. The returned func stops
+// what they started (call it once serving has ended).
+func wireServices(ctx context.Context, env *Env, srv *api.Server, ex *executor.Executor, mir *mirror.Mirror, front mirrorFront, st *store.Store) (stop func()) {
 	wireEgress(srv, st)
-	wireInstall(ctx, env, srv, ex, mir, front, st)
+	stop = wireInstall(ctx, env, srv, ex, mir, front, st)
 	srv.SetSBOM(sbomSource{st: st, mir: mir})
 	srv.SetPackages(mirrorPackages{mir})
 	srv.Handle("/mcp", mcp.NewHTTPHandler(srv, mcp.Options{Version: Version, Logger: env.Log, DefaultTimeout: env.Config.Limits.DefaultTimeout.D()}))
@@ -22,4 +23,5 @@ func wireServices(ctx context.Context, env *Env, srv *api.Server, ex *executor.E
 	srv.SetFiles(ex)
 	srv.SetLifecycle(ex)
 	wireConsole(env, srv, mir, st, ex)
+	return stop
 }

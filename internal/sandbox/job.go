@@ -54,6 +54,22 @@ type InstallReply struct {
 	Manager    string             `json:"manager"`
 	Installed  []InstalledPackage `json:"installed"`
 	DurationMS int64              `json:"duration_ms"`
+	// Phases splits DurationMS (nil when unknown).
+	Phases *InstallPhases `json:"phases_ms,omitempty"`
+}
+
+// InstallPhases is where an install's time went, in milliseconds.
+type InstallPhases struct {
+	// Network: the installer's fenced network set up and torn down.
+	Network int64 `json:"network"`
+	// Sandbox: the installer sandbox started and destroyed.
+	Sandbox int64 `json:"sandbox"`
+	// Startup: the installer program's start and its leftover cleanup.
+	Startup int64 `json:"startup"`
+	// Stage: pip (or npm's fetch and unpack) staging the packages.
+	Stage int64 `json:"stage"`
+	// Commit: the staged packages swapped into the home.
+	Commit int64 `json:"commit"`
 }
 
 // PackageRejection is why one requested package cannot be installed.
