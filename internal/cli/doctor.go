@@ -22,6 +22,7 @@ import (
 	"github.com/sandboxapi/sandboxapi/internal/buildinfo"
 	"github.com/sandboxapi/sandboxapi/internal/config"
 	"github.com/sandboxapi/sandboxapi/store"
+	"github.com/sandboxapi/sandboxapi/tlsserve"
 )
 
 func doctorCommand() *cli.Command {
@@ -583,7 +584,7 @@ func checkTLS(ctx context.Context, cfg *config.Config) checkResult {
 		}
 		return ok("files: %s valid until %s", t.CertFile, pair.Leaf.NotAfter.Format(time.DateOnly))
 	}
-	dir := tlsStorageDir(cfg)
+	dir := tlsserve.StorageDir(cfg)
 	if err := writable(existingParent(dir)); err != nil {
 		return fail("make tls.storage_dir (default <data_dir>/tls) writable", "%s: %v", dir, err)
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/sandboxapi/sandboxapi/internal/config"
 	"github.com/sandboxapi/sandboxapi/mirror"
 	"github.com/sandboxapi/sandboxapi/store"
+	"github.com/sandboxapi/sandboxapi/tlsserve"
 )
 
 func serveCommand() *cli.Command {
@@ -143,7 +144,7 @@ func serve(ctx context.Context, env *Env) error {
 	srv.Handle("/mirror/", processMetrics().InstrumentMirror(front.handler))
 	wireServices(ctx, env, srv, ex, mir, front, st)
 
-	ln, err := listen(ctx, env) // TLS per cfg.TLS (tls.go)
+	ln, err := tlsserve.Listen(ctx, cfg, env.Log) // TLS per cfg.TLS
 	if err != nil {
 		_ = ex.Stop(context.Background())
 		return fmt.Errorf("listening on %s: %w", cfg.Listen, err)
