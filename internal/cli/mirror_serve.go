@@ -2,7 +2,6 @@ package cli
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/sandboxapi/sandboxapi/internal/httperr"
 	"github.com/sandboxapi/sandboxapi/mirror"
 	"github.com/sandboxapi/sandboxapi/store"
 )
@@ -101,10 +101,8 @@ func newMirrorFront(env *Env, mir *mirror.Mirror) (mirrorFront, error) {
 		},
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			log.Warn("mirror service unreachable", "path", r.URL.Path, "err", err)
-			w.Header().Set("Content-Type", "application/json")
-			w.WriteHeader(http.StatusBadGateway)
-			_ = json.NewEncoder(w).Encode(map[string]any{"error": map[string]any{
-				"code": "mirror_unavailable", "message": "the mirror service does not answer; try again later"}})
+			httperr.Write(w, http.StatusBadGateway, httperr.Payload{Code: "mirror_unavailable",
+				Message: "the mirror service does not answer; try again later"})
 		},
 	}
 	return mirrorFront{handler: rp, base: strings.TrimSuffix(raw, "/")}, nil
