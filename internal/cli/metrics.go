@@ -3,7 +3,6 @@ package cli
 import (
 	"context"
 	"net/http"
-	"path/filepath"
 	"sort"
 	"sync"
 	"time"
@@ -28,7 +27,7 @@ func wireMetrics(srv *api.Server, ex *executor.Executor, mir *mirror.Mirror) htt
 	m := processMetrics()
 	srv.SetObserver(m)
 	m.RegisterSessionsByPlan(srv.SessionsByPlan)
-	m.RegisterSandboxStats(func() (int, int) { return liveSandboxes(ex.SandboxIDs(), executor.CgroupDirs()), ex.WarmReady() })
+	m.RegisterSandboxStats(func() (int, int) { return ex.LiveSandboxes(), ex.WarmReady() })
 	m.RegisterReadiness(srv.ReadinessByCheck)
 	m.RegisterHomeStats(func() (int, int, int64, int64) {
 		running, hibernated := ex.SessionCounts()
@@ -68,22 +67,4 @@ func mirrorCounts(ctx context.Context, mir *mirror.Mirror) ([]metrics.ArtifactCo
 		out = append(out, metrics.ArtifactCount{Ecosystem: k[0], Status: k[1], N: n[k]})
 	}
 	return out, nil
-}
-
-// liveSandboxes counts this server's running sandboxes: those of its own
-// (own: the ids in its runsc root) that have a cgroup folder (cgroupDirs,
-// one folder per running sandbox under each controller). Other servers'
-// sandboxes on the host have cgroups there too and are not counted.
-func liveSandboxes(own, cgroupDirs []string) int {
-	running := map[string]bool{}
-	for _, dir := range cgroupDirs {
-		running[filepath.Base(dir)] = true
-	}
-	n := 0
-	for _, id := range own {
-		if running[id] {
-			n++
-		}
-	}
-	return n
 }
