@@ -245,12 +245,7 @@ func mirrorRemove(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	name, version := c.Args().Get(1), ""
-	if mgr == mirror.Pip {
-		name, version, _ = strings.Cut(name, "==")
-	} else if i := strings.LastIndex(name, "@"); i > 0 {
-		name, version = name[:i], name[i+1:]
-	}
+	name, version := mirror.SplitRemoveSpec(mgr, c.Args().Get(1))
 	return withMirror(c, func(ctx context.Context, env *Env, m *mirror.Mirror) error {
 		as, err := m.Remove(ctx, mgr, name, version)
 		for _, a := range as {
@@ -261,33 +256,23 @@ func mirrorRemove(c *cli.Context) error {
 }
 
 func mirrorList(c *cli.Context) error {
-	var mgr mirror.Manager
-	if s := strings.ToLower(c.String("ecosystem")); s != "" {
-		if s == "pypi" {
-			s = "pip"
-		}
+	f := mirror.Filter{Name: c.String("name")}
+	if s := c.String("ecosystem"); s != "" {
 		var err error
-		if mgr, err = mirror.ParseManager(s); err != nil {
+		if f.Manager, err = mirror.ParseManager(strings.ToLower(s)); err != nil {
 			return err
 		}
 	}
-	status := mirror.Status(strings.ToLower(c.String("status")))
-	switch status {
-	case "", mirror.StatusAdmitted, mirror.StatusRefused, mirror.StatusQuarantined, mirror.StatusRemoved:
-	default:
-		return fmt.Errorf("mirror list: --status %q: want admitted, refused, quarantined or removed", status)
+	if s := c.String("status"); s != "" {
+		var ok bool
+		if f.Status, ok = mirror.ParseStatus(s); !ok {
+			return fmt.Errorf("mirror list: --status %q: want admitted, refused, quarantined or removed", f.Status)
+		}
 	}
-	name := strings.ToLower(c.String("name"))
 	return withMirror(c, func(ctx context.Context, env *Env, m *mirror.Mirror) error {
-		all, err := m.List(ctx, mgr)
+		as, err := m.Find(ctx, f)
 		if err != nil {
 			return err
-		}
-		as := []mirror.Artifact{}
-		for _, a := range all {
-			if (status == "" || a.Status == status) && (name == "" || strings.Contains(strings.ToLower(a.Name), name)) {
-				as = append(as, a)
-			}
 		}
 		if c.Bool("json") {
 			return json.NewEncoder(env.Stdout).Encode(as)
