@@ -245,9 +245,11 @@ func contains(list []string, s string) bool {
 }
 
 // rootfsBinaries are paths every runtime needs, relative to the rootfs.
-var rootfsBinaries = []string{
-	"bin/sh", "usr/bin/bash", "usr/bin/python3", "usr/bin/node", "usr/local/bin/esbuild",
-	"usr/bin/go", "usr/bin/java", "usr/bin/gcc", "usr/bin/g++",
+func rootfsBinaries() []string {
+	return []string{
+		"bin/sh", "usr/bin/bash", "usr/bin/python3", "usr/bin/node", "usr/local/bin/esbuild",
+		"usr/bin/go", "usr/bin/java", "usr/bin/gcc", "usr/bin/g++",
+	}
 }
 
 // checkRootfs: a complete build is found, its binaries are there, its
@@ -263,7 +265,7 @@ func checkRootfs(ctx context.Context, cfg *config.Config) Result {
 		return fail(fix, "%s has no .complete mark (a build that did not finish)", build)
 	}
 	var missing []string
-	for _, b := range rootfsBinaries {
+	for _, b := range rootfsBinaries() {
 		if _, err := os.Lstat(filepath.Join(dir, b)); err != nil {
 			missing = append(missing, "/"+b)
 		}
