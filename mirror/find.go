@@ -2,6 +2,7 @@ package mirror
 
 import (
 	"context"
+	"sort"
 	"strings"
 )
 
@@ -50,4 +51,36 @@ func SplitRemoveSpec(mgr Manager, s string) (name, version string) {
 		return s[:i], s[i+1:]
 	}
 	return s, ""
+}
+
+// Count is how many artifacts of one manager have one status.
+type Count struct {
+	Manager Manager
+	Status  Status
+	N       int
+}
+
+// Counts counts the catalogue by manager and status, ordered by manager
+// then status; pairs with no artifact are left out.
+func (m *Mirror) Counts(ctx context.Context) ([]Count, error) {
+	arts, err := m.List(ctx, "")
+	if err != nil {
+		return nil, err
+	}
+	n := map[Count]int{}
+	for _, a := range arts {
+		n[Count{Manager: a.Manager, Status: a.Status}]++
+	}
+	out := make([]Count, 0, len(n))
+	for k, v := range n {
+		k.N = v
+		out = append(out, k)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Manager != out[j].Manager {
+			return out[i].Manager < out[j].Manager
+		}
+		return out[i].Status < out[j].Status
+	})
+	return out, nil
 }

@@ -1,6 +1,9 @@
 package mirror
 
-import "testing"
+import (
+	"reflect"
+	"testing"
+)
 
 func TestSplitRemoveSpec(t *testing.T) {
 	t.Parallel()
@@ -64,5 +67,13 @@ func TestFind(t *testing.T) {
 		if err != nil || got == nil || len(got) != tt.want {
 			t.Errorf("%s: %d artifacts (%v), want %d", tt.name, len(got), err, tt.want)
 		}
+	}
+	counts, err := m.Counts(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []Count{{Manager: Pip, Status: StatusAdmitted, N: 1}, {Manager: Pip, Status: StatusRemoved, N: 1}}
+	if !reflect.DeepEqual(counts, want) {
+		t.Errorf("Counts = %+v, want %+v", counts, want)
 	}
 }
