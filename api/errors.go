@@ -1,7 +1,6 @@
 package api
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -9,6 +8,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/sandboxapi/sandboxapi/internal/httperr"
 	"github.com/sandboxapi/sandboxapi/internal/sandbox"
 )
 
@@ -70,16 +70,11 @@ func toAPIError(err error) *Error {
 	return nil
 }
 
-type errorBody struct {
-	Error errorPayload `json:"error"`
-}
-
-type errorPayload struct {
-	Code      string `json:"code"`
-	Message   string `json:"message"`
-	RequestID string `json:"request_id,omitempty"`
-	Details   any    `json:"details,omitempty"`
-}
+// The JSON error envelope is written in one place, internal/httperr.
+type (
+	errorBody    = httperr.Body
+	errorPayload = httperr.Payload
+)
 
 // writeError writes err as the JSON error body with the right status.
 func writeError(w http.ResponseWriter, r *http.Request, log *slog.Logger, err error) {
@@ -95,10 +90,4 @@ func writeError(w http.ResponseWriter, r *http.Request, log *slog.Logger, err er
 	writeJSON(w, ae.Status, errorBody{Error: errorPayload{Code: ae.Code, Message: ae.Message, RequestID: rid, Details: ae.Details}})
 }
 
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	enc := json.NewEncoder(w)
-	enc.SetEscapeHTML(false)
-	_ = enc.Encode(v)
-}
+func writeJSON(w http.ResponseWriter, status int, v any) { httperr.WriteJSON(w, status, v) }

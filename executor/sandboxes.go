@@ -2,6 +2,7 @@ package executor
 
 import (
 	"os"
+	"path/filepath"
 	"strings"
 )
 
@@ -28,4 +29,28 @@ func (e *Executor) SandboxIDs() []string {
 		}
 	}
 	return out
+}
+
+// LiveSandboxes counts this executor's running sandboxes: those in its
+// runsc root (SandboxIDs) that have a cgroup folder. Other servers'
+// sandboxes on the host have cgroups there too and are not counted. Safe
+// for concurrent use.
+func (e *Executor) LiveSandboxes() int {
+	return liveSandboxes(e.SandboxIDs(), CgroupDirs())
+}
+
+// liveSandboxes counts the ids of own that have a folder among cgroupDirs
+// (one folder per running sandbox under each controller).
+func liveSandboxes(own, cgroupDirs []string) int {
+	running := map[string]bool{}
+	for _, dir := range cgroupDirs {
+		running[filepath.Base(dir)] = true
+	}
+	n := 0
+	for _, id := range own {
+		if running[id] {
+			n++
+		}
+	}
+	return n
 }

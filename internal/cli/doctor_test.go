@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sandboxapi/sandboxapi/doctor"
 	"github.com/sandboxapi/sandboxapi/internal/config"
 	"github.com/sandboxapi/sandboxapi/store"
 )
@@ -28,19 +29,19 @@ func TestDoctorPassesOnThisHost(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg.DataDir = dir
-	results := doctorResults(t.Context(), cfg)
+	results := doctor.Results(t.Context(), cfg)
 	names := []string{}
 	for _, r := range results {
 		names = append(names, r.Name)
 		if r.Name == "build" {
 			// A test binary carries no VCS stamp: a warning, never a failure
 			// (TestBuildIsAttested checks a binary built as setup.sh does).
-			if r.Status == checkFail || !strings.HasPrefix(r.Detail, "sandboxapi ") {
+			if r.Status == doctor.Fail || !strings.HasPrefix(r.Detail, "sandboxapi ") {
 				t.Errorf("build: %s %s", r.Status, r.Detail)
 			}
 			continue
 		}
-		if r.Status != checkOK {
+		if r.Status != doctor.OK {
 			t.Errorf("%s: %s %s (fix: %s)", r.Name, r.Status, r.Detail, r.Fix)
 		}
 	}
@@ -93,26 +94,5 @@ func TestDoctorReportsProblems(t *testing.T) {
 	}
 	if !strings.Contains(errw.String(), "problem(s) found") {
 		t.Errorf("stderr = %q", errw.String())
-	}
-}
-
-// TestDoctorHomesWithoutTools: with no mkfs.ext4 on PATH the homes check
-// fails and says what to install.
-func TestDoctorHomesWithoutTools(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("doctor's checks need root")
-	}
-	cfg, err := config.Load("")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.DataDir = t.TempDir()
-	t.Setenv("PATH", t.TempDir())
-	r := checkHomes(t.Context(), cfg)
-	if r.Status != checkFail || !strings.Contains(r.Detail, "mkfs.ext4 not found") || !strings.Contains(r.Fix, "e2fsprogs") {
-		t.Errorf("homes without mkfs.ext4 = %+v", r)
-	}
-	if ents, _ := os.ReadDir(cfg.DataDir); len(ents) != 0 {
-		t.Errorf("the check left %d entries in the data dir", len(ents))
 	}
 }

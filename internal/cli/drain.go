@@ -4,6 +4,8 @@ import (
 	"net/http"
 	"strings"
 	"sync/atomic"
+
+	"github.com/sandboxapi/sandboxapi/internal/httperr"
 )
 
 // drainGate refuses new work once shutdown has begun: POST and PUT
@@ -21,11 +23,10 @@ func (d *drainGate) start() { d.draining.Store(true) }
 
 func (d *drainGate) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if d.draining.Load() && isNewWork(r) {
-		w.Header().Set("Content-Type", "application/json")
 		w.Header().Set("Retry-After", "5")
 		w.Header().Set("Connection", "close")
-		w.WriteHeader(http.StatusServiceUnavailable)
-		_, _ = w.Write([]byte(`{"error":{"code":"draining","message":"the server is shutting down and takes no new work; retry shortly"}}` + "\n"))
+		httperr.Write(w, http.StatusServiceUnavailable, httperr.Payload{Code: "draining",
+			Message: "the server is shutting down and takes no new work; retry shortly"})
 		return
 	}
 	d.next.ServeHTTP(w, r)

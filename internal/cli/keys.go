@@ -1,8 +1,6 @@
 package cli
 
 import (
-	"crypto/rand"
-	"encoding/base32"
 	"errors"
 	"fmt"
 	"strings"
@@ -14,16 +12,6 @@ import (
 	"github.com/sandboxapi/sandboxapi/api"
 	"github.com/sandboxapi/sandboxapi/store"
 )
-
-var keyEncoding = base32.NewEncoding("abcdefghijklmnopqrstuvwxyz234567").WithPadding(base32.NoPadding)
-
-func randomToken(n int) string {
-	b := make([]byte, n)
-	if _, err := rand.Read(b); err != nil {
-		panic(err)
-	}
-	return keyEncoding.EncodeToString(b)
-}
 
 func keysCommand() *cli.Command {
 	return &cli.Command{
@@ -126,11 +114,11 @@ func createKey(c *cli.Context, env *Env, kind, plan string) error {
 		return err
 	}
 	defer st.Close()
-	secret := "sk_" + randomToken(20)
-	id := "key_" + randomToken(10)
-	if err := st.InsertKey(c.Context, store.KeyRow{ID: id, Name: name, Plan: plan, Kind: kind, Hash: api.HashKey(secret), CreatedAt: time.Now()}); err != nil {
+	row, secret := api.NewKey(name, plan, kind, time.Now())
+	if err := st.InsertKey(c.Context, row); err != nil {
 		return err
 	}
+	id := row.ID
 	what := "plan " + plan
 	if kind == store.KindAdmin {
 		what = "admin: console only"

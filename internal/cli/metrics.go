@@ -3,8 +3,6 @@ package cli
 import (
 	"context"
 	"net/http"
-	"path/filepath"
-	"sort"
 	"sync"
 	"time"
 
@@ -28,7 +26,7 @@ func wireMetrics(srv *api.Server, ex *executor.Executor, mir *mirror.Mirror) htt
 	m := processMetrics()
 	srv.SetObserver(m)
 	m.RegisterSessionsByPlan(srv.SessionsByPlan)
-	m.RegisterSandboxStats(func() (int, int) { return liveSandboxes(ex.SandboxIDs(), executor.CgroupDirs()), ex.WarmReady() })
+	m.RegisterSandboxStats(func() (int, int) { return ex.LiveSandboxes(), ex.WarmReady() })
 	m.RegisterReadiness(srv.ReadinessByCheck)
 	m.RegisterHomeStats(func() (int, int, int64, int64) {
 		running, hibernated := ex.SessionCounts()
@@ -45,45 +43,17 @@ func wireMetrics(srv *api.Server, ex *executor.Executor, mir *mirror.Mirror) htt
 	return m.Handler()
 }
 
-// mirrorCounts counts the mirror's catalogue by manager and status, in a
-// fixed order.
+// mirrorCounts counts the mirror's catalogue by ecosystem and status.
 func mirrorCounts(ctx context.Context, mir *mirror.Mirror) ([]metrics.ArtifactCount, error) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	arts, err := mir.List(ctx, "")
+	cs, err := mir.Counts(ctx)
 	if err != nil {
 		return nil, err
 	}
-	n := map[[2]string]int{}
-	for _, a := range arts {
-		n[[2]string{metrics.Ecosystem(string(a.Manager)), string(a.Status)}]++
-	}
-	keys := make([][2]string, 0, len(n))
-	for k := range n {
-		keys = append(keys, k)
-	}
-	sort.Slice(keys, func(i, j int) bool { return keys[i][0]+"/"+keys[i][1] < keys[j][0]+"/"+keys[j][1] })
-	out := make([]metrics.ArtifactCount, 0, len(keys))
-	for _, k := range keys {
-		out = append(out, metrics.ArtifactCount{Ecosystem: k[0], Status: k[1], N: n[k]})
+	out := make([]metrics.ArtifactCount, 0, len(cs))
+	for _, c := range cs {
+		out = append(out, metrics.ArtifactCount{Ecosystem: metrics.Ecosystem(string(c.Manager)), Status: string(c.Status), N: c.N})
 	}
 	return out, nil
-}
-
-// liveSandboxes counts this server's running sandboxes: those of its own
-// (own: the ids in its runsc root) that have a cgroup folder (cgroupDirs,
-// one folder per running sandbox under each controller). Other servers'
-// sandboxes on the host have cgroups there too and are not counted.
-func liveSandboxes(own, cgroupDirs []string) int {
-	running := map[string]bool{}
-	for _, dir := range cgroupDirs {
-		running[filepath.Base(dir)] = true
-	}
-	n := 0
-	for _, id := range own {
-		if running[id] {
-			n++
-		}
-	}
-	return n
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/sandboxapi/sandboxapi/internal/duration"
 	"github.com/sandboxapi/sandboxapi/mirror"
 	"github.com/sandboxapi/sandboxapi/store"
 )
@@ -153,7 +154,7 @@ func mirrorCommand() *cli.Command {
 								}
 								fmt.Fprintf(env.Stdout, "snapshot %s\nrecords %d (%s)\nimported %s (%s ago, max age %s, stale %t)\nnewest modified %s (%s ago)\n",
 									st.SnapshotID, st.Records, strings.Join(st.Ecosystems, ", "), st.ImportedAt.Format(time.RFC3339),
-									humanAge(st.Age), humanAge(st.MaxAge), st.Stale, st.NewestModified.Format(time.RFC3339), humanAge(st.ModifiedAge))
+									duration.Age(st.Age), duration.Age(st.MaxAge), st.Stale, st.NewestModified.Format(time.RFC3339), duration.Age(st.ModifiedAge))
 								return nil
 							})
 						},
@@ -219,25 +220,16 @@ func mirrorAdd(c *cli.Context) error {
 			// applied to a list it would refuse every clean package.
 			return errors.New("mirror add: --accept applies to one package: add that package on its own")
 		}
-		var rows []addRow
+		var rows []mirror.AddRow
 		switch {
 		case jobs != nil || c.String("requirement") != "" || c.String("lockfile") != "":
-			rows = runAddJobs(ctx, m, jobs, accept)
+			rows = m.AddAll(ctx, jobs, accept)
 		case len(args) == 1:
-			a, err := m.AddFile(ctx, args[0], accept)
-			var re *mirror.RefusedError
-			switch {
-			case errors.As(err, &re):
-				detail := m.DescribeAdvisories(ctx, a.Manager, a.Name, a.Version, re.Advisories)
-				if detail == "" {
-					detail = strings.Join(re.Reasons, "; ")
-				}
-				rows = append(rows, addRow{Outcome: outcomeRefused, Manager: a.Manager, Name: a.Name, Version: a.Version, Detail: detail})
-			case err != nil:
+			row, err := m.AddFileRow(ctx, args[0], accept)
+			if err != nil {
 				return err // a mistyped path or an unreadable file: nothing recorded
-			default:
-				rows = append(rows, addRow{Outcome: outcomeAdmitted, Manager: a.Manager, Name: a.Name, Version: a.Version, Detail: joinDetail(artifactNotes(a))})
 			}
+			rows = append(rows, row)
 		default:
 			return errors.New("mirror add: want pip NAME[==VER]..., npm NAME[@VER]..., FILE, -r requirements.txt or --lockfile package-lock.json")
 		}
@@ -253,12 +245,7 @@ func mirrorRemove(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	name, version := c.Args().Get(1), ""
-	if mgr == mirror.Pip {
-		name, version, _ = strings.Cut(name, "==")
-	} else if i := strings.LastIndex(name, "@"); i > 0 {
-		name, version = name[:i], name[i+1:]
-	}
+	name, version := mirror.SplitRemoveSpec(mgr, c.Args().Get(1))
 	return withMirror(c, func(ctx context.Context, env *Env, m *mirror.Mirror) error {
 		as, err := m.Remove(ctx, mgr, name, version)
 		for _, a := range as {
@@ -269,33 +256,23 @@ func mirrorRemove(c *cli.Context) error {
 }
 
 func mirrorList(c *cli.Context) error {
-	var mgr mirror.Manager
-	if s := strings.ToLower(c.String("ecosystem")); s != "" {
-		if s == "pypi" {
-			s = "pip"
-		}
+	f := mirror.Filter{Name: c.String("name")}
+	if s := c.String("ecosystem"); s != "" {
 		var err error
-		if mgr, err = mirror.ParseManager(s); err != nil {
+		if f.Manager, err = mirror.ParseManager(strings.ToLower(s)); err != nil {
 			return err
 		}
 	}
-	status := mirror.Status(strings.ToLower(c.String("status")))
-	switch status {
-	case "", mirror.StatusAdmitted, mirror.StatusRefused, mirror.StatusQuarantined, mirror.StatusRemoved:
-	default:
-		return fmt.Errorf("mirror list: --status %q: want admitted, refused, quarantined or removed", status)
+	if s := c.String("status"); s != "" {
+		var ok bool
+		if f.Status, ok = mirror.ParseStatus(s); !ok {
+			return fmt.Errorf("mirror list: --status %q: want admitted, refused, quarantined or removed", f.Status)
+		}
 	}
-	name := strings.ToLower(c.String("name"))
 	return withMirror(c, func(ctx context.Context, env *Env, m *mirror.Mirror) error {
-		all, err := m.List(ctx, mgr)
+		as, err := m.Find(ctx, f)
 		if err != nil {
 			return err
-		}
-		as := []mirror.Artifact{}
-		for _, a := range all {
-			if (status == "" || a.Status == status) && (name == "" || strings.Contains(strings.ToLower(a.Name), name)) {
-				as = append(as, a)
-			}
 		}
 		if c.Bool("json") {
 			return json.NewEncoder(env.Stdout).Encode(as)
@@ -306,14 +283,14 @@ func mirrorList(c *cli.Context) error {
 		for _, a := range as {
 			published := "-"
 			if !a.PublishedAt.IsZero() {
-				published = humanAge(now.Sub(a.PublishedAt)) + " ago"
+				published = duration.Age(now.Sub(a.PublishedAt)) + " ago"
 			}
 			stripped := "-"
 			if len(a.Stripped) > 0 {
 				stripped = strings.Join(a.Stripped, ",")
 			}
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%.12s\t%s ago\t%s\t%s\t%s\n", a.Status, a.Manager, a.Name, a.Version, a.Filename, a.SHA256,
-				humanAge(now.Sub(a.UpdatedAt)), published, stripped, strings.Join(a.Reasons, "; "))
+				duration.Age(now.Sub(a.UpdatedAt)), published, stripped, strings.Join(a.Reasons, "; "))
 		}
 		return tw.Flush()
 	})

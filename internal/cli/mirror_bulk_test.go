@@ -294,22 +294,3 @@ func TestMirrorAddLockfileFromRegistry(t *testing.T) {
 		t.Errorf("few packages served as published:\n%s", out)
 	}
 }
-
-func TestHumanAge(t *testing.T) {
-	t.Parallel()
-	for d, want := range map[time.Duration]string{
-		0: "0 seconds", time.Second: "1 second", 59 * time.Second: "59 seconds", time.Minute: "1 minute",
-		90 * time.Minute: "1 hour", 47 * time.Hour: "47 hours", 48 * time.Hour: "2 days", 88*24*time.Hour + 5*time.Hour: "88 days",
-		-time.Second: "in the future",
-	} {
-		if got := humanAge(d); got != want {
-			t.Errorf("humanAge(%s) = %q, want %q", d, got, want)
-		}
-	}
-	if got := humanDuration(850 * time.Millisecond); got != "850 ms" {
-		t.Errorf("humanDuration = %q", got)
-	}
-	if got := humanDuration(4800 * time.Millisecond); got != "4.8 s" {
-		t.Errorf("humanDuration = %q", got)
-	}
-}

@@ -2,12 +2,10 @@ package cli
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
 	"net/http"
-	"net/http/httputil"
 	"net/url"
 	"os"
 	"os/signal"
@@ -43,14 +41,11 @@ func mirrorServe(ctx context.Context, env *Env, st *store.Store, listen string) 
 		return err
 	}
 	defer mir.Close()
-	mux := http.NewServeMux()
-	mux.Handle("/mirror/", mir.Handler())
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
 	ln, err := net.Listen("tcp", listen)
 	if err != nil {
 		return fmt.Errorf("listening on %s: %w", listen, err)
 	}
-	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
+	hs := &http.Server{Handler: mir.StandaloneHandler(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(ln) }()
 	env.Log.Info("serving the mirror", "listen", ln.Addr().String(), "data_dir", env.Config.DataDir)
@@ -90,22 +85,6 @@ func newMirrorFront(env *Env, mir *mirror.Mirror) (mirrorFront, error) {
 	if err != nil {
 		return mirrorFront{}, fmt.Errorf("mirror.serve_url: %w", err)
 	}
-	log := env.Log.With("component", "mirror-front")
-	rp := &httputil.ReverseProxy{
-		// The Host the client used is kept: the mirror builds the links it
-		// serves (npm tarballs) from it, so they lead back through here.
-		Rewrite: func(r *httputil.ProxyRequest) { r.SetURL(target); r.Out.Host = r.In.Host },
-		Transport: &http.Transport{
-			Proxy: nil, DialContext: (&net.Dialer{Timeout: 5 * time.Second}).DialContext,
-			ResponseHeaderTimeout: 30 * time.Second, MaxIdleConnsPerHost: 16,
-		},
-		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
-			log.Warn("mirror service unreachable", "path", r.URL.Path, "err", err)
-			w.Header().Set("Content-Type", "application/json")
-			w.WriteHeader(http.StatusBadGateway)
-			_ = json.NewEncoder(w).Encode(map[string]any{"error": map[string]any{
-				"code": "mirror_unavailable", "message": "the mirror service does not answer; try again later"}})
-		},
-	}
+	rp := mirror.RemoteHandler(target, env.Log.With("component", "mirror-front"))
 	return mirrorFront{handler: rp, base: strings.TrimSuffix(raw, "/")}, nil
 }

@@ -2,13 +2,6 @@ package cli
 
 import (
 	"context"
-	"errors"
-	"fmt"
-	"slices"
-	"sort"
-	"strings"
-
-	"github.com/google/osv-scalibr/semantic"
 
 	"github.com/sandboxapi/sandboxapi/api"
 	"github.com/sandboxapi/sandboxapi/mirror"
@@ -21,140 +14,13 @@ type mirrorPackages struct{ m *mirror.Mirror }
 var _ api.Packages = mirrorPackages{}
 
 func (p mirrorPackages) Check(ctx context.Context, manager string, specs []string) ([]api.PackageVerdict, error) {
-	mgr, err := mirror.ParseManager(manager)
+	vs, err := p.m.Check(ctx, manager, specs)
 	if err != nil {
 		return nil, err
 	}
-	all, err := p.m.List(ctx, mgr)
-	if err != nil {
-		return nil, fmt.Errorf("listing the mirror: %w", err)
-	}
-	versions := map[string][]string{} // name key -> admitted versions
-	for _, a := range all {
-		if a.Status != mirror.StatusAdmitted {
-			continue
-		}
-		k := mirror.NormalizeName(mgr, a.Name)
-		if !slices.Contains(versions[k], a.Version) {
-			versions[k] = append(versions[k], a.Version)
-		}
-	}
-	for _, vs := range versions {
-		sortVersions(mgr, vs)
-	}
-	out := make([]api.PackageVerdict, 0, len(specs))
-	for _, raw := range specs {
-		v, err := p.check(ctx, mgr, strings.TrimSpace(raw), versions)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, v)
+	out := make([]api.PackageVerdict, len(vs))
+	for i, v := range vs {
+		out[i] = api.PackageVerdict(v)
 	}
 	return out, nil
-}
-
-func (p mirrorPackages) check(ctx context.Context, mgr mirror.Manager, raw string, versions map[string][]string) (api.PackageVerdict, error) {
-	v := api.PackageVerdict{Spec: raw, OSV: "unknown", Versions: []string{}}
-	name, version, problem := parsePackageSpec(mgr, raw)
-	if problem != "" {
-		v.Status, v.Reasons = api.PackageInvalid, []string{problem}
-		return v, nil
-	}
-	v.Name, v.Version = name, version
-	if vs := versions[mirror.NormalizeName(mgr, name)]; vs != nil {
-		v.Versions = vs
-	}
-	a, err := p.m.Lookup(ctx, mgr, name, version)
-	switch {
-	case err == nil:
-		v.Name, v.Version, v.Available, v.Status = a.Name, a.Version, true, string(a.Status)
-		v.OSV, v.Advisories, v.OSVSnapshot = "clean", a.Advisories, a.OSVSnapshot
-		if len(a.Accepted) > 0 {
-			v.OSV = "accepted"
-		}
-		v.Install = mirror.Spec{Manager: mgr, Name: a.Name, Version: a.Version}.String()
-		v.Stripped, v.Dependencies = a.Stripped, a.Dependencies
-	case errors.Is(err, mirror.ErrNotAdmitted):
-		v.Name, v.Version, v.Status = a.Name, a.Version, string(a.Status)
-		v.Reasons, v.Advisories, v.OSVSnapshot = a.Reasons, a.Advisories, a.OSVSnapshot
-		v.Stripped, v.Dependencies = a.Stripped, a.Dependencies
-		switch {
-		case len(a.Advisories) > 0:
-			v.OSV = "vulnerable"
-		case a.OSVSnapshot != "":
-			v.OSV = "clean"
-		}
-	case errors.Is(err, mirror.ErrNotFound):
-		v.Status = api.PackageNotFound
-		if version != "" && len(v.Versions) > 0 {
-			v.Reasons = []string{fmt.Sprintf("version %s is not in the mirror; admitted versions: %s", version, strings.Join(v.Versions, ", "))}
-		} else {
-			v.Reasons = []string{"not in the mirror; an operator can add it with `sandboxapi mirror add`"}
-		}
-	default:
-		return v, fmt.Errorf("looking up %s in the mirror: %w", raw, err)
-	}
-	return v, nil
-}
-
-// parsePackageSpec accepts NAME, NAME==VERSION (pip) or NAME@VERSION (npm)
-// and returns a problem text for anything else.
-func parsePackageSpec(mgr mirror.Manager, raw string) (name, version, problem string) {
-	want := "NAME or NAME==VERSION"
-	hasVersion := strings.Contains(raw, "==")
-	if mgr == mirror.NPM {
-		want = "NAME or NAME@VERSION"
-		hasVersion = strings.LastIndex(raw, "@") > 0
-	}
-	if hasVersion {
-		s, err := mirror.ParseSpec(mgr, raw)
-		if err != nil {
-			return "", "", fmt.Sprintf("%q: want %s with an exact version", raw, want)
-		}
-		return s.Name, s.Version, ""
-	}
-	if !mirror.ValidName(mgr, raw) {
-		return "", "", fmt.Sprintf("%q: want %s", raw, want)
-	}
-	return raw, "", ""
-}
-
-// sortVersions orders versions oldest first (PEP 440 or semver); versions
-// that do not parse sort first, by text.
-func sortVersions(mgr mirror.Manager, vs []string) {
-	eco := mgr.Ecosystem()
-	parse := func(s string) (v semantic.Version) {
-		defer func() {
-			if recover() != nil {
-				v = nil
-			}
-		}()
-		v, err := semantic.Parse(s, eco)
-		if err != nil {
-			return nil
-		}
-		return v
-	}
-	cmp := func(a, b string) (c int) {
-		defer func() {
-			if recover() != nil {
-				c = strings.Compare(a, b)
-			}
-		}()
-		pa, pb := parse(a), parse(b)
-		switch {
-		case pa == nil && pb == nil:
-			return strings.Compare(a, b)
-		case pa == nil:
-			return -1
-		case pb == nil:
-			return 1
-		}
-		c, err := pa.Compare(pb)
-		if err != nil {
-			return strings.Compare(a, b)
-		}
-		return c
-	}
-	sort.SliceStable(vs, func(i, j int) bool { return cmp(vs[i], vs[j]) < 0 })
 }

@@ -148,24 +148,21 @@ func (s sbomSource) SessionSBOM(ctx context.Context, owner, id string) ([]byte, 
 	if err != nil {
 		return nil, "", err
 	}
-	byFile := map[string]mirror.Artifact{}
+	catalogue := make([]sbom.Package, 0, len(arts))
 	for _, a := range arts {
-		byFile[string(a.Manager)+"\x00"+a.Filename+"\x00"+a.SHA256] = a
+		catalogue = append(catalogue, artifactPackage(a))
 	}
-	pkgs := make([]sbom.Package, 0, len(rows))
+	installed := make([]sbom.Installed, 0, len(rows))
 	for _, r := range rows {
-		p := sbom.Package{Manager: r.Manager, Name: r.Name, Version: r.Version, Filename: r.Filename, SHA256: r.SHA256,
-			InstalledSnapshot: r.OSVSnapshot, OSVSnapshot: r.OSVSnapshot, InstalledAt: r.InstalledAt}
-		if a, ok := byFile[r.Manager+"\x00"+r.Filename+"\x00"+r.SHA256]; ok {
-			p = artifactPackage(a)
-			p.InstalledSnapshot, p.InstalledAt = r.OSVSnapshot, r.InstalledAt
-		}
-		pkgs = append(pkgs, p)
+		installed = append(installed, sbom.Installed{Manager: r.Manager, Name: r.Name, Version: r.Version, Filename: r.Filename,
+			SHA256: r.SHA256, OSVSnapshot: r.OSVSnapshot, InstalledAt: r.InstalledAt})
 	}
-	subject := sbom.Subject{Name: "session " + id, Properties: [][2]string{{sbom.PropSession, id}}}
+	pkgs := sbom.SessionPackages(installed, catalogue)
+	current := ""
 	if st, err := s.mir.OSVStatus(ctx); err == nil {
-		subject.Properties = append(subject.Properties, [2]string{sbom.PropCurrentOSV, st.SnapshotID})
+		current = st.SnapshotID
 	}
+	subject := sbom.SessionSubject(id, current)
 	var buf bytes.Buffer
 	if err := sbom.Write(&buf, sbom.Build(subject, sbom.Tool{Name: "sandboxapi", Version: Version}, pkgs, time.Now())); err != nil {
 		return nil, "", err

@@ -19,6 +19,7 @@ import (
 	"github.com/sandboxapi/sandboxapi/internal/config"
 	"github.com/sandboxapi/sandboxapi/mirror"
 	"github.com/sandboxapi/sandboxapi/store"
+	"github.com/sandboxapi/sandboxapi/tlsserve"
 )
 
 func serveCommand() *cli.Command {
@@ -144,7 +145,7 @@ func serve(ctx context.Context, env *Env) error {
 	stopServices := wireServices(ctx, env, srv, ex, mir, front, st)
 	defer stopServices()
 
-	ln, err := listen(ctx, env) // TLS per cfg.TLS (tls.go)
+	ln, err := tlsserve.Listen(ctx, cfg, env.Log) // TLS per cfg.TLS
 	if err != nil {
 		_ = ex.Stop(context.Background())
 		return fmt.Errorf("listening on %s: %w", cfg.Listen, err)

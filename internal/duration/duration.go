@@ -76,3 +76,37 @@ func (d Duration) MarshalYAML() (any, error) { return time.Duration(d).String(),
 
 // D returns the value as a time.Duration.
 func (d Duration) D() time.Duration { return time.Duration(d) }
+
+// Human prints a duration for people: "850 ms", "12 s",
+// "4 minutes", "3 hours", "88 days".
+func Human(d time.Duration) string {
+	switch {
+	case d < time.Second:
+		return fmt.Sprintf("%d ms", d.Milliseconds())
+	case d < time.Minute:
+		return fmt.Sprintf("%.1f s", d.Seconds())
+	}
+	return Age(d)
+}
+
+// Age prints an age in whole units: "just now", "1 minute", "5
+// hours", "88 days".
+func Age(d time.Duration) string {
+	unit := func(n int64, s string) string {
+		if n == 1 {
+			return "1 " + s
+		}
+		return fmt.Sprintf("%d %ss", n, s)
+	}
+	switch {
+	case d < 0:
+		return "in the future"
+	case d < time.Minute:
+		return unit(int64(d/time.Second), "second")
+	case d < time.Hour:
+		return unit(int64(d/time.Minute), "minute")
+	case d < 48*time.Hour:
+		return unit(int64(d/time.Hour), "hour")
+	}
+	return unit(int64(d/(24*time.Hour)), "day")
+}

@@ -1,4 +1,4 @@
-package cli
+package tlsserve
 
 import (
 	"crypto/tls"

@@ -1,22 +1,17 @@
-package cli
+// Package tlsserve opens the API's listener: plain TCP, or HTTPS with
+// certificates from ACME (certmagic), a local CA kept on disk, or operator
+// files, plus the HTTP->HTTPS redirect listener. Plain HTTP stays open to
+// loopback peers on the same port.
+package tlsserve
 
 import (
 	"bufio"
 	"context"
-	"crypto"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/hex"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/big"
 	"net"
 	"net/http"
 	"os"
@@ -25,20 +20,17 @@ import (
 	"time"
 
 	"github.com/caddyserver/certmagic"
-	"go.uber.org/zap"
-	"go.uber.org/zap/zapcore"
 
 	"github.com/sandboxapi/sandboxapi/internal/config"
 )
 
-// listen opens the API listener: plain TCP when tls.mode is off, else a
+// Listen opens the API listener: plain TCP when tls.mode is off, else a
 // TLS listener whose certificates certmagic manages (acme, local) or that
 // re-reads operator files (files), plus the HTTP->HTTPS redirect listener
 // when tls.redirect_listen is set. Closing the returned listener (as
 // http.Server.Shutdown does) stops the redirect listener and certificate
 // maintenance too.
-func listen(ctx context.Context, env *Env) (net.Listener, error) {
-	cfg := env.Config
+func Listen(ctx context.Context, cfg *config.Config, log *slog.Logger) (net.Listener, error) {
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		return nil, err
@@ -46,7 +38,7 @@ func listen(ctx context.Context, env *Env) (net.Listener, error) {
 	if !cfg.TLS.Enabled() {
 		return ln, nil
 	}
-	tcfg, challenge, stop, err := tlsConfig(ctx, cfg, env.Log, ln.Addr())
+	tcfg, challenge, stop, err := tlsConfig(ctx, cfg, log, ln.Addr())
 	if err != nil {
 		ln.Close()
 		return nil, fmt.Errorf("setting up TLS (%s): %w", cfg.TLS.Mode, err)
@@ -54,7 +46,7 @@ func listen(ctx context.Context, env *Env) (net.Listener, error) {
 	tl := newTLSListener(ln, tcfg)
 	tl.stops = append(tl.stops, stop)
 	if cfg.TLS.RedirectListen != "" {
-		addr, rs, err := startRedirect(cfg.TLS.RedirectListen, ln.Addr(), challenge, env.Log)
+		addr, rs, err := startRedirect(cfg.TLS.RedirectListen, ln.Addr(), challenge, log)
 		if err != nil {
 			tl.Close()
 			return nil, err
@@ -62,7 +54,7 @@ func listen(ctx context.Context, env *Env) (net.Listener, error) {
 		tl.redirect = addr
 		tl.stops = append(tl.stops, rs)
 	}
-	env.Log.Info("serving HTTPS", "mode", cfg.TLS.Mode, "domains", cfg.TLS.Domains, "redirect_listen", cfg.TLS.RedirectListen)
+	log.Info("serving HTTPS", "mode", cfg.TLS.Mode, "domains", cfg.TLS.Domains, "redirect_listen", cfg.TLS.RedirectListen)
 	return tl, nil
 }
 
@@ -201,7 +193,7 @@ func tlsConfig(ctx context.Context, cfg *config.Config, log *slog.Logger, addr n
 		return &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return fc.get() },
 			NextProtos: []string{"http/1.1"}}, challenge, func() {}, nil
 	}
-	storage := tlsStorageDir(cfg)
+	storage := StorageDir(cfg)
 	if err := os.MkdirAll(storage, 0o700); err != nil {
 		return nil, nil, nil, fmt.Errorf("creating %s: %w", storage, err)
 	}
@@ -276,7 +268,9 @@ func finishTLS(magic *certmagic.Config) *tls.Config {
 	return tcfg
 }
 
-func tlsStorageDir(cfg *config.Config) string {
+// StorageDir is where modes acme and local keep their state:
+// tls.storage_dir, by default <data_dir>/tls.
+func StorageDir(cfg *config.Config) string {
 	if cfg.TLS.StorageDir != "" {
 		return cfg.TLS.StorageDir
 	}
@@ -399,183 +393,4 @@ func (f *fileCert) get() (*tls.Certificate, error) {
 	}
 	f.cert, f.certMod, f.keyMod = &c, ci.ModTime(), ki.ModTime()
 	return f.cert, nil
-}
-
-// localCA is a certmagic Issuer that signs with a CA kept on disk (mode
-// local): for internal use, where clients trust <storage>/local-ca/ca.pem.
-type localCA struct {
-	cert    *x509.Certificate
-	certPEM []byte
-	key     crypto.Signer
-}
-
-var _ certmagic.Issuer = (*localCA)(nil)
-
-// loadOrCreateLocalCA reads ca.pem and ca-key.pem from dir, creating a new
-// ECDSA P-256 CA valid for ten years when they do not exist.
-func loadOrCreateLocalCA(dir string) (*localCA, error) {
-	certPath, keyPath := filepath.Join(dir, "ca.pem"), filepath.Join(dir, "ca-key.pem")
-	if _, err := os.Stat(certPath); errors.Is(err, os.ErrNotExist) {
-		if err := createLocalCA(dir, certPath, keyPath); err != nil {
-			return nil, fmt.Errorf("creating the local CA: %w", err)
-		}
-	}
-	certPEM, err := os.ReadFile(certPath)
-	if err != nil {
-		return nil, err
-	}
-	keyPEM, err := os.ReadFile(keyPath)
-	if err != nil {
-		return nil, err
-	}
-	pair, err := tls.X509KeyPair(certPEM, keyPEM)
-	if err != nil {
-		return nil, fmt.Errorf("local CA in %s: %w", dir, err)
-	}
-	signer, ok := pair.PrivateKey.(crypto.Signer)
-	if !ok {
-		return nil, fmt.Errorf("local CA in %s: key cannot sign", dir)
-	}
-	return &localCA{cert: pair.Leaf, certPEM: certPEM, key: signer}, nil
-}
-
-func createLocalCA(dir, certPath, keyPath string) error {
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return err
-	}
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return err
-	}
-	host, _ := os.Hostname()
-	tmpl := &x509.Certificate{
-		SerialNumber:          randomSerial(),
-		Subject:               pkix.Name{CommonName: "sandboxapi local CA " + host, Organization: []string{"sandboxapi"}},
-		NotBefore:             time.Now().Add(-time.Hour),
-		NotAfter:              time.Now().AddDate(10, 0, 0),
-		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign,
-		BasicConstraintsValid: true,
-		IsCA:                  true,
-		MaxPathLenZero:        true,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		return err
-	}
-	kb, err := x509.MarshalPKCS8PrivateKey(key)
-	if err != nil {
-		return err
-	}
-	if err := os.WriteFile(keyPath, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: kb}), 0o600); err != nil {
-		return err
-	}
-	return os.WriteFile(certPath, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o644)
-}
-
-func randomSerial() *big.Int {
-	n, _ := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 127))
-	return n
-}
-
-// localLeafLifetime is short so that certmagic renews often (at a third
-// of the lifetime left) and a leaked key ages out.
-const localLeafLifetime = 7 * 24 * time.Hour
-
-// Issue signs the CSR's names with the local CA.
-func (ca *localCA) Issue(ctx context.Context, csr *x509.CertificateRequest) (*certmagic.IssuedCertificate, error) {
-	if err := csr.CheckSignature(); err != nil {
-		return nil, fmt.Errorf("local CA: CSR signature: %w", err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: randomSerial(),
-		Subject:      pkix.Name{CommonName: firstName(csr)},
-		DNSNames:     csr.DNSNames,
-		IPAddresses:  csr.IPAddresses,
-		NotBefore:    time.Now().Add(-5 * time.Minute),
-		NotAfter:     time.Now().Add(localLeafLifetime),
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, csr.PublicKey, ca.key)
-	if err != nil {
-		return nil, fmt.Errorf("local CA: signing: %w", err)
-	}
-	chain := append(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), ca.certPEM...)
-	return &certmagic.IssuedCertificate{Certificate: chain}, nil
-}
-
-// IssuerKey names the CA, so a new CA means new certificates.
-func (ca *localCA) IssuerKey() string {
-	sum := sha256.Sum256(ca.cert.Raw)
-	return "sandboxapi-local-" + hex.EncodeToString(sum[:6])
-}
-
-func firstName(csr *x509.CertificateRequest) string {
-	if len(csr.DNSNames) > 0 {
-		return csr.DNSNames[0]
-	}
-	if len(csr.IPAddresses) > 0 {
-		return csr.IPAddresses[0].String()
-	}
-	return csr.Subject.CommonName
-}
-
-// zapToSlog gives certmagic a zap logger that writes to our slog logger,
-// so its lines are JSON like ours.
-func zapToSlog(log *slog.Logger) *zap.Logger {
-	return zap.New(&slogCore{log: log.With("component", "certmagic")})
-}
-
-// slogCore is a zapcore.Core over a slog.Logger.
-type slogCore struct {
-	log    *slog.Logger
-	fields []zapcore.Field
-}
-
-func (c *slogCore) Enabled(l zapcore.Level) bool {
-	return c.log.Enabled(context.Background(), slogLevel(l))
-}
-
-func (c *slogCore) With(fs []zapcore.Field) zapcore.Core {
-	return &slogCore{log: c.log, fields: append(append([]zapcore.Field(nil), c.fields...), fs...)}
-}
-
-func (c *slogCore) Check(e zapcore.Entry, ce *zapcore.CheckedEntry) *zapcore.CheckedEntry {
-	if c.Enabled(e.Level) {
-		return ce.AddCore(e, c)
-	}
-	return ce
-}
-
-func (c *slogCore) Write(e zapcore.Entry, fs []zapcore.Field) error {
-	enc := zapcore.NewMapObjectEncoder()
-	for _, f := range c.fields {
-		f.AddTo(enc)
-	}
-	for _, f := range fs {
-		f.AddTo(enc)
-	}
-	args := make([]any, 0, 2*len(enc.Fields)+2)
-	if e.LoggerName != "" {
-		args = append(args, "logger", e.LoggerName)
-	}
-	for k, v := range enc.Fields {
-		args = append(args, k, v)
-	}
-	c.log.Log(context.Background(), slogLevel(e.Level), e.Message, args...)
-	return nil
-}
-
-func (c *slogCore) Sync() error { return nil }
-
-func slogLevel(l zapcore.Level) slog.Level {
-	switch {
-	case l >= zapcore.ErrorLevel:
-		return slog.LevelError
-	case l == zapcore.WarnLevel:
-		return slog.LevelWarn
-	case l == zapcore.InfoLevel:
-		return slog.LevelInfo
-	}
-	return slog.LevelDebug
 }

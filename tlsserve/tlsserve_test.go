@@ -1,4 +1,4 @@
-package cli
+package tlsserve
 
 import (
 	"bytes"
@@ -18,8 +18,14 @@ import (
 	"github.com/sandboxapi/sandboxapi/internal/config"
 )
 
-// tlsTestEnv is an Env on loopback with a fresh data dir.
-func tlsTestEnv(t *testing.T, tc config.TLS) *Env {
+// testEnv is what Listen needs: a config and a logger.
+type testEnv struct {
+	Config *config.Config
+	Log    *slog.Logger
+}
+
+// tlsTestEnv is a config on loopback with a fresh data dir.
+func tlsTestEnv(t *testing.T, tc config.TLS) *testEnv {
 	t.Helper()
 	cfg, err := config.Load("")
 	if err != nil {
@@ -37,19 +43,19 @@ func tlsTestEnv(t *testing.T, tc config.TLS) *Env {
 			t.Log(logs.String())
 		}
 	})
-	return &Env{Config: cfg, Stdout: io.Discard, Stderr: io.Discard, Log: slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))}
+	return &testEnv{Config: cfg, Log: slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))}
 }
 
 // serveTLS runs an http.Server on listen's listener answering "hello".
-func serveTLS(t *testing.T, env *Env) *tlsListener {
+func serveTLS(t *testing.T, env *testEnv) *tlsListener {
 	t.Helper()
-	ln, err := listen(t.Context(), env)
+	ln, err := Listen(t.Context(), env.Config, env.Log)
 	if err != nil {
 		t.Fatal(err)
 	}
 	tl, ok := ln.(*tlsListener)
 	if !ok {
-		t.Fatalf("listen returned %T, want a TLS listener", ln)
+		t.Fatalf("Listen returned %T, want a TLS listener", ln)
 	}
 	hs := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		io.WriteString(w, "hello "+r.URL.Path)

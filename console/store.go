@@ -1,0 +1,123 @@
+package console
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"time"
+
+	"github.com/sandboxapi/sandboxapi/store"
+)
+
+// HomeUsage reports a live session's disk (the executor).
+type HomeUsage interface {
+	HomeUsage(id string) (used, size int64, ok bool)
+}
+
+// StoreSessions serves the console's session, egress and usage views from
+// the store, with live sessions' disk from disk (not shown when nil). Safe
+// for concurrent use.
+type StoreSessions struct {
+	st   *store.Store
+	disk HomeUsage
+}
+
+var (
+	_ Sessions = StoreSessions{}
+	_ Usage    = StoreSessions{}
+)
+
+// NewStoreSessions reads st; disk may be nil.
+func NewStoreSessions(st *store.Store, disk HomeUsage) StoreSessions {
+	return StoreSessions{st: st, disk: disk}
+}
+
+func (s StoreSessions) keyNames(ctx context.Context) map[string]string {
+	names := map[string]string{}
+	if keys, err := s.st.ListKeys(ctx); err == nil {
+		for _, k := range keys {
+			names[k.ID] = k.Name
+		}
+	}
+	return names
+}
+
+func (s StoreSessions) toConsole(r store.SessionRow, names map[string]string) Session {
+	c := toConsoleSession(r, names)
+	if s.disk != nil && r.EndedAt.IsZero() {
+		if used, size, ok := s.disk.HomeUsage(r.ID); ok {
+			c.DiskUsed, c.DiskSize = used, size
+		}
+	}
+	return c
+}
+
+func toConsoleSession(r store.SessionRow, names map[string]string) Session {
+	var nw struct {
+		Enabled        bool     `json:"enabled"`
+		AllowedDomains []string `json:"allowed_domains"`
+	}
+	_ = json.Unmarshal([]byte(r.Network), &nw)
+	return Session{ID: r.ID, KeyID: r.KeyID, KeyName: names[r.KeyID], Language: r.Language, State: r.State,
+		NetworkEnabled: nw.Enabled, AllowedDomains: nw.AllowedDomains, CreatedAt: r.CreatedAt, LastUsedAt: r.LastUsedAt, EndedAt: r.EndedAt, EndReason: r.EndReason}
+}
+
+func (s StoreSessions) Sessions(ctx context.Context, limit int) ([]Session, error) {
+	rows, err := s.st.RecentSessions(ctx, limit)
+	if err != nil {
+		return nil, err
+	}
+	names := s.keyNames(ctx)
+	out := make([]Session, 0, len(rows))
+	for _, r := range rows {
+		out = append(out, s.toConsole(r, names))
+	}
+	return out, nil
+}
+
+func (s StoreSessions) Session(ctx context.Context, id string) (Session, error) {
+	r, err := s.st.GetSession(ctx, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return Session{}, ErrNotFound
+	}
+	if err != nil {
+		return Session{}, err
+	}
+	return s.toConsole(r, s.keyNames(ctx)), nil
+}
+
+func (s StoreSessions) Egress(ctx context.Context, id string, limit int) ([]Decision, error) {
+	rows, err := s.st.EgressDecisions(ctx, id, limit)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Decision, 0, len(rows))
+	for _, r := range rows {
+		out = append(out, Decision{Time: r.Time, Mode: r.Mode, Host: r.Host, Addr: r.Addr, Port: r.Port, Outcome: r.Outcome,
+			Reason: r.Reason, Count: max(r.Count, 1), BytesUp: r.BytesUp, BytesDown: r.BytesDown, Summary: r.Summary})
+	}
+	return out, nil
+}
+
+func (s StoreSessions) Usage(ctx context.Context, since time.Time) ([]UsageRow, error) {
+	rows, err := s.st.UsageTotals(ctx, "", since)
+	if err != nil {
+		return nil, err
+	}
+	names := s.keyNames(ctx)
+	idx := map[string]int{}
+	var out []UsageRow
+	for _, r := range rows { // per key, day and route: summed over routes
+		k := r.KeyID + "\x00" + r.Day
+		i, ok := idx[k]
+		if !ok {
+			i = len(out)
+			idx[k] = i
+			out = append(out, UsageRow{KeyID: r.KeyID, KeyName: names[r.KeyID], Day: r.Day})
+		}
+		out[i].Requests += r.Requests
+		out[i].Errors += r.Errors
+		out[i].ExecMS += r.ExecMS
+	}
+	return out, nil
+}
