@@ -2,10 +2,8 @@ package cli
 
 import (
 	"context"
-	"net/http"
 	"path/filepath"
 	"sort"
-	"sync"
 	"time"
 
 	"github.com/sandboxapi/sandboxapi/api"
@@ -14,19 +12,12 @@ import (
 	"github.com/sandboxapi/sandboxapi/mirror"
 )
 
-// processMetrics is the one registry of a serve process. Wiring code of
-// other services reports through it: egress's Options.OnDecision calls
-// EgressDecision (setupEgress), the mirror's handlers are wrapped in
-// InstrumentMirror (serve, wireInstall), and readiness is read at scrape
-// time (wireMetrics).
-var processMetrics = sync.OnceValue(metrics.New)
-
-// wireMetrics sends the API's measurements to the process registry, adds
-// the scrape-time gauges (sandboxes, warm pool, sessions by plan) and
-// returns the GET /metrics handler.
-func wireMetrics(srv *api.Server, ex *executor.Executor, mir *mirror.Mirror) http.Handler {
-	m := processMetrics()
-	srv.SetObserver(m)
+// registerMetrics adds the scrape-time gauges (sandboxes, warm pool,
+// sessions by plan, readiness, homes, the mirror) to m, the one registry
+// of a serve process, which serve creates and hands to every part that
+// reports (the API's observer, egress decisions, the mirror's handlers,
+// installs).
+func registerMetrics(m *metrics.Metrics, srv *api.Server, ex *executor.Executor, mir *mirror.Mirror) {
 	m.RegisterSessionsByPlan(srv.SessionsByPlan)
 	m.RegisterSandboxStats(func() (int, int) { return liveSandboxes(ex.SandboxIDs(), executor.CgroupDirs()), ex.WarmReady() })
 	m.RegisterReadiness(srv.ReadinessByCheck)
@@ -42,7 +33,6 @@ func wireMetrics(srv *api.Server, ex *executor.Executor, mir *mirror.Mirror) htt
 		st, err := mir.OSVStatus(ctx)
 		return st.Age, err == nil && st.Present
 	})
-	return m.Handler()
 }
 
 // mirrorCounts counts the mirror's catalogue by manager and status, in a

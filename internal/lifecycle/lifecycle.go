@@ -41,12 +41,6 @@ func (f Funcs) Stop(ctx context.Context) error {
 	return f.StopFunc(ctx)
 }
 
-// Closer is a component already running when it is added (a store, an
-// opened mirror): Start does nothing, Stop calls close.
-func Closer(close func()) Component {
-	return Funcs{StopFunc: func(context.Context) error { close(); return nil }}
-}
-
 // Group starts and stops components. The zero value is an empty group
 // that logs nothing; it is safe for concurrent use.
 type Group struct {
@@ -55,12 +49,22 @@ type Group struct {
 
 	mu      sync.Mutex
 	pending []entry // added, not started yet, in order
-	started []entry // the cleanup stack: running, in start order
+	started []entry // the cleanup stack: what runs, in the order it began
 }
 
 type entry struct {
 	name string
 	c    Component
+}
+
+// Cleanup pushes the undo of something already done (a store opened, a
+// writer started while wiring) onto the stack: Stop calls it, after
+// stopping whatever was started later and before whatever began earlier.
+// A failed Start leaves it for Stop.
+func (g *Group) Cleanup(name string, stop func(ctx context.Context) error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.started = append(g.started, entry{name, Funcs{StopFunc: stop}})
 }
 
 // Add appends c to the components the next Start starts.

@@ -124,16 +124,27 @@ func TestGroupStartInSteps(t *testing.T) {
 	}
 }
 
-func TestCloser(t *testing.T) {
-	closed := 0
+// Cleanups take their place on the stack when pushed: components started
+// later stop first, and a failed Start leaves the cleanups to Stop.
+func TestGroupCleanup(t *testing.T) {
+	var log []string
 	var g Group
-	g.Add("x", Closer(func() { closed++ }))
-	if err := g.Start(context.Background()); err != nil || closed != 0 {
-		t.Fatalf("Start: %v, closed %d", err, closed)
+	undo := func(name string) func(context.Context) error {
+		return func(context.Context) error { log = append(log, "undo "+name); return nil }
+	}
+	g.Cleanup("store", undo("store"))
+	g.Add("executor", &recorder{name: "executor", log: &log})
+	g.Cleanup("mirror", undo("mirror")) // opened while wiring, before Start
+	g.Add("http", &recorder{name: "http", log: &log, startErr: errBoom})
+	if err := g.Start(context.Background()); !errors.Is(err, errBoom) {
+		t.Fatalf("Start: %v, want %v", err, errBoom)
+	}
+	if err := g.Stop(context.Background()); err != nil {
+		t.Fatal(err)
 	}
 	_ = g.Stop(context.Background())
-	_ = g.Stop(context.Background())
-	if closed != 1 {
-		t.Fatalf("closed %d times, want 1", closed)
+	want := []string{"start executor", "start http", "stop executor", "undo mirror", "undo store"}
+	if !slices.Equal(log, want) {
+		t.Fatalf("log %q, want %q", log, want)
 	}
 }
