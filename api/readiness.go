@@ -26,15 +26,6 @@ type Gate interface {
 	Ready(ctx context.Context) (bool, []CheckResult)
 }
 
-// ReadinessChecks returns what /readyz reports (for the operator console):
-// the latest results, without asking for a new run.
-func (s *Server) ReadinessChecks(ctx context.Context) (bool, []CheckResult) {
-	if s.readiness == nil {
-		return true, []CheckResult{}
-	}
-	return s.readiness.Checks(ctx, false)
-}
-
 // readinessChecks returns the reporter's view; with no reporter, ready
 // with no checks.
 func (s *Server) readinessChecks(r *http.Request) (bool, []CheckResult) {

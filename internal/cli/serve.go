@@ -82,8 +82,8 @@ func (m storeMeter) Record(u api.Usage) {
 // (readiness goes red, running calls get the grace period, then everything
 // is torn down); a second signal exits at once.
 //
-// Every long-lived part runs in one lifecycle group (see
-// docs/architecture.md for the order): what is opened while wiring (the
+// Every long-lived part runs in one lifecycle group (docs/operations.md,
+// "Shutdown and restarts"): what is opened while wiring (the
 // store, egress, the usage writer, the mirror) is pushed on its cleanup
 // stack as it opens; the executor, the readiness checks and the HTTP
 // server start in that order once everything is built. Everything stops
