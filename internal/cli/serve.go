@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"os/signal"
@@ -17,6 +18,7 @@ import (
 	"github.com/sandboxapi/sandboxapi/executor"
 	"github.com/sandboxapi/sandboxapi/internal/buildinfo"
 	"github.com/sandboxapi/sandboxapi/internal/config"
+	"github.com/sandboxapi/sandboxapi/internal/httpservice"
 	"github.com/sandboxapi/sandboxapi/internal/lifecycle"
 	"github.com/sandboxapi/sandboxapi/internal/metrics"
 	"github.com/sandboxapi/sandboxapi/mirror"
@@ -88,7 +90,7 @@ func (m storeMeter) Record(u api.Usage) {
 // stack as it opens; the executor, the readiness checks and the HTTP
 // server start in that order once everything is built. Everything stops
 // in reverse, and a failed start unwinds what had started.
-func serve(ctx context.Context, env *Env) (err error) {
+func serve(ctx context.Context, env *Env) error {
 	cfg := env.Config
 	log := env.Log
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
@@ -151,20 +153,44 @@ func serve(ctx context.Context, env *Env) (err error) {
 		return ex.Stop(ctx)
 	}})
 	srv := wireServices(ctx, env, g, wiring{plans: plans, ex: ex, st: st, mir: mir, front: front, usage: usage, trail: trail, m: m, build: build})
-	web := &httpService{env: env, srv: srv, drain: &drainGate{next: srv}, rootfs: ecfg.Rootfs}
+	drain := &drainGate{next: srv}
+	web := &httpservice.Service{
+		Server: &http.Server{Handler: drain, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: cfg.Server.ReadTimeout.D(), IdleTimeout: 2 * time.Minute},
+		Listen: func(ctx context.Context) (net.Listener, error) {
+			ln, err := listen(ctx, env) // TLS per cfg.TLS (tls.go)
+			if err != nil {
+				return nil, fmt.Errorf("listening on %s: %w", cfg.Listen, err)
+			}
+			return ln, nil
+		},
+		// /readyz goes red and new work is refused while the listener
+		// stays open, so a load balancer notices before connections close.
+		Drain:         func() { srv.SetReady(false); drain.start() },
+		DrainDelay:    cfg.Server.DrainDelay.D(),
+		ShutdownGrace: cfg.Server.ShutdownGrace.D(),
+		Log:           log,
+	}
 	g.Add("http", web)
 	if err := g.Start(ctx); err != nil {
 		return err
 	}
+	log.Info("serving", "listen", web.Addr().String(), "data_dir", cfg.DataDir, "rootfs", ecfg.Rootfs)
+	scheme := "http"
+	if cfg.TLS.Enabled() {
+		scheme = "https"
+	}
+	fmt.Fprintf(env.Stderr, "sandboxapi listening on %s://%s\n", scheme, web.Addr())
 
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
 	defer signal.Stop(sigs)
+	var serveErr error
 	select {
 	case <-ctx.Done():
 	case s := <-sigs:
 		log.Info("shutting down", "signal", s.String())
-	case web.serveErr = <-web.errc:
+	case serveErr = <-web.Done():
+		web.Failed(serveErr)
 	}
 	// A second signal, at any point of the shutdown below, exits at once.
 	stopped := make(chan struct{})
@@ -180,63 +206,8 @@ func serve(ctx context.Context, env *Env) (err error) {
 	if err := g.Stop(context.WithoutCancel(ctx)); err != nil {
 		log.Error("stopping", "err", err)
 	}
-	if web.serveErr != nil && !errors.Is(web.serveErr, http.ErrServerClosed) {
-		return web.serveErr
-	}
-	return nil
-}
-
-// httpService serves the API on the configured listener (TLS per cfg.TLS,
-// tls.go). Stop drains: /readyz goes red and new work is refused while
-// the listener stays open, so a load balancer notices before connections
-// close; running calls get the shutdown grace, then connections close.
-type httpService struct {
-	env    *Env
-	srv    *api.Server
-	drain  *drainGate
-	rootfs string
-
-	ctx      context.Context // serve's: when it ends, the drain delay is cut short
-	hs       *http.Server
-	errc     chan error
-	serveErr error // set by serve when Serve returned before shutdown
-}
-
-func (h *httpService) Start(ctx context.Context) error {
-	cfg := h.env.Config
-	ln, err := listen(ctx, h.env)
-	if err != nil {
-		return fmt.Errorf("listening on %s: %w", cfg.Listen, err)
-	}
-	h.ctx = ctx
-	h.hs = &http.Server{Handler: h.drain, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: cfg.Server.ReadTimeout.D(), IdleTimeout: 2 * time.Minute}
-	h.errc = make(chan error, 1)
-	go func() { h.errc <- h.hs.Serve(ln) }()
-	h.env.Log.Info("serving", "listen", ln.Addr().String(), "data_dir", cfg.DataDir, "rootfs", h.rootfs)
-	scheme := "http"
-	if cfg.TLS.Enabled() {
-		scheme = "https"
-	}
-	fmt.Fprintf(h.env.Stderr, "sandboxapi listening on %s://%s\n", scheme, ln.Addr())
-	return nil
-}
-
-func (h *httpService) Stop(ctx context.Context) error {
-	cfg := h.env.Config
-	h.srv.SetReady(false)
-	h.drain.start()
-	if d := cfg.Server.DrainDelay.D(); d > 0 && h.serveErr == nil {
-		h.env.Log.Info("draining", "delay", d.String())
-		select {
-		case <-time.After(d):
-		case <-h.ctx.Done():
-		}
-	}
-	grace, cancel := context.WithTimeout(ctx, cfg.Server.ShutdownGrace.D())
-	defer cancel()
-	if err := h.hs.Shutdown(grace); err != nil {
-		h.env.Log.Warn("grace period over, closing connections", "err", err)
-		_ = h.hs.Close()
+	if serveErr != nil && !errors.Is(serveErr, http.ErrServerClosed) {
+		return serveErr
 	}
 	return nil
 }
