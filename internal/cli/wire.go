@@ -12,7 +12,6 @@ import (
 	"github.com/sandboxapi/sandboxapi/internal/metrics"
 	"github.com/sandboxapi/sandboxapi/mcp"
 	"github.com/sandboxapi/sandboxapi/mirror"
-	"github.com/sandboxapi/sandboxapi/readiness"
 	"github.com/sandboxapi/sandboxapi/store"
 )
 
@@ -35,7 +34,9 @@ type wiring struct {
 func wireServices(ctx context.Context, env *Env, g *lifecycle.Group, w wiring) *api.Server {
 	cfg := env.Config
 	chk, inst := wireInstall(ctx, env, w.ex, w.mir, w.front, w.st, w.m)
-	g.Add("readiness", readinessService{c: chk, listen: cfg.Listen, run: new(readinessRun)})
+	// The mirror check may ask the server itself: the checks start once
+	// it listens.
+	g.Add("readiness", chk.Service(func(ctx context.Context) { waitListening(ctx, loopbackAddr(cfg.Listen), 30*time.Second) }))
 	trail := w.trail
 	if trail == nil {
 		trail = &egressTrail{st: w.st} // egress off: the store's decisions alone
@@ -72,37 +73,4 @@ func wireServices(ctx context.Context, env *Env, g *lifecycle.Group, w wiring) *
 	})
 	registerMetrics(w.m, srv, w.ex, w.mir)
 	return srv
-}
-
-// readinessService runs the readiness checks from the time the server
-// listens (the mirror check may ask the server itself) until Stop.
-type readinessService struct {
-	c      *readiness.Checker
-	listen string
-	run    *readinessRun // set by Start
-}
-
-type readinessRun struct {
-	cancel  context.CancelFunc
-	started chan struct{} // closed once the checks run (or never will)
-}
-
-func (r readinessService) Start(ctx context.Context) error {
-	ctx, cancel := context.WithCancel(ctx)
-	*r.run = readinessRun{cancel: cancel, started: make(chan struct{})}
-	go func() {
-		defer close(r.run.started)
-		waitListening(ctx, loopbackAddr(r.listen), 30*time.Second)
-		if ctx.Err() == nil {
-			r.c.Start(ctx)
-		}
-	}()
-	return nil
-}
-
-func (r readinessService) Stop(context.Context) error {
-	r.run.cancel()
-	<-r.run.started
-	r.c.Stop()
-	return nil
 }
