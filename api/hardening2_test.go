@@ -105,7 +105,7 @@ func TestStreamHeartbeatKeepsSilentRunAlive(t *testing.T) {
 // not_found, a bad limit 400; never 404 no_route.
 func TestEgressRouteWithoutEgressLog(t *testing.T) {
 	t.Parallel()
-	srv, _ := newFakeServer(t) // no SetEgressLog
+	srv, _ := newFakeServer(t) // no Deps.EgressLog
 	pro := map[string]string{"X-API-Key": "key-PRO"}
 	rec := send(t, srv, "POST", "/v1/sessions", `{"language":"python3"}`, pro)
 	if rec.Code != 201 {
