@@ -15,6 +15,8 @@ import (
 	"github.com/sandboxapi/sandboxapi/store"
 )
 
+var _ lifecycle.Component = (*executor.Executor)(nil)
+
 // wiring is what serve has built when it wires the API.
 type wiring struct {
 	plans *api.Plans
