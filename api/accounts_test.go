@@ -89,8 +89,8 @@ func TestAccountsOnSQLite(t *testing.T) {
 	}
 	const execDelay = 30 * time.Millisecond
 	srv := New(Config{MaxBodyBytes: 1 << 20, MaxCodeBytes: 1 << 16, MaxStdinBytes: 1 << 16, DefaultIdleTTL: time.Minute, MaxIdleTTL: time.Hour},
-		slowSandboxes{newFakeSandboxes(), execDelay}, sqliteKeys{st}, plans, sqliteMeter{w}, log)
-	srv.SetUsageSource(sqliteUsage{st: st, w: w})
+		Deps{Sandboxes: slowSandboxes{newFakeSandboxes(), execDelay}, Keys: sqliteKeys{st}, Plans: plans, Meter: sqliteMeter{w}, Log: log,
+			Usage: sqliteUsage{st: st, w: w}})
 	a := map[string]string{"X-API-Key": "secret-a"}
 	b := map[string]string{"Authorization": "Bearer secret-b"}
 

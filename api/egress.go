@@ -26,12 +26,6 @@ const (
 	maxEgressLimit     = 10000
 )
 
-// SetEgressLog serves GET /v1/sessions/{id}/egress from l. Without it the
-// route still answers, from the live sessions alone, with no decisions (a
-// server whose egress is off has none to show). Call it before the server
-// takes requests.
-func (s *Server) SetEgressLog(l EgressLog) { s.egressLog = l }
-
 // sessionEgress serves GET /v1/sessions/{id}/egress: the allow and deny
 // decisions of the caller's session, live or ended. Other callers'
 // sessions are 404.

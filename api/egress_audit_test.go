@@ -72,9 +72,8 @@ type egressReply struct {
 // is live and after it was deleted, and checks that other keys never see
 // them and that ?limit= is checked.
 func TestEgressLogOutlivesSession(t *testing.T) {
-	srv, _ := newFakeServer(t)
 	trail := &fakeTrail{owners: map[string]string{}, decisions: map[string][]map[string]any{}}
-	srv.SetEgressLog(trail)
+	srv, _ := newFakeServerDeps(t, nil, func(d *Deps) { d.EgressLog = trail })
 	ts := httptest.NewServer(srv)
 	defer ts.Close()
 

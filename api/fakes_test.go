@@ -268,6 +268,13 @@ func newFakeServer(t *testing.T) (*Server, *fakeSandboxes) {
 // newFakeServerWith is newFakeServer with edit applied to the Config first.
 func newFakeServerWith(t *testing.T, edit func(*Config)) (*Server, *fakeSandboxes) {
 	t.Helper()
+	return newFakeServerDeps(t, edit, nil)
+}
+
+// newFakeServerDeps is newFakeServerWith with deps applied to the Deps
+// (fake sandboxes, keys, the shipped plans, a silent log) first.
+func newFakeServerDeps(t *testing.T, edit func(*Config), deps func(*Deps)) (*Server, *fakeSandboxes) {
+	t.Helper()
 	plans, err := LoadPlans(configs.Plans)
 	if err != nil {
 		t.Fatal(err)
@@ -278,8 +285,11 @@ func newFakeServerWith(t *testing.T, edit func(*Config)) (*Server, *fakeSandboxe
 	if edit != nil {
 		edit(&cfg)
 	}
-	srv := New(cfg, sb, fakeKeys{}, plans, nil, slog.New(slog.NewJSONHandler(io.Discard, nil)))
-	return srv, sb
+	d := Deps{Sandboxes: sb, Keys: fakeKeys{}, Plans: plans, Log: slog.New(slog.NewJSONHandler(io.Discard, nil))}
+	if deps != nil {
+		deps(&d)
+	}
+	return New(cfg, d), sb
 }
 
 func mustJSON(v any) string {

@@ -28,12 +28,12 @@ type Files interface {
 
 type rawBodyKey struct{}
 
-// SetFiles enables the files API:
+// mountFiles enables the files API:
 //
 //	PUT /v1/sessions/{id}/files?path=P   raw body -> 200 file info
 //	GET /v1/sessions/{id}/files?path=P   raw bytes (application/octet-stream)
 //	GET /v1/sessions/{id}/files?dir=D    JSON listing
-func (s *Server) SetFiles(f Files) {
+func (s *Server) mountFiles(f Files) {
 	put := s.authed(func(w http.ResponseWriter, r *http.Request) error { return s.putFile(f, w, r) })
 	// An upload may be larger than the JSON body limit authed applies; the
 	// original body goes along so putFile can lift it to the file limit.

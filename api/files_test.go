@@ -101,9 +101,8 @@ func TestFilesRoutes(t *testing.T) {
 	t.Parallel()
 	doc := loadOpenAPI(t)
 	v := newSchemaValidator(t, doc)
-	srv, _ := newFakeServer(t) // MaxBodyBytes is 1 MiB
 	ff := &fakeFiles{files: map[string][]byte{}, max: 3 << 20}
-	srv.SetFiles(ff)
+	srv, _ := newFakeServerDeps(t, nil, func(d *Deps) { d.Files = ff }) // MaxBodyBytes is 1 MiB
 	ts := httptest.NewServer(srv)
 	defer ts.Close()
 

@@ -105,7 +105,7 @@ func TestStreamHeartbeatKeepsSilentRunAlive(t *testing.T) {
 // not_found, a bad limit 400; never 404 no_route.
 func TestEgressRouteWithoutEgressLog(t *testing.T) {
 	t.Parallel()
-	srv, _ := newFakeServer(t) // no SetEgressLog
+	srv, _ := newFakeServer(t) // no Deps.EgressLog
 	pro := map[string]string{"X-API-Key": "key-PRO"}
 	rec := send(t, srv, "POST", "/v1/sessions", `{"language":"python3"}`, pro)
 	if rec.Code != 201 {
@@ -151,13 +151,12 @@ func TestEgressRouteWithoutEgressLog(t *testing.T) {
 // take and a JSON error, never the /v1/ catch-all's 404 or the mux's text.
 func TestWrongMethodIs405(t *testing.T) {
 	t.Parallel()
-	srv, _ := newFakeServer(t)
-	srv.SetUsageSource(fakeUsage{})
-	srv.SetEgressLog(fakeEgressLog{})
-	srv.SetPackages(fakePackages{})
-	srv.SetInstaller(fakeInstaller{}, &fakeGate{})
-	srv.SetFiles(&fakeFiles{files: map[string][]byte{}, max: 1 << 20})
-	srv.Handle("GET /metrics", http.NotFoundHandler())
+	srv, _ := newFakeServerDeps(t, nil, func(d *Deps) {
+		d.Usage, d.EgressLog, d.Packages = fakeUsage{}, fakeEgressLog{}, fakePackages{}
+		d.Installer, d.Gate = fakeInstaller{}, &fakeGate{}
+		d.Files = &fakeFiles{files: map[string][]byte{}, max: 1 << 20}
+		d.Metrics = http.NotFoundHandler()
+	})
 	methods := map[string][]string{} // path -> methods with a route
 	for _, p := range srv.Routes() {
 		m, path, ok := strings.Cut(p, " ")

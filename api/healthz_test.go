@@ -13,10 +13,9 @@ import (
 // TestHealthzNamesTheBuild: /healthz carries the build the CLI hands the
 // server (version, revision, times, runsc), in the documented shape.
 func TestHealthzNamesTheBuild(t *testing.T) {
-	srv, _ := newFakeServer(t)
 	want := buildinfo.Info{Version: "v1.2.3", Revision: "0123456789abcdef0123456789abcdef01234567", CommitTime: "2026-12-01T10:00:00Z",
 		BuildTime: "2026-12-01T11:00:00Z", GoVersion: "go1.26.8", Runsc: "v0.0.0-20260905035102-160fafc42237"}
-	srv.SetBuildInfo(want)
+	srv, _ := newFakeServerDeps(t, nil, func(d *Deps) { d.Build = &want })
 	ts := httptest.NewServer(srv)
 	defer ts.Close()
 	resp, err := http.Get(ts.URL + "/healthz")

@@ -16,9 +16,9 @@ type Installer interface {
 	Install(ctx context.Context, owner, id string, req sandbox.InstallRequest, timeout time.Duration) (sandbox.InstallReply, error)
 }
 
-// SetInstaller enables POST /v1/sessions/{id}/install, which asks gate
+// mountInstaller enables POST /v1/sessions/{id}/install, which asks gate
 // first and fails closed with 503 and the failing checks.
-func (s *Server) SetInstaller(inst Installer, gate Gate) {
+func (s *Server) mountInstaller(inst Installer, gate Gate) {
 	s.handle("POST /v1/sessions/{id}/install", s.authed(func(w http.ResponseWriter, r *http.Request) error {
 		return s.install(w, r, inst, gate)
 	}))

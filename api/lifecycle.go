@@ -22,11 +22,11 @@ type Lifecycle interface {
 	ForkSession(ctx context.Context, id string, spec sandbox.ForkSpec) (sandbox.Session, error)
 }
 
-// SetLifecycle enables
+// mountLifecycle enables
 //
 //	POST /v1/sessions/{id}/hibernate  -> 200 session (state hibernated)
 //	POST /v1/sessions/{id}/fork       -> 201 new session (state hibernated)
-func (s *Server) SetLifecycle(l Lifecycle) {
+func (s *Server) mountLifecycle(l Lifecycle) {
 	s.handle("POST /v1/sessions/{id}/hibernate", s.authed(func(w http.ResponseWriter, r *http.Request) error {
 		p := principal(r.Context())
 		sess, err := l.HibernateSession(r.Context(), p.KeyID, r.PathValue("id"))

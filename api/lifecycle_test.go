@@ -47,9 +47,9 @@ func (f *fakeLifecycle) ForkSession(ctx context.Context, id string, spec sandbox
 
 func TestForkAndHibernateRoutes(t *testing.T) {
 	t.Parallel()
-	srv, sb := newFakeServer(t)
-	lc := &fakeLifecycle{sb: sb}
-	srv.SetLifecycle(lc)
+	lc := &fakeLifecycle{}
+	srv, sb := newFakeServerDeps(t, nil, func(d *Deps) { d.Lifecycle = lc })
+	lc.sb = sb
 	call := func(method, path, plan, body string) *httptest.ResponseRecorder {
 		req := httptest.NewRequest(method, path, strings.NewReader(body))
 		req.Header.Set("X-RapidAPI-Key", "key-"+plan)
@@ -94,8 +94,9 @@ func TestForkAndHibernateRoutes(t *testing.T) {
 		}
 	}
 	// The disk budget: 507 insufficient_storage.
-	srv2, sb2 := newFakeServer(t)
-	srv2.SetLifecycle(&fakeLifecycle{sb: sb2, forkErr: sandbox.ErrNoStorage})
+	lc2 := &fakeLifecycle{forkErr: sandbox.ErrNoStorage}
+	srv2, sb2 := newFakeServerDeps(t, nil, func(d *Deps) { d.Lifecycle = lc2 })
+	lc2.sb = sb2
 	req := httptest.NewRequest("POST", "/v1/sessions", strings.NewReader(`{"language":"bash"}`))
 	req.Header.Set("X-RapidAPI-Key", "key-MEGA")
 	w = httptest.NewRecorder()
@@ -121,7 +122,7 @@ func TestResumeHeader(t *testing.T) {
 		t.Fatal(err)
 	}
 	srv := New(Config{MaxBodyBytes: 1 << 20, MaxCodeBytes: 1 << 16, MaxStdinBytes: 1 << 16, DefaultIdleTTL: time.Minute, MaxIdleTTL: time.Hour},
-		resumingSandboxes{sb}, fakeKeys{}, plans, nil, slog.New(slog.NewJSONHandler(io.Discard, nil)))
+		Deps{Sandboxes: resumingSandboxes{sb}, Keys: fakeKeys{}, Plans: plans, Log: slog.New(slog.NewJSONHandler(io.Discard, nil))})
 	req := httptest.NewRequest("POST", "/v1/sessions", strings.NewReader(`{"language":"bash"}`))
 	req.Header.Set("X-RapidAPI-Key", "key-PRO")
 	w := httptest.NewRecorder()

@@ -49,11 +49,11 @@ type opsState struct {
 	patterns []string          // every pattern mounted through handle, in order
 }
 
-// SetObserver sends request and execution measurements to o. Call it
-// before the server takes requests. It wraps the Sandboxes seam to time
-// executions: code in this package must not type-assert s.sb to optional
-// interfaces (declare a separate seam with its own Set method instead).
-func (s *Server) SetObserver(o Observer) {
+// setObserver sends request and execution measurements to o (New calls
+// it). It wraps the Sandboxes seam to time executions: code in this
+// package must not type-assert s.sb to optional interfaces (declare a
+// separate seam in Deps instead).
+func (s *Server) setObserver(o Observer) {
 	s.ops.mu.Lock()
 	defer s.ops.mu.Unlock()
 	s.ops.obs = o
@@ -125,11 +125,10 @@ func (s *Server) SessionsByPlan() map[string]int {
 // (name -> passing) without running any; empty with no reporter.
 func (s *Server) ReadinessByCheck() map[string]bool {
 	out := map[string]bool{}
-	p := s.readiness.Load()
-	if p == nil {
+	if s.readiness == nil {
 		return out
 	}
-	_, checks := (*p).Checks(context.Background(), false)
+	_, checks := s.readiness.Checks(context.Background(), false)
 	for _, c := range checks {
 		out[c.Name] = c.Status == "pass"
 	}

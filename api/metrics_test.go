@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/sandboxapi/sandboxapi/internal/metrics"
@@ -17,28 +18,38 @@ func (fakeReadiness) Checks(ctx context.Context, refresh bool) (bool, []CheckRes
 	return false, []CheckResult{{Name: "mirror", Status: "pass"}, {Name: "osv", Status: "stale"}}
 }
 
+// switchedReadiness reports as no reporter at all (ready, no checks) until
+// on is set, then as fakeReadiness: a test turns /readyz red midway.
+type switchedReadiness struct{ on atomic.Bool }
+
+func (r *switchedReadiness) Checks(ctx context.Context, refresh bool) (bool, []CheckResult) {
+	if !r.on.Load() {
+		return true, []CheckResult{}
+	}
+	return fakeReadiness{}.Checks(ctx, refresh)
+}
+
 // TestMetricsAfterRequests drives the sample requests through a server
 // built on fakes, with the metrics observer and /metrics mounted as the CLI
 // does, then scrapes /metrics.
 func TestMetricsAfterRequests(t *testing.T) {
-	srv, sb := newFakeServer(t)
-	srv.SetUsageSource(fakeUsage{})
-	srv.SetEgressLog(fakeEgressLog{})
-	srv.SetPackages(fakePackages{})
-	srv.SetInstaller(fakeInstaller{}, &fakeGate{})
 	m := metrics.New()
-	srv.SetObserver(m)
+	ready := &switchedReadiness{}
+	srv, sb := newFakeServerDeps(t, nil, func(d *Deps) {
+		d.Usage, d.EgressLog, d.Packages = fakeUsage{}, fakeEgressLog{}, fakePackages{}
+		d.Installer, d.Gate = fakeInstaller{}, &fakeGate{}
+		d.Observer, d.Metrics, d.Readiness = m, m.Handler(), ready
+	})
 	m.RegisterSessionsByPlan(srv.SessionsByPlan)
 	m.RegisterSandboxStats(func() (int, int) { return len(sb.ListSessions(t.Context(), "id-PRO")), 2 })
 	m.EgressDecision("deny", "not_allowed")
 	m.MirrorHit("pypi")
 	m.MirrorRefusal("npm", "osv")
 	m.RegisterReadiness(srv.ReadinessByCheck)
-	srv.Handle("GET /metrics", m.Handler())
 	ts := httptest.NewServer(srv)
 	defer ts.Close()
 	runExchanges(t, ts, func(exchange, []byte, *http.Response, []byte) {})
-	srv.SetReadiness(fakeReadiness{}) // after the samples: it turns /readyz red
+	ready.on.Store(true) // after the samples: it turns /readyz red
 
 	// A session that stays open counts under its plan.
 	req, _ := http.NewRequest("POST", ts.URL+"/v1/sessions", strings.NewReader(`{"language":"python3"}`))
@@ -101,12 +112,14 @@ func TestMetricsAfterRequests(t *testing.T) {
 // authenticated API are counted too, under their pattern, and that paths
 // no pattern matches share one label whatever they are.
 func TestMetricsCountEveryRoute(t *testing.T) {
-	srv, _ := newFakeServer(t)
 	m := metrics.New()
-	srv.SetObserver(m)
-	srv.Handle("GET /metrics", m.Handler())
-	srv.Handle("/mirror/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { http.NotFound(w, r) }))
-	srv.Handle("/mcp", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusAccepted) }))
+	srv, _ := newFakeServerDeps(t, nil, func(d *Deps) {
+		d.Observer, d.Metrics = m, m.Handler()
+		d.Mirror = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { http.NotFound(w, r) })
+		d.MCP = func(http.Handler) http.Handler {
+			return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusAccepted) })
+		}
+	})
 	ts := httptest.NewServer(srv)
 	defer ts.Close()
 	get := func(method, path string) {
@@ -159,10 +172,8 @@ func TestMetricsCountEveryRoute(t *testing.T) {
 // TestPanicsRecoveredCounted: a handler panic answered with a 500 shows in
 // sandboxapi_panics_recovered_total{component="api"}.
 func TestPanicsRecoveredCounted(t *testing.T) {
-	srv, sb := newFakeServer(t)
 	m := metrics.New()
-	srv.SetObserver(m)
-	srv.Handle("GET /metrics", m.Handler())
+	srv, sb := newFakeServerDeps(t, nil, func(d *Deps) { d.Observer, d.Metrics = m, m.Handler() })
 	sb.createPanic = "boom"
 	if rec := send(t, srv, "POST", "/v1/sessions", `{"language":"python3"}`, map[string]string{"X-RapidAPI-Key": "key-PRO"}); rec.Code != 500 {
 		t.Fatalf("panicking create: %d", rec.Code)

@@ -142,13 +142,11 @@ func sourceRoutes(t *testing.T) map[string]string {
 func TestOpenAPICoversRoutes(t *testing.T) {
 	doc := loadOpenAPI(t)
 	ops := doc.operations(t)
-	srv, _ := newFakeServer(t)
-	srv.SetUsageSource(fakeUsage{})
-	srv.SetEgressLog(fakeEgressLog{})
-	srv.SetPackages(fakePackages{})
-	srv.SetInstaller(fakeInstaller{}, &fakeGate{})
-	srv.Handle("GET /metrics", http.NotFoundHandler())
-	srv.Handle("/mirror/", http.NotFoundHandler())
+	srv, _ := newFakeServerDeps(t, nil, func(d *Deps) {
+		d.Usage, d.EgressLog, d.Packages = fakeUsage{}, fakeEgressLog{}, fakePackages{}
+		d.Installer, d.Gate = fakeInstaller{}, &fakeGate{}
+		d.Metrics, d.Mirror = http.NotFoundHandler(), http.NotFoundHandler()
+	})
 
 	mounted := sourceRoutes(t)
 	for _, p := range srv.Routes() {
@@ -402,12 +400,12 @@ func TestOpenAPIValidatesExchanges(t *testing.T) {
 	doc := loadOpenAPI(t)
 	ops := doc.operations(t)
 	v := newSchemaValidator(t, doc)
-	srv, _ := newFakeServer(t)
-	srv.SetUsageSource(fakeUsage{})
-	srv.SetEgressLog(fakeEgressLog{})
-	srv.SetPackages(fakePackages{})
 	gate := &fakeGate{}
-	srv.SetInstaller(fakeInstaller{}, gate)
+	ready := &switchedReadiness{}
+	srv, _ := newFakeServerDeps(t, nil, func(d *Deps) {
+		d.Usage, d.EgressLog, d.Packages = fakeUsage{}, fakeEgressLog{}, fakePackages{}
+		d.Installer, d.Gate, d.Readiness = fakeInstaller{}, gate, ready
+	})
 	ts := httptest.NewServer(srv)
 	defer ts.Close()
 	checked := 0
@@ -467,7 +465,7 @@ func TestOpenAPIValidatesExchanges(t *testing.T) {
 
 	// The fail-closed replies: readiness red, the install gate closed.
 	gate.down = true
-	srv.SetReadiness(fakeReadiness{})
+	ready.on.Store(true)
 	sid := ""
 	for _, x := range []exchange{
 		{name: "session for the gate", method: "POST", path: "/v1/sessions", key: "key-PRO", body: `{"language":"bash"}`, status: 201},

@@ -52,8 +52,8 @@ type checkPackagesRequest struct {
 	Packages []string `json:"packages"`
 }
 
-// SetPackages enables POST /v1/packages/check.
-func (s *Server) SetPackages(p Packages) {
+// mountPackages enables POST /v1/packages/check.
+func (s *Server) mountPackages(p Packages) {
 	s.handle("POST /v1/packages/check", s.authed(func(w http.ResponseWriter, r *http.Request) error {
 		var req checkPackagesRequest
 		if err := decodeJSON(r, &req); err != nil {

@@ -10,8 +10,7 @@ import (
 
 func TestCheckPackagesValidates(t *testing.T) {
 	t.Parallel()
-	srv, _ := newFakeServer(t)
-	srv.SetPackages(fakePackages{})
+	srv, _ := newFakeServerDeps(t, nil, func(d *Deps) { d.Packages = fakePackages{} })
 	many := make([]string, maxCheckedPackages+1)
 	for i := range many {
 		many[i] = "x"

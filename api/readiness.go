@@ -26,27 +26,13 @@ type Gate interface {
 	Ready(ctx context.Context) (bool, []CheckResult)
 }
 
-// SetReadiness makes /readyz report r's checks (503 when any fails).
-func (s *Server) SetReadiness(r ReadinessReporter) { s.readiness.Store(&r) }
-
-// ReadinessChecks returns what /readyz reports (for the operator console):
-// the latest results, without asking for a new run.
-func (s *Server) ReadinessChecks(ctx context.Context) (bool, []CheckResult) {
-	p := s.readiness.Load()
-	if p == nil {
-		return true, []CheckResult{}
-	}
-	return (*p).Checks(ctx, false)
-}
-
 // readinessChecks returns the reporter's view; with no reporter, ready
 // with no checks.
 func (s *Server) readinessChecks(r *http.Request) (bool, []CheckResult) {
-	p := s.readiness.Load()
-	if p == nil {
+	if s.readiness == nil {
 		return true, []CheckResult{}
 	}
-	ok, checks := (*p).Checks(r.Context(), r.URL.Query().Get("refresh") == "1")
+	ok, checks := s.readiness.Checks(r.Context(), r.URL.Query().Get("refresh") == "1")
 	if checks == nil {
 		checks = []CheckResult{}
 	}

@@ -100,11 +100,11 @@ func (i slowFailingInstaller) Install(ctx context.Context, owner, id string, req
 // metered with the time it took, not 0.
 func TestFailedInstallMetersItsTime(t *testing.T) {
 	t.Parallel()
-	srv, _ := newFakeServer(t)
 	m := &recMeter{}
-	srv.meter = m
 	const took = 40 * time.Millisecond
-	srv.SetInstaller(slowFailingInstaller{took}, &fakeGate{})
+	srv, _ := newFakeServerDeps(t, nil, func(d *Deps) {
+		d.Meter, d.Installer, d.Gate = m, slowFailingInstaller{took}, &fakeGate{}
+	})
 	h := map[string]string{"X-API-Key": "key-PRO"}
 	rec := send(t, srv, "POST", "/v1/sessions", `{"language":"python3"}`, h)
 	if rec.Code != 201 {

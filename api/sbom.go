@@ -13,9 +13,9 @@ type SBOMs interface {
 	SessionSBOM(ctx context.Context, owner, id string) (doc []byte, contentType string, err error)
 }
 
-// SetSBOM serves GET /v1/sessions/{id}/sbom from b. Call it before the
-// server takes requests; without it the route is 404 no_route.
-func (s *Server) SetSBOM(b SBOMs) {
+// mountSBOM serves GET /v1/sessions/{id}/sbom from b; without it (no
+// Deps.SBOMs) the route is 404 no_route.
+func (s *Server) mountSBOM(b SBOMs) {
 	s.handle("GET /v1/sessions/{id}/sbom", s.authed(func(w http.ResponseWriter, r *http.Request) error {
 		p := principal(r.Context())
 		id, err := s.ownSession(r.Context(), s.egressLog, p.KeyID, r.PathValue("id"))

@@ -20,10 +20,8 @@ func (f fakeSBOMs) SessionSBOM(ctx context.Context, owner, id string) ([]byte, s
 // media type; another key, an unknown session and no key never reach the
 // builder.
 func TestSessionSBOMRoute(t *testing.T) {
-	srv, _ := newFakeServer(t)
 	var asked []string
-	srv.SetEgressLog(fakeEgressLog{})
-	srv.SetSBOM(fakeSBOMs{asked: &asked})
+	srv, _ := newFakeServerDeps(t, nil, func(d *Deps) { d.EgressLog, d.SBOMs = fakeEgressLog{}, fakeSBOMs{asked: &asked} })
 	ts := httptest.NewServer(srv)
 	defer ts.Close()
 	send := func(method, path, key, body string) (*http.Response, string) {

@@ -12,7 +12,6 @@ import (
 	"runtime/debug"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -75,6 +74,51 @@ type Config struct {
 	Gateway         GatewayConfig
 }
 
+// Deps is everything the server talks to, given once to New. Sandboxes,
+// Keys, Plans and Log are required; every other field is optional, and a
+// nil one leaves its routes unmounted (404 no_route), as noted per field.
+type Deps struct {
+	Sandboxes Sandboxes
+	Keys      Keys
+	Plans     *Plans
+	Log       *slog.Logger
+	// Meter records each authenticated request; nil records nothing.
+	Meter Meter
+	// Observer gets request and execution measurements; nil measures
+	// nothing.
+	Observer Observer
+	// Build is shown by /healthz (version, revision, runsc version); nil
+	// shows the status alone.
+	Build *buildinfo.Info
+	// Readiness makes /readyz report its checks (503 when any fails); nil
+	// is ready with no checks.
+	Readiness ReadinessReporter
+	// EgressLog serves the decisions of GET /v1/sessions/{id}/egress; nil
+	// answers from the live sessions alone, with no decisions.
+	EgressLog EgressLog
+	// Usage enables GET /v1/usage.
+	Usage UsageSource
+	// Files enables PUT and GET /v1/sessions/{id}/files.
+	Files Files
+	// Lifecycle enables POST /v1/sessions/{id}/hibernate and .../fork.
+	Lifecycle Lifecycle
+	// SBOMs enables GET /v1/sessions/{id}/sbom.
+	SBOMs SBOMs
+	// Installer enables POST /v1/sessions/{id}/install, which asks Gate
+	// first (both required together).
+	Installer Installer
+	Gate      Gate
+	// Packages enables POST /v1/packages/check.
+	Packages Packages
+	// Mirror, Metrics and Console are mounted without authentication on
+	// /mirror/, GET /metrics and /console (and /console/).
+	Mirror  http.Handler
+	Metrics http.Handler
+	Console http.Handler
+	// MCP, given the API itself, returns the handler of /mcp.
+	MCP func(api http.Handler) http.Handler
+}
+
 // Server serves the API. Build it with New; it is safe for concurrent use.
 type Server struct {
 	cfg   Config
@@ -88,34 +132,34 @@ type Server struct {
 	limiter   rateLimiter
 	quota     quota
 	ready     atomic.Bool
-	readiness atomic.Pointer[ReadinessReporter]
-	extra     sync.Map  // prefix -> http.Handler mounted without auth
-	egressLog EgressLog // nil: no decisions (SetEgressLog)
-	ops       opsState  // observer and route registry (metrics.go)
+	readiness ReadinessReporter // nil: ready with no checks
+	egressLog EgressLog         // nil: no decisions
+	ops       opsState          // observer and route registry (metrics.go)
 
-	build atomic.Pointer[buildinfo.Info] // shown by /healthz (SetBuildInfo)
+	build *buildinfo.Info // shown by /healthz; nil: status alone
 }
 
-// New builds the server and its routes.
-func New(cfg Config, sb Sandboxes, keys Keys, plans *Plans, meter Meter, log *slog.Logger) *Server {
-	s := &Server{cfg: cfg, sb: sb, keys: keys, plans: plans, meter: meter, log: log, mux: http.NewServeMux()}
+// New builds the server and mounts every route (routes).
+func New(cfg Config, d Deps) *Server {
+	s := &Server{cfg: cfg, sb: d.Sandboxes, keys: d.Keys, plans: d.Plans, meter: d.Meter, log: d.Log, mux: http.NewServeMux(),
+		readiness: d.Readiness, egressLog: d.EgressLog, build: d.Build}
 	s.limiter.buckets = map[string]*bucket{}
 	s.quota.inFlight = map[string]int{}
 	s.ready.Store(true)
-	s.routes()
+	s.setObserver(d.Observer)
+	s.routes(d)
 	return s
 }
-
-// Handle mounts an unauthenticated handler (the mirror, metrics) on pattern.
-func (s *Server) Handle(pattern string, h http.Handler) { s.handle(pattern, h) }
 
 // SetReady flips what /readyz reports (drained on shutdown).
 func (s *Server) SetReady(ok bool) { s.ready.Store(ok) }
 
-// routes mounts the API. Mount every route with s.handle (or Handle), never
-// s.mux directly: handle records the pattern, and the OpenAPI test checks
-// that each recorded route and its statuses are in api/openapi.json.
-func (s *Server) routes() {
+// routes mounts the API: every route of the server is mounted here, those
+// of optional dependencies only when d has them. Mount every route with
+// s.handle, never s.mux directly: handle records the pattern, and the
+// OpenAPI test checks that each recorded route and its statuses are in
+// api/openapi.json.
+func (s *Server) routes(d Deps) {
 	s.handle("GET /healthz", http.HandlerFunc(s.healthz))
 	s.handle("GET /readyz", http.HandlerFunc(s.readyz))
 	s.handle("GET /openapi.json", http.HandlerFunc(serveOpenAPI))
@@ -130,6 +174,37 @@ func (s *Server) routes() {
 	s.handle("/v1/", s.authed(func(w http.ResponseWriter, r *http.Request) error {
 		return apiErr(http.StatusNotFound, "no_route", "no route %s %s", r.Method, r.URL.Path)
 	}))
+	if d.Usage != nil {
+		s.mountUsage(d.Usage)
+	}
+	if d.Files != nil {
+		s.mountFiles(d.Files)
+	}
+	if d.Lifecycle != nil {
+		s.mountLifecycle(d.Lifecycle)
+	}
+	if d.SBOMs != nil {
+		s.mountSBOM(d.SBOMs)
+	}
+	if d.Installer != nil {
+		s.mountInstaller(d.Installer, d.Gate)
+	}
+	if d.Packages != nil {
+		s.mountPackages(d.Packages)
+	}
+	if d.Mirror != nil {
+		s.handle("/mirror/", d.Mirror)
+	}
+	if d.Metrics != nil {
+		s.handle("GET /metrics", d.Metrics)
+	}
+	if d.Console != nil {
+		s.handle("/console", d.Console)
+		s.handle("/console/", d.Console)
+	}
+	if d.MCP != nil {
+		s.handle("/mcp", d.MCP(s))
+	}
 }
 
 // ServeHTTP adds a request id, recovers panics and logs one line per request.
@@ -348,16 +423,12 @@ func (b *countingBody) Read(p []byte) (int, error) {
 func (b *countingBody) Close() error { return b.rc.Close() }
 
 func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
-	if b := s.build.Load(); b != nil {
+	if b := s.build; b != nil {
 		writeJSON(w, http.StatusOK, map[string]any{"status": "ok", "build": b})
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 }
-
-// SetBuildInfo makes /healthz name the build (version, revision, commit
-// and build time, runsc version).
-func (s *Server) SetBuildInfo(b buildinfo.Info) { s.build.Store(&b) }
 
 func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	ok, checks := s.readinessChecks(r)
@@ -374,8 +445,8 @@ type UsageSource interface {
 	UsageTotals(ctx context.Context, keyID string, since time.Time) (any, error)
 }
 
-// SetUsageSource enables GET /v1/usage.
-func (s *Server) SetUsageSource(u UsageSource) {
+// mountUsage serves GET /v1/usage from u.
+func (s *Server) mountUsage(u UsageSource) {
 	s.handle("GET /v1/usage", s.authed(func(w http.ResponseWriter, r *http.Request) error {
 		p := principal(r.Context())
 		rows, err := u.UsageTotals(r.Context(), p.KeyID, time.Now().AddDate(0, 0, -30))

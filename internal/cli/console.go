@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"errors"
+	"net/http"
 
 	"github.com/sandboxapi/sandboxapi/api"
 	"github.com/sandboxapi/sandboxapi/console"
@@ -18,17 +19,15 @@ var (
 	_ console.HomeUsage = (*executor.Executor)(nil)
 )
 
-// wireConsole mounts the operator console at /console.
-func wireConsole(env *Env, srv *api.Server, mir *mirror.Mirror, st *store.Store, disk console.HomeUsage) {
-	c := console.New(console.Deps{
+// newConsole builds the operator console (served at /console).
+func newConsole(env *Env, ready api.ReadinessReporter, mir *mirror.Mirror, st *store.Store, disk console.HomeUsage) http.Handler {
+	return console.New(console.Deps{
 		Admins:    consoleAdmins{st},
-		Readiness: consoleReadiness{srv},
+		Readiness: consoleReadiness{ready},
 		Catalogue: consoleCatalogue{mir},
 		Sessions:  console.NewStoreSessions(st, disk),
 		Usage:     console.NewStoreSessions(st, nil),
 	}, env.Log.With("component", "console"))
-	srv.Handle("/console", c)
-	srv.Handle("/console/", c)
 }
 
 type consoleAdmins struct{ st *store.Store }
@@ -46,10 +45,12 @@ func (a consoleAdmins) Admin(ctx context.Context, secret string) (string, error)
 	return k.Name, nil
 }
 
-type consoleReadiness struct{ srv *api.Server }
+// consoleReadiness shows the latest readiness results, without asking
+// for a new run.
+type consoleReadiness struct{ r api.ReadinessReporter }
 
 func (r consoleReadiness) Checks(ctx context.Context) (bool, []console.Check) {
-	ok, cs := r.srv.ReadinessChecks(ctx)
+	ok, cs := r.r.Checks(ctx, false)
 	out := make([]console.Check, 0, len(cs))
 	for _, c := range cs {
 		out = append(out, console.Check{Name: c.Name, Status: c.Status, Detail: c.Detail, LastRun: c.LastRun})

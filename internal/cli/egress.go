@@ -16,25 +16,10 @@ import (
 	"github.com/sandboxapi/sandboxapi/egress"
 	"github.com/sandboxapi/sandboxapi/egress/policy"
 	"github.com/sandboxapi/sandboxapi/executor"
+	"github.com/sandboxapi/sandboxapi/internal/metrics"
 	"github.com/sandboxapi/sandboxapi/internal/sandbox"
 	"github.com/sandboxapi/sandboxapi/store"
 )
-
-// egressLog is the API's view of the egress audit trail, set by
-// setupEgress when egress is enabled and read by wireServices.
-var egressLog *egressTrail
-
-// wireEgress serves GET /v1/sessions/{id}/egress from the egress trail:
-// the proxy's when egress is enabled, else the store's alone (no new
-// decisions; those of runs with egress on stay readable for
-// egress.audit_retention).
-func wireEgress(srv *api.Server, st *store.Store) {
-	if egressLog != nil {
-		srv.SetEgressLog(egressLog)
-		return
-	}
-	srv.SetEgressLog(&egressTrail{st: st})
-}
 
 // egressFlushInterval is how often queued egress decisions are written to
 // the store; egressPruneInterval how often those older than
@@ -50,12 +35,13 @@ const (
 // starts (it calls Network.Reconcile with its live sessions). Every
 // decision is written to st, whose trail is pruned past
 // egress.audit_retention (also while egress is disabled, so that turning
-// it off keeps the retention promise). The returned func stops the proxy,
-// then writes the decisions still queued; call it before st closes. The
-// networks of sessions still alive stay, so a restarted server can adopt
-// them.
-func setupEgress(ctx context.Context, env *Env, ex *executor.Executor, st *store.Store) (_ func(), err error) {
-	egressLog = nil
+// it off keeps the retention promise), and counted in m. It returns the
+// trail the API serves (nil when egress is off: the API reads the store's
+// alone, so decisions of runs with egress on stay readable for
+// egress.audit_retention) and a func that stops the proxy, then writes
+// the decisions still queued; call it before st closes. The networks of
+// sessions still alive stay, so a restarted server can adopt them.
+func setupEgress(ctx context.Context, env *Env, ex *executor.Executor, st *store.Store, m *metrics.Metrics) (_ *egressTrail, _ func(), err error) {
 	ec := env.Config.Egress
 	log := env.Log.With("component", "egress")
 	var undo []func()
@@ -69,15 +55,15 @@ func setupEgress(ctx context.Context, env *Env, ex *executor.Executor, st *store
 	stopPrune := startEgressPruner(ctx, st, ec.AuditRetention, log)
 	undo = append(undo, stopPrune)
 	if !ec.Enabled {
-		return stopPrune, nil
+		return nil, stopPrune, nil
 	}
 	nw, err := egress.NewNetwork(ec.Config, log)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	trail := store.NewEgressWriter(ctx, st, egressFlushInterval, log)
 	undo = append(undo, trail.Close)
-	onDecision, observe := egressAudit(trail)
+	onDecision, observe := egressAudit(trail, m)
 	// The installers' pool is never dialled either, whatever
 	// extra_allowed_cidrs says (config validation keeps them disjoint).
 	var reserved []netip.Prefix
@@ -86,15 +72,14 @@ func setupEgress(ctx context.Context, env *Env, ex *executor.Executor, st *store
 	}
 	proxy, err := egress.NewProxy(ec.Config, egress.Options{Logger: log, OnDecision: onDecision, Observe: observe, Reserved: reserved})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	dir := filepath.Join(env.Config.DataDir, "egress")
 	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, fmt.Errorf("creating egress state folder: %w", err)
+		return nil, nil, fmt.Errorf("creating egress state folder: %w", err)
 	}
 	ex.SetNetwork(&egressNetwork{cfg: ec.Config, net: nw, proxy: proxy, dir: dir, log: log})
-	egressLog = &egressTrail{st: st, w: trail}
-	return func() {
+	return &egressTrail{st: st, w: trail}, func() {
 		stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		defer cancel()
 		if err := proxy.Stop(stopCtx); err != nil {
@@ -108,9 +93,9 @@ func setupEgress(ctx context.Context, env *Env, ex *executor.Executor, st *store
 // egressAudit returns the proxy's audit hooks: onDecision stores the
 // records the proxy keeps (bounded per session, see
 // egress.Config.AuditRecordsPerMinute) in trail, observe counts every
-// decision in the metrics. The readiness canary's own connections are
+// decision in m. The readiness canary's own connections are
 // neither stored nor counted.
-func egressAudit(trail *store.EgressWriter) (onDecision, observe func(egress.Decision)) {
+func egressAudit(trail *store.EgressWriter, m *metrics.Metrics) (onDecision, observe func(egress.Decision)) {
 	onDecision = func(d egress.Decision) {
 		if !strings.HasPrefix(d.Session, probeSessionPrefix) {
 			trail.Record(egressRow(d))
@@ -118,7 +103,7 @@ func egressAudit(trail *store.EgressWriter) (onDecision, observe func(egress.Dec
 	}
 	observe = func(d egress.Decision) {
 		if !strings.HasPrefix(d.Session, probeSessionPrefix) {
-			processMetrics().EgressDecision(string(d.Outcome), egress.ReasonClass(d))
+			m.EgressDecision(string(d.Outcome), egress.ReasonClass(d))
 		}
 	}
 	return onDecision, observe

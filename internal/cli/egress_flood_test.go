@@ -18,6 +18,7 @@ import (
 
 	"github.com/sandboxapi/sandboxapi/egress"
 	"github.com/sandboxapi/sandboxapi/egress/policy"
+	"github.com/sandboxapi/sandboxapi/internal/metrics"
 	"github.com/sandboxapi/sandboxapi/store"
 )
 
@@ -69,7 +70,7 @@ func TestEgressAuditFloodBounded(t *testing.T) {
 	defer trail.Close()
 	const id = "sess_flood"
 	lc := &lineCounter{session: id}
-	onDecision, observe := egressAudit(trail)
+	onDecision, observe := egressAudit(trail, metrics.New())
 	var decisions atomic.Int64
 	cfg := egress.DefaultConfig()
 	cfg.ConnectPort, cfg.TransparentPort, cfg.DNSPort = 0, 0, 0

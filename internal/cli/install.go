@@ -13,6 +13,8 @@ import (
 	"github.com/sandboxapi/sandboxapi/egress"
 	"github.com/sandboxapi/sandboxapi/executor"
 	"github.com/sandboxapi/sandboxapi/installer"
+	"github.com/sandboxapi/sandboxapi/internal/lifecycle"
+	"github.com/sandboxapi/sandboxapi/internal/metrics"
 	"github.com/sandboxapi/sandboxapi/internal/sandbox"
 	"github.com/sandboxapi/sandboxapi/mirror"
 	"github.com/sandboxapi/sandboxapi/readiness"
@@ -32,13 +34,11 @@ var (
 )
 
 // wireInstall builds the installer (its own fenced network serving the
-// mirror), the readiness checks and the gate, and enables
-// POST /v1/sessions/{id}/install and the checks in /readyz. The checks run
-// until ctx ends. Without an installer network (not root, no nft), installs
-// stay closed: the firewall and topology checks fail. The returned func
-// removes the installer's spare network.
-func wireInstall(ctx context.Context, env *Env, srv *api.Server, ex *executor.Executor, mir *mirror.Mirror, front mirrorFront, st *store.Store) (stop func()) {
-	stop = func() {}
+// mirror) and the readiness checks (not started), which gate it and make
+// /readyz, and adds the installer (its spare network) to g. Without an
+// installer network (not root, no nft), installs stay closed: the firewall
+// and topology checks fail.
+func wireInstall(ctx context.Context, env *Env, g *lifecycle.Group, ex *executor.Executor, mir *mirror.Mirror, front mirrorFront, st *store.Store, m *metrics.Metrics) (*readiness.Checker, api.Installer) {
 	log := env.Log.With("component", "installer")
 	icfg := env.Config.Installer
 	chk := readiness.New(env.Config.Readiness, env.Log.With("component", "readiness"))
@@ -50,17 +50,17 @@ func wireInstall(ctx context.Context, env *Env, srv *api.Server, ex *executor.Ex
 	}
 	var inst *installer.Installer
 	if nw != nil {
-		inst = installer.New(icfg, mirrorCatalog{mir}, ex, installNetwork{nw}, processMetrics().InstrumentMirror(front.handler), log)
+		inst = installer.New(icfg, mirrorCatalog{mir}, ex, installNetwork{nw}, m.InstrumentMirror(front.handler), log)
 		// A spare installer network waits for the next install; one left
 		// by a process that dies is removed by the next start's Reconcile.
-		inst.Start(ctx)
-		stop = func() {
-			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-			defer cancel()
-			if err := inst.Stop(sctx); err != nil {
-				log.Error("stopping installer", "err", err)
-			}
-		}
+		g.Add("installer", lifecycle.Funcs{
+			StartFunc: func(ctx context.Context) error { inst.Start(ctx); return nil },
+			StopFunc: func(ctx context.Context) error {
+				ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+				defer cancel()
+				return inst.Stop(ctx)
+			},
+		})
 		fences := map[string]readiness.FirewallChecker{"installer": healing{nw}, "installer-chains": chainRules{icfg.Table, icfg.Prefix}}
 		closeOnRepair(ctx, chk, nw)
 		probes := map[string]readiness.Probe{
@@ -87,17 +87,10 @@ func wireInstall(ctx context.Context, env *Env, srv *api.Server, ex *executor.Ex
 	}
 	chk.Register("mirror", readiness.Mirror(mirrorIndex{mir}, front.base, 3))
 	chk.Register("osv", readiness.OSV(mirrorOSV{m: mir, maxRecord: env.Config.Mirror.OSVMaxRecordAge.D()}))
-	srv.SetReadiness(readinessReporter{chk})
-	if inst != nil {
-		srv.SetInstaller(recordingInstaller{next: inst, st: st, mir: mir, log: log, observe: processMetrics().ObserveInstall}, readinessReporter{chk})
-	} else {
-		srv.SetInstaller(closedInstaller{}, readinessReporter{chk})
+	if inst == nil {
+		return chk, closedInstaller{}
 	}
-	go func() {
-		waitListening(ctx, loopbackAddr(env.Config.Listen), 30*time.Second)
-		chk.Start(ctx)
-	}()
-	return stop
+	return chk, recordingInstaller{next: inst, st: st, mir: mir, log: log, observe: m.ObserveInstall}
 }
 
 // newInstallNetwork makes the installers' egress.Network: its own table,

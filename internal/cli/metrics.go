@@ -2,8 +2,6 @@ package cli
 
 import (
 	"context"
-	"net/http"
-	"sync"
 	"time"
 
 	"github.com/sandboxapi/sandboxapi/api"
@@ -12,19 +10,12 @@ import (
 	"github.com/sandboxapi/sandboxapi/mirror"
 )
 
-// processMetrics is the one registry of a serve process. Wiring code of
-// other services reports through it: egress's Options.OnDecision calls
-// EgressDecision (setupEgress), the mirror's handlers are wrapped in
-// InstrumentMirror (serve, wireInstall), and readiness is read at scrape
-// time (wireMetrics).
-var processMetrics = sync.OnceValue(metrics.New)
-
-// wireMetrics sends the API's measurements to the process registry, adds
-// the scrape-time gauges (sandboxes, warm pool, sessions by plan) and
-// returns the GET /metrics handler.
-func wireMetrics(srv *api.Server, ex *executor.Executor, mir *mirror.Mirror) http.Handler {
-	m := processMetrics()
-	srv.SetObserver(m)
+// registerMetrics adds the scrape-time gauges (sandboxes, warm pool,
+// sessions by plan, readiness, homes, the mirror) to m, the one registry
+// of a serve process, which serve creates and hands to every part that
+// reports (the API's observer, egress decisions, the mirror's handlers,
+// installs).
+func registerMetrics(m *metrics.Metrics, srv *api.Server, ex *executor.Executor, mir *mirror.Mirror) {
 	m.RegisterSessionsByPlan(srv.SessionsByPlan)
 	m.RegisterSandboxStats(func() (int, int) { return ex.LiveSandboxes(), ex.WarmReady() })
 	m.RegisterReadiness(srv.ReadinessByCheck)
@@ -40,7 +31,6 @@ func wireMetrics(srv *api.Server, ex *executor.Executor, mir *mirror.Mirror) htt
 		st, err := mir.OSVStatus(ctx)
 		return st.Age, err == nil && st.Present
 	})
-	return m.Handler()
 }
 
 // mirrorCounts counts the mirror's catalogue by ecosystem and status.

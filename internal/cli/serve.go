@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"os/signal"
@@ -17,6 +18,9 @@ import (
 	"github.com/sandboxapi/sandboxapi/executor"
 	"github.com/sandboxapi/sandboxapi/internal/buildinfo"
 	"github.com/sandboxapi/sandboxapi/internal/config"
+	"github.com/sandboxapi/sandboxapi/internal/httpservice"
+	"github.com/sandboxapi/sandboxapi/internal/lifecycle"
+	"github.com/sandboxapi/sandboxapi/internal/metrics"
 	"github.com/sandboxapi/sandboxapi/mirror"
 	"github.com/sandboxapi/sandboxapi/store"
 	"github.com/sandboxapi/sandboxapi/tlsserve"
@@ -80,17 +84,30 @@ func (m storeMeter) Record(u api.Usage) {
 // serve runs until ctx ends or a signal arrives: SIGTERM/SIGINT drain
 // (readiness goes red, running calls get the grace period, then everything
 // is torn down); a second signal exits at once.
+//
+// Every long-lived part runs in one lifecycle group (docs/operations.md,
+// "Shutdown and restarts"): what is opened while wiring (the
+// store, egress, the usage writer, the mirror) is pushed on its cleanup
+// stack as it opens; the executor, the readiness checks and the HTTP
+// server start in that order once everything is built. Everything stops
+// in reverse, and a failed start unwinds what had started.
 func serve(ctx context.Context, env *Env) error {
 	cfg := env.Config
 	log := env.Log
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return fmt.Errorf("creating data dir: %w", err)
 	}
+	g := &lifecycle.Group{Log: log}
+	defer func() {
+		if serr := g.Stop(context.WithoutCancel(ctx)); serr != nil {
+			log.Error("stopping", "err", serr)
+		}
+	}()
 	st, err := env.openStore(ctx)
 	if err != nil {
 		return err
 	}
-	defer st.Close()
+	g.Cleanup("store", func(context.Context) error { return st.Close() })
 	plans, err := loadPlans(cfg)
 	if err != nil {
 		return err
@@ -107,59 +124,63 @@ func serve(ctx context.Context, env *Env) error {
 	if err != nil {
 		return err
 	}
-	stopEgress, err := setupEgress(ctx, env, ex, st)
+	m := metrics.New() // the one registry of this process
+	trail, stopEgress, err := setupEgress(ctx, env, ex, st, m)
 	if err != nil {
 		return err
 	}
-	defer stopEgress()
-	if err := ex.Start(ctx); err != nil {
-		return err
-	}
+	g.Cleanup("egress", func(context.Context) error { stopEgress(); return nil })
 	usage := store.NewUsageWriter(st, 200*time.Millisecond, log)
-	defer usage.Close()
-
-	srv := api.New(api.Config{
-		MaxBodyBytes: cfg.Server.MaxBodyBytes, MaxCodeBytes: cfg.Limits.MaxCodeBytes, MaxStdinBytes: cfg.Limits.MaxStdinBytes,
-		DefaultIdleTTL: cfg.Limits.DefaultIdleTTL.D(), MaxIdleTTL: cfg.Limits.MaxIdleTTL.D(), DefaultTimeout: cfg.Limits.DefaultTimeout.D(),
-		StreamHeartbeat: cfg.Server.StreamHeartbeat.D(), Gateway: api.GatewayConfig{Secret: cfg.API.GatewaySecret},
-	}, ex, storeKeys{st}, plans, storeMeter{usage}, log)
-	srv.SetUsageSource(storeUsage{st: st, w: usage})
+	g.Cleanup("usage", func(context.Context) error { usage.Close(); return nil })
 	build := buildinfo.Read()
 	build.Runsc = runscVersion(ecfg.Runsc)
-	srv.SetBuildInfo(build)
-	processMetrics().SetBuildInfo(build.Version, build.Revision, build.Runsc)
+	m.SetBuildInfo(build.Version, build.Revision, build.Runsc)
 	log.Info("build", "version", build.Version, "revision", build.Revision, "modified", build.Modified, "build_time", build.BuildTime, "runsc", build.Runsc)
 
 	mir, err := mirror.New(ctx, mirrorConfig(env), st.DB(), log)
 	if err != nil {
-		_ = ex.Stop(context.Background())
 		return fmt.Errorf("opening mirror: %w", err)
 	}
-	defer mir.Close()
+	g.Cleanup("mirror", func(context.Context) error { mir.Close(); return nil })
 	front, err := newMirrorFront(env, mir)
 	if err != nil {
-		_ = ex.Stop(context.Background())
 		return err
 	}
-	srv.Handle("/mirror/", processMetrics().InstrumentMirror(front.handler))
-	stopServices := wireServices(ctx, env, srv, ex, mir, front, st)
-	defer stopServices()
-
-	ln, err := tlsserve.Listen(ctx, cfg, env.Log) // TLS per cfg.TLS
-	if err != nil {
-		_ = ex.Stop(context.Background())
-		return fmt.Errorf("listening on %s: %w", cfg.Listen, err)
-	}
+	// Stopped before the mirror and the writers: a call the grace period
+	// cut short ends with its sandbox, not against a closed mirror.
+	g.Add("executor", lifecycle.Funcs{StartFunc: ex.Start, StopFunc: func(ctx context.Context) error {
+		ctx, cancel := context.WithTimeout(ctx, time.Minute)
+		defer cancel()
+		return ex.Stop(ctx)
+	}})
+	srv := wireServices(ctx, env, g, wiring{plans: plans, ex: ex, st: st, mir: mir, front: front, usage: usage, trail: trail, m: m, build: build})
 	drain := &drainGate{next: srv}
-	hs := &http.Server{Handler: drain, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: cfg.Server.ReadTimeout.D(), IdleTimeout: 2 * time.Minute}
-	errc := make(chan error, 1)
-	go func() { errc <- hs.Serve(ln) }()
-	log.Info("serving", "listen", ln.Addr().String(), "data_dir", cfg.DataDir, "rootfs", ecfg.Rootfs)
+	web := &httpservice.Service{
+		Server: &http.Server{Handler: drain, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: cfg.Server.ReadTimeout.D(), IdleTimeout: 2 * time.Minute},
+		Listen: func(ctx context.Context) (net.Listener, error) {
+			ln, err := tlsserve.Listen(ctx, cfg, env.Log) // TLS per cfg.TLS
+			if err != nil {
+				return nil, fmt.Errorf("listening on %s: %w", cfg.Listen, err)
+			}
+			return ln, nil
+		},
+		// /readyz goes red and new work is refused while the listener
+		// stays open, so a load balancer notices before connections close.
+		Drain:         func() { srv.SetReady(false); drain.start() },
+		DrainDelay:    cfg.Server.DrainDelay.D(),
+		ShutdownGrace: cfg.Server.ShutdownGrace.D(),
+		Log:           log,
+	}
+	g.Add("http", web)
+	if err := g.Start(ctx); err != nil {
+		return err
+	}
+	log.Info("serving", "listen", web.Addr().String(), "data_dir", cfg.DataDir, "rootfs", ecfg.Rootfs)
 	scheme := "http"
 	if cfg.TLS.Enabled() {
 		scheme = "https"
 	}
-	fmt.Fprintf(env.Stderr, "sandboxapi listening on %s://%s\n", scheme, ln.Addr())
+	fmt.Fprintf(env.Stderr, "sandboxapi listening on %s://%s\n", scheme, web.Addr())
 
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
@@ -169,7 +190,8 @@ func serve(ctx context.Context, env *Env) error {
 	case <-ctx.Done():
 	case s := <-sigs:
 		log.Info("shutting down", "signal", s.String())
-	case serveErr = <-errc:
+	case serveErr = <-web.Done():
+		web.Failed(serveErr)
 	}
 	// A second signal, at any point of the shutdown below, exits at once.
 	stopped := make(chan struct{})
@@ -182,27 +204,8 @@ func serve(ctx context.Context, env *Env) error {
 		case <-stopped:
 		}
 	}()
-	// Drain: /readyz goes red and new work is refused while the listener
-	// stays open, so a load balancer notices before connections close.
-	srv.SetReady(false)
-	drain.start()
-	if d := cfg.Server.DrainDelay.D(); d > 0 && serveErr == nil {
-		log.Info("draining", "delay", d.String())
-		select {
-		case <-time.After(d):
-		case <-ctx.Done():
-		}
-	}
-	grace, cancel := context.WithTimeout(context.Background(), cfg.Server.ShutdownGrace.D())
-	defer cancel()
-	if err := hs.Shutdown(grace); err != nil {
-		log.Warn("grace period over, closing connections", "err", err)
-		_ = hs.Close()
-	}
-	stopCtx, cancel2 := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel2()
-	if err := ex.Stop(stopCtx); err != nil {
-		log.Error("stopping executor", "err", err)
+	if err := g.Stop(context.WithoutCancel(ctx)); err != nil {
+		log.Error("stopping", "err", err)
 	}
 	if serveErr != nil && !errors.Is(serveErr, http.ErrServerClosed) {
 		return serveErr

@@ -2,26 +2,77 @@ package cli
 
 import (
 	"context"
+	"net/http"
+	"time"
 
 	"github.com/sandboxapi/sandboxapi/api"
 	"github.com/sandboxapi/sandboxapi/executor"
+	"github.com/sandboxapi/sandboxapi/internal/buildinfo"
+	"github.com/sandboxapi/sandboxapi/internal/lifecycle"
+	"github.com/sandboxapi/sandboxapi/internal/metrics"
 	"github.com/sandboxapi/sandboxapi/mcp"
 	"github.com/sandboxapi/sandboxapi/mirror"
 	"github.com/sandboxapi/sandboxapi/store"
 )
 
-// wireServices connects the optional API surfaces to their services. Each
-// line is one feature; keep them one line each. The returned func stops
-// what they started (call it once serving has ended).
-func wireServices(ctx context.Context, env *Env, srv *api.Server, ex *executor.Executor, mir *mirror.Mirror, front mirrorFront, st *store.Store) (stop func()) {
-	wireEgress(srv, st)
-	stop = wireInstall(ctx, env, srv, ex, mir, front, st)
-	srv.SetSBOM(sbomSource{st: st, mir: mir})
-	srv.SetPackages(mirrorPackages{mir})
-	srv.Handle("/mcp", mcp.NewHTTPHandler(srv, mcp.Options{Version: Version, Logger: env.Log, DefaultTimeout: env.Config.Limits.DefaultTimeout.D()}))
-	srv.Handle("GET /metrics", wireMetrics(srv, ex, mir))
-	srv.SetFiles(ex)
-	srv.SetLifecycle(ex)
-	wireConsole(env, srv, mir, st, ex)
-	return stop
+var _ lifecycle.Component = (*executor.Executor)(nil)
+
+// wiring is what serve has built when it wires the API.
+type wiring struct {
+	plans *api.Plans
+	ex    *executor.Executor
+	st    *store.Store
+	mir   *mirror.Mirror
+	front mirrorFront
+	usage *store.UsageWriter
+	trail *egressTrail // nil when egress is off
+	m     *metrics.Metrics
+	build buildinfo.Info
+}
+
+// wireServices builds the API with every dependency it serves (one field
+// each) and adds the readiness checks to g. The checks start after the
+// executor and before the HTTP server, and stop in reverse.
+func wireServices(ctx context.Context, env *Env, g *lifecycle.Group, w wiring) *api.Server {
+	cfg := env.Config
+	chk, inst := wireInstall(ctx, env, g, w.ex, w.mir, w.front, w.st, w.m)
+	// The mirror check may ask the server itself: the checks start once
+	// it listens.
+	g.Add("readiness", chk.Service(func(ctx context.Context) { waitListening(ctx, loopbackAddr(cfg.Listen), 30*time.Second) }))
+	trail := w.trail
+	if trail == nil {
+		trail = &egressTrail{st: w.st} // egress off: the store's decisions alone
+	}
+	ready := readinessReporter{chk}
+	build := w.build
+	srv := api.New(api.Config{
+		MaxBodyBytes: cfg.Server.MaxBodyBytes, MaxCodeBytes: cfg.Limits.MaxCodeBytes, MaxStdinBytes: cfg.Limits.MaxStdinBytes,
+		DefaultIdleTTL: cfg.Limits.DefaultIdleTTL.D(), MaxIdleTTL: cfg.Limits.MaxIdleTTL.D(), DefaultTimeout: cfg.Limits.DefaultTimeout.D(),
+		StreamHeartbeat: cfg.Server.StreamHeartbeat.D(), Gateway: api.GatewayConfig{Secret: cfg.API.GatewaySecret},
+	}, api.Deps{
+		Sandboxes: w.ex,
+		Keys:      storeKeys{w.st},
+		Plans:     w.plans,
+		Log:       env.Log,
+		Meter:     storeMeter{w.usage},
+		Observer:  w.m,
+		Build:     &build,
+		Readiness: ready,
+		EgressLog: trail,
+		Usage:     storeUsage{st: w.st, w: w.usage},
+		Files:     w.ex,
+		Lifecycle: w.ex,
+		SBOMs:     sbomSource{st: w.st, mir: w.mir},
+		Installer: inst,
+		Gate:      ready,
+		Packages:  mirrorPackages{w.mir},
+		Mirror:    w.m.InstrumentMirror(w.front.handler),
+		Metrics:   w.m.Handler(),
+		Console:   newConsole(env, ready, w.mir, w.st, w.ex),
+		MCP: func(h http.Handler) http.Handler {
+			return mcp.NewHTTPHandler(h, mcp.Options{Version: Version, Logger: env.Log, DefaultTimeout: cfg.Limits.DefaultTimeout.D()})
+		},
+	})
+	registerMetrics(w.m, srv, w.ex, w.mir)
+	return srv
 }

@@ -103,13 +103,19 @@ type Snapshot struct {
 type DB struct {
 	snap  Snapshot
 	byPkg map[string][]*Record
+	parse func(version, ecosystem string) (semantic.Version, error) // nil: semantic.Parse; tests inject panics
 }
 
 // Snapshot returns the loaded snapshot's description.
 func (db *DB) Snapshot() Snapshot { return db.snap }
 
-// parseVersion is the version parser; tests swap it to inject panics.
-var parseVersion = semantic.Parse
+// parseVersion parses a version with db.parse, semantic.Parse by default.
+func (db *DB) parseVersion(version, ecosystem string) (semantic.Version, error) {
+	if db.parse != nil {
+		return db.parse(version, ecosystem)
+	}
+	return semantic.Parse(version, ecosystem)
+}
 
 var (
 	pep503Sep = regexp.MustCompile(`[-_.]+`)
@@ -190,7 +196,7 @@ func (db *DB) Match(ecosystem, name, version string) (found []Finding, err error
 	if !wellFormed(version, baseEcosystem(ecosystem)) {
 		return nil, fmt.Errorf("%w: %s version %q is not well formed", ErrVersion, ecosystem, version)
 	}
-	v, err := parseVersion(version, baseEcosystem(ecosystem))
+	v, err := db.parseVersion(version, baseEcosystem(ecosystem))
 	if err != nil {
 		return nil, fmt.Errorf("%w: parsing %s version %q: %w", ErrVersion, ecosystem, version, err)
 	}
@@ -200,8 +206,8 @@ func (db *DB) Match(ecosystem, name, version string) (found []Finding, err error
 			if key(a.Package.Ecosystem, a.Package.Name) != want {
 				continue
 			}
-			if why := affects(a, v, version, baseEcosystem(ecosystem)); why != "" {
-				found = append(found, Finding{ID: r.ID, Summary: r.Summary, Why: why, Fixed: fixedAbove(a, v, baseEcosystem(ecosystem))})
+			if why := db.affects(a, v, version, baseEcosystem(ecosystem)); why != "" {
+				found = append(found, Finding{ID: r.ID, Summary: r.Summary, Why: why, Fixed: db.fixedAbove(a, v, baseEcosystem(ecosystem))})
 				break
 			}
 		}
@@ -212,7 +218,7 @@ func (db *DB) Match(ecosystem, name, version string) (found []Finding, err error
 
 // fixedAbove returns the lowest "fixed" event version of a's ranges that
 // is above v ("" when there is none or it cannot be compared).
-func fixedAbove(a Affected, v semantic.Version, eco string) (out string) {
+func (db *DB) fixedAbove(a Affected, v semantic.Version, eco string) (out string) {
 	defer func() {
 		if recover() != nil {
 			out = ""
@@ -224,7 +230,7 @@ func fixedAbove(a Affected, v semantic.Version, eco string) (out string) {
 			if e.Fixed == "" || !wellFormed(e.Fixed, eco) {
 				continue
 			}
-			p, err := parseVersion(e.Fixed, eco)
+			p, err := db.parseVersion(e.Fixed, eco)
 			if err != nil || p == nil {
 				continue
 			}
@@ -243,7 +249,7 @@ func fixedAbove(a Affected, v semantic.Version, eco string) (out string) {
 }
 
 // affects reports why a affects v ("" if it does not).
-func affects(a Affected, v semantic.Version, raw, eco string) string {
+func (db *DB) affects(a Affected, v semantic.Version, raw, eco string) string {
 	if len(a.Ranges) == 0 && len(a.Versions) == 0 {
 		return "all versions" // an entry that names no versions covers all of them
 	}
@@ -261,7 +267,7 @@ func affects(a Affected, v semantic.Version, raw, eco string) string {
 		default:
 			continue // GIT ranges carry commits; keep looking at the others
 		}
-		hit, bad := inRange(r.Events, v, eco)
+		hit, bad := db.inRange(r.Events, v, eco)
 		if bad {
 			return "unparsable advisory version"
 		}
@@ -276,7 +282,7 @@ func affects(a Affected, v semantic.Version, raw, eco string) string {
 // sorted by version ("0" lowest), introduced opens, fixed and last_affected
 // close, and limit events bound from above. bad is true when an event
 // version cannot be parsed or compared.
-func inRange(events []Event, v semantic.Version, eco string) (hit, bad bool) {
+func (db *DB) inRange(events []Event, v semantic.Version, eco string) (hit, bad bool) {
 	type ev struct {
 		kind byte // 'i', 'f', 'l'
 		zero bool
@@ -288,7 +294,7 @@ func inRange(events []Event, v semantic.Version, eco string) (hit, bad bool) {
 		if !wellFormed(s, eco) {
 			return nil, false
 		}
-		p, err := parseVersion(s, eco)
+		p, err := db.parseVersion(s, eco)
 		return p, err == nil && p != nil
 	}
 	for _, e := range events {

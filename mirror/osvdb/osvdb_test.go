@@ -136,11 +136,10 @@ func TestUnparsableAdvisoryVersionFailsClosed(t *testing.T) {
 	}
 }
 
-func TestPanicIsAnError(t *testing.T) { // not parallel: swaps parseVersion
-	old := parseVersion
-	t.Cleanup(func() { parseVersion = old })
-	parseVersion = func(string, string) (semantic.Version, error) { panic("boom") }
+func TestPanicIsAnError(t *testing.T) {
+	t.Parallel()
 	db := newDB(Snapshot{}, []*Record{{ID: "P-1", Affected: []Affected{{Package: Package{Ecosystem: "npm", Name: "x"}}}}})
+	db.parse = func(string, string) (semantic.Version, error) { panic("boom") }
 	_, err := db.Match("npm", "x", "1.0.0")
 	if !errors.Is(err, ErrVersion) {
 		t.Fatalf("Match err = %v, want ErrVersion", err)

@@ -1,0 +1,121 @@
+package httpservice
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sandboxapi/sandboxapi/internal/lifecycle"
+)
+
+var _ lifecycle.Component = (*Service)(nil)
+
+func newService(t *testing.T, h http.Handler) *Service {
+	return &Service{
+		Server: &http.Server{Handler: h},
+		Listen: func(context.Context) (net.Listener, error) { return net.Listen("tcp", "127.0.0.1:0") },
+		Log:    slog.New(slog.DiscardHandler),
+	}
+}
+
+// Stop runs the drain hook first, keeps serving for the drain delay, lets
+// a running request finish within the grace period, then refuses
+// connections.
+func TestServiceDrainsThenStops(t *testing.T) {
+	release := make(chan struct{})
+	var drained atomic.Bool
+	s := newService(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/slow" {
+			<-release
+		}
+		if drained.Load() {
+			w.Header().Set("X-Drained", "1")
+		}
+	}))
+	s.Drain = func() { drained.Store(true) }
+	s.DrainDelay, s.ShutdownGrace = 300*time.Millisecond, 5*time.Second
+	if err := s.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	base := "http://" + s.Addr().String()
+	slow := make(chan error, 1)
+	go func() {
+		resp, err := http.Get(base + "/slow")
+		if err == nil {
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		}
+		slow <- err
+	}()
+	time.Sleep(50 * time.Millisecond) // the slow request is running
+	stopped := make(chan error, 1)
+	go func() { stopped <- s.Stop(context.Background()) }()
+	time.Sleep(100 * time.Millisecond) // within the drain delay
+	resp, err := (&http.Client{Transport: &http.Transport{DisableKeepAlives: true}}).Get(base + "/fast")
+	if err != nil {
+		t.Fatalf("during the drain delay: %v", err)
+	}
+	resp.Body.Close()
+	if resp.Header.Get("X-Drained") != "1" {
+		t.Error("the drain hook did not run before the delay")
+	}
+	close(release)
+	if err := <-slow; err != nil {
+		t.Errorf("the running request was cut: %v", err)
+	}
+	if err := <-stopped; err != nil {
+		t.Fatal(err)
+	}
+	if _, err := net.DialTimeout("tcp", s.Addr().String(), time.Second); err == nil {
+		t.Error("still listening after Stop")
+	}
+}
+
+// A request still running when the grace period ends has its connection
+// closed; a failed server skips the drain delay.
+func TestServiceGraceOverClosesConnections(t *testing.T) {
+	s := newService(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() }))
+	s.DrainDelay, s.ShutdownGrace = time.Hour, 100*time.Millisecond
+	if err := s.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	s.Failed(http.ErrServerClosed) // as if Done had yielded: no drain delay
+	got := make(chan error, 1)
+	go func() {
+		resp, err := http.Get("http://" + s.Addr().String() + "/")
+		if err == nil {
+			resp.Body.Close()
+		}
+		got <- err
+	}()
+	time.Sleep(50 * time.Millisecond)
+	start := time.Now()
+	if err := s.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("Stop took %s", d)
+	}
+	if err := <-got; err == nil {
+		t.Error("the hanging request got a reply; want its connection closed")
+	}
+}
+
+// A listener that cannot be opened fails Start.
+func TestServiceListenFails(t *testing.T) {
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	s := newService(t, http.NotFoundHandler())
+	s.Listen = func(context.Context) (net.Listener, error) { return net.Listen("tcp", taken.Addr().String()) }
+	if err := s.Start(t.Context()); err == nil {
+		t.Fatal("Start on a taken port succeeded")
+	}
+}
