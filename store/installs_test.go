@@ -6,10 +6,12 @@ import (
 	"time"
 )
 
-func TestSessionInstalls(t *testing.T) {
+func TestSessionInstalls(t *testing.T) { eachBackend(t, testSessionInstalls) }
+
+func testSessionInstalls(t *testing.T, open opener) {
 	t.Parallel()
 	ctx := context.Background()
-	st, _ := openTestStore(t)
+	st := open(t)
 	at := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 	six := InstallRow{SessionID: "s1", KeyID: "k1", Manager: "pip", Name: "six", Version: "1.16.0", Filename: "six.whl", SHA256: "aa", OSVSnapshot: "snap1", InstalledAt: at}
 	ms := InstallRow{SessionID: "s1", KeyID: "k1", Manager: "npm", Name: "ms", Version: "2.1.3", Filename: "ms-2.1.3.tgz", SHA256: "bb", OSVSnapshot: "snap1", InstalledAt: at}
@@ -35,10 +37,12 @@ func TestSessionInstalls(t *testing.T) {
 	}
 }
 
-func TestKeyKinds(t *testing.T) {
+func TestKeyKinds(t *testing.T) { eachBackend(t, testKeyKinds) }
+
+func testKeyKinds(t *testing.T, open opener) {
 	t.Parallel()
 	ctx := context.Background()
-	st, _ := openTestStore(t)
+	st := open(t)
 	for _, k := range []KeyRow{{ID: "c", Name: "c", Plan: "PRO", Hash: "h1"}, {ID: "a", Name: "a", Plan: "MEGA", Hash: "h2", Kind: KindAdmin}} {
 		if err := st.InsertKey(ctx, k); err != nil {
 			t.Fatal(err)
