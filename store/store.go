@@ -205,7 +205,7 @@ var migrations = []migration{
 	CREATE INDEX IF NOT EXISTS session_slots_session ON session_slots(session_id);
 	CREATE TABLE IF NOT EXISTS rate_buckets (
 		key_id TEXT PRIMARY KEY,
-		micro_tokens INTEGER NOT NULL,
+		token_units INTEGER NOT NULL,
 		last_ms INTEGER NOT NULL
 	);`},
 }
