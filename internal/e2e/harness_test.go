@@ -93,6 +93,10 @@ func startServerB(t testing.TB, extraYAML string) *server {
 		n := testenv.NewNet(t, 'd')
 		cfg += fmt.Sprintf("installer:\n  pool: %s\n  table: %s\n  prefix: %s\n", n.Pool, n.Table, n.Prefix)
 	}
+	if testenv.TestStorePostgres() && !strings.Contains(extraYAML, "store:") {
+		// The server, and the CLI run against it, on a fresh database.
+		cfg += "store:\n  url: " + testenv.PostgresURL(t) + "\n"
+	}
 	if rfs := os.Getenv("SANDBOXAPI_ROOTFS"); rfs != "" && !strings.Contains(cfg, "rootfs:") {
 		// The build the tests were asked to use, not the newest in the cache.
 		cfg = strings.Replace(cfg, "executor:\n", "executor:\n  rootfs: "+rfs+"\n", 1)

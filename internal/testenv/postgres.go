@@ -178,3 +178,8 @@ func StopPostgres() {
 		pg.stop()
 	}
 }
+
+// TestStorePostgres reports whether SANDBOXAPI_TEST_STORE=postgres asks
+// suites that open a store (the end-to-end harness, the mirror's tests) to
+// use a fresh PostgreSQL database instead of a SQLite file.
+func TestStorePostgres() bool { return os.Getenv("SANDBOXAPI_TEST_STORE") == "postgres" }
