@@ -7,6 +7,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/stdlib"
@@ -156,11 +157,20 @@ func (c *pgConn) CheckNamedValue(nv *driver.NamedValue) error {
 	return c.Conn.CheckNamedValue(nv)
 }
 
+// pgMaxConns is how many connections one node's pool opens at most.
+const pgMaxConns = 16
+
 // openPostgres opens a pool on url (a postgres:// URL or key=value DSN).
 func openPostgres(url string) (*sql.DB, error) {
 	cfg, err := pgx.ParseConfig(url)
 	if err != nil {
 		return nil, err
 	}
-	return sql.OpenDB(pgConnector{stdlib.GetConnector(*cfg)}), nil
+	db := sql.OpenDB(pgConnector{stdlib.GetConnector(*cfg)})
+	// Bounded, so that many nodes stay under the server's max_connections
+	// (100 by default); callers queue for a connection beyond it.
+	db.SetMaxOpenConns(pgMaxConns)
+	db.SetMaxIdleConns(pgMaxConns / 2)
+	db.SetConnMaxIdleTime(5 * time.Minute)
+	return db, nil
 }
