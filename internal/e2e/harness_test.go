@@ -67,6 +67,9 @@ type server struct {
 	cmd     *exec.Cmd
 	logs    *bytes.Buffer
 	exited  chan struct{}
+
+	// storeURL is the server's PostgreSQL store ("": SQLite in dataDir).
+	storeURL string
 }
 
 // startServer starts sandboxapi serve on a free loopback port. extraYAML is
@@ -95,7 +98,8 @@ func startServerB(t testing.TB, extraYAML string) *server {
 	}
 	if testenv.TestStorePostgres() && !strings.Contains(extraYAML, "store:") {
 		// The server, and the CLI run against it, on a fresh database.
-		cfg += "store:\n  url: " + testenv.PostgresURL(t) + "\n"
+		s.storeURL = testenv.PostgresURL(t)
+		cfg += "store:\n  url: " + s.storeURL + "\n"
 	}
 	if rfs := os.Getenv("SANDBOXAPI_ROOTFS"); rfs != "" && !strings.Contains(cfg, "rootfs:") {
 		// The build the tests were asked to use, not the newest in the cache.
