@@ -119,12 +119,27 @@ func startPostgres() (*pgServer, error) {
 		os.RemoveAll(dir)
 		return nil, err
 	}
+	s.watch(data)
 	if s.admin, err = sql.Open("pgx", s.url("postgres")); err != nil {
 		s.stop()
 		return nil, err
 	}
 	s.admin.SetMaxOpenConns(2)
 	return s, nil
+}
+
+// watch starts a watchdog that, should this test process die without
+// StopPostgres (a timeout, a kill), stops the server (SIGQUIT to the
+// postmaster: immediate shutdown) and removes its folder.
+func (s *pgServer) watch(data string) {
+	script := `while kill -0 "$1" 2>/dev/null; do sleep 2; done
+pid=$(head -n 1 "$2/postmaster.pid" 2>/dev/null) && kill -QUIT "$pid" 2>/dev/null
+sleep 2; rm -rf "$3"`
+	cmd := exec.Command("/bin/sh", "-c", script, "pgwatch", strconv.Itoa(os.Getpid()), data, s.dir)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if cmd.Start() == nil {
+		go func() { _ = cmd.Wait() }()
+	}
 }
 
 func (s *pgServer) url(db string) string {
