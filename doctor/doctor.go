@@ -518,6 +518,20 @@ func checkStore(ctx context.Context, cfg *config.Config) Result {
 	if err := writable(cfg.DataDir); err != nil {
 		return fail(fix, "%s is not writable: %v", cfg.DataDir, err)
 	}
+	if cfg.Store.URL != "" {
+		// PostgreSQL: it opens (and is migrated, as serve would) and
+		// answers; its health is the database operator's.
+		st, err := store.OpenURL(ctx, cfg.Store.URL, "")
+		if err != nil {
+			return fail("check store.url (SANDBOXAPI_STORE_URL), the server and the role's rights", "PostgreSQL store: %v", err)
+		}
+		defer st.Close()
+		var v int
+		if err := st.DB().QueryRowContext(ctx, "SELECT MAX(v) FROM schema_version").Scan(&v); err != nil {
+			return fail("check the PostgreSQL server", "PostgreSQL store: %v", err)
+		}
+		return ok("%s writable; PostgreSQL store opens at schema version %d", cfg.DataDir, v)
+	}
 	path := filepath.Join(cfg.DataDir, "sandboxapi.db")
 	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
 		return ok("%s writable; no store yet (serve creates it)", cfg.DataDir)

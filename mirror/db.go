@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 )
 
@@ -42,107 +41,6 @@ func canMove(from, to Status) bool {
 		}
 	}
 	return false
-}
-
-const schema = `
-CREATE TABLE IF NOT EXISTS mirror_artifacts (
-	id INTEGER PRIMARY KEY,
-	manager TEXT NOT NULL,
-	name_key TEXT NOT NULL,
-	name TEXT NOT NULL,
-	version TEXT NOT NULL,
-	filename TEXT NOT NULL,
-	sha256 TEXT NOT NULL,
-	integrity TEXT NOT NULL DEFAULT '',
-	shasum TEXT NOT NULL DEFAULT '',
-	size INTEGER NOT NULL DEFAULT 0,
-	metadata_sha256 TEXT NOT NULL DEFAULT '',
-	requires_python TEXT NOT NULL DEFAULT '',
-	upstream_sha256 TEXT NOT NULL DEFAULT '',
-	manifest TEXT NOT NULL DEFAULT '',
-	status TEXT NOT NULL,
-	reasons TEXT NOT NULL DEFAULT '[]',
-	advisories TEXT NOT NULL DEFAULT '[]',
-	accepted TEXT NOT NULL DEFAULT '[]',
-	osv_snapshot TEXT NOT NULL DEFAULT '',
-	source TEXT NOT NULL DEFAULT '',
-	created_at INTEGER NOT NULL,
-	updated_at INTEGER NOT NULL,
-	stripped TEXT NOT NULL DEFAULT '[]',
-	dependencies TEXT NOT NULL DEFAULT '{}',
-	published_at INTEGER NOT NULL DEFAULT 0,
-	UNIQUE(manager, name_key, filename)
-);
-CREATE INDEX IF NOT EXISTS mirror_artifacts_name ON mirror_artifacts(manager, name_key, status);
-CREATE INDEX IF NOT EXISTS mirror_artifacts_sha ON mirror_artifacts(sha256);
-CREATE TABLE IF NOT EXISTS mirror_audit (
-	id INTEGER PRIMARY KEY,
-	at INTEGER NOT NULL,
-	event TEXT NOT NULL,
-	manager TEXT NOT NULL DEFAULT '',
-	name TEXT NOT NULL DEFAULT '',
-	version TEXT NOT NULL DEFAULT '',
-	filename TEXT NOT NULL DEFAULT '',
-	sha256 TEXT NOT NULL DEFAULT '',
-	reason TEXT NOT NULL DEFAULT '',
-	advisories TEXT NOT NULL DEFAULT '[]',
-	osv_snapshot TEXT NOT NULL DEFAULT ''
-);
-CREATE TABLE IF NOT EXISTS mirror_state (
-	id INTEGER PRIMARY KEY CHECK (id = 1),
-	generation INTEGER NOT NULL
-);
-INSERT OR IGNORE INTO mirror_state(id, generation) VALUES (1, 0);
-CREATE TRIGGER IF NOT EXISTS mirror_artifacts_gen_insert AFTER INSERT ON mirror_artifacts
-BEGIN UPDATE mirror_state SET generation = generation + 1 WHERE id = 1; END;
-CREATE TRIGGER IF NOT EXISTS mirror_artifacts_gen_update AFTER UPDATE ON mirror_artifacts
-BEGIN UPDATE mirror_state SET generation = generation + 1 WHERE id = 1; END;
-CREATE TRIGGER IF NOT EXISTS mirror_artifacts_gen_delete AFTER DELETE ON mirror_artifacts
-BEGIN UPDATE mirror_state SET generation = generation + 1 WHERE id = 1; END;
-CREATE TABLE IF NOT EXISTS mirror_osv (
-	id TEXT PRIMARY KEY,
-	imported_at INTEGER NOT NULL,
-	newest_modified INTEGER NOT NULL,
-	records INTEGER NOT NULL,
-	source TEXT NOT NULL DEFAULT '',
-	current INTEGER NOT NULL DEFAULT 0
-);`
-
-// Migrate creates the mirror's tables if they do not exist. It is
-// idempotent and safe to call on every start.
-func Migrate(ctx context.Context, db *sql.DB) error {
-	if _, err := db.ExecContext(ctx, schema); err != nil {
-		return fmt.Errorf("creating mirror tables: %w", err)
-	}
-	// Columns added after the first release: stores made before them get
-	// them here (SQLite has no ADD COLUMN IF NOT EXISTS).
-	have := map[string]bool{}
-	rows, err := db.QueryContext(ctx, `SELECT name FROM pragma_table_info('mirror_artifacts')`)
-	if err != nil {
-		return fmt.Errorf("reading mirror columns: %w", err)
-	}
-	for rows.Next() {
-		var n string
-		if err := rows.Scan(&n); err != nil {
-			rows.Close()
-			return fmt.Errorf("reading mirror columns: %w", err)
-		}
-		have[n] = true
-	}
-	rows.Close()
-	for _, c := range []struct{ name, def string }{
-		{"stripped", `TEXT NOT NULL DEFAULT '[]'`},
-		{"dependencies", `TEXT NOT NULL DEFAULT '{}'`},
-		{"published_at", `INTEGER NOT NULL DEFAULT 0`},
-	} {
-		if have[c.name] {
-			continue
-		}
-		if _, err := db.ExecContext(ctx, `ALTER TABLE mirror_artifacts ADD COLUMN `+c.name+` `+c.def); err != nil && !strings.Contains(err.Error(), "duplicate column") {
-			return fmt.Errorf("adding mirror column %s: %w", c.name, err)
-		}
-	}
-	return nil
 }
 
 // AuditEvent names an audit row's kind.

@@ -17,9 +17,11 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/sandboxapi/sandboxapi/internal/testenv"
 	"github.com/sandboxapi/sandboxapi/store"
 )
 
@@ -29,11 +31,7 @@ func newTestMirror(t testing.TB, osv bool) *Mirror {
 	t.Helper()
 	ctx := context.Background()
 	dir := t.TempDir()
-	st, err := store.Open(ctx, filepath.Join(dir, "sandboxapi.db"))
-	if err != nil {
-		t.Fatalf("opening store: %v", err)
-	}
-	t.Cleanup(func() { st.Close() })
+	st := openTestStore(t, dir)
 	cfg := DefaultConfig()
 	cfg.StoreDir = filepath.Join(dir, "mirror")
 	var log *slog.Logger
@@ -50,6 +48,40 @@ func newTestMirror(t testing.TB, osv bool) *Mirror {
 		}
 	}
 	return m
+}
+
+// openTestStore opens a real SQLite store in dir or, with
+// SANDBOXAPI_TEST_STORE=postgres, a fresh PostgreSQL database.
+func openTestStore(t testing.TB, dir string) *store.Store {
+	t.Helper()
+	url := ""
+	if testenv.TestStorePostgres() {
+		url = testenv.PostgresURL(t)
+	}
+	st, err := store.OpenURL(context.Background(), url, filepath.Join(dir, "sandboxapi.db"))
+	if err != nil {
+		t.Fatalf("opening store: %v", err)
+	}
+	t.Cleanup(func() { st.Close() })
+	testStoreURLs.Store(dir, url)
+	return st
+}
+
+// testStoreURLs maps a test mirror's folder to its store's URL ("" for
+// SQLite), for tests that open a second handle as another node would.
+var testStoreURLs sync.Map
+
+// reopenTestStore opens another handle on the store of the test mirror m.
+func reopenTestStore(t testing.TB, m *Mirror) *store.Store {
+	t.Helper()
+	dir := filepath.Dir(m.cfg.StoreDir)
+	url, _ := testStoreURLs.Load(dir)
+	st, err := store.OpenURL(context.Background(), url.(string), filepath.Join(dir, "sandboxapi.db"))
+	if err != nil {
+		t.Fatalf("opening store: %v", err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return st
 }
 
 // serveMirror mounts m's handler at /mirror/ on a loopback server.

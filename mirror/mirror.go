@@ -2,8 +2,8 @@
 // sandboxes install from. Artifacts are admitted only after archive safety
 // checks and an OSV check against a local database; npm tarballs are
 // re-packed without lifecycle scripts and dependency metadata. Admitted
-// artifacts are stored by sha256 under the store dir, indexed in SQLite
-// (mirror_* tables, see Migrate), and served as a PEP 503/691 simple index
+// artifacts are stored by sha256 under the store dir, indexed in the
+// sandboxapi store (mirror_* tables, made by the store's migrations), and served as a PEP 503/691 simple index
 // and npm packuments by Handler.
 package mirror
 
@@ -91,7 +91,8 @@ type Mirror struct {
 	osv *osvdb.DB
 }
 
-// New returns a Mirror over db (whose mirror tables it creates) storing
+// New returns a Mirror over db (a store.Store's DB, whose migrations made
+// the mirror tables; ? placeholders on every engine) storing
 // files under cfg.StoreDir, which must be absolute or relative to the
 // working directory (callers join it to the data dir).
 func New(ctx context.Context, cfg Config, db *sql.DB, log *slog.Logger) (*Mirror, error) {
@@ -100,9 +101,6 @@ func New(ctx context.Context, cfg Config, db *sql.DB, log *slog.Logger) (*Mirror
 	}
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
-	}
-	if err := Migrate(ctx, db); err != nil {
-		return nil, err
 	}
 	if err := os.MkdirAll(cfg.StoreDir, 0o755); err != nil {
 		return nil, fmt.Errorf("creating mirror store %s: %w", cfg.StoreDir, err)

@@ -282,16 +282,6 @@ func TestHostileArchivesRecordedAsRefused(t *testing.T) {
 	}
 }
 
-func TestMigrateIdempotent(t *testing.T) {
-	t.Parallel()
-	m := newTestMirror(t, false)
-	for i := 0; i < 2; i++ {
-		if err := Migrate(context.Background(), m.db); err != nil {
-			t.Fatal(err)
-		}
-	}
-}
-
 func TestConfigValidate(t *testing.T) {
 	t.Parallel()
 	if err := DefaultConfig().Validate(); err != nil {

@@ -9,8 +9,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-
-	"github.com/sandboxapi/sandboxapi/store"
 )
 
 type resp struct {
@@ -170,12 +168,7 @@ func TestCacheSeesOtherProcessWrites(t *testing.T) {
 			t.Fatalf("before: %+v", r)
 		}
 	}
-	dbPath := filepath.Join(filepath.Dir(m.cfg.StoreDir), "sandboxapi.db")
-	st, err := store.Open(ctx, dbPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	st := reopenTestStore(t, m)
 	other, err := New(ctx, m.cfg, st.DB(), nil)
 	if err != nil {
 		t.Fatal(err)

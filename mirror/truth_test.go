@@ -396,34 +396,6 @@ func FuzzNPMRange(f *testing.F) {
 	})
 }
 
-// TestMigrateAddsColumns: a store made before the stripped, dependencies
-// and published_at columns gets them, keeping its rows.
-func TestMigrateAddsColumns(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	m := newTestMirror(t, false)
-	db := m.db
-	for _, c := range []string{"stripped", "dependencies", "published_at"} {
-		if _, err := db.ExecContext(ctx, `ALTER TABLE mirror_artifacts DROP COLUMN `+c); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if _, err := db.ExecContext(ctx, `INSERT INTO mirror_artifacts(manager,name_key,name,version,filename,sha256,status,created_at,updated_at)
-		VALUES ('npm','old','old','1.0.0','old-1.0.0.tgz','ab','admitted',1,1)`); err != nil {
-		t.Fatal(err)
-	}
-	if err := Migrate(ctx, db); err != nil {
-		t.Fatal(err)
-	}
-	if err := Migrate(ctx, db); err != nil {
-		t.Fatalf("second Migrate: %v", err)
-	}
-	as, err := m.List(ctx, NPM)
-	if err != nil || len(as) != 1 || as[0].Name != "old" || len(as[0].Stripped) != 0 || !as[0].PublishedAt.IsZero() {
-		t.Fatalf("after migration: %+v, %v", as, err)
-	}
-}
-
 // TestRealNPMInstallsDependenciesListed: the real npm client installs
 // debug@4.3.7 (dependencies stripped) together with ms@2.1.3 from the
 // mirror, and debug finds ms at run time.

@@ -15,6 +15,13 @@ fi
 if ! command -v chromium >/dev/null; then
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
 fi
+# PostgreSQL from Debian's packages: the store's tests run on it as well as
+# on SQLite (internal/testenv starts a throwaway server with initdb and
+# pg_ctl as the postgres user); a missing server fails instead of skipping.
+if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null
+fi
+export SANDBOXAPI_REQUIRE_POSTGRES=1
 # Real peers the suite drives: Pebble (an ACME test CA, for TLS) and the MCP
 # Inspector (an MCP client, for the stdio transport). Installed once into a
 # cache folder; with them present the tests run instead of skipping.
@@ -38,6 +45,10 @@ export PEBBLE="$tools/bin/pebble" SANDBOXAPI_REQUIRE_PEBBLE=1
 export SANDBOXAPI_MCP_INSPECTOR="$tools/inspector/node_modules/.bin/mcp-inspector"
 go vet ./...
 go test -count=1 -timeout 60m ./...
+# The mirror's tests and the core end-to-end tests again, on PostgreSQL.
+SANDBOXAPI_TEST_STORE=postgres go test -count=1 -timeout 30m ./mirror
+SANDBOXAPI_TEST_STORE=postgres go test -count=1 -timeout 30m ./internal/e2e \
+  -run 'TestBadInputGetsClearErrors|TestPlanQuotaIsAtomic|TestBasicPlanGetsStatelessOnly|TestKeysCannotSeeEachOthersSessions|TestKilledServerRestartsWithoutLeaks|TestHostedProductClientWorksUnchanged|TestStreamingDeliversChunksWhileRunning|TestDisconnectKillsTheProgram|TestSigtermDrains|TestSessionSurvivesRestarts|TestHibernateForkAndDiskBudgetOverHTTP|TestLogsCarryRequestIDAndNoKey|TestKilledServerWithWarmPoolLeaksNothing|TestEgressFromSandboxes|TestEgressRestartReconciles|TestFaultKillDuringExecution|TestFaultKillDuringCreation|TestFilesAPI|TestMCP$|TestInstallWheelAndNPMIntoSession|TestInstallRefusalsAreAllOrNothing|TestInstallGateFailsClosed'
 # bench/egress is its own module (smokescreen is a peer there, not a dependency):
 # build it and smoke-run a short comparison so it keeps compiling and working.
 egress_bench=$(cd bench/egress && go vet . && go run . -mib 4 -runs 1 -setups 20)

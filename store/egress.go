@@ -64,7 +64,7 @@ func (s *Store) InsertEgressDecisions(ctx context.Context, rows []EgressRow) err
 func (s *Store) EgressDecisions(ctx context.Context, sessionID string, limit int) ([]EgressRow, error) {
 	rows, err := s.db.QueryContext(ctx, `SELECT session_id, key_id, time, mode, host, port, addr, outcome, reason, bytes_up, bytes_down, duration_ms, count, last_time, summary FROM (
 			SELECT * FROM egress_decisions WHERE session_id = ? ORDER BY time DESC, id DESC LIMIT ?
-		) ORDER BY time, id`, sessionID, limit)
+		) AS latest ORDER BY time, id`, sessionID, limit)
 	if err != nil {
 		return nil, fmt.Errorf("listing egress decisions of %s: %w", sessionID, err)
 	}

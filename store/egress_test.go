@@ -32,10 +32,12 @@ func hosts(rows []EgressRow) []string {
 	return out
 }
 
-func TestEgressDecisionsInsertAndList(t *testing.T) {
+func TestEgressDecisionsInsertAndList(t *testing.T) { eachBackend(t, testEgressDecisionsInsertAndList) }
+
+func testEgressDecisionsInsertAndList(t *testing.T, open opener) {
 	t.Parallel()
 	ctx := context.Background()
-	st, _ := openTestStore(t)
+	st := open(t)
 	t0 := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 	if err := st.InsertSession(ctx, SessionRow{ID: "s1", KeyID: "k1", Language: "bash", State: "running", CreatedAt: t0, LastUsedAt: t0}); err != nil {
 		t.Fatal(err)
@@ -111,10 +113,12 @@ func TestEgressDecisionsInsertAndList(t *testing.T) {
 	}
 }
 
-func TestPruneEgressDecisions(t *testing.T) {
+func TestPruneEgressDecisions(t *testing.T) { eachBackend(t, testPruneEgressDecisions) }
+
+func testPruneEgressDecisions(t *testing.T, open opener) {
 	t.Parallel()
 	ctx := context.Background()
-	st, _ := openTestStore(t)
+	st := open(t)
 	now := time.Now()
 	cutoff := now.Add(-720 * time.Hour)
 	// More old rows than one DELETE removes, so the loop is exercised.
@@ -148,10 +152,12 @@ func TestPruneEgressDecisions(t *testing.T) {
 	}
 }
 
-func TestEgressWriterFlushesOnClose(t *testing.T) {
+func TestEgressWriterFlushesOnClose(t *testing.T) { eachBackend(t, testEgressWriterFlushesOnClose) }
+
+func testEgressWriterFlushesOnClose(t *testing.T, open opener) {
 	t.Parallel()
 	ctx := context.Background()
-	st, _ := openTestStore(t)
+	st := open(t)
 	w := NewEgressWriter(ctx, st, time.Hour, discardLog()) // no tick during the test
 	const n = egressBatch - 1                              // below the early-write threshold
 	for i := range n {
@@ -173,9 +179,13 @@ func TestEgressWriterFlushesOnClose(t *testing.T) {
 }
 
 func TestEgressWriterWritesFullBatchBeforeTick(t *testing.T) {
+	eachBackend(t, testEgressWriterWritesFullBatchBeforeTick)
+}
+
+func testEgressWriterWritesFullBatchBeforeTick(t *testing.T, open opener) {
 	t.Parallel()
 	ctx := context.Background()
-	st, _ := openTestStore(t)
+	st := open(t)
 	w := NewEgressWriter(ctx, st, time.Hour, discardLog())
 	defer w.Close()
 	for i := range egressBatch {
@@ -197,10 +207,12 @@ func TestEgressWriterWritesFullBatchBeforeTick(t *testing.T) {
 	}
 }
 
-func TestEgressWriterFlush(t *testing.T) {
+func TestEgressWriterFlush(t *testing.T) { eachBackend(t, testEgressWriterFlush) }
+
+func testEgressWriterFlush(t *testing.T, open opener) {
 	t.Parallel()
 	ctx := context.Background()
-	st, _ := openTestStore(t)
+	st := open(t)
 	w := NewEgressWriter(ctx, st, time.Hour, discardLog())
 	defer w.Close()
 	w.Record(EgressRow{SessionID: "s1", Time: time.Now(), Mode: "connect", Host: "a.test", Outcome: "allow"})

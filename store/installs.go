@@ -62,8 +62,7 @@ func (s *Store) SessionInstalls(ctx context.Context, sessionID string) ([]Instal
 // RecentSessions returns the latest limit sessions of every key, live or
 // ended, newest first (the operator console).
 func (s *Store) RecentSessions(ctx context.Context, limit int) ([]SessionRow, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT id, key_id, language, state, network, idle_ttl_ms, created_at, last_used_at, COALESCE(ended_at,0), end_reason,
-		COALESCE(hibernated_at,0), disk_bytes, parent_id FROM sessions ORDER BY created_at DESC, id LIMIT ?`, limit)
+	rows, err := s.db.QueryContext(ctx, `SELECT `+sessionCols+` FROM sessions ORDER BY created_at DESC, id LIMIT ?`, limit)
 	if err != nil {
 		return nil, fmt.Errorf("listing sessions: %w", err)
 	}

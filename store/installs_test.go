@@ -6,10 +6,12 @@ import (
 	"time"
 )
 
-func TestSessionInstalls(t *testing.T) {
+func TestSessionInstalls(t *testing.T) { eachBackend(t, testSessionInstalls) }
+
+func testSessionInstalls(t *testing.T, open opener) {
 	t.Parallel()
 	ctx := context.Background()
-	st, _ := openTestStore(t)
+	st := open(t)
 	at := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 	six := InstallRow{SessionID: "s1", KeyID: "k1", Manager: "pip", Name: "six", Version: "1.16.0", Filename: "six.whl", SHA256: "aa", OSVSnapshot: "snap1", InstalledAt: at}
 	ms := InstallRow{SessionID: "s1", KeyID: "k1", Manager: "npm", Name: "ms", Version: "2.1.3", Filename: "ms-2.1.3.tgz", SHA256: "bb", OSVSnapshot: "snap1", InstalledAt: at}
@@ -35,10 +37,12 @@ func TestSessionInstalls(t *testing.T) {
 	}
 }
 
-func TestKeyKinds(t *testing.T) {
+func TestKeyKinds(t *testing.T) { eachBackend(t, testKeyKinds) }
+
+func testKeyKinds(t *testing.T, open opener) {
 	t.Parallel()
 	ctx := context.Background()
-	st, _ := openTestStore(t)
+	st := open(t)
 	for _, k := range []KeyRow{{ID: "c", Name: "c", Plan: "PRO", Hash: "h1"}, {ID: "a", Name: "a", Plan: "MEGA", Hash: "h2", Kind: KindAdmin}} {
 		if err := st.InsertKey(ctx, k); err != nil {
 			t.Fatal(err)
@@ -52,29 +56,5 @@ func TestKeyKinds(t *testing.T) {
 		if err != nil || k.Kind != want {
 			t.Fatalf("%s: kind %q %v, want %q", hash, k.Kind, err, want)
 		}
-	}
-}
-
-// RecentSessions reads the same columns as GetSession (a column added to
-// sessions must be read by every query that scans a SessionRow).
-func TestRecentSessions(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	st, _ := openTestStore(t)
-	at := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
-	for i, id := range []string{"s1", "s2"} {
-		r := SessionRow{ID: id, KeyID: "k1", Language: "python3", State: "running", Network: "{}", IdleTTL: time.Minute,
-			CreatedAt: at.Add(time.Duration(i) * time.Second), LastUsedAt: at, DiskBytes: 64 << 20, ParentID: "p"}
-		if err := st.InsertSession(ctx, r); err != nil {
-			t.Fatal(err)
-		}
-	}
-	rows, err := st.RecentSessions(ctx, 10)
-	if err != nil || len(rows) != 2 || rows[0].ID != "s2" {
-		t.Fatalf("recent sessions: %+v %v", rows, err)
-	}
-	one, err := st.GetSession(ctx, "s2")
-	if err != nil || one.DiskBytes != rows[0].DiskBytes || one.ParentID != rows[0].ParentID {
-		t.Fatalf("GetSession %+v and RecentSessions %+v differ (%v)", one, rows[0], err)
 	}
 }

@@ -143,7 +143,8 @@ type UsageTotal struct {
 
 // UsageTotals sums usage per key, UTC day and route; keyID "" means all keys.
 func (s *Store) UsageTotals(ctx context.Context, keyID string, since time.Time) ([]UsageTotal, error) {
-	q := `SELECT key_id, strftime('%Y-%m-%d', at/1000, 'unixepoch') AS day, route, COUNT(*), SUM(status >= 400), SUM(bytes_in), SUM(bytes_out), SUM(exec_ms), SUM(duration_ms)
+	q := `SELECT key_id, ` + s.dialect.DayOfMS("at") + ` AS day, route, COUNT(*), CAST(SUM(CASE WHEN status >= 400 THEN 1 ELSE 0 END) AS BIGINT),
+		CAST(SUM(bytes_in) AS BIGINT), CAST(SUM(bytes_out) AS BIGINT), CAST(SUM(exec_ms) AS BIGINT), CAST(SUM(duration_ms) AS BIGINT)
 		FROM usage WHERE at >= ? AND (? = '' OR key_id = ?) GROUP BY key_id, day, route ORDER BY day, key_id, route`
 	rows, err := s.db.QueryContext(ctx, q, ms(since), keyID, keyID)
 	if err != nil {

@@ -10,9 +10,11 @@ import (
 // TestRevokedKeyIsNotFound checks the key lifecycle on real SQLite: a
 // revoked key no longer resolves, stays listed with its revocation time,
 // and cannot be revoked twice.
-func TestRevokedKeyIsNotFound(t *testing.T) {
+func TestRevokedKeyIsNotFound(t *testing.T) { eachBackend(t, testRevokedKeyIsNotFound) }
+
+func testRevokedKeyIsNotFound(t *testing.T, open opener) {
 	t.Parallel()
-	st, _ := openTestStore(t)
+	st := open(t)
 	ctx := context.Background()
 	created := time.Now().Add(-time.Minute).Truncate(time.Millisecond)
 	for _, k := range []KeyRow{
@@ -65,9 +67,11 @@ func TestRevokedKeyIsNotFound(t *testing.T) {
 // SQLite: per key, UTC day and route, the request and error counts, bytes,
 // execution and wall time; one key's totals hold none of another's rows;
 // and the rows survive reopening the store.
-func TestUsageTotalsSumPerKeyDayRoute(t *testing.T) {
+func TestUsageTotalsSumPerKeyDayRoute(t *testing.T) { eachBackend(t, testUsageTotalsSumPerKeyDayRoute) }
+
+func testUsageTotalsSumPerKeyDayRoute(t *testing.T, open opener) {
 	t.Parallel()
-	st, path := openTestStore(t)
+	st := open(t)
 	ctx := context.Background()
 	day1 := time.Date(2026, 3, 1, 23, 59, 0, 0, time.UTC)
 	day2 := day1.Add(2 * time.Minute) // the next UTC day
@@ -115,10 +119,6 @@ func TestUsageTotalsSumPerKeyDayRoute(t *testing.T) {
 	if err := st.Close(); err != nil {
 		t.Fatal(err)
 	}
-	again, err := Open(ctx, path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer again.Close()
+	again := open(t)
 	check(again, "a", want)
 }

@@ -65,7 +65,7 @@ func (s *Store) SessionsInStates(ctx context.Context, states ...string) ([]Sessi
 	if len(states) == 0 {
 		return nil, nil
 	}
-	q := `SELECT id, key_id, language, state, network, idle_ttl_ms, created_at, last_used_at, COALESCE(ended_at,0), end_reason, COALESCE(hibernated_at,0), disk_bytes, parent_id FROM sessions WHERE state IN (?` + repeat(",?", len(states)-1) + `) ORDER BY created_at`
+	q := `SELECT ` + sessionCols + ` FROM sessions WHERE state IN (?` + repeat(",?", len(states)-1) + `) ORDER BY created_at`
 	args := make([]any, len(states))
 	for i, st := range states {
 		args[i] = st
@@ -88,7 +88,7 @@ func (s *Store) SessionsInStates(ctx context.Context, states ...string) ([]Sessi
 
 // GetSession reads one session.
 func (s *Store) GetSession(ctx context.Context, id string) (SessionRow, error) {
-	row := s.db.QueryRowContext(ctx, `SELECT id, key_id, language, state, network, idle_ttl_ms, created_at, last_used_at, COALESCE(ended_at,0), end_reason, COALESCE(hibernated_at,0), disk_bytes, parent_id FROM sessions WHERE id=?`, id)
+	row := s.db.QueryRowContext(ctx, `SELECT `+sessionCols+` FROM sessions WHERE id=?`, id)
 	r, err := scanSession(row)
 	if errors.Is(err, sql.ErrNoRows) {
 		return SessionRow{}, ErrNotFound
@@ -97,6 +97,9 @@ func (s *Store) GetSession(ctx context.Context, id string) (SessionRow, error) {
 }
 
 type scanner interface{ Scan(...any) error }
+
+// sessionCols are the columns scanSession reads, in its order.
+const sessionCols = `id, key_id, language, state, network, idle_ttl_ms, created_at, last_used_at, COALESCE(ended_at,0), end_reason, COALESCE(hibernated_at,0), disk_bytes, parent_id`
 
 func scanSession(sc scanner) (SessionRow, error) {
 	var r SessionRow

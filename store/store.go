@@ -1,6 +1,8 @@
-// Package store is the embedded SQLite store (modernc.org/sqlite, pure Go, so
-// the binary stays static). It persists rows and holds no business rules.
-// A *Store is safe for concurrent use.
+// Package store persists rows and holds no business rules. It runs on the
+// embedded SQLite file (modernc.org/sqlite, pure Go, so the binary stays
+// static) or, for many nodes, on PostgreSQL (github.com/jackc/pgx/v5), with
+// the same migrations and queries (see dialect.go). A *Store is safe for
+// concurrent use.
 package store
 
 import (
@@ -10,6 +12,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	_ "modernc.org/sqlite" // registers the "sqlite" driver
@@ -18,12 +21,15 @@ import (
 // ErrNotFound is returned when a row does not exist.
 var ErrNotFound = errors.New("not found")
 
-// Store wraps one SQLite database file.
+// Store wraps one database: the embedded SQLite file or a PostgreSQL
+// database shared by many nodes.
 type Store struct {
-	db *sql.DB
+	db      *sql.DB
+	dialect Dialect
 }
 
-// Open opens (creating if needed) the database at path and applies the schema.
+// Open opens (creating if needed) the SQLite database at path and applies
+// the schema.
 func Open(ctx context.Context, path string) (*Store, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return nil, fmt.Errorf("creating store folder: %w", err)
@@ -33,7 +39,32 @@ func Open(ctx context.Context, path string) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("opening store %s: %w", path, err)
 	}
-	s := &Store{db: db}
+	return open(ctx, db, SQLite)
+}
+
+// OpenURL opens the store that url names: empty is the SQLite file at
+// sqlitePath (Open); postgres:// or postgresql:// is a PostgreSQL
+// database, migrated on open (nodes starting together migrate it once).
+func OpenURL(ctx context.Context, url, sqlitePath string) (*Store, error) {
+	switch {
+	case url == "":
+		return Open(ctx, sqlitePath)
+	case strings.HasPrefix(url, "postgres://"), strings.HasPrefix(url, "postgresql://"):
+		db, err := openPostgres(url)
+		if err != nil {
+			return nil, fmt.Errorf("opening store: %w", err)
+		}
+		return open(ctx, db, Postgres)
+	default:
+		return nil, fmt.Errorf("%w: store url must be empty or postgres://...", ErrBadURL)
+	}
+}
+
+// ErrBadURL is returned by OpenURL for a URL of an unknown kind.
+var ErrBadURL = errors.New("unsupported store url")
+
+func open(ctx context.Context, db *sql.DB, d Dialect) (*Store, error) {
+	s := &Store{db: db, dialect: d}
 	if err := s.migrate(ctx); err != nil {
 		db.Close()
 		return nil, err
@@ -41,15 +72,37 @@ func Open(ctx context.Context, path string) (*Store, error) {
 	return s, nil
 }
 
-// DB exposes the handle for packages that own their own tables (the mirror).
+// DB exposes the handle for packages that keep their own rows (the
+// mirror). Queries take ? placeholders on both engines.
 func (s *Store) DB() *sql.DB { return s.db }
+
+// Dialect reports the engine behind the store.
+func (s *Store) Dialect() Dialect { return s.dialect }
 
 // Close closes the database.
 func (s *Store) Close() error { return s.db.Close() }
 
+// migration is one schema step. sqlite is the statement for SQLite;
+// postgres is PostgreSQL's, or empty for pgSchema(sqlite); fix, when set,
+// runs after the statement on SQLite (files made before the step existed).
+type migration struct {
+	sqlite, postgres string
+	fix              func(context.Context, *sql.Tx) error
+}
+
+func (m migration) text(d Dialect) string {
+	if d == SQLite {
+		return m.sqlite
+	}
+	if m.postgres != "" {
+		return m.postgres
+	}
+	return pgSchema(m.sqlite)
+}
+
 // migrations are applied in order; index i brings the schema to version i+1.
-var migrations = []string{
-	`CREATE TABLE sessions (
+var migrations = []migration{
+	{sqlite: `CREATE TABLE sessions (
 		id TEXT PRIMARY KEY,
 		key_id TEXT NOT NULL DEFAULT '',
 		language TEXT NOT NULL,
@@ -74,8 +127,8 @@ var migrations = []string{
 		started_at INTEGER NOT NULL,
 		ended_at INTEGER
 	);
-	CREATE INDEX executions_session ON executions(session_id);`,
-	`CREATE TABLE api_keys (
+	CREATE INDEX executions_session ON executions(session_id);`},
+	{sqlite: `CREATE TABLE api_keys (
 		id TEXT PRIMARY KEY,
 		name TEXT NOT NULL,
 		plan TEXT NOT NULL,
@@ -94,8 +147,8 @@ var migrations = []string{
 		exec_ms INTEGER NOT NULL,
 		at INTEGER NOT NULL
 	);
-	CREATE INDEX usage_key_at ON usage(key_id, at);`,
-	`CREATE TABLE egress_decisions (
+	CREATE INDEX usage_key_at ON usage(key_id, at);`},
+	{sqlite: `CREATE TABLE egress_decisions (
 		id INTEGER PRIMARY KEY,
 		session_id TEXT NOT NULL,
 		key_id TEXT NOT NULL DEFAULT '',
@@ -111,19 +164,19 @@ var migrations = []string{
 		duration_ms INTEGER NOT NULL DEFAULT 0
 	);
 	CREATE INDEX egress_decisions_session_time ON egress_decisions(session_id, time);
-	CREATE INDEX egress_decisions_time ON egress_decisions(time);`,
+	CREATE INDEX egress_decisions_time ON egress_decisions(time);`},
 	// A row may stand for several decisions (egress.Decision.Count):
 	// repeats of one refusal, or a summary of those over the audit cap.
-	`ALTER TABLE egress_decisions ADD COLUMN count INTEGER NOT NULL DEFAULT 1;
+	{sqlite: `ALTER TABLE egress_decisions ADD COLUMN count INTEGER NOT NULL DEFAULT 1;
 	ALTER TABLE egress_decisions ADD COLUMN last_time INTEGER NOT NULL DEFAULT 0;
-	ALTER TABLE egress_decisions ADD COLUMN summary INTEGER NOT NULL DEFAULT 0;`,
+	ALTER TABLE egress_decisions ADD COLUMN summary INTEGER NOT NULL DEFAULT 0;`},
 	// Durable sessions: when a session was hibernated, its home's size
 	// (the disk budget) and the session it was forked from.
-	`ALTER TABLE sessions ADD COLUMN hibernated_at INTEGER;
+	{sqlite: `ALTER TABLE sessions ADD COLUMN hibernated_at INTEGER;
 	ALTER TABLE sessions ADD COLUMN disk_bytes INTEGER NOT NULL DEFAULT 0;
-	ALTER TABLE sessions ADD COLUMN parent_id TEXT NOT NULL DEFAULT '';`,
+	ALTER TABLE sessions ADD COLUMN parent_id TEXT NOT NULL DEFAULT '';`},
 	// Installs into sessions (SBOMs) and operator keys (the console).
-	`CREATE TABLE IF NOT EXISTS session_installs (
+	{sqlite: `CREATE TABLE IF NOT EXISTS session_installs (
 		id INTEGER PRIMARY KEY,
 		session_id TEXT NOT NULL,
 		key_id TEXT NOT NULL DEFAULT '',
@@ -136,31 +189,72 @@ var migrations = []string{
 		installed_at INTEGER NOT NULL
 	);
 	CREATE INDEX IF NOT EXISTS session_installs_session ON session_installs(session_id, id);
-	ALTER TABLE api_keys ADD COLUMN kind TEXT NOT NULL DEFAULT 'client';`,
+	ALTER TABLE api_keys ADD COLUMN kind TEXT NOT NULL DEFAULT 'client';`},
+	// The mirror's catalogue, audit and OSV snapshots. Its tables were
+	// made by the mirror itself before: IF NOT EXISTS keeps those files.
+	{sqlite: mirrorTables + mirrorTriggersSQLite, postgres: pgSchema(mirrorTables) + mirrorTriggersPostgres, fix: addMirrorColumns},
+	// Cluster-wide quotas: plan session slots and per-key rate buckets.
+	{sqlite: `CREATE TABLE IF NOT EXISTS quota_keys (key_id TEXT PRIMARY KEY);
+	CREATE TABLE IF NOT EXISTS session_slots (
+		key_id TEXT NOT NULL,
+		session_id TEXT NOT NULL,
+		node TEXT NOT NULL DEFAULT '',
+		reserved_at INTEGER NOT NULL,
+		PRIMARY KEY (key_id, session_id)
+	);
+	CREATE INDEX IF NOT EXISTS session_slots_session ON session_slots(session_id);
+	CREATE TABLE IF NOT EXISTS rate_buckets (
+		key_id TEXT PRIMARY KEY,
+		token_units INTEGER NOT NULL,
+		last_ms INTEGER NOT NULL
+	);`},
 }
 
+// migrationLock is the PostgreSQL advisory lock key under which a node
+// migrates, so that nodes starting together migrate once.
+const migrationLock = 0x73616e64626f78 // "sandbox"
+
 func (s *Store) migrate(ctx context.Context) error {
-	if _, err := s.db.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_version (v INTEGER NOT NULL)`); err != nil {
-		return fmt.Errorf("creating schema table: %w", err)
+	if s.dialect == SQLite {
+		if _, err := s.db.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_version (v INTEGER NOT NULL)`); err != nil {
+			return fmt.Errorf("creating schema table: %w", err)
+		}
 	}
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("starting migration: %w", err)
 	}
 	defer tx.Rollback()
+	if s.dialect == Postgres {
+		if _, err := tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock(?)`, int64(migrationLock)); err != nil {
+			return fmt.Errorf("locking for migration: %w", err)
+		}
+		if _, err := tx.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_version (v BIGINT NOT NULL)`); err != nil {
+			return fmt.Errorf("creating schema table: %w", err)
+		}
+	}
 	var v int
 	if err := tx.QueryRowContext(ctx, `SELECT COALESCE(MAX(v),0) FROM schema_version`).Scan(&v); err != nil {
 		return fmt.Errorf("reading schema version: %w", err)
 	}
 	for i := v; i < len(migrations); i++ {
-		if _, err := tx.ExecContext(ctx, migrations[i]); err != nil {
+		m := migrations[i]
+		if _, err := tx.ExecContext(ctx, m.text(s.dialect)); err != nil {
 			return fmt.Errorf("applying migration %d: %w", i+1, err)
+		}
+		if m.fix != nil && s.dialect == SQLite {
+			if err := m.fix(ctx, tx); err != nil {
+				return fmt.Errorf("applying migration %d: %w", i+1, err)
+			}
 		}
 		if _, err := tx.ExecContext(ctx, `INSERT INTO schema_version(v) VALUES (?)`, i+1); err != nil {
 			return fmt.Errorf("recording migration %d: %w", i+1, err)
 		}
 	}
-	return tx.Commit()
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("committing migration: %w", err)
+	}
+	return nil
 }
 
 func ms(t time.Time) int64 { return t.UnixMilli() }

@@ -8,9 +8,11 @@ import (
 
 // Usage is never dropped: the request that fills a batch writes it at
 // once, the rest is written on Close, and the rows add up exactly.
-func TestUsageWriterNeverDrops(t *testing.T) {
+func TestUsageWriterNeverDrops(t *testing.T) { eachBackend(t, testUsageWriterNeverDrops) }
+
+func testUsageWriterNeverDrops(t *testing.T, open opener) {
 	t.Parallel()
-	st, _ := openTestStore(t)
+	st := open(t)
 	w := NewUsageWriter(st, time.Hour, discardLog())
 	now := time.Now()
 	for range usageBatch {

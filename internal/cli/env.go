@@ -88,6 +88,9 @@ func loadEnv(c *cli.Context) (*Env, error) {
 			cfg.Listen = l
 		}
 	}
+	if u := os.Getenv("SANDBOXAPI_STORE_URL"); u != "" {
+		cfg.Store.URL = u
+	}
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -96,9 +99,10 @@ func loadEnv(c *cli.Context) (*Env, error) {
 	return &Env{Config: cfg, Stdout: w, Stderr: ew, Log: newLogger(ew, cfg.LogLevel)}, nil
 }
 
-// openStore opens the SQLite store under the data dir.
+// openStore opens the store: store.url's PostgreSQL, or the SQLite file
+// under the data dir.
 func (e *Env) openStore(ctx context.Context) (*store.Store, error) {
-	return store.Open(ctx, filepath.Join(e.Config.DataDir, "sandboxapi.db"))
+	return store.OpenURL(ctx, e.Config.Store.URL, filepath.Join(e.Config.DataDir, "sandboxapi.db"))
 }
 
 func newLogger(w io.Writer, level string) *slog.Logger {

@@ -12,6 +12,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"gopkg.in/yaml.v3"
@@ -34,10 +35,13 @@ type Duration = duration.Duration
 
 // Config is the root of sandboxapi.yaml.
 type Config struct {
-	Version  string        `yaml:"version"`
-	Listen   string        `yaml:"listen"`
-	DataDir  string        `yaml:"data_dir"`
-	LogLevel string        `yaml:"log_level"`
+	Version  string `yaml:"version"`
+	Listen   string `yaml:"listen"`
+	DataDir  string `yaml:"data_dir"`
+	LogLevel string `yaml:"log_level"`
+	// Store is where shared state lives: keys, usage, sessions,
+	// executions, egress audit, the mirror catalogue.
+	Store    Store         `yaml:"store"`
 	Server   Server        `yaml:"server"`
 	Executor Executor      `yaml:"executor"`
 	Limits   Limits        `yaml:"limits"`
@@ -57,6 +61,16 @@ type Config struct {
 type EgressConfig struct {
 	Enabled       bool `yaml:"enabled"`
 	egress.Config `yaml:",inline"`
+}
+
+// Store selects the database.
+type Store struct {
+	// URL is empty for the embedded SQLite file (<data_dir>/sandboxapi.db),
+	// or postgres://USER:PASSWORD@HOST:PORT/DB?sslmode=... for a PostgreSQL
+	// database that many nodes share (migrated on start, once however many
+	// nodes start together). The environment variable SANDBOXAPI_STORE_URL
+	// overrides it (keeps the password out of the file).
+	URL string `yaml:"url"`
 }
 
 // API holds authentication and plan settings.
@@ -173,6 +187,13 @@ func (c *Config) Validate() error {
 	}
 	if c.DataDir == "" || !filepath.IsAbs(c.DataDir) {
 		bad("data_dir: must be an absolute path, got %q", c.DataDir)
+	}
+	if u := c.Store.URL; u != "" && !strings.HasPrefix(u, "postgres://") && !strings.HasPrefix(u, "postgresql://") {
+		kind := "something that is not a URL" // never echoed: it may hold a password
+		if scheme, _, ok := strings.Cut(u, "://"); ok && !strings.ContainsAny(scheme, " =@") {
+			kind = fmt.Sprintf("a %q URL", scheme)
+		}
+		bad("store.url: must be empty (SQLite) or postgres://..., got %s", kind)
 	}
 	switch c.LogLevel {
 	case "debug", "info", "warn", "error":

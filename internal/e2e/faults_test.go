@@ -62,11 +62,11 @@ func (s *server) waitNoLeftovers(t *testing.T, ids ...string) {
 }
 
 // executions reads every execution of a session from the store, opened
-// beside the server (SQLite WAL allows a second reader).
+// beside the server (SQLite WAL allows a second reader; PostgreSQL many).
 func (s *server) executions(t *testing.T, sessionID string) map[string][2]string {
 	t.Helper()
 	ctx := context.Background()
-	st, err := store.Open(ctx, filepath.Join(s.dataDir, "sandboxapi.db"))
+	st, err := store.OpenURL(ctx, s.storeURL, filepath.Join(s.dataDir, "sandboxapi.db"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -67,6 +67,9 @@ type server struct {
 	cmd     *exec.Cmd
 	logs    *bytes.Buffer
 	exited  chan struct{}
+
+	// storeURL is the server's PostgreSQL store ("": SQLite in dataDir).
+	storeURL string
 }
 
 // startServer starts sandboxapi serve on a free loopback port. extraYAML is
@@ -92,6 +95,11 @@ func startServerB(t testing.TB, extraYAML string) *server {
 		// parallel server would share.
 		n := testenv.NewNet(t, 'd')
 		cfg += fmt.Sprintf("installer:\n  pool: %s\n  table: %s\n  prefix: %s\n", n.Pool, n.Table, n.Prefix)
+	}
+	if testenv.TestStorePostgres() && !strings.Contains(extraYAML, "store:") {
+		// The server, and the CLI run against it, on a fresh database.
+		s.storeURL = testenv.PostgresURL(t)
+		cfg += "store:\n  url: " + s.storeURL + "\n"
 	}
 	if rfs := os.Getenv("SANDBOXAPI_ROOTFS"); rfs != "" && !strings.Contains(cfg, "rootfs:") {
 		// The build the tests were asked to use, not the newest in the cache.
