@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"os/exec"
-	"strings"
 	"time"
 
 	"github.com/sandboxapi/sandboxapi/api"
@@ -36,7 +34,7 @@ var (
 // POST /v1/sessions/{id}/install and the checks in /readyz. The checks run
 // until ctx ends. Without an installer network (not root, no nft), installs
 // stay closed: the firewall and topology checks fail.
-func wireInstall(ctx context.Context, env *Env, srv *api.Server, ex *executor.Executor, mir *mirror.Mirror, front mirrorFront, st *store.Store) {
+func wireInstall(ctx context.Context, env *Env, srv *api.Server, ex *executor.Executor, sessions *egress.Sessions, mir *mirror.Mirror, front mirrorFront, st *store.Store) {
 	log := env.Log.With("component", "installer")
 	icfg := env.Config.Installer
 	chk := readiness.New(env.Config.Readiness, env.Log.With("component", "readiness"))
@@ -49,22 +47,22 @@ func wireInstall(ctx context.Context, env *Env, srv *api.Server, ex *executor.Ex
 	var inst *installer.Installer
 	if nw != nil {
 		inst = installer.New(icfg, mirrorCatalog{mir}, ex, installNetwork{nw}, processMetrics().InstrumentMirror(front.handler), log)
-		fences := map[string]readiness.FirewallChecker{"installer": healing{nw}, "installer-chains": chainRules{icfg.Table, icfg.Prefix}}
+		fences := map[string]readiness.FirewallChecker{"installer": nw.HealingCheck(), "installer-chains": nw.ChainsCheck()}
 		closeOnRepair(ctx, chk, nw)
 		probes := map[string]readiness.Probe{
 			"installer": func(ctx context.Context) (string, error) { return inst.Probe(ctx) },
 		}
 		// With egress on, session networks are fenced and measured too.
-		if en, ok := ex.Network().(*egressNetwork); ok {
-			fences["sessions"] = healing{en.net}
-			closeOnRepair(ctx, chk, en.net)
-			fences["sessions-chains"] = chainRules{en.cfg.Network.Table, en.cfg.Network.Prefix}
-			probes["sessions"] = sessionNetworkProbe(ex, en)
+		if sessions != nil {
+			fences["sessions"] = sessions.Network().HealingCheck()
+			closeOnRepair(ctx, chk, sessions.Network())
+			fences["sessions-chains"] = sessions.Network().ChainsCheck()
+			probes["sessions"] = sessionNetworkProbe(ex, sessions)
 			// A live session whose proxy listener died can reach nothing:
 			// the proxy says so, and readiness shows it within a check
 			// interval (the topology canary only sees fresh networks).
 			chk.Register("egress", func(context.Context) (string, error) {
-				if err := en.proxy.Health(); err != nil {
+				if err := sessions.Health(); err != nil {
 					return "", err
 				}
 				return "every live session's proxy listeners are serving", nil
@@ -234,70 +232,6 @@ type closedInstaller struct{}
 
 func (closedInstaller) Install(context.Context, string, string, sandbox.InstallRequest, time.Duration) (sandbox.InstallReply, error) {
 	return sandbox.InstallReply{}, fmt.Errorf("%w: no installer network", sandbox.ErrInstallFailed)
-}
-
-// chainRules checks that each hook chain of the installer table holds its
-// own rules (egress.Network.FirewallIntact matches text across the whole
-// table, so a rule that also appears in another chain could go missing
-// unnoticed).
-type chainRules struct{ table, prefix string }
-
-func (c chainRules) FirewallIntact(ctx context.Context) error {
-	veths := `"` + c.prefix + `h*"`
-	want := map[string][]string{
-		"input":   {"iifname vmap @sessions", "iifname " + veths + " drop"},
-		"forward": {"iifname " + veths + " drop", "oifname " + veths + " drop"},
-	}
-	for chain, rules := range want {
-		out, err := exec.CommandContext(ctx, "nft", "list", "chain", "inet", c.table, chain).Output()
-		if err != nil {
-			return fmt.Errorf("listing chain %s of %s: %w", chain, c.table, err)
-		}
-		for _, r := range rules {
-			if !strings.Contains(string(out), r) {
-				return fmt.Errorf("chain %s of %s lacks %q", chain, c.table, r)
-			}
-		}
-	}
-	return nil
-}
-
-// settled retries a firewall check briefly: egress.Network.FirewallIntact
-// lists the rules and then the live networks, so an installer network set
-// up in between looks like a missing chain for a moment. A rule that is
-// really gone stays gone.
-type settled struct{ fw readiness.FirewallChecker }
-
-func (s settled) FirewallIntact(ctx context.Context) error {
-	var err error
-	for range 3 {
-		if err = s.fw.FirewallIntact(ctx); err == nil {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return err
-		case <-time.After(200 * time.Millisecond):
-		}
-	}
-	return err
-}
-
-// healing is the firewall check of a sandbox network: it first rebuilds
-// rules deleted or altered from outside (egress.Network.Heal), and a run
-// that had to rebuild fails, so installs stay closed until a later run
-// finds the rebuilt rules intact.
-type healing struct{ n *egress.Network }
-
-func (h healing) FirewallIntact(ctx context.Context) error {
-	repaired, err := h.n.Heal(ctx)
-	if err != nil {
-		return err
-	}
-	if repaired {
-		return fmt.Errorf("%w; verifying them on the next run", egress.ErrFirewallRepaired)
-	}
-	return settled{h.n}.FirewallIntact(ctx)
 }
 
 // closeOnRepair makes a rebuild of n's rules (noticed by a session's or an

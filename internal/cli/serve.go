@@ -106,11 +106,11 @@ func serve(ctx context.Context, env *Env) error {
 	if err != nil {
 		return err
 	}
-	stopEgress, err := setupEgress(ctx, env, ex, st)
+	eg, err := setupEgress(ctx, env, ex, st)
 	if err != nil {
 		return err
 	}
-	defer stopEgress()
+	defer eg.stop()
 	if err := ex.Start(ctx); err != nil {
 		return err
 	}
@@ -141,7 +141,7 @@ func serve(ctx context.Context, env *Env) error {
 		return err
 	}
 	srv.Handle("/mirror/", processMetrics().InstrumentMirror(front.handler))
-	wireServices(ctx, env, srv, ex, mir, front, st)
+	wireServices(ctx, env, srv, ex, eg, mir, front, st)
 
 	ln, err := listen(ctx, env) // TLS per cfg.TLS (tls.go)
 	if err != nil {

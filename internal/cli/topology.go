@@ -4,15 +4,16 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/netip"
 	"sort"
 	"strings"
 
+	"github.com/sandboxapi/sandboxapi/egress"
 	"github.com/sandboxapi/sandboxapi/executor"
 	"github.com/sandboxapi/sandboxapi/installer"
+	"github.com/sandboxapi/sandboxapi/internal/sandbox"
 )
 
 // probeSessionPrefix names the session networks the topology check makes;
@@ -26,7 +27,7 @@ const probeSessionPrefix = "probe-"
 // the host (on the network's own host address and on every other host
 // address), not SSH, not the proxy or DNS ports on the host's other
 // addresses.
-func sessionNetworkProbe(ex *executor.Executor, n *egressNetwork) func(context.Context) (string, error) {
+func sessionNetworkProbe(ex *executor.Executor, n *egress.Sessions) func(context.Context) (string, error) {
 	return func(ctx context.Context) (string, error) {
 		decoy, dport, err := installer.Decoy()
 		if err != nil {
@@ -36,22 +37,23 @@ func sessionNetworkProbe(ex *executor.Executor, n *egressNetwork) func(context.C
 		b := make([]byte, 8)
 		_, _ = rand.Read(b)
 		id := probeSessionPrefix + hex.EncodeToString(b)
-		att, err := n.Attach(ctx, id, json.RawMessage(`{"enabled":true}`))
+		att, err := n.Attach(ctx, id, sandbox.NetworkRequest{Enabled: true})
 		if err != nil {
 			return "", fmt.Errorf("setting up a session network: %w", err)
 		}
 		defer func() { _ = n.Detach(context.WithoutCancel(ctx), id) }()
-		ea, ok := n.net.Attachment(id)
+		ea, ok := n.Network().Attachment(id)
 		if !ok {
 			return "", errors.New("session network vanished during the probe")
 		}
 		host := ea.HostAddr
 		at := func(a netip.Addr, port uint16) string { return netip.AddrPortFrom(a, port).String() }
-		must := []string{at(host, n.cfg.ConnectPort), at(host, n.cfg.TransparentPort), "DNS " + at(host, n.cfg.DNSPort)}
+		cfg := n.Config()
+		must := []string{at(host, cfg.ConnectPort), at(host, cfg.TransparentPort), "DNS " + at(host, cfg.DNSPort)}
 		forbidden := []string{at(host, dport), at(host, 22)}
 		for _, a := range installer.HostAddrs() {
 			if a != host {
-				forbidden = append(forbidden, at(a, dport), at(a, n.cfg.ConnectPort), "DNS "+at(a, n.cfg.DNSPort))
+				forbidden = append(forbidden, at(a, dport), at(a, cfg.ConnectPort), "DNS "+at(a, cfg.DNSPort))
 			}
 		}
 		got, err := installer.Canary(ctx, ex, att.NetnsPath, append(append([]string{}, must...), forbidden...))

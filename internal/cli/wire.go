@@ -12,9 +12,9 @@ import (
 
 // wireServices connects the optional API surfaces to their services. Each
 // line is one feature; keep them one line each.
-func wireServices(ctx context.Context, env *Env, srv *api.Server, ex *executor.Executor, mir *mirror.Mirror, front mirrorFront, st *store.Store) {
-	wireEgress(srv, st)
-	wireInstall(ctx, env, srv, ex, mir, front, st)
+func wireServices(ctx context.Context, env *Env, srv *api.Server, ex *executor.Executor, eg *egressParts, mir *mirror.Mirror, front mirrorFront, st *store.Store) {
+	wireEgress(srv, eg)
+	wireInstall(ctx, env, srv, ex, eg.sessions, mir, front, st)
 	srv.SetSBOM(sbomSource{st: st, mir: mir})
 	srv.SetPackages(mirrorPackages{mir})
 	srv.Handle("/mcp", mcp.NewHTTPHandler(srv, mcp.Options{Version: Version, Logger: env.Log, DefaultTimeout: env.Config.Limits.DefaultTimeout.D()}))
