@@ -83,14 +83,14 @@ type createSessionRequest struct {
 }
 
 type sessionJSON struct {
-	ID        string          `json:"id"`
-	Language  string          `json:"language"`
-	State     string          `json:"state"`
-	IdleTTL   int64           `json:"idle_ttl"`
-	Network   NetworkRequest  `json:"network"`
-	CreatedAt time.Time       `json:"created_at"`
-	LastUsed  time.Time       `json:"last_used_at"`
-	ExpiresAt time.Time       `json:"expires_at"`
+	ID        string         `json:"id"`
+	Language  string         `json:"language"`
+	State     string         `json:"state"`
+	IdleTTL   int64          `json:"idle_ttl"`
+	Network   NetworkRequest `json:"network"`
+	CreatedAt time.Time      `json:"created_at"`
+	LastUsed  time.Time      `json:"last_used_at"`
+	ExpiresAt time.Time      `json:"expires_at"`
 	// HibernatedAt is when the session last hibernated (absent: never).
 	HibernatedAt *time.Time `json:"hibernated_at,omitempty"`
 	ForkedFrom   string     `json:"forked_from,omitempty"`
