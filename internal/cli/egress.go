@@ -107,7 +107,7 @@ func egressAudit(trail *store.EgressWriter) (onDecision, observe func(egress.Dec
 	}
 	observe = func(d egress.Decision) {
 		if !strings.HasPrefix(d.Session, probeSessionPrefix) {
-			processMetrics().EgressDecision(string(d.Outcome), egress.ReasonClass(d))
+			processMetrics().EgressDecision(string(d.Outcome), string(d.Class))
 		}
 	}
 	return onDecision, observe
