@@ -101,12 +101,12 @@ func setupEgress(ctx context.Context, env *Env, ex *executor.Executor, st *store
 // neither stored nor counted.
 func egressAudit(trail *store.EgressWriter) (onDecision, observe func(egress.Decision)) {
 	onDecision = func(d egress.Decision) {
-		if !strings.HasPrefix(d.Session, probeSessionPrefix) {
+		if !strings.HasPrefix(d.Session, egress.ProbeSessionPrefix) {
 			trail.Record(egressRow(d))
 		}
 	}
 	observe = func(d egress.Decision) {
-		if !strings.HasPrefix(d.Session, probeSessionPrefix) {
+		if !strings.HasPrefix(d.Session, egress.ProbeSessionPrefix) {
 			processMetrics().EgressDecision(string(d.Outcome), string(d.Class))
 		}
 	}

@@ -57,7 +57,7 @@ func wireInstall(ctx context.Context, env *Env, srv *api.Server, ex *executor.Ex
 			fences["sessions"] = sessions.Network().HealingCheck()
 			closeOnRepair(ctx, chk, sessions.Network())
 			fences["sessions-chains"] = sessions.Network().ChainsCheck()
-			probes["sessions"] = sessionNetworkProbe(ex, sessions)
+			probes["sessions"] = func(ctx context.Context) (string, error) { return sessions.Probe(ctx, ex) }
 			// A live session whose proxy listener died can reach nothing:
 			// the proxy says so, and readiness shows it within a check
 			// interval (the topology canary only sees fresh networks).
