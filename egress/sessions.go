@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/sandboxapi/sandboxapi/egress/policy"
 	"github.com/sandboxapi/sandboxapi/internal/sandbox"
@@ -189,4 +190,25 @@ func (s *Sessions) Reconcile(ctx context.Context, live []string) error {
 		s.log.Error("adopting egress sessions", "err", err)
 	}
 	return nil
+}
+
+// NewServiceNetwork makes a Network whose sandboxes reach one port (TCP
+// and UDP) on their host address and nothing else, in its own pool, table
+// and name prefix: the installers' network, which serves the mirror. It
+// removes the leftovers of sandboxes cut short (Reconcile with none live).
+func NewServiceNetwork(ctx context.Context, pool, table, prefix string, port uint16, logger *slog.Logger) (*Network, error) {
+	ec := DefaultConfig()
+	ec.ConnectPort, ec.TransparentPort, ec.DNSPort = port, port, port
+	ec.Resolvers = []string{"127.0.0.1"} // unused: these sandboxes resolve nothing
+	ec.Network.Pool, ec.Network.Table, ec.Network.Prefix = pool, table, prefix
+	nw, err := NewNetwork(ec, logger)
+	if err != nil {
+		return nil, err
+	}
+	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := nw.Reconcile(rctx, nil); err != nil {
+		return nil, err
+	}
+	return nw, nil
 }

@@ -38,7 +38,7 @@ func wireInstall(ctx context.Context, env *Env, srv *api.Server, ex *executor.Ex
 	log := env.Log.With("component", "installer")
 	icfg := env.Config.Installer
 	chk := readiness.New(env.Config.Readiness, env.Log.With("component", "readiness"))
-	nw, err := newInstallNetwork(ctx, icfg, env)
+	nw, err := egress.NewServiceNetwork(ctx, icfg.Pool, icfg.Table, icfg.Prefix, icfg.Port, env.Log.With("component", "installer-network"))
 	if err != nil {
 		log.Error("installer network unavailable; installs stay closed", "err", err)
 		chk.Register("firewall", func(context.Context) (string, error) { return "", fmt.Errorf("installer network unavailable: %w", err) })
@@ -83,26 +83,6 @@ func wireInstall(ctx context.Context, env *Env, srv *api.Server, ex *executor.Ex
 		waitListening(ctx, loopbackAddr(env.Config.Listen), 30*time.Second)
 		chk.Start(ctx)
 	}()
-}
-
-// newInstallNetwork makes the installers' egress.Network: its own table,
-// prefix and pool, and one reachable port (the mirror's) on each
-// installer's host address.
-func newInstallNetwork(ctx context.Context, icfg installer.Config, env *Env) (*egress.Network, error) {
-	ec := egress.DefaultConfig()
-	ec.ConnectPort, ec.TransparentPort, ec.DNSPort = icfg.Port, icfg.Port, icfg.Port
-	ec.Resolvers = []string{"127.0.0.1"} // unused: installers resolve nothing
-	ec.Network.Pool, ec.Network.Table, ec.Network.Prefix = icfg.Pool, icfg.Table, icfg.Prefix
-	nw, err := egress.NewNetwork(ec, env.Log.With("component", "installer-network"))
-	if err != nil {
-		return nil, err
-	}
-	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	if err := nw.Reconcile(rctx, nil); err != nil { // leftovers of installs cut short
-		return nil, err
-	}
-	return nw, nil
 }
 
 func loopbackAddr(listen string) string {
