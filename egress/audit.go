@@ -204,13 +204,13 @@ func newAuditor(log *slog.Logger, opts Options, keep, perWindow int) *auditor {
 		window: auditWindow, now: time.Now, byID: map[string]*sessionAudit{}}
 }
 
-// maxAuditText bounds the host and reason of a decision as the audit
+// MaxAuditText bounds the host and reason of a decision as the audit
 // keeps it (ring, log, OnDecision): a CONNECT's host is whatever the
 // sandbox sent, up to the request size limit.
-const maxAuditText = 512
+const MaxAuditText = 512
 
-// clipText cuts s to at most n bytes of valid UTF-8.
-func clipText(s string, n int) string {
+// ClipText cuts s to at most n bytes of valid UTF-8.
+func ClipText(s string, n int) string {
 	if len(s) <= n {
 		return s
 	}
@@ -221,7 +221,7 @@ func (a *auditor) record(d Decision) {
 	if a.observe != nil {
 		a.observe(d)
 	}
-	d.Host, d.Reason = clipText(d.Host, maxAuditText), clipText(d.Reason, maxAuditText)
+	d.Host, d.Reason = ClipText(d.Host, MaxAuditText), ClipText(d.Reason, MaxAuditText)
 	var out []Decision
 	a.mu.Lock()
 	s := a.byID[d.Session]

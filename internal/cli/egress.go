@@ -222,16 +222,11 @@ func (t *egressTrail) SessionOwner(ctx context.Context, sessionID string) (strin
 	return row.KeyID, nil
 }
 
-// maxAuditText bounds the host and reason kept per stored decision: the
-// host of a CONNECT is whatever the sandbox sent, and the trail is kept
-// for weeks.
-const maxAuditText = 512
-
 // egressRow is d as the store keeps it. The key id is filled in by the
 // store from the session's row.
 func egressRow(d egress.Decision) store.EgressRow {
-	r := store.EgressRow{SessionID: d.Session, Time: d.Time, Mode: string(d.Mode), Host: clipText(d.Host, maxAuditText), Port: int(d.Port),
-		Outcome: string(d.Outcome), Reason: clipText(d.Reason, maxAuditText), BytesUp: d.BytesUp, BytesDown: d.BytesDown,
+	r := store.EgressRow{SessionID: d.Session, Time: d.Time, Mode: string(d.Mode), Host: egress.ClipText(d.Host, egress.MaxAuditText), Port: int(d.Port),
+		Outcome: string(d.Outcome), Reason: egress.ClipText(d.Reason, egress.MaxAuditText), BytesUp: d.BytesUp, BytesDown: d.BytesDown,
 		DurationMS: d.Duration.Milliseconds(), Count: max(d.Count, 1), Summary: d.Summary}
 	if !d.Last.IsZero() {
 		r.Last = d.Last
@@ -240,12 +235,4 @@ func egressRow(d egress.Decision) store.EgressRow {
 		r.Addr = d.Addr.String()
 	}
 	return r
-}
-
-// clipText cuts s to at most n bytes of valid UTF-8.
-func clipText(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return strings.ToValidUTF8(s[:n], "")
 }
