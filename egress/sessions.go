@@ -28,12 +28,18 @@ type Sessions struct {
 	log   *slog.Logger
 }
 
-// NewSessions makes the sandbox network for cfg and creates dir, the
-// folder of the sessions' state files. It changes nothing else on the host
-// until Attach or Reconcile.
-func NewSessions(cfg Config, proxy *Proxy, dir string, logger *slog.Logger) (*Sessions, error) {
+// NewSessions makes the sandbox network and the proxy (with opts) for
+// cfg and creates dir, the folder of the sessions' state files. It changes
+// nothing else on the host until Attach or Reconcile; Stop stops the
+// proxy.
+func NewSessions(cfg Config, opts Options, dir string) (*Sessions, error) {
+	logger := opts.Logger
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
+	}
+	proxy, err := NewProxy(cfg, opts)
+	if err != nil {
+		return nil, err
 	}
 	nw, err := NewNetwork(cfg, logger)
 	if err != nil {
@@ -44,6 +50,11 @@ func NewSessions(cfg Config, proxy *Proxy, dir string, logger *slog.Logger) (*Se
 	}
 	return &Sessions{cfg: cfg, net: nw, proxy: proxy, dir: dir, log: logger}, nil
 }
+
+// Stop closes every session's proxy listeners and tunnels (see
+// Proxy.Stop). The sessions' networks and state files stay, so that a
+// restarted server adopts the sessions still alive.
+func (s *Sessions) Stop(ctx context.Context) error { return s.proxy.Stop(ctx) }
 
 // Network is the netns, veth and nftables layer of the sessions (for the
 // firewall checks).

@@ -74,11 +74,8 @@ func setupEgress(ctx context.Context, env *Env, ex *executor.Executor, st *store
 	if p, err := netip.ParsePrefix(env.Config.Installer.Pool); err == nil {
 		reserved = append(reserved, p.Masked())
 	}
-	proxy, err := egress.NewProxy(ec.Config, egress.Options{Logger: log, OnDecision: onDecision, Observe: observe, Reserved: reserved})
-	if err != nil {
-		return nil, err
-	}
-	sessions, err := egress.NewSessions(ec.Config, proxy, filepath.Join(env.Config.DataDir, "egress"), log)
+	opts := egress.Options{Logger: log, OnDecision: onDecision, Observe: observe, Reserved: reserved}
+	sessions, err := egress.NewSessions(ec.Config, opts, filepath.Join(env.Config.DataDir, "egress"))
 	if err != nil {
 		return nil, err
 	}
@@ -86,7 +83,7 @@ func setupEgress(ctx context.Context, env *Env, ex *executor.Executor, st *store
 	return &egressParts{sessions: sessions, trail: &egressTrail{st: st, w: trail}, stop: func() {
 		stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		defer cancel()
-		if err := proxy.Stop(stopCtx); err != nil {
+		if err := sessions.Stop(stopCtx); err != nil {
 			log.Error("stopping egress proxy", "err", err)
 		}
 		trail.Close() // after the proxy: tunnels it closed report on the way out
