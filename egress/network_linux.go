@@ -13,7 +13,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strings"
 	"sync"
 )
@@ -173,11 +172,7 @@ func (n *Network) ensureTable(ctx context.Context) (repaired bool, err error) {
 	var script strings.Builder
 	fmt.Fprintf(&script, "add table inet %[1]s\ndelete table inet %[1]s\n", n.cfg.Table)
 	script.WriteString(n.baseRules())
-	ids := make([]string, 0, len(n.atts))
-	for id := range n.atts {
-		ids = append(ids, id)
-	}
-	slices.Sort(ids)
+	ids := n.liveIDsLocked()
 	for _, id := range ids {
 		a := n.atts[id]
 		script.WriteString(n.sessionRules(shortID(id), a.HostAddr, a.SandboxAddr))

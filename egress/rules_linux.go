@@ -148,16 +148,22 @@ func (n *Network) missingLocked(ctx context.Context) ([]string, error) {
 		return nil, err
 	}
 	want := n.skeleton()
+	for _, id := range n.liveIDsLocked() {
+		a := n.atts[id]
+		want = append(want, n.sessionRuleSet(shortID(id), a.HostAddr, a.SandboxAddr)...)
+	}
+	return missingIn(text, want), nil
+}
+
+// liveIDsLocked returns the ids of the sessions set up, sorted. Callers
+// hold n.mu.
+func (n *Network) liveIDsLocked() []string {
 	ids := make([]string, 0, len(n.atts))
 	for id := range n.atts {
 		ids = append(ids, id)
 	}
 	slices.Sort(ids)
-	for _, id := range ids {
-		a := n.atts[id]
-		want = append(want, n.sessionRuleSet(shortID(id), a.HostAddr, a.SandboxAddr)...)
-	}
-	return missingIn(text, want), nil
+	return ids
 }
 
 // nftBlocks splits an `nft list table` listing into the bodies of its
