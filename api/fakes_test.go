@@ -73,7 +73,7 @@ func (f *fakeSandboxes) CreateSession(ctx context.Context, spec sandbox.SessionS
 	if f.createPanic != nil {
 		panic(f.createPanic)
 	}
-	if f.noNetwork && strings.Contains(string(spec.Network), `"enabled":true`) {
+	if f.noNetwork && spec.Network.Enabled {
 		return sandbox.Session{}, sandbox.ErrNoNetwork
 	}
 	f.mu.Lock()

@@ -2,7 +2,6 @@ package api
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"io"
 	"net/http"
@@ -69,14 +68,11 @@ func (s *Server) fork(w http.ResponseWriter, r *http.Request, l Lifecycle) error
 		if err != nil {
 			return err
 		}
-		spec.Network = network
-	} else if src, err := s.sb.GetSession(r.Context(), p.KeyID, id); err == nil && networkOn(src.Network) {
+		spec.Network = &network
+	} else if src, err := s.sb.GetSession(r.Context(), p.KeyID, id); err == nil && src.Network.Enabled {
 		// The source's network comes along: the plan must still allow it.
-		var n NetworkRequest
-		if err := json.Unmarshal(src.Network, &n); err == nil {
-			if _, err := s.checkNetwork(p, &n); err != nil {
-				return err
-			}
+		if _, err := s.checkNetwork(p, &src.Network); err != nil {
+			return err
 		}
 	}
 	if !s.quota.reserve(p.KeyID, func() int { return s.sb.CountSessions(p.KeyID) }, p.Plan.MaxSessions) {
@@ -97,11 +93,4 @@ func (s *Server) fork(w http.ResponseWriter, r *http.Request, l Lifecycle) error
 func isEmptyBody(err error) bool {
 	var ae *Error
 	return errors.As(err, &ae) && ae.Code == "invalid_json" && strings.Contains(ae.Message, "empty") || errors.Is(err, io.EOF)
-}
-
-func networkOn(raw json.RawMessage) bool {
-	var n struct {
-		Enabled bool `json:"enabled"`
-	}
-	return len(raw) > 0 && json.Unmarshal(raw, &n) == nil && n.Enabled
 }

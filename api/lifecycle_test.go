@@ -40,7 +40,11 @@ func (f *fakeLifecycle) ForkSession(ctx context.Context, id string, spec sandbox
 	if err != nil {
 		return src, err
 	}
-	child, err := f.sb.CreateSession(ctx, sandbox.SessionSpec{Language: src.Language, Owner: spec.Owner, Network: spec.Network})
+	network := src.Network
+	if spec.Network != nil {
+		network = *spec.Network
+	}
+	child, err := f.sb.CreateSession(ctx, sandbox.SessionSpec{Language: src.Language, Owner: spec.Owner, Network: network})
 	child.State, child.ForkedFrom = sandbox.StateHibernated, id
 	return child, err
 }

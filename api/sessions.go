@@ -72,11 +72,9 @@ func seconds(field string, v *float64) (time.Duration, error) {
 	return time.Duration(min(*v, maxSeconds) * float64(time.Second)), nil
 }
 
-// NetworkRequest is the network block of a session request.
-type NetworkRequest struct {
-	Enabled        bool     `json:"enabled"`
-	AllowedDomains []string `json:"allowed_domains,omitempty"`
-}
+// NetworkRequest is the network block of a session request, decoded once
+// here and carried typed to the executor and the network layer.
+type NetworkRequest = sandbox.NetworkRequest
 
 type createSessionRequest struct {
 	Language string          `json:"language"`
@@ -85,14 +83,14 @@ type createSessionRequest struct {
 }
 
 type sessionJSON struct {
-	ID        string          `json:"id"`
-	Language  string          `json:"language"`
-	State     string          `json:"state"`
-	IdleTTL   int64           `json:"idle_ttl"`
-	Network   json.RawMessage `json:"network"`
-	CreatedAt time.Time       `json:"created_at"`
-	LastUsed  time.Time       `json:"last_used_at"`
-	ExpiresAt time.Time       `json:"expires_at"`
+	ID        string         `json:"id"`
+	Language  string         `json:"language"`
+	State     string         `json:"state"`
+	IdleTTL   int64          `json:"idle_ttl"`
+	Network   NetworkRequest `json:"network"`
+	CreatedAt time.Time      `json:"created_at"`
+	LastUsed  time.Time      `json:"last_used_at"`
+	ExpiresAt time.Time      `json:"expires_at"`
 	// HibernatedAt is when the session last hibernated (absent: never).
 	HibernatedAt *time.Time `json:"hibernated_at,omitempty"`
 	ForkedFrom   string     `json:"forked_from,omitempty"`
@@ -177,32 +175,29 @@ func (s *Server) checkLanguage(lang string) error {
 	return apiErr(http.StatusBadRequest, "unknown_language", "unknown language %q; GET /v1/runtimes lists them", lang)
 }
 
-// checkNetwork applies the plan to a network request and returns its JSON.
-func (s *Server) checkNetwork(p *Principal, n *NetworkRequest) (json.RawMessage, error) {
+// checkNetwork applies the plan to a network request and returns the
+// request the session gets (the zero value: no network).
+func (s *Server) checkNetwork(p *Principal, n *NetworkRequest) (NetworkRequest, error) {
 	if n == nil || !n.Enabled {
 		if n != nil && len(n.AllowedDomains) > 0 {
-			return nil, apiErr(http.StatusBadRequest, "invalid_request", "allowed_domains needs network.enabled")
+			return NetworkRequest{}, apiErr(http.StatusBadRequest, "invalid_request", "allowed_domains needs network.enabled")
 		}
-		return json.RawMessage(`{"enabled":false}`), nil
+		return NetworkRequest{}, nil
 	}
 	if !p.Plan.Network {
-		return nil, s.forbidden(p, "network access", func(pl *Plan) bool { return pl.Network })
+		return NetworkRequest{}, s.forbidden(p, "network access", func(pl *Plan) bool { return pl.Network })
 	}
 	if len(n.AllowedDomains) > 0 && !p.Plan.AllowedDomains {
-		return nil, s.forbidden(p, "allowed_domains", func(pl *Plan) bool { return pl.AllowedDomains })
+		return NetworkRequest{}, s.forbidden(p, "allowed_domains", func(pl *Plan) bool { return pl.AllowedDomains })
 	}
 	if _, err := policy.New(true, n.AllowedDomains); err != nil {
-		return nil, apiErr(http.StatusBadRequest, "invalid_allowed_domains", "%v", err)
+		return NetworkRequest{}, apiErr(http.StatusBadRequest, "invalid_allowed_domains", "%v", err)
 	}
 	// Before the plan's session slot is taken: 503 network_unavailable.
 	if !s.sb.NetworkAvailable() {
-		return nil, sandbox.ErrNoNetwork
+		return NetworkRequest{}, sandbox.ErrNoNetwork
 	}
-	b, err := json.Marshal(n)
-	if err != nil {
-		return nil, err
-	}
-	return b, nil
+	return *n, nil
 }
 
 func (s *Server) listSessions(w http.ResponseWriter, r *http.Request) error {

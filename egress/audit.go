@@ -2,6 +2,7 @@ package egress
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/netip"
@@ -9,8 +10,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-
-	"github.com/sandboxapi/sandboxapi/egress/policy"
 )
 
 // Outcome is the result of one egress decision.
@@ -34,6 +33,54 @@ const (
 	ModePlainHTTP   Mode = "http"
 )
 
+// Class is the kind of an egress decision, from a fixed set: set where the
+// decision is made (as smokescreen's ipType), read by metrics as a label.
+// Reason is free text (it names hosts, addresses and errors) and is never
+// parsed back.
+type Class string
+
+// Classes of decisions.
+const (
+	ClassAllowed         Class = "allowed"
+	ClassNotAllowed      Class = "not_allowed"      // host not in allowed_domains
+	ClassNetworkDisabled Class = "network_disabled" // the session has no network
+	ClassForbiddenAddr   Class = "forbidden_address"
+	ClassUnresolvable    Class = "unresolvable" // NXDOMAIN or no addresses
+	ClassResolverFailure Class = "resolver_failure"
+	ClassSNIMismatch     Class = "sni_mismatch"
+	ClassNoSNI           Class = "no_sni"
+	ClassNotTLS          Class = "not_tls"
+	ClassTunnelLimit     Class = "tunnel_limit"
+	ClassPendingLimit    Class = "pending_limit"
+	ClassAuditCap        Class = "audit_cap" // a summary record
+	ClassPlainHTTP       Class = "plain_http"
+	ClassUnknownSession  Class = "unknown_session" // no session owns the source address
+	ClassStopped         Class = "stopped"         // the proxy is stopping
+	ClassDialFailed      Class = "dial_failed"
+	ClassError           Class = "error"      // something else failed
+	ClassBadTarget       Class = "bad_target" // a malformed or refused target
+)
+
+// Classes lists every Class (for metrics that pre-declare their labels
+// and for tests).
+var Classes = [...]Class{ClassAllowed, ClassNotAllowed, ClassNetworkDisabled, ClassForbiddenAddr, ClassUnresolvable,
+	ClassResolverFailure, ClassSNIMismatch, ClassNoSNI, ClassNotTLS, ClassTunnelLimit, ClassPendingLimit, ClassAuditCap,
+	ClassPlainHTTP, ClassUnknownSession, ClassStopped, ClassDialFailed, ClassError, ClassBadTarget}
+
+// sessionErrClass classes a refusal by the error of Proxy.sessionOf or
+// Proxy.acquire.
+func sessionErrClass(err error) Class {
+	switch {
+	case errors.Is(err, ErrUnknownSession), errors.Is(err, ErrWrongSourceAddr):
+		return ClassUnknownSession
+	case errors.Is(err, ErrStopped):
+		return ClassStopped
+	case errors.Is(err, ErrTooManyTunnels):
+		return ClassTunnelLimit
+	}
+	return ClassBadTarget
+}
+
 // Decision is one audited egress decision. For allowed tunnels it is
 // recorded when the tunnel closes, with the byte counts and duration.
 //
@@ -49,6 +96,7 @@ type Decision struct {
 	Addr      netip.Addr    `json:"addr,omitzero"` // address dialled or refused
 	Outcome   Outcome       `json:"outcome"`
 	Reason    string        `json:"reason"`
+	Class     Class         `json:"-"`          // set with Outcome
 	BytesUp   int64         `json:"bytes_up"`   // sandbox to upstream
 	BytesDown int64         `json:"bytes_down"` // upstream to sandbox
 	Duration  time.Duration `json:"duration"`
@@ -156,13 +204,13 @@ func newAuditor(log *slog.Logger, opts Options, keep, perWindow int) *auditor {
 		window: auditWindow, now: time.Now, byID: map[string]*sessionAudit{}}
 }
 
-// maxAuditText bounds the host and reason of a decision as the audit
+// MaxAuditText bounds the host and reason of a decision as the audit
 // keeps it (ring, log, OnDecision): a CONNECT's host is whatever the
 // sandbox sent, up to the request size limit.
-const maxAuditText = 512
+const MaxAuditText = 512
 
-// clipText cuts s to at most n bytes of valid UTF-8.
-func clipText(s string, n int) string {
+// ClipText cuts s to at most n bytes of valid UTF-8.
+func ClipText(s string, n int) string {
 	if len(s) <= n {
 		return s
 	}
@@ -173,7 +221,7 @@ func (a *auditor) record(d Decision) {
 	if a.observe != nil {
 		a.observe(d)
 	}
-	d.Host, d.Reason = clipText(d.Host, maxAuditText), clipText(d.Reason, maxAuditText)
+	d.Host, d.Reason = ClipText(d.Host, MaxAuditText), ClipText(d.Reason, MaxAuditText)
 	var out []Decision
 	a.mu.Lock()
 	s := a.byID[d.Session]
@@ -220,7 +268,7 @@ func (a *auditor) record(d Decision) {
 		}
 		sum := s.over[sk]
 		if sum == nil {
-			sum = &Decision{Time: d.Time, First: d.Time, Session: d.Session, Mode: d.Mode, Outcome: d.Outcome, Summary: true}
+			sum = &Decision{Time: d.Time, First: d.Time, Session: d.Session, Mode: d.Mode, Outcome: d.Outcome, Class: ClassAuditCap, Summary: true}
 			s.over[sk] = sum
 		}
 		sum.Count++
@@ -362,51 +410,4 @@ func (a *auditor) list(id string) []Decision {
 		return s.ring.list()
 	}
 	return nil
-}
-
-// ReasonClass maps a decision to a short label from a fixed set, for
-// metrics: Reason is free text (it names hosts, addresses and errors) and
-// would give a label per host. The handlers build reasons as one of the
-// Reason constants, optionally followed by detail, so classes match on
-// prefixes.
-func ReasonClass(d Decision) string {
-	r := d.Reason
-	has := func(prefix string) bool { return strings.HasPrefix(r, prefix) }
-	switch {
-	case d.Outcome == OutcomeAllow:
-		return "allowed"
-	case r == policy.ReasonNotAllowed:
-		return "not_allowed"
-	case r == policy.ReasonNetworkDisabled:
-		return "network_disabled"
-	case has(reasonForbiddenAddr):
-		return "forbidden_address"
-	case has(reasonResolving):
-		return "unresolvable"
-	case has(reasonResolverFailure):
-		return "resolver_failure"
-	case has(ReasonSNIMismatch):
-		return "sni_mismatch"
-	case has(ReasonNoSNI):
-		return "no_sni"
-	case has(ReasonNotTLS):
-		return "not_tls"
-	case has(ReasonTunnelLimit):
-		return "tunnel_limit"
-	case has(ReasonPendingLimit):
-		return "pending_limit"
-	case d.Summary || has(ReasonAuditCap):
-		return "audit_cap"
-	case d.Mode == ModePlainHTTP:
-		return "plain_http"
-	case r == ErrWrongSourceAddr.Error() || r == ErrUnknownSession.Error():
-		return "unknown_session"
-	case r == ErrStopped.Error():
-		return "stopped"
-	case has(reasonDialing):
-		return "dial_failed"
-	case d.Outcome == OutcomeError:
-		return "error"
-	}
-	return "bad_target"
 }

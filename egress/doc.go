@@ -18,6 +18,11 @@
 //
 // # Wiring
 //
+// Sessions is the whole as one service (what the executor's Network
+// interface asks for): NewSessions, then Reconcile with the live sessions
+// at start, Attach and Detach per session with network, Stop at the end.
+// Its parts, for tests and for the installers' network (NewServiceNetwork):
+//
 //	net, _ := egress.NewNetwork(cfg, logger)
 //	net.Reconcile(ctx, liveSessionIDs)          // at start
 //	proxy, _ := egress.NewProxy(cfg, egress.Options{Logger: logger})

@@ -13,7 +13,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strings"
 	"sync"
 )
@@ -148,29 +147,6 @@ func output(ctx context.Context, name string, args ...string) ([]byte, error) {
 	return out, nil
 }
 
-// baseRules is the table skeleton: a verdict map from host-side veth to
-// the session's chain, a catch-all drop for any of our veths without a
-// session, and no forwarding to or from them.
-func (n *Network) baseRules() string {
-	p := n.cfg.Prefix + "h*"
-	return fmt.Sprintf(`table inet %[1]s {
-	map sessions {
-		type ifname : verdict
-	}
-	chain input {
-		type filter hook input priority -10; policy accept;
-		iifname vmap @sessions
-		iifname "%[2]s" drop
-	}
-	chain forward {
-		type filter hook forward priority -10; policy accept;
-		iifname "%[2]s" drop
-		oifname "%[2]s" drop
-	}
-}
-`, n.cfg.Table, p)
-}
-
 // ensureTable checks the table and every live session's chain and map
 // entry, and rebuilds them when anything is missing (a table deleted or
 // flushed from outside). It reports whether it rebuilt. Callers hold n.mu.
@@ -196,11 +172,7 @@ func (n *Network) ensureTable(ctx context.Context) (repaired bool, err error) {
 	var script strings.Builder
 	fmt.Fprintf(&script, "add table inet %[1]s\ndelete table inet %[1]s\n", n.cfg.Table)
 	script.WriteString(n.baseRules())
-	ids := make([]string, 0, len(n.atts))
-	for id := range n.atts {
-		ids = append(ids, id)
-	}
-	slices.Sort(ids)
+	ids := n.liveIDsLocked()
 	for _, id := range ids {
 		a := n.atts[id]
 		script.WriteString(n.sessionRules(shortID(id), a.HostAddr, a.SandboxAddr))
@@ -235,21 +207,6 @@ func (n *Network) Heal(ctx context.Context) (repaired bool, err error) {
 		return false, fmt.Errorf("healing sandbox firewall: %w", err)
 	}
 	return repaired, nil
-}
-
-func (n *Network) sessionRules(short string, host, sbx netip.Addr) string {
-	ports := make([]string, 0, len(n.tcp))
-	for _, p := range n.tcp {
-		ports = append(ports, fmt.Sprint(p))
-	}
-	ch := n.chainName(short)
-	return fmt.Sprintf(`add chain inet %[1]s %[2]s
-add rule inet %[1]s %[2]s ip saddr %[3]s ip daddr %[4]s tcp dport { %[5]s } accept
-add rule inet %[1]s %[2]s ip saddr %[3]s ip daddr %[4]s udp dport %[6]d accept
-add rule inet %[1]s %[2]s meta l4proto tcp reject with tcp reset
-add rule inet %[1]s %[2]s reject with icmpx admin-prohibited
-add element inet %[1]s sessions { "%[7]s" : jump %[2]s }
-`, n.cfg.Table, ch, sbx, host, strings.Join(ports, ", "), n.dns, n.hostIface(short))
 }
 
 // Setup creates the session's netns, veth pair and firewall rules. A
@@ -489,90 +446,4 @@ func (n *Network) adopt(ctx context.Context, id, short string) bool {
 func ipUint(a netip.Addr) uint32 {
 	b := a.As4()
 	return uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3])
-}
-
-// FirewallIntact checks that the table, its hooks and every known
-// session's chain and map entry are in place (for readiness). It only
-// looks; Heal also repairs.
-func (n *Network) FirewallIntact(ctx context.Context) error {
-	n.mu.Lock()
-	missing, err := n.missingLocked(ctx)
-	n.mu.Unlock()
-	if err != nil {
-		return fmt.Errorf("checking firewall: %w", err)
-	}
-	if len(missing) > 0 {
-		return fmt.Errorf("checking firewall: %w: %q", ErrFirewallMissing, missing)
-	}
-	return nil
-}
-
-// missingLocked lists what the table lacks: every rule of the skeleton
-// and the chain and map entry of each live session (all of them when the
-// table is gone). An error means nft itself could not be asked. Callers
-// hold n.mu, so no session comes or goes in between.
-func (n *Network) missingLocked(ctx context.Context) ([]string, error) {
-	var text string
-	out, err := output(ctx, "nft", "list", "table", "inet", n.cfg.Table)
-	if err != nil {
-		// nft answers ENOENT for a missing table; anything else (no nft,
-		// no permission) is not something a rebuild can fix.
-		if !strings.Contains(err.Error(), "No such file or directory") {
-			return nil, fmt.Errorf("%w: %w", ErrFirewallMissing, err)
-		}
-	} else {
-		text = string(out)
-	}
-	p := `"` + n.cfg.Prefix + `h*"`
-	type need struct{ block, rule string }
-	want := []need{
-		{"chain input", "hook input priority"}, {"chain input", "iifname vmap @sessions"}, {"chain input", "iifname " + p + " drop"},
-		{"chain forward", "hook forward priority"}, {"chain forward", "iifname " + p + " drop"}, {"chain forward", "oifname " + p + " drop"},
-	}
-	ids := make([]string, 0, len(n.atts))
-	for id := range n.atts {
-		ids = append(ids, id)
-	}
-	slices.Sort(ids)
-	for _, id := range ids {
-		a, short := n.atts[id], shortID(id)
-		ch := "chain " + n.chainName(short)
-		pair := "ip saddr " + a.SandboxAddr.String() + " ip daddr " + a.HostAddr.String()
-		want = append(want,
-			need{"map sessions", `"` + n.hostIface(short) + `" : jump ` + n.chainName(short)},
-			need{ch, pair + " tcp dport"}, need{ch, pair + " udp dport"},
-			need{ch, "reject with tcp reset"}, need{ch, "reject with icmpx admin-prohibited"})
-	}
-	blocks := nftBlocks(text)
-	var missing []string
-	for _, w := range want {
-		if !strings.Contains(blocks[w.block], w.rule) {
-			missing = append(missing, w.block+": "+w.rule)
-		}
-	}
-	return missing, nil
-}
-
-// nftBlocks splits an `nft list table` listing into the bodies of its
-// top-level blocks, by header ("chain input", "map sessions"). Rules are
-// matched inside their own block, so a rule that also appears in another
-// chain cannot stand in for a missing one.
-func nftBlocks(listing string) map[string]string {
-	out := map[string]string{}
-	var head string
-	var body strings.Builder
-	for _, line := range strings.Split(listing, "\n") {
-		switch {
-		case head == "" && strings.HasPrefix(line, "\t") && !strings.HasPrefix(line, "\t\t") && strings.HasSuffix(line, " {"):
-			head = strings.TrimSuffix(line[1:], " {")
-			body.Reset()
-		case head != "" && line == "\t}":
-			out[head] = body.String()
-			head = ""
-		case head != "":
-			body.WriteString(line)
-			body.WriteByte('\n')
-		}
-	}
-	return out
 }

@@ -84,8 +84,8 @@ func TestPendingLimit(t *testing.T) {
 				}
 			}
 			if tt.mode != "" {
-				if d := lastDecision(t, p, s.ID); d.Outcome != OutcomeDeny || d.Reason != ReasonPendingLimit || d.Mode != tt.mode || ReasonClass(d) != "pending_limit" {
-					t.Fatalf("decision %+v (class %s)", d, ReasonClass(d))
+				if d := lastDecision(t, p, s.ID); d.Outcome != OutcomeDeny || d.Reason != ReasonPendingLimit || d.Mode != tt.mode || string(d.Class) != "pending_limit" {
+					t.Fatalf("decision %+v (class %s)", d, string(d.Class))
 				}
 			}
 			// Once the pending ones go, new connections are served again.

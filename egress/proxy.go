@@ -319,7 +319,7 @@ func (p *Proxy) Health() error {
 // that net/http refused before the handler (see ReasonMalformed).
 func (p *Proxy) refuseMalformed(s *session) func(net.Conn) {
 	return func(net.Conn) {
-		p.audit.record(Decision{Time: time.Now(), Session: s.ID, Mode: ModeConnect, Outcome: OutcomeDeny, Reason: ReasonMalformed})
+		p.audit.record(Decision{Time: time.Now(), Session: s.ID, Mode: ModeConnect, Outcome: OutcomeDeny, Class: ClassBadTarget, Reason: ReasonMalformed})
 	}
 }
 
@@ -327,7 +327,7 @@ func (p *Proxy) refuseMalformed(s *session) func(net.Conn) {
 // accept by the pending cap.
 func (p *Proxy) refusePending(s *session, mode Mode) func(net.Conn) {
 	return func(net.Conn) {
-		d := Decision{Time: time.Now(), Session: s.ID, Mode: mode, Outcome: OutcomeDeny, Reason: ReasonPendingLimit}
+		d := Decision{Time: time.Now(), Session: s.ID, Mode: mode, Outcome: OutcomeDeny, Class: ClassPendingLimit, Reason: ReasonPendingLimit}
 		if mode == ModeTransparent {
 			d.Port = p.cfg.TransparentUpstreamPort
 		}
@@ -458,6 +458,7 @@ type target struct {
 // decideError carries the audit outcome of a refused connection.
 type decideError struct {
 	outcome Outcome
+	class   Class
 	reason  string
 	addr    netip.Addr
 	err     error
@@ -466,11 +467,7 @@ type decideError struct {
 func (e *decideError) Error() string { return e.reason }
 func (e *decideError) Unwrap() error { return e.err }
 
-func deny(reason string, err error) *decideError {
-	return &decideError{outcome: OutcomeDeny, reason: reason, err: err}
-}
-
-// Reason prefixes of decide and dial, which ReasonClass matches.
+// Reason prefixes of decide and dial.
 const (
 	reasonResolving       = "resolving: "
 	reasonResolverFailure = "resolver failure: "
@@ -482,18 +479,22 @@ const (
 func (p *Proxy) decide(ctx context.Context, s *session, hp policy.HostPort) (*target, string, *decideError) {
 	reason, ok := s.Policy.Allows(hp.Host)
 	if !ok {
-		return nil, "", deny(reason, nil)
+		class := ClassNotAllowed
+		if !s.Policy.Enabled {
+			class = ClassNetworkDisabled
+		}
+		return nil, "", &decideError{outcome: OutcomeDeny, class: class, reason: reason}
 	}
 	addrs, err := p.res.Resolve(ctx, hp.Host)
 	if err != nil {
 		if errors.Is(err, ErrNXDomain) || errors.Is(err, ErrNoAddresses) {
-			return nil, "", &decideError{outcome: OutcomeDeny, reason: reasonResolving + err.Error(), err: err}
+			return nil, "", &decideError{outcome: OutcomeDeny, class: ClassUnresolvable, reason: reasonResolving + err.Error(), err: err}
 		}
-		return nil, "", &decideError{outcome: OutcomeError, reason: reasonResolverFailure + err.Error(), err: err}
+		return nil, "", &decideError{outcome: OutcomeError, class: ClassResolverFailure, reason: reasonResolverFailure + err.Error(), err: err}
 	}
 	for _, a := range addrs {
 		if why, bad := p.vet.Check(a); bad {
-			return nil, "", &decideError{outcome: OutcomeDeny, reason: reasonForbiddenAddr + " (" + why + ")", addr: a, err: ErrForbiddenAddr}
+			return nil, "", &decideError{outcome: OutcomeDeny, class: ClassForbiddenAddr, reason: reasonForbiddenAddr + " (" + why + ")", addr: a, err: ErrForbiddenAddr}
 		}
 	}
 	return &target{hp: hp, addrs: addrs}, reason, nil
@@ -532,7 +533,7 @@ func (p *Proxy) dial(ctx context.Context, t *target) (net.Conn, netip.Addr, erro
 
 func (p *Proxy) denyPlain(r *http.Request) {
 	c, _ := r.Context().Value(ctxKey{}).(net.Conn)
-	d := Decision{Time: time.Now(), Mode: ModePlainHTTP, Host: r.Host, Outcome: OutcomeDeny, Reason: "plain HTTP is not allowed"}
+	d := Decision{Time: time.Now(), Mode: ModePlainHTTP, Host: r.Host, Outcome: OutcomeDeny, Class: ClassPlainHTTP, Reason: "plain HTTP is not allowed"}
 	if c != nil {
 		if s, err := p.sessionOf(c); s != nil {
 			d.Session = s.ID

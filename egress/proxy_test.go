@@ -55,7 +55,7 @@ func TestConnectHostile(t *testing.T) {
 		code     int
 		outcome  Outcome
 		reason   string
-		class    string // ReasonClass of the decision; derived from reason when empty
+		class    string // Class of the decision; derived from reason when empty
 	}{
 		{name: "loopback", target: hp("loopback.evil.test"), code: 403, outcome: OutcomeDeny, reason: "loopback"},
 		{name: "rest of loopback", target: hp("loopback2.evil.test"), code: 403, outcome: OutcomeDeny, reason: "loopback"},
@@ -138,8 +138,8 @@ func TestConnectHostile(t *testing.T) {
 			if d.Outcome != tt.outcome || !strings.Contains(d.Reason, tt.reason) {
 				t.Fatalf("decision = %s %q, want %s containing %q", d.Outcome, d.Reason, tt.outcome, tt.reason)
 			}
-			if want := hostileClass(tt.outcome, tt.reason, tt.class); ReasonClass(d) != want {
-				t.Fatalf("ReasonClass(%q) = %s, want %s", d.Reason, ReasonClass(d), want)
+			if want := hostileClass(tt.outcome, tt.reason, tt.class); string(d.Class) != want {
+				t.Fatalf("Class of %q = %s, want %s", d.Reason, string(d.Class), want)
 			}
 		})
 	}
@@ -238,7 +238,7 @@ func TestConnectToSandboxPool(t *testing.T) {
 				}
 				return
 			}
-			if code != 403 || d.Reason != reasonForbiddenAddr+" ("+tt.reason+")" || ReasonClass(d) != "forbidden_address" {
+			if code != 403 || d.Reason != reasonForbiddenAddr+" ("+tt.reason+")" || string(d.Class) != "forbidden_address" {
 				t.Fatalf("CONNECT: %d %+v", code, d)
 			}
 		})
@@ -287,7 +287,7 @@ func TestPlainHTTPDenied(t *testing.T) {
 	if resp.StatusCode != http.StatusForbidden {
 		t.Fatalf("status %d", resp.StatusCode)
 	}
-	if d := lastDecision(t, p, s.ID); d.Mode != ModePlainHTTP || d.Outcome != OutcomeDeny || ReasonClass(d) != "plain_http" {
+	if d := lastDecision(t, p, s.ID); d.Mode != ModePlainHTTP || d.Outcome != OutcomeDeny || string(d.Class) != "plain_http" {
 		t.Fatalf("decision %+v", d)
 	}
 	// A non-proxy request (relative path) is refused too.
@@ -312,8 +312,8 @@ func TestSNIMismatch(t *testing.T) {
 	if err := tc.Handshake(); err == nil {
 		t.Fatal("handshake with mismatched SNI succeeded")
 	}
-	if d := lastDecision(t, p, s.ID); d.Outcome != OutcomeDeny || !strings.Contains(d.Reason, ReasonSNIMismatch) || ReasonClass(d) != "sni_mismatch" {
-		t.Fatalf("decision %+v (class %s)", d, ReasonClass(d))
+	if d := lastDecision(t, p, s.ID); d.Outcome != OutcomeDeny || !strings.Contains(d.Reason, ReasonSNIMismatch) || string(d.Class) != "sni_mismatch" {
+		t.Fatalf("decision %+v (class %s)", d, string(d.Class))
 	}
 	// Not TLS at all.
 	code, c = rawConnect(t, s, s.SandboxAddr, fmt.Sprintf("ok.example.com:%d", f.httpsAP.Port()))
@@ -324,8 +324,8 @@ func TestSNIMismatch(t *testing.T) {
 	if _, err := c.Read(make([]byte, 1)); err == nil {
 		t.Fatal("plain bytes in tunnel got an answer")
 	}
-	if d := lastDecision(t, p, s.ID); d.Outcome != OutcomeDeny || !strings.Contains(d.Reason, ReasonNotTLS) || ReasonClass(d) != "not_tls" {
-		t.Fatalf("decision %+v (class %s)", d, ReasonClass(d))
+	if d := lastDecision(t, p, s.ID); d.Outcome != OutcomeDeny || !strings.Contains(d.Reason, ReasonNotTLS) || string(d.Class) != "not_tls" {
+		t.Fatalf("decision %+v (class %s)", d, string(d.Class))
 	}
 }
 
@@ -340,8 +340,8 @@ func TestAnotherSessionsTraffic(t *testing.T) {
 	if code != 403 {
 		t.Fatalf("status %d", code)
 	}
-	if d := lastDecision(t, p, b.ID); d.Outcome != OutcomeDeny || !strings.Contains(d.Reason, ErrWrongSourceAddr.Error()) || ReasonClass(d) != "unknown_session" {
-		t.Fatalf("decision %+v (class %s)", d, ReasonClass(d))
+	if d := lastDecision(t, p, b.ID); d.Outcome != OutcomeDeny || !strings.Contains(d.Reason, ErrWrongSourceAddr.Error()) || string(d.Class) != "unknown_session" {
+		t.Fatalf("decision %+v (class %s)", d, string(d.Class))
 	}
 	if ds := p.Decisions(a.ID); len(ds) != 0 {
 		t.Fatalf("session a has decisions %+v", ds)
@@ -404,7 +404,7 @@ func TestTunnelLimit(t *testing.T) {
 	if code != http.StatusTooManyRequests {
 		t.Fatalf("third tunnel: status %d", code)
 	}
-	if d := lastDecision(t, p, s.ID); d.Reason != ReasonTunnelLimit || ReasonClass(d) != "tunnel_limit" {
+	if d := lastDecision(t, p, s.ID); d.Reason != ReasonTunnelLimit || string(d.Class) != "tunnel_limit" {
 		t.Fatalf("decision %+v", d)
 	}
 }
@@ -467,7 +467,7 @@ func TestTransparentAndDNS(t *testing.T) {
 	if _, err := get("ok.example.com"); err == nil {
 		t.Fatal("transparent to non-allowed name succeeded")
 	}
-	if d := lastDecision(t, p, s.ID); d.Outcome != OutcomeDeny || d.Reason != "host not in allowed_domains" || ReasonClass(d) != "not_allowed" {
+	if d := lastDecision(t, p, s.ID); d.Outcome != OutcomeDeny || d.Reason != "host not in allowed_domains" || string(d.Class) != "not_allowed" {
 		t.Fatalf("decision %+v", d)
 	}
 }

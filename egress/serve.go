@@ -38,8 +38,8 @@ func refuse(c net.Conn, code int, reason string) {
 func (p *Proxy) handleConnect(req *http.Request, client net.Conn, _ *goproxy.ProxyCtx) {
 	start := time.Now()
 	d := Decision{Time: start, Mode: ModeConnect, Host: req.RequestURI}
-	finish := func(o Outcome, reason string) {
-		d.Outcome, d.Reason, d.Duration = o, reason, time.Since(start)
+	finish := func(o Outcome, c Class, reason string) {
+		d.Outcome, d.Class, d.Reason, d.Duration = o, c, reason, time.Since(start)
 		p.audit.record(d)
 	}
 	s, err := p.sessionOf(client)
@@ -47,7 +47,7 @@ func (p *Proxy) handleConnect(req *http.Request, client net.Conn, _ *goproxy.Pro
 		d.Session = s.ID
 	}
 	if err != nil {
-		finish(OutcomeDeny, err.Error())
+		finish(OutcomeDeny, sessionErrClass(err), err.Error())
 		refuse(client, http.StatusForbidden, "unknown session")
 		return
 	}
@@ -57,7 +57,7 @@ func (p *Proxy) handleConnect(req *http.Request, client net.Conn, _ *goproxy.Pro
 		if !errors.Is(err, ErrTooManyTunnels) {
 			reason = err.Error()
 		}
-		finish(OutcomeDeny, reason)
+		finish(OutcomeDeny, sessionErrClass(err), reason)
 		refuse(client, http.StatusTooManyRequests, reason)
 		return
 	}
@@ -66,7 +66,7 @@ func (p *Proxy) handleConnect(req *http.Request, client net.Conn, _ *goproxy.Pro
 
 	hp, err := policy.ParseHostPort(req.RequestURI, p.cfg.AllowedPorts)
 	if err != nil {
-		finish(OutcomeDeny, err.Error())
+		finish(OutcomeDeny, ClassBadTarget, err.Error())
 		refuse(client, http.StatusForbidden, "bad CONNECT target")
 		return
 	}
@@ -78,7 +78,7 @@ func (p *Proxy) handleConnect(req *http.Request, client net.Conn, _ *goproxy.Pro
 		if derr.outcome == OutcomeError {
 			code = http.StatusBadGateway
 		}
-		finish(derr.outcome, derr.reason)
+		finish(derr.outcome, derr.class, derr.reason)
 		public := derr.reason
 		if derr.outcome == OutcomeError {
 			public = "name resolution failed" // do not leak resolver details
@@ -88,7 +88,7 @@ func (p *Proxy) handleConnect(req *http.Request, client net.Conn, _ *goproxy.Pro
 	}
 	up, addr, err := p.dial(s.ctx, tgt)
 	if err != nil {
-		finish(OutcomeError, err.Error())
+		finish(OutcomeError, ClassDialFailed, err.Error())
 		refuse(client, http.StatusBadGateway, "upstream unreachable")
 		return
 	}
@@ -99,27 +99,28 @@ func (p *Proxy) handleConnect(req *http.Request, client net.Conn, _ *goproxy.Pro
 	untrack := p.track(s, t)
 	defer untrack()
 	if _, err := io.WriteString(client, "HTTP/1.1 200 Connection established\r\n\r\n"); err != nil {
-		finish(OutcomeError, "writing CONNECT reply: "+err.Error())
+		finish(OutcomeError, ClassError, "writing CONNECT reply: "+err.Error())
 		t.close()
 		return
 	}
 	sni, hello, err := peekClientHello(client, p.cfg.HandshakeTimeout)
 	var why string
+	var class Class
 	switch {
 	case err != nil:
-		why = ReasonNotTLS + ": " + err.Error()
+		why, class = ReasonNotTLS+": "+err.Error(), ClassNotTLS
 	case sni == "":
-		why = ReasonNoSNI
+		why, class = ReasonNoSNI, ClassNoSNI
 	case !sameHost(sni, hp.Host):
-		why = fmt.Sprintf("%s (%q)", ReasonSNIMismatch, sni)
+		why, class = fmt.Sprintf("%s (%q)", ReasonSNIMismatch, sni), ClassSNIMismatch
 	}
 	if why != "" {
-		finish(OutcomeDeny, why)
+		finish(OutcomeDeny, class, why)
 		t.close()
 		return
 	}
 	p.splice(s, t, hello, &d)
-	finish(OutcomeAllow, reason)
+	finish(OutcomeAllow, ClassAllowed, reason)
 }
 
 // splice forwards the already-read hello and then tunnels until done. The
@@ -161,18 +162,18 @@ func (p *Proxy) serveTransparent(s *session, ln net.Listener) {
 func (p *Proxy) handleTransparent(s *session, client net.Conn) {
 	start := time.Now()
 	d := Decision{Time: start, Mode: ModeTransparent, Session: s.ID, Port: p.cfg.TransparentUpstreamPort}
-	finish := func(o Outcome, reason string) {
-		d.Outcome, d.Reason, d.Duration = o, reason, time.Since(start)
+	finish := func(o Outcome, c Class, reason string) {
+		d.Outcome, d.Class, d.Reason, d.Duration = o, c, reason, time.Since(start)
 		p.audit.record(d)
 	}
 	if got, err := p.sessionOf(client); got != s || err != nil {
-		finish(OutcomeDeny, ErrWrongSourceAddr.Error())
+		finish(OutcomeDeny, ClassUnknownSession, ErrWrongSourceAddr.Error())
 		client.Close()
 		return
 	}
 	release, err := p.acquire(s)
 	if err != nil {
-		finish(OutcomeDeny, ReasonTunnelLimit)
+		finish(OutcomeDeny, ClassTunnelLimit, ReasonTunnelLimit)
 		client.Close()
 		return
 	}
@@ -180,18 +181,18 @@ func (p *Proxy) handleTransparent(s *session, client net.Conn) {
 	settlePending(client)
 	sni, hello, err := peekClientHello(client, p.cfg.HandshakeTimeout)
 	if err != nil || sni == "" {
-		why := ReasonNoSNI
+		why, class := ReasonNoSNI, ClassNoSNI
 		if err != nil {
-			why = ReasonNotTLS + ": " + err.Error()
+			why, class = ReasonNotTLS+": "+err.Error(), ClassNotTLS
 		}
-		finish(OutcomeDeny, why)
+		finish(OutcomeDeny, class, why)
 		client.Close()
 		return
 	}
 	d.Host = sni
 	host, err := policy.CanonicalHost(sni)
 	if err != nil {
-		finish(OutcomeDeny, err.Error())
+		finish(OutcomeDeny, ClassBadTarget, err.Error())
 		client.Close()
 		return
 	}
@@ -199,13 +200,13 @@ func (p *Proxy) handleTransparent(s *session, client net.Conn) {
 	tgt, reason, derr := p.decide(s.ctx, s, policy.HostPort{Host: host, Port: p.cfg.TransparentUpstreamPort})
 	if derr != nil {
 		d.Addr = derr.addr
-		finish(derr.outcome, derr.reason)
+		finish(derr.outcome, derr.class, derr.reason)
 		client.Close()
 		return
 	}
 	up, addr, err := p.dial(s.ctx, tgt)
 	if err != nil {
-		finish(OutcomeError, err.Error())
+		finish(OutcomeError, ClassDialFailed, err.Error())
 		client.Close()
 		return
 	}
@@ -214,7 +215,7 @@ func (p *Proxy) handleTransparent(s *session, client net.Conn) {
 	untrack := p.track(s, t)
 	defer untrack()
 	p.splice(s, t, hello, &d)
-	finish(OutcomeAllow, reason)
+	finish(OutcomeAllow, ClassAllowed, reason)
 }
 
 type dnsCloser struct{ srv *dns.Server }

@@ -2,7 +2,6 @@ package executor
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"os"
 	"os/exec"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/sandboxapi/sandboxapi/configs"
 	"github.com/sandboxapi/sandboxapi/egress"
+	"github.com/sandboxapi/sandboxapi/internal/sandbox"
 	"github.com/sandboxapi/sandboxapi/internal/testenv"
 	"github.com/sandboxapi/sandboxapi/store"
 )
@@ -27,7 +27,7 @@ type realNetwork struct {
 	detachPanics bool
 }
 
-func (r *realNetwork) Attach(ctx context.Context, id string, _ json.RawMessage) (*Attachment, error) {
+func (r *realNetwork) Attach(ctx context.Context, id string, _ sandbox.NetworkRequest) (*Attachment, error) {
 	att, err := r.n.Setup(ctx, id)
 	if err != nil {
 		return nil, err
@@ -268,7 +268,7 @@ func TestCreateSessionFaultAtEveryStep(t *testing.T) {
 	// One session made and deleted first, so that files the executor
 	// opens once (store connections, runsc's netns mount) are open
 	// before the counting starts.
-	for _, spec := range []SessionSpec{{Language: "bash", Owner: "k1", Network: json.RawMessage(`{"enabled":true}`)}, {Language: "bash", Owner: "k1"}} {
+	for _, spec := range []SessionSpec{{Language: "bash", Owner: "k1", Network: sandbox.NetworkRequest{Enabled: true}}, {Language: "bash", Owner: "k1"}} {
 		s, err := f.e.CreateSession(ctx, spec)
 		if err != nil {
 			t.Fatalf("warm-up session: %v", err)
@@ -306,7 +306,7 @@ func TestCreateSessionFaultAtEveryStep(t *testing.T) {
 			defer func() { f.e.createFault = nil }()
 			spec := SessionSpec{Language: "bash", Owner: "k1"}
 			if c.network {
-				spec.Network = json.RawMessage(`{"enabled":true}`)
+				spec.Network = sandbox.NetworkRequest{Enabled: true}
 			}
 			_, err := f.e.CreateSession(ctx, spec)
 			var perr *PanicError
@@ -353,7 +353,7 @@ func TestCreateSessionFaultAtEveryStep(t *testing.T) {
 			return nil
 		}
 		defer func() { f.e.createFault = nil }()
-		_, err := f.e.CreateSession(ctx, SessionSpec{Language: "bash", Owner: "k1", Network: json.RawMessage(`{"enabled":true}`)})
+		_, err := f.e.CreateSession(ctx, SessionSpec{Language: "bash", Owner: "k1", Network: sandbox.NetworkRequest{Enabled: true}})
 		if !errors.Is(err, errInjected) {
 			t.Fatalf("create: %v, want the injected fault", err)
 		}
@@ -369,7 +369,7 @@ func TestCreateSessionFaultAtEveryStep(t *testing.T) {
 		for i := range f.cfg.MaxSandboxes {
 			spec := SessionSpec{Language: "bash", Owner: "k1"}
 			if i == 0 {
-				spec.Network = json.RawMessage(`{"enabled":true}`)
+				spec.Network = sandbox.NetworkRequest{Enabled: true}
 			}
 			s, err := f.e.CreateSession(ctx, spec)
 			if err != nil {
@@ -404,7 +404,7 @@ func TestCreateSessionNetworkWithoutEgress(t *testing.T) {
 	e, cfg := startExecutor(t, func(c *Config) { c.MaxSandboxes = 2 })
 	ctx := context.Background()
 	for i := range 16 {
-		_, err := e.CreateSession(ctx, SessionSpec{Language: "python3", Owner: "k1", Network: json.RawMessage(`{"enabled":true}`)})
+		_, err := e.CreateSession(ctx, SessionSpec{Language: "python3", Owner: "k1", Network: sandbox.NetworkRequest{Enabled: true}})
 		if !errors.Is(err, ErrNoNetwork) {
 			t.Fatalf("create %d: %v, want ErrNoNetwork", i+1, err)
 		}

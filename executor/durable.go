@@ -105,7 +105,7 @@ func (e *Executor) hibernate(ctx context.Context, s *session, reason string) err
 		if err := e.destroy(ctx, s.id); err != nil {
 			errs = append(errs, err)
 		}
-		if e.net != nil && networkEnabled(s.network) {
+		if e.net != nil && s.network.Enabled {
 			if err := e.net.Detach(ctx, s.id); err != nil {
 				errs = append(errs, err)
 			}
@@ -194,7 +194,7 @@ func (e *Executor) resume(ctx context.Context, s *session) (took time.Duration, 
 	netns := ""
 	var netEnv []string
 	tNet := time.Now()
-	if networkEnabled(s.network) {
+	if s.network.Enabled {
 		if e.net == nil {
 			return 0, ErrNoNetwork
 		}
@@ -263,11 +263,11 @@ func (e *Executor) ForkSession(ctx context.Context, id string, spec ForkSpec) (_
 	if err != nil {
 		return Session{}, err
 	}
-	network := spec.Network
-	if len(network) == 0 {
-		network = src.network
+	network := src.network
+	if spec.Network != nil {
+		network = *spec.Network
 	}
-	if networkEnabled(network) && e.net == nil {
+	if network.Enabled && e.net == nil {
 		return Session{}, ErrNoNetwork
 	}
 	// No execute runs in the source while its image is copied.
@@ -308,7 +308,7 @@ func (e *Executor) ForkSession(ctx context.Context, id string, spec ForkSpec) (_
 	start := time.Now()
 	childID := newID("sess_")
 	dir := e.dir(childID)
-	row := store.SessionRow{ID: childID, KeyID: spec.Owner, Language: rt.Name, State: string(StateCreating), Network: string(network),
+	row := store.SessionRow{ID: childID, KeyID: spec.Owner, Language: rt.Name, State: string(StateCreating), Network: string(network.JSON()),
 		IdleTTL: src.idleTTL, CreatedAt: start, LastUsedAt: start, DiskBytes: size, ParentID: id}
 	if err := e.store.InsertSession(ctx, row); err != nil {
 		return Session{}, err
@@ -349,7 +349,7 @@ func (e *Executor) ForkSession(ctx context.Context, id string, spec ForkSpec) (_
 	if err := e.store.SetSessionHibernated(ctx, childID, now, now); err != nil {
 		return Session{}, err
 	}
-	child := newSession(childID, spec.Owner, rt, src.idleTTL, start, string(network))
+	child := newSession(childID, spec.Owner, rt, src.idleTTL, start, network)
 	child.state, child.hibernatedAt, child.lastUsed, child.parent, child.diskBytes = StateHibernated, now, now, id, size
 	e.mu.Lock()
 	e.sessions[childID] = child

@@ -2,7 +2,6 @@ package executor
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -86,7 +85,7 @@ func TestHibernateAndResume(t *testing.T) {
 		t.Run(fmt.Sprintf("network=%v", network), func(t *testing.T) {
 			spec := SessionSpec{Language: "python3", Owner: "k1"}
 			if network {
-				spec.Network = json.RawMessage(`{"enabled":true}`)
+				spec.Network = sandbox.NetworkRequest{Enabled: true}
 			}
 			s, err := e.CreateSession(ctx, spec)
 			if err != nil {

@@ -7,7 +7,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/base32"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -317,8 +316,8 @@ func (e *Executor) reconcile(ctx context.Context) error {
 				size = fi.Size()
 			}
 		}
-		if r.State == string(StateRunning) && runningC[r.ID] && mounted(homeMount(dir)) && lerr == nil && (att != nil) == networkEnabled(json.RawMessage(r.Network)) {
-			s := newSession(r.ID, r.KeyID, rt, r.IdleTTL, r.CreatedAt, r.Network)
+		if r.State == string(StateRunning) && runningC[r.ID] && mounted(homeMount(dir)) && lerr == nil && (att != nil) == storedNetwork(r.Network).Enabled {
+			s := newSession(r.ID, r.KeyID, rt, r.IdleTTL, r.CreatedAt, storedNetwork(r.Network))
 			s.state, s.hasSandbox, s.parent, s.diskBytes, s.hibernatedAt = StateRunning, true, r.ParentID, size, r.HibernatedAt
 			if att != nil {
 				s.netEnv = att.Env
@@ -342,7 +341,7 @@ func (e *Executor) reconcile(ctx context.Context) error {
 		switch r.State {
 		case string(StateRunning), string(StateHibernated), storeHibernating, storeResuming:
 			if _, err := os.Stat(homeImage(dir)); err == nil && lerr == nil {
-				s := newSession(r.ID, r.KeyID, rt, r.IdleTTL, r.CreatedAt, r.Network)
+				s := newSession(r.ID, r.KeyID, rt, r.IdleTTL, r.CreatedAt, storedNetwork(r.Network))
 				s.state, s.parent, s.diskBytes = StateHibernated, r.ParentID, size
 				s.hibernatedAt, s.lastUsed = time.Now(), time.Now()
 				if r.State == string(StateHibernated) {

@@ -15,9 +15,9 @@ import (
 // wires an implementation over package egress; without one, sessions with
 // network are refused.
 type Network interface {
-	// Attach prepares the namespace for session id; network is the
-	// session's JSON network request ({"enabled":true,...}).
-	Attach(ctx context.Context, id string, network json.RawMessage) (*Attachment, error)
+	// Attach prepares the namespace for session id with the session's
+	// network request.
+	Attach(ctx context.Context, id string, network sandbox.NetworkRequest) (*Attachment, error)
 	// Detach removes everything Attach made; unknown ids are fine.
 	Detach(ctx context.Context, id string) error
 	// Reconcile removes namespaces, links and rules of sessions not in live.
@@ -25,11 +25,7 @@ type Network interface {
 }
 
 // Attachment is what a sandbox needs to use its network.
-type Attachment struct {
-	NetnsPath  string   `json:"netns_path"`
-	Env        []string `json:"env"`         // proxy variables for every execute
-	ResolvConf string   `json:"resolv_conf"` // /etc/resolv.conf inside the sandbox
-}
+type Attachment = sandbox.NetworkAttachment
 
 // ErrNoNetwork is returned when a session asks for network and the server
 // has no egress configured.
@@ -45,12 +41,14 @@ func (e *Executor) NetworkAvailable() bool { return e.net != nil }
 // Network returns the network provider (nil when egress is off).
 func (e *Executor) Network() Network { return e.net }
 
-// networkEnabled reads {"enabled": true} from a session's network request.
-func networkEnabled(raw json.RawMessage) bool {
-	var n struct {
-		Enabled bool `json:"enabled"`
+// storedNetwork reads a session's network request from its store row;
+// one that cannot be read is a session without network.
+func storedNetwork(raw string) sandbox.NetworkRequest {
+	n, err := sandbox.ParseNetworkRequest([]byte(raw))
+	if err != nil {
+		return sandbox.NetworkRequest{}
 	}
-	return len(raw) > 0 && json.Unmarshal(raw, &n) == nil && n.Enabled
+	return n
 }
 
 func attachmentFile(dir string) string { return filepath.Join(dir, "network.json") }
@@ -58,11 +56,11 @@ func resolvFile(dir string) string     { return filepath.Join(dir, "resolv.conf"
 
 // attach sets up the session's network and records the attachment beside
 // the bundle, so a restarted server can adopt the session with it.
-func (e *Executor) attach(ctx context.Context, id, dir string, raw json.RawMessage) (*Attachment, error) {
+func (e *Executor) attach(ctx context.Context, id, dir string, req sandbox.NetworkRequest) (*Attachment, error) {
 	if e.net == nil {
 		return nil, ErrNoNetwork
 	}
-	att, err := e.net.Attach(ctx, id, raw)
+	att, err := e.net.Attach(ctx, id, req)
 	if err != nil {
 		return nil, fmt.Errorf("attaching network: %w", err)
 	}

@@ -14,6 +14,7 @@ import (
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
+	"github.com/sandboxapi/sandboxapi/internal/sandbox"
 	"github.com/sandboxapi/sandboxapi/store"
 )
 
@@ -25,7 +26,7 @@ type session struct {
 	runtime   *Runtime
 	idleTTL   time.Duration
 	createdAt time.Time
-	network   json.RawMessage
+	network   sandbox.NetworkRequest
 	parent    string        // forked from
 	diskBytes int64         // home image size, counted against max_disk
 	lock      chan struct{} // one execute (or file op) at a time
@@ -41,9 +42,9 @@ type session struct {
 	netEnv       []string // proxy variables when the session has network
 }
 
-func newSession(id, owner string, rt *Runtime, ttl time.Duration, created time.Time, network string) *session {
+func newSession(id, owner string, rt *Runtime, ttl time.Duration, created time.Time, network sandbox.NetworkRequest) *session {
 	return &session{id: id, owner: owner, runtime: rt, idleTTL: ttl, createdAt: created,
-		network: json.RawMessage(network), lock: make(chan struct{}, 1), lastUsed: created}
+		network: network, lock: make(chan struct{}, 1), lastUsed: created}
 }
 
 func (s *session) snapshot() Session {
@@ -101,10 +102,7 @@ func (e *Executor) CreateSession(ctx context.Context, spec SessionSpec) (_ Sessi
 		return Session{}, fmt.Errorf("%w: idle_ttl must be between 1s and %s", ErrInvalid, e.cfg.MaxIdleTTL)
 	}
 	network := spec.Network
-	if len(network) == 0 {
-		network = json.RawMessage(`{"enabled":false}`)
-	}
-	withNet := networkEnabled(network)
+	withNet := network.Enabled
 	// Refused before anything is taken: a server without egress has no
 	// network layer to attach (or to detach) with.
 	if withNet && e.net == nil {
@@ -168,10 +166,10 @@ func (e *Executor) CreateSession(ctx context.Context, spec SessionSpec) (_ Sessi
 	}
 
 	now := time.Now()
-	s := newSession(id, spec.Owner, rt, ttl, now, string(network))
+	s := newSession(id, spec.Owner, rt, ttl, now, network)
 	s.state = StateCreating
 	s.diskBytes = size
-	row := store.SessionRow{ID: id, KeyID: spec.Owner, Language: rt.Name, State: string(StateCreating), Network: string(network), IdleTTL: ttl, CreatedAt: now, LastUsedAt: now, DiskBytes: size}
+	row := store.SessionRow{ID: id, KeyID: spec.Owner, Language: rt.Name, State: string(StateCreating), Network: string(network.JSON()), IdleTTL: ttl, CreatedAt: now, LastUsedAt: now, DiskBytes: size}
 	if err := e.store.InsertSession(ctx, row); err != nil {
 		return Session{}, err
 	}
@@ -401,7 +399,7 @@ func (e *Executor) endSession(ctx context.Context, id, reason string) error {
 		if err := e.destroy(ctx, id); err != nil {
 			errs = append(errs, err)
 		}
-		if e.net != nil && networkEnabled(s.network) {
+		if e.net != nil && s.network.Enabled {
 			if err := e.net.Detach(ctx, id); err != nil {
 				errs = append(errs, err)
 			}

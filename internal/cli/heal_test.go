@@ -42,7 +42,7 @@ func TestFirewallHealsAndGateWaitsForVerification(t *testing.T) {
 	rcfg := readiness.DefaultConfig()
 	rcfg.MinRefresh = 0
 	chk := readiness.New(rcfg, nil)
-	chk.Register("firewall", readiness.Firewall(map[string]readiness.FirewallChecker{"sessions": healing{nw}}))
+	chk.Register("firewall", readiness.Firewall(map[string]readiness.FirewallChecker{"sessions": nw.HealingCheck()}))
 	// The topology canary re-measuring rebuilt rules takes a while: the
 	// test holds it until it has looked at the gate.
 	var held sync.Mutex
@@ -94,7 +94,7 @@ func TestFirewallHealsAndGateWaitsForVerification(t *testing.T) {
 	// gate stays closed until the checks have run again.
 	hold()
 	deleteTable()
-	fw := healing{nw}
+	fw := nw.HealingCheck()
 	if err := fw.FirewallIntact(ctx); !errors.Is(err, egress.ErrFirewallRepaired) {
 		t.Fatalf("the check that rebuilt: %v", err)
 	}

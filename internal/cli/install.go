@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"os/exec"
-	"strings"
 	"time"
 
 	"github.com/sandboxapi/sandboxapi/api"
@@ -37,12 +35,13 @@ var (
 // mirror) and the readiness checks (not started), which gate it and make
 // /readyz, and adds the installer (its spare network) to g. Without an
 // installer network (not root, no nft), installs stay closed: the firewall
-// and topology checks fail.
-func wireInstall(ctx context.Context, env *Env, g *lifecycle.Group, ex *executor.Executor, mir *mirror.Mirror, front mirrorFront, st *store.Store, m *metrics.Metrics) (*readiness.Checker, api.Installer) {
+// and topology checks fail. sessions is egress's session networking (nil
+// while egress is off), fenced and measured by the same checks.
+func wireInstall(ctx context.Context, env *Env, g *lifecycle.Group, ex *executor.Executor, sessions *egress.Sessions, mir *mirror.Mirror, front mirrorFront, st *store.Store, m *metrics.Metrics) (*readiness.Checker, api.Installer) {
 	log := env.Log.With("component", "installer")
 	icfg := env.Config.Installer
 	chk := readiness.New(env.Config.Readiness, env.Log.With("component", "readiness"))
-	nw, err := newInstallNetwork(ctx, icfg, env)
+	nw, err := egress.NewServiceNetwork(ctx, icfg.Pool, icfg.Table, icfg.Prefix, icfg.Port, env.Log.With("component", "installer-network"))
 	if err != nil {
 		log.Error("installer network unavailable; installs stay closed", "err", err)
 		chk.Register("firewall", func(context.Context) (string, error) { return "", fmt.Errorf("installer network unavailable: %w", err) })
@@ -61,22 +60,22 @@ func wireInstall(ctx context.Context, env *Env, g *lifecycle.Group, ex *executor
 				return inst.Stop(ctx)
 			},
 		})
-		fences := map[string]readiness.FirewallChecker{"installer": healing{nw}, "installer-chains": chainRules{icfg.Table, icfg.Prefix}}
+		fences := map[string]readiness.FirewallChecker{"installer": nw.HealingCheck(), "installer-chains": nw.ChainsCheck()}
 		closeOnRepair(ctx, chk, nw)
 		probes := map[string]readiness.Probe{
 			"installer": func(ctx context.Context) (string, error) { return inst.Probe(ctx) },
 		}
 		// With egress on, session networks are fenced and measured too.
-		if en, ok := ex.Network().(*egressNetwork); ok {
-			fences["sessions"] = healing{en.net}
-			closeOnRepair(ctx, chk, en.net)
-			fences["sessions-chains"] = chainRules{en.cfg.Network.Table, en.cfg.Network.Prefix}
-			probes["sessions"] = sessionNetworkProbe(ex, en)
+		if sessions != nil {
+			fences["sessions"] = sessions.Network().HealingCheck()
+			closeOnRepair(ctx, chk, sessions.Network())
+			fences["sessions-chains"] = sessions.Network().ChainsCheck()
+			probes["sessions"] = func(ctx context.Context) (string, error) { return sessions.Probe(ctx, ex) }
 			// A live session whose proxy listener died can reach nothing:
 			// the proxy says so, and readiness shows it within a check
 			// interval (the topology canary only sees fresh networks).
 			chk.Register("egress", func(context.Context) (string, error) {
-				if err := en.proxy.Health(); err != nil {
+				if err := sessions.Health(); err != nil {
 					return "", err
 				}
 				return "every live session's proxy listeners are serving", nil
@@ -91,26 +90,6 @@ func wireInstall(ctx context.Context, env *Env, g *lifecycle.Group, ex *executor
 		return chk, closedInstaller{}
 	}
 	return chk, recordingInstaller{next: inst, st: st, mir: mir, log: log, observe: m.ObserveInstall}
-}
-
-// newInstallNetwork makes the installers' egress.Network: its own table,
-// prefix and pool, and one reachable port (the mirror's) on each
-// installer's host address.
-func newInstallNetwork(ctx context.Context, icfg installer.Config, env *Env) (*egress.Network, error) {
-	ec := egress.DefaultConfig()
-	ec.ConnectPort, ec.TransparentPort, ec.DNSPort = icfg.Port, icfg.Port, icfg.Port
-	ec.Resolvers = []string{"127.0.0.1"} // unused: installers resolve nothing
-	ec.Network.Pool, ec.Network.Table, ec.Network.Prefix = icfg.Pool, icfg.Table, icfg.Prefix
-	nw, err := egress.NewNetwork(ec, env.Log.With("component", "installer-network"))
-	if err != nil {
-		return nil, err
-	}
-	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	if err := nw.Reconcile(rctx, nil); err != nil { // leftovers of installs cut short
-		return nil, err
-	}
-	return nw, nil
 }
 
 func loopbackAddr(listen string) string {
@@ -240,70 +219,6 @@ type closedInstaller struct{}
 
 func (closedInstaller) Install(context.Context, string, string, sandbox.InstallRequest, time.Duration) (sandbox.InstallReply, error) {
 	return sandbox.InstallReply{}, fmt.Errorf("%w: no installer network", sandbox.ErrInstallFailed)
-}
-
-// chainRules checks that each hook chain of the installer table holds its
-// own rules (egress.Network.FirewallIntact matches text across the whole
-// table, so a rule that also appears in another chain could go missing
-// unnoticed).
-type chainRules struct{ table, prefix string }
-
-func (c chainRules) FirewallIntact(ctx context.Context) error {
-	veths := `"` + c.prefix + `h*"`
-	want := map[string][]string{
-		"input":   {"iifname vmap @sessions", "iifname " + veths + " drop"},
-		"forward": {"iifname " + veths + " drop", "oifname " + veths + " drop"},
-	}
-	for chain, rules := range want {
-		out, err := exec.CommandContext(ctx, "nft", "list", "chain", "inet", c.table, chain).Output()
-		if err != nil {
-			return fmt.Errorf("listing chain %s of %s: %w", chain, c.table, err)
-		}
-		for _, r := range rules {
-			if !strings.Contains(string(out), r) {
-				return fmt.Errorf("chain %s of %s lacks %q", chain, c.table, r)
-			}
-		}
-	}
-	return nil
-}
-
-// settled retries a firewall check briefly: egress.Network.FirewallIntact
-// lists the rules and then the live networks, so an installer network set
-// up in between looks like a missing chain for a moment. A rule that is
-// really gone stays gone.
-type settled struct{ fw readiness.FirewallChecker }
-
-func (s settled) FirewallIntact(ctx context.Context) error {
-	var err error
-	for range 3 {
-		if err = s.fw.FirewallIntact(ctx); err == nil {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return err
-		case <-time.After(200 * time.Millisecond):
-		}
-	}
-	return err
-}
-
-// healing is the firewall check of a sandbox network: it first rebuilds
-// rules deleted or altered from outside (egress.Network.Heal), and a run
-// that had to rebuild fails, so installs stay closed until a later run
-// finds the rebuilt rules intact.
-type healing struct{ n *egress.Network }
-
-func (h healing) FirewallIntact(ctx context.Context) error {
-	repaired, err := h.n.Heal(ctx)
-	if err != nil {
-		return err
-	}
-	if repaired {
-		return fmt.Errorf("%w; verifying them on the next run", egress.ErrFirewallRepaired)
-	}
-	return settled{h.n}.FirewallIntact(ctx)
 }
 
 // closeOnRepair makes a rebuild of n's rules (noticed by a session's or an

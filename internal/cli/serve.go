@@ -125,11 +125,11 @@ func serve(ctx context.Context, env *Env) error {
 		return err
 	}
 	m := metrics.New() // the one registry of this process
-	trail, stopEgress, err := setupEgress(ctx, env, ex, st, m)
+	eg, err := setupEgress(ctx, env, ex, st, m)
 	if err != nil {
 		return err
 	}
-	g.Cleanup("egress", func(context.Context) error { stopEgress(); return nil })
+	g.Cleanup("egress", func(context.Context) error { eg.stop(); return nil })
 	usage := store.NewUsageWriter(st, 200*time.Millisecond, log)
 	g.Cleanup("usage", func(context.Context) error { usage.Close(); return nil })
 	build := buildinfo.Read()
@@ -153,7 +153,7 @@ func serve(ctx context.Context, env *Env) error {
 		defer cancel()
 		return ex.Stop(ctx)
 	}})
-	srv := wireServices(ctx, env, g, wiring{plans: plans, ex: ex, st: st, mir: mir, front: front, usage: usage, trail: trail, m: m, build: build})
+	srv := wireServices(ctx, env, g, wiring{plans: plans, ex: ex, st: st, mir: mir, front: front, usage: usage, trail: eg.trail, sessions: eg.sessions, m: m, build: build})
 	drain := &drainGate{next: srv}
 	web := &httpservice.Service{
 		Server: &http.Server{Handler: drain, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: cfg.Server.ReadTimeout.D(), IdleTimeout: 2 * time.Minute},

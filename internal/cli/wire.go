@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/sandboxapi/sandboxapi/api"
+	"github.com/sandboxapi/sandboxapi/egress"
 	"github.com/sandboxapi/sandboxapi/executor"
 	"github.com/sandboxapi/sandboxapi/internal/buildinfo"
 	"github.com/sandboxapi/sandboxapi/internal/lifecycle"
@@ -19,15 +20,16 @@ var _ lifecycle.Component = (*executor.Executor)(nil)
 
 // wiring is what serve has built when it wires the API.
 type wiring struct {
-	plans *api.Plans
-	ex    *executor.Executor
-	st    *store.Store
-	mir   *mirror.Mirror
-	front mirrorFront
-	usage *store.UsageWriter
-	trail *egressTrail // nil when egress is off
-	m     *metrics.Metrics
-	build buildinfo.Info
+	plans    *api.Plans
+	ex       *executor.Executor
+	st       *store.Store
+	mir      *mirror.Mirror
+	front    mirrorFront
+	usage    *store.UsageWriter
+	trail    *egressTrail     // the API's view of the egress audit
+	sessions *egress.Sessions // nil when egress is off
+	m        *metrics.Metrics
+	build    buildinfo.Info
 }
 
 // wireServices builds the API with every dependency it serves (one field
@@ -35,7 +37,7 @@ type wiring struct {
 // executor and before the HTTP server, and stop in reverse.
 func wireServices(ctx context.Context, env *Env, g *lifecycle.Group, w wiring) *api.Server {
 	cfg := env.Config
-	chk, inst := wireInstall(ctx, env, g, w.ex, w.mir, w.front, w.st, w.m)
+	chk, inst := wireInstall(ctx, env, g, w.ex, w.sessions, w.mir, w.front, w.st, w.m)
 	// The mirror check may ask the server itself: the checks start once
 	// it listens.
 	g.Add("readiness", chk.Service(func(ctx context.Context) { waitListening(ctx, loopbackAddr(cfg.Listen), 30*time.Second) }))

@@ -4,7 +4,6 @@ package sandbox
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"time"
 )
@@ -55,7 +54,7 @@ type SessionSpec struct {
 	Language string
 	IdleTTL  time.Duration // 0: the default
 	Owner    string        // key id; sessions are visible only to their owner
-	Network  json.RawMessage
+	Network  NetworkRequest
 	// DiskBytes is the size of the session's home (its disk limit); 0:
 	// the executor's default.
 	DiskBytes int64
@@ -65,7 +64,7 @@ type SessionSpec struct {
 type ForkSpec struct {
 	Owner    string
 	Language string
-	Network  json.RawMessage
+	Network  *NetworkRequest // nil: the source's
 }
 
 // Session is a snapshot of one session.
@@ -75,7 +74,7 @@ type Session struct {
 	Language   string
 	State      State
 	IdleTTL    time.Duration
-	Network    json.RawMessage
+	Network    NetworkRequest
 	CreatedAt  time.Time
 	LastUsedAt time.Time
 	// HibernatedAt is when the session was last hibernated (zero while it
