@@ -4,12 +4,14 @@ import (
 	"fmt"
 
 	"github.com/google/jsonschema-go/jsonschema"
+
+	"github.com/sandboxapi/sandboxapi/internal/sandbox"
 )
 
 // Closed value sets the tools' schemas state as enums.
 var (
 	managers         = []any{"pip", "npm"}
-	executionStatus  = []any{"ok", "error", "timeout", "oom", "output_limit", "compile_error"}
+	executionStatus  = []any{sandbox.StatusOK, sandbox.StatusError, sandbox.StatusTimeout, sandbox.StatusOOM, sandbox.StatusOutputLimit, sandbox.StatusCompileError}
 	packageStatus    = []any{"admitted", "refused", "quarantined", "removed", "not_found", "invalid"}
 	osvVerdicts      = []any{"clean", "accepted", "vulnerable", "unknown"}
 	minTimeoutSecond = 0.1
