@@ -16,6 +16,10 @@ import (
 	"github.com/sandboxapi/sandboxapi/internal/sandbox"
 )
 
+// errEmptyBody is decodeJSON's answer to a body with nothing in it;
+// callers for which a body is optional tell it apart with errors.Is.
+var errEmptyBody error = &Error{Status: http.StatusBadRequest, Code: "invalid_json", Message: "request body is empty"}
+
 // decodeJSON reads exactly one JSON object with no unknown fields.
 func decodeJSON(r *http.Request, v any) error {
 	// The body must be JSON whatever Content-Type says: curl -d sends a
@@ -30,7 +34,7 @@ func decodeJSON(r *http.Request, v any) error {
 		case errors.As(err, &mbe):
 			return apiErr(http.StatusRequestEntityTooLarge, "body_too_large", "request body over %d bytes", mbe.Limit)
 		case errors.Is(err, io.EOF):
-			return apiErr(http.StatusBadRequest, "invalid_json", "request body is empty")
+			return errEmptyBody
 		case errors.As(err, &se):
 			return apiErr(http.StatusBadRequest, "invalid_json", "malformed JSON at byte %d", se.Offset)
 		case errors.As(err, &te):
