@@ -19,6 +19,8 @@ import (
 	"github.com/sandboxapi/sandboxapi/internal/buildinfo"
 	"github.com/sandboxapi/sandboxapi/internal/reqid"
 	"github.com/sandboxapi/sandboxapi/internal/sandbox"
+
+	"github.com/sandboxapi/sandboxapi/api/wire"
 )
 
 // Sandboxes is what the API needs from the executor.
@@ -371,7 +373,7 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 // UsageSource reads metered totals for GET /v1/usage.
 type UsageSource interface {
 	// UsageTotals returns rows of per-day, per-route totals for keyID.
-	UsageTotals(ctx context.Context, keyID string, since time.Time) (any, error)
+	UsageTotals(ctx context.Context, keyID string, since time.Time) ([]wire.UsageTotal, error)
 }
 
 // SetUsageSource enables GET /v1/usage.
@@ -382,7 +384,10 @@ func (s *Server) SetUsageSource(u UsageSource) {
 		if err != nil {
 			return err
 		}
-		writeJSON(w, http.StatusOK, map[string]any{"key_id": p.KeyID, "plan": p.Plan.Name, "usage": rows})
+		if rows == nil {
+			rows = []wire.UsageTotal{}
+		}
+		writeJSON(w, http.StatusOK, wire.Usage{KeyID: p.KeyID, Plan: p.Plan.Name, Usage: rows})
 		return nil
 	}))
 }

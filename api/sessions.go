@@ -14,6 +14,8 @@ import (
 
 	"github.com/sandboxapi/sandboxapi/egress/policy"
 	"github.com/sandboxapi/sandboxapi/internal/sandbox"
+
+	"github.com/sandboxapi/sandboxapi/api/wire"
 )
 
 // errEmptyBody is decodeJSON's answer to a body with nothing in it;
@@ -338,7 +340,7 @@ func (s *Server) replyExecution(w http.ResponseWriter, r *http.Request, ereq san
 		if cw != nil {
 			cw.execMillis = res.DurationMS
 		}
-		writeJSON(w, http.StatusOK, res)
+		writeJSON(w, http.StatusOK, wire.ExecuteResultOf(res))
 		return nil
 	}
 	if _, ok := w.(http.Flusher); !ok {
@@ -377,7 +379,7 @@ func (s *Server) replyExecution(w http.ResponseWriter, r *http.Request, ereq san
 	if cw != nil {
 		cw.execMillis = res.DurationMS
 	}
-	sw.event("result", res)
+	sw.event("result", wire.ExecuteResultOf(res))
 	return nil
 }
 

@@ -72,7 +72,12 @@ func testsInputSchema(defTimeout float64) *jsonschema.Schema {
 }
 
 func executeOutputSchema() *jsonschema.Schema {
-	return schemaFor[ExecuteResult](func(p map[string]*jsonschema.Schema) { p["status"].Enum = executionStatus })
+	return schemaFor[ExecuteResult](func(p map[string]*jsonschema.Schema) {
+		p["status"].Enum = executionStatus
+		// The REST reply's ids stay out of the tool's result (capResult).
+		delete(p, "execution_id")
+		delete(p, "resumed_ms")
+	})
 }
 
 func packagesInputSchema() *jsonschema.Schema {

@@ -159,24 +159,25 @@ type ExecRequest struct {
 	OnOutput func(stream string, p []byte)
 }
 
-// Result is the outcome of one execute.
+// Result is the outcome of one execute. The API reports it as
+// wire.ExecuteResult.
 type Result struct {
-	ExecutionID string `json:"execution_id,omitempty"`
-	Stdout      string `json:"stdout"`
-	Stderr      string `json:"stderr"`
-	ExitCode    int    `json:"exit_code"`
-	Signal      string `json:"signal"`
-	Status      Status `json:"status"`
+	ExecutionID string
+	Stdout      string
+	Stderr      string
+	ExitCode    int
+	Signal      string
+	Status      Status
 	// DurationMS is CompileMS plus RunMS: the call's time in the sandbox.
-	DurationMS int64 `json:"duration_ms"`
+	DurationMS int64
 	// CompileMS is the compile step's time (0 for interpreted languages);
 	// RunMS is the program's.
-	CompileMS int64 `json:"compile_ms"`
-	RunMS     int64 `json:"run_ms"`
-	Truncated bool  `json:"truncated"`
+	CompileMS int64
+	RunMS     int64
+	Truncated bool
 	// ResumedMS is set when this call first resumed the hibernated
 	// session: how long the resume took.
-	ResumedMS int64 `json:"resumed_ms,omitempty"`
+	ResumedMS int64
 }
 
 // Runtime describes one language for clients.
