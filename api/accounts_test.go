@@ -95,7 +95,7 @@ func TestAccountsOnSQLite(t *testing.T) {
 		t.Fatal(err)
 	}
 	const execDelay = 30 * time.Millisecond
-	srv := New(Config{MaxBodyBytes: 1 << 20, MaxCodeBytes: 1 << 16, MaxStdinBytes: 1 << 16, DefaultIdleTTL: time.Minute, MaxIdleTTL: time.Hour},
+	srv := New(Config{MaxBodyBytes: 1 << 20, MaxCodeBytes: 1 << 16, MaxStdinBytes: 1 << 16, MaxIdleTTL: time.Hour},
 		slowSandboxes{newFakeSandboxes(), execDelay}, sqliteKeys{st}, plans, sqliteMeter{w}, log)
 	srv.SetUsageSource(sqliteUsage{st: st, w: w})
 	a := map[string]string{"X-API-Key": "secret-a"}

@@ -276,7 +276,7 @@ func newFakeServerWith(t *testing.T, edit func(*Config)) (*Server, *fakeSandboxe
 	}
 	sb := newFakeSandboxes()
 	cfg := Config{MaxBodyBytes: 1 << 20, MaxCodeBytes: 1 << 16, MaxStdinBytes: 1 << 16,
-		DefaultIdleTTL: 10 * time.Minute, MaxIdleTTL: time.Hour}
+		MaxIdleTTL: time.Hour}
 	if edit != nil {
 		edit(&cfg)
 	}

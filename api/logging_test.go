@@ -42,7 +42,7 @@ func TestLogsCarryRequestIDsNotKeys(t *testing.T) {
 	}
 	var logs lockedBuffer
 	srv := New(Config{MaxBodyBytes: 1 << 20, MaxCodeBytes: 1 << 16, MaxStdinBytes: 1 << 16,
-		DefaultIdleTTL: 10 * time.Minute, MaxIdleTTL: time.Hour}, newFakeSandboxes(), fakeKeys{}, plans, nil,
+		MaxIdleTTL: time.Hour}, newFakeSandboxes(), fakeKeys{}, plans, nil,
 		slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
 	srv.SetUsageSource(fakeUsage{})
 	srv.SetEgressLog(fakeEgressLog{})

@@ -57,11 +57,10 @@ type Usage struct {
 
 // Config holds the API's settings.
 type Config struct {
-	MaxBodyBytes   int64
-	MaxCodeBytes   int64
-	MaxStdinBytes  int64
-	DefaultIdleTTL time.Duration
-	MaxIdleTTL     time.Duration
+	MaxBodyBytes  int64
+	MaxCodeBytes  int64
+	MaxStdinBytes int64
+	MaxIdleTTL    time.Duration
 	// DefaultTimeout is the executor's execution timeout for a call that
 	// names none. The API sends the smaller of it and the plan's cap, so a
 	// call without a timeout never runs past the plan; zero sends the cap.

@@ -119,11 +119,7 @@ func serve(ctx context.Context, env *Env) error {
 	usage := store.NewUsageWriter(st, 200*time.Millisecond, log)
 	defer usage.Close()
 
-	srv := api.New(api.Config{
-		MaxBodyBytes: cfg.Server.MaxBodyBytes, MaxCodeBytes: cfg.Limits.MaxCodeBytes, MaxStdinBytes: cfg.Limits.MaxStdinBytes,
-		DefaultIdleTTL: cfg.Limits.DefaultIdleTTL.D(), MaxIdleTTL: cfg.Limits.MaxIdleTTL.D(), DefaultTimeout: cfg.Limits.DefaultTimeout.D(),
-		StreamHeartbeat: cfg.Server.StreamHeartbeat.D(), Gateway: api.GatewayConfig{Secret: cfg.API.GatewaySecret},
-	}, ex, storeKeys{st}, plans, storeMeter{usage}, log)
+	srv := api.New(cfg.APIConfig(), ex, storeKeys{st}, plans, storeMeter{usage}, log)
 	srv.SetUsageSource(storeUsage{st: st, w: usage})
 	build := buildinfo.Read()
 	build.Runsc = runscVersion(ecfg.Runsc)
