@@ -491,7 +491,7 @@ func (e *Executor) lost(ctx context.Context, id string, res Result, waitErr erro
 	}
 	e.mu.Lock()
 	if s, ok := e.sessions[id]; ok && canMove(s.state, StateFailed) {
-		s.state = StateFailed
+		e.move(s, StateFailed)
 	}
 	e.mu.Unlock()
 	_ = e.store.SetSessionState(context.WithoutCancel(ctx), id, string(StateFailed), "sandbox lost", false)
