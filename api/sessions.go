@@ -300,7 +300,7 @@ func wantsStream(r *http.Request, req *executeRequest) bool {
 	return req.Stream || strings.Contains(r.Header.Get("Accept"), "text/event-stream")
 }
 
-func (s *Server) executeInSession(w http.ResponseWriter, r *http.Request) error {
+func (s *Server) executeInSession(w http.ResponseWriter, r *http.Request, c *call) error {
 	p := principal(r.Context())
 	var req executeRequest
 	if err := decodeJSON(r, &req); err != nil {
@@ -317,7 +317,7 @@ func (s *Server) executeInSession(w http.ResponseWriter, r *http.Request) error 
 	run := func(ctx context.Context, ereq sandbox.ExecRequest) (sandbox.Result, error) {
 		return s.sb.Execute(ctx, p.KeyID, id, ereq)
 	}
-	return s.replyExecution(w, r, ereq, wantsStream(r, &req), run)
+	return s.replyExecution(w, r, c, ereq, wantsStream(r, &req), run)
 }
 
 // replyExecution runs an execution and writes the JSON result, or streams
@@ -330,16 +330,13 @@ func (s *Server) executeInSession(w http.ResponseWriter, r *http.Request) error 
 // write must reach the client's socket within the stream write timeout: a
 // client that stops reading fails the write, which cancels the run so its
 // sandbox is released.
-func (s *Server) replyExecution(w http.ResponseWriter, r *http.Request, ereq sandbox.ExecRequest, stream bool, run func(context.Context, sandbox.ExecRequest) (sandbox.Result, error)) error {
-	cw, _ := w.(*countingWriter)
+func (s *Server) replyExecution(w http.ResponseWriter, r *http.Request, c *call, ereq sandbox.ExecRequest, stream bool, run func(context.Context, sandbox.ExecRequest) (sandbox.Result, error)) error {
 	if !stream {
 		res, err := run(r.Context(), ereq)
 		if err != nil && res.Status != sandbox.StatusOOM {
 			return err
 		}
-		if cw != nil {
-			cw.execMillis = res.DurationMS
-		}
+		c.execMillis = res.DurationMS
 		writeJSON(w, http.StatusOK, wire.ExecuteResultOf(res))
 		return nil
 	}
@@ -376,9 +373,7 @@ func (s *Server) replyExecution(w http.ResponseWriter, r *http.Request, ereq san
 		sw.event("error", errorPayload{Code: ae.Code, Message: ae.Message, RequestID: requestID(r.Context())})
 		return nil
 	}
-	if cw != nil {
-		cw.execMillis = res.DurationMS
-	}
+	c.execMillis = res.DurationMS
 	sw.event("result", wire.ExecuteResultOf(res))
 	return nil
 }
@@ -532,7 +527,7 @@ func writeEvent(w io.Writer, event string, v any) error {
 	return err
 }
 
-func (s *Server) executeStateless(w http.ResponseWriter, r *http.Request) error {
+func (s *Server) executeStateless(w http.ResponseWriter, r *http.Request, c *call) error {
 	p := principal(r.Context())
 	var req executeRequest
 	if err := decodeJSON(r, &req); err != nil {
@@ -551,7 +546,7 @@ func (s *Server) executeStateless(w http.ResponseWriter, r *http.Request) error 
 	run := func(ctx context.Context, ereq sandbox.ExecRequest) (sandbox.Result, error) {
 		return s.sb.ExecuteStateless(ctx, p.KeyID, ereq)
 	}
-	return s.replyExecution(w, r, ereq, wantsStream(r, &req), run)
+	return s.replyExecution(w, r, c, ereq, wantsStream(r, &req), run)
 }
 
 func (s *Server) listRuntimes(w http.ResponseWriter, r *http.Request) error {
