@@ -206,6 +206,11 @@ func (k *Checker) events(body []byte) error {
 	return nil
 }
 
+// Validate checks body against schema: a $ref into the document's
+// components ({"$ref": "#/components/schemas/X"}) or a small literal
+// schema (a request body's), with objects closed as everywhere.
+func (k *Checker) Validate(schema map[string]any, body []byte) error { return k.validate(schema, body) }
+
 func (k *Checker) validate(schema map[string]any, body []byte) error {
 	k.mu.Lock()
 	sch, err := k.compile(schema)
