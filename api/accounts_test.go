@@ -13,6 +13,8 @@ import (
 	"github.com/sandboxapi/sandboxapi/configs"
 	"github.com/sandboxapi/sandboxapi/internal/sandbox"
 	"github.com/sandboxapi/sandboxapi/store"
+
+	"github.com/sandboxapi/sandboxapi/api/wire"
 )
 
 // The adapters below join the API to a real SQLite store the way the CLI
@@ -43,9 +45,14 @@ type sqliteUsage struct {
 	w  *store.UsageWriter
 }
 
-func (u sqliteUsage) UsageTotals(ctx context.Context, keyID string, since time.Time) (any, error) {
+func (u sqliteUsage) UsageTotals(ctx context.Context, keyID string, since time.Time) ([]wire.UsageTotal, error) {
 	u.w.Flush(ctx)
-	return u.st.UsageTotals(ctx, keyID, since)
+	rows, err := u.st.UsageTotals(ctx, keyID, since)
+	out := make([]wire.UsageTotal, 0, len(rows))
+	for _, r := range rows {
+		out = append(out, wire.UsageTotal(r))
+	}
+	return out, err
 }
 
 // slowSandboxes makes stateless executions take at least d, so the
@@ -88,7 +95,7 @@ func TestAccountsOnSQLite(t *testing.T) {
 		t.Fatal(err)
 	}
 	const execDelay = 30 * time.Millisecond
-	srv := New(Config{MaxBodyBytes: 1 << 20, MaxCodeBytes: 1 << 16, MaxStdinBytes: 1 << 16, DefaultIdleTTL: time.Minute, MaxIdleTTL: time.Hour},
+	srv := New(Config{MaxBodyBytes: 1 << 20, MaxCodeBytes: 1 << 16, MaxStdinBytes: 1 << 16, MaxIdleTTL: time.Hour},
 		Deps{Sandboxes: slowSandboxes{newFakeSandboxes(), execDelay}, Keys: sqliteKeys{st}, Plans: plans, Meter: sqliteMeter{w}, Log: log,
 			Usage: sqliteUsage{st: st, w: w}})
 	a := map[string]string{"X-API-Key": "secret-a"}
@@ -117,7 +124,7 @@ func TestAccountsOnSQLite(t *testing.T) {
 	do(b, "kb", "POST", "/v1/sessions", "POST /v1/sessions", `{"language":"python3"}`, 403, 0, 0)
 
 	// Each caller's usage holds its own rows only.
-	usage := func(h map[string]string) (string, []store.UsageTotal) {
+	usage := func(h map[string]string) (string, []wire.UsageTotal) {
 		t.Helper()
 		rec := send(t, srv, "GET", "/v1/usage", "", h)
 		if rec.Code != 200 {
@@ -128,8 +135,8 @@ func TestAccountsOnSQLite(t *testing.T) {
 			t.Errorf("usage reply does not match the document: %v\n%s", err, rec.Body)
 		}
 		var r struct {
-			KeyID string             `json:"key_id"`
-			Usage []store.UsageTotal `json:"usage"`
+			KeyID string            `json:"key_id"`
+			Usage []wire.UsageTotal `json:"usage"`
 		}
 		if err := json.Unmarshal(rec.Body.Bytes(), &r); err != nil {
 			t.Fatal(err)

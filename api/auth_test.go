@@ -170,7 +170,7 @@ func TestPlanTable(t *testing.T) {
 func TestGatewayMode(t *testing.T) {
 	t.Parallel()
 	plans, _ := LoadPlans(configs.Plans)
-	srv := New(Config{MaxBodyBytes: 1 << 20, MaxCodeBytes: 1 << 16, MaxStdinBytes: 1 << 16, DefaultIdleTTL: time.Minute, MaxIdleTTL: time.Hour,
+	srv := New(Config{MaxBodyBytes: 1 << 20, MaxCodeBytes: 1 << 16, MaxStdinBytes: 1 << 16, MaxIdleTTL: time.Hour,
 		Gateway: GatewayConfig{Secret: "s3cret"}}, Deps{Sandboxes: newFakeSandboxes(), Keys: fakeKeys{}, Plans: plans, Log: slog.New(slog.NewJSONHandler(io.Discard, nil))})
 	cases := []struct {
 		name    string

@@ -13,6 +13,8 @@ import (
 
 	"github.com/sandboxapi/sandboxapi/configs"
 	"github.com/sandboxapi/sandboxapi/internal/sandbox"
+
+	"github.com/sandboxapi/sandboxapi/api/wire"
 )
 
 // fakeSandboxes is an in-memory api.Sandboxes for logic tests: sessions are
@@ -188,9 +190,9 @@ func (fakeKeys) Lookup(ctx context.Context, hash string) (string, string, string
 
 type fakeUsage struct{}
 
-func (fakeUsage) UsageTotals(ctx context.Context, keyID string, since time.Time) (any, error) {
-	return []map[string]any{{"key_id": keyID, "day": "2026-11-30", "route": "POST /v1/execute", "requests": 1, "errors": 0,
-		"bytes_in": 40, "bytes_out": 180, "execution_ms": 12, "duration_ms": 15}}, nil
+func (fakeUsage) UsageTotals(ctx context.Context, keyID string, since time.Time) ([]wire.UsageTotal, error) {
+	return []wire.UsageTotal{{KeyID: keyID, Day: "2026-11-30", Route: "POST /v1/execute", Requests: 1, Errors: 0,
+		BytesIn: 40, BytesOut: 180, ExecMS: 12, DurationMS: 15}}, nil
 }
 
 // fakeEgressDecision has the fields, names and omissions of the decision
@@ -281,7 +283,7 @@ func newFakeServerDeps(t *testing.T, edit func(*Config), deps func(*Deps)) (*Ser
 	}
 	sb := newFakeSandboxes()
 	cfg := Config{MaxBodyBytes: 1 << 20, MaxCodeBytes: 1 << 16, MaxStdinBytes: 1 << 16,
-		DefaultIdleTTL: 10 * time.Minute, MaxIdleTTL: time.Hour}
+		MaxIdleTTL: time.Hour}
 	if edit != nil {
 		edit(&cfg)
 	}

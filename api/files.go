@@ -26,19 +26,16 @@ type Files interface {
 	MaxFileBytes() int64
 }
 
-type rawBodyKey struct{}
-
 // mountFiles enables the files API:
 //
 //	PUT /v1/sessions/{id}/files?path=P   raw body -> 200 file info
 //	GET /v1/sessions/{id}/files?path=P   raw bytes (application/octet-stream)
 //	GET /v1/sessions/{id}/files?dir=D    JSON listing
 func (s *Server) mountFiles(f Files) {
-	put := s.authed(func(w http.ResponseWriter, r *http.Request) error { return s.putFile(f, w, r) })
-	// An upload may be larger than the JSON body limit authed applies; the
-	// original body goes along so putFile can lift it to the file limit.
-	s.handle("PUT /v1/sessions/{id}/files", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		put.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), rawBodyKey{}, r.Body)))
+	// An upload may be larger than the JSON body limit authed applies:
+	// putFile lifts it to the file limit through its call.
+	s.handle("PUT /v1/sessions/{id}/files", s.authedCall(func(w http.ResponseWriter, r *http.Request, c *call) error {
+		return s.putFile(f, w, r, c)
 	}))
 	s.handle("GET /v1/sessions/{id}/files", s.authed(func(w http.ResponseWriter, r *http.Request) error {
 		return s.getFiles(f, w, r)
@@ -68,7 +65,7 @@ func fileQuery(r *http.Request, allowed ...string) (string, string, error) {
 	return name, value, nil
 }
 
-func (s *Server) putFile(f Files, w http.ResponseWriter, r *http.Request) error {
+func (s *Server) putFile(f Files, w http.ResponseWriter, r *http.Request, c *call) error {
 	p := principal(r.Context())
 	_, file, err := fileQuery(r, "path")
 	if err != nil {
@@ -78,13 +75,9 @@ func (s *Server) putFile(f Files, w http.ResponseWriter, r *http.Request) error 
 	if r.ContentLength > max {
 		return apiErr(http.StatusRequestEntityTooLarge, "too_large", "file of %d bytes is over the limit of %d", r.ContentLength, max)
 	}
-	// authed counts the body for metering; swap its reader for the raw
-	// body with the file limit (the executor stops at max+1 bytes itself).
-	if cb, ok := r.Body.(*countingBody); ok {
-		if raw, ok := r.Context().Value(rawBodyKey{}).(io.ReadCloser); ok {
-			cb.rc = http.MaxBytesReader(w, raw, max+1)
-		}
-	}
+	// The body is still counted for metering, now up to the file limit
+	// (the executor stops at max+1 bytes itself).
+	c.liftBodyLimit(w, max+1)
 	info, err := f.PutFile(r.Context(), p.KeyID, r.PathValue("id"), file, r.Body, r.ContentLength)
 	if err != nil {
 		return err

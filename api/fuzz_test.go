@@ -49,7 +49,7 @@ func FuzzRequestJSON(f *testing.F) {
 		f.Fatal(err)
 	}
 	srv := New(Config{MaxBodyBytes: 1 << 20, MaxCodeBytes: 1 << 16, MaxStdinBytes: 1 << 16,
-		DefaultIdleTTL: 10 * time.Minute, MaxIdleTTL: time.Hour}, Deps{Sandboxes: newFakeSandboxes(), Keys: fakeKeys{}, Plans: plans,
+		MaxIdleTTL: time.Hour}, Deps{Sandboxes: newFakeSandboxes(), Keys: fakeKeys{}, Plans: plans,
 		Log: slog.New(slog.NewJSONHandler(io.Discard, nil))})
 	key := map[string]string{"Authorization": "Bearer key-MEGA"}
 	// One session to aim the per-session routes at.

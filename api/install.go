@@ -19,8 +19,8 @@ type Installer interface {
 // mountInstaller enables POST /v1/sessions/{id}/install, which asks gate
 // first and fails closed with 503 and the failing checks.
 func (s *Server) mountInstaller(inst Installer, gate Gate) {
-	s.handle("POST /v1/sessions/{id}/install", s.authed(func(w http.ResponseWriter, r *http.Request) error {
-		return s.install(w, r, inst, gate)
+	s.handle("POST /v1/sessions/{id}/install", s.authedCall(func(w http.ResponseWriter, r *http.Request, c *call) error {
+		return s.install(w, r, c, inst, gate)
 	}))
 }
 
@@ -29,7 +29,7 @@ type installRequest struct {
 	Packages []string `json:"packages"`
 }
 
-func (s *Server) install(w http.ResponseWriter, r *http.Request, inst Installer, gate Gate) error {
+func (s *Server) install(w http.ResponseWriter, r *http.Request, c *call, inst Installer, gate Gate) error {
 	p := principal(r.Context())
 	if !p.Plan.Sessions {
 		return s.forbidden(p, "sessions", func(pl *Plan) bool { return pl.Sessions })
@@ -60,13 +60,11 @@ func (s *Server) install(w http.ResponseWriter, r *http.Request, inst Installer,
 	}
 	started := time.Now()
 	reply, err := inst.Install(r.Context(), p.KeyID, id, sandbox.InstallRequest{Manager: req.Manager, Packages: req.Packages}, p.Plan.MaxTimeout)
-	if cw, ok := w.(*countingWriter); ok {
-		// A failed install has no reply to report its time; the sandbox
-		// was busy all the same, so meter the time it took.
-		cw.execMillis = reply.DurationMS
-		if err != nil {
-			cw.execMillis = time.Since(started).Milliseconds()
-		}
+	// A failed install has no reply to report its time; the sandbox was
+	// busy all the same, so meter the time it took.
+	c.execMillis = reply.DurationMS
+	if err != nil {
+		c.execMillis = time.Since(started).Milliseconds()
 	}
 	var rej *sandbox.RejectedError
 	switch {

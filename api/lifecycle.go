@@ -91,6 +91,5 @@ func (s *Server) fork(w http.ResponseWriter, r *http.Request, l Lifecycle) error
 
 // isEmptyBody reports whether a decode error is the empty body's.
 func isEmptyBody(err error) bool {
-	var ae *Error
-	return errors.As(err, &ae) && ae.Code == "invalid_json" && strings.Contains(ae.Message, "empty") || errors.Is(err, io.EOF)
+	return errors.Is(err, errEmptyBody) || errors.Is(err, io.EOF)
 }

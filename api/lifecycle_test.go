@@ -125,7 +125,7 @@ func TestResumeHeader(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := New(Config{MaxBodyBytes: 1 << 20, MaxCodeBytes: 1 << 16, MaxStdinBytes: 1 << 16, DefaultIdleTTL: time.Minute, MaxIdleTTL: time.Hour},
+	srv := New(Config{MaxBodyBytes: 1 << 20, MaxCodeBytes: 1 << 16, MaxStdinBytes: 1 << 16, MaxIdleTTL: time.Hour},
 		Deps{Sandboxes: resumingSandboxes{sb}, Keys: fakeKeys{}, Plans: plans, Log: slog.New(slog.NewJSONHandler(io.Discard, nil))})
 	req := httptest.NewRequest("POST", "/v1/sessions", strings.NewReader(`{"language":"bash"}`))
 	req.Header.Set("X-RapidAPI-Key", "key-PRO")

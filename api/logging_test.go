@@ -42,7 +42,7 @@ func TestLogsCarryRequestIDsNotKeys(t *testing.T) {
 	}
 	var logs lockedBuffer
 	srv := New(Config{MaxBodyBytes: 1 << 20, MaxCodeBytes: 1 << 16, MaxStdinBytes: 1 << 16,
-		DefaultIdleTTL: 10 * time.Minute, MaxIdleTTL: time.Hour}, Deps{Sandboxes: newFakeSandboxes(), Keys: fakeKeys{}, Plans: plans,
+		MaxIdleTTL: time.Hour}, Deps{Sandboxes: newFakeSandboxes(), Keys: fakeKeys{}, Plans: plans,
 		Log:   slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 		Usage: fakeUsage{}, EgressLog: fakeEgressLog{}, Packages: fakePackages{}, Installer: fakeInstaller{}, Gate: &fakeGate{}})
 	ts := httptest.NewServer(srv)

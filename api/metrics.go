@@ -171,9 +171,9 @@ func (o observedSandboxes) observe(lang string, res sandbox.Result, err error, d
 	}
 	status := res.Status
 	if err != nil && status == "" {
-		status = "failed"
+		status = sandbox.StatusFailed
 	}
-	obs.ObserveExecution(o.language(lang), status, d)
+	obs.ObserveExecution(o.language(lang), string(status), d)
 }
 
 // language maps a name or alias to its runtime's name, or "other", so

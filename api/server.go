@@ -7,6 +7,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"io"
 	"log/slog"
 	"net/http"
 	"runtime/debug"
@@ -18,6 +19,8 @@ import (
 	"github.com/sandboxapi/sandboxapi/internal/buildinfo"
 	"github.com/sandboxapi/sandboxapi/internal/reqid"
 	"github.com/sandboxapi/sandboxapi/internal/sandbox"
+
+	"github.com/sandboxapi/sandboxapi/api/wire"
 )
 
 // Sandboxes is what the API needs from the executor.
@@ -54,11 +57,10 @@ type Usage struct {
 
 // Config holds the API's settings.
 type Config struct {
-	MaxBodyBytes   int64
-	MaxCodeBytes   int64
-	MaxStdinBytes  int64
-	DefaultIdleTTL time.Duration
-	MaxIdleTTL     time.Duration
+	MaxBodyBytes  int64
+	MaxCodeBytes  int64
+	MaxStdinBytes int64
+	MaxIdleTTL    time.Duration
 	// DefaultTimeout is the executor's execution timeout for a call that
 	// names none. The API sends the smaller of it and the plan's cap, so a
 	// call without a timeout never runs past the plan; zero sends the cap.
@@ -164,12 +166,12 @@ func (s *Server) routes(d Deps) {
 	s.handle("GET /readyz", http.HandlerFunc(s.readyz))
 	s.handle("GET /openapi.json", http.HandlerFunc(serveOpenAPI))
 	s.handle("GET /v1/runtimes", s.authed(s.listRuntimes))
-	s.handle("POST /v1/execute", s.authed(s.executeStateless))
+	s.handle("POST /v1/execute", s.authedCall(s.executeStateless))
 	s.handle("POST /v1/sessions", s.authed(s.createSession))
 	s.handle("GET /v1/sessions", s.authed(s.listSessions))
 	s.handle("GET /v1/sessions/{id}", s.authed(s.getSession))
 	s.handle("DELETE /v1/sessions/{id}", s.authed(s.deleteSession))
-	s.handle("POST /v1/sessions/{id}/execute", s.authed(s.executeInSession))
+	s.handle("POST /v1/sessions/{id}/execute", s.authedCall(s.executeInSession))
 	s.handle("GET /v1/sessions/{id}/egress", s.authed(s.sessionEgress))
 	s.handle("/v1/", s.authed(func(w http.ResponseWriter, r *http.Request) error {
 		return apiErr(http.StatusNotFound, "no_route", "no route %s %s", r.Method, r.URL.Path)
@@ -291,13 +293,38 @@ func newRequestID() string {
 // handlerFunc is a handler that returns its error for central mapping.
 type handlerFunc func(w http.ResponseWriter, r *http.Request) error
 
+// call is what authed keeps of one request for the handlers that need
+// more than the request: the sandbox time they report for metering, and
+// the request's own body for an upload that lifts the JSON body limit.
+type call struct {
+	execMillis int64         // sandbox time of the call, metered
+	body       *countingBody // the request's body as the handler reads it
+	raw        io.ReadCloser // the request's body before the limit
+}
+
+// liftBodyLimit makes the rest of the request's body readable up to max
+// bytes (instead of the JSON body limit), still counted for metering.
+func (c *call) liftBodyLimit(w http.ResponseWriter, max int64) {
+	c.body.rc = http.MaxBytesReader(w, c.raw, max)
+}
+
+// callFunc is a handler that is also given its call.
+type callFunc func(w http.ResponseWriter, r *http.Request, c *call) error
+
 // authed wraps h with the body limit, authentication, rate limit, metering
 // and error mapping.
 func (s *Server) authed(h handlerFunc) http.Handler {
+	return s.authedCall(func(w http.ResponseWriter, r *http.Request, _ *call) error { return h(w, r) })
+}
+
+// authedCall is authed for a handler that meters sandbox time or lifts
+// the body limit through its call.
+func (s *Server) authedCall(h callFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		cw := &countingWriter{ResponseWriter: w, status: http.StatusOK}
 		body := &countingBody{rc: http.MaxBytesReader(cw, r.Body, s.cfg.MaxBodyBytes)}
+		c := &call{body: body, raw: r.Body}
 		r.Body = body
 		var p *Principal
 		var err error
@@ -321,7 +348,7 @@ func (s *Server) authed(h handlerFunc) http.Handler {
 			if p != nil && s.meter != nil {
 				route := r.Pattern
 				s.meter.Record(Usage{KeyID: p.KeyID, Route: route, Status: cw.status, Duration: time.Since(start),
-					BytesIn: body.n, BytesOut: cw.n, ExecMillis: cw.execMillis, At: start})
+					BytesIn: body.n, BytesOut: cw.n, ExecMillis: c.execMillis, At: start})
 			}
 			s.notePrincipal(p)
 			s.log.Info("request", "request_id", requestID(r.Context()), "method", r.Method, "route", r.Pattern,
@@ -347,7 +374,7 @@ func (s *Server) authed(h handlerFunc) http.Handler {
 			cw.resumedMS.Store(max(d.Milliseconds(), 1))
 		})
 		r = r.WithContext(ctx)
-		if err := h(cw, r); err != nil {
+		if err := h(cw, r, c); err != nil {
 			if cw.wroteHeader {
 				s.log.Warn("error after reply started", "request_id", requestID(r.Context()), "err", err)
 				return
@@ -372,7 +399,6 @@ type countingWriter struct {
 	status      int
 	n           int64
 	wroteHeader bool
-	execMillis  int64
 	// resumedMS, when set (by the executor's resume note, from any
 	// goroutine), becomes the X-Sandbox-Resumed header of the reply if
 	// its header is still to be written.
@@ -442,7 +468,7 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 // UsageSource reads metered totals for GET /v1/usage.
 type UsageSource interface {
 	// UsageTotals returns rows of per-day, per-route totals for keyID.
-	UsageTotals(ctx context.Context, keyID string, since time.Time) (any, error)
+	UsageTotals(ctx context.Context, keyID string, since time.Time) ([]wire.UsageTotal, error)
 }
 
 // mountUsage serves GET /v1/usage from u.
@@ -453,7 +479,10 @@ func (s *Server) mountUsage(u UsageSource) {
 		if err != nil {
 			return err
 		}
-		writeJSON(w, http.StatusOK, map[string]any{"key_id": p.KeyID, "plan": p.Plan.Name, "usage": rows})
+		if rows == nil {
+			rows = []wire.UsageTotal{}
+		}
+		writeJSON(w, http.StatusOK, wire.Usage{KeyID: p.KeyID, Plan: p.Plan.Name, Usage: rows})
 		return nil
 	}))
 }

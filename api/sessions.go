@@ -14,7 +14,13 @@ import (
 
 	"github.com/sandboxapi/sandboxapi/egress/policy"
 	"github.com/sandboxapi/sandboxapi/internal/sandbox"
+
+	"github.com/sandboxapi/sandboxapi/api/wire"
 )
+
+// errEmptyBody is decodeJSON's answer to a body with nothing in it;
+// callers for which a body is optional tell it apart with errors.Is.
+var errEmptyBody error = &Error{Status: http.StatusBadRequest, Code: "invalid_json", Message: "request body is empty"}
 
 // decodeJSON reads exactly one JSON object with no unknown fields.
 func decodeJSON(r *http.Request, v any) error {
@@ -30,7 +36,7 @@ func decodeJSON(r *http.Request, v any) error {
 		case errors.As(err, &mbe):
 			return apiErr(http.StatusRequestEntityTooLarge, "body_too_large", "request body over %d bytes", mbe.Limit)
 		case errors.Is(err, io.EOF):
-			return apiErr(http.StatusBadRequest, "invalid_json", "request body is empty")
+			return errEmptyBody
 		case errors.As(err, &se):
 			return apiErr(http.StatusBadRequest, "invalid_json", "malformed JSON at byte %d", se.Offset)
 		case errors.As(err, &te):
@@ -289,7 +295,7 @@ func wantsStream(r *http.Request, req *executeRequest) bool {
 	return req.Stream || strings.Contains(r.Header.Get("Accept"), "text/event-stream")
 }
 
-func (s *Server) executeInSession(w http.ResponseWriter, r *http.Request) error {
+func (s *Server) executeInSession(w http.ResponseWriter, r *http.Request, c *call) error {
 	p := principal(r.Context())
 	var req executeRequest
 	if err := decodeJSON(r, &req); err != nil {
@@ -306,7 +312,7 @@ func (s *Server) executeInSession(w http.ResponseWriter, r *http.Request) error 
 	run := func(ctx context.Context, ereq sandbox.ExecRequest) (sandbox.Result, error) {
 		return s.sb.Execute(ctx, p.KeyID, id, ereq)
 	}
-	return s.replyExecution(w, r, ereq, wantsStream(r, &req), run)
+	return s.replyExecution(w, r, c, ereq, wantsStream(r, &req), run)
 }
 
 // replyExecution runs an execution and writes the JSON result, or streams
@@ -319,17 +325,14 @@ func (s *Server) executeInSession(w http.ResponseWriter, r *http.Request) error 
 // write must reach the client's socket within the stream write timeout: a
 // client that stops reading fails the write, which cancels the run so its
 // sandbox is released.
-func (s *Server) replyExecution(w http.ResponseWriter, r *http.Request, ereq sandbox.ExecRequest, stream bool, run func(context.Context, sandbox.ExecRequest) (sandbox.Result, error)) error {
-	cw, _ := w.(*countingWriter)
+func (s *Server) replyExecution(w http.ResponseWriter, r *http.Request, c *call, ereq sandbox.ExecRequest, stream bool, run func(context.Context, sandbox.ExecRequest) (sandbox.Result, error)) error {
 	if !stream {
 		res, err := run(r.Context(), ereq)
 		if err != nil && res.Status != sandbox.StatusOOM {
 			return err
 		}
-		if cw != nil {
-			cw.execMillis = res.DurationMS
-		}
-		writeJSON(w, http.StatusOK, res)
+		c.execMillis = res.DurationMS
+		writeJSON(w, http.StatusOK, wire.ExecuteResultOf(res))
 		return nil
 	}
 	if _, ok := w.(http.Flusher); !ok {
@@ -365,10 +368,8 @@ func (s *Server) replyExecution(w http.ResponseWriter, r *http.Request, ereq san
 		sw.event("error", errorPayload{Code: ae.Code, Message: ae.Message, RequestID: requestID(r.Context())})
 		return nil
 	}
-	if cw != nil {
-		cw.execMillis = res.DurationMS
-	}
-	sw.event("result", res)
+	c.execMillis = res.DurationMS
+	sw.event("result", wire.ExecuteResultOf(res))
 	return nil
 }
 
@@ -521,7 +522,7 @@ func writeEvent(w io.Writer, event string, v any) error {
 	return err
 }
 
-func (s *Server) executeStateless(w http.ResponseWriter, r *http.Request) error {
+func (s *Server) executeStateless(w http.ResponseWriter, r *http.Request, c *call) error {
 	p := principal(r.Context())
 	var req executeRequest
 	if err := decodeJSON(r, &req); err != nil {
@@ -540,7 +541,7 @@ func (s *Server) executeStateless(w http.ResponseWriter, r *http.Request) error 
 	run := func(ctx context.Context, ereq sandbox.ExecRequest) (sandbox.Result, error) {
 		return s.sb.ExecuteStateless(ctx, p.KeyID, ereq)
 	}
-	return s.replyExecution(w, r, ereq, wantsStream(r, &req), run)
+	return s.replyExecution(w, r, c, ereq, wantsStream(r, &req), run)
 }
 
 func (s *Server) listRuntimes(w http.ResponseWriter, r *http.Request) error {

@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sandboxapi/sandboxapi/executor/guest"
+	"github.com/sandboxapi/sandboxapi/internal/sandbox"
 )
 
 // agentConn is the host end of a sandbox's agent channel: the sandbox's
@@ -305,7 +306,7 @@ func (e *Executor) agentRun(ctx context.Context, id string, a *agentConn, greq *
 	// A kill names its run: the guest ignores one that arrives after the
 	// run has ended, so it cannot reach the next run's processes.
 	k := &killer{}
-	k.do = func(why string) {
+	k.do = func(sandbox.KillReason) {
 		if a.send(guest.FrameKill, []byte(strconv.FormatUint(seq, 10))) != nil {
 			e.execKill(ctx, id)
 		}

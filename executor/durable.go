@@ -132,7 +132,8 @@ func (e *Executor) hibernate(ctx context.Context, s *session, reason string) err
 		errs = append(errs, err)
 	}
 	e.mu.Lock()
-	s.state, s.hibernatedAt, s.netEnv = StateHibernated, now, nil
+	e.move(s, StateHibernated)
+	s.hibernatedAt, s.netEnv = now, nil
 	e.mu.Unlock()
 	if err := errors.Join(errs...); err != nil {
 		e.log.WarnContext(ctx, "hibernating session", "session", s.id, "err", err)
@@ -223,7 +224,8 @@ func (e *Executor) resume(ctx context.Context, s *session) (took time.Duration, 
 		return 0, err
 	}
 	e.mu.Lock()
-	s.state, s.hasSandbox, s.netEnv = StateRunning, true, netEnv
+	e.move(s, StateRunning)
+	s.hasSandbox, s.netEnv = true, netEnv
 	e.mu.Unlock()
 	cu.Release()
 	took = time.Since(start)

@@ -100,18 +100,18 @@ func (e *Executor) record(ctx context.Context, row store.ExecutionRow) func(*Res
 	go func() { inserted <- e.store.InsertExecution(context.WithoutCancel(ctx), row) }()
 	return func(res *Result, err error) error {
 		ierr := <-inserted
-		state := "done"
+		state := sandbox.ExecDone
 		if err != nil {
 			// A failed call is "failed", except a run classified out of
 			// memory (the host's OOM killer took the sandbox): the
 			// client is answered status oom, so that status stays.
-			state = "failed"
+			state = sandbox.ExecFailed
 			if res.Status != StatusOOM {
-				res.Status = "failed"
+				res.Status = sandbox.StatusFailed
 			}
 		}
 		if ierr == nil {
-			ierr = e.store.FinishExecution(context.WithoutCancel(ctx), row.ID, state, res.Status, res.ExitCode, res.DurationMS)
+			ierr = e.store.FinishExecution(context.WithoutCancel(ctx), row.ID, string(state), string(res.Status), res.ExitCode, res.DurationMS)
 		}
 		if err == nil && ierr != nil {
 			e.log.ErrorContext(ctx, "recording execution", "execution", row.ID, "err", ierr)
@@ -290,11 +290,11 @@ func (c *capture) Write(p []byte) (int, error) {
 type killer struct {
 	once sync.Once
 	mu   sync.Mutex
-	why  string
-	do   func(why string)
+	why  sandbox.KillReason
+	do   func(why sandbox.KillReason)
 }
 
-func (k *killer) kill(why string) {
+func (k *killer) kill(why sandbox.KillReason) {
 	k.once.Do(func() {
 		k.mu.Lock()
 		k.why = why
@@ -307,7 +307,7 @@ func (k *killer) kill(why string) {
 // later ones no-ops, so a late kill cannot reach the next call's processes.
 func (k *killer) seal() { k.once.Do(func() {}) }
 
-func (k *killer) reason() string {
+func (k *killer) reason() sandbox.KillReason {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	return k.why
@@ -317,7 +317,7 @@ func (k *killer) reason() string {
 // either kills the run.
 func (e *Executor) captures(onOutput func(string, []byte), k *killer) (*capture, *capture) {
 	mu := &sync.Mutex{}
-	over := func() { k.kill(StatusOutputLimit) }
+	over := func() { k.kill(sandbox.KillOutputLimit) }
 	return &capture{mu: mu, name: "stdout", max: e.cfg.MaxOutputBytes, onOutput: onOutput, overflow: over},
 		&capture{mu: mu, name: "stderr", max: e.cfg.MaxOutputBytes, onOutput: onOutput, overflow: over}
 }
@@ -356,7 +356,7 @@ func (e *Executor) execRun(ctx context.Context, id string, greq *guest.Request, 
 	}
 	defer rr.Close()
 
-	k := &killer{do: func(string) { e.execKill(ctx, id) }}
+	k := &killer{do: func(sandbox.KillReason) { e.execKill(ctx, id) }}
 	stdout, stderr := e.captures(onOutput, k)
 
 	// runsc exec must outlive a kill from inside; it gets its own context
@@ -417,9 +417,9 @@ func awaitRun[T any](ctx context.Context, ended <-chan T, k *killer, budget time
 	case v := <-ended:
 		return v
 	case <-ctx.Done():
-		k.kill("cancelled")
+		k.kill(sandbox.KillCancelled)
 	case <-backstop.C:
-		k.kill(StatusTimeout)
+		k.kill(sandbox.KillTimeout)
 	}
 	select {
 	case v := <-ended:
@@ -432,7 +432,7 @@ func awaitRun[T any](ctx context.Context, ended <-chan T, k *killer, budget time
 
 // finishRun turns what a run left (the guest's JSON result, if any, the
 // output, the kill reason) into the caller's Result.
-func (e *Executor) finishRun(ctx context.Context, id string, raw []byte, stdout, stderr *capture, start time.Time, why string, waitErr error) (Result, error) {
+func (e *Executor) finishRun(ctx context.Context, id string, raw []byte, stdout, stderr *capture, start time.Time, why sandbox.KillReason, waitErr error) (Result, error) {
 	stdout.mu.Lock()
 	res := Result{
 		Stdout: stdout.buf.String(), Stderr: stderr.buf.String(),
@@ -446,7 +446,7 @@ func (e *Executor) finishRun(ctx context.Context, id string, raw []byte, stdout,
 		if gres.DurationMS > 0 {
 			res.DurationMS, res.CompileMS, res.RunMS = gres.DurationMS, gres.CompileMS, gres.RunMS
 		}
-		if gres.Status == "start_error" {
+		if gres.Status == sandbox.StatusStartError {
 			// The caller's own files that clash or do not fit are a bad
 			// request, not a server failure.
 			switch gres.Code {
@@ -465,9 +465,9 @@ func (e *Executor) finishRun(ctx context.Context, id string, raw []byte, stdout,
 		if res.Signal == "" {
 			res.ExitCode, res.Signal = 137, "SIGKILL"
 		}
-	case why == StatusTimeout:
+	case why == sandbox.KillTimeout:
 		res.Status, res.ExitCode, res.Signal = StatusTimeout, 137, "SIGKILL"
-	case why == "cancelled":
+	case why == sandbox.KillCancelled:
 		return res, ctx.Err()
 	case res.Status == "":
 		// No result from the guest: the sandbox itself may be gone.
@@ -491,7 +491,7 @@ func (e *Executor) lost(ctx context.Context, id string, res Result, waitErr erro
 	}
 	e.mu.Lock()
 	if s, ok := e.sessions[id]; ok && canMove(s.state, StateFailed) {
-		s.state = StateFailed
+		e.move(s, StateFailed)
 	}
 	e.mu.Unlock()
 	_ = e.store.SetSessionState(context.WithoutCancel(ctx), id, string(StateFailed), "sandbox lost", false)

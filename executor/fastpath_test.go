@@ -17,7 +17,7 @@ func TestCompiledFastPathsKeepTheRules(t *testing.T) {
 	e, _ := startExecutor(t, func(c *Config) { c.WarmPool = 0; c.HomeBytes = 256 << 20; c.MemoryBytes = 768 << 20 })
 	tests := []struct {
 		name, lang, code string
-		status           string
+		status           Status
 		exit             int
 		stdout           string
 		stderrHas        string

@@ -513,7 +513,7 @@ func (u *uploadPump) run(r io.Reader, pw *io.PipeWriter) {
 			}
 		}
 		switch {
-		case rerr == io.EOF:
+		case errors.Is(rerr, io.EOF):
 			sent, _ := u.outcome()
 			if u.size >= 0 && sent != u.size {
 				u.fail(pw, fmt.Errorf("%w: upload ended after %d of %d bytes", ErrInvalid, sent, u.size))
@@ -715,7 +715,7 @@ func (f *fileReader) Read(p []byte) (int, error) {
 	switch {
 	case f.remain == 0:
 		return n, io.EOF
-	case err == io.EOF:
+	case errors.Is(err, io.EOF):
 		return n, io.ErrUnexpectedEOF
 	}
 	return n, err

@@ -321,7 +321,7 @@ func (s *hostStream) upload(ctx context.Context, r io.Reader, size, max int64) (
 		}
 		free <- p.buf
 		switch {
-		case rerr == io.EOF || rerr == io.ErrUnexpectedEOF:
+		case errors.Is(rerr, io.EOF) || errors.Is(rerr, io.ErrUnexpectedEOF):
 			if size >= 0 && sent != size {
 				return cancel(fmt.Errorf("%w: upload ended after %d of %d bytes", ErrInvalid, sent, size))
 			}

@@ -35,7 +35,7 @@ func TestHostOOMKillIsReportedOOM(t *testing.T) {
 	if err := e.store.DB().QueryRowContext(ctx, `SELECT state, status FROM executions WHERE id=?`, res.ExecutionID).Scan(&state, &status); err != nil {
 		t.Fatal(err)
 	}
-	if state != "failed" || status != StatusOOM {
+	if state != "failed" || Status(status) != StatusOOM {
 		t.Fatalf("execution recorded %s/%s, want failed/oom", state, status)
 	}
 }

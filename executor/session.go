@@ -212,7 +212,7 @@ func (e *Executor) CreateSession(ctx context.Context, spec SessionSpec) (_ Sessi
 	if err := e.fault(stepStoreRunning, id); err != nil {
 		return Session{}, err
 	}
-	s.state = StateRunning
+	e.move(s, StateRunning)
 	s.hasSandbox = true
 	e.mu.Lock()
 	e.sessions[id] = s
@@ -389,7 +389,7 @@ func (e *Executor) endSession(ctx context.Context, id, reason string) error {
 		e.mu.Unlock()
 		return ErrNotFound
 	}
-	s.state = StateEnding
+	e.move(s, StateEnding)
 	hadSandbox := s.hasSandbox
 	e.mu.Unlock()
 	_ = e.store.SetSessionState(ctx, id, string(StateEnding), reason, false)

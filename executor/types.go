@@ -9,6 +9,7 @@ type (
 	State       = sandbox.State
 	ExecRequest = sandbox.ExecRequest
 	Result      = sandbox.Result
+	Status      = sandbox.Status
 )
 
 // Re-exported for callers and tests of this package.

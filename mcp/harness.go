@@ -11,6 +11,8 @@ import (
 	"strings"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/sandboxapi/sandboxapi/internal/sandbox"
 )
 
 // TestsInput is run_tests' input.
@@ -91,11 +93,11 @@ func (t *tools) runTests(ctx context.Context, req *sdk.CallToolRequest, in Tests
 func harnessError(res ExecuteResult, stdout string) error {
 	var b strings.Builder
 	switch res.Status {
-	case "timeout":
+	case sandbox.StatusTimeout:
 		fmt.Fprintf(&b, "the tests did not finish: stopped after %d ms at the time limit; pass a larger timeout (up to your plan's max_timeout) or make the code faster", res.DurationMS)
-	case "oom":
+	case sandbox.StatusOOM:
 		b.WriteString("the tests ran out of memory and were killed")
-	case "output_limit":
+	case sandbox.StatusOutputLimit:
 		b.WriteString("the tests printed more than the output cap and were stopped")
 	default:
 		fmt.Fprintf(&b, "the test run ended before reporting (status %s, exit code %d)", res.Status, res.ExitCode)

@@ -283,7 +283,7 @@ func TestMCPExecuteCode(t *testing.T) {
 				return
 			}
 			out := structured[ExecuteResult](t, res)
-			if out.Status != tc.status || !strings.Contains(out.Stdout, tc.stdoutHas) {
+			if string(out.Status) != tc.status || !strings.Contains(out.Stdout, tc.stdoutHas) {
 				t.Fatalf("structured %+v, want status %s and stdout with %q", out, tc.status, tc.stdoutHas)
 			}
 		})

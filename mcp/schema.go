@@ -4,12 +4,14 @@ import (
 	"fmt"
 
 	"github.com/google/jsonschema-go/jsonschema"
+
+	"github.com/sandboxapi/sandboxapi/internal/sandbox"
 )
 
 // Closed value sets the tools' schemas state as enums.
 var (
 	managers         = []any{"pip", "npm"}
-	executionStatus  = []any{"ok", "error", "timeout", "oom", "output_limit", "compile_error"}
+	executionStatus  = []any{sandbox.StatusOK, sandbox.StatusError, sandbox.StatusTimeout, sandbox.StatusOOM, sandbox.StatusOutputLimit, sandbox.StatusCompileError}
 	packageStatus    = []any{"admitted", "refused", "quarantined", "removed", "not_found", "invalid"}
 	osvVerdicts      = []any{"clean", "accepted", "vulnerable", "unknown"}
 	minTimeoutSecond = 0.1
@@ -70,7 +72,12 @@ func testsInputSchema(defTimeout float64) *jsonschema.Schema {
 }
 
 func executeOutputSchema() *jsonschema.Schema {
-	return schemaFor[ExecuteResult](func(p map[string]*jsonschema.Schema) { p["status"].Enum = executionStatus })
+	return schemaFor[ExecuteResult](func(p map[string]*jsonschema.Schema) {
+		p["status"].Enum = executionStatus
+		// The REST reply's ids stay out of the tool's result (capResult).
+		delete(p, "execution_id")
+		delete(p, "resumed_ms")
+	})
 }
 
 func packagesInputSchema() *jsonschema.Schema {

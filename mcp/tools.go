@@ -9,6 +9,10 @@ import (
 	"strings"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/sandboxapi/sandboxapi/internal/sandbox"
+
+	"github.com/sandboxapi/sandboxapi/api/wire"
 )
 
 // textCap bounds each output stream in a tool's text content and in its
@@ -24,18 +28,9 @@ type ExecuteInput struct {
 	Timeout  float64 `json:"timeout,omitempty" jsonschema:"wall-clock limit in seconds, at most your plan's max_timeout (see list_runtimes)"`
 }
 
-// ExecuteResult is one execution's outcome, as the REST API reports it.
-type ExecuteResult struct {
-	Stdout     string `json:"stdout" jsonschema:"standard output (capped)"`
-	Stderr     string `json:"stderr" jsonschema:"standard error (capped)"`
-	ExitCode   int    `json:"exit_code" jsonschema:"the process exit code"`
-	Signal     string `json:"signal" jsonschema:"the signal that ended the process, if any"`
-	Status     string `json:"status" jsonschema:"ok, error (non-zero exit), timeout, oom, output_limit or compile_error"`
-	DurationMS int64  `json:"duration_ms" jsonschema:"time in the sandbox in milliseconds: compile_ms plus run_ms"`
-	CompileMS  int64  `json:"compile_ms" jsonschema:"the compile step's time in milliseconds (0 for interpreted languages)"`
-	RunMS      int64  `json:"run_ms" jsonschema:"the program's own run time in milliseconds"`
-	Truncated  bool   `json:"truncated" jsonschema:"true when output was cut at the cap"`
-}
+// ExecuteResult is one execution's outcome, as the REST API reports it;
+// the tool leaves out the execution id and resume time (capResult).
+type ExecuteResult = wire.ExecuteResult
 
 // executeBody is the body of POST /v1/execute.
 type executeBody struct {
@@ -152,7 +147,7 @@ func (t *tools) execute(ctx context.Context, req *sdk.CallToolRequest, in Execut
 	out := &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: describeExecution(res)}}}
 	res = capResult(res)
 	switch res.Status {
-	case "timeout", "oom":
+	case sandbox.StatusTimeout, sandbox.StatusOOM:
 		out.IsError = true
 	}
 	return out, res, nil
@@ -182,21 +177,21 @@ func (t *tools) run(ctx context.Context, req *sdk.CallToolRequest, in ExecuteInp
 func describeExecution(r ExecuteResult) string {
 	var b strings.Builder
 	switch r.Status {
-	case "ok":
+	case sandbox.StatusOK:
 		fmt.Fprintf(&b, "status ok: exited with code 0 in %d ms", r.DurationMS)
-	case "error":
+	case sandbox.StatusError:
 		fmt.Fprintf(&b, "status error: exited with code %d", r.ExitCode)
 		if r.Signal != "" {
 			fmt.Fprintf(&b, " (signal %s)", r.Signal)
 		}
 		fmt.Fprintf(&b, " in %d ms", r.DurationMS)
-	case "timeout":
+	case sandbox.StatusTimeout:
 		fmt.Fprintf(&b, "status timeout: the program was stopped after %d ms, at its time limit; pass a larger timeout (up to your plan's max_timeout, see list_runtimes) or make it faster", r.DurationMS)
-	case "oom":
+	case sandbox.StatusOOM:
 		b.WriteString("status oom: the program ran out of memory and was killed (your plan's memory_mb is in list_runtimes)")
-	case "output_limit":
+	case sandbox.StatusOutputLimit:
 		b.WriteString("status output_limit: the program printed more than the output cap and was stopped; print less")
-	case "compile_error":
+	case sandbox.StatusCompileError:
 		b.WriteString("status compile_error: compilation failed; the compiler's messages are in stderr")
 	default:
 		fmt.Fprintf(&b, "status %s: exit code %d", r.Status, r.ExitCode)
@@ -209,9 +204,10 @@ func describeExecution(r ExecuteResult) string {
 	return b.String()
 }
 
-// capResult cuts each stream of the structured result at textCap, as the
+// capResult keeps the fields of the tool's output schema and cuts each stream of the structured result at textCap, as the
 // text is cut, and marks it truncated.
 func capResult(r ExecuteResult) ExecuteResult {
+	r.ExecutionID, r.ResumedMS = "", 0 // not in the tool's output schema
 	for _, p := range []*string{&r.Stdout, &r.Stderr} {
 		if len(*p) > textCap {
 			*p = strings.ToValidUTF8((*p)[:textCap], "")

@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/sandboxapi/sandboxapi/internal/transition"
 )
 
 // Status is an artifact's lifecycle state.
@@ -24,24 +26,20 @@ const (
 	StatusRemoved Status = "removed"
 )
 
-// transitions lists the allowed status changes. Re-adding an artifact runs
-// admission again, so any state may become admitted or refused that way.
-var transitions = map[Status][]Status{
-	"":                {StatusAdmitted, StatusRefused},
-	StatusAdmitted:    {StatusAdmitted, StatusRefused, StatusQuarantined, StatusRemoved},
-	StatusRefused:     {StatusAdmitted, StatusRefused, StatusRemoved},
-	StatusQuarantined: {StatusAdmitted, StatusRefused, StatusQuarantined, StatusRemoved},
-	StatusRemoved:     {StatusAdmitted, StatusRefused, StatusRemoved},
+// artifactStates lists the allowed status changes. Re-adding an artifact
+// runs admission again, so any state may become admitted or refused that
+// way.
+func artifactStates() transition.Table[Status] {
+	return transition.Table[Status]{
+		"":                {StatusAdmitted, StatusRefused},
+		StatusAdmitted:    {StatusAdmitted, StatusRefused, StatusQuarantined, StatusRemoved},
+		StatusRefused:     {StatusAdmitted, StatusRefused, StatusRemoved},
+		StatusQuarantined: {StatusAdmitted, StatusRefused, StatusQuarantined, StatusRemoved},
+		StatusRemoved:     {StatusAdmitted, StatusRefused, StatusRemoved},
+	}
 }
 
-func canMove(from, to Status) bool {
-	for _, s := range transitions[from] {
-		if s == to {
-			return true
-		}
-	}
-	return false
-}
+func canMove(from, to Status) bool { return artifactStates().Allowed(from, to) }
 
 // AuditEvent names an audit row's kind.
 type AuditEvent string

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"encoding/base64"
 	"encoding/csv"
+	"errors"
 	"io"
 	"path"
 	"strconv"
@@ -162,7 +163,7 @@ func checkRecord(di string, rec []byte, files map[string]zipFile) error {
 	listed := map[string]bool{}
 	for {
 		row, err := r.Read()
-		if err == io.EOF {
+		if errors.Is(err, io.EOF) {
 			break
 		}
 		if err != nil {

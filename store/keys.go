@@ -127,18 +127,19 @@ func (s *Store) InsertUsage(ctx context.Context, rows []UsageRow) error {
 	return tx.Commit()
 }
 
-// UsageTotal is usage summed per key, day and route.
+// UsageTotal is usage summed per key, day and route (the API reports it
+// as wire.UsageTotal).
 type UsageTotal struct {
-	KeyID    string `json:"key_id,omitempty"`
-	Day      string `json:"day"`
-	Route    string `json:"route"`
-	Requests int64  `json:"requests"`
-	Errors   int64  `json:"errors"`
-	BytesIn  int64  `json:"bytes_in"`
-	BytesOut int64  `json:"bytes_out"`
-	ExecMS   int64  `json:"execution_ms"`
+	KeyID    string
+	Day      string
+	Route    string
+	Requests int64
+	Errors   int64
+	BytesIn  int64
+	BytesOut int64
+	ExecMS   int64
 	// DurationMS is the wall time spent answering the requests.
-	DurationMS int64 `json:"duration_ms"`
+	DurationMS int64
 }
 
 // UsageTotals sums usage per key, UTC day and route; keyID "" means all keys.

@@ -31,6 +31,9 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/sandboxapi/sandboxapi/api/wire"
+	"github.com/sandboxapi/sandboxapi/internal/sandbox"
 )
 
 func main() {
@@ -174,12 +177,10 @@ func (b *bench) sessions(keys []string) {
 						b.problem("execute %s #%d: %v %d %s", s.ID, i, err, r.status, r.body)
 						continue
 					}
-					var res struct {
-						Stdout, Status string
-					}
+					var res wire.ExecuteResult
 					_ = json.Unmarshal(r.body, &res)
 					want := fmt.Sprintf("%s\n%d\n0\n", tok, i+1)
-					if res.Status != "ok" || res.Stdout != want {
+					if res.Status != sandbox.StatusOK || res.Stdout != want {
 						b.problem("execute %s #%d: status %s stdout %q, want %q", s.ID, i, res.Status, res.Stdout, want)
 					}
 				}
@@ -292,9 +293,9 @@ func (b *bench) shedding(keys []string) {
 						oth++
 						b.problem("stateless: %v", err)
 					case r.status == http.StatusOK:
-						var res struct{ Stdout, Status string }
+						var res wire.ExecuteResult
 						_ = json.Unmarshal(r.body, &res)
-						if res.Stdout != tok+"\n" || res.Status != "ok" {
+						if res.Stdout != tok+"\n" || res.Status != sandbox.StatusOK {
 							b.problem("stateless %s: %s %q", tok, res.Status, res.Stdout)
 						}
 						ok++

@@ -27,6 +27,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/sandboxapi/sandboxapi/internal/sandbox"
+
 	"golang.org/x/sys/unix"
 )
 
@@ -218,7 +220,7 @@ func (a *agent) serve(in io.Reader) {
 		case FrameRun:
 			var ar AgentRequest
 			if err := json.Unmarshal(p, &ar); err != nil {
-				a.result(Result{Status: "start_error", Error: "decoding request: " + err.Error()})
+				a.result(Result{Status: sandbox.StatusStartError, Error: "decoding request: " + err.Error()})
 				continue
 			}
 			a.mu.Lock()
@@ -228,7 +230,7 @@ func (a *agent) serve(in io.Reader) {
 			}
 			a.mu.Unlock()
 			if busy {
-				a.result(Result{Status: "start_error", Error: "a run is in progress"})
+				a.result(Result{Status: sandbox.StatusStartError, Error: "a run is in progress"})
 				continue
 			}
 			go a.run(&ar)
@@ -280,7 +282,7 @@ func (a *agent) run(ar *AgentRequest) {
 func (a *agent) runSafely(ar *AgentRequest) (res Result) {
 	defer func() {
 		if v := recover(); v != nil {
-			res = Result{Status: "start_error", Error: fmt.Sprint("agent: ", v)}
+			res = Result{Status: sandbox.StatusStartError, Error: fmt.Sprint("agent: ", v)}
 		}
 	}()
 	return serveRequest(&ar.Request, a.spawn, bytes.NewReader(ar.Stdin), a.stream(FrameStdout), a.stream(FrameStderr))

@@ -29,6 +29,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/sandboxapi/sandboxapi/internal/sandbox"
+
 	"golang.org/x/sys/unix"
 )
 
@@ -90,9 +92,9 @@ type Request struct {
 
 // Result is written as JSON to fd 3 when the program has ended.
 type Result struct {
-	ExitCode int    `json:"exit_code"`
-	Signal   string `json:"signal,omitempty"`
-	Status   string `json:"status"` // ok, error, timeout, oom, compile_error, start_error
+	ExitCode int            `json:"exit_code"`
+	Signal   string         `json:"signal,omitempty"`
+	Status   sandbox.Status `json:"status"` // ok, error, timeout, oom, compile_error, start_error
 	// DurationMS is the whole call's time in the sandbox: CompileMS (the
 	// compile step, 0 when there is none) plus RunMS (the program).
 	DurationMS int64  `json:"duration_ms"`
@@ -235,7 +237,7 @@ func run() int {
 		_ = json.NewEncoder(out).Encode(res)
 		_ = out.Close()
 	}
-	if res.Status == "start_error" {
+	if res.Status == sandbox.StatusStartError {
 		fmt.Fprintln(os.Stderr, "sandbox:", res.Error)
 		return 125
 	}
@@ -245,7 +247,7 @@ func run() int {
 func runRequest() Result {
 	req, err := ReadRequest(os.Stdin)
 	if err != nil {
-		return Result{Status: "start_error", Error: err.Error()}
+		return Result{Status: sandbox.StatusStartError, Error: err.Error()}
 	}
 	return serveRequest(req, execSpawn, os.Stdin, os.Stdout, os.Stderr)
 }
@@ -277,7 +279,7 @@ func execSpawn(cmd *exec.Cmd, stdin io.Reader, stdout, stderr io.Writer, onStart
 func serveRequest(req *Request, spawn spawnFunc, stdin io.Reader, stdout, stderr io.Writer) Result {
 	dir, err := prepareDir(req)
 	if err != nil {
-		return Result{Status: "start_error", Error: err.Error(), Code: setupCode(err)}
+		return Result{Status: sandbox.StatusStartError, Error: err.Error(), Code: setupCode(err)}
 	}
 	if req.Keep == "" && dir != "" {
 		// Nothing of the call is left to hold the folder: its processes
@@ -285,7 +287,7 @@ func serveRequest(req *Request, spawn spawnFunc, stdin io.Reader, stdout, stderr
 		defer removeWork(dir)
 	}
 	if len(req.Argv) == 0 {
-		return Result{Status: "ok"}
+		return Result{Status: sandbox.StatusOK}
 	}
 	// One budget for the call: the compile step gets at most its own cap
 	// and at most the call's timeout, and the run step what is left, so
@@ -307,10 +309,10 @@ func serveRequest(req *Request, spawn spawnFunc, stdin io.Reader, stdout, stderr
 		creq.InlineCompile = false
 		res := runOne(&creq, expand(req.Compile, dir), spawn, strings.NewReader(""), out, out)
 		compiled = time.Since(start)
-		if res.Status != "ok" {
+		if res.Status != sandbox.StatusOK {
 			_, _ = stderr.Write(out.bytes())
-			if res.Status == "error" {
-				res.Status = "compile_error"
+			if res.Status == sandbox.StatusError {
+				res.Status = sandbox.StatusCompileError
 			}
 			res.CompileMS, res.RunMS, res.DurationMS = CeilMS(compiled), 0, CeilMS(compiled)
 			return res
@@ -320,13 +322,13 @@ func serveRequest(req *Request, spawn spawnFunc, stdin io.Reader, stdout, stderr
 	if left <= 0 {
 		// The compile used the whole budget: the program never starts.
 		ms := CeilMS(time.Since(start))
-		return Result{Status: "timeout", ExitCode: 137, Signal: "SIGKILL", CompileMS: ms, DurationMS: ms}
+		return Result{Status: sandbox.StatusTimeout, ExitCode: 137, Signal: "SIGKILL", CompileMS: ms, DurationMS: ms}
 	}
 	rreq := *req
 	rreq.TimeoutMS = CeilMS(left)
 	rreq.Cwd = strings.ReplaceAll(req.Cwd, "{dir}", dir)
 	res := runOne(&rreq, expand(req.Argv, dir), spawn, stdin, stdout, stderr)
-	if res.Status != "start_error" {
+	if res.Status != sandbox.StatusStartError {
 		res.CompileMS += CeilMS(compiled)
 		res.DurationMS = res.CompileMS + res.RunMS
 	}
@@ -421,14 +423,14 @@ func runOne(req *Request, argv []string, spawn spawnFunc, stdin io.Reader, stdou
 		// Inherited by the program; root (the guest) is not bound by it.
 		lim := &unix.Rlimit{Cur: req.MaxProcs, Max: req.MaxProcs}
 		if err := unix.Setrlimit(unix.RLIMIT_NPROC, lim); err != nil {
-			return Result{Status: "start_error", Error: "limiting processes: " + err.Error()}
+			return Result{Status: sandbox.StatusStartError, Error: "limiting processes: " + err.Error()}
 		}
 	}
 	var marker *compileMarker
 	if req.InlineCompile {
 		m, err := newCompileMarker(cmd, req.UID, req.GID)
 		if err != nil {
-			return Result{Status: "start_error", Error: "creating compile marker: " + err.Error()}
+			return Result{Status: sandbox.StatusStartError, Error: "creating compile marker: " + err.Error()}
 		}
 		marker = m
 	}
@@ -456,7 +458,7 @@ func runOne(req *Request, argv []string, spawn spawnFunc, stdin io.Reader, stdou
 				case <-marker.seen:
 				case <-done:
 				case <-t.C:
-					reason.Store("timeout")
+					reason.Store(sandbox.KillTimeout)
 					killRun(pid)
 				}
 			}()
@@ -471,9 +473,9 @@ func runOne(req *Request, argv []string, spawn spawnFunc, stdin io.Reader, stdou
 	}
 	if err != nil {
 		fmt.Fprintln(stderr, "sandbox: starting program:", err)
-		return Result{Status: "error", ExitCode: 127, Error: "starting program: " + err.Error()}
+		return Result{Status: sandbox.StatusError, ExitCode: 127, Error: "starting program: " + err.Error()}
 	}
-	res := Result{DurationMS: CeilMS(took), RunMS: CeilMS(took), Status: "ok"}
+	res := Result{DurationMS: CeilMS(took), RunMS: CeilMS(took), Status: sandbox.StatusOK}
 	if marker != nil && !compiledAt.IsZero() {
 		c := compiledAt.Sub(start)
 		res.CompileMS, res.RunMS = CeilMS(c), CeilMS(took-c)
@@ -482,20 +484,20 @@ func runOne(req *Request, argv []string, spawn spawnFunc, stdin io.Reader, stdou
 	case ws.Signaled():
 		res.Signal = unix.SignalName(ws.Signal())
 		res.ExitCode = 128 + int(ws.Signal())
-		res.Status = "error"
+		res.Status = sandbox.StatusError
 	case ws.ExitStatus() != 0:
 		res.ExitCode = ws.ExitStatus()
-		res.Status = "error"
+		res.Status = sandbox.StatusError
 	}
-	if r, ok := reason.Load().(string); ok {
-		res.Status = r
+	if r, ok := reason.Load().(sandbox.KillReason); ok {
+		res.Status = r.Status()
 	}
 	if marker != nil && compiledAt.IsZero() {
 		// The user's code never ran: whatever ended the step, it ended
 		// during the compile.
 		res.CompileMS, res.RunMS = res.DurationMS, 0
-		if res.Status == "error" {
-			res.Status = "compile_error"
+		if res.Status == sandbox.StatusError {
+			res.Status = sandbox.StatusCompileError
 		}
 	}
 	return res
@@ -559,7 +561,7 @@ func watch(req *Request, pid int, reason *atomic.Value, done <-chan struct{}) {
 	// 5 ms it took a third of a CPU from the program).
 	tick := time.NewTimer(5 * time.Millisecond)
 	defer tick.Stop()
-	kill := func(why string) {
+	kill := func(why sandbox.KillReason) {
 		reason.Store(why)
 		killRun(pid)
 	}
@@ -568,7 +570,7 @@ func watch(req *Request, pid int, reason *atomic.Value, done <-chan struct{}) {
 		case <-done:
 			return
 		case <-deadline:
-			kill("timeout")
+			kill(sandbox.KillTimeout)
 			return
 		case <-tick.C:
 			if req.MemoryBytes <= 0 {
@@ -576,7 +578,7 @@ func watch(req *Request, pid int, reason *atomic.Value, done <-chan struct{}) {
 			}
 			used, over := memCheck(req.MemoryBytes)
 			if over {
-				kill("oom")
+				kill(sandbox.KillOOM)
 				return
 			}
 			tick.Reset(nextMemCheck(used, req.MemoryBytes))

@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/sandboxapi/sandboxapi/internal/sandbox"
 )
 
 // These tests never start a process: the spawn is a fake and killRun is
@@ -119,7 +121,7 @@ func TestWatchAlwaysArmsADeadline(t *testing.T) {
 			case <-time.After(5 * time.Second):
 				t.Fatal("watch armed no deadline")
 			}
-			if r, _ := reason.Load().(string); r != "timeout" {
+			if r, _ := reason.Load().(sandbox.KillReason); r != sandbox.KillTimeout {
 				t.Fatalf("reason %q, want timeout", r)
 			}
 			if !slices.Equal(kills.killed, []int{4242}) {
@@ -184,7 +186,7 @@ func TestCompileCountsAgainstTheCallTimeout(t *testing.T) {
 		timeoutMS int64
 		compileMS int64
 		steps     []step
-		status    string
+		status    sandbox.Status
 		spawns    int
 		maxTotal  time.Duration
 	}{
@@ -329,7 +331,7 @@ func TestCompileAndRunTimesAreSplit(t *testing.T) {
 		run     time.Duration
 		marker  bool // inline: the step writes its byte after the compile
 		exit    int
-		status  string
+		status  sandbox.Status
 	}{
 		{name: "separate compile then run", compile: 60 * time.Millisecond, run: 30 * time.Millisecond, status: "ok"},
 		{name: "separate compile fails", compile: 40 * time.Millisecond, exit: 1, status: "compile_error"},

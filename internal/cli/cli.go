@@ -10,7 +10,6 @@ import (
 	"io"
 	"os"
 	"os/exec"
-	"path/filepath"
 
 	"github.com/urfave/cli/v2"
 
@@ -138,34 +137,13 @@ func rootfsCommand() *cli.Command {
 	}
 }
 
-// executorConfig maps the root config onto the executor's.
+// executorConfig finds the rootfs and resolves the executor's config.
 func executorConfig(cfg *config.Config) (executor.Config, error) {
 	rfs, versions, err := executor.FindRootfs(cfg.Executor.Rootfs, "")
 	if err != nil {
 		return executor.Config{}, err
 	}
-	home, _ := config.ParseSize(cfg.Executor.HomeSize)
-	var maxDisk int64
-	if d := cfg.Executor.MaxDisk; d != "" && d != "0" {
-		maxDisk, _ = config.ParseSize(d)
-	}
-	guest := cfg.Executor.GuestBinary
-	if guest != "" && !filepath.IsAbs(guest) {
-		if abs, err := filepath.Abs(guest); err == nil {
-			guest = abs
-		}
-	}
-	return executor.Config{
-		Runsc: cfg.Executor.Runsc, Platform: cfg.Executor.Platform, Rootfs: rfs, VersionsFile: versions,
-		DataDir: cfg.DataDir, GuestBinary: guest, MaxSandboxes: cfg.Executor.MaxSandboxes, HomeBytes: home,
-		MemoryBytes: cfg.Executor.MemoryMB << 20, Pids: cfg.Executor.Pids, CPUs: cfg.Executor.CPUs,
-		TmpBytes: cfg.Executor.TmpSizeMB << 20, CreateTimeout: cfg.Executor.CreateTimeout.D(),
-		DefaultTimeout: cfg.Limits.DefaultTimeout.D(), MaxTimeout: cfg.Limits.MaxTimeout.D(),
-		CompileTimeout: cfg.Executor.CompileTimeout.D(), MaxOutputBytes: cfg.Limits.MaxOutputBytes, MaxFileBytes: cfg.Limits.MaxFileBytes,
-		DefaultIdleTTL: cfg.Limits.DefaultIdleTTL.D(), MaxIdleTTL: cfg.Limits.MaxIdleTTL.D(),
-		ReapInterval: cfg.Server.ReapInterval.D(), WarmPool: cfg.Executor.WarmPool,
-		HibernateAfter: cfg.Executor.HibernateAfter.D(), MaxDisk: maxDisk,
-	}, nil
+	return cfg.ExecutorConfig(rfs, versions)
 }
 
 func readFileOr(path string, fallback []byte) ([]byte, error) {

@@ -24,6 +24,8 @@ import (
 	"github.com/sandboxapi/sandboxapi/mirror"
 	"github.com/sandboxapi/sandboxapi/store"
 	"github.com/sandboxapi/sandboxapi/tlsserve"
+
+	"github.com/sandboxapi/sandboxapi/api/wire"
 )
 
 func serveCommand() *cli.Command {
@@ -219,7 +221,15 @@ type storeUsage struct {
 	w  *store.UsageWriter
 }
 
-func (u storeUsage) UsageTotals(ctx context.Context, keyID string, since time.Time) (any, error) {
+func (u storeUsage) UsageTotals(ctx context.Context, keyID string, since time.Time) ([]wire.UsageTotal, error) {
 	u.w.Flush(ctx) // the caller's own latest requests count
-	return u.st.UsageTotals(ctx, keyID, since)
+	rows, err := u.st.UsageTotals(ctx, keyID, since)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]wire.UsageTotal, 0, len(rows))
+	for _, r := range rows {
+		out = append(out, wire.UsageTotal(r))
+	}
+	return out, nil
 }

@@ -47,11 +47,7 @@ func wireServices(ctx context.Context, env *Env, g *lifecycle.Group, w wiring) *
 	}
 	ready := readinessReporter{chk}
 	build := w.build
-	srv := api.New(api.Config{
-		MaxBodyBytes: cfg.Server.MaxBodyBytes, MaxCodeBytes: cfg.Limits.MaxCodeBytes, MaxStdinBytes: cfg.Limits.MaxStdinBytes,
-		DefaultIdleTTL: cfg.Limits.DefaultIdleTTL.D(), MaxIdleTTL: cfg.Limits.MaxIdleTTL.D(), DefaultTimeout: cfg.Limits.DefaultTimeout.D(),
-		StreamHeartbeat: cfg.Server.StreamHeartbeat.D(), Gateway: api.GatewayConfig{Secret: cfg.API.GatewaySecret},
-	}, api.Deps{
+	srv := api.New(cfg.APIConfig(), api.Deps{
 		Sandboxes: w.ex,
 		Keys:      storeKeys{w.st},
 		Plans:     w.plans,

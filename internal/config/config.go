@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"net"
 	"os"
 	"path/filepath"
@@ -17,10 +16,13 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/sandboxapi/sandboxapi/api"
 	"github.com/sandboxapi/sandboxapi/configs"
 	"github.com/sandboxapi/sandboxapi/egress"
+	"github.com/sandboxapi/sandboxapi/executor"
 	"github.com/sandboxapi/sandboxapi/installer"
 	"github.com/sandboxapi/sandboxapi/internal/duration"
+	"github.com/sandboxapi/sandboxapi/internal/size"
 	"github.com/sandboxapi/sandboxapi/mirror"
 	"github.com/sandboxapi/sandboxapi/readiness"
 )
@@ -73,13 +75,8 @@ type Store struct {
 	URL string `yaml:"url"`
 }
 
-// API holds authentication and plan settings.
-type API struct {
-	PlansFile string `yaml:"plans_file"`
-	// GatewaySecret, when set, accepts only requests from a RapidAPI-style
-	// gateway carrying it in X-RapidAPI-Proxy-Secret.
-	GatewaySecret string `yaml:"gateway_secret"`
-}
+// API holds authentication and plan settings (owned by the API).
+type API = api.Settings
 
 // Server holds HTTP server settings.
 type Server struct {
@@ -95,31 +92,8 @@ type Server struct {
 	StreamHeartbeat Duration `yaml:"stream_heartbeat"`
 }
 
-// Executor holds sandbox runtime settings.
-type Executor struct {
-	Runsc          string   `yaml:"runsc"`
-	Platform       string   `yaml:"platform"`
-	Rootfs         string   `yaml:"rootfs"`
-	RuntimesFile   string   `yaml:"runtimes_file"`
-	MaxSandboxes   int      `yaml:"max_sandboxes"`
-	HomeSize       string   `yaml:"home_size"`
-	MemoryMB       int64    `yaml:"memory_mb"`
-	Pids           int64    `yaml:"pids"`
-	CPUs           float64  `yaml:"cpus"`
-	TmpSizeMB      int64    `yaml:"tmp_size_mb"`
-	CreateTimeout  Duration `yaml:"create_timeout"`
-	CompileTimeout Duration `yaml:"compile_timeout"`
-	GuestBinary    string   `yaml:"guest_binary"`
-	WarmPool       int      `yaml:"warm_pool"`
-	// HibernateAfter hibernates a session idle this long: its sandbox,
-	// network and mount are released, its home and plan slot kept; the
-	// next call resumes it. 0s never hibernates.
-	HibernateAfter Duration `yaml:"hibernate_after"`
-	// MaxDisk caps the sum of all session homes' sizes (running,
-	// hibernated, warm); creation and fork past it answer 507
-	// insufficient_storage. Empty or 0: no cap.
-	MaxDisk string `yaml:"max_disk"`
-}
+// Executor holds sandbox runtime settings (owned by the executor).
+type Executor = executor.Settings
 
 // Limits holds per-call and per-session limits.
 type Limits struct {
@@ -212,53 +186,7 @@ func (c *Config) Validate() error {
 	if d := c.Server.StreamHeartbeat.D(); d < time.Second || d > 5*time.Minute {
 		bad("server.stream_heartbeat: must be from 1s to 5m, got %s", d)
 	}
-	e := c.Executor
-	if e.Runsc == "" {
-		bad("executor.runsc: required")
-	}
-	switch e.Platform {
-	case "systrap", "ptrace", "kvm":
-	default:
-		bad("executor.platform: must be systrap, ptrace or kvm, got %q", e.Platform)
-	}
-	if e.MaxSandboxes < 1 {
-		bad("executor.max_sandboxes: must be at least 1")
-	}
-	if _, err := ParseSize(e.HomeSize); err != nil {
-		bad("executor.home_size: %v", err)
-	} else if n, _ := ParseSize(e.HomeSize); n < 16<<20 {
-		bad("executor.home_size: must be at least 16M")
-	}
-	if e.MemoryMB < 64 {
-		bad("executor.memory_mb: must be at least 64")
-	}
-	if e.Pids < 16 {
-		bad("executor.pids: must be at least 16")
-	}
-	if e.CPUs <= 0 {
-		bad("executor.cpus: must be positive")
-	}
-	if e.HibernateAfter.D() < 0 {
-		bad("executor.hibernate_after: must not be negative (0s never hibernates)")
-	} else if d := e.HibernateAfter.D(); d > 0 && d < time.Second {
-		bad("executor.hibernate_after: must be at least 1s (or 0s)")
-	}
-	if e.MaxDisk != "" && e.MaxDisk != "0" {
-		if n, err := ParseSize(e.MaxDisk); err != nil {
-			bad("executor.max_disk: %v", err)
-		} else if h, _ := ParseSize(e.HomeSize); n < h {
-			bad("executor.max_disk: must hold at least one home (%s)", e.HomeSize)
-		}
-	}
-	if e.WarmPool < 0 || e.WarmPool > 64 {
-		bad("executor.warm_pool: must be between 0 and 64")
-	}
-	if e.CompileTimeout <= 0 {
-		bad("executor.compile_timeout: must be positive")
-	}
-	if e.TmpSizeMB < 1 {
-		bad("executor.tmp_size_mb: must be at least 1")
-	}
+	errs = append(errs, prefixed("executor.", c.Executor.Validate())...)
 	l := c.Limits
 	if l.DefaultTimeout <= 0 || l.MaxTimeout < l.DefaultTimeout {
 		bad("limits: need 0 < default_timeout <= max_timeout")
@@ -292,33 +220,62 @@ func (c *Config) Validate() error {
 			errs = append(errs, fmt.Errorf("egress: %w", err))
 		}
 	}
+	errs = append(errs, prefixed("api.", c.API.Validate())...)
 	if err := c.TLS.Validate(); err != nil {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }
 
-// ParseSize reads sizes like 512M, 1G, 1048576.
-func ParseSize(s string) (int64, error) {
-	if s == "" {
-		return 0, errors.New("empty size")
+// prefixed names each of err's problems (errors.Join's parts) with the
+// section they are from; nil for nil.
+func prefixed(section string, err error) []error {
+	if err == nil {
+		return nil
 	}
-	mult := int64(1)
-	num := s
-	switch s[len(s)-1] {
-	case 'K', 'k':
-		mult, num = 1<<10, s[:len(s)-1]
-	case 'M', 'm':
-		mult, num = 1<<20, s[:len(s)-1]
-	case 'G', 'g':
-		mult, num = 1<<30, s[:len(s)-1]
+	parts := []error{err}
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		parts = j.Unwrap()
 	}
-	var n int64
-	if _, err := fmt.Sscanf(num, "%d", &n); err != nil || n <= 0 || fmt.Sprint(n) != num {
-		return 0, fmt.Errorf("%q is not a size like 256M", s)
+	out := make([]error, 0, len(parts))
+	for _, e := range parts {
+		out = append(out, fmt.Errorf("%s%w", section, e))
 	}
-	if n > math.MaxInt64/mult {
-		return 0, fmt.Errorf("%q is too large", s)
-	}
-	return n * mult, nil
+	return out
 }
+
+// ExecutorConfig resolves the executor's section and the limits it
+// shares into the executor's Config; rootfs and versions are what
+// executor.FindRootfs found.
+func (c *Config) ExecutorConfig(rootfs, versions string) (executor.Config, error) {
+	guest := c.Executor.GuestBinary
+	if guest != "" && !filepath.IsAbs(guest) {
+		abs, err := filepath.Abs(guest)
+		if err != nil {
+			return executor.Config{}, fmt.Errorf("executor.guest_binary: %w", err)
+		}
+		guest = abs
+	}
+	ec, err := c.Executor.Config(c.DataDir, rootfs, versions, guest, executor.SharedLimits{
+		DefaultTimeout: c.Limits.DefaultTimeout.D(), MaxTimeout: c.Limits.MaxTimeout.D(),
+		DefaultIdleTTL: c.Limits.DefaultIdleTTL.D(), MaxIdleTTL: c.Limits.MaxIdleTTL.D(),
+		MaxOutputBytes: c.Limits.MaxOutputBytes, MaxFileBytes: c.Limits.MaxFileBytes,
+		ReapInterval: c.Server.ReapInterval.D(),
+	})
+	if err != nil {
+		return executor.Config{}, fmt.Errorf("executor.%w", err)
+	}
+	return ec, nil
+}
+
+// APIConfig resolves the server and limits sections into the API's Config.
+func (c *Config) APIConfig() api.Config {
+	return api.Config{
+		MaxBodyBytes: c.Server.MaxBodyBytes, MaxCodeBytes: c.Limits.MaxCodeBytes, MaxStdinBytes: c.Limits.MaxStdinBytes,
+		MaxIdleTTL: c.Limits.MaxIdleTTL.D(), DefaultTimeout: c.Limits.DefaultTimeout.D(),
+		StreamHeartbeat: c.Server.StreamHeartbeat.D(), Gateway: api.GatewayConfig{Secret: c.API.GatewaySecret},
+	}
+}
+
+// ParseSize reads sizes like 512M, 1G, 1048576 (see size.Parse).
+func ParseSize(s string) (int64, error) { return size.Parse(s) }

@@ -19,6 +19,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandboxapi/sandboxapi/api"
+	"github.com/sandboxapi/sandboxapi/api/openapicheck"
 	"github.com/sandboxapi/sandboxapi/executor"
 	"github.com/sandboxapi/sandboxapi/internal/testenv"
 )
@@ -232,6 +234,12 @@ func (r reply) errCode(t testing.TB) string {
 // it is already []byte).
 func (s *server) do(method, path, key string, body any) reply {
 	s.t.Helper()
+	return s.doAccept(method, path, key, body, "")
+}
+
+// doAccept is do with an Accept header ("" for none).
+func (s *server) doAccept(method, path, key string, body any, accept string) reply {
+	s.t.Helper()
 	var rd io.Reader
 	switch b := body.(type) {
 	case nil:
@@ -248,13 +256,37 @@ func (s *server) do(method, path, key string, body any) reply {
 		req.Header.Set("X-RapidAPI-Key", key)
 	}
 	req.Header.Set("Content-Type", "application/json")
+	if accept != "" {
+		req.Header.Set("Accept", accept)
+	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		s.t.Fatalf("%s %s: %v", method, path, err)
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
+	if err := checkOpenAPI(method, req.URL.Path, resp, b); err != nil {
+		s.t.Errorf("%s %s: the real server's reply does not match api/openapi.json: %v\n%s", method, path, err, b)
+	}
 	return reply{status: resp.StatusCode, header: resp.Header, body: b}
+}
+
+// openAPIChecker validates the real server's replies against the
+// document the API serves (api/openapi.json).
+var openAPIChecker = sync.OnceValues(func() (*openapicheck.Checker, error) { return openapicheck.New(api.OpenAPI()) })
+
+// checkOpenAPI validates one reply of the API. Routes outside /v1 that the
+// document does not hold (metrics, the mirror's package indexes, the
+// console) are not the API's and pass.
+func checkOpenAPI(method, path string, resp *http.Response, body []byte) error {
+	c, err := openAPIChecker()
+	if err != nil {
+		return err
+	}
+	if c.Path(path) == "" && !strings.HasPrefix(path, "/v1/") {
+		return nil
+	}
+	return c.Reply(method, path, resp.StatusCode, resp.Header.Get("Content-Type"), body)
 }
 
 // session creates a session and returns its id.

@@ -39,14 +39,62 @@ const (
 	StateHibernated State = "hibernated"
 )
 
+// Status is how an execution ended, as the guest reports it and clients
+// see it. It is not the stored execution's state (ExecState).
+type Status string
+
 // Statuses of an execution.
 const (
-	StatusOK           = "ok"
-	StatusError        = "error"
-	StatusTimeout      = "timeout"
-	StatusOOM          = "oom"
-	StatusOutputLimit  = "output_limit"
-	StatusCompileError = "compile_error"
+	StatusOK           Status = "ok"
+	StatusError        Status = "error" // the program exited non-zero or was signalled
+	StatusTimeout      Status = "timeout"
+	StatusOOM          Status = "oom"
+	StatusOutputLimit  Status = "output_limit"
+	StatusCompileError Status = "compile_error"
+	// StatusStartError: the guest could not start the program; it stays
+	// between guest and executor and never reaches a client.
+	StatusStartError Status = "start_error"
+	// StatusFailed: the call failed without a result (an error answered
+	// the client); recorded in the store and in metrics only.
+	StatusFailed Status = "failed"
+)
+
+// KillReason is why a run was stopped before it ended by itself. The zero
+// value means it was not stopped.
+type KillReason string
+
+// Kill reasons.
+const (
+	KillNone        KillReason = ""
+	KillTimeout     KillReason = "timeout"      // the call's deadline passed
+	KillOOM         KillReason = "oom"          // the run went over its memory limit
+	KillOutputLimit KillReason = "output_limit" // the run printed more than the cap
+	KillCancelled   KillReason = "cancelled"    // the caller went away
+)
+
+// Status is the execution status a run stopped for k reports; "" for
+// KillNone and KillCancelled, which report none.
+func (k KillReason) Status() Status {
+	switch k {
+	case KillTimeout:
+		return StatusTimeout
+	case KillOOM:
+		return StatusOOM
+	case KillOutputLimit:
+		return StatusOutputLimit
+	}
+	return ""
+}
+
+// ExecState is the stored state of an execution record, kept apart from
+// its Status: running while the call is in flight, then done or failed.
+type ExecState string
+
+// Execution record states.
+const (
+	ExecRunning ExecState = "running"
+	ExecDone    ExecState = "done"
+	ExecFailed  ExecState = "failed"
 )
 
 // SessionSpec asks for a new session.
@@ -110,24 +158,25 @@ type ExecRequest struct {
 	OnOutput func(stream string, p []byte)
 }
 
-// Result is the outcome of one execute.
+// Result is the outcome of one execute. The API reports it as
+// wire.ExecuteResult.
 type Result struct {
-	ExecutionID string `json:"execution_id,omitempty"`
-	Stdout      string `json:"stdout"`
-	Stderr      string `json:"stderr"`
-	ExitCode    int    `json:"exit_code"`
-	Signal      string `json:"signal"`
-	Status      string `json:"status"`
+	ExecutionID string
+	Stdout      string
+	Stderr      string
+	ExitCode    int
+	Signal      string
+	Status      Status
 	// DurationMS is CompileMS plus RunMS: the call's time in the sandbox.
-	DurationMS int64 `json:"duration_ms"`
+	DurationMS int64
 	// CompileMS is the compile step's time (0 for interpreted languages);
 	// RunMS is the program's.
-	CompileMS int64 `json:"compile_ms"`
-	RunMS     int64 `json:"run_ms"`
-	Truncated bool  `json:"truncated"`
+	CompileMS int64
+	RunMS     int64
+	Truncated bool
 	// ResumedMS is set when this call first resumed the hibernated
 	// session: how long the resume took.
-	ResumedMS int64 `json:"resumed_ms,omitempty"`
+	ResumedMS int64
 }
 
 // Runtime describes one language for clients.

@@ -1,0 +1,59 @@
+// Package wire holds the JSON shapes of the REST API's replies that
+// clients decode: package api writes them, and mcp, bench and the
+// end-to-end tests read them. It is a leaf (no I/O); the shapes are the
+// contract of api/openapi.json, so a field changes here and there together.
+package wire
+
+import "github.com/sandboxapi/sandboxapi/internal/sandbox"
+
+// ExecuteResult is the reply of POST /v1/execute and
+// POST /v1/sessions/{id}/execute (and the `result` event of a stream).
+type ExecuteResult struct {
+	ExecutionID string         `json:"execution_id,omitempty" jsonschema:"the execution's id"`
+	Stdout      string         `json:"stdout" jsonschema:"standard output (capped)"`
+	Stderr      string         `json:"stderr" jsonschema:"standard error (capped)"`
+	ExitCode    int            `json:"exit_code" jsonschema:"the process exit code"`
+	Signal      string         `json:"signal" jsonschema:"the signal that ended the process, if any"`
+	Status      sandbox.Status `json:"status" jsonschema:"ok, error (non-zero exit), timeout, oom, output_limit or compile_error"`
+	// DurationMS is CompileMS plus RunMS: the call's time in the sandbox.
+	DurationMS int64 `json:"duration_ms" jsonschema:"time in the sandbox in milliseconds: compile_ms plus run_ms"`
+	// CompileMS is the compile step's time (0 for interpreted languages);
+	// RunMS is the program's.
+	CompileMS int64 `json:"compile_ms" jsonschema:"the compile step's time in milliseconds (0 for interpreted languages)"`
+	RunMS     int64 `json:"run_ms" jsonschema:"the program's own run time in milliseconds"`
+	Truncated bool  `json:"truncated" jsonschema:"true when output was cut at the cap"`
+	// ResumedMS is set when this call first resumed the hibernated
+	// session: how long the resume took.
+	ResumedMS int64 `json:"resumed_ms,omitempty" jsonschema:"how long resuming the hibernated session took, in milliseconds"`
+}
+
+// ExecuteResultOf is r as the API reports it.
+func ExecuteResultOf(r sandbox.Result) ExecuteResult {
+	return ExecuteResult{
+		ExecutionID: r.ExecutionID, Stdout: r.Stdout, Stderr: r.Stderr, ExitCode: r.ExitCode, Signal: r.Signal,
+		Status: r.Status, DurationMS: r.DurationMS, CompileMS: r.CompileMS, RunMS: r.RunMS, Truncated: r.Truncated,
+		ResumedMS: r.ResumedMS,
+	}
+}
+
+// UsageTotal is one row of GET /v1/usage: a key's metered usage summed
+// per UTC day and route.
+type UsageTotal struct {
+	KeyID    string `json:"key_id,omitempty"`
+	Day      string `json:"day"`
+	Route    string `json:"route"`
+	Requests int64  `json:"requests"`
+	Errors   int64  `json:"errors"`
+	BytesIn  int64  `json:"bytes_in"`
+	BytesOut int64  `json:"bytes_out"`
+	ExecMS   int64  `json:"execution_ms"`
+	// DurationMS is the wall time spent answering the requests.
+	DurationMS int64 `json:"duration_ms"`
+}
+
+// Usage is the reply of GET /v1/usage.
+type Usage struct {
+	KeyID string       `json:"key_id"`
+	Plan  string       `json:"plan"`
+	Usage []UsageTotal `json:"usage"`
+}
