@@ -84,6 +84,30 @@ func (m *Mirror) currentSnapshot(ctx context.Context) (string, error) {
 	return id, nil
 }
 
+// settledSnapshot is asked when the files hold snapshot files but the
+// store names another as current. An import (maybe by another process)
+// writes the files first and records them a moment later, so the store is
+// read again for a short while before the mismatch counts: readiness must
+// not flap during an import, and a lasting mismatch is still an error.
+func (m *Mirror) settledSnapshot(ctx context.Context, files string) (string, error) {
+	var id string
+	for try := 0; try < 20; try++ {
+		var err error
+		if id, err = m.currentSnapshot(ctx); err != nil {
+			return "", err
+		}
+		if id == files {
+			return id, nil
+		}
+		select {
+		case <-ctx.Done():
+			return "", ctx.Err()
+		case <-time.After(25 * time.Millisecond):
+		}
+	}
+	return "", fmt.Errorf("%w: files hold snapshot %s, store says %s", ErrOSVUnavailable, files, id)
+}
+
 // osvDB returns the loaded current snapshot, loading it once per snapshot
 // (another process may have imported a newer one since).
 func (m *Mirror) osvDB(ctx context.Context) (*osvdb.DB, error) {
@@ -102,7 +126,9 @@ func (m *Mirror) osvDB(ctx context.Context) (*osvdb.DB, error) {
 		return nil, fmt.Errorf("%w: %w", ErrOSVUnavailable, err)
 	}
 	if db.Snapshot().ID != id {
-		return nil, fmt.Errorf("%w: files hold snapshot %s, store says %s", ErrOSVUnavailable, db.Snapshot().ID, id)
+		if id, err = m.settledSnapshot(ctx, db.Snapshot().ID); err != nil {
+			return nil, err
+		}
 	}
 	m.osv = db
 	return db, nil
@@ -132,7 +158,9 @@ func (m *Mirror) OSVStatus(ctx context.Context) (OSVStatus, error) {
 		return st, fmt.Errorf("%w: %w", ErrOSVUnavailable, err)
 	}
 	if snap.ID != id {
-		return st, fmt.Errorf("%w: files hold snapshot %s, store says %s", ErrOSVUnavailable, snap.ID, id)
+		if _, err := m.settledSnapshot(ctx, snap.ID); err != nil {
+			return st, err
+		}
 	}
 	st.Present, st.SnapshotID, st.ImportedAt, st.NewestModified = true, snap.ID, snap.ImportedAt, snap.NewestModified
 	st.Records, st.Skipped, st.Ecosystems = snap.Records, snap.Skipped, snap.Ecosystems
