@@ -11,6 +11,10 @@ export SANDBOXAPI_REQUIRE_CLIENTS=1
 if ! python3 -c 'import requests' 2>/dev/null && ! /usr/bin/python3 -c 'import requests' 2>/dev/null; then
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-requests >/dev/null
 fi
+# The mirror is also read by Debian's own pip (23.0.1), as operators' hosts do.
+if ! /usr/bin/python3 -m pip --version >/dev/null 2>&1; then
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-pip >/dev/null
+fi
 # The operator console is tested in Debian's headless Chromium.
 if ! command -v chromium >/dev/null; then
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
