@@ -12,19 +12,15 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/sandboxapi/sandboxapi/internal/app"
 	"github.com/sandboxapi/sandboxapi/internal/config"
 	"github.com/sandboxapi/sandboxapi/internal/reqid"
 	"github.com/sandboxapi/sandboxapi/store"
 )
 
-// Env is what every command works with: the loaded config, the output
-// streams and a logger. Commands build it with loadEnv.
-type Env struct {
-	Config *config.Config
-	Stdout io.Writer
-	Stderr io.Writer
-	Log    *slog.Logger
-}
+// Env is what every command works with (app.Env); commands build it
+// with loadEnv.
+type Env = app.Env
 
 // stateFlags are taken by every command that touches state, as by serve.
 func stateFlags() []cli.Flag {
@@ -66,7 +62,7 @@ func serverURL(c *cli.Context) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	return "http://" + loopbackAddr(env.Config.Listen), nil
+	return "http://" + app.LoopbackAddr(env.Config.Listen), nil
 }
 
 // loadEnv loads the config named by --config (or the embedded default) and
@@ -97,12 +93,6 @@ func loadEnv(c *cli.Context) (*Env, error) {
 	w := c.App.Writer
 	ew := c.App.ErrWriter
 	return &Env{Config: cfg, Stdout: w, Stderr: ew, Log: newLogger(ew, cfg.LogLevel)}, nil
-}
-
-// openStore opens the store: store.url's PostgreSQL, or the SQLite file
-// under the data dir.
-func (e *Env) openStore(ctx context.Context) (*store.Store, error) {
-	return store.OpenURL(ctx, e.Config.Store.URL, filepath.Join(e.Config.DataDir, "sandboxapi.db"))
 }
 
 func newLogger(w io.Writer, level string) *slog.Logger {
@@ -146,7 +136,7 @@ func withStore(c *cli.Context, fn func(env *Env, st *store.Store) error) error {
 	if err != nil {
 		return err
 	}
-	st, err := env.openStore(c.Context)
+	st, err := env.OpenStore(c.Context)
 	if err != nil {
 		return err
 	}

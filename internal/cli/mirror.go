@@ -16,26 +16,15 @@ import (
 	"github.com/sandboxapi/sandboxapi/store"
 )
 
-// mirrorConfig is the mirror's settings for env. Switch this to
-// env.Config.Mirror once the root config carries it; StoreDir stays
-// relative to the data dir.
-func mirrorConfig(env *Env) mirror.Config {
-	return env.Config.Mirror.Resolve(env.Config.DataDir)
-}
-
 // withMirror loads the env, opens the store and the mirror, and runs fn.
 func withMirror(c *cli.Context, fn func(ctx context.Context, env *Env, m *mirror.Mirror) error) error {
 	return withStore(c, func(env *Env, st *store.Store) error {
-		m, err := openMirror(c.Context, env, st)
+		m, err := env.OpenMirror(c.Context, st)
 		if err != nil {
 			return err
 		}
 		return fn(c.Context, env, m)
 	})
-}
-
-func openMirror(ctx context.Context, env *Env, st *store.Store) (*mirror.Mirror, error) {
-	return mirror.New(ctx, mirrorConfig(env), st.DB(), env.Log)
 }
 
 func mirrorCommand() *cli.Command {

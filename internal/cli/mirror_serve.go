@@ -6,16 +6,13 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"net/url"
 	"os"
 	"os/signal"
-	"strings"
 	"syscall"
 	"time"
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/sandboxapi/sandboxapi/mirror"
 	"github.com/sandboxapi/sandboxapi/store"
 )
 
@@ -36,7 +33,7 @@ func mirrorServeCommand() *cli.Command {
 }
 
 func mirrorServe(ctx context.Context, env *Env, st *store.Store, listen string) error {
-	mir, err := openMirror(ctx, env, st)
+	mir, err := env.OpenMirror(ctx, st)
 	if err != nil {
 		return err
 	}
@@ -66,25 +63,4 @@ func mirrorServe(ctx context.Context, env *Env, st *store.Store, listen string) 
 		return err
 	}
 	return nil
-}
-
-// mirrorFront is where serve's clients, installers and readiness reach the
-// mirror's files: the mirror's own handler in this process, or a forward
-// to a separate `sandboxapi mirror serve` (mirror.serve_url).
-type mirrorFront struct {
-	handler http.Handler
-	base    string // base URL readiness probes (…/mirror/pypi/simple/ under it)
-}
-
-func newMirrorFront(env *Env, mir *mirror.Mirror) (mirrorFront, error) {
-	raw := env.Config.Mirror.ServeURL
-	if raw == "" {
-		return mirrorFront{handler: mir.Handler(), base: "http://" + loopbackAddr(env.Config.Listen)}, nil
-	}
-	target, err := url.Parse(raw)
-	if err != nil {
-		return mirrorFront{}, fmt.Errorf("mirror.serve_url: %w", err)
-	}
-	rp := mirror.RemoteHandler(target, env.Log.With("component", "mirror-front"))
-	return mirrorFront{handler: rp, base: strings.TrimSuffix(raw, "/")}, nil
 }
