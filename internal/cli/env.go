@@ -1,13 +1,11 @@
 package cli
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"log/slog"
 	"net/url"
 	"os"
-	"path/filepath"
 	"strings"
 
 	"github.com/urfave/cli/v2"
@@ -65,69 +63,26 @@ func serverURL(c *cli.Context) (string, error) {
 	return "http://" + app.LoopbackAddr(env.Config.Listen), nil
 }
 
-// loadEnv loads the config named by --config (or the embedded default) and
-// applies --data-dir and --listen overrides.
+// loadEnv loads the config named by --config (or the embedded default)
+// with the --data-dir, --listen and SANDBOXAPI_STORE_URL overrides.
 func loadEnv(c *cli.Context) (*Env, error) {
-	cfg, err := config.Load(c.String("config"))
+	o := config.Overrides{DataDir: c.String("data-dir"), StoreURL: os.Getenv("SANDBOXAPI_STORE_URL")}
+	if c.IsSet("listen") || os.Getenv("SANDBOXAPI_LISTEN") != "" {
+		o.Listen = c.String("listen")
+	}
+	cfg, err := config.LoadWith(c.String("config"), o)
 	if err != nil {
 		return nil, err
 	}
-	if d := c.String("data-dir"); d != "" {
-		abs, err := filepath.Abs(d)
-		if err != nil {
-			return nil, fmt.Errorf("resolving --data-dir: %w", err)
-		}
-		cfg.DataDir = abs
-	}
-	if c.IsSet("listen") || os.Getenv("SANDBOXAPI_LISTEN") != "" {
-		if l := c.String("listen"); l != "" {
-			cfg.Listen = l
-		}
-	}
-	if u := os.Getenv("SANDBOXAPI_STORE_URL"); u != "" {
-		cfg.Store.URL = u
-	}
-	if err := cfg.Validate(); err != nil {
-		return nil, err
-	}
-	w := c.App.Writer
-	ew := c.App.ErrWriter
-	return &Env{Config: cfg, Stdout: w, Stderr: ew, Log: newLogger(ew, cfg.LogLevel)}, nil
+	return &Env{Config: cfg, Stdout: c.App.Writer, Stderr: c.App.ErrWriter, Log: newLogger(c.App.ErrWriter, cfg.LogLevel)}, nil
 }
 
+// newLogger logs JSON lines at level to w, each stamped with the request
+// id its context carries (reqid.Handler).
 func newLogger(w io.Writer, level string) *slog.Logger {
 	var l slog.Level
 	_ = l.UnmarshalText([]byte(level))
-	return slog.New(requestIDHandler{slog.NewJSONHandler(w, &slog.HandlerOptions{Level: l})})
-}
-
-// requestIDHandler stamps the request id that a line's context carries
-// (internal/reqid) on every line logged with one, unless the line names it
-// already: executor, installer and egress lines written on a request's
-// behalf can then be found by the id the client saw.
-type requestIDHandler struct{ slog.Handler }
-
-func (h requestIDHandler) Handle(ctx context.Context, r slog.Record) error {
-	if id := reqid.From(ctx); id != "" {
-		named := false
-		r.Attrs(func(a slog.Attr) bool {
-			named = a.Key == "request_id"
-			return !named
-		})
-		if !named {
-			r = r.Clone()
-			r.AddAttrs(slog.String("request_id", id))
-		}
-	}
-	return h.Handler.Handle(ctx, r)
-}
-
-func (h requestIDHandler) WithAttrs(as []slog.Attr) slog.Handler {
-	return requestIDHandler{h.Handler.WithAttrs(as)}
-}
-
-func (h requestIDHandler) WithGroup(name string) slog.Handler {
-	return requestIDHandler{h.Handler.WithGroup(name)}
+	return slog.New(reqid.Handler(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: l})))
 }
 
 // withStore loads the env, opens the store, runs fn and closes the store.
