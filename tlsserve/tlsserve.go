@@ -193,7 +193,7 @@ func tlsConfig(ctx context.Context, cfg *config.Config, log *slog.Logger, addr n
 		return &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return fc.get() },
 			NextProtos: []string{"http/1.1"}}, challenge, func() {}, nil
 	}
-	storage := StorageDir(cfg)
+	storage := cfg.TLS.Storage(cfg.DataDir)
 	if err := os.MkdirAll(storage, 0o700); err != nil {
 		return nil, nil, nil, fmt.Errorf("creating %s: %w", storage, err)
 	}
@@ -266,15 +266,6 @@ func finishTLS(magic *certmagic.Config) *tls.Config {
 	tcfg.MinVersion = tls.VersionTLS12
 	tcfg.NextProtos = append([]string{"http/1.1"}, tcfg.NextProtos...)
 	return tcfg
-}
-
-// StorageDir is where modes acme and local keep their state:
-// tls.storage_dir, by default <data_dir>/tls.
-func StorageDir(cfg *config.Config) string {
-	if cfg.TLS.StorageDir != "" {
-		return cfg.TLS.StorageDir
-	}
-	return filepath.Join(cfg.DataDir, "tls")
 }
 
 // localNames are the default names of a local certificate: localhost and

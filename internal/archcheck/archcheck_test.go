@@ -18,6 +18,15 @@ import (
 // services are the top-level folders that never import one another.
 var services = []string{"api", "executor", "egress", "mirror", "installer", "readiness", "mcp", "console", "sbom", "doctor", "tlsserve", "store"}
 
+// shared are packages inside a service's folder (or a service) that any
+// service may import, each with the reason. TestSharedPackagesAreLeaves
+// keeps them from importing a service in turn.
+var shared = map[string]string{
+	"store":         "the one database: every service's tables and migrations live there (docs/architecture.md); services read and write through it, and it imports none of them",
+	"egress/policy": "the allow-list grammar and IP vetting, a leaf without I/O (the role of smokescreen's acl/v1): the API validates a session's network request with the same rules the proxy enforces",
+	"api/wire":      "the JSON the API sends, shared with mcp and the benchmarks as the API's small client package so that they decode what the server encodes",
+}
+
 // testOnly are packages that hold process-wide state on purpose, each
 // with the reason; TestTestOnlyPackagesStayInTests keeps the reason true.
 var testOnly = map[string]string{
@@ -328,7 +337,7 @@ func TestServicesDoNotImportEachOther(t *testing.T) {
 				if !ok {
 					continue
 				}
-				if to := serviceOf(rel); to != "" && to != from {
+				if to := serviceOf(rel); to != "" && to != from && shared[rel] == "" {
 					t.Errorf("%s: service %s imports service %s (%s); declare the interface it needs and let the composition pass it in", m.pos(is), from, to, path)
 				}
 			}
@@ -394,6 +403,25 @@ func TestTestOnlyPackagesStayInTests(t *testing.T) {
 				path, _ := strconv.Unquote(is.Path.Value)
 				if rel, ok := strings.CutPrefix(path, m.path+"/"); ok && testOnly[rel] != "" && !strings.HasPrefix(dir, rel) {
 					t.Errorf("%s: non-test code imports %s, which may hold process-wide state only because tests alone use it", m.pos(is), path)
+				}
+			}
+		}
+	}
+}
+
+func TestSharedPackagesAreLeaves(t *testing.T) {
+	m := loadModule(t)
+	for dir := range shared {
+		p := m.pkgs[dir]
+		if p == nil {
+			t.Errorf("shared package %s does not exist; drop it from the list", dir)
+			continue
+		}
+		for _, f := range p.files {
+			for _, is := range f.Imports {
+				path, _ := strconv.Unquote(is.Path.Value)
+				if rel, ok := strings.CutPrefix(path, m.path+"/"); ok && serviceOf(rel) != "" && shared[rel] == "" {
+					t.Errorf("%s: shared package %s imports %s; a package every service may import must import no service", m.pos(is), dir, path)
 				}
 			}
 		}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"path/filepath"
 	"strings"
 )
 
@@ -43,6 +44,15 @@ type TLS struct {
 	// StorageDir keeps certificates, ACME accounts and the local CA; empty:
 	// <data_dir>/tls.
 	StorageDir string `yaml:"storage_dir"`
+}
+
+// Storage is where modes acme and local keep their state: StorageDir, by
+// default <dataDir>/tls.
+func (t TLS) Storage(dataDir string) string {
+	if t.StorageDir != "" {
+		return t.StorageDir
+	}
+	return filepath.Join(dataDir, "tls")
 }
 
 // Enabled reports whether the listener serves HTTPS.
