@@ -57,14 +57,15 @@ type pkg struct {
 
 // module reads every non-test Go file under the module root.
 type module struct {
+	root string // its folder
 	path string // module path from go.mod
 	fset *token.FileSet
 	pkgs map[string]*pkg
 }
 
-func loadModule(t *testing.T) *module {
+func loadModule(t *testing.T, dir string) *module {
 	t.Helper()
-	root, err := filepath.Abs("../..")
+	root, err := filepath.Abs(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,7 +73,7 @@ func loadModule(t *testing.T) *module {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := &module{fset: token.NewFileSet(), pkgs: map[string]*pkg{}}
+	m := &module{root: root, fset: token.NewFileSet(), pkgs: map[string]*pkg{}}
 	for line := range strings.SplitSeq(string(gomod), "\n") {
 		if p, ok := strings.CutPrefix(strings.TrimSpace(line), "module "); ok {
 			m.path = strings.TrimSpace(p)
@@ -134,10 +135,8 @@ func (m *module) sortedDirs() []string {
 
 func (m *module) pos(n ast.Node) string {
 	p := m.fset.Position(n.Pos())
-	if root, err := filepath.Abs("../.."); err == nil {
-		if rel, err := filepath.Rel(root, p.Filename); err == nil {
-			p.Filename = filepath.ToSlash(rel)
-		}
+	if rel, err := filepath.Rel(m.root, p.Filename); err == nil {
+		p.Filename = filepath.ToSlash(rel)
 	}
 	return fmt.Sprintf("%s:%d", p.Filename, p.Line)
 }
@@ -218,6 +217,28 @@ func root(e ast.Expr) (id *ast.Ident, qualifier *ast.Ident) {
 	}
 }
 
+// mutatesFirstArg reports whether a call of fun changes its first argument
+// in place: the builtins delete, clear and copy, sort's functions and
+// slices' sorts.
+func mutatesFirstArg(fun ast.Expr) bool {
+	switch f := fun.(type) {
+	case *ast.Ident:
+		return f.Obj == nil && (f.Name == "delete" || f.Name == "clear" || f.Name == "copy")
+	case *ast.SelectorExpr:
+		q, ok := f.X.(*ast.Ident)
+		if !ok {
+			return false
+		}
+		switch q.Name {
+		case "sort":
+			return true
+		case "slices":
+			return strings.HasPrefix(f.Sel.Name, "Sort") || f.Sel.Name == "Reverse"
+		}
+	}
+	return false
+}
+
 // imported returns the names a file gives its imports, and their paths.
 func imported(f *ast.File) map[string]string {
 	names := map[string]string{}
@@ -232,9 +253,9 @@ func imported(f *ast.File) map[string]string {
 	return names
 }
 
-func TestNoMutablePackageVars(t *testing.T) {
-	m := loadModule(t)
-	var bad []string
+// mutableVars lists writes into package-level variables and package-level
+// variables of stateful types.
+func mutableVars(m *module) (bad []string) {
 	for _, dir := range m.sortedDirs() {
 		if testOnly[dir] != "" {
 			continue
@@ -307,6 +328,10 @@ func TestNoMutablePackageVars(t *testing.T) {
 							if s.Op == token.AND {
 								write(s.X, "has its address taken")
 							}
+						case *ast.CallExpr:
+							if len(s.Args) > 0 && mutatesFirstArg(s.Fun) {
+								write(s.Args[0], "is changed in place in a function")
+							}
 						}
 						return true
 					})
@@ -315,16 +340,11 @@ func TestNoMutablePackageVars(t *testing.T) {
 			}
 		}
 	}
-	for _, b := range bad {
-		t.Error(b)
-	}
-	if len(bad) > 0 {
-		t.Log("make it a field of the struct that uses it (a Config or Options field, or the service), which tests set")
-	}
+	return bad
 }
 
-func TestServicesDoNotImportEachOther(t *testing.T) {
-	m := loadModule(t)
+// serviceImports lists imports of one service by another.
+func serviceImports(m *module) (bad []string) {
 	for _, dir := range m.sortedDirs() {
 		from := serviceOf(dir)
 		if from == "" {
@@ -338,15 +358,16 @@ func TestServicesDoNotImportEachOther(t *testing.T) {
 					continue
 				}
 				if to := serviceOf(rel); to != "" && to != from && shared[rel] == "" {
-					t.Errorf("%s: service %s imports service %s (%s); declare the interface it needs and let the composition pass it in", m.pos(is), from, to, path)
+					bad = append(bad, fmt.Sprintf("%s: service %s imports service %s (%s); declare the interface it needs and let the composition pass it in", m.pos(is), from, to, path))
 				}
 			}
 		}
 	}
+	return bad
 }
 
-// errorText returns the x in x.Error() when e is such a call.
-func errorText(e ast.Expr) bool {
+// isErrorText reports whether e is a call x.Error().
+func isErrorText(e ast.Expr) bool {
 	c, ok := e.(*ast.CallExpr)
 	if !ok || len(c.Args) != 0 {
 		return false
@@ -355,8 +376,8 @@ func errorText(e ast.Expr) bool {
 	return ok && s.Sel.Name == "Error"
 }
 
-func TestErrorsNotClassifiedByText(t *testing.T) {
-	m := loadModule(t)
+// errorText lists comparisons and searches of the text of x.Error().
+func errorText(m *module) (bad []string) {
 	for _, dir := range m.sortedDirs() {
 		for _, f := range m.pkgs[dir].files {
 			ast.Inspect(f, func(n ast.Node) bool {
@@ -376,53 +397,129 @@ func TestErrorsNotClassifiedByText(t *testing.T) {
 						return true
 					}
 					for _, a := range x.Args {
-						if errorText(a) {
-							t.Errorf("%s: %s on the text of an error; classify it with errors.Is or errors.As", m.pos(x), fn)
+						if isErrorText(a) {
+							bad = append(bad, fmt.Sprintf("%s: %s on the text of an error; classify it with errors.Is or errors.As", m.pos(x), fn))
 						}
 					}
 				case *ast.BinaryExpr:
-					if (x.Op == token.EQL || x.Op == token.NEQ) && (errorText(x.X) || errorText(x.Y)) {
-						t.Errorf("%s: comparing the text of an error; classify it with errors.Is or errors.As", m.pos(x))
+					if (x.Op == token.EQL || x.Op == token.NEQ) && (isErrorText(x.X) || isErrorText(x.Y)) {
+						bad = append(bad, fmt.Sprintf("%s: comparing the text of an error; classify it with errors.Is or errors.As", m.pos(x)))
 					}
 				case *ast.SwitchStmt:
-					if x.Tag != nil && errorText(x.Tag) {
-						t.Errorf("%s: switching on the text of an error; classify it with errors.Is or errors.As", m.pos(x))
+					if x.Tag != nil && isErrorText(x.Tag) {
+						bad = append(bad, fmt.Sprintf("%s: switching on the text of an error; classify it with errors.Is or errors.As", m.pos(x)))
 					}
 				}
 				return true
 			})
 		}
 	}
+	return bad
 }
 
-func TestTestOnlyPackagesStayInTests(t *testing.T) {
-	m := loadModule(t)
+// testOnlyImports lists non-test imports of the test-only packages.
+func testOnlyImports(m *module) (bad []string) {
 	for _, dir := range m.sortedDirs() {
 		for _, f := range m.pkgs[dir].files {
 			for _, is := range f.Imports {
 				path, _ := strconv.Unquote(is.Path.Value)
 				if rel, ok := strings.CutPrefix(path, m.path+"/"); ok && testOnly[rel] != "" && !strings.HasPrefix(dir, rel) {
-					t.Errorf("%s: non-test code imports %s, which may hold process-wide state only because tests alone use it", m.pos(is), path)
+					bad = append(bad, fmt.Sprintf("%s: non-test code imports %s, which may hold process-wide state only because tests alone use it", m.pos(is), path))
 				}
 			}
 		}
 	}
+	return bad
 }
 
-func TestSharedPackagesAreLeaves(t *testing.T) {
-	m := loadModule(t)
+// sharedImports lists the services that shared packages import.
+func sharedImports(m *module) (bad []string) {
 	for dir := range shared {
 		p := m.pkgs[dir]
 		if p == nil {
-			t.Errorf("shared package %s does not exist; drop it from the list", dir)
+			bad = append(bad, fmt.Sprintf("shared package %s does not exist; drop it from the list", dir))
 			continue
 		}
 		for _, f := range p.files {
 			for _, is := range f.Imports {
 				path, _ := strconv.Unquote(is.Path.Value)
 				if rel, ok := strings.CutPrefix(path, m.path+"/"); ok && serviceOf(rel) != "" && shared[rel] == "" {
-					t.Errorf("%s: shared package %s imports %s; a package every service may import must import no service", m.pos(is), dir, path)
+					bad = append(bad, fmt.Sprintf("%s: shared package %s imports %s; a package every service may import must import no service", m.pos(is), dir, path))
 				}
+			}
+		}
+	}
+	return bad
+}
+
+// TestArchitecture runs every check over the module.
+func TestArchitecture(t *testing.T) {
+	m := loadModule(t, "../..")
+	checks := []struct {
+		name  string
+		check func(*module) []string
+		fix   string
+	}{
+		{"no mutable package-level variables", mutableVars, "make it a field of the struct that uses it (a Config or Options field, or the service), which tests set"},
+		{"services do not import each other", serviceImports, "declare the interface it needs and let the composition pass it in"},
+		{"errors are classified by type", errorText, "classify it with errors.Is or errors.As"},
+		{"test-only packages stay in tests", testOnlyImports, "move the state into a struct"},
+		{"shared packages are leaves", sharedImports, "keep the shared package free of services"},
+	}
+	for _, c := range checks {
+		t.Run(c.name, func(t *testing.T) {
+			bad := c.check(m)
+			for _, b := range bad {
+				t.Error(b)
+			}
+			if len(bad) > 0 {
+				t.Log(c.fix)
+			}
+		})
+	}
+}
+
+// TestChecksCatchViolations runs the checks over testdata/bad, a module
+// that breaks each rule once in every way the checks know.
+func TestChecksCatchViolations(t *testing.T) {
+	m := loadModule(t, "testdata/bad")
+	got := map[string][]string{
+		"mutableVars":    mutableVars(m),
+		"serviceImports": serviceImports(m),
+		"errorText":      errorText(m),
+	}
+	want := map[string][]string{
+		"mutableVars": {
+			"api/state.go:12: package-level variable hits is a atomic.Int64",
+			"api/state.go:14: package-level variable mu is a sync.Mutex",
+			"api/state.go:19: package-level variable counter is assigned",
+			"api/state.go:20: package-level variable counter is assigned",
+			"api/state.go:21: package-level variable table is assigned",
+			"api/state.go:22: package-level variable names is changed in place",
+			"api/state.go:23: package-level variable table is changed in place",
+			"api/state.go:24: package-level variable limit has its address taken",
+			"api/state.go:25: package-level variable http.DefaultClient is assigned",
+			"api/state_test.go:6: package-level variable limit is assigned",
+		},
+		"serviceImports": {
+			"api/state.go:5: service api imports service executor",
+		},
+		"errorText": {
+			"api/state.go:31: strings.Contains on the text of an error",
+			"api/state.go:34: comparing the text of an error",
+			"api/state.go:37: switching on the text of an error",
+		},
+	}
+	for name, lines := range want {
+		problems := got[name]
+		sort.Strings(problems)
+		if len(problems) != len(lines) {
+			t.Errorf("%s found %d problems, want %d:\n%s", name, len(problems), len(lines), strings.Join(problems, "\n"))
+			continue
+		}
+		for i, w := range lines {
+			if !strings.HasPrefix(problems[i], w) {
+				t.Errorf("%s problem %d = %q, want it to start %q", name, i, problems[i], w)
 			}
 		}
 	}
