@@ -15,7 +15,8 @@ const DefaultCache = "/var/cache/sandboxapi/rootfs"
 var ErrNotBuilt = errors.New("no rootfs built (run `sandboxapi rootfs build`)")
 
 // Find returns the rootfs tree and versions file of a build folder
-// (one holding .complete), or of the newest complete build under cache.
+// (one holding .complete), or of the newest complete build under cache
+// (DefaultCache when empty); the doctor and the executor both use it.
 func Find(path, cache string) (tree, versions string, err error) {
 	if path != "" {
 		if _, err := os.Stat(filepath.Join(path, ".complete")); err == nil {
