@@ -217,6 +217,26 @@ func root(e ast.Expr) (id *ast.Ident, qualifier *ast.Ident) {
 	}
 }
 
+// processSetters change a default that the whole process shares.
+var processSetters = map[string]bool{
+	"slog.SetDefault": true, "slog.SetLogLoggerLevel": true, "log.SetOutput": true, "log.SetFlags": true, "log.SetPrefix": true,
+	"http.Handle": true, "http.HandleFunc": true, "prometheus.MustRegister": true, "prometheus.Register": true,
+	"os.Setenv": true, "os.Unsetenv": true, "os.Chdir": true, "debug.SetGCPercent": true, "debug.SetMemoryLimit": true,
+}
+
+// callName returns pkg.Func for a call of a package's function, else "".
+func callName(fun ast.Expr) string {
+	sel, ok := fun.(*ast.SelectorExpr)
+	if !ok {
+		return ""
+	}
+	q, ok := sel.X.(*ast.Ident)
+	if !ok || q.Obj != nil {
+		return ""
+	}
+	return q.Name + "." + sel.Sel.Name
+}
+
 // mutatesFirstArg reports whether a call of fun changes its first argument
 // in place: the builtins delete, clear and copy, sort's functions and
 // slices' sorts.
@@ -331,6 +351,9 @@ func mutableVars(m *module) (bad []string) {
 						case *ast.CallExpr:
 							if len(s.Args) > 0 && mutatesFirstArg(s.Fun) {
 								write(s.Args[0], "is changed in place in a function")
+							}
+							if fn := callName(s.Fun); processSetters[fn] && !test {
+								bad = append(bad, fmt.Sprintf("%s: %s changes state of the whole process", m.pos(s), fn))
 							}
 						}
 						return true
@@ -499,6 +522,7 @@ func TestChecksCatchViolations(t *testing.T) {
 			"api/state.go:23: package-level variable table is changed in place",
 			"api/state.go:24: package-level variable limit has its address taken",
 			"api/state.go:25: package-level variable http.DefaultClient is assigned",
+			"api/state.go:55: slog.SetDefault changes state of the whole process",
 			"api/state_test.go:6: package-level variable limit is assigned",
 		},
 		"serviceImports": {

@@ -8,7 +8,9 @@
 //     tests (a test hook is a field of a struct the test builds), and none
 //     is of a type that exists to be mutated (sync.Mutex, atomic.Int64, ...).
 //     Sentinel errors, compiled patterns, embedded files, lookup tables and
-//     scratch-buffer pools (sync.Pool) stay allowed. Test-only support
+//     scratch-buffer pools (sync.Pool) stay allowed. Non-test code calls
+//     none of the setters of process-wide defaults (slog.SetDefault,
+//     http.HandleFunc, os.Setenv, ...). Test-only support
 //     packages are listed, with the reason, and checked to stay test-only.
 //   - No service imports another service; a service's subpackages count as
 //     the service. Leaf packages under internal/ may be imported by any, and

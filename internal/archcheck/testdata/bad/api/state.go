@@ -50,3 +50,7 @@ func fine() int {
 	delete(table, "y")
 	return counter + len(names) + int(limit)
 }
+
+func setup() {
+	slog.SetDefault(nil)
+}
