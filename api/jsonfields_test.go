@@ -1,7 +1,10 @@
 package api
 
 import (
+	"bytes"
+	"encoding/json"
 	"reflect"
+	"strings"
 	"testing"
 )
 
@@ -44,4 +47,43 @@ func TestUnknownField(t *testing.T) {
 			}
 		})
 	}
+}
+
+// FuzzUnknownFieldMatchesDecoder: for the request types the API decodes,
+// unknownField finds an unknown key exactly when encoding/json's
+// DisallowUnknownFields refuses the body (which says so only in its text,
+// hence the comparison here, in a test).
+func FuzzUnknownFieldMatchesDecoder(f *testing.F) {
+	for _, s := range []string{
+		`{"language":"python3","code":"print(1)","timeout":2,"env":{"A":"b"},"files":[{"path":"a","content":"b"}]}`,
+		`{"language":"python3","x":1}`,
+		`{"LANGUAGE":"bash","Code":"true"}`,
+		`{"files":[{"path":"a","mode":"x"}]}`,
+		`{"language":"python3","network":{"allow":["example.com"]}}`,
+		`{"language":"python3","network":{"allow":["example.com"],"deny":1}}`,
+		`{"manager":"pip","packages":["a==1"],"extra":null}`,
+		`{"idle_ttl":60,"network":null}`,
+		`[]`, `null`, `{}`,
+	} {
+		f.Add([]byte(s))
+	}
+	types := []reflect.Type{
+		reflect.TypeFor[*executeRequest](), reflect.TypeFor[*createSessionRequest](),
+		reflect.TypeFor[*forkRequest](), reflect.TypeFor[*installRequest](), reflect.TypeFor[*checkPackagesRequest](),
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		for _, typ := range types {
+			if json.Unmarshal(body, reflect.New(typ.Elem()).Interface()) != nil {
+				continue // refused before any field is looked at
+			}
+			dec := json.NewDecoder(bytes.NewReader(body))
+			dec.DisallowUnknownFields()
+			err := dec.Decode(reflect.New(typ.Elem()).Interface())
+			strict := err != nil && strings.HasPrefix(err.Error(), "json: unknown field")
+			name, found := unknownField(body, typ)
+			if strict != found {
+				t.Fatalf("%s %s: decoder says %v, unknownField %q %t", typ, body, err, name, found)
+			}
+		}
+	})
 }
