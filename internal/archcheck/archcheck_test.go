@@ -19,7 +19,7 @@ import (
 var services = []string{"api", "executor", "egress", "mirror", "installer", "readiness", "mcp", "console", "sbom", "doctor", "tlsserve", "store"}
 
 // shared are packages inside a service's folder (or a service) that any
-// service may import, each with the reason. TestSharedPackagesAreLeaves
+// service may import, each with the reason. sharedImports
 // keeps them from importing a service in turn.
 var shared = map[string]string{
 	"store":         "the one database: every service's tables and migrations live there (docs/architecture.md); services read and write through it, and it imports none of them",
@@ -28,7 +28,7 @@ var shared = map[string]string{
 }
 
 // testOnly are packages that hold process-wide state on purpose, each
-// with the reason; TestTestOnlyPackagesStayInTests keeps the reason true.
+// with the reason; testOnlyImports keeps the reason true.
 var testOnly = map[string]string{
 	"internal/testenv": "test support imported only by _test.go files: one PostgreSQL server, one guest build and one pool of network names per test binary, shared by its tests",
 }
@@ -55,7 +55,7 @@ type pkg struct {
 	tests map[string]*ast.File
 }
 
-// module reads every non-test Go file under the module root.
+// module is every Go file under a module root, by folder.
 type module struct {
 	root string // its folder
 	path string // module path from go.mod
