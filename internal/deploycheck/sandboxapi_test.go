@@ -57,7 +57,36 @@ func TestManifestCommandsExist(t *testing.T) {
 	if n < 4 {
 		t.Fatalf("found %d sandboxapi command lines, want serve, mirror serve, rootfs build, validate and doctor", n)
 	}
+	// The commands the README and the manifests' comments tell operators
+	// to run in the pods (kubectl exec ... -- sandboxapi ...).
+	n = 0
+	err := filepath.WalkDir(kubeDir(), func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || !(strings.HasSuffix(p, ".md") || strings.HasSuffix(p, ".yaml")) {
+			return err
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		for _, m := range execCommand.FindAllStringSubmatch(string(b), -1) {
+			n++
+			if err := checkCommandLine(t, m[1]); err != nil {
+				rel, _ := filepath.Rel(kubeDir(), p)
+				t.Errorf("%s: %v", rel, err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n == 0 {
+		t.Error("found no kubectl exec ... -- sandboxapi line in deploy/kubernetes")
+	}
 }
+
+// execCommand finds sandboxapi run through kubectl exec.
+var execCommand = regexp.MustCompile(`kubectl [^\n]*exec [^\n]*-- sandboxapi ([^\n]*)`)
 
 // TestCommandLineCheckBites: what does not exist is refused.
 func TestCommandLineCheckBites(t *testing.T) {
