@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"reflect"
 	"regexp"
@@ -259,7 +260,7 @@ func configs(t *testing.T) (node, mirror []byte, objs []object) {
 			if n == "" || m == "" {
 				t.Fatal("the ConfigMap lacks sandboxapi.yaml or mirror.yaml")
 			}
-			filled := strings.NewReplacer("${NODE_NAME}", "node-a", "${POD_ADDR}", "10.0.0.7").Replace(n)
+			filled := fillConfig(t, objs, n, "node-a", "10.0.0.7")
 			if i := strings.Index(filled, "${"); i >= 0 {
 				t.Fatalf("the node config holds a placeholder the init container does not fill: %.40s", filled[i:])
 			}
@@ -268,6 +269,70 @@ func configs(t *testing.T) (node, mirror []byte, objs []object) {
 	}
 	t.Fatal("no ConfigMap sandboxapi-config in the base")
 	return nil, nil, nil
+}
+
+// fillConfig runs the DaemonSet's init container "config" script with
+// /bin/sh on template, as that container would on a host named nodeName
+// with pod IP podIP, and returns the config it writes (the script's
+// closing `exec sandboxapi validate` is left out: TestManifestConfigs
+// parses the result itself).
+func fillConfig(t *testing.T, objs []object, template, nodeName, podIP string) string {
+	t.Helper()
+	var script string
+	for _, w := range workloads(objs) {
+		for _, c := range containers(w.spec) {
+			if w.obj.kind() == "DaemonSet" && c["name"] == "config" {
+				script = fmt.Sprint(list(c, "args")...)
+			}
+		}
+	}
+	if !strings.Contains(script, "/etc/sandboxapi/sandboxapi.yaml") || !strings.Contains(script, "/run/sandboxapi/sandboxapi.yaml") {
+		t.Fatalf("no init container config rendering /etc/sandboxapi/sandboxapi.yaml into /run/sandboxapi/sandboxapi.yaml:\n%s", script)
+	}
+	in, out := t.TempDir(), t.TempDir()
+	write(t, filepath.Join(in, "sandboxapi.yaml"), template)
+	script = strings.NewReplacer("/etc/sandboxapi/", in+"/", "/run/sandboxapi/", out+"/", "exec sandboxapi ", "exit 0 # ").Replace(script)
+	cmd := exec.Command("/bin/sh", "-c", script)
+	cmd.Env = append(os.Environ(), "NODE_NAME="+nodeName, "POD_IP="+podIP)
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("the config script: %v: %s", err, b)
+	}
+	b, err := os.ReadFile(filepath.Join(out, "sandboxapi.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// TestConfigScriptAddresses: the rendered config names the node and
+// reaches it on its pod IP, IPv6 in brackets.
+func TestConfigScriptAddresses(t *testing.T) {
+	raw, err := render(t, filepath.Join(kubeDir(), "base"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs := decode(t, raw)
+	var template string
+	for _, o := range objs {
+		if o.kind() == "ConfigMap" {
+			template, _ = get(o, "data", "sandboxapi.yaml").(string)
+		}
+	}
+	for _, tt := range []struct{ ip, want string }{
+		{"10.0.0.7", "http://10.0.0.7:8080"},
+		{"fd00::7", "http://[fd00::7]:8080"},
+	} {
+		var cfg map[string]any
+		if err := yaml.Unmarshal([]byte(fillConfig(t, objs, template, "host-1", tt.ip)), &cfg); err != nil {
+			t.Fatal(err)
+		}
+		if got := get(cfg, "cluster", "advertise_url"); got != tt.want {
+			t.Errorf("pod IP %s: advertise_url %v, want %s", tt.ip, got, tt.want)
+		}
+		if got := get(cfg, "cluster", "node"); got != "host-1" {
+			t.Errorf("cluster.node %v, want the host's name", got)
+		}
+	}
 }
 
 // TestManifestConfigs parses the node's and the mirror's configs as
