@@ -155,20 +155,20 @@ func convert(v any) any {
 			case k == "description" || strings.HasPrefix(k, "x-"):
 				// dropped: not validation
 			case k == "properties":
-				props := map[string]any{}
-				for p, ps := range val.(map[string]any) {
-					props[p] = convert(ps)
+				// Names, not keywords: a property called "description"
+				// or "x-y" stays.
+				if m, ok := val.(map[string]any); ok {
+					props := make(map[string]any, len(m))
+					for p, ps := range m {
+						props[p] = convert(ps)
+					}
+					out[k] = props
+				} else {
+					out[k] = val
 				}
-				out[k] = props
-			case k == "items" || k == "additionalProperties" || k == "not":
+			case k == "items" || k == "additionalProperties" || k == "not" ||
+				k == "allOf" || k == "anyOf" || k == "oneOf":
 				out[k] = convert(val)
-			case k == "allOf" || k == "anyOf" || k == "oneOf":
-				list := val.([]any)
-				conv := make([]any, len(list))
-				for i, e := range list {
-					conv[i] = convert(e)
-				}
-				out[k] = conv
 			case k == "$ref":
 				out[k] = val // "#/definitions/...": the same file
 			default:

@@ -125,3 +125,22 @@ func TestConvertRefusesOtherDocuments(t *testing.T) {
 		}
 	}
 }
+
+// FuzzConvert: any document is converted or refused, never a panic, and
+// what is converted is JSON.
+func FuzzConvert(f *testing.F) {
+	f.Add([]byte(miniSwagger))
+	f.Add([]byte(`{"swagger":"2.0","definitions":{"a":{"properties":[],"allOf":{},"x-kubernetes-group-version-kind":[{"kind":"A","version":"v1"}]}}}`))
+	f.Add([]byte(`{"swagger":"2.0","definitions":{"a":{"type":"object","x-kubernetes-group-version-kind":{"kind":1}}}}`))
+	f.Fuzz(func(t *testing.T, doc []byte) {
+		files, err := Convert(doc)
+		if err != nil {
+			return
+		}
+		for name, b := range files {
+			if !json.Valid(b) {
+				t.Fatalf("%s is not JSON", name)
+			}
+		}
+	})
+}
