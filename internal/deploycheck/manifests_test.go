@@ -248,12 +248,18 @@ type workload struct {
 func workloads(objs []object) []workload {
 	var out []workload
 	for _, o := range objs {
+		var tmpl any
 		switch o.kind() {
 		case "DaemonSet", "Deployment", "StatefulSet", "Job":
-			labels, _ := get(o, "spec", "template", "metadata", "labels").(map[string]any)
-			spec, _ := get(o, "spec", "template", "spec").(map[string]any)
-			out = append(out, workload{obj: o, labels: labels, spec: spec})
+			tmpl = get(o, "spec", "template")
+		case "CronJob":
+			tmpl = get(o, "spec", "jobTemplate", "spec", "template")
+		default:
+			continue
 		}
+		labels, _ := get(tmpl, "metadata", "labels").(map[string]any)
+		spec, _ := get(tmpl, "spec").(map[string]any)
+		out = append(out, workload{obj: o, labels: labels, spec: spec})
 	}
 	return out
 }
@@ -312,8 +318,12 @@ func references(r rendered) []string {
 	}
 	ws := workloads(r.objs)
 	for _, w := range ws {
-		if sel, _ := get(w.obj, "spec", "selector", "matchLabels").(map[string]any); len(sel) == 0 || !matches(sel, w.labels) {
+		if sel, _ := get(w.obj, "spec", "selector", "matchLabels").(map[string]any); (len(sel) == 0 || !matches(sel, w.labels)) && w.obj.kind() != "CronJob" && w.obj.kind() != "Job" {
 			bad("%s %s: its selector does not select its own pod template", w.obj.kind(), w.obj.name())
+		}
+		if w.spec == nil {
+			bad("%s %s: no pod template", w.obj.kind(), w.obj.name())
+			continue
 		}
 		if sa, _ := w.spec["serviceAccountName"].(string); sa != "" {
 			need(w, "ServiceAccount", sa, "")

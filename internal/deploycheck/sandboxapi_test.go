@@ -50,6 +50,8 @@ func TestManifestCommandsExist(t *testing.T) {
 					n++
 					if err := checkCommandLine(t, line); err != nil {
 						t.Errorf("%s: %s %s, container %v: %v", r.dir, w.obj.kind(), w.obj.name(), c["name"], err)
+					} else if r.dir == "base" {
+						t.Logf("%s %s, container %v: sandboxapi %s", w.obj.kind(), w.obj.name(), c["name"], line)
 					}
 				}
 			}
