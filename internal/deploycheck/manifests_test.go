@@ -33,24 +33,28 @@ func renderAll(t *testing.T) []rendered {
 }
 
 // TestManifestsValidate renders every kustomization under deploy/kubernetes
-// and validates what it renders against the Kubernetes API's schemas
-// (strict: unknown fields, wrong types, kinds or apiVersions the API does
-// not have are errors).
+// and validates what it renders against the Kubernetes API's schemas of
+// every version scripts/k8s-tools.sh provides (the oldest and the newest
+// the manifests are meant for; strict: unknown fields, wrong types, kinds
+// or apiVersions the API does not have are errors).
 func TestManifestsValidate(t *testing.T) {
+	kubeconform, schemas := validator(t)
 	for _, r := range renderAll(t) {
-		t.Run(r.dir, func(t *testing.T) {
-			v, err := validate(t, r.raw)
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, p := range v.problems() {
-				t.Error(p)
-			}
-			if v.Summary.Valid != len(r.objs) {
-				t.Errorf("%d of %d resources valid", v.Summary.Valid, len(r.objs))
-			}
-			t.Logf("%d resources valid", v.Summary.Valid)
-		})
+		for _, dir := range schemas {
+			t.Run(r.dir+"@"+filepath.Base(dir), func(t *testing.T) {
+				v, err := validateWith(kubeconform, dir, r.raw)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, p := range v.problems() {
+					t.Error(p)
+				}
+				if v.Summary.Valid != len(r.objs) {
+					t.Errorf("%d of %d resources valid", v.Summary.Valid, len(r.objs))
+				}
+				t.Logf("%d resources valid", v.Summary.Valid)
+			})
+		}
 	}
 }
 

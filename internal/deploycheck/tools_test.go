@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -71,29 +72,50 @@ func renderer(t *testing.T) []string {
 	return nil
 }
 
-// validator returns kubeconform and the schema folder, or skips (fails
-// when SANDBOXAPI_REQUIRE_RUNSC=1).
-func validator(t *testing.T) (kubeconform, schemas string) {
+// validator returns kubeconform and the schema folders, one per
+// Kubernetes version, oldest first ($SANDBOXAPI_K8S_SCHEMAS, a path list,
+// or every folder scripts/k8s-tools.sh left in the default place), or
+// skips (fails when SANDBOXAPI_REQUIRE_RUNSC=1).
+func validator(t *testing.T) (kubeconform string, schemas []string) {
 	t.Helper()
 	kubeconform = os.Getenv("SANDBOXAPI_KUBECONFORM")
 	if kubeconform == "" {
 		kubeconform = filepath.Join(testTools, "bin", "kubeconform")
 	}
-	schemas = os.Getenv("SANDBOXAPI_K8S_SCHEMAS")
-	if schemas == "" {
-		found, _ := filepath.Glob(filepath.Join(testTools, "k8s-schemas", "*", DefinitionsFile))
-		sort.Strings(found)
-		if len(found) > 0 {
-			schemas = filepath.Dir(found[len(found)-1])
-		}
-	}
 	if !isExec(kubeconform) {
 		testenv.Skip(t, "no kubeconform at %s: run scripts/k8s-tools.sh (eval its output)", kubeconform)
 	}
-	if _, err := os.Stat(filepath.Join(schemas, DefinitionsFile)); schemas == "" || err != nil {
-		testenv.Skip(t, "no Kubernetes schemas (SANDBOXAPI_K8S_SCHEMAS=%q): run scripts/k8s-tools.sh (eval its output)", schemas)
+	if env := os.Getenv("SANDBOXAPI_K8S_SCHEMAS"); env != "" {
+		schemas = filepath.SplitList(env)
+	} else {
+		found, _ := filepath.Glob(filepath.Join(testTools, "k8s-schemas", "*", DefinitionsFile))
+		for _, f := range found {
+			schemas = append(schemas, filepath.Dir(f))
+		}
+		sort.Slice(schemas, func(i, j int) bool { return versionLess(filepath.Base(schemas[i]), filepath.Base(schemas[j])) })
+	}
+	if len(schemas) == 0 {
+		testenv.Skip(t, "no Kubernetes schemas: run scripts/k8s-tools.sh (eval its output)")
+	}
+	for _, dir := range schemas {
+		if _, err := os.Stat(filepath.Join(dir, DefinitionsFile)); err != nil {
+			testenv.Skip(t, "no Kubernetes schemas in %s: run scripts/k8s-tools.sh (eval its output)", dir)
+		}
 	}
 	return kubeconform, schemas
+}
+
+// versionLess orders "v1.35.4" before "v1.37.2" (numerically).
+func versionLess(a, b string) bool {
+	pa, pb := strings.Split(strings.TrimPrefix(a, "v"), "."), strings.Split(strings.TrimPrefix(b, "v"), ".")
+	for i := 0; i < len(pa) && i < len(pb); i++ {
+		na, _ := strconv.Atoi(pa[i])
+		nb, _ := strconv.Atoi(pb[i])
+		if na != nb {
+			return na < nb
+		}
+	}
+	return len(pa) < len(pb)
 }
 
 func isExec(p string) bool {
@@ -148,17 +170,23 @@ func (v validation) problems() []string {
 	return out
 }
 
-// validate runs kubeconform, strict and offline, on a YAML stream. The
-// error is kubeconform failing to run at all; a stream that does not
-// validate comes back as problems.
+// validate runs kubeconform, strict and offline, on a YAML stream against
+// the oldest Kubernetes version's schemas. The error is kubeconform
+// failing to run at all; a stream that does not validate comes back as
+// problems.
 func validate(t *testing.T, stream []byte) (validation, error) {
 	t.Helper()
 	kubeconform, schemas := validator(t)
+	return validateWith(kubeconform, schemas[0], stream)
+}
+
+// validateWith runs kubeconform with the schemas in dir.
+func validateWith(kubeconform, dir string, stream []byte) (validation, error) {
 	cmd := exec.Command(kubeconform,
 		"-strict",              // duplicate keys are errors (unknown fields are, by the schemas)
 		"-summary", "-verbose", // every resource's verdict, not only failures
 		"-output", "json",
-		"-schema-location", filepath.Join(schemas, SchemaTemplate),
+		"-schema-location", filepath.Join(dir, SchemaTemplate),
 		"-")
 	cmd.Stdin = bytes.NewReader(stream)
 	var out, errw bytes.Buffer
