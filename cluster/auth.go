@@ -126,7 +126,7 @@ func (s *signer) verify(h http.Header, method, uri string, now time.Time) (strin
 		return "", fmt.Errorf("%w: time off by %s", ErrBadSignature, d.Round(time.Second))
 	}
 	got, err := hex.DecodeString(sig)
-	if err != nil || len(got) != sha256.Size {
+	if err != nil || len(got) != sha256.Size || !isHex(sig) {
 		return "", fmt.Errorf("%w: malformed signature", ErrBadSignature)
 	}
 	if !hmac.Equal(got, s.mac(method, uri, from, s.self, ts, nonce)) {
