@@ -266,7 +266,9 @@ func (h *handler) serveSession(w http.ResponseWriter, r *http.Request, id string
 // startsWork tells calls that start something (execute, upload, install,
 // fork, hibernate) from reads and deletes, which a draining node still
 // serves.
-func startsWork(r *http.Request) bool { return r.Method == http.MethodPost || r.Method == http.MethodPut }
+func startsWork(r *http.Request) bool {
+	return r.Method == http.MethodPost || r.Method == http.MethodPut
+}
 
 // serveOwned serves a call for a session this node owns, taking it in
 // from the store first when the executor does not have it.
