@@ -113,6 +113,7 @@ type testNode struct {
 	// its two events.
 	release chan struct{}
 	alive   atomic.Bool // the lease loop runs
+	skew    atomic.Int64 // added to the node's clock
 }
 
 func openStore(t *testing.T, url string) *store.Store {
@@ -134,7 +135,7 @@ func startNode(t *testing.T, st *store.Store, name string, free int) *testNode {
 	}
 	tn := &testNode{name: name, url: "http://" + ln.Addr().String(), ex: newFakeExec(free), obs: &countObs{}, st: st.ForNode(name)}
 	n, err := New(Settings{Node: name, AdvertiseURL: tn.url, Secret: testSecret, Lease: duration.Duration(testLease)},
-		Deps{Store: tn.st, Executor: tn.ex, Observer: tn.obs})
+		Deps{Store: tn.st, Executor: tn.ex, Observer: tn.obs, Now: func() time.Time { return time.Now().Add(time.Duration(tn.skew.Load())) }})
 	if err != nil {
 		t.Fatal(err)
 	}
