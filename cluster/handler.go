@@ -281,10 +281,12 @@ func (h *handler) serveOwned(w http.ResponseWriter, r *http.Request, id string) 
 		return
 	}
 	if !h.n.ex.Has(id) {
-		if err := h.n.ex.Adopt(ctx, id); err != nil {
+		if _, err := h.n.ex.Adopt(ctx, id); err != nil {
 			switch {
 			case errors.Is(err, sandbox.ErrSessionLost):
 				h.fail(w, r, errSessionLost)
+			case errors.Is(err, sandbox.ErrSessionMoved):
+				h.fail(w, r, errSessionMoved)
 			case errors.Is(err, sandbox.ErrNotFound):
 				h.local(w, r)
 			case ctx.Err() != nil:

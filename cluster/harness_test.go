@@ -49,25 +49,26 @@ func newFakeExec(free int) *fakeExec {
 
 func (f *fakeExec) Has(id string) bool { f.mu.Lock(); defer f.mu.Unlock(); return f.has[id] }
 
-func (f *fakeExec) Adopt(ctx context.Context, id string) error {
+func (f *fakeExec) Adopt(ctx context.Context, id string) (sandbox.Session, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.lost[id] {
-		return fmt.Errorf("adopting %s: %w", id, sandbox.ErrSessionLost)
+		return sandbox.Session{}, fmt.Errorf("adopting %s: %w", id, sandbox.ErrSessionLost)
 	}
 	if !f.has[id] {
 		f.adopts[id]++
 		f.has[id] = true
 	}
-	return nil
+	return sandbox.Session{ID: id, State: sandbox.StateHibernated}, nil
 }
 
-func (f *fakeExec) Fence(ctx context.Context) {
+func (f *fakeExec) Fence(ctx context.Context) error {
 	f.mu.Lock()
 	f.fences++
 	clear(f.has)
 	f.mu.Unlock()
 	f.fenced <- struct{}{}
+	return nil
 }
 
 func (f *fakeExec) Capacity() int { return f.capacity }

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sandboxapi/sandboxapi/internal/sandbox"
 	"github.com/sandboxapi/sandboxapi/store"
 )
 
@@ -19,11 +20,12 @@ type Executor interface {
 	Has(id string) bool
 	// Adopt takes in a session whose row says this node owns it but that
 	// is not in memory (after a claim, or after a fence of our own). It
-	// fails with sandbox.ErrSessionLost when the session's home is gone.
-	Adopt(ctx context.Context, id string) error
+	// fails with sandbox.ErrSessionLost when the session's home is gone,
+	// sandbox.ErrSessionMoved when another node owns it by now.
+	Adopt(ctx context.Context, id string) (sandbox.Session, error)
 	// Fence stops using every session at once (kill, unmount, forget)
 	// without writing their state: the node's lease is lost.
-	Fence(ctx context.Context)
+	Fence(ctx context.Context) error
 	// Capacity and Free are the sandboxes the executor may run, and those
 	// it could still start.
 	Capacity() int
@@ -250,7 +252,9 @@ func (n *Node) fence(why error) {
 	n.log.Error("cluster lease lost: fencing every session", "node", n.s.Node, "epoch", epoch, "err", why)
 	ctx, cancel := context.WithTimeout(context.Background(), n.lease/4)
 	defer cancel()
-	n.ex.Fence(ctx)
+	if err := n.ex.Fence(ctx); err != nil {
+		n.log.Error("cluster: fencing", "node", n.s.Node, "err", err)
+	}
 }
 
 // serving reports whether the node holds its lease by its own clock, with

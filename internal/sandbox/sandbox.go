@@ -22,12 +22,6 @@ var (
 	// ErrNoStorage: the host's disk budget for homes (executor.max_disk)
 	// cannot hold another home; nothing was made.
 	ErrNoStorage = errors.New("insufficient storage for another session home")
-	// ErrSessionLost: a session whose node died cannot be taken over (its
-	// home image is not on storage this node reaches); it has been ended.
-	ErrSessionLost = errors.New("session was lost with its node")
-	// ErrSessionMoved: another node took the session over; a retry
-	// reaches it there.
-	ErrSessionMoved = errors.New("session moved to another node")
 )
 
 // State is a session's lifecycle state.
