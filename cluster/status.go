@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"text/tabwriter"
@@ -59,4 +60,17 @@ func WriteStatus(w io.Writer, nodes []store.NodeRow, now time.Time) error {
 			n.StartedAt.UTC().Format(time.RFC3339), n.URL)
 	}
 	return tw.Flush()
+}
+
+// NodesAlive counts the nodes holding a lease now, as the store says
+// (for the nodes-alive gauge, read at scrape time); false when the store
+// does not answer within two seconds.
+func (n *Node) NodesAlive() (int, bool) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	nodes, err := n.st.Nodes(ctx)
+	if err != nil {
+		return 0, false
+	}
+	return Alive(nodes, n.now()), true
 }
