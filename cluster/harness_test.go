@@ -113,7 +113,7 @@ type testNode struct {
 	// release, when set, is what the streaming route waits for between
 	// its two events.
 	release chan struct{}
-	alive   atomic.Bool // the lease loop runs
+	alive   atomic.Bool  // the lease loop runs
 	skew    atomic.Int64 // added to the node's clock
 }
 

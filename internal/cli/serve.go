@@ -129,7 +129,7 @@ func serve(ctx context.Context, env *Env) error {
 	if err != nil {
 		return err
 	}
-	m := metrics.New() // the one registry of this process
+	m := metrics.New()                       // the one registry of this process
 	node, err := wireCluster(env, st, ex, m) // nil for a single node
 	if err != nil {
 		return err
