@@ -129,8 +129,9 @@ func serve(ctx context.Context, env *Env) error {
 	if err != nil {
 		return err
 	}
-	m := metrics.New()                       // the one registry of this process
-	node, err := wireCluster(env, st, ex, m) // nil for a single node
+	m := metrics.New() // the one registry of this process
+	// The cluster node (nil for a single node).
+	node, err := wireCluster(env, st, ex, m)
 	if err != nil {
 		return err
 	}
