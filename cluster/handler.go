@@ -209,6 +209,15 @@ func (h *handler) serveSession(w http.ResponseWriter, r *http.Request, id string
 		case owner.Name == self:
 			h.serveOwned(w, r, id)
 			return
+		case (owner.Name == "" || !owner.Alive(now)) && !forwarded && h.n.isDraining():
+			// A draining node takes nothing over: a node that stays does.
+			if target, ok := h.n.pick(ctx); ok {
+				if h.forward(w, r, target) != OutcomeUnreachable {
+					return
+				}
+			}
+			h.fail(w, r, errNodeUnavailable)
+			return
 		case owner.Name == "" || !owner.Alive(now):
 			ok, err := h.n.claim(ctx, id)
 			if err != nil {

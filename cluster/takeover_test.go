@@ -198,3 +198,19 @@ func TestForwardedNeverForwardedAgain(t *testing.T) {
 		t.Fatalf("forwards a %d, b %d", a.obs.forwarded("ok"), b.obs.forwarded("ok"))
 	}
 }
+
+// TestDrainingNodeTakesNothingOver: a draining node that gets a call for
+// an unowned session sends it to a node that stays, which claims it.
+func TestDrainingNodeTakesNothingOver(t *testing.T) {
+	st := openStore(t, testPostgres(t))
+	a, b := startNode(t, st, "a", 4), startNode(t, st, "b", 4)
+	insertSession(t, st, "", "s1")
+	a.node.Drain()
+	resp, body := call(t, "POST", a.url+"/v1/sessions/s1/execute", strings.NewReader("{}"), nil)
+	if resp.StatusCode != 200 || resp.Header.Get(HeaderNode) != "b" || b.ex.adopted("s1") != 1 || a.ex.adopted("s1") != 0 {
+		t.Fatalf("%d %v %s", resp.StatusCode, resp.Header, body)
+	}
+	if o, _ := st.OwnerOf(t.Context(), "s1"); o.Owner.Name != "b" {
+		t.Fatalf("owner %q", o.Owner.Name)
+	}
+}
