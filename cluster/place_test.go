@@ -3,6 +3,7 @@ package cluster
 import (
 	"bytes"
 	"encoding/json"
+	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -132,5 +133,29 @@ func TestWriteStatus(t *testing.T) {
 	}
 	if Alive(nodes, now) != 2 {
 		t.Errorf("alive %d", Alive(nodes, now))
+	}
+}
+
+// TestPlacementUnreachable: a new session placed on a node that cannot be
+// reached is made where the call arrived.
+func TestPlacementUnreachable(t *testing.T) {
+	st := openStore(t, testPostgres(t))
+	a := startNode(t, st, "a", 1)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gone := "http://" + ln.Addr().String()
+	ln.Close()
+	now := time.Now()
+	if _, err := st.RegisterNode(t.Context(), store.NodeRow{Name: "ghost", URL: gone, Capacity: 16, Free: 16, StartedAt: now, RenewedAt: now,
+		LeaseUntil: now.Add(time.Hour)}); err != nil {
+		t.Fatal(err)
+	}
+	if got := createOn(t, a); got != "a" {
+		t.Fatalf("placed on %s", got)
+	}
+	if !waitFor(time.Second, func() bool { return a.obs.forwarded("unreachable") == 1 }) {
+		t.Fatalf("unreachable forwards %d", a.obs.forwarded("unreachable"))
 	}
 }
