@@ -36,13 +36,13 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			validateCommand(),
 			rootfsCommand(),
 			keysCommand(),
+			clusterCommand(),
 			usageCommand(),
 			mirrorCommand(),
 			doctorCommand(),
 			versionCommand(),
 			mcpCommand(),
 			readinessCommand(),
-			clusterCommand(),
 		},
 	}
 	if err := root.RunContext(ctx, hoistFlags(root.Commands, args)); err != nil {
