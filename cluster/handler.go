@@ -350,6 +350,7 @@ func (h *handler) forward(w http.ResponseWriter, r *http.Request, target store.N
 		},
 		Transport:     h.n.trans,
 		FlushInterval: -1, // streams (SSE) reach the client as they are written
+		ErrorLog:      h.n.proxyLog,
 		ModifyResponse: func(resp *http.Response) error {
 			if resp.Header.Get(HeaderNode) == "" {
 				resp.Header.Set(HeaderNode, target.Name)
