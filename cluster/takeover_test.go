@@ -214,3 +214,33 @@ func TestDrainingNodeTakesNothingOver(t *testing.T) {
 		t.Fatalf("owner %q", o.Owner.Name)
 	}
 }
+
+// TestStopGivesLeaseUp: Stop ends the lease at once (its sessions are
+// claimable), and the node's next start is a new epoch.
+func TestStopGivesLeaseUp(t *testing.T) {
+	st := openStore(t, testPostgres(t))
+	a, b := startNode(t, st, "a", 4), startNode(t, st, "b", 4)
+	if n, ok := b.node.NodesAlive(); !ok || n != 2 {
+		t.Fatalf("alive %d %v", n, ok)
+	}
+	epoch := a.node.Epoch()
+	if err := a.node.Stop(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	a.alive.Store(false)
+	row, err := st.GetNode(t.Context(), "a")
+	if err != nil || row.Alive(time.Now()) || row.Epoch != epoch {
+		t.Fatalf("after Stop: %+v, %v", row, err)
+	}
+	if n, _ := b.node.NodesAlive(); n != 1 {
+		t.Fatalf("alive %d after a stopped", n)
+	}
+	insertSession(t, st, "a", "s1")
+	if ok, err := b.node.claim(t.Context(), "s1"); !ok || err != nil {
+		t.Fatalf("claim after Stop: %v, %v", ok, err)
+	}
+	a2 := startNode(t, st, "a", 4)
+	if a2.node.Epoch() != epoch+1 {
+		t.Fatalf("epoch %d after %d", a2.node.Epoch(), epoch)
+	}
+}
