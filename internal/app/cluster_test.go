@@ -39,8 +39,8 @@ func (s nodeSandboxes) GetSession(ctx context.Context, owner, id string) (sandbo
 	return sandbox.Session{ID: id, Owner: owner, Language: "python", State: sandbox.StateRunning, CreatedAt: time.Now(), LastUsedAt: time.Now()}, nil
 }
 func (s nodeSandboxes) ListSessions(ctx context.Context, owner string) []sandbox.Session { return nil }
-func (s nodeSandboxes) CountSessions(owner string) int                                  { return 0 }
-func (s nodeSandboxes) DeleteSession(ctx context.Context, owner, id string) error       { return nil }
+func (s nodeSandboxes) CountSessions(owner string) int                                   { return 0 }
+func (s nodeSandboxes) DeleteSession(ctx context.Context, owner, id string) error        { return nil }
 func (s nodeSandboxes) Execute(ctx context.Context, owner, id string, req sandbox.ExecRequest) (sandbox.Result, error) {
 	return sandbox.Result{ExecutionID: "e1", Stdout: s.name, Status: sandbox.StatusOK}, nil
 }
