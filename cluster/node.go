@@ -289,6 +289,10 @@ func (n *Node) loop() {
 		case <-t.C:
 		}
 		n.sig.prune(n.now())
+		// Read again: Drain may have renewed while the timer ran.
+		n.mu.Lock()
+		epoch, validUntil = n.epoch, n.validUntil
+		n.mu.Unlock()
 		if epoch == 0 {
 			ctx, cancel := context.WithTimeout(context.Background(), n.lease/3)
 			err := n.register(ctx)
