@@ -79,6 +79,7 @@ func TestForwardStreams(t *testing.T) {
 	insertSession(t, st, "b", "s1")
 	b.ex.has["s1"] = true
 	req, _ := http.NewRequestWithContext(t.Context(), "POST", a.url+"/v1/sessions/s1/stream", strings.NewReader("{}"))
+	req.Header.Set("Authorization", "Bearer test-key")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -133,6 +134,7 @@ func TestForwardLargeUpload(t *testing.T) {
 	var before, after runtime.MemStats
 	runtime.ReadMemStats(&before)
 	req, _ := http.NewRequestWithContext(t.Context(), "PUT", a.url+"/v1/sessions/s1/files?path=big.bin", io.LimitReader(zeros{}, size))
+	req.Header.Set("Authorization", "Bearer test-key")
 	req.ContentLength = size
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {

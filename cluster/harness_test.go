@@ -228,7 +228,12 @@ func call(t *testing.T, method, url string, body io.Reader, hdr map[string]strin
 	if err != nil {
 		t.Fatal(err)
 	}
+	req.Header.Set("Authorization", "Bearer test-key")
 	for k, v := range hdr {
+		if v == "" {
+			req.Header.Del(k)
+			continue
+		}
 		req.Header.Set(k, v)
 	}
 	resp, err := http.DefaultClient.Do(req)
