@@ -200,6 +200,9 @@ func (tn *testNode) api(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		fmt.Fprint(w, "event: result\ndata: {}\n\n")
+	case r.Method == http.MethodGet && strings.HasSuffix(r.URL.Path, "/files"):
+		w.Header().Set("Content-Type", "application/octet-stream")
+		io.Copy(w, io.LimitReader(zeros{}, 64<<20))
 	case r.Method == http.MethodPut:
 		n, err := io.Copy(io.Discard, r.Body)
 		if err != nil {
