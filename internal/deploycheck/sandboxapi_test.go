@@ -342,7 +342,14 @@ func TestConfigScriptAddresses(t *testing.T) {
 // ports, Services and grace period agree with them.
 func TestManifestConfigs(t *testing.T) {
 	nodeYAML, mirrorYAML, objs := configs(t)
-	node, err := config.Parse(pendingStripped(t, nodeYAML), "node config")
+	// The pod's Secret gives the store URL and the cluster secret, as
+	// environment variables that override the file.
+	nodeFile := filepath.Join(t.TempDir(), "sandboxapi.yaml")
+	if err := os.WriteFile(nodeFile, pendingStripped(t, nodeYAML), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	node, err := config.LoadWith(nodeFile, config.Overrides{StoreURL: "postgres://sandboxapi:pw@db.example:5432/sandboxapi?sslmode=require",
+		ClusterSecret: "0123456789abcdef0123456789abcdef-from-the-secret"})
 	if err != nil {
 		t.Fatalf("node config: %v", err)
 	}
@@ -358,7 +365,7 @@ func TestManifestConfigs(t *testing.T) {
 	if err != nil || adv.Port() != listenPort {
 		t.Errorf("cluster.advertise_url %v: want the listen port %s", get(raw, "cluster", "advertise_url"), listenPort)
 	}
-	if node.Store.URL != "" {
+	if u, _ := get(raw, "store", "url").(string); u != "" {
 		t.Error("store.url is set in the ConfigMap: it belongs in the Secret (SANDBOXAPI_STORE_URL)")
 	}
 	if s, _ := get(raw, "cluster", "secret").(string); s != "" {
