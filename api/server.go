@@ -436,8 +436,21 @@ func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 }
 
+// readyz reports readiness: 503 while draining or when a check fails.
+// With ?scope=serving (a load balancer's probe) only draining turns it
+// red: the checks gate installs, and a mirror outage or an old OSV
+// snapshot must not take the node's other calls out of rotation. The
+// checks are in the body either way.
 func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	ok, checks := s.readinessChecks(r)
+	switch scope := r.URL.Query().Get("scope"); scope {
+	case "", "all":
+	case "serving":
+		ok = true
+	default:
+		writeError(w, r, s.log, apiErr(http.StatusBadRequest, "invalid_request", "scope must be all or serving, got %q", scope))
+		return
+	}
 	if !s.ready.Load() || !ok {
 		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"status": "not_ready", "draining": !s.ready.Load(), "checks": checks})
 		return
