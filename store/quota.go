@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"time"
 )
@@ -11,48 +12,155 @@ import (
 // FOR UPDATE on PostgreSQL; SQLite's IMMEDIATE transactions hold the one
 // write lock), so parallel callers on any number of nodes are serialized
 // per key and never overshoot.
+//
+// A session slot is a row of session_slots in one of two kinds:
+//
+//   - pending (bound = 0): reserved under a provisional id before the
+//     session exists (its id is the executor's to choose). It counts
+//     while younger than PendingSlotTTL, so a node that dies between
+//     reserving and binding holds the slot for that long at most.
+//   - bound (bound = 1): bound to its session's row (BindSessionSlot). It
+//     counts while that row is in a live state (liveStates): hibernated
+//     counts, ending, ended and failed do not.
+//
+// So whatever ends a session, on whatever node, and whether or not the
+// node lives to tidy up, the slot stops counting the moment the row
+// leaves the live states. The trigger session_slots_follow (migration 9)
+// deletes it in that same statement, and ReserveSessionSlot deletes any
+// row that no longer counts (a bind that raced the session's end, a
+// pending reservation of a node that died) before it counts.
 
-// ReserveSessionSlot takes one of keyID's max session slots for
-// sessionID, on node, and reports whether it got one. Taking a slot the
-// session already holds succeeds without taking another.
-func (s *Store) ReserveSessionSlot(ctx context.Context, keyID, sessionID, node string, max int) (bool, error) {
+// PendingSlotTTL is how long a reservation not yet bound to its session
+// counts. It outlasts any create or fork (the executor bounds both by
+// create_timeout, 30 s by default), so a slow create is never counted
+// out; it is also how long a node that crashed mid-create keeps a slot.
+const PendingSlotTTL = 10 * time.Minute
+
+// liveStates are the session states that hold a slot: the executor's
+// creating, running and hibernated, and the store-only hibernating and
+// resuming it passes through.
+const liveStates = `'creating','running','hibernating','hibernated','resuming'`
+
+// slotCounts is the condition under which a row of session_slots counts;
+// its one argument is the oldest reserved_at a pending slot may have.
+const slotCounts = `((bound = 0 AND reserved_at >= ?) OR (bound <> 0 AND EXISTS (
+	SELECT 1 FROM sessions s WHERE s.id = session_slots.session_id AND s.state IN (` + liveStates + `))))`
+
+// The trigger behind "a slot goes with its session": when a session row
+// leaves the live states (or is deleted), its bound slot is deleted in
+// the same statement, however the row was changed.
+const (
+	slotsEndTriggerSQLite = `CREATE TRIGGER IF NOT EXISTS session_slots_follow AFTER UPDATE OF state ON sessions
+	WHEN NEW.state NOT IN (` + liveStates + `)
+	BEGIN DELETE FROM session_slots WHERE session_id = NEW.id; END;
+	CREATE TRIGGER IF NOT EXISTS session_slots_follow_delete AFTER DELETE ON sessions
+	BEGIN DELETE FROM session_slots WHERE session_id = OLD.id; END;`
+	slotsEndTriggerPostgres = `CREATE OR REPLACE FUNCTION session_slots_follow() RETURNS trigger LANGUAGE plpgsql AS $$
+	BEGIN
+		IF TG_OP = 'DELETE' THEN
+			DELETE FROM session_slots WHERE session_id = OLD.id;
+		ELSIF NEW.state NOT IN (` + liveStates + `) THEN
+			DELETE FROM session_slots WHERE session_id = NEW.id;
+		END IF;
+		RETURN NULL;
+	END $$;
+	CREATE TRIGGER session_slots_follow AFTER UPDATE OF state OR DELETE ON sessions
+	FOR EACH ROW EXECUTE FUNCTION session_slots_follow();`
+	// Sessions live when the store gains the rule hold their slots.
+	slotsBackfill = `INSERT INTO session_slots(key_id, session_id, node, reserved_at, bound)
+	SELECT key_id, id, '', created_at, 1 FROM sessions WHERE key_id <> '' AND state IN (` + liveStates + `)
+	ON CONFLICT (key_id, session_id) DO NOTHING;`
+)
+
+// ReserveSessionSlot takes one of keyID's max session slots, pending
+// under slotID (a provisional id, or the session's own when it is known),
+// on node, and reports whether it got one. Taking a slot slotID already
+// holds succeeds without taking another. Rows of keyID that no longer
+// count are deleted first.
+func (s *Store) ReserveSessionSlot(ctx context.Context, keyID, slotID, node string, max int) (bool, error) {
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
 		return false, fmt.Errorf("reserving session slot: %w", err)
 	}
 	defer tx.Rollback()
-	if _, err := tx.ExecContext(ctx, `INSERT INTO quota_keys(key_id) VALUES (?) ON CONFLICT (key_id) DO NOTHING`, keyID); err != nil {
+	if err := s.lockQuotaKey(ctx, tx, keyID); err != nil {
 		return false, fmt.Errorf("reserving session slot: %w", err)
 	}
-	var locked string
-	if err := tx.QueryRowContext(ctx, `SELECT key_id FROM quota_keys WHERE key_id = ?`+s.dialect.ForUpdate(), keyID).Scan(&locked); err != nil {
-		return false, fmt.Errorf("reserving session slot: %w", err)
+	now := time.Now()
+	if _, err := tx.ExecContext(ctx, `DELETE FROM session_slots WHERE key_id = ? AND NOT `+slotCounts, keyID, ms(now.Add(-PendingSlotTTL))); err != nil {
+		return false, fmt.Errorf("reconciling session slots: %w", err)
 	}
 	var held, mine int
 	if err := tx.QueryRowContext(ctx, `SELECT COUNT(*), COALESCE(SUM(CASE WHEN session_id = ? THEN 1 ELSE 0 END), 0) FROM session_slots WHERE key_id = ?`,
-		sessionID, keyID).Scan(&held, &mine); err != nil {
+		slotID, keyID).Scan(&held, &mine); err != nil {
 		return false, fmt.Errorf("counting session slots: %w", err)
 	}
-	if mine > 0 {
-		return true, nil
+	ok := mine > 0
+	if !ok && held < max {
+		if _, err := tx.ExecContext(ctx, `INSERT INTO session_slots(key_id, session_id, node, reserved_at, bound) VALUES (?,?,?,?,0)`,
+			keyID, slotID, node, ms(now)); err != nil {
+			return false, fmt.Errorf("reserving session slot: %w", err)
+		}
+		ok = true
 	}
-	if held >= max {
-		return false, nil
-	}
-	if _, err := tx.ExecContext(ctx, `INSERT INTO session_slots(key_id, session_id, node, reserved_at) VALUES (?,?,?,?)`,
-		keyID, sessionID, node, ms(time.Now())); err != nil {
-		return false, fmt.Errorf("reserving session slot: %w", err)
-	}
+	// Committed also when refused: the reconciliation's deletes stand.
 	if err := tx.Commit(); err != nil {
 		return false, fmt.Errorf("reserving session slot: %w", err)
 	}
-	return true, nil
+	return ok, nil
 }
 
-// ReleaseSessionSlot gives back the slot sessionID holds, if any.
-func (s *Store) ReleaseSessionSlot(ctx context.Context, sessionID string) error {
-	if _, err := s.db.ExecContext(ctx, `DELETE FROM session_slots WHERE session_id = ?`, sessionID); err != nil {
-		return fmt.Errorf("releasing session slot of %s: %w", sessionID, err)
+// lockQuotaKey makes keyID's row of quota_keys and locks it for tx.
+func (s *Store) lockQuotaKey(ctx context.Context, tx *sql.Tx, keyID string) error {
+	if _, err := tx.ExecContext(ctx, `INSERT INTO quota_keys(key_id) VALUES (?) ON CONFLICT (key_id) DO NOTHING`, keyID); err != nil {
+		return err
+	}
+	var locked string
+	return tx.QueryRowContext(ctx, `SELECT key_id FROM quota_keys WHERE key_id = ?`+s.dialect.ForUpdate(), keyID).Scan(&locked)
+}
+
+// BindSessionSlot binds keyID's pending slot slotID to the session
+// sessionID, whose row the executor has inserted into this store: from
+// then on the slot counts exactly while that row is live. A reservation
+// that has expired in the meantime (a create slower than PendingSlotTTL)
+// is taken again, over the limit if need be, so that the session is
+// counted; a session that has already ended keeps no slot.
+func (s *Store) BindSessionSlot(ctx context.Context, keyID, slotID, sessionID string) error {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("binding session slot to %s: %w", sessionID, err)
+	}
+	defer tx.Rollback()
+	if err := s.lockQuotaKey(ctx, tx, keyID); err != nil {
+		return fmt.Errorf("binding session slot to %s: %w", sessionID, err)
+	}
+	res, err := tx.ExecContext(ctx, `UPDATE session_slots SET session_id = ?, bound = 1 WHERE key_id = ? AND session_id = ?`, sessionID, keyID, slotID)
+	if err != nil {
+		return fmt.Errorf("binding session slot to %s: %w", sessionID, err)
+	}
+	if n, err := res.RowsAffected(); err != nil {
+		return fmt.Errorf("binding session slot to %s: %w", sessionID, err)
+	} else if n == 0 {
+		if _, err := tx.ExecContext(ctx, `INSERT INTO session_slots(key_id, session_id, node, reserved_at, bound) VALUES (?,?,'',?,1)
+			ON CONFLICT (key_id, session_id) DO UPDATE SET bound = 1`, keyID, sessionID, ms(time.Now())); err != nil {
+			return fmt.Errorf("binding session slot to %s: %w", sessionID, err)
+		}
+	}
+	if _, err := tx.ExecContext(ctx, `DELETE FROM session_slots WHERE session_id = ? AND NOT EXISTS (
+		SELECT 1 FROM sessions s WHERE s.id = ? AND s.state IN (`+liveStates+`))`, sessionID, sessionID); err != nil {
+		return fmt.Errorf("binding session slot to %s: %w", sessionID, err)
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("binding session slot to %s: %w", sessionID, err)
+	}
+	return nil
+}
+
+// ReleaseSessionSlot gives back the slot slotID holds (a pending
+// reservation, or a bound slot by its session's id), if any.
+func (s *Store) ReleaseSessionSlot(ctx context.Context, slotID string) error {
+	if _, err := s.db.ExecContext(ctx, `DELETE FROM session_slots WHERE session_id = ?`, slotID); err != nil {
+		return fmt.Errorf("releasing session slot of %s: %w", slotID, err)
 	}
 	return nil
 }
@@ -60,7 +168,8 @@ func (s *Store) ReleaseSessionSlot(ctx context.Context, sessionID string) error 
 // SessionSlots counts the slots keyID holds.
 func (s *Store) SessionSlots(ctx context.Context, keyID string) (int, error) {
 	var n int
-	if err := s.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM session_slots WHERE key_id = ?`, keyID).Scan(&n); err != nil {
+	if err := s.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM session_slots WHERE key_id = ? AND `+slotCounts,
+		keyID, ms(time.Now().Add(-PendingSlotTTL))).Scan(&n); err != nil {
 		return 0, fmt.Errorf("counting session slots: %w", err)
 	}
 	return n, nil

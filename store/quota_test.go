@@ -140,3 +140,183 @@ func testRateTokensExactAcrossHandles(t *testing.T, open opener) {
 		t.Fatalf("after a long pause: %d more tokens, want 9 (bucket of 10, one taken)", n)
 	}
 }
+
+// TestSessionSlotsFollowSessions: a bound slot counts exactly while its
+// session's row is live (hibernated included), and goes in the statement
+// that moves the row out of the live states, by whichever path.
+func TestSessionSlotsFollowSessions(t *testing.T) { eachBackend(t, testSessionSlotsFollowSessions) }
+
+func testSessionSlotsFollowSessions(t *testing.T, open opener) {
+	ctx := context.Background()
+	st, other := open(t), open(t) // the session's node, and another
+	now := time.Now()
+	n := 0
+	// live makes a session the way the API and the executor do: reserve
+	// under a provisional id, insert the row, bind.
+	live := func(t *testing.T, key string) string {
+		t.Helper()
+		n++
+		slot, id := fmt.Sprintf("pending_%d", n), fmt.Sprintf("sess_%d", n)
+		if ok, err := other.ReserveSessionSlot(ctx, key, slot, "node2", 1); err != nil || !ok {
+			t.Fatalf("reserve: %v %v", ok, err)
+		}
+		if err := st.InsertSession(ctx, SessionRow{ID: id, KeyID: key, Language: "python3", State: "creating", Network: "{}",
+			IdleTTL: time.Minute, CreatedAt: now, LastUsedAt: now}); err != nil {
+			t.Fatal(err)
+		}
+		if err := other.BindSessionSlot(ctx, key, slot, id); err != nil {
+			t.Fatal(err)
+		}
+		if err := st.SetSessionState(ctx, id, "running", "", false); err != nil {
+			t.Fatal(err)
+		}
+		return id
+	}
+	rows := func(t *testing.T, id string) int {
+		t.Helper()
+		var c int
+		if err := st.DB().QueryRowContext(ctx, `SELECT COUNT(*) FROM session_slots WHERE session_id = ?`, id).Scan(&c); err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	cases := []struct {
+		name string
+		move func(id string) error
+		held bool
+	}{
+		{"hibernated", func(id string) error { return st.SetSessionHibernated(ctx, id, now, now) }, true},
+		{"hibernating then resuming", func(id string) error {
+			if err := st.SetSessionState(ctx, id, "hibernating", "", false); err != nil {
+				return err
+			}
+			return st.SetSessionState(ctx, id, "resuming", "", false)
+		}, true},
+		{"deleted", func(id string) error { return st.SetSessionState(ctx, id, "ended", "deleted", true) }, false},
+		{"idle ttl", func(id string) error {
+			if err := st.SetSessionState(ctx, id, "ending", "idle", false); err != nil {
+				return err
+			}
+			return st.SetSessionState(ctx, id, "ended", "idle", true)
+		}, false},
+		{"sandbox lost", func(id string) error { return st.SetSessionState(ctx, id, "failed", "sandbox lost", false) }, false},
+		{"create failed", func(id string) error { return st.SetSessionState(ctx, id, "failed", "create failed", true) }, false},
+		{"lost on restart", func(id string) error { return st.SetSessionState(ctx, id, "ended", "lost on restart", true) }, false},
+		{"row deleted", func(id string) error {
+			_, err := st.DB().ExecContext(ctx, `DELETE FROM sessions WHERE id = ?`, id)
+			return err
+		}, false},
+	}
+	for i, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			key := fmt.Sprintf("k%d", i)
+			id := live(t, key)
+			if got, err := other.SessionSlots(ctx, key); err != nil || got != 1 {
+				t.Fatalf("live session: %d slots, %v", got, err)
+			}
+			if err := c.move(id); err != nil {
+				t.Fatal(err)
+			}
+			want := 0
+			if c.held {
+				want = 1
+			}
+			if got, err := other.SessionSlots(ctx, key); err != nil || got != want || rows(t, id) != want {
+				t.Fatalf("after the move: %d slots (%d rows), %v; want %d", got, rows(t, id), err, want)
+			}
+			ok, err := other.ReserveSessionSlot(ctx, key, "next", "node2", 1)
+			if err != nil || ok != !c.held {
+				t.Fatalf("next reservation: %v %v, want %v", ok, err, !c.held)
+			}
+		})
+	}
+}
+
+// TestSessionSlotsReconcile: rows that no longer count (a pending
+// reservation of a node that died, a slot bound to a session that ended
+// before the bind) are not counted and are deleted by the next
+// reservation; a bind whose reservation expired takes a slot again.
+func TestSessionSlotsReconcile(t *testing.T) { eachBackend(t, testSessionSlotsReconcile) }
+
+func testSessionSlotsReconcile(t *testing.T, open opener) {
+	ctx := context.Background()
+	st := open(t)
+	now := time.Now()
+	count := func(t *testing.T, key string, want int) {
+		t.Helper()
+		if got, err := st.SessionSlots(ctx, key); err != nil || got != want {
+			t.Fatalf("%s: %d slots, %v; want %d", key, got, err, want)
+		}
+	}
+	t.Run("pending of a dead node expires", func(t *testing.T) {
+		if ok, err := st.ReserveSessionSlot(ctx, "ka", "pending_dead", "node9", 1); err != nil || !ok {
+			t.Fatalf("reserve: %v %v", ok, err)
+		}
+		if ok, err := st.ReserveSessionSlot(ctx, "ka", "pending_2", "node1", 1); err != nil || ok {
+			t.Fatalf("full: %v %v", ok, err)
+		}
+		old := now.Add(-PendingSlotTTL - time.Second)
+		if _, err := st.DB().ExecContext(ctx, `UPDATE session_slots SET reserved_at = ? WHERE session_id = 'pending_dead'`, ms(old)); err != nil {
+			t.Fatal(err)
+		}
+		count(t, "ka", 0)
+		if ok, err := st.ReserveSessionSlot(ctx, "ka", "pending_2", "node1", 1); err != nil || !ok {
+			t.Fatalf("after expiry: %v %v", ok, err)
+		}
+		var left int
+		if err := st.DB().QueryRowContext(ctx, `SELECT COUNT(*) FROM session_slots WHERE session_id = 'pending_dead'`).Scan(&left); err != nil || left != 0 {
+			t.Fatalf("expired reservation still there: %d, %v", left, err)
+		}
+	})
+	t.Run("bind after the session ended", func(t *testing.T) {
+		if ok, err := st.ReserveSessionSlot(ctx, "kb", "pending_b", "", 1); err != nil || !ok {
+			t.Fatalf("reserve: %v %v", ok, err)
+		}
+		if err := st.InsertSession(ctx, SessionRow{ID: "sess_b", KeyID: "kb", Language: "bash", State: "creating", Network: "{}", CreatedAt: now, LastUsedAt: now}); err != nil {
+			t.Fatal(err)
+		}
+		if err := st.SetSessionState(ctx, "sess_b", "ended", "idle", true); err != nil {
+			t.Fatal(err)
+		}
+		if err := st.BindSessionSlot(ctx, "kb", "pending_b", "sess_b"); err != nil {
+			t.Fatal(err)
+		}
+		count(t, "kb", 0)
+	})
+	t.Run("bind after the reservation expired", func(t *testing.T) {
+		if err := st.InsertSession(ctx, SessionRow{ID: "sess_c", KeyID: "kc", Language: "bash", State: "running", Network: "{}", CreatedAt: now, LastUsedAt: now}); err != nil {
+			t.Fatal(err)
+		}
+		if err := st.BindSessionSlot(ctx, "kc", "pending_gone", "sess_c"); err != nil {
+			t.Fatal(err)
+		}
+		count(t, "kc", 1)
+		if err := st.BindSessionSlot(ctx, "kc", "pending_gone", "sess_c"); err != nil { // twice: still one
+			t.Fatal(err)
+		}
+		count(t, "kc", 1)
+		if ok, err := st.ReserveSessionSlot(ctx, "kc", "pending_c2", "", 1); err != nil || ok {
+			t.Fatalf("the late-bound session is counted: %v %v", ok, err)
+		}
+	})
+	t.Run("release of a pending reservation", func(t *testing.T) {
+		if ok, err := st.ReserveSessionSlot(ctx, "kd", "pending_d", "", 1); err != nil || !ok {
+			t.Fatalf("reserve: %v %v", ok, err)
+		}
+		if err := st.ReleaseSessionSlot(ctx, "pending_d"); err != nil {
+			t.Fatal(err)
+		}
+		count(t, "kd", 0)
+	})
+	t.Run("backfill of live sessions", func(t *testing.T) {
+		for _, r := range []struct{ id, state string }{{"sess_e1", "running"}, {"sess_e2", "hibernated"}, {"sess_e3", "ended"}, {"sess_e4", "failed"}} {
+			if err := st.InsertSession(ctx, SessionRow{ID: r.id, KeyID: "ke", Language: "bash", State: r.state, Network: "{}", CreatedAt: now, LastUsedAt: now}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := st.DB().ExecContext(ctx, slotsBackfill); err != nil {
+			t.Fatal(err)
+		}
+		count(t, "ke", 2)
+	})
+}

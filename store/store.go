@@ -208,6 +208,16 @@ var migrations = []migration{
 		token_units INTEGER NOT NULL,
 		last_ms INTEGER NOT NULL
 	);`},
+	// Session slots follow their sessions (quota.go): a slot is a pending
+	// reservation until bound to its session's row, and goes in the very
+	// statement that moves that row out of the live states. Sessions
+	// already live get their slots.
+	{sqlite: `ALTER TABLE session_slots ADD COLUMN bound INTEGER NOT NULL DEFAULT 0;
+	` + slotsEndTriggerSQLite + `
+	` + slotsBackfill,
+		postgres: `ALTER TABLE session_slots ADD COLUMN bound BIGINT NOT NULL DEFAULT 0;
+	` + slotsEndTriggerPostgres + `
+	` + slotsBackfill},
 }
 
 // migrationLock is the PostgreSQL advisory lock key under which a node
