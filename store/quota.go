@@ -64,6 +64,7 @@ const (
 		END IF;
 		RETURN NULL;
 	END $$;
+	DROP TRIGGER IF EXISTS session_slots_follow ON sessions;
 	CREATE TRIGGER session_slots_follow AFTER UPDATE OF state OR DELETE ON sessions
 	FOR EACH ROW EXECUTE FUNCTION session_slots_follow();`
 	// Sessions live when the store gains the rule hold their slots.
@@ -71,6 +72,24 @@ const (
 	SELECT key_id, id, '', created_at, 1 FROM sessions WHERE key_id <> '' AND state IN (` + liveStates + `)
 	ON CONFLICT (key_id, session_id) DO NOTHING;`
 )
+
+// addSlotBound gives session_slots its bound column on SQLite, unless it
+// has it (a file whose schema version was rolled back), and backfills.
+func addSlotBound(ctx context.Context, tx *sql.Tx) error {
+	var n int
+	if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM pragma_table_info('session_slots') WHERE name = 'bound'`).Scan(&n); err != nil {
+		return fmt.Errorf("reading session_slots columns: %w", err)
+	}
+	if n == 0 {
+		if _, err := tx.ExecContext(ctx, `ALTER TABLE session_slots ADD COLUMN bound INTEGER NOT NULL DEFAULT 0`); err != nil {
+			return fmt.Errorf("adding session_slots.bound: %w", err)
+		}
+	}
+	if _, err := tx.ExecContext(ctx, slotsBackfill); err != nil {
+		return fmt.Errorf("backfilling session slots: %w", err)
+	}
+	return nil
+}
 
 // ReserveSessionSlot takes one of keyID's max session slots, pending
 // under slotID (a provisional id, or the session's own when it is known),

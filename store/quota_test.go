@@ -320,3 +320,37 @@ func testSessionSlotsReconcile(t *testing.T, open opener) {
 		count(t, "ke", 2)
 	})
 }
+
+// TestSessionSlotsMigration: a store from before slots followed sessions
+// gains the rule on open, and its live sessions hold their slots.
+func TestSessionSlotsMigration(t *testing.T) {
+	eachBackend(t, func(t *testing.T, open opener) {
+		ctx := context.Background()
+		st := open(t)
+		now := time.Now()
+		for _, r := range []struct{ id, state string }{{"sess_live", "running"}, {"sess_hib", "hibernated"}, {"sess_gone", "ended"}} {
+			if err := st.InsertSession(ctx, SessionRow{ID: r.id, KeyID: "k", Language: "bash", State: r.state, Network: "{}", CreatedAt: now, LastUsedAt: now}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		undo := `DROP TRIGGER session_slots_follow; DROP TRIGGER session_slots_follow_delete;`
+		if st.Dialect() == Postgres {
+			undo = `DROP TRIGGER session_slots_follow ON sessions;`
+		}
+		if _, err := st.DB().ExecContext(ctx, undo+` DELETE FROM session_slots; ALTER TABLE session_slots DROP COLUMN bound;
+			DELETE FROM schema_version WHERE v > 8`); err != nil {
+			t.Fatal(err)
+		}
+		st2 := open(t) // migrates
+		if n, err := st2.SessionSlots(ctx, "k"); err != nil || n != 2 {
+			t.Fatalf("after the migration: %d slots, %v; want 2", n, err)
+		}
+		if err := st2.SetSessionState(ctx, "sess_live", "ended", "deleted", true); err != nil {
+			t.Fatal(err)
+		}
+		var rows int
+		if err := st2.DB().QueryRowContext(ctx, `SELECT COUNT(*) FROM session_slots WHERE key_id = 'k'`).Scan(&rows); err != nil || rows != 1 {
+			t.Fatalf("after an end: %d slot rows, %v; want 1", rows, err)
+		}
+	})
+}

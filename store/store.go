@@ -212,10 +212,10 @@ var migrations = []migration{
 	// reservation until bound to its session's row, and goes in the very
 	// statement that moves that row out of the live states. Sessions
 	// already live get their slots.
-	{sqlite: `ALTER TABLE session_slots ADD COLUMN bound INTEGER NOT NULL DEFAULT 0;
-	` + slotsEndTriggerSQLite + `
-	` + slotsBackfill,
-		postgres: `ALTER TABLE session_slots ADD COLUMN bound BIGINT NOT NULL DEFAULT 0;
+	// (SQLite has no ADD COLUMN IF NOT EXISTS: addSlotBound adds the
+	// column and backfills.)
+	{sqlite: slotsEndTriggerSQLite, fix: addSlotBound,
+		postgres: `ALTER TABLE session_slots ADD COLUMN IF NOT EXISTS bound BIGINT NOT NULL DEFAULT 0;
 	` + slotsEndTriggerPostgres + `
 	` + slotsBackfill},
 }
