@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"strconv"
 	"time"
 )
 
@@ -73,16 +74,20 @@ const (
 	ON CONFLICT (key_id, session_id) DO NOTHING;`
 )
 
-// addSlotBound gives session_slots its bound column on SQLite, unless it
-// has it (a file whose schema version was rolled back), and backfills.
+// addSlotBound gives session_slots its bound column and rate_buckets its
+// granted column (whether the latest take got a token) on SQLite, unless
+// they have them (a file whose schema version was rolled back), and
+// backfills the slots.
 func addSlotBound(ctx context.Context, tx *sql.Tx) error {
-	var n int
-	if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM pragma_table_info('session_slots') WHERE name = 'bound'`).Scan(&n); err != nil {
-		return fmt.Errorf("reading session_slots columns: %w", err)
-	}
-	if n == 0 {
-		if _, err := tx.ExecContext(ctx, `ALTER TABLE session_slots ADD COLUMN bound INTEGER NOT NULL DEFAULT 0`); err != nil {
-			return fmt.Errorf("adding session_slots.bound: %w", err)
+	for _, c := range []struct{ table, column string }{{"session_slots", "bound"}, {"rate_buckets", "granted"}} {
+		var n int
+		if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM pragma_table_info('`+c.table+`') WHERE name = ?`, c.column).Scan(&n); err != nil {
+			return fmt.Errorf("reading %s columns: %w", c.table, err)
+		}
+		if n == 0 {
+			if _, err := tx.ExecContext(ctx, `ALTER TABLE `+c.table+` ADD COLUMN `+c.column+` INTEGER NOT NULL DEFAULT 0`); err != nil {
+				return fmt.Errorf("adding %s.%s: %w", c.table, c.column, err)
+			}
 		}
 	}
 	if _, err := tx.ExecContext(ctx, slotsBackfill); err != nil {
@@ -203,42 +208,46 @@ const tokenUnits = 60_000
 // tokens and refills at perMinute a minute, at now; when the bucket is
 // empty it reports how long until the next token. One bucket per key is
 // shared by every node.
+//
+// It is one statement, an upsert that reads, refills, takes and writes
+// the key's row under the row's lock (ON CONFLICT DO UPDATE serializes
+// writers of a row on both engines), so a request pays one round trip to
+// the database, not a transaction's five.
 func (s *Store) TakeRateToken(ctx context.Context, keyID string, perMinute int, now time.Time) (bool, time.Duration, error) {
 	if perMinute <= 0 {
 		return false, time.Minute, nil
 	}
 	capacity := int64(perMinute) * tokenUnits
-	tx, err := s.db.BeginTx(ctx, nil)
-	if err != nil {
+	at := ms(now)
+	// refilled is the bucket at now, before this take: a minute refills
+	// the whole bucket, so longer gaps count as one minute, and a clock
+	// behind the last take (another node's) refills nothing. Its
+	// arguments are refillArgs. The SET expressions all read the row as
+	// it was.
+	least := s.dialect.Least()
+	refilled := `(CASE WHEN CAST(? AS BIGINT) > rate_buckets.last_ms
+		THEN ` + least + `(CAST(? AS BIGINT), rate_buckets.token_units + ` + least + `(CAST(? AS BIGINT) - rate_buckets.last_ms, 60000) * CAST(? AS BIGINT))
+		ELSE rate_buckets.token_units END)`
+	refillArgs := []any{at, capacity, at, int64(perMinute)}
+	unit := strconv.Itoa(tokenUnits)
+	q := `INSERT INTO rate_buckets(key_id, token_units, last_ms, granted) VALUES (?, ?, ?, 1)
+	ON CONFLICT (key_id) DO UPDATE SET
+		token_units = ` + refilled + ` - CASE WHEN ` + refilled + ` >= ` + unit + ` THEN ` + unit + ` ELSE 0 END,
+		granted = CASE WHEN ` + refilled + ` >= ` + unit + ` THEN 1 ELSE 0 END,
+		last_ms = CASE WHEN CAST(? AS BIGINT) > rate_buckets.last_ms THEN CAST(? AS BIGINT) ELSE rate_buckets.last_ms END
+	RETURNING token_units, granted`
+	args := []any{keyID, capacity - tokenUnits, at}
+	for range 3 {
+		args = append(args, refillArgs...)
+	}
+	args = append(args, at, at)
+	var tokens, granted int64
+	if err := s.db.QueryRowContext(ctx, q, args...).Scan(&tokens, &granted); err != nil {
 		return false, 0, fmt.Errorf("taking rate token: %w", err)
 	}
-	defer tx.Rollback()
-	if _, err := tx.ExecContext(ctx, `INSERT INTO rate_buckets(key_id, token_units, last_ms) VALUES (?,?,?) ON CONFLICT (key_id) DO NOTHING`,
-		keyID, capacity, ms(now)); err != nil {
-		return false, 0, fmt.Errorf("taking rate token: %w", err)
+	if granted != 0 {
+		return true, 0, nil
 	}
-	var tokens, last int64
-	if err := tx.QueryRowContext(ctx, `SELECT token_units, last_ms FROM rate_buckets WHERE key_id = ?`+s.dialect.ForUpdate(), keyID).Scan(&tokens, &last); err != nil {
-		return false, 0, fmt.Errorf("taking rate token: %w", err)
-	}
-	// A minute refills the whole bucket, so longer gaps count as one minute.
-	if el := ms(now) - last; el > 0 {
-		tokens = min(capacity, tokens+min(el, 60000)*int64(perMinute))
-		last = ms(now)
-	}
-	ok := tokens >= tokenUnits
-	var wait time.Duration
-	if ok {
-		tokens -= tokenUnits
-	} else {
-		missing := tokenUnits - tokens
-		wait = time.Duration((missing+int64(perMinute)-1)/int64(perMinute)) * time.Millisecond
-	}
-	if _, err := tx.ExecContext(ctx, `UPDATE rate_buckets SET token_units = ?, last_ms = ? WHERE key_id = ?`, tokens, last, keyID); err != nil {
-		return false, 0, fmt.Errorf("taking rate token: %w", err)
-	}
-	if err := tx.Commit(); err != nil {
-		return false, 0, fmt.Errorf("taking rate token: %w", err)
-	}
-	return ok, wait, nil
+	missing := tokenUnits - tokens
+	return false, time.Duration((missing+int64(perMinute)-1)/int64(perMinute)) * time.Millisecond, nil
 }

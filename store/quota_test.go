@@ -337,7 +337,7 @@ func TestSessionSlotsMigration(t *testing.T) {
 		if st.Dialect() == Postgres {
 			undo = `DROP TRIGGER session_slots_follow ON sessions;`
 		}
-		if _, err := st.DB().ExecContext(ctx, undo+` DELETE FROM session_slots; ALTER TABLE session_slots DROP COLUMN bound;
+		if _, err := st.DB().ExecContext(ctx, undo+` DELETE FROM session_slots; ALTER TABLE session_slots DROP COLUMN bound; ALTER TABLE rate_buckets DROP COLUMN granted;
 			DELETE FROM schema_version WHERE v > 8`); err != nil {
 			t.Fatal(err)
 		}
@@ -351,6 +351,46 @@ func TestSessionSlotsMigration(t *testing.T) {
 		var rows int
 		if err := st2.DB().QueryRowContext(ctx, `SELECT COUNT(*) FROM session_slots WHERE key_id = 'k'`).Scan(&rows); err != nil || rows != 1 {
 			t.Fatalf("after an end: %d slot rows, %v; want 1", rows, err)
+		}
+		if ok, _, err := st2.TakeRateToken(ctx, "k", 1, now); err != nil || !ok {
+			t.Fatalf("rate token after the migration: %v %v", ok, err)
+		}
+	})
+}
+
+// TestRateTokenWaits: a refused take says exactly how long until the
+// next token, and a node whose clock is behind the bucket's last take
+// refills nothing and does not move the bucket back.
+func TestRateTokenWaits(t *testing.T) {
+	eachBackend(t, func(t *testing.T, open opener) {
+		ctx := context.Background()
+		st := open(t)
+		t0 := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+		for i := range 10 {
+			if ok, _, err := st.TakeRateToken(ctx, "k", 10, t0); err != nil || !ok {
+				t.Fatalf("take %d: %v %v", i, ok, err)
+			}
+		}
+		cases := []struct {
+			at   time.Duration
+			ok   bool
+			wait time.Duration
+		}{
+			{0, false, 6 * time.Second},
+			{time.Second, false, 5 * time.Second},
+			{-30 * time.Second, false, 5 * time.Second}, // a clock behind: no refill
+			{5999 * time.Millisecond, false, time.Millisecond},
+			{6 * time.Second, true, 0},
+			{6 * time.Second, false, 6 * time.Second},
+		}
+		for _, c := range cases {
+			ok, wait, err := st.TakeRateToken(ctx, "k", 10, t0.Add(c.at))
+			if err != nil || ok != c.ok || wait != c.wait {
+				t.Fatalf("at %+v: %v, wait %v, %v; want %v, wait %v", c.at, ok, wait, err, c.ok, c.wait)
+			}
+		}
+		if ok, wait, err := st.TakeRateToken(ctx, "k", 0, t0); err != nil || ok || wait != time.Minute {
+			t.Fatalf("no rate: %v %v %v", ok, wait, err)
 		}
 	})
 }

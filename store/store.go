@@ -212,10 +212,12 @@ var migrations = []migration{
 	// reservation until bound to its session's row, and goes in the very
 	// statement that moves that row out of the live states. Sessions
 	// already live get their slots.
-	// (SQLite has no ADD COLUMN IF NOT EXISTS: addSlotBound adds the
-	// column and backfills.)
+	// A rate bucket's row also says whether its latest take got a token
+	// (TakeRateToken is one upsert). (SQLite has no ADD COLUMN IF NOT
+	// EXISTS: addSlotBound adds the columns and backfills.)
 	{sqlite: slotsEndTriggerSQLite, fix: addSlotBound,
 		postgres: `ALTER TABLE session_slots ADD COLUMN IF NOT EXISTS bound BIGINT NOT NULL DEFAULT 0;
+	ALTER TABLE rate_buckets ADD COLUMN IF NOT EXISTS granted BIGINT NOT NULL DEFAULT 0;
 	` + slotsEndTriggerPostgres + `
 	` + slotsBackfill},
 }
