@@ -209,40 +209,18 @@ const tokenUnits = 60_000
 // empty it reports how long until the next token. One bucket per key is
 // shared by every node.
 //
-// It is one statement, an upsert that reads, refills, takes and writes
-// the key's row under the row's lock (ON CONFLICT DO UPDATE serializes
-// writers of a row on both engines), so a request pays one round trip to
-// the database, not a transaction's five.
+// It is one prepared statement (rateTakeQuery), an upsert that reads,
+// refills, takes and writes the key's row under the row's lock (ON
+// CONFLICT DO UPDATE serializes writers of a row on both engines), so a
+// request pays one round trip to the database, not a transaction's five.
 func (s *Store) TakeRateToken(ctx context.Context, keyID string, perMinute int, now time.Time) (bool, time.Duration, error) {
 	if perMinute <= 0 {
 		return false, time.Minute, nil
 	}
 	capacity := int64(perMinute) * tokenUnits
 	at := ms(now)
-	// refilled is the bucket at now, before this take: a minute refills
-	// the whole bucket, so longer gaps count as one minute, and a clock
-	// behind the last take (another node's) refills nothing. Its
-	// arguments are refillArgs. The SET expressions all read the row as
-	// it was.
-	least := s.dialect.Least()
-	refilled := `(CASE WHEN CAST(? AS BIGINT) > rate_buckets.last_ms
-		THEN ` + least + `(CAST(? AS BIGINT), rate_buckets.token_units + ` + least + `(CAST(? AS BIGINT) - rate_buckets.last_ms, 60000) * CAST(? AS BIGINT))
-		ELSE rate_buckets.token_units END)`
-	refillArgs := []any{at, capacity, at, int64(perMinute)}
-	unit := strconv.Itoa(tokenUnits)
-	q := `INSERT INTO rate_buckets(key_id, token_units, last_ms, granted) VALUES (?, ?, ?, 1)
-	ON CONFLICT (key_id) DO UPDATE SET
-		token_units = ` + refilled + ` - CASE WHEN ` + refilled + ` >= ` + unit + ` THEN ` + unit + ` ELSE 0 END,
-		granted = CASE WHEN ` + refilled + ` >= ` + unit + ` THEN 1 ELSE 0 END,
-		last_ms = CASE WHEN CAST(? AS BIGINT) > rate_buckets.last_ms THEN CAST(? AS BIGINT) ELSE rate_buckets.last_ms END
-	RETURNING token_units, granted`
-	args := []any{keyID, capacity - tokenUnits, at}
-	for range 3 {
-		args = append(args, refillArgs...)
-	}
-	args = append(args, at, at)
 	var tokens, granted int64
-	if err := s.db.QueryRowContext(ctx, q, args...).Scan(&tokens, &granted); err != nil {
+	if err := s.rateTake.QueryRowContext(ctx, keyID, capacity-tokenUnits, at, capacity, int64(perMinute)).Scan(&tokens, &granted); err != nil {
 		return false, 0, fmt.Errorf("taking rate token: %w", err)
 	}
 	if granted != 0 {
@@ -250,4 +228,34 @@ func (s *Store) TakeRateToken(ctx context.Context, keyID string, perMinute int, 
 	}
 	missing := tokenUnits - tokens
 	return false, time.Duration((missing+int64(perMinute)-1)/int64(perMinute)) * time.Millisecond, nil
+}
+
+// rateTakeQuery is TakeRateToken's upsert. Its arguments: the key, the
+// tokens of a new bucket after this take, now (ms), the capacity and the
+// rate (both in units). The SET expressions all read the row as it was.
+func rateTakeQuery(d Dialect) string {
+	// refilled is the bucket at now, before this take: a minute refills
+	// the whole bucket, so longer gaps count as one minute, and a clock
+	// behind the last take (another node's) refills nothing.
+	least := d.Least()
+	// Numbered parameters, as each is used more than once: $n on
+	// PostgreSQL (left alone by rebind), ?n on SQLite.
+	arg := func(n int, typ string) string {
+		mark := "?"
+		if d == Postgres {
+			mark = "$"
+		}
+		return "CAST(" + mark + strconv.Itoa(n) + " AS " + typ + ")"
+	}
+	key, fresh, now, capacity, rate := arg(1, "TEXT"), arg(2, "BIGINT"), arg(3, "BIGINT"), arg(4, "BIGINT"), arg(5, "BIGINT")
+	refilled := `(CASE WHEN ` + now + ` > rate_buckets.last_ms
+		THEN ` + least + `(` + capacity + `, rate_buckets.token_units + ` + least + `(` + now + ` - rate_buckets.last_ms, 60000) * ` + rate + `)
+		ELSE rate_buckets.token_units END)`
+	unit := strconv.Itoa(tokenUnits)
+	return `INSERT INTO rate_buckets(key_id, token_units, last_ms, granted) VALUES (` + key + `, ` + fresh + `, ` + now + `, 1)
+	ON CONFLICT (key_id) DO UPDATE SET
+		token_units = ` + refilled + ` - CASE WHEN ` + refilled + ` >= ` + unit + ` THEN ` + unit + ` ELSE 0 END,
+		granted = CASE WHEN ` + refilled + ` >= ` + unit + ` THEN 1 ELSE 0 END,
+		last_ms = CASE WHEN ` + now + ` > rate_buckets.last_ms THEN ` + now + ` ELSE rate_buckets.last_ms END
+	RETURNING token_units, granted`
 }

@@ -26,6 +26,9 @@ var ErrNotFound = errors.New("not found")
 type Store struct {
 	db      *sql.DB
 	dialect Dialect
+	// rateTake is TakeRateToken's statement, prepared once: it runs on
+	// every authenticated request.
+	rateTake *sql.Stmt
 }
 
 // Open opens (creating if needed) the SQLite database at path and applies
@@ -69,6 +72,11 @@ func open(ctx context.Context, db *sql.DB, d Dialect) (*Store, error) {
 		db.Close()
 		return nil, err
 	}
+	var err error
+	if s.rateTake, err = db.PrepareContext(ctx, rateTakeQuery(d)); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("preparing the rate statement: %w", err)
+	}
 	return s, nil
 }
 
@@ -80,7 +88,12 @@ func (s *Store) DB() *sql.DB { return s.db }
 func (s *Store) Dialect() Dialect { return s.dialect }
 
 // Close closes the database.
-func (s *Store) Close() error { return s.db.Close() }
+func (s *Store) Close() error {
+	if s.rateTake != nil {
+		s.rateTake.Close()
+	}
+	return s.db.Close()
+}
 
 // migration is one schema step. sqlite is the statement for SQLite;
 // postgres is PostgreSQL's, or empty for pgSchema(sqlite); fix, when set,
