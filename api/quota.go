@@ -74,7 +74,8 @@ func (s *Server) takeSlot(ctx context.Context, p *Principal) (*slot, error) {
 
 // slot is one reservation of takeSlot: bind it to the session made, or
 // let done give it back. Deferred done releases a slot never bound,
-// whether the create failed, panicked or was cancelled.
+// whether the create failed, panicked or was cancelled. It belongs to one
+// request and is not safe for concurrent use.
 type slot struct {
 	s     *Server
 	key   string
@@ -159,7 +160,8 @@ func (rl *rateLimiter) TakeRateToken(_ context.Context, key string, perMinute in
 // localSlots is the SessionSlots of a server given none: it counts the
 // sessions Sandboxes holds for the key (CountSessions, this process's
 // alone) plus the creates in flight, so it is exact on one node only.
-// Safe for concurrent use.
+// Build it with newLocalSlots (the zero value has no Sandboxes); it is
+// safe for concurrent use.
 type localSlots struct {
 	sb       Sandboxes
 	mu       sync.Mutex
