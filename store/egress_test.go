@@ -231,6 +231,7 @@ func TestEgressMigrationUpgrades(t *testing.T) {
 	if _, err := st.DB().ExecContext(ctx, `DROP TABLE egress_decisions;
 		ALTER TABLE sessions DROP COLUMN hibernated_at; ALTER TABLE sessions DROP COLUMN disk_bytes; ALTER TABLE sessions DROP COLUMN parent_id;
 		DROP TABLE session_installs; ALTER TABLE api_keys DROP COLUMN kind;
+		DROP TABLE nodes; DROP INDEX sessions_node_state; ALTER TABLE sessions DROP COLUMN node; ALTER TABLE executions DROP COLUMN node;
 		DELETE FROM schema_version WHERE v > 2`); err != nil {
 		t.Fatal(err)
 	}
@@ -276,6 +277,7 @@ func TestEgressCountMigration(t *testing.T) {
 		ALTER TABLE egress_decisions DROP COLUMN last_time; ALTER TABLE egress_decisions DROP COLUMN summary;
 		ALTER TABLE sessions DROP COLUMN hibernated_at; ALTER TABLE sessions DROP COLUMN disk_bytes; ALTER TABLE sessions DROP COLUMN parent_id;
 		DROP TABLE session_installs; ALTER TABLE api_keys DROP COLUMN kind;
+		DROP TABLE nodes; DROP INDEX sessions_node_state; ALTER TABLE sessions DROP COLUMN node; ALTER TABLE executions DROP COLUMN node;
 		DELETE FROM schema_version WHERE v > 3;
 		INSERT INTO egress_decisions(session_id, time, mode, host, port, outcome) VALUES ('old', 1000, 'connect', 'a.test', 443, 'deny')`); err != nil {
 		t.Fatal(err)

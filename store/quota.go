@@ -26,7 +26,7 @@ import (
 //
 // So whatever ends a session, on whatever node, and whether or not the
 // node lives to tidy up, the slot stops counting the moment the row
-// leaves the live states. The trigger session_slots_follow (migration 9)
+// leaves the live states. The trigger session_slots_follow (migration 10)
 // deletes it in that same statement, and ReserveSessionSlot deletes any
 // row that no longer counts (a bind that raced the session's end, a
 // pending reservation of a node that died) before it counts.

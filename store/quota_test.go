@@ -338,7 +338,7 @@ func TestSessionSlotsMigration(t *testing.T) {
 			undo = `DROP TRIGGER session_slots_follow ON sessions;`
 		}
 		if _, err := st.DB().ExecContext(ctx, undo+` DELETE FROM session_slots; ALTER TABLE session_slots DROP COLUMN bound; ALTER TABLE rate_buckets DROP COLUMN granted;
-			DELETE FROM schema_version WHERE v > 8`); err != nil {
+			DELETE FROM schema_version WHERE v > 9`); err != nil {
 			t.Fatal(err)
 		}
 		st2 := open(t) // migrates

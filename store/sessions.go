@@ -24,58 +24,91 @@ type SessionRow struct {
 	HibernatedAt time.Time
 	DiskBytes    int64  // size of its home image
 	ParentID     string // the session it was forked from
+	// Node owns the session: its sandbox runs there, and only there may
+	// its state change ("" for a single node, or handed over to be claimed).
+	Node string
 }
 
-// InsertSession records a new session.
+// ErrNotOwner is returned by a session state change when the session is no
+// longer owned by the handle's node (another node took it over).
+var ErrNotOwner = errors.New("session is owned by another node")
+
+// InsertSession records a new session, owned by the handle's node.
 func (s *Store) InsertSession(ctx context.Context, r SessionRow) error {
-	_, err := s.db.ExecContext(ctx, `INSERT INTO sessions(id, key_id, language, state, network, idle_ttl_ms, created_at, last_used_at, disk_bytes, parent_id)
-		VALUES (?,?,?,?,?,?,?,?,?,?)`, r.ID, r.KeyID, r.Language, r.State, r.Network, r.IdleTTL.Milliseconds(), ms(r.CreatedAt), ms(r.LastUsedAt), r.DiskBytes, r.ParentID)
+	_, err := s.db.ExecContext(ctx, `INSERT INTO sessions(id, key_id, language, state, network, idle_ttl_ms, created_at, last_used_at, disk_bytes, parent_id, node)
+		VALUES (?,?,?,?,?,?,?,?,?,?,?)`, r.ID, r.KeyID, r.Language, r.State, r.Network, r.IdleTTL.Milliseconds(), ms(r.CreatedAt), ms(r.LastUsedAt), r.DiskBytes, r.ParentID, s.node)
 	if err != nil {
 		return fmt.Errorf("inserting session %s: %w", r.ID, err)
 	}
 	return nil
 }
 
-// SetSessionState moves a session to state; ended states record when and why.
+// SetSessionState moves a session the handle's node owns to state; ended
+// states record when and why. A session another node owns is left alone
+// (ErrNotOwner); one that does not exist is not an error.
 func (s *Store) SetSessionState(ctx context.Context, id, state, reason string, ended bool) error {
+	var res sql.Result
 	var err error
 	if ended {
-		_, err = s.db.ExecContext(ctx, `UPDATE sessions SET state=?, end_reason=?, ended_at=? WHERE id=?`, state, reason, ms(time.Now()), id)
+		res, err = s.db.ExecContext(ctx, `UPDATE sessions SET state=?, end_reason=?, ended_at=? WHERE id=? AND node=?`, state, reason, ms(time.Now()), id, s.node)
 	} else {
-		_, err = s.db.ExecContext(ctx, `UPDATE sessions SET state=? WHERE id=?`, state, id)
+		res, err = s.db.ExecContext(ctx, `UPDATE sessions SET state=? WHERE id=? AND node=?`, state, id, s.node)
 	}
 	if err != nil {
 		return fmt.Errorf("updating session %s: %w", id, err)
 	}
-	return nil
+	return s.owned(ctx, res, id)
 }
 
 // SetSessionHibernated records that a session is hibernated: its sandbox
 // is gone and its home image is whole. lastUsed is kept for its idle TTL.
+// Like SetSessionState, only for a session the handle's node owns.
 func (s *Store) SetSessionHibernated(ctx context.Context, id string, at, lastUsed time.Time) error {
-	_, err := s.db.ExecContext(ctx, `UPDATE sessions SET state='hibernated', hibernated_at=?, last_used_at=? WHERE id=?`, ms(at), ms(lastUsed), id)
+	res, err := s.db.ExecContext(ctx, `UPDATE sessions SET state='hibernated', hibernated_at=?, last_used_at=? WHERE id=? AND node=?`, ms(at), ms(lastUsed), id, s.node)
 	if err != nil {
 		return fmt.Errorf("updating session %s: %w", id, err)
+	}
+	return s.owned(ctx, res, id)
+}
+
+// owned turns an update that changed no row into ErrNotOwner when the
+// session exists under another node.
+func (s *Store) owned(ctx context.Context, res sql.Result, id string) error {
+	if n, err := res.RowsAffected(); err != nil || n > 0 {
+		return nil
+	}
+	var node string
+	err := s.db.QueryRowContext(ctx, `SELECT node FROM sessions WHERE id=?`, id).Scan(&node)
+	if err == nil && node != s.node {
+		return fmt.Errorf("updating session %s (owner %q): %w", id, node, ErrNotOwner)
 	}
 	return nil
 }
 
-// SessionsInStates lists sessions whose state is one of states.
+// SessionsInStates lists the sessions the handle's node owns whose state
+// is one of states.
 func (s *Store) SessionsInStates(ctx context.Context, states ...string) ([]SessionRow, error) {
 	if len(states) == 0 {
 		return nil, nil
 	}
-	q := `SELECT ` + sessionCols + ` FROM sessions WHERE state IN (?` + repeat(",?", len(states)-1) + `) ORDER BY created_at`
-	args := make([]any, len(states))
-	for i, st := range states {
-		args[i] = st
+	q := `SELECT ` + sessionCols + ` FROM sessions WHERE node = ? AND state IN (?` + repeat(",?", len(states)-1) + `) ORDER BY created_at`
+	args := make([]any, 0, len(states)+1)
+	args = append(args, s.node)
+	for _, st := range states {
+		args = append(args, st)
 	}
+	return s.querySessions(ctx, q, args...)
+}
+
+// querySessions runs q, a SELECT of sessionCols, and reads every row (an
+// empty list, never nil, when there is none).
+func (s *Store) querySessions(ctx context.Context, q string, args ...any) ([]SessionRow, error) {
 	rows, err := s.db.QueryContext(ctx, q, args...)
 	if err != nil {
 		return nil, fmt.Errorf("listing sessions: %w", err)
 	}
 	defer rows.Close()
-	var out []SessionRow
+	out := []SessionRow{}
 	for rows.Next() {
 		r, err := scanSession(rows)
 		if err != nil {
@@ -99,12 +132,12 @@ func (s *Store) GetSession(ctx context.Context, id string) (SessionRow, error) {
 type scanner interface{ Scan(...any) error }
 
 // sessionCols are the columns scanSession reads, in its order.
-const sessionCols = `id, key_id, language, state, network, idle_ttl_ms, created_at, last_used_at, COALESCE(ended_at,0), end_reason, COALESCE(hibernated_at,0), disk_bytes, parent_id`
+const sessionCols = `id, key_id, language, state, network, idle_ttl_ms, created_at, last_used_at, COALESCE(ended_at,0), end_reason, COALESCE(hibernated_at,0), disk_bytes, parent_id, node`
 
 func scanSession(sc scanner) (SessionRow, error) {
 	var r SessionRow
 	var ttl, created, used, ended, hib int64
-	if err := sc.Scan(&r.ID, &r.KeyID, &r.Language, &r.State, &r.Network, &ttl, &created, &used, &ended, &r.EndReason, &hib, &r.DiskBytes, &r.ParentID); err != nil {
+	if err := sc.Scan(&r.ID, &r.KeyID, &r.Language, &r.State, &r.Network, &ttl, &created, &used, &ended, &r.EndReason, &hib, &r.DiskBytes, &r.ParentID, &r.Node); err != nil {
 		if errors.Is(err, sql.ErrNoRows) {
 			return r, err
 		}
@@ -136,8 +169,8 @@ type ExecutionRow struct {
 
 // InsertExecution records an execution that is starting.
 func (s *Store) InsertExecution(ctx context.Context, r ExecutionRow) error {
-	_, err := s.db.ExecContext(ctx, `INSERT INTO executions(id, session_id, key_id, language, state, started_at) VALUES (?,?,?,?,?,?)`,
-		r.ID, r.SessionID, r.KeyID, r.Language, "running", ms(r.StartedAt))
+	_, err := s.db.ExecContext(ctx, `INSERT INTO executions(id, session_id, key_id, language, state, started_at, node) VALUES (?,?,?,?,?,?,?)`,
+		r.ID, r.SessionID, r.KeyID, r.Language, "running", ms(r.StartedAt), s.node)
 	if err != nil {
 		return fmt.Errorf("inserting execution %s: %w", r.ID, err)
 	}
@@ -154,10 +187,11 @@ func (s *Store) FinishExecution(ctx context.Context, id, state, status string, e
 	return nil
 }
 
-// FailRunningExecutions marks every execution still running as failed (used
-// at start: whatever was running when the last process died did not succeed).
+// FailRunningExecutions marks every execution of the handle's node still
+// running as failed (used at start: whatever was running when the node's
+// last process died did not succeed).
 func (s *Store) FailRunningExecutions(ctx context.Context, reason string) (int64, error) {
-	res, err := s.db.ExecContext(ctx, `UPDATE executions SET state='failed', status=?, ended_at=? WHERE state='running'`, reason, ms(time.Now()))
+	res, err := s.db.ExecContext(ctx, `UPDATE executions SET state='failed', status=?, ended_at=? WHERE state='running' AND node=?`, reason, ms(time.Now()), s.node)
 	if err != nil {
 		return 0, fmt.Errorf("failing interrupted executions: %w", err)
 	}

@@ -26,6 +26,9 @@ var ErrNotFound = errors.New("not found")
 type Store struct {
 	db      *sql.DB
 	dialect Dialect
+	// node is the cluster node this handle writes for (ForNode): session
+	// state changes apply only to sessions it owns.
+	node string
 	// rateTake is TakeRateToken's statement, prepared once: it runs on
 	// every authenticated request.
 	rateTake *sql.Stmt
@@ -86,6 +89,21 @@ func (s *Store) DB() *sql.DB { return s.db }
 
 // Dialect reports the engine behind the store.
 func (s *Store) Dialect() Dialect { return s.dialect }
+
+// ForNode returns a handle on the same database that acts for the cluster
+// node name: sessions it inserts are owned by name, and changes of a
+// session's state apply only while name still owns it (ErrNotOwner
+// otherwise), so a node that lost its lease cannot overwrite the state of
+// a session another node took over. The zero name is a single node.
+// Closing either handle closes both.
+func (s *Store) ForNode(name string) *Store {
+	cp := *s
+	cp.node = name
+	return &cp
+}
+
+// Node is the node name ForNode gave ("" for a single node).
+func (s *Store) Node() string { return s.node }
 
 // Close closes the database.
 func (s *Store) Close() error {
@@ -221,6 +239,23 @@ var migrations = []migration{
 		token_units INTEGER NOT NULL,
 		last_ms INTEGER NOT NULL
 	);`},
+	// Cluster mode: the nodes sharing this store with their leases, and the
+	// node that owns each session and runs each execution ('' is a single
+	// node, or a session handed over and free to claim).
+	{sqlite: `CREATE TABLE IF NOT EXISTS nodes (
+		name TEXT PRIMARY KEY,
+		url TEXT NOT NULL,
+		epoch INTEGER NOT NULL,
+		capacity INTEGER NOT NULL,
+		free INTEGER NOT NULL,
+		draining INTEGER NOT NULL DEFAULT 0,
+		started_at INTEGER NOT NULL,
+		renewed_at INTEGER NOT NULL,
+		lease_until INTEGER NOT NULL
+	);
+	ALTER TABLE sessions ADD COLUMN node TEXT NOT NULL DEFAULT '';
+	ALTER TABLE executions ADD COLUMN node TEXT NOT NULL DEFAULT '';
+	CREATE INDEX IF NOT EXISTS sessions_node_state ON sessions(node, state);`},
 	// Session slots follow their sessions (quota.go): a slot is a pending
 	// reservation until bound to its session's row, and goes in the very
 	// statement that moves that row out of the live states. Sessions
