@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -391,6 +392,49 @@ func TestRateTokenWaits(t *testing.T) {
 		}
 		if ok, wait, err := st.TakeRateToken(ctx, "k", 0, t0); err != nil || ok || wait != time.Minute {
 			t.Fatalf("no rate: %v %v %v", ok, wait, err)
+		}
+	})
+}
+
+// TestSessionSlotsFollowTakeOver: a session that moves to another node
+// (hand-over, then a claim) keeps its one slot; the old owner, which may
+// no longer change its state, cannot free it, and the new owner's end
+// does.
+func TestSessionSlotsFollowTakeOver(t *testing.T) {
+	eachBackend(t, func(t *testing.T, open opener) {
+		ctx := context.Background()
+		base := open(t)
+		a, b := base.ForNode("a"), base.ForNode("b")
+		now := time.Now()
+		if ok, err := a.ReserveSessionSlot(ctx, "k", "pending_1", "a", 1); err != nil || !ok {
+			t.Fatalf("reserve: %v %v", ok, err)
+		}
+		if err := a.InsertSession(ctx, SessionRow{ID: "sess_1", KeyID: "k", Language: "bash", State: "running", Network: "{}", CreatedAt: now, LastUsedAt: now}); err != nil {
+			t.Fatal(err)
+		}
+		if err := a.BindSessionSlot(ctx, "k", "pending_1", "sess_1"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := a.ReleaseSessions(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if _, ok, err := b.ClaimSession(ctx, "sess_1", now); err != nil || !ok {
+			t.Fatalf("claim: %v %v", ok, err)
+		}
+		if n, err := b.SessionSlots(ctx, "k"); err != nil || n != 1 {
+			t.Fatalf("after the take-over: %d slots, %v; want 1", n, err)
+		}
+		if err := a.SetSessionState(ctx, "sess_1", "ended", "idle", true); !errors.Is(err, ErrNotOwner) {
+			t.Fatalf("old owner ends the session: %v, want ErrNotOwner", err)
+		}
+		if n, err := b.SessionSlots(ctx, "k"); err != nil || n != 1 {
+			t.Fatalf("after the old owner's refused end: %d slots, %v; want 1", n, err)
+		}
+		if err := b.SetSessionState(ctx, "sess_1", "ended", "deleted", true); err != nil {
+			t.Fatal(err)
+		}
+		if n, err := a.SessionSlots(ctx, "k"); err != nil || n != 0 {
+			t.Fatalf("after the new owner's end: %d slots, %v; want 0", n, err)
 		}
 	})
 }
