@@ -13,7 +13,7 @@ import (
 )
 
 // errorCodeSources are the packages whose handlers answer on the API's
-// listener: the API itself, the CLI's wiring around it (drain gate), the
+// listener: the API itself, the wiring around it (internal/app: the drain gate), the
 // mirror front (a forward to a mirror served apart) and the MCP handler.
 var errorCodeSources = []string{"*.go", "../internal/cli/*.go", "../internal/app/*.go", "../mirror/remote.go", "../mcp/*.go"}
 

@@ -124,7 +124,7 @@ func Serve(ctx context.Context, env *Env) error {
 	web := &httpservice.Service{
 		Server: &http.Server{Handler: drain, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: cfg.Server.ReadTimeout.D(), IdleTimeout: 2 * time.Minute},
 		Listen: func(ctx context.Context) (net.Listener, error) {
-			ln, err := tlsserve.Listen(ctx, cfg, env.Log) // TLS per cfg.TLS
+			ln, err := tlsserve.Listen(ctx, cfg.Listen, cfg.DataDir, cfg.TLS, env.Log)
 			if err != nil {
 				return nil, fmt.Errorf("listening on %s: %w", cfg.Listen, err)
 			}

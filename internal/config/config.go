@@ -11,7 +11,6 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"gopkg.in/yaml.v3"
@@ -25,6 +24,7 @@ import (
 	"github.com/sandboxapi/sandboxapi/internal/size"
 	"github.com/sandboxapi/sandboxapi/mirror"
 	"github.com/sandboxapi/sandboxapi/readiness"
+	"github.com/sandboxapi/sandboxapi/store"
 )
 
 var defaultYAML = configs.Server
@@ -65,15 +65,8 @@ type EgressConfig struct {
 	egress.Config `yaml:",inline"`
 }
 
-// Store selects the database.
-type Store struct {
-	// URL is empty for the embedded SQLite file (<data_dir>/sandboxapi.db),
-	// or postgres://USER:PASSWORD@HOST:PORT/DB?sslmode=... for a PostgreSQL
-	// database that many nodes share (migrated on start, once however many
-	// nodes start together). The environment variable SANDBOXAPI_STORE_URL
-	// overrides it (keeps the password out of the file).
-	URL string `yaml:"url"`
-}
+// Store selects the database (owned by the store).
+type Store = store.Settings
 
 // API holds authentication and plan settings (owned by the API).
 type API = api.Settings
@@ -162,13 +155,7 @@ func (c *Config) Validate() error {
 	if c.DataDir == "" || !filepath.IsAbs(c.DataDir) {
 		bad("data_dir: must be an absolute path, got %q", c.DataDir)
 	}
-	if u := c.Store.URL; u != "" && !strings.HasPrefix(u, "postgres://") && !strings.HasPrefix(u, "postgresql://") {
-		kind := "something that is not a URL" // never echoed: it may hold a password
-		if scheme, _, ok := strings.Cut(u, "://"); ok && !strings.ContainsAny(scheme, " =@") {
-			kind = fmt.Sprintf("a %q URL", scheme)
-		}
-		bad("store.url: must be empty (SQLite) or postgres://..., got %s", kind)
-	}
+	errs = append(errs, prefixed("store.", c.Store.Validate())...)
 	switch c.LogLevel {
 	case "debug", "info", "warn", "error":
 	default:
