@@ -186,7 +186,7 @@ func newCluster(t *testing.T, open storeOpener, n int, o clusterOptions) []*clus
 	}
 	nodes := make([]*clusterNode, n)
 	for i := range nodes {
-		st := open(t)
+		st := open(t).ForNode(fmt.Sprintf("node%d", i))
 		sb := newStoreSandboxes(st, fmt.Sprintf("n%d", i))
 		sb.createDelay = o.createDelay
 		d := Deps{Sandboxes: sb, Keys: fakeKeys{}, Plans: plans, Log: slog.New(slog.NewJSONHandler(io.Discard, nil)),
@@ -194,7 +194,7 @@ func newCluster(t *testing.T, open storeOpener, n int, o clusterOptions) []*clus
 		if o.memoryRate {
 			d.RateTokens = nil
 		}
-		cfg := Config{MaxBodyBytes: 1 << 20, MaxCodeBytes: 1 << 16, MaxStdinBytes: 1 << 16, MaxIdleTTL: time.Hour, Node: fmt.Sprintf("node%d", i)}
+		cfg := Config{MaxBodyBytes: 1 << 20, MaxCodeBytes: 1 << 16, MaxStdinBytes: 1 << 16, MaxIdleTTL: time.Hour}
 		hs := httptest.NewServer(New(cfg, d))
 		t.Cleanup(hs.Close)
 		nodes[i] = &clusterNode{url: hs.URL, sb: sb, st: st}

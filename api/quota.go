@@ -20,7 +20,8 @@ import (
 // session is hibernated. Implementations are safe for concurrent use.
 type SessionSlots interface {
 	// ReserveSessionSlot takes one of keyID's max slots, pending under
-	// slotID, for node; false means the key has max already.
+	// slotID, for node (the API passes "": the store names the node its
+	// handle acts for); false means the key has max already.
 	ReserveSessionSlot(ctx context.Context, keyID, slotID, node string, max int) (bool, error)
 	// BindSessionSlot binds the pending slot slotID to the session just
 	// made, sessionID: it is held from then on while the session lives.
@@ -60,7 +61,7 @@ func (s *Server) takeSlot(ctx context.Context, p *Principal) (*slot, error) {
 	var b [16]byte
 	_, _ = rand.Read(b[:])
 	sl := &slot{s: s, key: p.KeyID, id: "pending_" + hex.EncodeToString(b[:])}
-	ok, err := s.slots.ReserveSessionSlot(ctx, p.KeyID, sl.id, s.cfg.Node, p.Plan.MaxSessions)
+	ok, err := s.slots.ReserveSessionSlot(ctx, p.KeyID, sl.id, "", p.Plan.MaxSessions)
 	if err != nil {
 		return nil, err
 	}

@@ -74,9 +74,6 @@ type Config struct {
 	// timeouts keep it. Zero means 15 s.
 	StreamHeartbeat time.Duration
 	Gateway         GatewayConfig
-	// Node names this node in the session slots it reserves (cluster
-	// mode's node name); empty on a single node.
-	Node string
 }
 
 // Deps is everything the server talks to, given once to New. Sandboxes,

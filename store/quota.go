@@ -98,7 +98,8 @@ func addSlotBound(ctx context.Context, tx *sql.Tx) error {
 
 // ReserveSessionSlot takes one of keyID's max session slots, pending
 // under slotID (a provisional id, or the session's own when it is known),
-// on node, and reports whether it got one. Taking a slot slotID already
+// on node ("": the node this handle acts for, see ForNode), and reports
+// whether it got one. Taking a slot slotID already
 // holds succeeds without taking another. Rows of keyID that no longer
 // count are deleted first.
 func (s *Store) ReserveSessionSlot(ctx context.Context, keyID, slotID, node string, max int) (bool, error) {
@@ -109,6 +110,9 @@ func (s *Store) ReserveSessionSlot(ctx context.Context, keyID, slotID, node stri
 	defer tx.Rollback()
 	if err := s.lockQuotaKey(ctx, tx, keyID); err != nil {
 		return false, fmt.Errorf("reserving session slot: %w", err)
+	}
+	if node == "" {
+		node = s.node
 	}
 	now := time.Now()
 	if _, err := tx.ExecContext(ctx, `DELETE FROM session_slots WHERE key_id = ? AND NOT `+slotCounts, keyID, ms(now.Add(-PendingSlotTTL))); err != nil {

@@ -406,8 +406,12 @@ func TestSessionSlotsFollowTakeOver(t *testing.T) {
 		base := open(t)
 		a, b := base.ForNode("a"), base.ForNode("b")
 		now := time.Now()
-		if ok, err := a.ReserveSessionSlot(ctx, "k", "pending_1", "a", 1); err != nil || !ok {
+		if ok, err := a.ReserveSessionSlot(ctx, "k", "pending_1", "", 1); err != nil || !ok {
 			t.Fatalf("reserve: %v %v", ok, err)
+		}
+		var node string
+		if err := base.DB().QueryRowContext(ctx, `SELECT node FROM session_slots WHERE session_id = 'pending_1'`).Scan(&node); err != nil || node != "a" {
+			t.Fatalf("the reservation names node %q (%v), want the handle's, a", node, err)
 		}
 		if err := a.InsertSession(ctx, SessionRow{ID: "sess_1", KeyID: "k", Language: "bash", State: "running", Network: "{}", CreatedAt: now, LastUsedAt: now}); err != nil {
 			t.Fatal(err)
