@@ -193,6 +193,23 @@ func (s *Store) ReleaseSessionSlot(ctx context.Context, slotID string) error {
 	return nil
 }
 
+// ReleasePendingSlots deletes the pending reservations of the node this
+// handle acts for (ForNode) and returns how many went. A node calls it as
+// its process starts, before it serves: the creates they were taken for
+// died with its previous process. A PostgreSQL handle of no node name
+// does nothing (several processes may share that name); its reservations
+// expire after PendingSlotTTL instead.
+func (s *Store) ReleasePendingSlots(ctx context.Context) (int64, error) {
+	if s.node == "" && s.dialect == Postgres {
+		return 0, nil
+	}
+	res, err := s.db.ExecContext(ctx, `DELETE FROM session_slots WHERE bound = 0 AND node = ?`, s.node)
+	if err != nil {
+		return 0, fmt.Errorf("releasing pending session slots: %w", err)
+	}
+	return res.RowsAffected()
+}
+
 // SessionSlots counts the slots keyID holds.
 func (s *Store) SessionSlots(ctx context.Context, keyID string) (int, error) {
 	var n int

@@ -442,3 +442,42 @@ func TestSessionSlotsFollowTakeOver(t *testing.T) {
 		}
 	})
 }
+
+// TestReleasePendingSlots: a node starting again drops the reservations
+// its previous process left pending, and no one else's; a PostgreSQL
+// handle of no node name drops none.
+func TestReleasePendingSlots(t *testing.T) {
+	eachBackend(t, func(t *testing.T, open opener) {
+		ctx := context.Background()
+		base := open(t)
+		a, b := base.ForNode("a"), base.ForNode("b")
+		now := time.Now()
+		for _, r := range []struct {
+			st   *Store
+			slot string
+		}{{a, "pending_a"}, {b, "pending_b"}, {base, "pending_single"}, {a, "pending_a_bound"}} {
+			if ok, err := r.st.ReserveSessionSlot(ctx, "k", r.slot, "", 9); err != nil || !ok {
+				t.Fatalf("reserve %s: %v %v", r.slot, ok, err)
+			}
+		}
+		if err := a.InsertSession(ctx, SessionRow{ID: "sess_a", KeyID: "k", Language: "bash", State: "running", Network: "{}", CreatedAt: now, LastUsedAt: now}); err != nil {
+			t.Fatal(err)
+		}
+		if err := a.BindSessionSlot(ctx, "k", "pending_a_bound", "sess_a"); err != nil {
+			t.Fatal(err)
+		}
+		if n, err := a.ReleasePendingSlots(ctx); err != nil || n != 1 {
+			t.Fatalf("node a: released %d, %v; want its one pending", n, err)
+		}
+		want := int64(1) // the single node's
+		if base.Dialect() == Postgres {
+			want = 0
+		}
+		if n, err := base.ReleasePendingSlots(ctx); err != nil || n != want {
+			t.Fatalf("no node name: released %d, %v; want %d", n, err, want)
+		}
+		if got, err := base.SessionSlots(ctx, "k"); err != nil || got != 2+int(1-want) {
+			t.Fatalf("left: %d slots, %v; want b's pending, a's bound slot (and the unnamed one on PostgreSQL)", got, err)
+		}
+	})
+}

@@ -52,6 +52,10 @@ func wireServices(ctx context.Context, env *Env, g *lifecycle.Group, w wiring) *
 	}
 	ready := readinessReporter{chk}
 	build := w.build
+	// Slots this node's previous process reserved for creates died with it.
+	if _, err := w.st.ReleasePendingSlots(ctx); err != nil {
+		env.Log.Warn("releasing pending session slots", "err", err)
+	}
 	srv := api.New(cfg.APIConfig(), api.Deps{
 		Sandboxes: w.ex,
 		Keys:      storeKeys{w.st},
