@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/sandboxapi/sandboxapi/api"
+	"github.com/sandboxapi/sandboxapi/cluster"
 	"github.com/sandboxapi/sandboxapi/egress"
 	"github.com/sandboxapi/sandboxapi/executor"
 	"github.com/sandboxapi/sandboxapi/internal/buildinfo"
@@ -35,6 +36,7 @@ type wiring struct {
 	sessions *egress.Sessions // nil when egress is off
 	m        *metrics.Metrics
 	build    buildinfo.Info
+	node     *cluster.Node // nil for a single node
 }
 
 // wireServices builds the API with every dependency it serves (one field
@@ -56,8 +58,14 @@ func wireServices(ctx context.Context, env *Env, g *lifecycle.Group, w wiring) *
 	if _, err := w.st.ReleasePendingSlots(ctx); err != nil {
 		env.Log.Warn("releasing pending session slots", "err", err)
 	}
+	var sandboxes api.Sandboxes = w.ex
+	mcpAPI := func(h http.Handler) http.Handler { return h }
+	if w.node != nil {
+		sandboxes = clusterSandboxes{Executor: w.ex, node: w.node}
+		mcpAPI = w.node.Handler // MCP's calls for other nodes' sessions go there
+	}
 	srv := api.New(cfg.APIConfig(), api.Deps{
-		Sandboxes: w.ex,
+		Sandboxes: sandboxes,
 		Keys:      storeKeys{w.st},
 		Plans:     w.plans,
 		Log:       env.Log,
@@ -77,7 +85,7 @@ func wireServices(ctx context.Context, env *Env, g *lifecycle.Group, w wiring) *
 		Metrics:   w.m.Handler(),
 		Console:   newConsole(env, ready, w.mir, w.st, w.ex),
 		MCP: func(h http.Handler) http.Handler {
-			return mcp.NewHTTPHandler(h, mcp.Options{Version: Version, Logger: env.Log, DefaultTimeout: cfg.Limits.DefaultTimeout.D()})
+			return mcp.NewHTTPHandler(mcpAPI(h), mcp.Options{Version: Version, Logger: env.Log, DefaultTimeout: cfg.Limits.DefaultTimeout.D()})
 		},
 		// Session slots are always the store's (exact on any number of
 		// nodes); the rate bucket is the store's on PostgreSQL (shared by

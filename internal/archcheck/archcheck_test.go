@@ -16,7 +16,7 @@ import (
 )
 
 // services are the top-level folders that never import one another.
-var services = []string{"api", "executor", "egress", "mirror", "installer", "readiness", "mcp", "console", "sbom", "doctor", "tlsserve", "store"}
+var services = []string{"api", "executor", "egress", "mirror", "installer", "readiness", "mcp", "console", "sbom", "doctor", "tlsserve", "store", "cluster"}
 
 // shared are packages inside a service's folder (or a service) that any
 // service may import, each with the reason. sharedImports

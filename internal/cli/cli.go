@@ -36,6 +36,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			validateCommand(),
 			rootfsCommand(),
 			keysCommand(),
+			clusterCommand(),
 			usageCommand(),
 			mirrorCommand(),
 			doctorCommand(),

@@ -10,6 +10,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/sandboxapi/sandboxapi/cluster"
 	"github.com/sandboxapi/sandboxapi/internal/app"
 	"github.com/sandboxapi/sandboxapi/internal/config"
 	"github.com/sandboxapi/sandboxapi/internal/reqid"
@@ -64,9 +65,11 @@ func serverURL(c *cli.Context) (string, error) {
 }
 
 // loadEnv loads the config named by --config (or the embedded default)
-// with the --data-dir, --listen and SANDBOXAPI_STORE_URL overrides.
+// with the --data-dir, --listen, SANDBOXAPI_STORE_URL and
+// SANDBOXAPI_CLUSTER_SECRET overrides.
 func loadEnv(c *cli.Context) (*Env, error) {
-	o := config.Overrides{DataDir: c.String("data-dir"), StoreURL: os.Getenv("SANDBOXAPI_STORE_URL")}
+	o := config.Overrides{DataDir: c.String("data-dir"), StoreURL: os.Getenv("SANDBOXAPI_STORE_URL"),
+		ClusterSecret: os.Getenv(cluster.SecretEnv)}
 	if c.IsSet("listen") || os.Getenv("SANDBOXAPI_LISTEN") != "" {
 		o.Listen = c.String("listen")
 	}

@@ -16,6 +16,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/sandboxapi/sandboxapi/api"
+	"github.com/sandboxapi/sandboxapi/cluster"
 	"github.com/sandboxapi/sandboxapi/configs"
 	"github.com/sandboxapi/sandboxapi/egress"
 	"github.com/sandboxapi/sandboxapi/executor"
@@ -55,7 +56,13 @@ type Config struct {
 	Installer installer.Config `yaml:"installer"`
 	// TLS serves HTTPS on listen (see tls.go).
 	TLS TLS `yaml:"tls"`
+	// Cluster makes this process one node of many that share a PostgreSQL
+	// store (owned by package cluster; empty node: a single node).
+	Cluster Cluster `yaml:"cluster"`
 }
+
+// Cluster holds the cluster node settings (owned by package cluster).
+type Cluster = cluster.Settings
 
 // EgressConfig switches the egress proxy and per-session sandbox networks
 // on (Enabled) and configures them. Disabled, sessions that ask for
@@ -107,18 +114,44 @@ type Limits struct {
 
 // Load reads path, or the embedded default when path is empty.
 func Load(path string) (*Config, error) {
-	if path == "" {
-		return Parse(defaultYAML, "embedded default")
-	}
-	b, err := os.ReadFile(path)
+	c, name, err := read(path)
 	if err != nil {
-		return nil, fmt.Errorf("reading config: %w", err)
+		return nil, err
 	}
-	return Parse(b, path)
+	if err := c.Validate(); err != nil {
+		return nil, fmt.Errorf("validating %s: %w", name, err)
+	}
+	return c, nil
 }
 
 // Parse decodes YAML on top of the defaults and validates the result.
 func Parse(b []byte, name string) (*Config, error) {
+	c, err := decodeOnDefaults(b, name)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.Validate(); err != nil {
+		return nil, fmt.Errorf("validating %s: %w", name, err)
+	}
+	return c, nil
+}
+
+// read decodes path (the embedded default when empty) on top of the
+// defaults, without validating, and names its source.
+func read(path string) (*Config, string, error) {
+	if path == "" {
+		c, err := decodeOnDefaults(defaultYAML, "embedded default")
+		return c, "embedded default", err
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, path, fmt.Errorf("reading config: %w", err)
+	}
+	c, err := decodeOnDefaults(b, path)
+	return c, path, err
+}
+
+func decodeOnDefaults(b []byte, name string) (*Config, error) {
 	c := &Config{Mirror: mirror.DefaultConfig(), Egress: EgressConfig{Config: egress.DefaultConfig()},
 		Readiness: readiness.DefaultConfig(), Installer: installer.DefaultConfig()}
 	if err := decode(defaultYAML, c); err != nil {
@@ -126,9 +159,6 @@ func Parse(b []byte, name string) (*Config, error) {
 	}
 	if err := decode(b, c); err != nil {
 		return nil, fmt.Errorf("decoding %s: %w", name, err)
-	}
-	if err := c.Validate(); err != nil {
-		return nil, fmt.Errorf("validating %s: %w", name, err)
 	}
 	return c, nil
 }
@@ -210,6 +240,10 @@ func (c *Config) Validate() error {
 	errs = append(errs, prefixed("api.", c.API.Validate())...)
 	if err := c.TLS.Validate(); err != nil {
 		errs = append(errs, err)
+	}
+	errs = append(errs, prefixed("cluster.", c.Cluster.Validate())...)
+	if c.Cluster.Enabled() && c.Store.URL == "" {
+		bad("cluster.node: needs a PostgreSQL store shared by every node (store.url or SANDBOXAPI_STORE_URL)")
 	}
 	return errors.Join(errs...)
 }

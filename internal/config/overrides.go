@@ -11,12 +11,15 @@ type Overrides struct {
 	DataDir  string // --data-dir; made absolute
 	Listen   string // --listen
 	StoreURL string // SANDBOXAPI_STORE_URL
+	// ClusterSecret is SANDBOXAPI_CLUSTER_SECRET (cluster.SecretEnv).
+	ClusterSecret string
 }
 
 // LoadWith loads path (the embedded default when empty), applies o and
-// validates the result.
+// validates the result (once: a file may leave to o what validation
+// needs, such as a cluster node's store URL and secret).
 func LoadWith(path string, o Overrides) (*Config, error) {
-	cfg, err := Load(path)
+	cfg, name, err := read(path)
 	if err != nil {
 		return nil, err
 	}
@@ -33,8 +36,11 @@ func LoadWith(path string, o Overrides) (*Config, error) {
 	if o.StoreURL != "" {
 		cfg.Store.URL = o.StoreURL
 	}
+	if o.ClusterSecret != "" {
+		cfg.Cluster.Secret = o.ClusterSecret
+	}
 	if err := cfg.Validate(); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("validating %s: %w", name, err)
 	}
 	return cfg, nil
 }
