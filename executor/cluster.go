@@ -183,6 +183,14 @@ func (e *Executor) letGo(s *session) {
 	e.disk -= s.diskBytes
 }
 
+// fenceGen is how many times every session was let go of so far: work
+// that makes a session keeps it only if no Fence came meanwhile.
+func (e *Executor) fenceGen() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.fences
+}
+
 // isGone reports whether s was let go of.
 func (e *Executor) isGone(s *session) bool {
 	e.mu.Lock()
@@ -227,9 +235,16 @@ func (e *Executor) clearHost(ctx context.Context, ss []*session) error {
 		defer cancel()
 	}
 	ids := make(map[string]bool, len(ss))
+	e.mu.Lock()
 	for _, s := range ss {
 		ids[s.id] = true
-		e.dropAgent(s.id) // calls in flight fail now
+		if s.job != "" {
+			ids[s.job] = true // an install job on its home
+		}
+	}
+	e.mu.Unlock()
+	for id := range ids {
+		e.dropAgent(id) // calls in flight fail now
 	}
 	for _, s := range ss {
 		thawHome(e.dir(s.id)) // a fork's freeze would hold the unmount

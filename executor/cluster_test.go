@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -50,6 +51,7 @@ func TestFenceHelperProcess(t *testing.T) {
 		}
 	}
 	_ = fs.Parse(args)
+	signal.Ignore(FenceSignals...)
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	if err := RunFence(context.Background(), cfg, os.Stdin, os.Stdout, log); err != nil {
 		log.Error("fence", "err", err)
@@ -484,7 +486,9 @@ func TestClusterNodeHelperProcess(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A program still running when the node dies.
-	go func() { _, _ = e.Execute(ctx, "k1", s.ID, ExecRequest{Code: "echo from-a > /home/sandbox/f; sync; sleep 600"}) }()
+	go func() {
+		_, _ = e.Execute(ctx, "k1", s.ID, ExecRequest{Code: "echo from-a > /home/sandbox/f; sync; sleep 600"})
+	}()
 	time.Sleep(time.Second)
 	os.Stdout.WriteString("session " + s.ID + "\n")
 	select {} // until killed
@@ -609,3 +613,60 @@ func (s *syncWriter) String() string {
 	defer s.mu.Unlock()
 	return s.w.(*strings.Builder).String()
 }
+
+// nopCloser turns a writer into the ready end of RunFence.
+type nopCloser struct{ io.Writer }
+
+func (nopCloser) Close() error { return nil }
+
+// TestRunFenceProtocol: a 'q' from the node ends the fence quietly, EOF
+// fences (nothing to do under an empty root), and a second fence on the
+// same lock is ready only once the first has finished.
+func TestRunFenceProtocol(t *testing.T) {
+	dir := t.TempDir()
+	cfg := FenceConfig{Root: filepath.Join(dir, "runsc"), Homes: filepath.Join(dir, "sessions"), Lock: filepath.Join(dir, "fence.lock")}
+	log := quietLog()
+	ctx := context.Background()
+
+	var ready strings.Builder
+	if err := RunFence(ctx, cfg, strings.NewReader("q"), nopCloser{&ready}, log); err != nil || ready.String() != "ready\n" {
+		t.Fatalf("quit: %v, ready %q", err, ready.String())
+	}
+	if err := RunFence(ctx, cfg, strings.NewReader(""), nopCloser{io.Discard}, log); err != nil {
+		t.Fatalf("EOF with nothing to fence: %v", err)
+	}
+
+	r1, w1 := io.Pipe()
+	first := make(chan error, 1)
+	firstReady := make(chan struct{})
+	go func() {
+		first <- RunFence(ctx, cfg, r1, nopCloser{writerFunc(func(p []byte) (int, error) { close(firstReady); return len(p), nil })}, log)
+	}()
+	<-firstReady
+	secondReady := make(chan struct{})
+	second := make(chan error, 1)
+	go func() {
+		second <- RunFence(ctx, cfg, strings.NewReader("q"), nopCloser{writerFunc(func(p []byte) (int, error) { close(secondReady); return len(p), nil })}, log)
+	}()
+	select {
+	case <-secondReady:
+		t.Fatal("a second fence was ready while the first held the lock")
+	case <-time.After(200 * time.Millisecond):
+	}
+	w1.Close() // the node dies
+	if err := <-first; err != nil {
+		t.Fatalf("first fence: %v", err)
+	}
+	select {
+	case <-secondReady:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the second fence never got the lock")
+	}
+	if err := <-second; err != nil {
+		t.Fatal(err)
+	}
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }

@@ -319,6 +319,7 @@ func (e *Executor) ForkSession(ctx context.Context, id string, spec ForkSpec) (_
 	if !e.isStarted() {
 		return Session{}, ErrNotStarted
 	}
+	gen := e.fenceGen()
 	size := src.diskBytes
 	if err := e.reserveDisk(size); err != nil {
 		return Session{}, err
@@ -379,6 +380,10 @@ func (e *Executor) ForkSession(ctx context.Context, id string, spec ForkSpec) (_
 	child := newSession(childID, spec.Owner, rt, src.idleTTL, start, network)
 	child.state, child.hibernatedAt, child.lastUsed, child.parent, child.diskBytes = StateHibernated, now, now, id, size
 	e.mu.Lock()
+	if e.fences != gen {
+		e.mu.Unlock()
+		return Session{}, fmt.Errorf("session %s: %w", childID, ErrSessionMoved)
+	}
 	e.sessions[childID] = child
 	snap := child.snapshot()
 	e.mu.Unlock()

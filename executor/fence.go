@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
-	"os/signal"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -49,6 +48,11 @@ func (c FenceConfig) Flags() []string {
 	return []string{"--root", c.Root, "--homes", c.Homes, "--lock", c.Lock}
 }
 
+// FenceSignals are the signals a fence process ignores: it must outlive
+// the node (whose terminal, process group or supervisor may signal it
+// too) and a log reader that has gone (SIGPIPE).
+var FenceSignals = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGPIPE}
+
 // fenceQuit is the byte a node writes when it stops normally.
 const fenceQuit = 'q'
 
@@ -60,14 +64,12 @@ const fenceBudget = 10 * time.Second
 // ready and closes it, then waits on in (the node's pipe). A fenceQuit
 // byte ends it quietly; EOF or a read error without one means the node is
 // dead: every process under cfg.Root is killed and every home under
-// cfg.Homes unmounted, retried for up to fenceBudget. It ignores SIGINT,
-// SIGTERM, SIGHUP and SIGPIPE (it must outlive the node and a closed log
-// reader), so it is meant for a process of its own.
+// cfg.Homes unmounted, retried for up to fenceBudget. Its process should
+// ignore the signals in FenceSignals first.
 func RunFence(ctx context.Context, cfg FenceConfig, in io.Reader, ready io.WriteCloser, log *slog.Logger) error {
 	if cfg.Root == "" || cfg.Homes == "" || cfg.Lock == "" {
 		return errors.New("fence: --root, --homes and --lock are required")
 	}
-	signal.Ignore(syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGPIPE)
 	lock, err := os.OpenFile(cfg.Lock, os.O_CREATE|os.O_RDWR, 0o600)
 	if err != nil {
 		return fmt.Errorf("fence: opening lock: %w", err)

@@ -42,6 +42,7 @@ type session struct {
 	// gone: let go of (another node owns it, or may: letGo); nothing of
 	// this executor may touch its home, row or counts again.
 	gone   bool
+	job    string   // the install job sandbox that has its home mounted, if any
 	netEnv []string // proxy variables when the session has network
 }
 
@@ -124,6 +125,7 @@ func (e *Executor) CreateSession(ctx context.Context, spec SessionSpec) (_ Sessi
 	}()
 	defer cu.Clean()
 
+	gen := e.fenceGen()
 	if err := e.reserve(); err != nil {
 		return Session{}, err
 	}
@@ -220,6 +222,11 @@ func (e *Executor) CreateSession(ctx context.Context, spec SessionSpec) (_ Sessi
 	e.move(s, StateRunning)
 	s.hasSandbox = true
 	e.mu.Lock()
+	if e.fences != gen {
+		// Fenced meanwhile: a new session is not kept past a lost lease.
+		e.mu.Unlock()
+		return Session{}, fmt.Errorf("session %s: %w", id, ErrSessionMoved)
+	}
 	e.sessions[id] = s
 	e.mu.Unlock()
 	cu.Release()

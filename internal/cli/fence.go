@@ -2,6 +2,7 @@ package cli
 
 import (
 	"os"
+	"os/signal"
 
 	"github.com/urfave/cli/v2"
 
@@ -17,6 +18,7 @@ func fenceCommand() *cli.Command {
 		Hidden: true,
 		Flags:  []cli.Flag{&cli.StringFlag{Name: "root"}, &cli.StringFlag{Name: "homes"}, &cli.StringFlag{Name: "lock"}},
 		Action: func(c *cli.Context) error {
+			signal.Ignore(executor.FenceSignals...)
 			cfg := executor.FenceConfig{Root: c.String("root"), Homes: c.String("homes"), Lock: c.String("lock")}
 			return executor.RunFence(c.Context, cfg, os.Stdin, os.Stdout, newLogger(c.App.ErrWriter, "info"))
 		},
