@@ -232,6 +232,18 @@ func TestClusterFenceThenTakeover(t *testing.T) {
 		t.Fatalf("the fence wrote to the store: %+v %v", r, err)
 	}
 
+	// a registers again (its lease is back) and serves its own session
+	// again: Adopt, then a resume that waits for the fence's tidying.
+	if _, err := a.Adopt(context.Background(), s.ID); err != nil {
+		t.Fatalf("adopt on a after its own fence: %v", err)
+	}
+	if res := clusterRun(t, a, s.ID, "print(open('/home/sandbox/f.txt').read())"); res.Stdout != "from a\n" || res.ResumedMS == 0 {
+		t.Fatalf("on a again: %+v", res)
+	}
+	if err := a.Fence(context.Background()); err != nil {
+		t.Fatalf("second fence: %v", err)
+	}
+
 	c.claim(t, "b", s.ID)
 	got, err := b.Adopt(context.Background(), s.ID)
 	if err != nil || got.State != StateHibernated {
