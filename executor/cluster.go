@@ -273,7 +273,8 @@ func (e *Executor) clearHost(ctx context.Context, ss []*session) error {
 // killHomes is the urgent part of letting go: fast and for all sessions
 // ss at once, SIGKILL to their sandboxes' processes (and their install
 // jobs') and the unmount of their homes, retried until none is left or
-// ctx ends.
+// ctx ends; then it waits for their images to settle (settleImage). ctx
+// must have a deadline.
 func (e *Executor) killHomes(ctx context.Context, ss []*session) error {
 	ids := make(map[string]bool, len(ss))
 	e.mu.Lock()
@@ -303,7 +304,7 @@ func (e *Executor) killHomes(ctx context.Context, ss []*session) error {
 			}
 		}
 		if procs == 0 && len(left) == 0 {
-			return nil
+			break
 		}
 		if ctx.Err() != nil {
 			if procs > 0 {
@@ -313,6 +314,15 @@ func (e *Executor) killHomes(ctx context.Context, ss []*session) error {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+	// Unmounted; the image is whole once its loop device has let go.
+	deadline, _ := ctx.Deadline()
+	var errs []error
+	for _, s := range ss {
+		if err := settleImage(e.home(s.id).image(), deadline); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // tidy removes what dead sandboxes of the sessions ss left: runsc state
