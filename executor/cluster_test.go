@@ -385,7 +385,19 @@ func TestClusterStopHandsOver(t *testing.T) {
 		clusterRun(t, a, s.ID, "echo "+s.ID+" > /home/sandbox/id")
 		ids = append(ids, s.ID)
 	}
-	fence := a.fence.cmd
+	// A fence process that dies while its node runs is started again.
+	first := a.currentFence()
+	if err := first.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for a.currentFence() == first && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	fence := a.currentFence().cmd
+	if fence == first.cmd {
+		t.Fatal("the fence was not started again")
+	}
 	if err := a.Stop(ctx); err != nil {
 		t.Fatalf("stop: %v", err)
 	}
@@ -724,4 +736,11 @@ func TestClusterFenceDuringCall(t *testing.T) {
 	if h := hostHolds(a, s.ID); len(h) > 0 {
 		t.Fatalf("a still holds %v", h)
 	}
+}
+
+// currentFence is e's running fence process.
+func (e *Executor) currentFence() *fenceProc {
+	e.fence.mu.Lock()
+	defer e.fence.mu.Unlock()
+	return e.fence.proc
 }
