@@ -43,6 +43,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			versionCommand(),
 			mcpCommand(),
 			readinessCommand(),
+			fenceCommand(),
 		},
 	}
 	if err := root.RunContext(ctx, hoistFlags(root.Commands, args)); err != nil {
