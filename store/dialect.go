@@ -229,8 +229,9 @@ const DefaultConnectTimeout = 5 * time.Second
 // pgMaxConns is how many connections one node's pool opens at most.
 const pgMaxConns = 16
 
-// openPostgres opens a pool on url (a postgres:// URL or key=value DSN).
-func openPostgres(url string) (*sql.DB, error) {
+// pgConfig parses url (a postgres:// URL or key=value DSN) with the
+// store's defaults applied.
+func pgConfig(url string) (*pgx.ConnConfig, error) {
 	cfg, err := pgx.ParseConfig(url)
 	if err != nil {
 		return nil, err
@@ -240,6 +241,15 @@ func openPostgres(url string) (*sql.DB, error) {
 	// (minutes): a request would hang on it.
 	if cfg.ConnectTimeout == 0 {
 		cfg.ConnectTimeout = DefaultConnectTimeout
+	}
+	return cfg, nil
+}
+
+// openPostgres opens a pool on url (a postgres:// URL or key=value DSN).
+func openPostgres(url string) (*sql.DB, error) {
+	cfg, err := pgConfig(url)
+	if err != nil {
+		return nil, err
 	}
 	db := sql.OpenDB(pgConnector{stdlib.GetConnector(*cfg)})
 	// Bounded, so that many nodes stay under the server's max_connections
