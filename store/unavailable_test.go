@@ -13,8 +13,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
-
-	"github.com/sandboxapi/sandboxapi/internal/testenv"
 )
 
 // closedPort returns a loopback port nothing listens on.
