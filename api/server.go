@@ -72,6 +72,11 @@ type Config struct {
 	// timeouts keep it. Zero means 15 s.
 	StreamHeartbeat time.Duration
 	Gateway         GatewayConfig
+	// KeyCacheTTL is how long a key the store resolved keeps working
+	// while the store cannot be reached (every lookup goes to the store
+	// while it answers, so a revocation counts at once then). Zero means
+	// DefaultKeyCacheTTL; negative caches nothing.
+	KeyCacheTTL time.Duration
 }
 
 // Deps is everything the server talks to, given once to New. Sandboxes,
@@ -138,6 +143,10 @@ type Server struct {
 
 	slots     SessionSlots // never nil (localSlots when Deps has none)
 	rate      RateTokens   // never nil (rateLimiter when Deps has none)
+	// outageRate is the in-memory bucket used while rate's store cannot
+	// be reached.
+	outageRate rateLimiter
+	keyCache   *keyCache // keys for a store outage
 	ready     atomic.Bool
 	readiness ReadinessReporter // nil: ready with no checks
 	egressLog EgressLog         // nil: no decisions
@@ -151,6 +160,7 @@ func New(cfg Config, d Deps) *Server {
 	s := &Server{cfg: cfg, sb: d.Sandboxes, keys: d.Keys, plans: d.Plans, meter: d.Meter, log: d.Log, mux: http.NewServeMux(),
 		readiness: d.Readiness, egressLog: d.EgressLog, build: d.Build}
 	s.slots, s.rate = d.SessionSlots, d.RateTokens
+	s.keyCache = newKeyCache(cfg.KeyCacheTTL)
 	if s.slots == nil {
 		s.slots = newLocalSlots(d.Sandboxes)
 	}
