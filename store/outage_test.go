@@ -113,7 +113,7 @@ func TestStoreOutageAndRecovery(t *testing.T) {
 		}
 	}
 	record(20)
-	usage.Flush(ctx) // fails: the rows are kept
+	usage.Flush(ctx)                   // fails: the rows are kept
 	time.Sleep(200 * time.Millisecond) // a few ticks of both writers fail too
 	if s := logs.String(); !strings.Contains(s, "keeping usage") || !strings.Contains(s, "keeping egress decisions") {
 		t.Errorf("no line says the writers keep their rows:\n%s", s)
