@@ -141,16 +141,17 @@ type Server struct {
 	log   *slog.Logger
 	mux   *http.ServeMux
 
-	slots SessionSlots // never nil (localSlots when Deps has none)
-	rate  RateTokens   // never nil (rateLimiter when Deps has none)
-	// outageRate is the in-memory bucket used while rate's store cannot
-	// be reached.
+	slots     SessionSlots // never nil (localSlots when Deps has none)
+	rate      RateTokens   // never nil (rateLimiter when Deps has none)
+	ready     atomic.Bool
+	readiness ReadinessReporter // nil: ready with no checks
+	egressLog EgressLog         // nil: no decisions
+	ops       opsState          // observer and route registry (metrics.go)
+
+	// While the store cannot be reached: the keys it resolved lately, and
+	// this node's own rate bucket in place of the store's.
+	keyCache   *keyCache
 	outageRate rateLimiter
-	keyCache   *keyCache // keys for a store outage
-	ready      atomic.Bool
-	readiness  ReadinessReporter // nil: ready with no checks
-	egressLog  EgressLog         // nil: no decisions
-	ops        opsState          // observer and route registry (metrics.go)
 
 	build *buildinfo.Info // shown by /healthz; nil: status alone
 }
