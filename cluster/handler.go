@@ -43,7 +43,19 @@ var (
 		Message: "the node that owns the session cannot be reached yet, or this node is renewing its lease; retry", RetryAfter: time.Second}
 	errInternal = replyError{Status: http.StatusInternalServerError, Code: "internal",
 		Message: "internal error; quote the request id to the operator"}
+	errStoreUnavailable = replyError{Status: http.StatusServiceUnavailable, Code: "store_unavailable",
+		Message: "the store is unavailable; retry after the Retry-After seconds", RetryAfter: 2 * time.Second}
 )
+
+// storeFailure is the reply to an error of the store behind an owner
+// look-up, a claim or an adoption: store_unavailable (as the API answers)
+// when the store cannot be reached, else fallback.
+func storeFailure(err error, fallback replyError) replyError {
+	if errors.Is(err, store.ErrUnavailable) {
+		return errStoreUnavailable
+	}
+	return fallback
+}
 
 // Handler returns next behind the node: every call for a session goes to
 // the node that owns it, new sessions to the node with the most free
@@ -215,7 +227,7 @@ func (h *handler) serveSession(w http.ResponseWriter, r *http.Request, id string
 		if err != nil {
 			if ctx.Err() == nil {
 				h.n.log.Error("cluster: reading the owner of a session", "request_id", r.Header.Get("X-Request-Id"), "session", id, "err", err)
-				h.fail(w, r, errNodeUnavailable)
+				h.fail(w, r, storeFailure(err, errNodeUnavailable))
 			}
 			return
 		}
@@ -242,7 +254,7 @@ func (h *handler) serveSession(w http.ResponseWriter, r *http.Request, id string
 			if err != nil {
 				if ctx.Err() == nil {
 					h.n.log.Error("cluster: claiming a session", "request_id", r.Header.Get("X-Request-Id"), "session", id, "err", err)
-					h.fail(w, r, errNodeUnavailable)
+					h.fail(w, r, storeFailure(err, errNodeUnavailable))
 				}
 				return
 			}
@@ -320,7 +332,7 @@ func (h *handler) serveOwned(w http.ResponseWriter, r *http.Request, id string) 
 			case ctx.Err() != nil:
 			default:
 				h.n.log.Error("cluster: adopting a session", "request_id", r.Header.Get("X-Request-Id"), "session", id, "err", err)
-				h.fail(w, r, errInternal)
+				h.fail(w, r, storeFailure(err, errInternal))
 			}
 			return
 		}
