@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -159,5 +160,48 @@ func TestStoreOutageAnswers503(t *testing.T) {
 	// authenticated for, 503s of sessions and usage included), 2 after.
 	if n != 7 {
 		t.Errorf("ka's usage after the restart: %d requests, want 7: %s", n, rec.Body)
+	}
+}
+
+// TestKeyCache: entries live for the TTL after their last put, a forgotten
+// key is gone at once, a negative TTL caches nothing, and a full cache
+// makes room from expired entries only.
+func TestKeyCache(t *testing.T) {
+	t.Parallel()
+	t0 := time.Unix(1_000_000, 0)
+	k := cachedKey{id: "k1", name: "one", plan: "PRO"}
+	for _, tc := range []struct {
+		name   string
+		ttl    time.Duration
+		steps  func(c *keyCache)
+		at     time.Duration // when get asks, after t0
+		wantOK bool
+	}{
+		{name: "default TTL, fresh", ttl: 0, steps: func(c *keyCache) { c.put("h", k, t0) }, at: DefaultKeyCacheTTL - time.Millisecond, wantOK: true},
+		{name: "default TTL, expired", ttl: 0, steps: func(c *keyCache) { c.put("h", k, t0) }, at: DefaultKeyCacheTTL, wantOK: false},
+		{name: "put again renews", ttl: time.Second, steps: func(c *keyCache) { c.put("h", k, t0); c.put("h", k, t0.Add(900*time.Millisecond)) }, at: 1500 * time.Millisecond, wantOK: true},
+		{name: "forgotten", ttl: time.Second, steps: func(c *keyCache) { c.put("h", k, t0); c.forget("h") }, at: 0, wantOK: false},
+		{name: "disabled", ttl: -1, steps: func(c *keyCache) { c.put("h", k, t0) }, at: 0, wantOK: false},
+		{name: "full of live keys", ttl: time.Minute, steps: func(c *keyCache) {
+			for i := range keyCacheMax {
+				c.put(strconv.Itoa(i), k, t0)
+			}
+			c.put("h", k, t0)
+		}, at: 0, wantOK: false},
+		{name: "full of expired keys", ttl: time.Minute, steps: func(c *keyCache) {
+			for i := range keyCacheMax {
+				c.put(strconv.Itoa(i), k, t0.Add(-time.Hour))
+			}
+			c.put("h", k, t0)
+		}, at: 0, wantOK: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newKeyCache(tc.ttl)
+			tc.steps(c)
+			got, ok := c.get("h", t0.Add(tc.at))
+			if ok != tc.wantOK || (ok && (got.id != k.id || got.plan != k.plan)) {
+				t.Fatalf("get = %+v, %v; want ok %v", got, ok, tc.wantOK)
+			}
+		})
 	}
 }
