@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -130,5 +131,53 @@ func TestConnectTimeoutDefault(t *testing.T) {
 		if cfg.ConnectTimeout != tc.want {
 			t.Errorf("%s: connect timeout %v, want %v", tc.url, cfg.ConnectTimeout, tc.want)
 		}
+	}
+}
+
+// TestSilentServerDoesNotHang: a server that accepts connections and never
+// answers (a hung PostgreSQL, a middlebox holding the connection) makes a
+// lookup without a deadline fail with ErrUnavailable after the default
+// connect timeout, not hang.
+func TestSilentServerDoesNotHang(t *testing.T) {
+	t.Parallel()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	var held []net.Conn
+	var mu sync.Mutex
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			held = append(held, c) // read nothing, answer nothing
+			mu.Unlock()
+		}
+	}()
+	defer func() {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range held {
+			c.Close()
+		}
+	}()
+	db, err := openPostgres("postgres://u@" + l.Addr().String() + "/db?sslmode=disable")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	st := &Store{db: db, dialect: Postgres}
+	start := time.Now()
+	_, err = st.KeyByHash(context.Background(), "h")
+	took := time.Since(start)
+	if !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("lookup on a silent server: %v, want ErrUnavailable", err)
+	}
+	if took < DefaultConnectTimeout-time.Second || took > DefaultConnectTimeout+2*time.Second {
+		t.Fatalf("lookup on a silent server took %v, want about %v", took, DefaultConnectTimeout)
 	}
 }
