@@ -47,14 +47,19 @@ var (
 		Message: "the store is unavailable; retry after the Retry-After seconds", RetryAfter: 2 * time.Second}
 )
 
-// storeFailure is the reply to an error of the store behind an owner
-// look-up, a claim or an adoption: store_unavailable (as the API answers)
-// when the store cannot be reached, else fallback.
-func storeFailure(err error, fallback replyError) replyError {
+// failStore answers an error of the store behind an owner look-up, a
+// claim or an adoption (what): 503 store_unavailable, as the API answers
+// it, when the store cannot be reached, else fallback; either is logged
+// once with its cause.
+func (h *handler) failStore(w http.ResponseWriter, r *http.Request, what, id string, err error, fallback replyError) {
+	rid := r.Header.Get("X-Request-Id")
 	if errors.Is(err, store.ErrUnavailable) {
-		return errStoreUnavailable
+		h.n.log.Warn("store unavailable", "request_id", rid, "route", "cluster: "+what, "session", id, "err", err)
+		h.fail(w, r, errStoreUnavailable)
+		return
 	}
-	return fallback
+	h.n.log.Error("cluster: "+what, "request_id", rid, "session", id, "err", err)
+	h.fail(w, r, fallback)
 }
 
 // Handler returns next behind the node: every call for a session goes to
@@ -226,8 +231,7 @@ func (h *handler) serveSession(w http.ResponseWriter, r *http.Request, id string
 		}
 		if err != nil {
 			if ctx.Err() == nil {
-				h.n.log.Error("cluster: reading the owner of a session", "request_id", r.Header.Get("X-Request-Id"), "session", id, "err", err)
-				h.fail(w, r, storeFailure(err, errNodeUnavailable))
+				h.failStore(w, r, "reading the owner of a session", id, err, errNodeUnavailable)
 			}
 			return
 		}
@@ -253,8 +257,7 @@ func (h *handler) serveSession(w http.ResponseWriter, r *http.Request, id string
 			ok, err := h.n.claim(ctx, id)
 			if err != nil {
 				if ctx.Err() == nil {
-					h.n.log.Error("cluster: claiming a session", "request_id", r.Header.Get("X-Request-Id"), "session", id, "err", err)
-					h.fail(w, r, storeFailure(err, errNodeUnavailable))
+					h.failStore(w, r, "claiming a session", id, err, errNodeUnavailable)
 				}
 				return
 			}
@@ -331,8 +334,7 @@ func (h *handler) serveOwned(w http.ResponseWriter, r *http.Request, id string) 
 				h.local(w, r)
 			case ctx.Err() != nil:
 			default:
-				h.n.log.Error("cluster: adopting a session", "request_id", r.Header.Get("X-Request-Id"), "session", id, "err", err)
-				h.fail(w, r, storeFailure(err, errInternal))
+				h.failStore(w, r, "adopting a session", id, err, errInternal)
 			}
 			return
 		}
