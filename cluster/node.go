@@ -223,25 +223,43 @@ func (n *Node) register(ctx context.Context) error {
 	return nil
 }
 
-// renew extends the lease of the current epoch.
+// errRenewTooLate: a renewal would start, or its answer came, once the
+// node was past validUntil (lease - lease/4 by its clock). Such a renewal
+// may land after the lease ran out for the other nodes, which may have
+// claimed a session meanwhile: it never makes the node serve again (the
+// lease loop fences and registers anew).
+var errRenewTooLate = errors.New("cluster: lease renewal past lease - lease/4")
+
+// renew extends the lease of the current epoch. Whoever calls it (the
+// lease loop, Drain), it is made only while the node holds its lease by
+// its own clock, and must be answered before validUntil.
 func (n *Node) renew(ctx context.Context) error {
 	n.renewMu.Lock()
 	defer n.renewMu.Unlock()
 	n.mu.Lock()
-	epoch, draining := n.epoch, n.draining
+	epoch, draining, validUntil := n.epoch, n.draining, n.validUntil
 	n.mu.Unlock()
 	if epoch == 0 {
 		return store.ErrLeaseLost
 	}
 	now := n.now()
+	left := validUntil.Sub(now)
+	if left <= 0 {
+		return errRenewTooLate
+	}
+	ctx, cancel := context.WithTimeout(ctx, left)
+	defer cancel()
 	if err := n.st.RenewNode(ctx, n.s.Node, epoch, now, now.Add(n.lease), n.ex.Free(), draining); err != nil {
 		return err
 	}
 	n.mu.Lock()
+	defer n.mu.Unlock()
+	if !n.now().Before(validUntil) {
+		return errRenewTooLate
+	}
 	if n.epoch == epoch {
 		n.validUntil = now.Add(n.lease - n.lease/4)
 	}
-	n.mu.Unlock()
 	return nil
 }
 

@@ -260,3 +260,30 @@ func TestNoKeyTakesNothingOver(t *testing.T) {
 		t.Fatalf("claimed by %q", o.Session.Node)
 	}
 }
+
+// TestDrainRenewalNotPastValidUntil: a renewal that starts once the node
+// is past the point where it stops using its sessions (lease - lease/4 by
+// its clock) is not made, Drain's included: it could land after the lease
+// ran out for the others, who may have claimed a session meanwhile,
+// while the node would go on serving it.
+func TestDrainRenewalNotPastValidUntil(t *testing.T) {
+	st := openStore(t, testPostgres(t))
+	a := startNode(t, st, "a", 4)
+	before, err := st.GetNode(t.Context(), "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.kill()                                     // no lease loop: nothing fences on its own
+	a.skew.Store(int64(testLease - testLease/8)) // past lease - lease/4, before the lease's end
+	a.node.Drain()
+	if a.node.serving() {
+		t.Fatal("serving again after a renewal started past lease - lease/4")
+	}
+	after, err := st.GetNode(t.Context(), "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !after.LeaseUntil.Equal(before.LeaseUntil) {
+		t.Fatalf("lease extended from %v to %v by a renewal past lease - lease/4", before.LeaseUntil, after.LeaseUntil)
+	}
+}
