@@ -744,3 +744,41 @@ func (e *Executor) currentFence() *fenceProc {
 	defer e.fence.mu.Unlock()
 	return e.fence.proc
 }
+
+// TestClusterReconcileKeepsUnreadableImage: a node that restarts while
+// the shared homes_dir cannot answer for a session's image (an error
+// other than "does not exist": here a symlink loop, as I/O errors or a
+// stale handle would be) neither ends the session nor removes its image:
+// shared storage that does not answer is not a lost session.
+func TestClusterReconcileKeepsUnreadableImage(t *testing.T) {
+	c := newCluster(t)
+	ctx := context.Background()
+	now := time.Now()
+	id := newID("sess_")
+	if err := c.st.ForNode("a").InsertSession(ctx, store.SessionRow{ID: id, KeyID: "k1", Language: "python3", State: string(StateHibernated),
+		Network: "{}", IdleTTL: time.Minute, CreatedAt: now, LastUsedAt: now, DiskBytes: 64 << 20}); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(c.homes, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	imgDir := filepath.Join(c.homes, id)
+	if err := os.Symlink(imgDir, imgDir); err != nil { // stat of anything under it: ELOOP
+		t.Fatal(err)
+	}
+	cfg := c.nodeConfig(t)
+	if err := os.MkdirAll(homeMount(filepath.Join(cfg.DataDir, "sessions", id)), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	a := c.start(t, "a", cfg)
+	r, err := c.st.GetSession(ctx, id)
+	if err != nil || r.State != string(StateHibernated) || r.Node != "a" {
+		t.Fatalf("row after a start that could not read the image: %+v %v", r, err)
+	}
+	if _, err := os.Lstat(imgDir); err != nil {
+		t.Fatalf("image folder removed: %v", err)
+	}
+	if a.Has(id) {
+		t.Fatal("served a session whose image could not be read")
+	}
+}

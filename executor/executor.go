@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -374,7 +375,8 @@ func (e *Executor) reconcile(ctx context.Context) error {
 	keep := map[string]bool{}     // sessions adopted with their sandbox
 	keepHome := map[string]bool{} // sessions kept: adopted or hibernated
 	var hibernated []*session
-	var ended []home // sessions of this node ended here
+	var ended []home      // sessions of this node ended here
+	var unserved []string // sessions whose image could not be read: not served, not ended
 	for _, r := range rows {
 		h := e.home(r.ID)
 		dir := h.dir
@@ -412,7 +414,17 @@ func (e *Executor) reconcile(ctx context.Context) error {
 		}
 		switch r.State {
 		case string(StateRunning), string(StateHibernated), storeHibernating, storeResuming:
-			if _, err := os.Stat(h.image()); err == nil && lerr == nil {
+			_, serr := os.Stat(h.image())
+			if serr != nil && !errors.Is(serr, fs.ErrNotExist) {
+				// Shared storage that does not answer is not a lost
+				// session (as in Adopt): its row and image are left as
+				// they are, and its next call adopts it.
+				keepHome[r.ID] = true
+				unserved = append(unserved, r.ID)
+				e.log.ErrorContext(ctx, "home image unreadable on restart: session left to adopt on its next call", "session", r.ID, "image", h.image(), "err", serr)
+				continue
+			}
+			if serr == nil && lerr == nil {
 				s := newSession(r.ID, r.KeyID, rt, r.IdleTTL, r.CreatedAt, storedNetwork(r.Network))
 				s.state, s.parent, s.diskBytes = StateHibernated, r.ParentID, size
 				s.hibernatedAt, s.lastUsed = time.Now(), time.Now()
@@ -495,6 +507,11 @@ func (e *Executor) reconcile(ctx context.Context) error {
 	// gone (above): their homes come off the host, and their rows say
 	// hibernated. (A row hibernated already had its home unmounted before
 	// it said so.)
+	for _, id := range unserved {
+		if err := unmountHome(e.dir(id)); err != nil {
+			e.log.ErrorContext(ctx, "unmounting home of a session not served", "session", id, "err", err)
+		}
+	}
 	for _, s := range hibernated {
 		if err := unmountHome(e.dir(s.id)); err != nil {
 			e.log.ErrorContext(ctx, "unmounting home of a hibernated session", "session", s.id, "err", err)
