@@ -411,8 +411,8 @@ func (w *mountWatch) poll() {
 		}
 	}
 	mounts := map[string][]string{} // session id → mount points
-	mi, _ := os.ReadFile("/proc/self/mountinfo")
-	for _, l := range strings.Split(string(mi), "\n") {
+	mi, _ := readMountinfo()
+	for _, l := range mi {
 		f := strings.Fields(l)
 		if len(f) < 5 {
 			continue
@@ -484,4 +484,11 @@ func (w *mountWatch) mountedUnder(id string) []string {
 	}
 	slices.Sort(out)
 	return out
+}
+
+// readMountinfo returns the lines of the host's mount table (the test
+// runs in the nodes' mount namespace).
+func readMountinfo() ([]string, error) {
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	return strings.Split(string(b), "\n"), err
 }

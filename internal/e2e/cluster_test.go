@@ -1,0 +1,637 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TestCluster runs 3 nodes on one PostgreSQL with one shared homes folder
+// (issue 16) and checks, in order on the same cluster:
+//
+//   - every call works through every node, a session's calls are served by
+//     the node that holds it, every reply names its node in
+//     X-Sandbox-Node, and a forwarded call is metered once;
+//   - 50 parallel creates of one PRO key sent to the 3 nodes give exactly 2
+//     sessions, the rest 429 quota_exceeded;
+//   - after a SIGKILL of a node, its sessions (one running, one
+//     hibernated) resume on another node on their next call with their
+//     file and installed package, while a watcher sees no home image
+//     attached or mounted twice at any moment; the restarted node comes
+//     back with a new epoch and takes new sessions;
+//   - a SIGTERM of a node, while a client keeps calling its sessions
+//     through the other nodes, hands them over with no failed call.
+//
+// Run with:
+//
+//	SANDBOXAPI_REQUIRE_RUNSC=1 SANDBOXAPI_REQUIRE_POSTGRES=1 go test -count=1 ./internal/e2e -run TestCluster -v -timeout 20m
+func TestCluster(t *testing.T) {
+	c := startCluster(t, clusterOptions{})
+	dir := t.TempDir()
+	c.admin.importOSV()
+	c.admin.cliArgs([]string{"mirror", "add"}, writeWheel(t, dir, "cluster-pkg", "1.0.0"))
+	st := c.openStore(t)
+	nodes, err := st.Nodes(context.Background())
+	if err != nil || len(nodes) != 3 {
+		t.Fatalf("nodes in the store: %v %v", nodes, err)
+	}
+	for _, n := range nodes {
+		if !n.Alive(time.Now()) || n.Draining || n.URL == "" {
+			t.Fatalf("node %+v: want alive, not draining, with its URL", n)
+		}
+	}
+
+	t.Run("every call through every node", func(t *testing.T) { testClusterEveryCall(t, c) })
+	t.Run("50 parallel creates of one PRO key", func(t *testing.T) { testClusterQuota(t, c) })
+	t.Run("SIGKILL of a node", func(t *testing.T) { testClusterKill(t, c) })
+	t.Run("SIGTERM of a node", func(t *testing.T) { testClusterDrain(t, c) })
+}
+
+func testClusterEveryCall(t *testing.T, c *cluster) {
+	key := c.key(t, "MEGA")
+	n := len(c.nodes)
+	type sess struct{ id, owner string }
+	var ss []sess
+	executes := 0
+	for i := range c.nodes {
+		id, owner := c.create(t, i, key, map[string]any{"language": "bash"})
+		ss = append(ss, sess{id, owner})
+		t.Logf("session %s created through %s is held by %s", id, c.names[i], owner)
+	}
+	ownedBy := func(t *testing.T, r reply, s sess, what string) {
+		t.Helper()
+		if got := servedBy(r); got != s.owner {
+			t.Errorf("%s of %s served by %s, want its holder %s", what, s.id, got, s.owner)
+		}
+	}
+	for k, s := range ss {
+		for i := range c.nodes {
+			at := c.names[i]
+			code := fmt.Sprintf("echo %s >> /home/sandbox/trail; wc -l < /home/sandbox/trail", at)
+			r := c.exec(t, i, key, s.id, code)
+			executes++
+			ownedBy(t, r, s, "execute through "+at)
+			if got, want := r.json(t)["stdout"], fmt.Sprintf("%d\n", i+1); got != want {
+				t.Errorf("execute in %s through %s: stdout %q, want %q", s.id, at, got, want)
+			}
+
+			ev := c.stream(t, i, key, s.id, "echo first; sleep 1; echo second")
+			executes++
+			ownedBy(t, ev.reply, s, "streamed execute through "+at)
+			if !strings.Contains(ev.text, "event: result") || !strings.Contains(ev.text, `"status":"ok"`) || !strings.Contains(ev.text, "second") {
+				t.Errorf("stream through %s: %q", at, ev.text)
+			}
+			if ev.firstAt == 0 || ev.total-ev.firstAt < 600*time.Millisecond {
+				t.Errorf("stream through %s: first line at %v of %v: not streamed as it ran", at, ev.firstAt, ev.total)
+			}
+
+			// Uploads through this node (one with a length, one
+			// chunked), read back through the next.
+			blob := make([]byte, 300<<10)
+			_, _ = rand.Read(blob)
+			path := fmt.Sprintf("/home/sandbox/up-%d.bin", i)
+			r = c.call(t, i, request{method: "PUT", path: filesURL(s.id, "path", path), key: key, body: blob})
+			if r.status != http.StatusOK || r.json(t)["size"] != float64(len(blob)) {
+				t.Fatalf("upload through %s: %d %s", at, r.status, r.body)
+			}
+			ownedBy(t, r, s, "upload through "+at)
+			r = c.call(t, i, request{method: "PUT", path: filesURL(s.id, "path", path+".chunked"), key: key, body: bytes.NewReader(blob)})
+			if r.status != http.StatusOK || r.json(t)["size"] != float64(len(blob)) {
+				t.Fatalf("chunked upload through %s: %d %s", at, r.status, r.body)
+			}
+			for _, p := range []string{path, path + ".chunked"} {
+				r = c.call(t, (i+1)%n, request{method: "GET", path: filesURL(s.id, "path", p), key: key})
+				if r.status != http.StatusOK || !bytes.Equal(r.body, blob) {
+					t.Fatalf("download of %s through %s: %d, %d bytes (want %d)", p, c.names[(i+1)%n], r.status, len(r.body), len(blob))
+				}
+				ownedBy(t, r, s, "download through "+c.names[(i+1)%n])
+			}
+
+			r = c.call(t, i, request{method: "GET", path: "/v1/sessions/" + s.id, key: key})
+			if r.status != http.StatusOK || r.json(t)["id"] != s.id {
+				t.Errorf("get through %s: %d %s", at, r.status, r.body)
+			}
+			ownedBy(t, r, s, "get through "+at)
+			r = c.call(t, i, request{method: "GET", path: "/v1/sessions/" + s.id + "/egress", key: key})
+			if r.status != http.StatusOK || r.json(t)["session_id"] != s.id {
+				t.Errorf("egress through %s: %d %s", at, r.status, r.body)
+			}
+			r = c.call(t, i, request{method: "GET", path: "/v1/sessions/" + s.id + "/sbom", key: key})
+			if r.status != http.StatusOK || r.json(t)["bomFormat"] != "CycloneDX" {
+				t.Errorf("sbom through %s: %d %s", at, r.status, r.body)
+			}
+			if k == 0 {
+				// The list is the key's sessions on every node.
+				r = c.call(t, i, request{method: "GET", path: "/v1/sessions", key: key})
+				got := listedIDs(t, r)
+				for _, s := range ss {
+					if !slices.Contains(got, s.id) {
+						t.Errorf("list through %s lacks %s (held by %s): %s", at, s.id, s.owner, r.body)
+					}
+				}
+			}
+		}
+	}
+
+	// Hibernate through one node, resume through the next; fork through
+	// a third and use the child through a fourth.
+	for k, s := range ss {
+		i := k % n
+		r := c.call(t, i, request{method: "POST", path: "/v1/sessions/" + s.id + "/hibernate", key: key})
+		if r.status != http.StatusOK || r.json(t)["state"] != "hibernated" {
+			t.Fatalf("hibernate through %s: %d %s", c.names[i], r.status, r.body)
+		}
+		ownedBy(t, r, s, "hibernate through "+c.names[i])
+		r = c.exec(t, (i+1)%n, key, s.id, "wc -l < /home/sandbox/trail")
+		executes++
+		if r.json(t)["stdout"] != fmt.Sprintf("%d\n", n) || r.header.Get("X-Sandbox-Resumed") == "" {
+			t.Errorf("execute after hibernate through %s: resumed %q, %s", c.names[(i+1)%n], r.header.Get("X-Sandbox-Resumed"), r.body)
+		}
+		ownedBy(t, r, s, "resume through "+c.names[(i+1)%n])
+
+		r = c.call(t, (i+2)%n, request{method: "POST", path: "/v1/sessions/" + s.id + "/fork", key: key})
+		if r.status != http.StatusCreated || r.json(t)["forked_from"] != s.id {
+			t.Fatalf("fork through %s: %d %s", c.names[(i+2)%n], r.status, r.body)
+		}
+		child := sess{id: r.json(t)["id"].(string), owner: servedBy(r)}
+		r = c.exec(t, (i+1)%n, key, child.id, "wc -l < /home/sandbox/trail; echo child >> /home/sandbox/trail")
+		executes++
+		if r.json(t)["stdout"] != fmt.Sprintf("%d\n", n) {
+			t.Errorf("fork child through %s: %s", c.names[(i+1)%n], r.body)
+		}
+		ownedBy(t, r, child, "the fork's execute")
+		r = c.call(t, i, request{method: "DELETE", path: "/v1/sessions/" + child.id, key: key})
+		if r.status != http.StatusNoContent {
+			t.Fatalf("delete of the fork through %s: %d %s", c.names[i], r.status, r.body)
+		}
+	}
+
+	// A network session's egress audit through every node.
+	netID, netOwner := c.create(t, 0, key, map[string]any{"language": "bash",
+		"network": map[string]any{"enabled": true, "allowed_domains": []string{"www.allowed.test"}}})
+	r := c.exec(t, 1, key, netID, `curl -sS --max-time 20 https://evil.denied.test/; echo "rc=$?"`)
+	executes++
+	if o := r.json(t)["stdout"].(string); strings.Contains(o, "rc=0") {
+		t.Fatalf("a denied name was reached: %s", r.body)
+	}
+	for i := range c.nodes {
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			r := c.call(t, i, request{method: "GET", path: "/v1/sessions/" + netID + "/egress", key: key})
+			if r.status != http.StatusOK {
+				t.Fatalf("egress through %s: %d %s", c.names[i], r.status, r.body)
+			}
+			if denied(r.json(t), "evil.denied.test") {
+				ownedBy(t, r, sess{netID, netOwner}, "egress through "+c.names[i])
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("egress through %s: no deny for evil.denied.test: %s", c.names[i], r.body)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
+
+	// Every forwarded execute was metered once, by the node that ran it.
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		r := c.call(t, 0, request{method: "GET", path: "/v1/usage", key: key})
+		got := routeRequests(t, r, "POST /v1/sessions/{id}/execute")
+		if got == int64(executes) {
+			break
+		}
+		if got > int64(executes) || time.Now().After(deadline) {
+			t.Fatalf("usage counts %d executes, the client made %d: %s", got, executes, r.body)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+
+	// Delete through a node that does not hold the session; then every
+	// node answers 404.
+	for _, s := range append(ss, sess{netID, netOwner}) {
+		i := c.other(0, c.index(s.owner))
+		if r := c.call(t, i, request{method: "DELETE", path: "/v1/sessions/" + s.id, key: key}); r.status != http.StatusNoContent {
+			t.Fatalf("delete through %s: %d %s", c.names[i], r.status, r.body)
+		}
+		for j := range c.nodes {
+			if r := c.call(t, j, request{method: "GET", path: "/v1/sessions/" + s.id, key: key}); r.status != http.StatusNotFound {
+				t.Errorf("get of a deleted session through %s: %d %s", c.names[j], r.status, r.body)
+			}
+		}
+	}
+}
+
+// sseReply is a streamed execute as the client saw it.
+type sseReply struct {
+	reply
+	text           string
+	firstAt, total time.Duration // first stdout event, end of stream
+}
+
+// stream runs code in session id through node i as Server-Sent Events.
+func (c *cluster) stream(t testing.TB, i int, key, id, code string) sseReply {
+	t.Helper()
+	body := fmt.Sprintf(`{"code":%q}`, code)
+	req, _ := http.NewRequest("POST", c.nodes[i].url("/v1/sessions/"+id+"/execute"), strings.NewReader(body))
+	req.Header.Set("X-RapidAPI-Key", key)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "text/event-stream")
+	start := time.Now()
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("stream through %s: %v", c.names[i], err)
+	}
+	defer resp.Body.Close()
+	var out sseReply
+	var all bytes.Buffer
+	buf := make([]byte, 4096)
+	for {
+		n, err := resp.Body.Read(buf)
+		all.Write(buf[:n])
+		if out.firstAt == 0 && strings.Contains(all.String(), "event: stdout") {
+			out.firstAt = time.Since(start)
+		}
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatalf("stream through %s: %v", c.names[i], err)
+		}
+	}
+	out.total = time.Since(start)
+	out.reply = reply{status: resp.StatusCode, header: resp.Header, body: all.Bytes()}
+	out.text = all.String()
+	if resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Type") != "text/event-stream" {
+		t.Fatalf("stream through %s: %d %q %s", c.names[i], resp.StatusCode, resp.Header.Get("Content-Type"), out.text)
+	}
+	if err := checkOpenAPI("POST", req.URL.Path, resp, out.body); err != nil {
+		t.Errorf("stream through %s does not match api/openapi.json: %v", c.names[i], err)
+	}
+	if c.index(servedBy(out.reply)) < 0 {
+		t.Errorf("stream through %s: X-Sandbox-Node %q", c.names[i], servedBy(out.reply))
+	}
+	return out
+}
+
+// listedIDs reads the ids of GET /v1/sessions.
+func listedIDs(t testing.TB, r reply) []string {
+	t.Helper()
+	if r.status != http.StatusOK {
+		t.Fatalf("list: %d %s", r.status, r.body)
+	}
+	var out []string
+	items, _ := r.json(t)["sessions"].([]any)
+	for _, it := range items {
+		if m, ok := it.(map[string]any); ok {
+			out = append(out, m["id"].(string))
+		}
+	}
+	return out
+}
+
+// denied reports whether an egress audit holds a deny of host.
+func denied(audit map[string]any, host string) bool {
+	ds, _ := audit["decisions"].([]any)
+	for _, d := range ds {
+		if m, ok := d.(map[string]any); ok && m["outcome"] == "deny" && m["host"] == host {
+			return true
+		}
+	}
+	return false
+}
+
+// routeRequests sums the requests of route in a GET /v1/usage reply.
+func routeRequests(t testing.TB, r reply, route string) int64 {
+	t.Helper()
+	if r.status != http.StatusOK {
+		t.Fatalf("usage: %d %s", r.status, r.body)
+	}
+	var n int64
+	rows, _ := r.json(t)["usage"].([]any)
+	for _, row := range rows {
+		if m, ok := row.(map[string]any); ok && m["route"] == route {
+			n += int64(m["requests"].(float64))
+		}
+	}
+	return n
+}
+
+func testClusterQuota(t *testing.T, c *cluster) {
+	key := c.key(t, "PRO")
+	const n = 50
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	replies := make([]reply, n)
+	errs := make([]error, n)
+	for k := 0; k < n; k++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			replies[k], errs[k] = c.try(k%len(c.nodes), request{method: "POST", path: "/v1/sessions", key: key, body: map[string]any{"language": "bash"}})
+		}()
+	}
+	close(start)
+	wg.Wait()
+	var created []string
+	refused := 0
+	by := map[string]int{}
+	for k, r := range replies {
+		switch {
+		case errs[k] != nil:
+			t.Errorf("create %d: %v", k, errs[k])
+		case r.status == http.StatusCreated:
+			created = append(created, r.json(t)["id"].(string))
+			by[servedBy(r)]++
+		case r.status == http.StatusTooManyRequests && r.errCode(t) == "quota_exceeded":
+			refused++
+		default:
+			t.Errorf("create %d through %s: %d %s", k, c.names[k%len(c.nodes)], r.status, r.body)
+		}
+	}
+	if len(created) != 2 || refused != n-2 {
+		t.Fatalf("50 parallel creates of one PRO key: %d created, %d refused with quota_exceeded; want 2 and 48", len(created), refused)
+	}
+	t.Logf("2 sessions created (held by %v), 48 refused", by)
+	for i := range c.nodes {
+		got := listedIDs(t, c.call(t, i, request{method: "GET", path: "/v1/sessions", key: key}))
+		slices.Sort(got)
+		slices.Sort(created)
+		if !slices.Equal(got, created) {
+			t.Errorf("list through %s: %v, want %v", c.names[i], got, created)
+		}
+	}
+	for _, id := range created {
+		if r := c.call(t, 0, request{method: "DELETE", path: "/v1/sessions/" + id, key: key}); r.status != http.StatusNoContent {
+			t.Fatalf("delete: %d %s", r.status, r.body)
+		}
+	}
+}
+
+func testClusterKill(t *testing.T, c *cluster) {
+	ctx := context.Background()
+	st := c.openStore(t)
+	key := c.key(t, "ULTRA")
+	w := c.watchMounts(t)
+	c.waitReady(t, 2*time.Minute) // installs need every check green
+
+	// Four sessions over three nodes: one node holds two or more.
+	held := map[string][]string{}
+	var all []string
+	for k := 0; k < 4; k++ {
+		id, owner := c.create(t, k%len(c.nodes), key, map[string]any{"language": "python3"})
+		held[owner] = append(held[owner], id)
+		all = append(all, id)
+	}
+	victimName := ""
+	for name, ids := range held {
+		if len(ids) > len(held[victimName]) {
+			victimName = name
+		}
+	}
+	v := c.index(victimName)
+	victim := c.nodes[v]
+	vs := held[victimName]
+	t.Logf("sessions by node %v; killing %s", held, victimName)
+	owners := map[string]string{}
+	for name, ids := range held {
+		for _, id := range ids {
+			owners[id] = name
+		}
+	}
+	// A file and an installed package in each, through a node other
+	// than the holder; one of the victim's sessions is hibernated.
+	for k, id := range all {
+		i := c.other(k, c.index(owners[id]))
+		r := c.call(t, i, request{method: "POST", path: "/v1/sessions/" + id + "/install", key: key,
+			body: map[string]any{"manager": "pip", "packages": []string{"cluster-pkg==1.0.0"}}})
+		if r.status != http.StatusOK {
+			t.Fatalf("install through %s: %d %s", c.names[i], r.status, r.body)
+		}
+		c.exec(t, i, key, id, fmt.Sprintf("open('/home/sandbox/notes.txt','w').write('kept %s')", id))
+	}
+	if r := c.call(t, c.other(v+1, v), request{method: "POST", path: "/v1/sessions/" + vs[0] + "/hibernate", key: key}); r.status != http.StatusOK {
+		t.Fatalf("hibernate: %d %s", r.status, r.body)
+	}
+	before, err := st.GetNode(ctx, victimName)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	victim.kill()
+	killedAt := time.Now()
+	// The dead man's switch: the killed node's sandboxes and homes go
+	// at once, without the node.
+	for {
+		procs, mounts := countProcs(victim.dataDir), homeMounts(victim.dataDir)
+		if procs == 0 && mounts == 0 {
+			t.Logf("the killed node's sandboxes and mounts were gone %v after the kill", time.Since(killedAt).Round(time.Millisecond))
+			break
+		}
+		if time.Since(killedAt) > 5*time.Second {
+			t.Errorf("%v after the kill, the killed node still has %d runsc processes and %d home mounts", time.Since(killedAt), procs, mounts)
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+
+	// Each of its sessions resumes on another node on its next call,
+	// through either survivor, with its file and package.
+	const probe = "import cluster_pkg; print(open('/home/sandbox/notes.txt').read(), cluster_pkg.VERSION)"
+	for k, id := range all {
+		i := c.other(k, v)
+		r := c.call(t, i, request{method: "POST", path: "/v1/sessions/" + id + "/execute", key: key, body: map[string]any{"code": probe}})
+		if r.status != http.StatusOK || r.json(t)["stdout"] != fmt.Sprintf("kept %s 1.0.0\n", id) {
+			t.Fatalf("execute in %s (held by the killed %s: %v) through %s, %v after the kill: %d %s",
+				id, victimName, owners[id] == victimName, c.names[i], time.Since(killedAt).Round(time.Millisecond), r.status, r.body)
+		}
+		switch got := servedBy(r); {
+		case owners[id] != victimName && got != owners[id]:
+			t.Errorf("%s, held by %s, which lives, was served by %s", id, owners[id], got)
+		case owners[id] == victimName && got == victimName:
+			t.Errorf("%s served by the killed node", id)
+		case owners[id] == victimName:
+			t.Logf("%s came back on %s %v after the kill (resumed in %v ms)", id, got, time.Since(killedAt).Round(time.Millisecond), r.json(t)["resumed_ms"])
+			if r.header.Get("X-Sandbox-Resumed") == "" {
+				t.Errorf("%s: no resume reported on its new node", id)
+			}
+			owners[id] = got
+		}
+		// Through the other survivor: forwarded to the new holder.
+		j := c.other(i+1, v, i)
+		r = c.exec(t, j, key, id, probe)
+		if servedBy(r) != owners[id] {
+			t.Errorf("%s through %s served by %s, want %s", id, c.names[j], servedBy(r), owners[id])
+		}
+		o, err := st.OwnerOf(ctx, id)
+		if err != nil || o.Owner.Name != owners[id] {
+			t.Errorf("the store says %s is held by %q (%v), want %s", id, o.Owner.Name, err, owners[id])
+		}
+	}
+	for _, id := range vs {
+		if got := w.mountedUnder(id); len(got) != 2 || !slices.Contains(got, victim.dataDir) {
+			t.Errorf("the watcher saw %s mounted under %v: want the killed node's and its new holder's data dirs", id, got)
+		}
+	}
+
+	t.Run("the restarted node rejoins and takes new sessions", func(t *testing.T) {
+		victim.start()
+		var after nodeState
+		for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+			n, err := st.GetNode(ctx, victimName)
+			if err == nil && n.Epoch > before.Epoch && n.Alive(time.Now()) {
+				after = nodeState{n.Epoch, n.Free}
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s did not register again: %+v %v (epoch before the kill %d)", victimName, n, err, before.Epoch)
+			}
+		}
+		t.Logf("%s rejoined with epoch %d (was %d), %d free", victimName, after.epoch, before.Epoch, after.free)
+		// It holds nothing and the others hold the old sessions: the
+		// next session goes to it, wherever it is created.
+		fresh := c.key(t, "ULTRA")
+		i := c.other(v+1, v)
+		id, owner := c.create(t, i, fresh, map[string]any{"language": "python3"})
+		if owner != victimName {
+			t.Errorf("a new session created through %s went to %s, want the rejoined %s", c.names[i], owner, victimName)
+		}
+		r := c.exec(t, c.other(v+2, v), fresh, id, "print(6*7)")
+		if r.json(t)["stdout"] != "42\n" || servedBy(r) != owner {
+			t.Errorf("execute in the new session: served by %s: %s", servedBy(r), r.body)
+		}
+		// The old sessions, through the rejoined node: forwarded.
+		for _, id := range vs {
+			if r := c.exec(t, v, key, id, probe); servedBy(r) != owners[id] {
+				t.Errorf("%s through the rejoined node served by %s, want %s", id, servedBy(r), owners[id])
+			}
+		}
+		c.call(t, v, request{method: "DELETE", path: "/v1/sessions/" + id, key: fresh})
+	})
+	w.check(t)
+	for _, id := range all {
+		c.call(t, v, request{method: "DELETE", path: "/v1/sessions/" + id, key: key})
+	}
+}
+
+type nodeState struct {
+	epoch int64
+	free  int
+}
+
+// homeMounts counts the session homes mounted under a node's data dir.
+func homeMounts(dataDir string) int {
+	n := 0
+	mi, _ := readMountinfo()
+	for _, l := range mi {
+		if f := strings.Fields(l); len(f) > 4 && strings.HasPrefix(f[4], dataDir+"/") && homeMountPoint.MatchString(f[4]) {
+			n++
+		}
+	}
+	return n
+}
+
+func testClusterDrain(t *testing.T, c *cluster) {
+	key := c.key(t, "ULTRA")
+	w := c.watchMounts(t)
+	held := map[string][]string{}
+	var all []string
+	for k := 0; k < 3; k++ {
+		id, owner := c.create(t, k%len(c.nodes), key, map[string]any{"language": "bash"})
+		held[owner] = append(held[owner], id)
+		all = append(all, id)
+		c.exec(t, k%len(c.nodes), key, id, "echo kept-"+id+" > /home/sandbox/f")
+	}
+	drainedName := ""
+	for name, ids := range held {
+		if len(ids) > len(held[drainedName]) {
+			drainedName = name
+		}
+	}
+	d := c.index(drainedName)
+	t.Logf("sessions by node %v; SIGTERM to %s", held, drainedName)
+
+	// A client per session calls it, without pause, through the nodes
+	// that stay.
+	type outcome struct {
+		calls  int
+		failed []string
+		nodes  []string // serving nodes, in order, without repeats
+	}
+	outcomes := make([]outcome, len(all))
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for k, id := range all {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			o := &outcomes[k]
+			for n := 0; ; n++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				i := c.other(k+n, d)
+				r, err := c.try(i, request{method: "POST", path: "/v1/sessions/" + id + "/execute", key: key, body: map[string]any{"code": "cat /home/sandbox/f"}})
+				o.calls++
+				switch {
+				case err != nil:
+					o.failed = append(o.failed, err.Error())
+				case r.status != http.StatusOK || !strings.Contains(string(r.body), `"stdout":"kept-`+id+`\n"`):
+					o.failed = append(o.failed, fmt.Sprintf("%s through %s: %d %s", time.Now().Format("15:04:05.000"), c.names[i], r.status, r.body))
+				case len(o.nodes) == 0 || o.nodes[len(o.nodes)-1] != servedBy(r):
+					o.nodes = append(o.nodes, servedBy(r))
+				}
+			}
+		}()
+	}
+	time.Sleep(time.Second)
+	drained := c.nodes[d]
+	sigAt := time.Now()
+	if err := drained.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-drained.exited:
+	case <-time.After(90 * time.Second):
+		t.Fatalf("%s did not exit within 90 s of SIGTERM", drainedName)
+	}
+	exitedAfter := time.Since(sigAt)
+	time.Sleep(2 * time.Second)
+	close(stop)
+	wg.Wait()
+	w.check(t)
+	if code := drained.cmd.ProcessState.ExitCode(); code != 0 {
+		t.Errorf("%s exited with %d after SIGTERM", drainedName, code)
+	}
+	t.Logf("%s exited %v after SIGTERM", drainedName, exitedAfter.Round(time.Millisecond))
+	for k, id := range all {
+		o := outcomes[k]
+		t.Logf("%s: %d calls, served by %v", id, o.calls, o.nodes)
+		for _, f := range o.failed {
+			t.Errorf("%s: failed call: %s", id, f)
+		}
+		if o.calls < 5 {
+			t.Errorf("%s: only %d calls", id, o.calls)
+		}
+		if slices.Contains(held[drainedName], id) {
+			if len(o.nodes) < 2 || o.nodes[0] != drainedName || o.nodes[len(o.nodes)-1] == drainedName {
+				t.Errorf("%s, held by %s, was served by %v: want it handed over to another node", id, drainedName, o.nodes)
+			}
+		}
+	}
+	drained.waitNoLeftovers(t)
+	for _, id := range all {
+		c.call(t, c.other(d+1, d), request{method: "DELETE", path: "/v1/sessions/" + id, key: key})
+	}
+}
