@@ -269,7 +269,9 @@ func (c *cluster) try(i int, r request) (reply, error) {
 	if r.key != "" {
 		req.Header.Set("X-RapidAPI-Key", r.key)
 	}
-	if _, ok := r.body.([]byte); !ok {
+	switch r.body.(type) {
+	case []byte, io.Reader: // file bodies
+	default:
 		req.Header.Set("Content-Type", "application/json")
 	}
 	if r.accept != "" {
