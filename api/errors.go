@@ -41,6 +41,8 @@ var errorTable = []struct {
 	{sandbox.ErrTooLarge, http.StatusRequestEntityTooLarge, "too_large"},
 	{sandbox.ErrBadState, http.StatusConflict, "session_not_running"},
 	{sandbox.ErrLost, http.StatusGone, "sandbox_lost"},
+	{sandbox.ErrSessionLost, http.StatusGone, "sandbox_lost"},
+	{sandbox.ErrSessionMoved, http.StatusServiceUnavailable, "session_moved"},
 	{sandbox.ErrCapacity, http.StatusServiceUnavailable, "no_capacity"},
 	{sandbox.ErrNotStarted, http.StatusServiceUnavailable, "not_ready"},
 	{sandbox.ErrNoNetwork, http.StatusServiceUnavailable, "network_unavailable"},
@@ -61,8 +63,11 @@ func toAPIError(err error) *Error {
 	for _, row := range errorTable {
 		if errors.Is(err, row.err) {
 			msg := err.Error()
-			if row.err == sandbox.ErrCapacity {
+			switch row.err {
+			case sandbox.ErrCapacity:
 				return &Error{Status: row.status, Code: row.code, Message: msg, RetryAfter: 5 * time.Second}
+			case sandbox.ErrSessionMoved:
+				return &Error{Status: row.status, Code: row.code, Message: msg, RetryAfter: time.Second}
 			}
 			return &Error{Status: row.status, Code: row.code, Message: msg}
 		}

@@ -85,8 +85,11 @@ func (e *Executor) hibernate(ctx context.Context, s *session, reason string) err
 	s.life.Lock()
 	defer s.life.Unlock()
 	e.mu.Lock()
-	st, had, lastUsed := s.state, s.hasSandbox, s.lastUsed
+	st, had, lastUsed, gone := s.state, s.hasSandbox, s.lastUsed, s.gone
 	e.mu.Unlock()
+	if gone {
+		return fmt.Errorf("session %s: %w", s.id, ErrSessionMoved)
+	}
 	if st == StateHibernated {
 		return nil
 	}
@@ -95,7 +98,7 @@ func (e *Executor) hibernate(ctx context.Context, s *session, reason string) err
 	}
 	start := time.Now()
 	if err := e.store.SetSessionState(ctx, s.id, storeHibernating, "", false); err != nil {
-		return err
+		return e.notOwner(ctx, s, err)
 	}
 	if err := e.fault(stepHibernateStore, s.id); err != nil {
 		return err
@@ -117,7 +120,7 @@ func (e *Executor) hibernate(ctx context.Context, s *session, reason string) err
 	// The sandbox is gone whatever failed above: the session is
 	// hibernated from here on (a resume starts from a clean slate).
 	e.mu.Lock()
-	if had {
+	if s.hasSandbox { // not when let go of meanwhile (Fence)
 		s.hasSandbox = false
 		e.live--
 	}
@@ -128,7 +131,9 @@ func (e *Executor) hibernate(ctx context.Context, s *session, reason string) err
 		errs = append(errs, err)
 	}
 	now := time.Now()
-	if err := e.store.SetSessionHibernated(ctx, s.id, now, lastUsed); err != nil {
+	if err := e.store.SetSessionHibernated(ctx, s.id, now, lastUsed); errors.Is(err, store.ErrNotOwner) {
+		return e.notOwner(ctx, s, err)
+	} else if err != nil {
 		errs = append(errs, err)
 	}
 	e.mu.Lock()
@@ -151,8 +156,11 @@ func (e *Executor) resume(ctx context.Context, s *session) (took time.Duration, 
 	s.life.Lock()
 	defer s.life.Unlock()
 	e.mu.Lock()
-	st, hibAt, lastUsed := s.state, s.hibernatedAt, s.lastUsed
+	st, hibAt, lastUsed, gone := s.state, s.hibernatedAt, s.lastUsed, s.gone
 	e.mu.Unlock()
+	if gone {
+		return 0, fmt.Errorf("session %s: %w", s.id, ErrSessionMoved)
+	}
 	if st == StateRunning {
 		return 0, nil
 	}
@@ -177,7 +185,7 @@ func (e *Executor) resume(ctx context.Context, s *session) (took time.Duration, 
 	defer cancel()
 	id, dir := s.id, e.dir(s.id)
 	if err := e.store.SetSessionState(ctx, id, storeResuming, "", false); err != nil {
-		return 0, err
+		return 0, e.notOwner(ctx, s, err)
 	}
 	cu.Add("store row", func(ctx context.Context) error { return e.store.SetSessionHibernated(ctx, id, hibAt, lastUsed) })
 	if err := e.fault(stepResumeStore, id); err != nil {
@@ -185,8 +193,12 @@ func (e *Executor) resume(ctx context.Context, s *session) (took time.Duration, 
 	}
 	cu.Add("home mount", func(context.Context) error { return unmountHome(dir) })
 	tMount := time.Now()
-	if err := mountHome(ctx, dir); err != nil {
+	if err := mountHome(ctx, e.home(id)); err != nil {
 		return 0, fmt.Errorf("mounting home: %w", err)
+	}
+	if e.isGone(s) {
+		// Fenced while it mounted: the image may be another node's soon.
+		return 0, fmt.Errorf("session %s: %w", id, ErrSessionMoved)
 	}
 	if err := e.fault(stepResumeMount, id); err != nil {
 		return 0, err
@@ -221,9 +233,13 @@ func (e *Executor) resume(ctx context.Context, s *session) (took time.Duration, 
 		return 0, err
 	}
 	if err := e.store.SetSessionState(ctx, id, string(StateRunning), "", false); err != nil {
-		return 0, err
+		return 0, e.notOwner(ctx, s, err)
 	}
 	e.mu.Lock()
+	if s.gone {
+		e.mu.Unlock()
+		return 0, fmt.Errorf("session %s: %w", id, ErrSessionMoved)
+	}
 	e.move(s, StateRunning)
 	s.hasSandbox, s.netEnv = true, netEnv
 	e.mu.Unlock()
@@ -282,8 +298,11 @@ func (e *Executor) ForkSession(ctx context.Context, id string, spec ForkSpec) (_
 	src.life.Lock()
 	defer src.life.Unlock()
 	e.mu.Lock()
-	st := src.state
+	st, gone := src.state, src.gone
 	e.mu.Unlock()
+	if gone {
+		return Session{}, fmt.Errorf("session %s: %w", id, ErrSessionMoved)
+	}
 	if st != StateRunning && st != StateHibernated {
 		return Session{}, fmt.Errorf("%w: %s", ErrBadState, st)
 	}
@@ -300,6 +319,7 @@ func (e *Executor) ForkSession(ctx context.Context, id string, spec ForkSpec) (_
 	if !e.isStarted() {
 		return Session{}, ErrNotStarted
 	}
+	gen := e.fenceGen()
 	size := src.diskBytes
 	if err := e.reserveDisk(size); err != nil {
 		return Session{}, err
@@ -309,7 +329,7 @@ func (e *Executor) ForkSession(ctx context.Context, id string, spec ForkSpec) (_
 	defer cancel()
 	start := time.Now()
 	childID := newID("sess_")
-	dir := e.dir(childID)
+	h := e.home(childID)
 	row := store.SessionRow{ID: childID, KeyID: spec.Owner, Language: rt.Name, State: string(StateCreating), Network: string(network.JSON()),
 		IdleTTL: src.idleTTL, CreatedAt: start, LastUsedAt: start, DiskBytes: size, ParentID: id}
 	if err := e.store.InsertSession(ctx, row); err != nil {
@@ -321,9 +341,13 @@ func (e *Executor) ForkSession(ctx context.Context, id string, spec ForkSpec) (_
 	if err := e.fault(stepForkInsert, childID); err != nil {
 		return Session{}, err
 	}
-	cu.Add("home", func(ctx context.Context) error { return dropHome(ctx, dir) })
-	if err := os.MkdirAll(homeMount(dir), 0o700); err != nil {
+	cu.Add("home", func(ctx context.Context) error { return dropHome(ctx, h) })
+	// The node-local folder first, then the image's (see makeHome).
+	if err := os.MkdirAll(h.mount(), 0o700); err != nil {
 		return Session{}, fmt.Errorf("creating home folder: %w", err)
+	}
+	if err := os.MkdirAll(h.imgDir, 0o700); err != nil {
+		return Session{}, fmt.Errorf("creating home image folder: %w", err)
 	}
 	srcMnt := homeMount(e.dir(id))
 	frozen := false
@@ -335,7 +359,7 @@ func (e *Executor) ForkSession(ctx context.Context, id string, spec ForkSpec) (_
 		}
 		frozen = true
 	}
-	err = copyImage(ctx, homeImage(e.dir(id)), homeImage(dir))
+	err = copyImage(ctx, e.home(id).image(), h.image())
 	if err != nil {
 		err = fmt.Errorf("copying home: %w", err)
 	} else {
@@ -348,12 +372,18 @@ func (e *Executor) ForkSession(ctx context.Context, id string, spec ForkSpec) (_
 		return Session{}, err
 	}
 	now := time.Now()
-	if err := e.store.SetSessionHibernated(ctx, childID, now, now); err != nil {
+	if err := e.store.SetSessionHibernated(ctx, childID, now, now); errors.Is(err, store.ErrNotOwner) {
+		return Session{}, fmt.Errorf("session %s: %w", childID, ErrSessionMoved)
+	} else if err != nil {
 		return Session{}, err
 	}
 	child := newSession(childID, spec.Owner, rt, src.idleTTL, start, network)
 	child.state, child.hibernatedAt, child.lastUsed, child.parent, child.diskBytes = StateHibernated, now, now, id, size
 	e.mu.Lock()
+	if e.fences != gen {
+		e.mu.Unlock()
+		return Session{}, fmt.Errorf("session %s: %w", childID, ErrSessionMoved)
+	}
 	e.sessions[childID] = child
 	snap := child.snapshot()
 	e.mu.Unlock()
@@ -398,7 +428,7 @@ func (e *Executor) DiskStats() (committed, used int64) {
 	e.mu.Unlock()
 	for _, id := range ids {
 		var st unix.Stat_t
-		if unix.Stat(homeImage(e.dir(id)), &st) == nil {
+		if unix.Stat(e.home(id).image(), &st) == nil {
 			used += st.Blocks * 512
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -149,8 +150,12 @@ func (e *Executor) acquireResumed(ctx context.Context, owner, id string) (*sessi
 		return nil, 0, ctx.Err()
 	}
 	e.mu.Lock()
-	st := s.state
+	st, gone := s.state, s.gone
 	e.mu.Unlock()
+	if gone {
+		e.releaseSession(s)
+		return nil, 0, fmt.Errorf("session %s: %w", id, ErrSessionMoved)
+	}
 	var took time.Duration
 	if st == StateHibernated {
 		var err error
@@ -479,6 +484,14 @@ func (e *Executor) finishRun(ctx context.Context, id string, raw []byte, stdout,
 // lost handles an exec that returned no result: when the sandbox has died
 // (the host's OOM killer takes the whole sandbox), the session is failed.
 func (e *Executor) lost(ctx context.Context, id string, res Result, waitErr error) (Result, error) {
+	e.mu.Lock()
+	moved := e.moved[id] && e.sessions[id] == nil
+	e.mu.Unlock()
+	if moved {
+		// Let go of meanwhile (Fence, or another node took it): its
+		// sandbox was killed on purpose, and its row is not ours to write.
+		return res, fmt.Errorf("session %s: %w", id, ErrSessionMoved)
+	}
 	st, err := e.runsc.state(context.WithoutCancel(ctx), id)
 	// A sandbox killed from outside takes a moment to die (many threads):
 	// look again briefly before deciding that it lives.
@@ -490,11 +503,14 @@ func (e *Executor) lost(ctx context.Context, id string, res Result, waitErr erro
 		return res, fmt.Errorf("running code: no result from the sandbox: %v", waitErr)
 	}
 	e.mu.Lock()
-	if s, ok := e.sessions[id]; ok && canMove(s.state, StateFailed) {
+	s, ok := e.sessions[id]
+	if ok && canMove(s.state, StateFailed) {
 		e.move(s, StateFailed)
 	}
 	e.mu.Unlock()
-	_ = e.store.SetSessionState(context.WithoutCancel(ctx), id, string(StateFailed), "sandbox lost", false)
+	if err := e.store.SetSessionState(context.WithoutCancel(ctx), id, string(StateFailed), "sandbox lost", false); ok && errors.Is(err, store.ErrNotOwner) {
+		return res, e.notOwner(ctx, s, err)
+	}
 	oom := hostOOM(id)
 	// Stop waits for this teardown (e.bg) before it looks for sandboxes
 	// left.

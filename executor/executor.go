@@ -54,6 +54,14 @@ type Config struct {
 	// MaxDisk caps the sum of all homes' sizes (sessions, hibernated or
 	// not, and warm sandboxes); 0 is no cap.
 	MaxDisk int64
+	// HomesDir holds the home images (<HomesDir>/<id>/home.img); every
+	// other per-session file stays under DataDir/sessions. Empty: that
+	// same folder. In a cluster, storage every node shares.
+	HomesDir string
+	// FenceArgv runs the dead man's switch (`sandboxapi fence`) in cluster
+	// mode; the fence flags are appended. Nil: this binary's own fence
+	// command. Tests set it to re-run the test binary.
+	FenceArgv []string
 }
 
 // Executor owns every sandbox under its data dir. Create it with New, then
@@ -68,9 +76,17 @@ type Executor struct {
 
 	mu       sync.Mutex
 	sessions map[string]*session
-	live     int   // sandboxes counted against MaxSandboxes
-	disk     int64 // bytes of homes counted against MaxDisk
-	started  bool
+	// moved holds the sessions this executor let go of because another
+	// node owns them, or may (Fence): a call still in flight on one
+	// answers ErrSessionMoved and writes nothing to the store.
+	moved   map[string]bool
+	live    int   // sandboxes counted against MaxSandboxes
+	disk    int64 // bytes of homes counted against MaxDisk
+	started bool
+	fences  int // how many times every session was let go of (Fence)
+
+	adoptMu sync.Mutex   // one Adopt at a time
+	fence   *fenceSwitch // the dead man's switch (cluster mode), nil else
 
 	agentsMu sync.Mutex
 	agents   map[string]*agentConn // sandbox id -> its guest agent channel
@@ -117,6 +133,13 @@ func New(cfg Config, rt *Runtimes, st *store.Store, log *slog.Logger) (*Executor
 	if cfg.CreateTimeout <= 0 {
 		cfg.CreateTimeout = 30 * time.Second
 	}
+	if cfg.HomesDir != "" {
+		abs, err := filepath.Abs(cfg.HomesDir)
+		if err != nil {
+			return nil, fmt.Errorf("executor: homes dir %q: %w", cfg.HomesDir, err)
+		}
+		cfg.HomesDir = abs
+	}
 	return &Executor{
 		cfg:      cfg,
 		rt:       rt,
@@ -125,6 +148,7 @@ func New(cfg Config, rt *Runtimes, st *store.Store, log *slog.Logger) (*Executor
 		store:    st,
 		log:      log,
 		sessions: map[string]*session{},
+		moved:    map[string]bool{},
 		warm:     make(chan warmSandbox, max(cfg.WarmPool, 0)),
 		stop:     make(chan struct{}),
 	}, nil
@@ -148,12 +172,20 @@ func findGuest() string {
 func (e *Executor) Runtimes() *Runtimes { return e.rt }
 
 func (e *Executor) sessionsDir() string { return filepath.Join(e.cfg.DataDir, "sessions") }
-func (e *Executor) guestDir() string    { return filepath.Join(e.cfg.DataDir, "guest") }
+
+// homesDir is where the home images are (executor.homes_dir).
+func (e *Executor) homesDir() string {
+	if e.cfg.HomesDir == "" {
+		return e.sessionsDir()
+	}
+	return e.cfg.HomesDir
+}
+func (e *Executor) guestDir() string { return filepath.Join(e.cfg.DataDir, "guest") }
 
 // Start installs the guest, reconciles with whatever a previous process left
 // behind, and starts the reaper and the spare-home filler.
 func (e *Executor) Start(ctx context.Context) error {
-	for _, d := range []string{e.sessionsDir(), e.guestDir(), e.runsc.root} {
+	for _, d := range []string{e.sessionsDir(), e.homesDir(), e.guestDir(), e.runsc.root} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return fmt.Errorf("creating %s: %w", d, err)
 		}
@@ -164,7 +196,17 @@ func (e *Executor) Start(ctx context.Context) error {
 	if err := installFile(e.cfg.GuestBinary, filepath.Join(e.guestDir(), "guest")); err != nil {
 		return fmt.Errorf("installing guest: %w", err)
 	}
+	// The dead man's switch is armed before any sandbox starts (and
+	// waits for the fence of this node's previous process to finish).
+	if e.store.Node() != "" {
+		if err := e.startFence(); err != nil {
+			return err
+		}
+	}
 	if err := e.reconcile(ctx); err != nil {
+		if e.fence != nil {
+			_ = e.fence.stop()
+		}
 		return fmt.Errorf("reconciling: %w", err)
 	}
 	e.mu.Lock()
@@ -181,7 +223,9 @@ func (e *Executor) Start(ctx context.Context) error {
 
 // Stop hibernates every session (they live on in their homes and the
 // store, and the next Start serves them), ends every spare, then waits for
-// background work.
+// background work. In cluster mode it then hands the sessions over
+// (store.ReleaseSessions: any node may claim them at once) and ends the
+// fence process quietly.
 func (e *Executor) Stop(ctx context.Context) error {
 	e.mu.Lock()
 	if !e.started {
@@ -209,8 +253,18 @@ func (e *Executor) Stop(ctx context.Context) error {
 		break
 	}
 	e.bg.Wait()
+	if e.store.Node() != "" {
+		if err := e.releaseSessions(ctx); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	if cs, err := e.runsc.list(ctx); err == nil && len(cs) == 0 {
 		if err := e.runsc.unmountNullNetns(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if e.fence != nil {
+		if err := e.fence.stop(); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -248,7 +302,7 @@ func (e *Executor) hibernateAll(ctx context.Context, ids []string) []error {
 			if locked {
 				<-s.lock
 			}
-			if err != nil && !errors.Is(err, ErrBadState) {
+			if err != nil && !errors.Is(err, ErrBadState) && !errors.Is(err, ErrSessionMoved) {
 				mu.Lock()
 				errs = append(errs, err)
 				mu.Unlock()
@@ -298,21 +352,31 @@ func (e *Executor) reconcile(ctx context.Context) error {
 		return err
 	}
 	runningC := map[string]bool{}
+	// own: every sandbox of this executor (its runsc root, its node-local
+	// homes, its install jobs). Only their stale cgroups are removed:
+	// other servers on the host (other nodes of a cluster) have theirs.
+	own := map[string]bool{}
 	for _, c := range containers {
 		runningC[c.ID] = c.Status == "running"
+		own[c.ID] = true
+	}
+	for _, id := range e.SandboxIDs() {
+		own[id] = true
 	}
 	keep := map[string]bool{}     // sessions adopted with their sandbox
 	keepHome := map[string]bool{} // sessions kept: adopted or hibernated
 	var hibernated []*session
+	var ended []home // sessions of this node ended here
 	for _, r := range rows {
-		dir := filepath.Join(e.sessionsDir(), r.ID)
+		h := e.home(r.ID)
+		dir := h.dir
 		// A fork that crashed may have left its source frozen.
 		thawHome(dir)
 		rt, lerr := e.rt.Lookup(r.Language)
 		att := loadAttachment(dir)
 		size := r.DiskBytes
 		if size <= 0 {
-			if fi, err := os.Stat(homeImage(dir)); err == nil {
+			if fi, err := os.Stat(h.image()); err == nil {
 				size = fi.Size()
 			}
 		}
@@ -340,7 +404,7 @@ func (e *Executor) reconcile(ctx context.Context) error {
 		}
 		switch r.State {
 		case string(StateRunning), string(StateHibernated), storeHibernating, storeResuming:
-			if _, err := os.Stat(homeImage(dir)); err == nil && lerr == nil {
+			if _, err := os.Stat(h.image()); err == nil && lerr == nil {
 				s := newSession(r.ID, r.KeyID, rt, r.IdleTTL, r.CreatedAt, storedNetwork(r.Network))
 				s.state, s.parent, s.diskBytes = StateHibernated, r.ParentID, size
 				s.hibernatedAt, s.lastUsed = time.Now(), time.Now()
@@ -357,9 +421,12 @@ func (e *Executor) reconcile(ctx context.Context) error {
 				continue
 			}
 		}
-		if err := e.store.SetSessionState(ctx, r.ID, string(StateEnded), "lost on restart", true); err != nil {
+		if err := e.store.SetSessionState(ctx, r.ID, string(StateEnded), "lost on restart", true); errors.Is(err, store.ErrNotOwner) {
+			continue // claimed by another node meanwhile: its image is its own
+		} else if err != nil {
 			return err
 		}
+		ended = append(ended, h)
 		e.log.WarnContext(ctx, "session ended on restart", "session", r.ID, "state", r.State)
 	}
 	for _, c := range containers {
@@ -369,14 +436,27 @@ func (e *Executor) reconcile(ctx context.Context) error {
 			}
 		}
 	}
+	// A node-local folder is a home this node made (makeHome makes it
+	// before the image): those of no kept session go, with their image
+	// unless the session lives on elsewhere.
 	ents, err := os.ReadDir(e.sessionsDir())
 	if err != nil {
 		return fmt.Errorf("reading sessions folder: %w", err)
 	}
 	for _, ent := range ents {
+		own[ent.Name()] = true
 		if !keepHome[ent.Name()] {
-			if err := dropHome(ctx, filepath.Join(e.sessionsDir(), ent.Name())); err != nil {
+			if err := e.dropOrphanHome(ctx, ent.Name()); err != nil {
 				e.log.ErrorContext(ctx, "removing orphan home", "session", ent.Name(), "err", err)
+			}
+		}
+	}
+	// The images of sessions ended above that had no node-local folder
+	// (adopted from another node, never resumed here).
+	for _, h := range ended {
+		if h.apart() {
+			if err := os.RemoveAll(h.imgDir); err != nil {
+				e.log.ErrorContext(ctx, "removing home image of an ended session", "dir", h.imgDir, "err", err)
 			}
 		}
 	}
@@ -384,6 +464,7 @@ func (e *Executor) reconcile(ctx context.Context) error {
 	// bundles a crash left go with their sandboxes.
 	if ents, err := os.ReadDir(e.jobsDir()); err == nil {
 		for _, ent := range ents {
+			own[ent.Name()] = true
 			if err := os.RemoveAll(filepath.Join(e.jobsDir(), ent.Name())); err != nil {
 				e.log.ErrorContext(ctx, "removing orphan install job", "job", ent.Name(), "err", err)
 			}
@@ -401,7 +482,7 @@ func (e *Executor) reconcile(ctx context.Context) error {
 	if n := killStraySandboxes(e.runsc.root, keep); n > 0 {
 		e.log.WarnContext(ctx, "killed stray sandbox processes", "count", n)
 	}
-	removeStaleCgroups(keep)
+	removeStaleCgroups(own, keep)
 	// The sandboxes (and stray processes) of sessions now hibernated are
 	// gone (above): their homes come off the host, and their rows say
 	// hibernated. (A row hibernated already had its home unmounted before
@@ -410,7 +491,12 @@ func (e *Executor) reconcile(ctx context.Context) error {
 		if err := unmountHome(e.dir(s.id)); err != nil {
 			e.log.ErrorContext(ctx, "unmounting home of a hibernated session", "session", s.id, "err", err)
 		}
-		if err := e.store.SetSessionHibernated(ctx, s.id, s.hibernatedAt, s.lastUsed); err != nil {
+		if err := e.store.SetSessionHibernated(ctx, s.id, s.hibernatedAt, s.lastUsed); errors.Is(err, store.ErrNotOwner) {
+			e.mu.Lock()
+			e.letGo(s) // claimed by another node meanwhile
+			e.mu.Unlock()
+			continue
+		} else if err != nil {
 			return err
 		}
 		e.log.InfoContext(ctx, "session served hibernated", "session", s.id)
@@ -423,14 +509,37 @@ func (e *Executor) reconcile(ctx context.Context) error {
 	return nil
 }
 
-// removeStaleCgroups removes empty sandboxapi cgroups of sandboxes that no
-// longer exist (runsc removes them itself unless it was killed).
-func removeStaleCgroups(keep map[string]bool) {
+// removeStaleCgroups removes the empty cgroups of this executor's
+// sandboxes (own) that no longer run (not in keep); runsc removes them
+// itself unless it was killed. Cgroups of other servers' sandboxes on the
+// host are left alone.
+func removeStaleCgroups(own, keep map[string]bool) {
 	for _, p := range CgroupDirs() {
-		if !keep[filepath.Base(p)] {
+		if id := filepath.Base(p); own[id] && !keep[id] {
 			_ = os.Remove(p)
 		}
 	}
+}
+
+// dropOrphanHome removes the home of id, which no session of this node
+// keeps: its mount and node-local folder always, its image unless the
+// session lives on under another node (or unowned, handed over), whose
+// image it is now.
+func (e *Executor) dropOrphanHome(ctx context.Context, id string) error {
+	h := e.home(id)
+	r, err := e.store.GetSession(ctx, id)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+	case err != nil:
+		return err // unsure whose it is: kept for the next start
+	case r.State != string(StateEnded) && r.Node != e.store.Node():
+		if err := unmountHome(h.dir); err != nil {
+			return err
+		}
+		e.log.InfoContext(ctx, "home left to the session's node", "session", id, "node", r.Node)
+		return dropLocal(h)
+	}
+	return dropHome(ctx, h)
 }
 
 // CgroupDirs lists the per-sandbox cgroups under every controller.
@@ -495,7 +604,7 @@ func (e *Executor) reapIdle() {
 			continue
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		if err := e.hibernate(ctx, s, "idle"); err != nil && !errors.Is(err, ErrBadState) {
+		if err := e.hibernate(ctx, s, "idle"); err != nil && !errors.Is(err, ErrBadState) && !errors.Is(err, ErrSessionMoved) {
 			e.log.Error("hibernating idle session", "session", s.id, "err", err)
 		}
 		cancel()
@@ -503,7 +612,9 @@ func (e *Executor) reapIdle() {
 	}
 	for _, id := range idle {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		if err := e.endSession(ctx, id, "idle_ttl"); err != nil && !errors.Is(err, ErrNotFound) {
+		if err := e.endSession(ctx, id, "idle_ttl"); errors.Is(err, ErrSessionMoved) {
+			e.log.Info("idle session moved to another node", "session", id)
+		} else if err != nil && !errors.Is(err, ErrNotFound) {
 			e.log.Error("reaping idle session", "session", id, "err", err)
 		} else {
 			e.log.Info("session reaped", "session", id, "reason", "idle_ttl")

@@ -22,12 +22,37 @@ import (
 func homeImage(dir string) string { return filepath.Join(dir, "home.img") }
 func homeMount(dir string) string { return filepath.Join(dir, "home") }
 
-// makeHome creates, formats and mounts a home image in dir.
-func makeHome(ctx context.Context, dir string, size int64) (err error) {
-	if err := os.MkdirAll(homeMount(dir), 0o700); err != nil {
+// home is where one session's home lives: its image in imgDir, under
+// executor.homes_dir (which other nodes may share), and its node-local
+// folder dir (the mount point, the bundle, the network record). With the
+// default homes_dir both are one folder. The zero value is no home.
+type home struct {
+	dir    string // <data_dir>/sessions/<id>
+	imgDir string // <homes_dir>/<id>
+}
+
+// home returns where session (or warm sandbox) id's home lives.
+func (e *Executor) home(id string) home {
+	return home{dir: e.dir(id), imgDir: filepath.Join(e.homesDir(), id)}
+}
+
+func (h home) image() string { return homeImage(h.imgDir) }
+func (h home) mount() string { return homeMount(h.dir) }
+
+// apart reports whether the image lives apart from the node-local folder.
+func (h home) apart() bool { return h.imgDir != h.dir }
+
+// makeHome creates, formats and mounts a home image. The node-local
+// folder is made first: an image in a shared homes_dir with no folder of
+// this node beside it is never this node's to remove (see reconcile).
+func makeHome(ctx context.Context, h home, size int64) (err error) {
+	if err := os.MkdirAll(h.mount(), 0o700); err != nil {
 		return fmt.Errorf("creating home folder: %w", err)
 	}
-	img := homeImage(dir)
+	if err := os.MkdirAll(h.imgDir, 0o700); err != nil {
+		return fmt.Errorf("creating home image folder: %w", err)
+	}
+	img := h.image()
 	f, err := os.OpenFile(img, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
 	if err != nil {
 		return fmt.Errorf("creating home image: %w", err)
@@ -43,28 +68,41 @@ func makeHome(ctx context.Context, dir string, size int64) (err error) {
 	if err := runTool(ctx, "mkfs.ext4", "-q", "-F", "-m", "0", "-O", "^has_journal", "-E", owner, img); err != nil {
 		return err
 	}
-	if err := mountHome(ctx, dir); err != nil {
+	if err := mountHome(ctx, h); err != nil {
 		return err
 	}
 	// The host touches only this fresh file system, before any sandbox can.
-	_ = os.Remove(filepath.Join(homeMount(dir), "lost+found"))
+	_ = os.Remove(filepath.Join(h.mount(), "lost+found"))
 	return nil
 }
 
-// mountHome loop-mounts dir's home image at its mount point; a home that
-// is mounted already (a hibernation could not unmount it) is used as it is,
-// so that one image is never mounted twice.
-func mountHome(ctx context.Context, dir string) error {
-	if mounted(homeMount(dir)) {
+// ErrImageBusy is returned when a home image is attached to a loop device
+// that is not this home's mount: another node on this host mounted it, or
+// a detached mount still holds it. Mounting it again would corrupt it.
+var ErrImageBusy = errors.New("home image is in use by another mount")
+
+// imageBusyWait is how long mountHome waits for a loop device still on an
+// image to go (the kernel frees one a moment after its last unmount).
+const imageBusyWait = 5 * time.Second
+
+// mountHome loop-mounts the home image at its mount point; a home that is
+// mounted already (a hibernation could not unmount it) is used as it is,
+// so that one image is never mounted twice. An image that a loop device
+// of this host still holds is waited for, then refused (ErrImageBusy).
+func mountHome(ctx context.Context, h home) error {
+	if mounted(h.mount()) {
 		return nil
 	}
-	if err := os.MkdirAll(homeMount(dir), 0o700); err != nil {
+	if err := os.MkdirAll(h.mount(), 0o700); err != nil {
 		return fmt.Errorf("creating home folder: %w", err)
+	}
+	if err := waitImageFree(ctx, h.image(), imageBusyWait); err != nil {
+		return err
 	}
 	// Loop devices are allocated host-wide: parallel mounts can race for
 	// the same free one, so a failed attach is retried.
 	for attempt := 0; ; attempt++ {
-		err := runTool(ctx, "mount", "-t", "ext4", "-o", "loop,nosuid,nodev,noatime", homeImage(dir), homeMount(dir))
+		err := runTool(ctx, "mount", "-t", "ext4", "-o", "loop,nosuid,nodev,noatime", h.image(), h.mount())
 		if err == nil {
 			return nil
 		}
@@ -73,6 +111,44 @@ func mountHome(ctx context.Context, dir string) error {
 		}
 		time.Sleep(time.Duration(50*(attempt+1)) * time.Millisecond)
 	}
+}
+
+// waitImageFree waits up to limit until no loop device of this host is
+// backed by img, else ErrImageBusy.
+func waitImageFree(ctx context.Context, img string, limit time.Duration) error {
+	deadline := time.Now().Add(limit)
+	for {
+		devs := loopDevices(img)
+		if len(devs) == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return fmt.Errorf("mounting %s: %w (%s)", img, ErrImageBusy, strings.Join(devs, ", "))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// loopDevices lists the loop devices of this host backed by img (from
+// /sys/block/loop*/loop/backing_file, which names the file as the kernel
+// resolved it).
+func loopDevices(img string) []string {
+	want := map[string]bool{img: true}
+	if r, err := filepath.EvalSymlinks(img); err == nil {
+		want[r] = true
+	}
+	paths, _ := filepath.Glob("/sys/block/loop*/loop/backing_file")
+	var out []string
+	for _, p := range paths {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			continue
+		}
+		if want[strings.TrimSpace(string(b))] {
+			out = append(out, filepath.Base(filepath.Dir(filepath.Dir(p))))
+		}
+	}
+	return out
 }
 
 // unmountHome unmounts dir's home (which syncs it to the image and frees
@@ -137,9 +213,10 @@ func copyImage(ctx context.Context, src, dst string) error {
 }
 
 // dropHome unmounts the home (lazily if something still holds it) and
-// removes dir. A home that was never mounted is fine.
-func dropHome(ctx context.Context, dir string) error {
-	mnt := homeMount(dir)
+// removes its image and its node-local folder, the image first (see
+// makeHome). A home that was never mounted is fine.
+func dropHome(ctx context.Context, h home) error {
+	mnt := h.mount()
 	if mounted(mnt) {
 		if err := unix.Unmount(mnt, 0); err != nil {
 			if err := unix.Unmount(mnt, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) {
@@ -147,10 +224,35 @@ func dropHome(ctx context.Context, dir string) error {
 			}
 		}
 	}
-	if err := os.RemoveAll(dir); err != nil {
-		return fmt.Errorf("removing %s: %w", dir, err)
+	if h.apart() {
+		if err := os.RemoveAll(h.imgDir); err != nil {
+			return fmt.Errorf("removing %s: %w", h.imgDir, err)
+		}
+	}
+	if err := os.RemoveAll(h.dir); err != nil {
+		return fmt.Errorf("removing %s: %w", h.dir, err)
 	}
 	return nil
+}
+
+// dropLocal removes the node-local files of a home this node lets go of
+// (another node owns the session now, or may): its image stays for the
+// new owner. The mount must be gone already; a mount point still mounted
+// is left alone, and so is the image when it lives in the same folder.
+func dropLocal(h home) error {
+	if mounted(h.mount()) {
+		return fmt.Errorf("removing %s: home still mounted", h.dir)
+	}
+	if h.apart() {
+		return os.RemoveAll(h.dir)
+	}
+	var errs []error
+	for _, name := range []string{"bundle", "network.json", "resolv.conf"} {
+		if err := os.RemoveAll(filepath.Join(h.dir, name)); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // mounted reports whether path is a mount point, from /proc/self/mountinfo.

@@ -32,8 +32,10 @@ func (e *Executor) RunJob(ctx context.Context, job Job) (Result, error) {
 		return Result{}, fmt.Errorf("%w: job timeout %s out of range", ErrInvalid, job.Timeout)
 	}
 	home := ""
+	var s *session
 	if job.SessionID != "" || job.Owner != "" {
-		s, err := e.acquire(ctx, job.Owner, job.SessionID)
+		var err error
+		s, err = e.acquire(ctx, job.Owner, job.SessionID)
 		if err != nil {
 			return Result{}, err
 		}
@@ -58,6 +60,18 @@ func (e *Executor) RunJob(ctx context.Context, job Job) (Result, error) {
 	defer e.wg.Done()
 
 	id := newID("job_")
+	if s != nil {
+		// Letting go of the session (Fence) kills this sandbox too: it
+		// holds the session's home mount.
+		e.mu.Lock()
+		s.job = id
+		e.mu.Unlock()
+		defer func() {
+			e.mu.Lock()
+			s.job = ""
+			e.mu.Unlock()
+		}()
+	}
 	dir := filepath.Join(e.jobsDir(), id)
 	bundle := filepath.Join(dir, "bundle")
 	if err := os.MkdirAll(bundle, 0o700); err != nil {

@@ -111,3 +111,28 @@ func killStraySandboxes(root string, keep map[string]bool) int {
 	}
 	return n
 }
+
+// killSandboxProcesses sends SIGKILL to every process under root that
+// belongs to one of the sandboxes ids: its sandbox and gofer processes
+// and the runsc commands that name it. It returns how many it found
+// alive; zombies (already dead) are not counted.
+func killSandboxProcesses(root string, ids map[string]bool) int {
+	n := 0
+	for _, p := range rootProcesses(root) {
+		hit := false
+		if !p.isCLI() {
+			hit = ids[p.argv[len(p.argv)-1]]
+		} else {
+			for _, a := range p.argv[1:] {
+				if ids[a] {
+					hit = true
+					break
+				}
+			}
+		}
+		if hit && syscall.Kill(p.pid, syscall.SIGKILL) == nil {
+			n++
+		}
+	}
+	return n
+}

@@ -67,18 +67,18 @@ func (e *Executor) prepareWarm() (warmSandbox, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), e.cfg.CreateTimeout)
 	defer cancel()
 	id := newID("sess_")
-	dir := e.dir(id)
+	h := e.home(id)
 	// A warm home counts against max_disk like any other; it becomes the
 	// reservation of the session that takes it.
 	if err := e.reserveDisk(e.cfg.HomeBytes); err != nil {
 		return warmSandbox{}, err
 	}
-	if err := makeHome(ctx, dir, e.cfg.HomeBytes); err != nil {
-		_ = dropHome(context.Background(), dir)
+	if err := makeHome(ctx, h, e.cfg.HomeBytes); err != nil {
+		_ = dropHome(context.Background(), h)
 		e.releaseDisk(e.cfg.HomeBytes)
 		return warmSandbox{}, fmt.Errorf("preparing home: %w", err)
 	}
-	if err := e.startSandbox(ctx, id, dir, ""); err != nil {
+	if err := e.startSandbox(ctx, id, h.dir, ""); err != nil {
 		_ = e.destroySandbox(context.Background(), id)
 		return warmSandbox{}, err
 	}
@@ -114,7 +114,7 @@ func (e *Executor) destroySandbox(ctx context.Context, id string) error {
 	if err := e.destroy(ctx, id); err != nil {
 		errs = append(errs, err)
 	}
-	if err := dropHome(ctx, e.dir(id)); err != nil {
+	if err := dropHome(ctx, e.home(id)); err != nil {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)

@@ -38,8 +38,12 @@ type session struct {
 	lastUsed     time.Time
 	hibernatedAt time.Time
 	busy         int
-	hasSandbox   bool     // a sandbox is counted in Executor.live for it
-	netEnv       []string // proxy variables when the session has network
+	hasSandbox   bool // a sandbox is counted in Executor.live for it
+	// gone: let go of (another node owns it, or may: letGo); nothing of
+	// this executor may touch its home, row or counts again.
+	gone   bool
+	job    string   // the install job sandbox that has its home mounted, if any
+	netEnv []string // proxy variables when the session has network
 }
 
 func newSession(id, owner string, rt *Runtime, ttl time.Duration, created time.Time, network sandbox.NetworkRequest) *session {
@@ -121,6 +125,7 @@ func (e *Executor) CreateSession(ctx context.Context, spec SessionSpec) (_ Sessi
 	}()
 	defer cu.Clean()
 
+	gen := e.fenceGen()
 	if err := e.reserve(); err != nil {
 		return Session{}, err
 	}
@@ -138,29 +143,29 @@ func (e *Executor) CreateSession(ctx context.Context, spec SessionSpec) (_ Sessi
 	if size <= 0 {
 		size = e.cfg.HomeBytes
 	}
-	var dir string
+	var id string
 	warm := false
 	if !withNet && size == e.cfg.HomeBytes {
 		if ws, ok := e.takeWarm(); ok {
-			dir, warm = e.dir(ws.id), true
+			id, warm = ws.id, true
 		}
 	}
 	if warm {
 		// The warm home's disk reservation becomes the session's.
-		id := filepath.Base(dir)
 		cu.Add("warm sandbox", func(ctx context.Context) error { return e.destroySandbox(ctx, id) })
 	} else {
 		if err := e.reserveDisk(size); err != nil {
 			return Session{}, err
 		}
 		cu.Add("disk reservation", func(context.Context) error { e.releaseDisk(size); return nil })
-		dir = e.dir(newID("sess_"))
-		cu.Add("home", func(ctx context.Context) error { return dropHome(ctx, dir) })
-		if err := makeHome(ctx, dir, size); err != nil {
+		id = newID("sess_")
+		h := e.home(id)
+		cu.Add("home", func(ctx context.Context) error { return dropHome(ctx, h) })
+		if err := makeHome(ctx, h, size); err != nil {
 			return Session{}, fmt.Errorf("preparing home: %w", err)
 		}
 	}
-	id := filepath.Base(dir)
+	dir := e.dir(id)
 	if err := e.fault(stepHome, id); err != nil {
 		return Session{}, err
 	}
@@ -206,7 +211,9 @@ func (e *Executor) CreateSession(ctx context.Context, spec SessionSpec) (_ Sessi
 			return Session{}, err
 		}
 	}
-	if err := e.store.SetSessionState(ctx, id, string(StateRunning), "", false); err != nil {
+	if err := e.store.SetSessionState(ctx, id, string(StateRunning), "", false); errors.Is(err, store.ErrNotOwner) {
+		return Session{}, fmt.Errorf("session %s: %w", id, ErrSessionMoved)
+	} else if err != nil {
 		return Session{}, err
 	}
 	if err := e.fault(stepStoreRunning, id); err != nil {
@@ -215,6 +222,11 @@ func (e *Executor) CreateSession(ctx context.Context, spec SessionSpec) (_ Sessi
 	e.move(s, StateRunning)
 	s.hasSandbox = true
 	e.mu.Lock()
+	if e.fences != gen {
+		// Fenced meanwhile: a new session is not kept past a lost lease.
+		e.mu.Unlock()
+		return Session{}, fmt.Errorf("session %s: %w", id, ErrSessionMoved)
+	}
 	e.sessions[id] = s
 	e.mu.Unlock()
 	cu.Release()
@@ -385,6 +397,10 @@ func (e *Executor) endSession(ctx context.Context, id, reason string) error {
 	s.life.Lock()
 	defer s.life.Unlock()
 	e.mu.Lock()
+	if s.gone {
+		e.mu.Unlock()
+		return fmt.Errorf("session %s: %w", id, ErrSessionMoved)
+	}
 	if !canMove(s.state, StateEnding) {
 		e.mu.Unlock()
 		return ErrNotFound
@@ -392,7 +408,10 @@ func (e *Executor) endSession(ctx context.Context, id, reason string) error {
 	e.move(s, StateEnding)
 	hadSandbox := s.hasSandbox
 	e.mu.Unlock()
-	_ = e.store.SetSessionState(ctx, id, string(StateEnding), reason, false)
+	if err := e.store.SetSessionState(ctx, id, string(StateEnding), reason, false); errors.Is(err, store.ErrNotOwner) {
+		// Its image is the new owner's: only what is on this host goes.
+		return e.notOwner(ctx, s, err)
+	}
 
 	var errs []error
 	if hadSandbox {
@@ -406,17 +425,23 @@ func (e *Executor) endSession(ctx context.Context, id, reason string) error {
 		}
 	}
 	thawHome(e.dir(id))
-	if err := dropHome(ctx, e.dir(id)); err != nil {
+	if err := dropHome(ctx, e.home(id)); err != nil {
 		errs = append(errs, err)
 	}
 	e.mu.Lock()
-	delete(e.sessions, id)
-	if hadSandbox {
+	if e.sessions[id] == s {
+		delete(e.sessions, id)
+	}
+	if hadSandbox && s.hasSandbox {
 		s.hasSandbox = false
 		e.live--
 	}
+	gone := s.gone
+	s.gone = true
 	e.mu.Unlock()
-	e.releaseDisk(s.diskBytes)
+	if !gone {
+		e.releaseDisk(s.diskBytes)
+	}
 	if err := e.store.SetSessionState(ctx, id, string(StateEnded), reason, true); err != nil {
 		errs = append(errs, err)
 	}

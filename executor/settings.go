@@ -3,6 +3,7 @@ package executor
 import (
 	"errors"
 	"fmt"
+	"path/filepath"
 	"time"
 
 	"github.com/sandboxapi/sandboxapi/internal/duration"
@@ -36,6 +37,12 @@ type Settings struct {
 	// hibernated, warm); creation and fork past it answer 507
 	// insufficient_storage. Empty or 0: no cap.
 	MaxDisk string `yaml:"max_disk"`
+	// HomesDir holds the session home images, <homes_dir>/<id>/home.img;
+	// mount points, bundles and the rest stay on the node under
+	// <data_dir>/sessions. Empty: <data_dir>/sessions (images beside the
+	// rest, as before). In a cluster, a folder every node shares, so that
+	// a session of a node that died resumes on another. Absolute path.
+	HomesDir string `yaml:"homes_dir"`
 }
 
 // Validate reports every problem at once, each naming its field
@@ -89,6 +96,9 @@ func (s Settings) Validate() error {
 	if s.TmpSizeMB < 1 {
 		bad("tmp_size_mb: must be at least 1")
 	}
+	if s.HomesDir != "" && !filepath.IsAbs(s.HomesDir) {
+		bad("homes_dir: must be an absolute path, got %q", s.HomesDir)
+	}
 	return errors.Join(errs...)
 }
 
@@ -125,6 +135,6 @@ func (s Settings) Config(dataDir, rootfs, versions, guest string, l SharedLimits
 		CompileTimeout: s.CompileTimeout.D(), MaxOutputBytes: l.MaxOutputBytes, MaxFileBytes: l.MaxFileBytes,
 		DefaultIdleTTL: l.DefaultIdleTTL, MaxIdleTTL: l.MaxIdleTTL,
 		ReapInterval: l.ReapInterval, WarmPool: s.WarmPool,
-		HibernateAfter: s.HibernateAfter.D(), MaxDisk: maxDisk,
+		HibernateAfter: s.HibernateAfter.D(), MaxDisk: maxDisk, HomesDir: s.HomesDir,
 	}, nil
 }

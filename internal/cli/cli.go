@@ -43,6 +43,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			versionCommand(),
 			mcpCommand(),
 			readinessCommand(),
+			fenceCommand(),
 		},
 	}
 	if err := app.RunContext(ctx, hoistFlags(app.Commands, args)); err != nil {

@@ -21,6 +21,7 @@ func TestExecutorSectionComposed(t *testing.T) {
 		{name: "bad home size", yaml: "executor:\n  home_size: lots\n", want: []string{`executor.home_size: "lots" is not a size like 256M`}},
 		{name: "disk below one home", yaml: "executor:\n  home_size: 512M\n  max_disk: 100M\n", want: []string{"executor.max_disk: must hold at least one home (512M)"}},
 		{name: "hibernate", yaml: "executor:\n  hibernate_after: 10ms\n", want: []string{"executor.hibernate_after: must be at least 1s (or 0s)"}},
+		{name: "relative homes", yaml: "executor:\n  homes_dir: homes\n", want: []string{`executor.homes_dir: must be an absolute path, got "homes"`}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := Parse([]byte("version: v1\n"+tc.yaml), "test")
@@ -39,7 +40,7 @@ func TestExecutorSectionComposed(t *testing.T) {
 // TestExecutorConfigResolved: sizes and limits land in the executor's
 // config in bytes and durations.
 func TestExecutorConfigResolved(t *testing.T) {
-	c, err := Parse([]byte("version: v1\nexecutor:\n  home_size: 64M\n  max_disk: 1G\n  memory_mb: 128\n"), "test")
+	c, err := Parse([]byte("version: v1\nexecutor:\n  home_size: 64M\n  max_disk: 1G\n  memory_mb: 128\n  homes_dir: /shared/homes\n"), "test")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,7 +49,8 @@ func TestExecutorConfigResolved(t *testing.T) {
 		t.Fatal(err)
 	}
 	if ec.HomeBytes != 64<<20 || ec.MaxDisk != 1<<30 || ec.MemoryBytes != 128<<20 || ec.Rootfs != "/rootfs" ||
-		ec.DataDir != c.DataDir || ec.MaxTimeout != c.Limits.MaxTimeout.D() || ec.ReapInterval != c.Server.ReapInterval.D() {
+		ec.DataDir != c.DataDir || ec.MaxTimeout != c.Limits.MaxTimeout.D() || ec.ReapInterval != c.Server.ReapInterval.D() ||
+		ec.HomesDir != "/shared/homes" {
 		t.Errorf("resolved %+v", ec)
 	}
 }

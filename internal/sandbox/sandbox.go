@@ -22,6 +22,14 @@ var (
 	// ErrNoStorage: the host's disk budget for homes (executor.max_disk)
 	// cannot hold another home; nothing was made.
 	ErrNoStorage = errors.New("insufficient storage for another session home")
+	// ErrSessionLost: the session's node died and its home image cannot be
+	// found where this node looks (homes not shared between nodes); the
+	// session has been ended.
+	ErrSessionLost = errors.New("session was lost with its node")
+	// ErrSessionMoved: another node has taken the session over while this
+	// one served it; this node has let go of it, and the call may be
+	// retried (it reaches the new owner).
+	ErrSessionMoved = errors.New("session moved to another node")
 )
 
 // State is a session's lifecycle state.

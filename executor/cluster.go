@@ -1,0 +1,338 @@
+package executor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/sandboxapi/sandboxapi/internal/sandbox"
+	"github.com/sandboxapi/sandboxapi/store"
+)
+
+// Cluster mode: the store handle acts for a node (store.ForNode), every
+// session row names the node that owns it, and a session may move to
+// another node (package cluster claims it, then calls Adopt there). The
+// rule that keeps a home image from being mounted by two nodes: a node
+// touches a session's host resources only while its row names the node,
+// and lets go of them (kill, unmount, forget; no store write) as soon as
+// it learns that it may not own it any more: a state write answering
+// store.ErrNotOwner, or Fence when its lease is lost. A dead node's
+// sandboxes and mounts are removed by its fence process (fence.go).
+
+// Re-exported for callers and tests of this package.
+var (
+	ErrSessionLost  = sandbox.ErrSessionLost
+	ErrSessionMoved = sandbox.ErrSessionMoved
+)
+
+// Has reports whether this executor serves session id now (running or
+// hibernated, in memory). Safe for concurrent use.
+func (e *Executor) Has(id string) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	_, ok := e.sessions[id]
+	return ok
+}
+
+// Capacity is how many sandboxes this executor may run at once
+// (executor.max_sandboxes).
+func (e *Executor) Capacity() int { return e.cfg.MaxSandboxes }
+
+// Free is how many more sandboxes this executor could start now.
+func (e *Executor) Free() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return max(0, e.cfg.MaxSandboxes-e.live)
+}
+
+// Adopt serves session id, whose row names this node (claimed from
+// another node, or this node's own after a Fence) but which this executor
+// does not hold: it is registered hibernated from its row, and its next
+// call resumes it from its image under homes_dir. A session already held
+// is returned as it is. A session whose image is not there, or that was
+// caught in creation or in its end, is ended in the store ("sandbox
+// lost") and answers ErrSessionLost; a row another node owns answers
+// ErrSessionMoved, an ended or unknown one ErrNotFound.
+func (e *Executor) Adopt(ctx context.Context, id string) (Session, error) {
+	e.adoptMu.Lock()
+	defer e.adoptMu.Unlock()
+	e.mu.Lock()
+	if s, ok := e.sessions[id]; ok {
+		snap := s.snapshot()
+		e.mu.Unlock()
+		return snap, nil
+	}
+	started, gen := e.started, e.fences
+	e.mu.Unlock()
+	if !started {
+		return Session{}, ErrNotStarted
+	}
+	r, err := e.store.GetSession(ctx, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return Session{}, ErrNotFound
+	}
+	if err != nil {
+		return Session{}, fmt.Errorf("adopting session %s: %w", id, err)
+	}
+	if r.Node != e.store.Node() {
+		return Session{}, fmt.Errorf("adopting session %s (owner %q): %w", id, r.Node, ErrSessionMoved)
+	}
+	if r.State == string(StateEnded) {
+		return Session{}, ErrNotFound
+	}
+	rt, err := e.rt.Lookup(r.Language)
+	if err != nil {
+		return Session{}, fmt.Errorf("adopting session %s: %w", id, err)
+	}
+	h := e.home(id)
+	fi, ierr := os.Stat(h.image())
+	if ierr != nil && !errors.Is(ierr, fs.ErrNotExist) {
+		// Shared storage that does not answer is not a lost session.
+		return Session{}, fmt.Errorf("adopting session %s: %w", id, ierr)
+	}
+	switch r.State {
+	case string(StateRunning), string(StateHibernated), storeHibernating, storeResuming:
+	default:
+		ierr = fmt.Errorf("state %s", r.State) // caught in creation or in its end
+	}
+	if ierr != nil {
+		if err := e.store.SetSessionState(ctx, id, string(StateEnded), "sandbox lost", true); errors.Is(err, store.ErrNotOwner) {
+			return Session{}, fmt.Errorf("adopting session %s: %w", id, ErrSessionMoved)
+		} else if err != nil {
+			return Session{}, fmt.Errorf("ending lost session %s: %w", id, err)
+		}
+		e.log.WarnContext(ctx, "session lost: no home image to adopt", "session", id, "state", r.State, "image", h.image(), "err", ierr)
+		return Session{}, fmt.Errorf("adopting session %s: %w", id, ErrSessionLost)
+	}
+	size := r.DiskBytes
+	if size <= 0 {
+		size = fi.Size()
+	}
+	now := time.Now()
+	s := newSession(r.ID, r.KeyID, rt, r.IdleTTL, r.CreatedAt, storedNetwork(r.Network))
+	s.state, s.parent, s.diskBytes = StateHibernated, r.ParentID, size
+	s.hibernatedAt, s.lastUsed = now, now
+	if r.State == string(StateHibernated) {
+		// Cleanly hibernated (or handed over): its idle clock goes on.
+		s.hibernatedAt, s.lastUsed = r.HibernatedAt, r.LastUsedAt
+	} else if err := e.store.SetSessionHibernated(ctx, id, now, now); errors.Is(err, store.ErrNotOwner) {
+		return Session{}, fmt.Errorf("adopting session %s: %w", id, ErrSessionMoved)
+	} else if err != nil {
+		return Session{}, fmt.Errorf("adopting session %s: %w", id, err)
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.fences != gen {
+		// Fenced meanwhile: the row may be another node's soon.
+		return Session{}, fmt.Errorf("adopting session %s: %w", id, ErrSessionMoved)
+	}
+	e.sessions[id] = s
+	delete(e.moved, id)
+	e.disk += size
+	e.log.InfoContext(ctx, "session adopted from its row", "session", id, "state", r.State)
+	return s.snapshot(), nil
+}
+
+// Fence lets go of every session at once, for a node whose lease is lost
+// (another node may own its sessions soon): their sandboxes are killed,
+// their homes unmounted, their networks released and the sessions
+// forgotten, WITHOUT a store write. Their rows still name this node: after
+// the node has registered again, their next call adopts them (Adopt); or
+// another node claims them once the lease has run out. A call in flight
+// on one answers ErrSessionMoved. Warm sandboxes and stateless calls hold
+// nothing another node could take and are left alone. Safe for concurrent
+// use; a kill or unmount that has not worked when ctx ends is an error.
+func (e *Executor) Fence(ctx context.Context) error {
+	start := time.Now()
+	e.mu.Lock()
+	e.fences++
+	victims := make([]*session, 0, len(e.sessions))
+	for _, s := range e.sessions {
+		victims = append(victims, s)
+	}
+	for _, s := range victims {
+		e.letGo(s)
+	}
+	e.mu.Unlock()
+	err := e.clearHost(ctx, victims)
+	e.log.WarnContext(ctx, "fenced: every session let go of", "sessions", len(victims), "ms", time.Since(start).Milliseconds(), "err", err)
+	return err
+}
+
+// letGo forgets s: it leaves the session table (into moved), and its
+// sandbox and home stop counting. Idempotent; e.mu is held.
+func (e *Executor) letGo(s *session) {
+	if s.gone {
+		return
+	}
+	s.gone = true
+	if e.sessions[s.id] == s {
+		delete(e.sessions, s.id)
+	}
+	e.moved[s.id] = true
+	if s.hasSandbox {
+		s.hasSandbox = false
+		e.live--
+	}
+	e.disk -= s.diskBytes
+}
+
+// fenceGen is how many times every session was let go of so far: work
+// that makes a session keeps it only if no Fence came meanwhile.
+func (e *Executor) fenceGen() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.fences
+}
+
+// isGone reports whether s was let go of.
+func (e *Executor) isGone(s *session) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return s.gone
+}
+
+// notOwner turns a store write that found s owned by another node
+// (store.ErrNotOwner) into ErrSessionMoved, after letting go of s: its
+// sandbox is killed, its home unmounted, its node-local files removed;
+// its image and row are the new owner's. Any other error is returned as
+// it is. The caller may hold s.life.
+func (e *Executor) notOwner(ctx context.Context, s *session, err error) error {
+	if !errors.Is(err, store.ErrNotOwner) {
+		return err
+	}
+	e.mu.Lock()
+	e.letGo(s)
+	e.mu.Unlock()
+	if cerr := e.clearHost(context.WithoutCancel(ctx), []*session{s}); cerr != nil {
+		e.log.ErrorContext(ctx, "letting go of a session another node took", "session", s.id, "err", cerr)
+	}
+	e.log.WarnContext(ctx, "session moved to another node: let go of", "session", s.id, "err", err)
+	return fmt.Errorf("session %s: %w", s.id, ErrSessionMoved)
+}
+
+// clearBudget bounds how long clearHost tries to kill and unmount when
+// the caller's context has no deadline.
+const clearBudget = 5 * time.Second
+
+// clearHost removes what the sessions ss (let go of) hold on this host:
+// first, fast and for all at once, their sandbox processes (SIGKILL) and
+// home mounts, retried until none is left; then their runsc state,
+// networks and node-local files. Images and store rows are not touched.
+func (e *Executor) clearHost(ctx context.Context, ss []*session) error {
+	if len(ss) == 0 {
+		return nil
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, clearBudget)
+		defer cancel()
+	}
+	ids := make(map[string]bool, len(ss))
+	e.mu.Lock()
+	for _, s := range ss {
+		ids[s.id] = true
+		if s.job != "" {
+			ids[s.job] = true // an install job on its home
+		}
+	}
+	e.mu.Unlock()
+	for id := range ids {
+		e.dropAgent(id) // calls in flight fail now
+	}
+	for _, s := range ss {
+		thawHome(e.dir(s.id)) // a fork's freeze would hold the unmount
+	}
+	var errs []error
+	for {
+		procs := killSandboxProcesses(e.runsc.root, ids)
+		var left []error
+		for _, s := range ss {
+			mnt := homeMount(e.dir(s.id))
+			if !mounted(mnt) {
+				continue
+			}
+			if err := unix.Unmount(mnt, 0); err != nil && !errors.Is(err, unix.EINVAL) {
+				left = append(left, fmt.Errorf("unmounting %s: %w", mnt, err))
+			}
+		}
+		if procs == 0 && len(left) == 0 {
+			break
+		}
+		if ctx.Err() != nil {
+			errs = append(errs, left...)
+			if procs > 0 {
+				errs = append(errs, fmt.Errorf("%d sandbox processes still alive", procs))
+			}
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	// The rest is tidying: runsc state and cgroups, networks, node-local
+	// files (a few at a time: runsc is heavy on a small host).
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 4)
+	for _, s := range ss {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			var serrs []error
+			if err := e.runsc.destroy(ctx, s.id); err != nil {
+				serrs = append(serrs, err)
+			}
+			if e.net != nil && s.network.Enabled {
+				if err := e.net.Detach(ctx, s.id); err != nil {
+					serrs = append(serrs, err)
+				}
+			}
+			if !mounted(homeMount(e.dir(s.id))) {
+				if err := dropLocal(e.home(s.id)); err != nil {
+					serrs = append(serrs, err)
+				}
+			}
+			mu.Lock()
+			errs = append(errs, serrs...)
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// releaseSessions hands this node's sessions over to the cluster at the
+// end of Stop (cluster mode): whatever a session still holds on the host
+// goes first, then every row this node owns becomes unowned, claimable at
+// once by another node.
+func (e *Executor) releaseSessions(ctx context.Context) error {
+	e.mu.Lock()
+	e.fences++
+	left := make([]*session, 0, len(e.sessions))
+	for _, s := range e.sessions {
+		left = append(left, s)
+	}
+	for _, s := range left {
+		e.letGo(s)
+	}
+	e.mu.Unlock()
+	var errs []error
+	if err := e.clearHost(ctx, left); err != nil {
+		// Handed over even so: the node is going, and its rows would be
+		// claimable as soon as its lease is expired anyway.
+		errs = append(errs, err)
+	}
+	ids, err := e.store.ReleaseSessions(ctx)
+	if err != nil {
+		errs = append(errs, err)
+	}
+	e.log.InfoContext(ctx, "sessions handed over", "count", len(ids), "err", errors.Join(errs...))
+	return errors.Join(errs...)
+}

@@ -1,0 +1,672 @@
+package executor
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/sandboxapi/sandboxapi/configs"
+	"github.com/sandboxapi/sandboxapi/store"
+)
+
+// Cluster-mode tests: two executors on one host, as two nodes of a
+// cluster would be (distinct data dirs and runsc roots, one shared
+// homes_dir, one store opened for node "a" and for node "b").
+
+// fenceHelperArgv runs TestFenceHelperProcess of this test binary as the
+// fence process; the fence flags follow the "--".
+func fenceHelperArgv() []string {
+	return []string{"/usr/bin/env", "SANDBOXAPI_FENCE_HELPER=1", os.Args[0], "-test.run=^TestFenceHelperProcess$", "--"}
+}
+
+// TestFenceHelperProcess is not a test: it is the fence process of the
+// cluster tests' executors (see fenceHelperArgv).
+func TestFenceHelperProcess(t *testing.T) {
+	if os.Getenv("SANDBOXAPI_FENCE_HELPER") != "1" {
+		t.Skip("the fence process of the cluster tests")
+	}
+	var cfg FenceConfig
+	fs := flag.NewFlagSet("fence", flag.ExitOnError)
+	fs.StringVar(&cfg.Root, "root", "", "")
+	fs.StringVar(&cfg.Homes, "homes", "", "")
+	fs.StringVar(&cfg.Lock, "lock", "", "")
+	args := os.Args
+	for i, a := range args {
+		if a == "--" {
+			args = args[i+1:]
+			break
+		}
+	}
+	_ = fs.Parse(args)
+	signal.Ignore(FenceSignals...)
+	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	if err := RunFence(context.Background(), cfg, os.Stdin, os.Stdout, log); err != nil {
+		log.Error("fence", "err", err)
+		os.Exit(1)
+	}
+	os.Exit(0)
+}
+
+// cluster is a shared store and homes folder for executors acting as
+// nodes; both nodes hold leases for an hour (a claim passes a later
+// "now" to find a lease run out).
+type cluster struct {
+	st     *store.Store
+	dbPath string
+	homes  string
+}
+
+func newCluster(t *testing.T) *cluster {
+	t.Helper()
+	ctx := context.Background()
+	dir := t.TempDir()
+	c := &cluster{dbPath: filepath.Join(dir, "sandboxapi.db"), homes: filepath.Join(dir, "homes")}
+	st, err := store.Open(ctx, c.dbPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	c.st = st
+	now := time.Now()
+	for _, n := range []string{"a", "b"} {
+		if _, err := st.RegisterNode(ctx, store.NodeRow{Name: n, URL: "http://" + n, Capacity: 8, Free: 8, StartedAt: now, RenewedAt: now, LeaseUntil: now.Add(time.Hour)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return c
+}
+
+// nodeConfig is the config of node name's executor: its own data dir,
+// the cluster's homes, no warm pool (unless mutated), the test fence.
+func (c *cluster) nodeConfig(t *testing.T, mutate ...func(*Config)) Config {
+	cfg := testConfig(t, t.TempDir())
+	cfg.HomesDir, cfg.WarmPool, cfg.FenceArgv = c.homes, 0, fenceHelperArgv()
+	for _, m := range mutate {
+		m(&cfg)
+	}
+	return cfg
+}
+
+// start starts an executor for node name on cfg; it is stopped when the
+// test ends (unless stopped before).
+func (c *cluster) start(t *testing.T, name string, cfg Config) *Executor {
+	t.Helper()
+	rt, err := LoadRuntimes(configs.Runtimes, cfg.VersionsFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := New(cfg, rt, c.st.ForNode(name), quietLog())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := e.Stop(context.Background()); err != nil {
+			t.Errorf("stopping node %s: %v", name, err)
+		}
+	})
+	return e
+}
+
+// claim moves session id to node name as if its owner's lease had run out.
+func (c *cluster) claim(t *testing.T, name, id string) {
+	t.Helper()
+	prev, ok, err := c.st.ForNode(name).ClaimSession(context.Background(), id, time.Now().Add(2*time.Hour))
+	if err != nil || !ok {
+		t.Fatalf("claiming %s for %s (previous owner %q): ok %v, %v", id, name, prev, ok, err)
+	}
+}
+
+// loopWatch counts the loop devices backed by img every 10 ms until its
+// stop is called, which returns the most seen at once.
+func loopWatch(img string) (stop func() int) {
+	done := make(chan struct{})
+	most := 0
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			most = max(most, len(loopDevices(img)))
+			select {
+			case <-done:
+				return
+			case <-time.After(10 * time.Millisecond):
+			}
+		}
+	}()
+	return func() int {
+		close(done)
+		wg.Wait()
+		return most
+	}
+}
+
+func clusterRun(t *testing.T, e *Executor, id, code string) Result {
+	t.Helper()
+	res, err := e.Execute(context.Background(), "k1", id, ExecRequest{Code: code})
+	if err != nil {
+		t.Fatalf("execute %q: %v", code, err)
+	}
+	return res
+}
+
+// hostHolds lists what session id still holds on e's side of the host:
+// processes under e's runsc root, a mount, loop devices on its image.
+func hostHolds(e *Executor, id string) []string {
+	var out []string
+	for _, p := range rootProcesses(e.runsc.root) {
+		if strings.Contains(strings.Join(p.argv, " "), id) {
+			out = append(out, "process "+strings.Join(p.argv, " "))
+		}
+	}
+	if mounted(homeMount(e.dir(id))) {
+		out = append(out, "mount")
+	}
+	for _, d := range loopDevices(e.home(id).image()) {
+		out = append(out, "loop device "+d)
+	}
+	return out
+}
+
+// TestClusterFenceThenTakeover: node a fences (its lease is lost); node b
+// claims the session and adopts it, and its next call resumes it from the
+// shared image with a's file in it. The image is never on two loop
+// devices.
+func TestClusterFenceThenTakeover(t *testing.T) {
+	c := newCluster(t)
+	a := c.start(t, "a", c.nodeConfig(t))
+	b := c.start(t, "b", c.nodeConfig(t))
+	s, err := a.CreateSession(context.Background(), SessionSpec{Language: "python3", Owner: "k1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	img := filepath.Join(c.homes, s.ID, "home.img")
+	if _, err := os.Stat(img); err != nil {
+		t.Fatalf("home image not in homes_dir: %v", err)
+	}
+	if _, err := os.Stat(homeImage(a.dir(s.ID))); err == nil {
+		t.Fatal("home image also in the node-local folder")
+	}
+	stop := loopWatch(img)
+	clusterRun(t, a, s.ID, "open('/home/sandbox/f.txt','w').write('from a')")
+	if !a.Has(s.ID) || b.Has(s.ID) {
+		t.Fatalf("Has: a %v b %v", a.Has(s.ID), b.Has(s.ID))
+	}
+	if a.Capacity() != 8 || a.Free() != 7 {
+		t.Fatalf("capacity %d free %d, want 8 and 7", a.Capacity(), a.Free())
+	}
+
+	start := time.Now()
+	if err := a.Fence(context.Background()); err != nil {
+		t.Fatalf("fence: %v", err)
+	}
+	if took := time.Since(start); took > 2500*time.Millisecond {
+		t.Errorf("fence took %v, more than lease/4 of a 10 s lease", took)
+	}
+	if h := hostHolds(a, s.ID); len(h) > 0 {
+		t.Fatalf("after the fence, a still holds %v", h)
+	}
+	if a.Has(s.ID) || a.Free() != 8 {
+		t.Fatalf("after the fence: Has %v, free %d", a.Has(s.ID), a.Free())
+	}
+	if _, err := os.Stat(img); err != nil {
+		t.Fatalf("the fence touched the image: %v", err)
+	}
+	if r, err := c.st.GetSession(context.Background(), s.ID); err != nil || r.Node != "a" || r.State != string(StateRunning) {
+		t.Fatalf("the fence wrote to the store: %+v %v", r, err)
+	}
+
+	c.claim(t, "b", s.ID)
+	got, err := b.Adopt(context.Background(), s.ID)
+	if err != nil || got.State != StateHibernated {
+		t.Fatalf("adopt: %+v %v", got, err)
+	}
+	if again, err := b.Adopt(context.Background(), s.ID); err != nil || again.ID != s.ID {
+		t.Fatalf("second adopt: %+v %v", again, err)
+	}
+	res := clusterRun(t, b, s.ID, "print(open('/home/sandbox/f.txt').read())")
+	if res.Stdout != "from a\n" || res.ResumedMS == 0 {
+		t.Fatalf("on b: %+v", res)
+	}
+	if _, err := a.Execute(context.Background(), "k1", s.ID, ExecRequest{Code: "print(1)"}); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("execute on a after the move: %v", err)
+	}
+	if n := stop(); n > 1 {
+		t.Fatalf("the image was on %d loop devices at once", n)
+	}
+}
+
+// TestClusterStateWriteAfterClaim: node b claims a session that node a
+// still runs (a missed its lease); a's next state write finds the row
+// b's, answers ErrSessionMoved and kills a's sandbox, and b serves the
+// session with its files.
+func TestClusterStateWriteAfterClaim(t *testing.T) {
+	c := newCluster(t)
+	a := c.start(t, "a", c.nodeConfig(t))
+	b := c.start(t, "b", c.nodeConfig(t))
+	s, err := a.CreateSession(context.Background(), SessionSpec{Language: "bash", Owner: "k1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	img := filepath.Join(c.homes, s.ID, "home.img")
+	stop := loopWatch(img)
+	clusterRun(t, a, s.ID, "echo kept > /home/sandbox/f.txt")
+	c.claim(t, "b", s.ID)
+	if _, err := a.HibernateSession(context.Background(), "k1", s.ID); !errors.Is(err, ErrSessionMoved) {
+		t.Fatalf("hibernate on a after b's claim: %v, want ErrSessionMoved", err)
+	}
+	if h := hostHolds(a, s.ID); len(h) > 0 {
+		t.Fatalf("a still holds %v", h)
+	}
+	if a.Has(s.ID) || a.Free() != 8 {
+		t.Fatalf("a: Has %v, free %d", a.Has(s.ID), a.Free())
+	}
+	if _, err := os.Stat(a.dir(s.ID)); !os.IsNotExist(err) {
+		t.Fatalf("a's node-local folder is left: %v", err)
+	}
+	if _, err := b.Adopt(context.Background(), s.ID); err != nil {
+		t.Fatal(err)
+	}
+	if res := clusterRun(t, b, s.ID, "cat /home/sandbox/f.txt"); res.Stdout != "kept\n" {
+		t.Fatalf("on b: %+v", res)
+	}
+	if n := stop(); n > 1 {
+		t.Fatalf("the image was on %d loop devices at once", n)
+	}
+
+	// The same for an end (DELETE) on a node that lost the session: b's
+	// image stays.
+	if _, err := b.HibernateSession(context.Background(), "k1", s.ID); err != nil {
+		t.Fatal(err)
+	}
+	c.claim(t, "a", s.ID)
+	if err := b.DeleteSession(context.Background(), "k1", s.ID); !errors.Is(err, ErrSessionMoved) {
+		t.Fatalf("delete on b after a's claim: %v, want ErrSessionMoved", err)
+	}
+	if _, err := os.Stat(img); err != nil {
+		t.Fatalf("the image went with a delete that was not b's: %v", err)
+	}
+	if r, _ := c.st.GetSession(context.Background(), s.ID); r.State == string(StateEnded) {
+		t.Fatalf("row ended by a node that did not own it: %+v", r)
+	}
+}
+
+// TestClusterAdoptWithoutImage: a session whose image is not there (homes
+// not shared) ends on Adopt with ErrSessionLost.
+func TestClusterAdoptWithoutImage(t *testing.T) {
+	c := newCluster(t)
+	b := c.start(t, "b", c.nodeConfig(t))
+	ctx := context.Background()
+	now := time.Now()
+	id := newID("sess_")
+	if err := c.st.ForNode("a").InsertSession(ctx, store.SessionRow{ID: id, KeyID: "k1", Language: "python3", State: string(StateHibernated),
+		Network: "{}", IdleTTL: time.Minute, CreatedAt: now, LastUsedAt: now, DiskBytes: 64 << 20}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Adopt(ctx, id); !errors.Is(err, ErrSessionMoved) {
+		t.Fatalf("adopt before the claim: %v, want ErrSessionMoved", err)
+	}
+	c.claim(t, "b", id)
+	if _, err := b.Adopt(ctx, id); !errors.Is(err, ErrSessionLost) {
+		t.Fatalf("adopt: %v, want ErrSessionLost", err)
+	}
+	r, err := c.st.GetSession(ctx, id)
+	if err != nil || r.State != string(StateEnded) || r.EndReason != "sandbox lost" {
+		t.Fatalf("row after a lost adopt: %+v %v", r, err)
+	}
+	if b.Has(id) {
+		t.Fatal("a lost session is held")
+	}
+	if _, err := b.Adopt(ctx, newID("sess_")); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("adopt of an unknown session: %v", err)
+	}
+}
+
+// TestClusterStopHandsOver: a node that stops hibernates its sessions and
+// leaves them unowned, its fence process exits without touching anything,
+// and another node takes the sessions over at once.
+func TestClusterStopHandsOver(t *testing.T) {
+	c := newCluster(t)
+	ctx := context.Background()
+	cfgA := c.nodeConfig(t)
+	rtA, err := LoadRuntimes(configs.Runtimes, cfgA.VersionsFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := New(cfgA, rtA, c.st.ForNode("a"), quietLog())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	b := c.start(t, "b", c.nodeConfig(t))
+	var ids []string
+	for i := 0; i < 2; i++ {
+		s, err := a.CreateSession(ctx, SessionSpec{Language: "bash", Owner: "k1"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		clusterRun(t, a, s.ID, "echo "+s.ID+" > /home/sandbox/id")
+		ids = append(ids, s.ID)
+	}
+	fence := a.fence.cmd
+	if err := a.Stop(ctx); err != nil {
+		t.Fatalf("stop: %v", err)
+	}
+	if st := fence.ProcessState; st == nil || st.ExitCode() != 0 {
+		t.Fatalf("fence process after a normal stop: %v", st)
+	}
+	for _, id := range ids {
+		r, err := c.st.GetSession(ctx, id)
+		if err != nil || r.Node != "" || r.State != string(StateHibernated) {
+			t.Fatalf("row after stop: %+v %v", r, err)
+		}
+		if h := hostHolds(a, id); len(h) > 0 {
+			t.Fatalf("a still holds %v", h)
+		}
+		// Unowned: claimable at once, without waiting for a lease.
+		if _, ok, err := c.st.ForNode("b").ClaimSession(ctx, id, time.Now()); err != nil || !ok {
+			t.Fatalf("claim after hand-over: %v %v", ok, err)
+		}
+		if _, err := b.Adopt(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+		if res := clusterRun(t, b, id, "cat /home/sandbox/id"); res.Stdout != id+"\n" {
+			t.Fatalf("on b: %+v", res)
+		}
+	}
+}
+
+// TestClusterReconcileKeepsOthersImages: a node starting on a shared
+// homes_dir removes only its own leftovers: an image whose session
+// another node owns stays (its node-local folder goes), as do the other
+// node's warm homes; an image this node made for no session goes.
+func TestClusterReconcileKeepsOthersImages(t *testing.T) {
+	c := newCluster(t)
+	ctx := context.Background()
+	b := c.start(t, "b", c.nodeConfig(t, func(cfg *Config) { cfg.WarmPool = 1 }))
+	s, err := b.CreateSession(ctx, SessionSpec{Language: "bash", Owner: "k1", DiskBytes: 32 << 20}) // not from the pool
+	if err != nil {
+		t.Fatal(err)
+	}
+	clusterRun(t, b, s.ID, "echo b > /home/sandbox/f")
+	deadline := time.Now().Add(30 * time.Second)
+	for b.WarmReady() == 0 && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	if b.WarmReady() == 0 {
+		t.Fatal("b's warm pool did not fill")
+	}
+	// b's session and its warm homes (the pool's, and the one its filler
+	// may have made beyond a full pool).
+	warm, _ := filepath.Glob(filepath.Join(c.homes, "*", "home.img"))
+	if len(warm) < 2 {
+		t.Fatalf("images in homes_dir: %v", warm)
+	}
+
+	cfgA := c.nodeConfig(t)
+	// What a crash of a would leave: the node-local folder of a session
+	// that b took over, and a home a made for no session yet.
+	if err := os.MkdirAll(homeMount(filepath.Join(cfgA.DataDir, "sessions", s.ID)), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	orphan := newID("sess_")
+	if err := os.MkdirAll(homeMount(filepath.Join(cfgA.DataDir, "sessions", orphan)), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(c.homes, orphan), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(c.homes, orphan, "home.img"), []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	a := c.start(t, "a", cfgA)
+	for _, p := range warm {
+		if _, err := os.Stat(p); err != nil {
+			t.Fatalf("a's start removed b's image %s: %v", p, err)
+		}
+	}
+	if _, err := os.Stat(a.dir(s.ID)); !os.IsNotExist(err) {
+		t.Fatalf("a's leftover folder of b's session: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(c.homes, orphan)); !os.IsNotExist(err) {
+		t.Fatalf("a's own orphan image: %v", err)
+	}
+	if res := clusterRun(t, b, s.ID, "cat /home/sandbox/f"); res.Stdout != "b\n" {
+		t.Fatalf("b's session after a's start: %+v", res)
+	}
+}
+
+// TestClusterNodeHelperProcess is not a test: it is node a of
+// TestClusterFenceProcess, a process of its own that the test kills.
+func TestClusterNodeHelperProcess(t *testing.T) {
+	raw := os.Getenv("SANDBOXAPI_NODE_HELPER_CONFIG")
+	if raw == "" {
+		t.Skip("node a of TestClusterFenceProcess")
+	}
+	var cfg Config
+	if err := json.Unmarshal([]byte(raw), &cfg); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	st, err := store.Open(ctx, os.Getenv("SANDBOXAPI_NODE_HELPER_DB"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt, err := LoadRuntimes(configs.Runtimes, cfg.VersionsFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := New(cfg, rt, st.ForNode("a"), quietLog())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	s, err := e.CreateSession(ctx, SessionSpec{Language: "bash", Owner: "k1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A program still running when the node dies.
+	go func() {
+		_, _ = e.Execute(ctx, "k1", s.ID, ExecRequest{Code: "echo from-a > /home/sandbox/f; sync; sleep 600"})
+	}()
+	time.Sleep(time.Second)
+	os.Stdout.WriteString("session " + s.ID + "\n")
+	select {} // until killed
+}
+
+// TestClusterFenceProcess: node a runs in a process of its own and is
+// killed with SIGKILL mid-call; its fence process kills a's sandboxes and
+// unmounts a's homes within about a second, and lets go of a's output;
+// node b then takes the session over with its files.
+func TestClusterFenceProcess(t *testing.T) {
+	c := newCluster(t)
+	cfgA := c.nodeConfig(t)
+	raw, err := json.Marshal(cfgA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestClusterNodeHelperProcess$")
+	cmd.Env = append(os.Environ(), "SANDBOXAPI_NODE_HELPER_CONFIG="+string(raw), "SANDBOXAPI_NODE_HELPER_DB="+c.dbPath)
+	logs := &syncWriter{w: &strings.Builder{}}
+	cmd.Stderr = logs
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-exited
+	})
+	lines := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			if id, ok := strings.CutPrefix(sc.Text(), "session "); ok {
+				lines <- id
+			}
+		}
+		_, _ = io.Copy(io.Discard, out)
+		close(lines)
+	}()
+	var id string
+	select {
+	case id = <-lines:
+	case <-time.After(2 * time.Minute):
+		t.Fatalf("node a did not make its session; its log:\n%s", logs.String())
+	}
+	if id == "" {
+		t.Fatalf("node a exited; its log:\n%s", logs.String())
+	}
+	img := filepath.Join(c.homes, id, "home.img")
+	stop := loopWatch(img)
+	root, sessions := filepath.Join(cfgA.DataDir, "runsc"), filepath.Join(cfgA.DataDir, "sessions")
+	if len(rootProcesses(root)) == 0 || len(homeMounts(sessions)) != 1 {
+		t.Fatalf("node a runs no sandbox or mount: %d processes, mounts %v", len(rootProcesses(root)), homeMounts(sessions))
+	}
+
+	killed := time.Now()
+	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = cmd.Wait(); close(exited) }()
+	for len(rootProcesses(root)) > 0 || len(homeMounts(sessions)) > 0 || len(loopDevices(img)) > 0 {
+		if time.Since(killed) > 3*time.Second {
+			t.Fatalf("3 s after node a died: %d processes under its root, mounts %v, loop devices %v; log:\n%s",
+				len(rootProcesses(root)), homeMounts(sessions), loopDevices(img), logs.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	fenced := time.Since(killed)
+	// The fence holds a's stderr only while it works.
+	select {
+	case <-exited:
+	case <-time.After(15 * time.Second):
+		t.Fatalf("node a's output is still open 15 s after its death")
+	}
+	t.Logf("fenced %v after SIGKILL; output closed %v after", fenced, time.Since(killed))
+	if !strings.Contains(logs.String(), "fenced its sandboxes") {
+		t.Errorf("no fence line in a's log:\n%s", logs.String())
+	}
+
+	b := c.start(t, "b", c.nodeConfig(t))
+	c.claim(t, "b", id)
+	if _, err := b.Adopt(context.Background(), id); err != nil {
+		t.Fatal(err)
+	}
+	if res := clusterRun(t, b, id, "cat /home/sandbox/f"); res.Stdout != "from-a\n" {
+		t.Fatalf("on b: %+v", res)
+	}
+	if n := stop(); n > 1 {
+		t.Fatalf("the image was on %d loop devices at once", n)
+	}
+
+	// a restarts: its start waits for nothing (the fence is done), finds
+	// nothing of its own to serve and leaves b's image alone.
+	a := c.start(t, "a", cfgA)
+	if a.Has(id) {
+		t.Fatal("restarted a serves b's session")
+	}
+	if _, err := os.Stat(img); err != nil {
+		t.Fatalf("restarted a removed b's image: %v", err)
+	}
+}
+
+// syncWriter serialises writes to w (a process's stderr is copied by a
+// goroutine while the test reads it).
+type syncWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (s *syncWriter) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.Write(p)
+}
+
+func (s *syncWriter) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.(*strings.Builder).String()
+}
+
+// nopCloser turns a writer into the ready end of RunFence.
+type nopCloser struct{ io.Writer }
+
+func (nopCloser) Close() error { return nil }
+
+// TestRunFenceProtocol: a 'q' from the node ends the fence quietly, EOF
+// fences (nothing to do under an empty root), and a second fence on the
+// same lock is ready only once the first has finished.
+func TestRunFenceProtocol(t *testing.T) {
+	dir := t.TempDir()
+	cfg := FenceConfig{Root: filepath.Join(dir, "runsc"), Homes: filepath.Join(dir, "sessions"), Lock: filepath.Join(dir, "fence.lock")}
+	log := quietLog()
+	ctx := context.Background()
+
+	var ready strings.Builder
+	if err := RunFence(ctx, cfg, strings.NewReader("q"), nopCloser{&ready}, log); err != nil || ready.String() != "ready\n" {
+		t.Fatalf("quit: %v, ready %q", err, ready.String())
+	}
+	if err := RunFence(ctx, cfg, strings.NewReader(""), nopCloser{io.Discard}, log); err != nil {
+		t.Fatalf("EOF with nothing to fence: %v", err)
+	}
+
+	r1, w1 := io.Pipe()
+	first := make(chan error, 1)
+	firstReady := make(chan struct{})
+	go func() {
+		first <- RunFence(ctx, cfg, r1, nopCloser{writerFunc(func(p []byte) (int, error) { close(firstReady); return len(p), nil })}, log)
+	}()
+	<-firstReady
+	secondReady := make(chan struct{})
+	second := make(chan error, 1)
+	go func() {
+		second <- RunFence(ctx, cfg, strings.NewReader("q"), nopCloser{writerFunc(func(p []byte) (int, error) { close(secondReady); return len(p), nil })}, log)
+	}()
+	select {
+	case <-secondReady:
+		t.Fatal("a second fence was ready while the first held the lock")
+	case <-time.After(200 * time.Millisecond):
+	}
+	w1.Close() // the node dies
+	if err := <-first; err != nil {
+		t.Fatalf("first fence: %v", err)
+	}
+	select {
+	case <-secondReady:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the second fence never got the lock")
+	}
+	if err := <-second; err != nil {
+		t.Fatal(err)
+	}
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
