@@ -5,8 +5,6 @@ package api
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"io"
 	"log/slog"
 	"net/http"
@@ -267,28 +265,10 @@ func (s *Server) allowedMethods(r *http.Request) string {
 func requestID(ctx context.Context) string { return reqid.From(ctx) }
 
 // validRequestID reports whether a client's X-Request-Id may be used as
-// the request id: 1 to 64 of A-Z, a-z, 0-9, '.', '_' and '-', so it is
-// safe in log lines, headers and error bodies.
-func validRequestID(id string) bool {
-	if id == "" || len(id) > 64 {
-		return false
-	}
-	for i := 0; i < len(id); i++ {
-		c := id[i]
-		switch {
-		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9', c == '.', c == '_', c == '-':
-		default:
-			return false
-		}
-	}
-	return true
-}
+// the request id (reqid.Valid).
+func validRequestID(id string) bool { return reqid.Valid(id) }
 
-func newRequestID() string {
-	var b [8]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
-}
+func newRequestID() string { return reqid.New() }
 
 // handlerFunc is a handler that returns its error for central mapping.
 type handlerFunc func(w http.ResponseWriter, r *http.Request) error

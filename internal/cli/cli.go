@@ -44,6 +44,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			mcpCommand(),
 			readinessCommand(),
 			fenceCommand(),
+			clusterCommand(),
 		},
 	}
 	if err := app.RunContext(ctx, hoistFlags(app.Commands, args)); err != nil {

@@ -110,6 +110,9 @@ func serve(ctx context.Context, env *Env) error {
 		return err
 	}
 	g.Cleanup("store", func(context.Context) error { return st.Close() })
+	// Every part acts for this cluster node ("" for a single node): the
+	// sessions it makes are its own, and it changes only those.
+	st = st.ForNode(cfg.Cluster.Node)
 	plans, err := loadPlans(cfg)
 	if err != nil {
 		return err
@@ -127,6 +130,11 @@ func serve(ctx context.Context, env *Env) error {
 		return err
 	}
 	m := metrics.New() // the one registry of this process
+	// The cluster node (nil for a single node).
+	node, err := wireCluster(env, st, ex, m)
+	if err != nil {
+		return err
+	}
 	eg, err := setupEgress(ctx, env, ex, st, m)
 	if err != nil {
 		return err
@@ -148,6 +156,11 @@ func serve(ctx context.Context, env *Env) error {
 	if err != nil {
 		return err
 	}
+	if node != nil {
+		// Registers before the executor starts and gives its lease up
+		// after the executor has handed its sessions over.
+		g.Add("cluster", node)
+	}
 	// Stopped before the mirror and the writers: a call the grace period
 	// cut short ends with its sandbox, not against a closed mirror.
 	g.Add("executor", lifecycle.Funcs{StartFunc: ex.Start, StopFunc: func(ctx context.Context) error {
@@ -155,10 +168,16 @@ func serve(ctx context.Context, env *Env) error {
 		defer cancel()
 		return ex.Stop(ctx)
 	}})
-	srv := wireServices(ctx, env, g, wiring{plans: plans, ex: ex, st: st, mir: mir, front: front, usage: usage, trail: eg.trail, sessions: eg.sessions, m: m, build: build})
+	srv := wireServices(ctx, env, g, wiring{plans: plans, ex: ex, st: st, mir: mir, front: front, usage: usage, trail: eg.trail, sessions: eg.sessions, m: m, build: build, node: node})
 	drain := &drainGate{next: srv}
+	var handler http.Handler = drain
+	if node != nil {
+		// In front of the drain gate: a draining node still forwards
+		// calls and places new sessions on the other nodes.
+		handler = node.Handler(drain)
+	}
 	web := &httpservice.Service{
-		Server: &http.Server{Handler: drain, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: cfg.Server.ReadTimeout.D(), IdleTimeout: 2 * time.Minute},
+		Server: &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: cfg.Server.ReadTimeout.D(), IdleTimeout: 2 * time.Minute},
 		Listen: func(ctx context.Context) (net.Listener, error) {
 			ln, err := tlsserve.Listen(ctx, cfg, env.Log) // TLS per cfg.TLS
 			if err != nil {
@@ -168,7 +187,13 @@ func serve(ctx context.Context, env *Env) error {
 		},
 		// /readyz goes red and new work is refused while the listener
 		// stays open, so a load balancer notices before connections close.
-		Drain:         func() { srv.SetReady(false); drain.start() },
+		Drain: func() {
+			srv.SetReady(false)
+			drain.start()
+			if node != nil {
+				node.Drain() // other nodes place nothing here and wait for the hand-over
+			}
+		},
 		DrainDelay:    cfg.Server.DrainDelay.D(),
 		ShutdownGrace: cfg.Server.ShutdownGrace.D(),
 		Log:           log,

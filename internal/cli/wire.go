@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/sandboxapi/sandboxapi/api"
+	"github.com/sandboxapi/sandboxapi/cluster"
 	"github.com/sandboxapi/sandboxapi/egress"
 	"github.com/sandboxapi/sandboxapi/executor"
 	"github.com/sandboxapi/sandboxapi/internal/buildinfo"
@@ -30,6 +31,7 @@ type wiring struct {
 	sessions *egress.Sessions // nil when egress is off
 	m        *metrics.Metrics
 	build    buildinfo.Info
+	node     *cluster.Node // nil for a single node
 }
 
 // wireServices builds the API with every dependency it serves (one field
@@ -47,8 +49,14 @@ func wireServices(ctx context.Context, env *Env, g *lifecycle.Group, w wiring) *
 	}
 	ready := readinessReporter{chk}
 	build := w.build
+	var sandboxes api.Sandboxes = w.ex
+	mcpAPI := func(h http.Handler) http.Handler { return h }
+	if w.node != nil {
+		sandboxes = clusterSandboxes{Executor: w.ex, node: w.node}
+		mcpAPI = w.node.Handler // MCP's calls for other nodes' sessions go there
+	}
 	srv := api.New(cfg.APIConfig(), api.Deps{
-		Sandboxes: w.ex,
+		Sandboxes: sandboxes,
 		Keys:      storeKeys{w.st},
 		Plans:     w.plans,
 		Log:       env.Log,
@@ -68,7 +76,7 @@ func wireServices(ctx context.Context, env *Env, g *lifecycle.Group, w wiring) *
 		Metrics:   w.m.Handler(),
 		Console:   newConsole(env, ready, w.mir, w.st, w.ex),
 		MCP: func(h http.Handler) http.Handler {
-			return mcp.NewHTTPHandler(h, mcp.Options{Version: Version, Logger: env.Log, DefaultTimeout: cfg.Limits.DefaultTimeout.D()})
+			return mcp.NewHTTPHandler(mcpAPI(h), mcp.Options{Version: Version, Logger: env.Log, DefaultTimeout: cfg.Limits.DefaultTimeout.D()})
 		},
 	})
 	registerMetrics(w.m, srv, w.ex, w.mir)

@@ -17,6 +17,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/sandboxapi/sandboxapi/api"
+	"github.com/sandboxapi/sandboxapi/cluster"
 	"github.com/sandboxapi/sandboxapi/configs"
 	"github.com/sandboxapi/sandboxapi/egress"
 	"github.com/sandboxapi/sandboxapi/executor"
@@ -55,7 +56,13 @@ type Config struct {
 	Installer installer.Config `yaml:"installer"`
 	// TLS serves HTTPS on listen (see tls.go).
 	TLS TLS `yaml:"tls"`
+	// Cluster makes this process one node of many that share a PostgreSQL
+	// store (owned by package cluster; empty node: a single node).
+	Cluster Cluster `yaml:"cluster"`
 }
+
+// Cluster holds the cluster node settings (owned by package cluster).
+type Cluster = cluster.Settings
 
 // EgressConfig switches the egress proxy and per-session sandbox networks
 // on (Enabled) and configures them. Disabled, sessions that ask for
@@ -134,6 +141,7 @@ func Parse(b []byte, name string) (*Config, error) {
 	if err := decode(b, c); err != nil {
 		return nil, fmt.Errorf("decoding %s: %w", name, err)
 	}
+	c.ApplyEnv(os.Getenv)
 	if err := c.Validate(); err != nil {
 		return nil, fmt.Errorf("validating %s: %w", name, err)
 	}
@@ -147,6 +155,24 @@ func decode(b []byte, c *Config) error {
 		return err
 	}
 	return nil
+}
+
+// Environment variables that override the file, so that secrets stay out
+// of it.
+const (
+	StoreURLEnv      = "SANDBOXAPI_STORE_URL"
+	ClusterSecretEnv = cluster.SecretEnv
+)
+
+// ApplyEnv overrides the settings the environment (read through getenv)
+// sets: store.url and cluster.secret. Parse calls it before validating.
+func (c *Config) ApplyEnv(getenv func(string) string) {
+	if u := getenv(StoreURLEnv); u != "" {
+		c.Store.URL = u
+	}
+	if s := getenv(ClusterSecretEnv); s != "" {
+		c.Cluster.Secret = s
+	}
 }
 
 // Validate reports every problem at once.
@@ -223,6 +249,10 @@ func (c *Config) Validate() error {
 	errs = append(errs, prefixed("api.", c.API.Validate())...)
 	if err := c.TLS.Validate(); err != nil {
 		errs = append(errs, err)
+	}
+	errs = append(errs, prefixed("cluster.", c.Cluster.Validate())...)
+	if c.Cluster.Enabled() && c.Store.URL == "" {
+		bad("cluster.node: needs a PostgreSQL store shared by every node (store.url or %s)", StoreURLEnv)
 	}
 	return errors.Join(errs...)
 }

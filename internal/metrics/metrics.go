@@ -42,6 +42,8 @@ type Metrics struct {
 	installs        *prometheus.CounterVec
 	installSeconds  *prometheus.HistogramVec
 	panics          *prometheus.CounterVec
+	forwards        *prometheus.CounterVec
+	takeovers       *prometheus.CounterVec
 	scrape          *scrapeCollector
 }
 
@@ -100,9 +102,17 @@ func New() *Metrics {
 		Namespace: namespace, Name: "panics_recovered_total",
 		Help: "Panics recovered (and answered with a 500 where a request was being served), by component.",
 	}, []string{"component"})
+	m.forwards = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: namespace, Subsystem: "cluster", Name: "forwards_total",
+		Help: "Calls this node forwarded to the node that owns the session (or that a new session was placed on), by outcome (ok: the owner answered; unreachable: no connection; failed: the connection broke before a reply).",
+	}, []string{"outcome"})
+	m.takeovers = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: namespace, Subsystem: "cluster", Name: "takeovers_total",
+		Help: "Sessions this node claimed from another, by what the previous owner did (expired: its lease ran out; handover: it drained and released them).",
+	}, []string{"from"})
 	m.scrape = newScrapeCollector()
 	m.reg.MustRegister(
-		m.installs, m.installSeconds, m.panics,
+		m.installs, m.installSeconds, m.panics, m.forwards, m.takeovers,
 		m.scrape,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
@@ -176,6 +186,18 @@ func (m *Metrics) ObserveInstall(manager, outcome string, d time.Duration) {
 	m.installs.WithLabelValues(manager, outcome).Inc()
 	m.installSeconds.WithLabelValues(manager, outcome).Observe(d.Seconds())
 }
+
+// ClusterForward counts one call forwarded to another node, by outcome.
+func (m *Metrics) ClusterForward(outcome string) { m.forwards.WithLabelValues(outcome).Inc() }
+
+// ClusterTakeover counts one session claimed from another node, by what
+// that node did (expired, handover).
+func (m *Metrics) ClusterTakeover(from string) { m.takeovers.WithLabelValues(from).Inc() }
+
+// RegisterClusterNodes makes sandboxapi_cluster_nodes_alive read f at
+// scrape time (the nodes holding a lease; false omits the gauge). A later
+// call replaces f; before any call (a single node) it is absent.
+func (m *Metrics) RegisterClusterNodes(f func() (int, bool)) { m.scrape.nodes.Store(&f) }
 
 // ObservePanic counts a recovered panic in component ("api", ...).
 func (m *Metrics) ObservePanic(component string) { m.panics.WithLabelValues(component).Inc() }
@@ -283,6 +305,8 @@ type scrapeCollector struct {
 	artifacts                  atomic.Pointer[func() ([]ArtifactCount, error)]
 	homes                      atomic.Pointer[HomeStats]
 	osvAge                     atomic.Pointer[func() (time.Duration, bool)]
+	nodes                      atomic.Pointer[func() (int, bool)]
+	nodesAlive                 *prometheus.Desc
 	live, warm, plans, catalog *prometheus.Desc
 	byState, homeDisk          *prometheus.Desc
 	osv                        *prometheus.Desc
@@ -297,7 +321,8 @@ func newScrapeCollector() *scrapeCollector {
 		byState: prometheus.NewDesc(namespace+"_sessions_by_state", "Live sessions by state (running: with a sandbox; hibernated: home only).", []string{"state"}, nil),
 		homeDisk: prometheus.NewDesc(namespace+"_homes_disk_bytes", "Session homes' disk: committed (sum of home sizes, capped by executor.max_disk) and used (blocks the images take).",
 			[]string{"kind"}, nil),
-		osv: prometheus.NewDesc(namespace+"_osv_snapshot_age_seconds", "Seconds since the current OSV snapshot was imported; absent when there is none.", nil, nil),
+		osv:        prometheus.NewDesc(namespace+"_osv_snapshot_age_seconds", "Seconds since the current OSV snapshot was imported; absent when there is none.", nil, nil),
+		nodesAlive: prometheus.NewDesc(namespace+"_cluster_nodes_alive", "Cluster nodes holding a lease (draining ones included), as the shared store says; absent on a single node.", nil, nil),
 	}
 }
 
@@ -309,6 +334,7 @@ func (c *scrapeCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.byState
 	ch <- c.homeDisk
 	ch <- c.osv
+	ch <- c.nodesAlive
 }
 
 func (c *scrapeCollector) Collect(ch chan<- prometheus.Metric) {
@@ -345,6 +371,11 @@ func (c *scrapeCollector) Collect(ch chan<- prometheus.Metric) {
 	if f := c.osvAge.Load(); f != nil {
 		if age, ok := (*f)(); ok {
 			ch <- prometheus.MustNewConstMetric(c.osv, prometheus.GaugeValue, age.Seconds())
+		}
+	}
+	if f := c.nodes.Load(); f != nil {
+		if alive, ok := (*f)(); ok {
+			ch <- prometheus.MustNewConstMetric(c.nodesAlive, prometheus.GaugeValue, float64(alive))
 		}
 	}
 }

@@ -1,0 +1,388 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/sandboxapi/sandboxapi/internal/httperr"
+	"github.com/sandboxapi/sandboxapi/internal/reqid"
+	"github.com/sandboxapi/sandboxapi/internal/sandbox"
+	"github.com/sandboxapi/sandboxapi/store"
+)
+
+// handOverWait bounds how long a call that starts work waits for a
+// draining owner to hand its session over before it is forwarded anyway
+// (the owner then answers 503 draining, which a client retries).
+const handOverWait = 90 * time.Second
+
+// replyError is an error the handler answers itself, in the API's
+// envelope.
+type replyError struct {
+	Status     int
+	Code       string
+	Message    string
+	RetryAfter time.Duration
+}
+
+var (
+	errBadSignature = replyError{Status: http.StatusUnauthorized, Code: "bad_node_signature",
+		Message: "the request carries node-forwarding headers that do not verify"}
+	errSessionLost = replyError{Status: http.StatusGone, Code: "sandbox_lost",
+		Message: "the session was lost with its node: its home is not on storage this node reaches"}
+	errSessionMoved = replyError{Status: http.StatusServiceUnavailable, Code: "session_moved",
+		Message: "the session is moving to another node; retry", RetryAfter: time.Second}
+	errNodeUnavailable = replyError{Status: http.StatusServiceUnavailable, Code: "node_unavailable",
+		Message: "the node that owns the session cannot be reached yet, or this node is renewing its lease; retry", RetryAfter: time.Second}
+	errInternal = replyError{Status: http.StatusInternalServerError, Code: "internal",
+		Message: "internal error; quote the request id to the operator"}
+)
+
+// Handler returns next behind the node: every call for a session goes to
+// the node that owns it, new sessions to the node with the most free
+// capacity, and every response names the node that served it
+// (X-Sandbox-Node). Put it in front of the API (before authentication
+// and metering, so a forwarded call is metered once, where it is served).
+func (n *Node) Handler(next http.Handler) http.Handler { return &handler{n: n, next: next} }
+
+type handler struct {
+	n    *Node
+	next http.Handler
+}
+
+// routeKind is what the handler does with a request.
+type routeKind int
+
+const (
+	routeLocal   routeKind = iota // anything else: served here
+	routeCreate                   // POST /v1/sessions: placed
+	routeSession                  // /v1/sessions/{id} and below: sent to the owner
+)
+
+// maxIDLen bounds the session ids looked up in the store.
+const maxIDLen = 128
+
+// route classifies a request by method and escaped path, and returns the
+// session id of a session route (one path segment, unescaped as the API's
+// router does).
+func route(method, escapedPath string) (routeKind, string) {
+	rest, ok := strings.CutPrefix(escapedPath, "/v1/sessions")
+	switch {
+	case !ok:
+		return routeLocal, ""
+	case rest == "":
+		if method == http.MethodPost {
+			return routeCreate, ""
+		}
+		return routeLocal, ""
+	case rest[0] != '/':
+		return routeLocal, ""
+	}
+	seg, _, _ := strings.Cut(rest[1:], "/")
+	id, err := url.PathUnescape(seg)
+	if err != nil || id == "" || len(id) > maxIDLen {
+		return routeLocal, ""
+	}
+	return routeSession, id
+}
+
+func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	// A copy with its own headers, which the handler changes: the request
+	// id is chosen here, so that every node logs the one the client sees.
+	r = r.WithContext(r.Context())
+	r.Header = r.Header.Clone()
+	if !reqid.Valid(r.Header.Get("X-Request-Id")) {
+		r.Header.Set("X-Request-Id", reqid.New())
+	}
+	forwarded := false
+	if isForwarded(r.Header) {
+		uri := r.RequestURI
+		if uri == "" {
+			uri = r.URL.RequestURI()
+		}
+		from, err := h.n.sig.verify(r.Header, r.Method, uri, h.n.now())
+		if err != nil {
+			h.n.log.Warn("cluster: refused a forwarded call", "request_id", r.Header.Get("X-Request-Id"), "remote", r.RemoteAddr,
+				"method", r.Method, "path", r.URL.Path, "err", err)
+			h.fail(w, r, errBadSignature)
+			return
+		}
+		stripForward(r.Header)
+		h.n.log.Debug("cluster: forwarded call", "request_id", r.Header.Get("X-Request-Id"), "from", from, "method", r.Method, "path", r.URL.Path)
+		forwarded = true
+	}
+	kind, id := route(r.Method, r.URL.EscapedPath())
+	switch {
+	case kind == routeSession:
+		h.serveSession(w, r, id, forwarded)
+	case kind == routeCreate && !forwarded:
+		h.place(w, r)
+	default:
+		h.local(w, r)
+	}
+}
+
+// local serves r here.
+func (h *handler) local(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set(HeaderNode, h.n.s.Node)
+	h.next.ServeHTTP(w, r)
+}
+
+// fail answers e itself.
+func (h *handler) fail(w http.ResponseWriter, r *http.Request, e replyError) {
+	rid := r.Header.Get("X-Request-Id")
+	w.Header().Set(HeaderNode, h.n.s.Node)
+	w.Header().Set("X-Request-Id", rid)
+	if e.RetryAfter > 0 {
+		w.Header().Set("Retry-After", strconv.Itoa(int((e.RetryAfter+time.Second-1)/time.Second)))
+	}
+	httperr.Write(w, e.Status, httperr.Payload{Code: e.Code, Message: e.Message, RequestID: rid})
+}
+
+// watchedBody remembers whether any byte of a request body was read, so
+// that a call whose forward found no connection can be tried again. Close
+// does nothing: a transport closes the body even when it could not send
+// it, and the server closes the real one.
+type watchedBody struct {
+	rc   io.ReadCloser
+	read bool
+}
+
+func (b *watchedBody) Read(p []byte) (int, error) {
+	n, err := b.rc.Read(p)
+	if n > 0 {
+		b.read = true
+	}
+	return n, err
+}
+
+func (b *watchedBody) Close() error { return nil }
+
+func watch(r *http.Request) *watchedBody {
+	b := &watchedBody{rc: r.Body}
+	if r.Body != nil && r.Body != http.NoBody {
+		r.Body = b
+	}
+	return b
+}
+
+// maxAttempts bounds the owner look-ups of one call (claims lost to other
+// nodes, owners that stopped answering).
+const maxAttempts = 20
+
+// serveSession serves a call for session id where it lives: here (taken
+// in from the store first when it is not in memory), on its owner, or
+// here after claiming it from an owner whose lease ran out or that handed
+// it over. A forwarded call is never forwarded again.
+func (h *handler) serveSession(w http.ResponseWriter, r *http.Request, id string, forwarded bool) {
+	ctx := r.Context()
+	body := watch(r)
+	self := h.n.s.Node
+	var unreachableUntil time.Time // how long an unreachable owner is waited for
+	waitedHandOver := false
+	for range maxAttempts {
+		o, err := h.n.st.OwnerOf(ctx, id)
+		if errors.Is(err, store.ErrNotFound) {
+			h.local(w, r) // the API's 404
+			return
+		}
+		if err != nil {
+			if ctx.Err() == nil {
+				h.n.log.Error("cluster: reading the owner of a session", "request_id", r.Header.Get("X-Request-Id"), "session", id, "err", err)
+				h.fail(w, r, errNodeUnavailable)
+			}
+			return
+		}
+		if st := sandbox.State(o.Session.State); st == sandbox.StateEnded || st == sandbox.StateFailed {
+			h.local(w, r)
+			return
+		}
+		owner, now := o.Owner, h.n.now()
+		switch {
+		case owner.Name == self:
+			h.serveOwned(w, r, id)
+			return
+		case (owner.Name == "" || !owner.Alive(now)) && !forwarded && h.n.isDraining():
+			// A draining node takes nothing over: a node that stays does.
+			if target, ok := h.n.pick(ctx); ok {
+				if h.forward(w, r, target) != OutcomeUnreachable {
+					return
+				}
+			}
+			h.fail(w, r, errNodeUnavailable)
+			return
+		case owner.Name == "" || !owner.Alive(now):
+			ok, err := h.n.claim(ctx, id)
+			if err != nil {
+				if ctx.Err() == nil {
+					h.n.log.Error("cluster: claiming a session", "request_id", r.Header.Get("X-Request-Id"), "session", id, "err", err)
+					h.fail(w, r, errNodeUnavailable)
+				}
+				return
+			}
+			if ok {
+				h.serveOwned(w, r, id)
+				return
+			}
+			continue // another node won it: read again and forward there
+		case forwarded:
+			// The sender thought this node owns the session; it does not.
+			// Forwarding again could loop between two nodes that disagree.
+			h.fail(w, r, errSessionMoved)
+			return
+		case owner.Draining && !waitedHandOver && startsWork(r):
+			waitedHandOver = true
+			if h.n.waitHandOver(ctx, id, owner.Name) {
+				continue
+			}
+			if ctx.Err() != nil {
+				return
+			}
+		}
+		switch h.forward(w, r, owner) {
+		case OutcomeUnreachable:
+			if body.read {
+				h.fail(w, r, errNodeUnavailable)
+				return
+			}
+			// Its process may be gone: once its lease runs out, the
+			// session is claimed here.
+			if unreachableUntil.IsZero() {
+				unreachableUntil = now.Add(h.n.lease + 2*time.Second)
+			}
+			if !now.Before(unreachableUntil) {
+				h.fail(w, r, errNodeUnavailable)
+				return
+			}
+			wait := min(owner.LeaseUntil.Add(50*time.Millisecond).Sub(now), unreachableUntil.Sub(now))
+			if !sleep(ctx, max(wait, 50*time.Millisecond)) {
+				return
+			}
+		default:
+			return
+		}
+	}
+	h.fail(w, r, errNodeUnavailable)
+}
+
+// startsWork tells calls that start something (execute, upload, install,
+// fork, hibernate) from reads and deletes, which a draining node still
+// serves.
+func startsWork(r *http.Request) bool {
+	return r.Method == http.MethodPost || r.Method == http.MethodPut
+}
+
+// serveOwned serves a call for a session this node owns, taking it in
+// from the store first when the executor does not have it.
+func (h *handler) serveOwned(w http.ResponseWriter, r *http.Request, id string) {
+	ctx := r.Context()
+	if !h.n.waitServing(ctx) {
+		if ctx.Err() == nil {
+			h.fail(w, r, errNodeUnavailable)
+		}
+		return
+	}
+	if !h.n.ex.Has(id) {
+		if _, err := h.n.ex.Adopt(ctx, id); err != nil {
+			switch {
+			case errors.Is(err, sandbox.ErrSessionLost):
+				h.fail(w, r, errSessionLost)
+			case errors.Is(err, sandbox.ErrSessionMoved):
+				h.fail(w, r, errSessionMoved)
+			case errors.Is(err, sandbox.ErrNotFound):
+				h.local(w, r)
+			case ctx.Err() != nil:
+			default:
+				h.n.log.Error("cluster: adopting a session", "request_id", r.Header.Get("X-Request-Id"), "session", id, "err", err)
+				h.fail(w, r, errInternal)
+			}
+			return
+		}
+	}
+	h.local(w, r)
+}
+
+// place sends a new session to the node with the most free capacity.
+func (h *handler) place(w http.ResponseWriter, r *http.Request) {
+	target, ok := h.n.pick(r.Context())
+	if !ok {
+		h.local(w, r)
+		return
+	}
+	body := watch(r)
+	if h.forward(w, r, target) == OutcomeUnreachable {
+		if body.read {
+			h.fail(w, r, errNodeUnavailable)
+			return
+		}
+		h.local(w, r)
+	}
+}
+
+// forward proxies r to node target, streaming both ways, and reports how
+// it ended. When target cannot be reached nothing is written to w, so the
+// caller may still answer.
+func (h *handler) forward(w http.ResponseWriter, r *http.Request, target store.NodeRow) (outcome Outcome) {
+	outcome = OutcomeOK
+	defer func() {
+		if h.n.obs != nil {
+			h.n.obs.ClusterForward(string(outcome))
+		}
+	}()
+	u, err := url.Parse(target.URL)
+	if err != nil || u.Host == "" {
+		h.n.log.Error("cluster: node has no usable url", "node", target.Name)
+		return OutcomeUnreachable
+	}
+	rp := &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.SetURL(u)
+			pr.SetXForwarded()
+			pr.Out.Header.Set("X-Request-Id", pr.In.Header.Get("X-Request-Id"))
+			h.n.sig.sign(pr.Out.Header, pr.Out.Method, pr.Out.URL.RequestURI(), target.Name, h.n.now())
+		},
+		Transport:     h.n.trans,
+		FlushInterval: -1, // streams (SSE) reach the client as they are written
+		ModifyResponse: func(resp *http.Response) error {
+			if resp.Header.Get(HeaderNode) == "" {
+				resp.Header.Set(HeaderNode, target.Name)
+			}
+			return nil
+		},
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			var op *net.OpError
+			if errors.As(err, &op) && op.Op == "dial" {
+				outcome = OutcomeUnreachable
+				h.n.log.Warn("cluster: node unreachable", "request_id", r.Header.Get("X-Request-Id"), "node", target.Name, "err", err)
+				return
+			}
+			outcome = OutcomeFailed
+			if r.Context().Err() != nil {
+				return // the client went away
+			}
+			h.n.log.Warn("cluster: forward failed", "request_id", r.Header.Get("X-Request-Id"), "node", target.Name, "err", err)
+			h.fail(w, r, errNodeUnavailable)
+		},
+	}
+	rp.ServeHTTP(w, r)
+	return outcome
+}
+
+// sleep waits d or until ctx ends (false).
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}

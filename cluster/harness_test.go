@@ -1,0 +1,255 @@
+package cluster
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sandboxapi/sandboxapi/internal/duration"
+	"github.com/sandboxapi/sandboxapi/internal/sandbox"
+	"github.com/sandboxapi/sandboxapi/internal/testenv"
+	"github.com/sandboxapi/sandboxapi/store"
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	testenv.StopPostgres()
+	os.Exit(code)
+}
+
+const testSecret = "test-secret-0123456789abcdef-0123456789"
+
+const testLease = 2 * time.Second
+
+// fakeExec stands in for the executor at the Executor seam.
+type fakeExec struct {
+	mu       sync.Mutex
+	has      map[string]bool
+	adopts   map[string]int
+	lost     map[string]bool // Adopt fails with ErrSessionLost
+	fences   int
+	fenced   chan struct{} // gets one value per Fence
+	capacity int
+	free     int
+}
+
+func newFakeExec(free int) *fakeExec {
+	return &fakeExec{has: map[string]bool{}, adopts: map[string]int{}, lost: map[string]bool{}, fenced: make(chan struct{}, 16), capacity: 16, free: free}
+}
+
+func (f *fakeExec) Has(id string) bool { f.mu.Lock(); defer f.mu.Unlock(); return f.has[id] }
+
+func (f *fakeExec) Adopt(ctx context.Context, id string) (sandbox.Session, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.lost[id] {
+		return sandbox.Session{}, fmt.Errorf("adopting %s: %w", id, sandbox.ErrSessionLost)
+	}
+	if !f.has[id] {
+		f.adopts[id]++
+		f.has[id] = true
+	}
+	return sandbox.Session{ID: id, State: sandbox.StateHibernated}, nil
+}
+
+func (f *fakeExec) Fence(ctx context.Context) error {
+	f.mu.Lock()
+	f.fences++
+	clear(f.has)
+	f.mu.Unlock()
+	f.fenced <- struct{}{}
+	return nil
+}
+
+func (f *fakeExec) Capacity() int { return f.capacity }
+func (f *fakeExec) Free() int     { f.mu.Lock(); defer f.mu.Unlock(); return f.free }
+
+func (f *fakeExec) adopted(id string) int { f.mu.Lock(); defer f.mu.Unlock(); return f.adopts[id] }
+
+// countObs counts what the node observes.
+type countObs struct {
+	forwards  sync.Map // outcome -> *atomic.Int64
+	takeovers atomic.Int64
+}
+
+func (o *countObs) ClusterForward(outcome string) {
+	v, _ := o.forwards.LoadOrStore(outcome, new(atomic.Int64))
+	v.(*atomic.Int64).Add(1)
+}
+
+func (o *countObs) ClusterTakeover(string) { o.takeovers.Add(1) }
+
+func (o *countObs) forwarded(outcome string) int64 {
+	v, ok := o.forwards.Load(outcome)
+	if !ok {
+		return 0
+	}
+	return v.(*atomic.Int64).Load()
+}
+
+// testNode is one node on a loopback listener, with a fake API behind
+// its handler.
+type testNode struct {
+	name  string
+	url   string
+	node  *Node
+	ex    *fakeExec
+	obs   *countObs
+	srv   *httptest.Server
+	st    *store.Store
+	calls atomic.Int64 // requests the fake API served
+	mu    sync.Mutex
+	seen  []http.Header // headers of the requests the fake API served
+	// release, when set, is what the streaming route waits for between
+	// its two events.
+	release chan struct{}
+	alive   atomic.Bool  // the lease loop runs
+	skew    atomic.Int64 // added to the node's clock
+}
+
+func openStore(t *testing.T, url string) *store.Store {
+	t.Helper()
+	st, err := store.OpenURL(t.Context(), url, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return st
+}
+
+// startNode starts node name on st's database, free sandboxes free.
+func startNode(t *testing.T, st *store.Store, name string, free int) *testNode {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tn := &testNode{name: name, url: "http://" + ln.Addr().String(), ex: newFakeExec(free), obs: &countObs{}, st: st.ForNode(name)}
+	n, err := New(Settings{Node: name, AdvertiseURL: tn.url, Secret: testSecret, Lease: duration.Duration(testLease)},
+		Deps{Store: tn.st, Executor: tn.ex, Observer: tn.obs, Now: func() time.Time { return time.Now().Add(time.Duration(tn.skew.Load())) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tn.node = n
+	tn.srv = httptest.NewUnstartedServer(n.Handler(http.HandlerFunc(tn.api)))
+	tn.srv.Listener.Close()
+	tn.srv.Listener = ln
+	tn.srv.Start()
+	if err := n.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	tn.alive.Store(true)
+	t.Cleanup(func() {
+		tn.srv.Close()
+		if tn.alive.Load() {
+			_ = n.Stop(context.Background())
+		}
+	})
+	return tn
+}
+
+// kill stops the node the way SIGKILL does: no more renewals, no
+// ExpireNode, its listener closed.
+func (tn *testNode) kill() {
+	tn.srv.CloseClientConnections()
+	tn.srv.Listener.Close()
+	tn.srv.Close()
+	close(tn.node.stop)
+	<-tn.node.done
+	tn.alive.Store(false)
+}
+
+// api is the fake API: it creates sessions (owned by this node), answers
+// calls with the node's name, streams two events and swallows uploads.
+func (tn *testNode) api(w http.ResponseWriter, r *http.Request) {
+	tn.calls.Add(1)
+	tn.mu.Lock()
+	tn.seen = append(tn.seen, r.Header.Clone())
+	tn.mu.Unlock()
+	w.Header().Set("X-Request-Id", r.Header.Get("X-Request-Id"))
+	switch {
+	case r.Method == http.MethodPost && r.URL.Path == "/v1/sessions":
+		id := fmt.Sprintf("s-%s-%d", tn.name, time.Now().UnixNano())
+		if err := tn.st.InsertSession(r.Context(), store.SessionRow{ID: id, KeyID: "k1", Language: "python", State: "running",
+			CreatedAt: time.Now(), LastUsedAt: time.Now()}); err != nil {
+			http.Error(w, err.Error(), 500)
+			return
+		}
+		tn.ex.mu.Lock()
+		tn.ex.has[id] = true
+		tn.ex.mu.Unlock()
+		w.WriteHeader(http.StatusCreated)
+		json.NewEncoder(w).Encode(map[string]string{"id": id, "node": tn.name})
+	case strings.HasSuffix(r.URL.Path, "/stream"):
+		w.Header().Set("Content-Type", "text/event-stream")
+		fmt.Fprint(w, "event: stdout\ndata: {\"data\":\"first\"}\n\n")
+		w.(http.Flusher).Flush()
+		select {
+		case <-tn.release:
+		case <-r.Context().Done():
+			return
+		}
+		fmt.Fprint(w, "event: result\ndata: {}\n\n")
+	case r.Method == http.MethodPut:
+		n, err := io.Copy(io.Discard, r.Body)
+		if err != nil {
+			http.Error(w, err.Error(), 400)
+			return
+		}
+		json.NewEncoder(w).Encode(map[string]any{"bytes": n, "node": tn.name})
+	default:
+		json.NewEncoder(w).Encode(map[string]string{"node": tn.name, "path": r.URL.Path})
+	}
+}
+
+// insertSession records session id as owned by node (empty: unowned).
+func insertSession(t *testing.T, st *store.Store, node, id string) {
+	t.Helper()
+	if err := st.ForNode(node).InsertSession(t.Context(), store.SessionRow{ID: id, KeyID: "k1", Language: "python", State: "running",
+		CreatedAt: time.Now(), LastUsedAt: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// call sends a request to base and returns the reply with its body read.
+func call(t *testing.T, method, url string, body io.Reader, hdr map[string]string) (*http.Response, string) {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), method, url, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range hdr {
+		req.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp, string(b)
+}
+
+func testPostgres(t *testing.T) string { return testenv.PostgresURL(t) }
+
+// waitFor polls cond until it holds or d passed.
+func waitFor(d time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return true
+}

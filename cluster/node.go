@@ -1,0 +1,319 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/sandboxapi/sandboxapi/internal/sandbox"
+	"github.com/sandboxapi/sandboxapi/store"
+)
+
+// Executor is what a node needs from the executor of its process.
+type Executor interface {
+	// Has reports whether the executor serves session id now (in memory).
+	Has(id string) bool
+	// Adopt takes in a session whose row says this node owns it but that
+	// is not in memory (after a claim, or after a fence of our own). It
+	// fails with sandbox.ErrSessionLost when the session's home is gone,
+	// sandbox.ErrSessionMoved when another node owns it by now.
+	Adopt(ctx context.Context, id string) (sandbox.Session, error)
+	// Fence stops using every session at once (kill, unmount, forget)
+	// without writing their state: the node's lease is lost.
+	Fence(ctx context.Context) error
+	// Capacity and Free are the sandboxes the executor may run, and those
+	// it could still start.
+	Capacity() int
+	Free() int
+}
+
+// Observer gets the cluster's measurements; every method must be quick.
+type Observer interface {
+	// ClusterForward counts one call forwarded to another node, by
+	// outcome (see Outcome).
+	ClusterForward(outcome string)
+	// ClusterTakeover counts one session this node claimed, by what its
+	// previous owner did ("expired": its lease ran out; "handover": it
+	// drained and released it).
+	ClusterTakeover(from string)
+}
+
+// Outcome is how a forward ended, chosen where it ends.
+type Outcome string
+
+// Outcomes of a forward.
+const (
+	OutcomeOK          Outcome = "ok"          // the owner answered (any status)
+	OutcomeUnreachable Outcome = "unreachable" // no connection to the owner
+	OutcomeFailed      Outcome = "failed"      // the connection failed before a reply
+)
+
+// Deps is what New needs besides the settings. Store and Executor are
+// required; the rest is optional.
+type Deps struct {
+	// Store is the shared store, acting for this node
+	// (store.ForNode(Settings.Node)).
+	Store    *store.Store
+	Executor Executor
+	// Log gets the node's lines; nil logs nothing.
+	Log *slog.Logger
+	// Observer gets forwards and takeovers; nil observes nothing.
+	Observer Observer
+	// Now is the node's clock; nil is time.Now.
+	Now func() time.Time
+	// Transport carries forwarded calls; nil is a transport of the node's
+	// own that ignores proxy settings from the environment.
+	Transport http.RoundTripper
+}
+
+// Node is this process as a member of a cluster: a lifecycle component
+// (Start registers and keeps the lease, Stop gives it up) and the Handler
+// in front of the API. Build it with New; it is safe for concurrent use.
+type Node struct {
+	s     Settings
+	st    *store.Store
+	ex    Executor
+	log   *slog.Logger
+	obs   Observer
+	now   func() time.Time
+	sig   *signer
+	trans http.RoundTripper
+	lease time.Duration
+
+	renewMu sync.Mutex // one renewal or registration at a time
+
+	mu         sync.Mutex
+	epoch      int64     // 0: not registered
+	validUntil time.Time // by our clock: sessions may be used before it
+	draining   bool
+	placed     map[string]placement // creates sent to other nodes since their last renewal
+
+	stop chan struct{}
+	done chan struct{}
+}
+
+// New builds the node of settings s (which must be valid and enabled).
+func New(s Settings, d Deps) (*Node, error) {
+	if !s.Enabled() {
+		return nil, errors.New("cluster: no node name")
+	}
+	if err := s.Validate(); err != nil {
+		return nil, fmt.Errorf("cluster: %w", err)
+	}
+	if d.Store == nil || d.Executor == nil {
+		return nil, errors.New("cluster: Store and Executor are required")
+	}
+	if d.Store.Node() != s.Node {
+		return nil, fmt.Errorf("cluster: the store handle acts for node %q, not %q", d.Store.Node(), s.Node)
+	}
+	n := &Node{s: s, st: d.Store, ex: d.Executor, log: d.Log, obs: d.Observer, now: d.Now, trans: d.Transport,
+		lease: s.Lease.D(), sig: newSigner(s.Secret, s.Node), placed: map[string]placement{}}
+	if n.log == nil {
+		n.log = slog.New(slog.DiscardHandler)
+	}
+	if n.now == nil {
+		n.now = time.Now
+	}
+	if n.trans == nil {
+		n.trans = &http.Transport{
+			Proxy:                 nil, // never HTTP_PROXY from the environment
+			DialContext:           (&net.Dialer{Timeout: 2 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+			MaxIdleConnsPerHost:   64,
+			IdleConnTimeout:       90 * time.Second,
+			TLSHandshakeTimeout:   5 * time.Second,
+			ExpectContinueTimeout: time.Second,
+			ForceAttemptHTTP2:     false,
+		}
+	}
+	return n, nil
+}
+
+// Name is the node's name.
+func (n *Node) Name() string { return n.s.Node }
+
+// Epoch is the incarnation the node registered last (0 before Start or
+// while it registers again after losing its lease).
+func (n *Node) Epoch() int64 {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.epoch
+}
+
+// Start registers the node (a new epoch) and keeps renewing its lease in
+// the background until Stop.
+func (n *Node) Start(ctx context.Context) error {
+	if err := n.register(ctx); err != nil {
+		return err
+	}
+	n.stop, n.done = make(chan struct{}), make(chan struct{})
+	go n.loop()
+	return nil
+}
+
+// Stop ends the renewals and the lease (ExpireNode): called after the
+// executor's Stop handed the sessions over, so other nodes may claim at
+// once whatever is left.
+func (n *Node) Stop(ctx context.Context) error {
+	if n.stop != nil {
+		close(n.stop)
+		<-n.done
+	}
+	n.renewMu.Lock()
+	defer n.renewMu.Unlock()
+	n.mu.Lock()
+	epoch := n.epoch
+	n.epoch, n.validUntil = 0, time.Time{}
+	n.mu.Unlock()
+	if epoch == 0 {
+		return nil
+	}
+	if err := n.st.ExpireNode(ctx, n.s.Node, epoch); err != nil {
+		return err
+	}
+	n.log.Info("cluster node left", "node", n.s.Node, "epoch", epoch)
+	return nil
+}
+
+// Drain marks the node draining at once (one renewal with draining set):
+// new sessions are placed elsewhere and other nodes wait for its sessions
+// to be handed over. Called when shutdown begins.
+func (n *Node) Drain() {
+	n.mu.Lock()
+	n.draining = true
+	n.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), n.lease/4)
+	defer cancel()
+	if err := n.renew(ctx); err != nil {
+		n.log.Warn("cluster drain: renewing the lease", "err", err)
+	}
+}
+
+func (n *Node) isDraining() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.draining
+}
+
+// register records a new incarnation of the node.
+func (n *Node) register(ctx context.Context) error {
+	n.renewMu.Lock()
+	defer n.renewMu.Unlock()
+	now := n.now()
+	n.mu.Lock()
+	draining := n.draining
+	n.mu.Unlock()
+	row, err := n.st.RegisterNode(ctx, store.NodeRow{Name: n.s.Node, URL: n.s.AdvertiseURL, Capacity: n.ex.Capacity(), Free: n.ex.Free(),
+		Draining: draining, StartedAt: now, RenewedAt: now, LeaseUntil: now.Add(n.lease)})
+	if err != nil {
+		return err
+	}
+	n.mu.Lock()
+	n.epoch, n.validUntil = row.Epoch, now.Add(n.lease-n.lease/4)
+	n.mu.Unlock()
+	n.log.Info("cluster node registered", "node", n.s.Node, "epoch", row.Epoch, "url", n.s.AdvertiseURL, "lease", n.lease.String())
+	return nil
+}
+
+// renew extends the lease of the current epoch.
+func (n *Node) renew(ctx context.Context) error {
+	n.renewMu.Lock()
+	defer n.renewMu.Unlock()
+	n.mu.Lock()
+	epoch, draining := n.epoch, n.draining
+	n.mu.Unlock()
+	if epoch == 0 {
+		return store.ErrLeaseLost
+	}
+	now := n.now()
+	if err := n.st.RenewNode(ctx, n.s.Node, epoch, now, now.Add(n.lease), n.ex.Free(), draining); err != nil {
+		return err
+	}
+	n.mu.Lock()
+	if n.epoch == epoch {
+		n.validUntil = now.Add(n.lease - n.lease/4)
+	}
+	n.mu.Unlock()
+	return nil
+}
+
+// fence gives up every session after the lease was lost (or could not be
+// proved): the executor drops them without writing, and the node
+// registers again as a new incarnation.
+func (n *Node) fence(why error) {
+	n.mu.Lock()
+	epoch := n.epoch
+	n.epoch, n.validUntil = 0, time.Time{}
+	n.mu.Unlock()
+	n.log.Error("cluster lease lost: fencing every session", "node", n.s.Node, "epoch", epoch, "err", why)
+	ctx, cancel := context.WithTimeout(context.Background(), n.lease/4)
+	defer cancel()
+	if err := n.ex.Fence(ctx); err != nil {
+		n.log.Error("cluster: fencing", "node", n.s.Node, "err", err)
+	}
+}
+
+// serving reports whether the node holds its lease by its own clock, with
+// lease/4 to spare: only then may it use its sessions or claim others.
+func (n *Node) serving() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.epoch != 0 && n.now().Before(n.validUntil)
+}
+
+// loop renews every lease/3 (every lease/10 after a failure), fences when
+// the lease is lost or cannot be renewed in time, and registers again.
+func (n *Node) loop() {
+	defer close(n.done)
+	wait := n.lease / 3
+	for {
+		n.mu.Lock()
+		epoch, validUntil := n.epoch, n.validUntil
+		n.mu.Unlock()
+		if epoch != 0 {
+			wait = min(wait, max(validUntil.Sub(n.now()), 0))
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-n.stop:
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		n.sig.prune(n.now())
+		if epoch == 0 {
+			ctx, cancel := context.WithTimeout(context.Background(), n.lease/3)
+			err := n.register(ctx)
+			cancel()
+			if err != nil {
+				n.log.Warn("cluster: registering again", "err", err)
+				wait = n.lease / 10
+				continue
+			}
+			wait = n.lease / 3
+			continue
+		}
+		if !n.now().Before(validUntil) {
+			n.fence(errors.New("lease not renewed in time"))
+			wait = 0
+			continue
+		}
+		ctx, cancel := context.WithDeadline(context.Background(), validUntil)
+		err := n.renew(ctx)
+		cancel()
+		switch {
+		case err == nil:
+			wait = n.lease / 3
+		case errors.Is(err, store.ErrLeaseLost):
+			n.fence(err)
+			wait = 0
+		default:
+			n.log.Warn("cluster: renewing the lease", "err", err)
+			wait = n.lease / 10
+		}
+	}
+}

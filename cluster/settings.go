@@ -1,0 +1,107 @@
+// Package cluster lets many `sandboxapi serve` processes share one
+// PostgreSQL store and serve every session from any of them. A *Node
+// registers this process under its name and keeps a lease on it; its
+// Handler sits in front of the API and sends each call for a session to
+// the node that owns it (forwarded with an HMAC signature), places new
+// sessions on the node with the most free capacity, and takes over the
+// sessions of a node whose lease ran out or that handed them over while
+// draining. It talks to the executor through the small Executor seam.
+package cluster
+
+import (
+	"errors"
+	"fmt"
+	"net/url"
+	"time"
+
+	"github.com/sandboxapi/sandboxapi/internal/duration"
+)
+
+// SecretEnv names the environment variable that overrides Settings.Secret
+// (so the secret stays out of the config file).
+const SecretEnv = "SANDBOXAPI_CLUSTER_SECRET"
+
+// MinSecretBytes is the shortest cluster secret accepted.
+const MinSecretBytes = 32
+
+// Settings is the `cluster:` section of the config. Data only: the zero
+// value (no node name) is a single node, today's behaviour exactly.
+type Settings struct {
+	// Node names this process in the cluster (letters, digits, '.', '_'
+	// and '-', at most 63); empty runs a single node. Every node of one
+	// cluster has its own name, and a restarted node keeps it.
+	Node string `yaml:"node"`
+	// AdvertiseURL is how the other nodes reach this one
+	// (http://HOST:PORT or https://HOST:PORT, no path); required with
+	// node.
+	AdvertiseURL string `yaml:"advertise_url"`
+	// Secret authenticates the calls nodes forward to each other (HMAC);
+	// at least 32 bytes, the same on every node; required with node. The
+	// environment variable SANDBOXAPI_CLUSTER_SECRET overrides it.
+	Secret string `yaml:"secret"`
+	// Lease is how long a node owns its sessions without renewing; it
+	// renews every lease/3, stops using its sessions when it cannot renew
+	// before lease/4 is left, and a node that died has its sessions taken
+	// over once its lease ran out. From 2s to 10m.
+	Lease duration.Duration `yaml:"lease"`
+}
+
+// Enabled reports whether the process is a node of a cluster.
+func (s Settings) Enabled() bool { return s.Node != "" }
+
+// Validate reports every problem of the section. A single node (no name)
+// accepts anything else as it is, unused.
+func (s Settings) Validate() error {
+	if !s.Enabled() {
+		return nil
+	}
+	var errs []error
+	bad := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
+	if !validName(s.Node) {
+		bad("node: %q is not a node name (1 to 63 of a-z, A-Z, 0-9, '.', '_', '-')", s.Node)
+	}
+	if err := checkAdvertiseURL(s.AdvertiseURL); err != nil {
+		bad("advertise_url: %v", err)
+	}
+	switch n := len(s.Secret); {
+	case n == 0:
+		bad("secret: required with node (or set %s)", SecretEnv)
+	case n < MinSecretBytes:
+		bad("secret: must be at least %d bytes, got %d", MinSecretBytes, n) // never the secret itself
+	}
+	if d := s.Lease.D(); d < 2*time.Second || d > 10*time.Minute {
+		bad("lease: must be from 2s to 10m, got %s", d)
+	}
+	return errors.Join(errs...)
+}
+
+// validName reports whether name may name a node: it is sent in headers
+// and signed, so it is kept to a safe set.
+func validName(name string) bool {
+	if name == "" || len(name) > 63 {
+		return false
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		switch {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9', c == '.', c == '_', c == '-':
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+func checkAdvertiseURL(raw string) error {
+	if raw == "" {
+		return errors.New("required with node")
+	}
+	u, err := url.Parse(raw)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.Port() == "" {
+		return fmt.Errorf("%q is not http(s)://HOST:PORT", raw)
+	}
+	if u.User != nil || (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.Fragment != "" {
+		return fmt.Errorf("%q: only scheme, host and port are allowed", raw)
+	}
+	return nil
+}
