@@ -97,6 +97,8 @@ func startCluster(t testing.TB, o clusterOptions) *cluster {
 	c.mirrorAddr = freePort(t)
 	c.startMirror()
 
+	// Registered before the nodes: it runs after their stops.
+	t.Cleanup(func() { c.checkNoFence(t) })
 	for i := 0; i < o.nodes; i++ {
 		name := fmt.Sprintf("node%d", i+1)
 		// The networks first: their cleanups (table, netns, veths) run
@@ -150,7 +152,6 @@ readiness:
 		c.nodes = append(c.nodes, s)
 		c.names = append(c.names, name)
 	}
-	t.Cleanup(func() { c.checkNoFence(t) })
 	return c
 }
 

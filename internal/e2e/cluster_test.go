@@ -23,6 +23,9 @@ import (
 //     X-Sandbox-Node, and a forwarded call is metered once;
 //   - 50 parallel creates of one PRO key sent to the 3 nodes give exactly 2
 //     sessions, the rest 429 quota_exceeded;
+//   - 90 parallel calls of one BASIC key (60 a minute), 30 to each node,
+//     get at most 60 (and a token or two of refill) through, the rest 429
+//     rate_limited;
 //   - after a SIGKILL of a node, its sessions (one running, one
 //     hibernated) resume on another node on their next call with their
 //     file and installed package, while a watcher sees no home image
@@ -52,6 +55,7 @@ func TestCluster(t *testing.T) {
 
 	t.Run("every call through every node", func(t *testing.T) { testClusterEveryCall(t, c) })
 	t.Run("50 parallel creates of one PRO key", func(t *testing.T) { testClusterQuota(t, c) })
+	t.Run("one key's rate limit across nodes", func(t *testing.T) { testClusterRate(t, c) })
 	t.Run("SIGKILL of a node", func(t *testing.T) { testClusterKill(t, c) })
 	t.Run("SIGTERM of a node", func(t *testing.T) { testClusterDrain(t, c) })
 }
@@ -375,6 +379,47 @@ func testClusterQuota(t *testing.T, c *cluster) {
 			t.Fatalf("delete: %d %s", r.status, r.body)
 		}
 	}
+}
+
+func testClusterRate(t *testing.T, c *cluster) {
+	key := c.key(t, "BASIC") // 60 requests a minute, a bucket of 60
+	const n = 90
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	replies := make([]reply, n)
+	errs := make([]error, n)
+	for k := 0; k < n; k++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			replies[k], errs[k] = c.try(k%len(c.nodes), request{method: "GET", path: "/v1/runtimes", key: key})
+		}()
+	}
+	t0 := time.Now()
+	close(start)
+	wg.Wait()
+	took := time.Since(t0)
+	ok, limited := 0, 0
+	by := map[string]int{}
+	for k, r := range replies {
+		switch {
+		case errs[k] != nil:
+			t.Errorf("call %d: %v", k, errs[k])
+		case r.status == http.StatusOK:
+			ok++
+			by[servedBy(r)]++
+		case r.status == http.StatusTooManyRequests && r.errCode(t) == "rate_limited":
+			limited++
+		default:
+			t.Errorf("call %d through %s: %d %s", k, c.names[k%len(c.nodes)], r.status, r.body)
+		}
+	}
+	// The bucket refills at one token a second while the burst runs.
+	if most := 60 + int(took.Seconds()) + 1; ok < 60 || ok > most || ok+limited != n {
+		t.Fatalf("90 parallel calls of one BASIC key over 3 nodes in %v: %d passed (by node %v), %d rate_limited; want 60 to %d passed", took.Round(time.Millisecond), ok, by, limited, most)
+	}
+	t.Logf("%d passed (by node %v), %d rate_limited, in %v", ok, by, limited, took.Round(time.Millisecond))
 }
 
 func testClusterKill(t *testing.T, c *cluster) {
