@@ -45,6 +45,8 @@ type cluster struct {
 	// store and mirror folder; its process is the mirror service.
 	admin      *server
 	mirrorAddr string
+	// oldLogs holds, per node, the logs of its earlier processes.
+	oldLogs []string
 }
 
 // clusterOptions shapes the nodes; the zero value is 3 nodes, no warm pool.
@@ -97,8 +99,9 @@ func startCluster(t testing.TB, o clusterOptions) *cluster {
 	c.mirrorAddr = freePort(t)
 	c.startMirror()
 
-	// Registered before the nodes: it runs after their stops.
+	// Registered before the nodes: these run after their stops.
 	t.Cleanup(func() { c.checkNoFence(t) })
+	t.Cleanup(func() { c.dumpLogs(t) })
 	for i := 0; i < o.nodes; i++ {
 		name := fmt.Sprintf("node%d", i+1)
 		// The networks first: their cleanups (table, netns, veths) run
@@ -151,8 +154,33 @@ readiness:
 		sweepAfter(t, s) // stops it, then removes what it left
 		c.nodes = append(c.nodes, s)
 		c.names = append(c.names, name)
+		c.oldLogs = append(c.oldLogs, "")
 	}
 	return c
+}
+
+// keepLogs keeps node i's logs so far, before a restart replaces them.
+func (c *cluster) keepLogs(i int) {
+	c.oldLogs[i] += c.nodes[i].logs.String() + "---- restart ----\n"
+	c.nodes[i].logs.Reset()
+}
+
+// dumpLogs writes every node's whole log (earlier processes included) to
+// $SANDBOXAPI_E2E_LOG_DIR when the test failed; the harness shows only
+// their tails.
+func (c *cluster) dumpLogs(t testing.TB) {
+	dir := os.Getenv("SANDBOXAPI_E2E_LOG_DIR")
+	if !t.Failed() || dir == "" {
+		return
+	}
+	for i, s := range c.nodes {
+		p := filepath.Join(dir, fmt.Sprintf("%s-%s.log", strings.ReplaceAll(t.Name(), "/", "_"), c.names[i]))
+		if err := os.WriteFile(p, []byte(c.oldLogs[i]+s.logs.String()), 0o644); err != nil {
+			t.Logf("writing %s: %v", p, err)
+			continue
+		}
+		t.Logf("%s's log: %s", c.names[i], p)
+	}
 }
 
 // startMirror starts `sandboxapi mirror serve` on c.mirrorAddr and kills

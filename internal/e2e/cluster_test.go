@@ -362,6 +362,7 @@ func testClusterQuota(t *testing.T, c *cluster) {
 			t.Errorf("create %d through %s: %d %s", k, c.names[k%len(c.nodes)], r.status, r.body)
 		}
 	}
+	t.Cleanup(func() { c.deleteAll(t, key, created) })
 	if len(created) != 2 || refused != n-2 {
 		t.Fatalf("50 parallel creates of one PRO key: %d created, %d refused with quota_exceeded; want 2 and 48", len(created), refused)
 	}
@@ -374,9 +375,30 @@ func testClusterQuota(t *testing.T, c *cluster) {
 			t.Errorf("list through %s: %v, want %v", c.names[i], got, created)
 		}
 	}
-	for _, id := range created {
-		if r := c.call(t, 0, request{method: "DELETE", path: "/v1/sessions/" + id, key: key}); r.status != http.StatusNoContent {
-			t.Fatalf("delete: %d %s", r.status, r.body)
+}
+
+// deleteAll deletes sessions of key, each through a node that does not
+// hold it when there is one, and checks that no node lists any of them
+// afterwards.
+func (c *cluster) deleteAll(t testing.TB, key string, ids []string) {
+	t.Helper()
+	alive := []int{}
+	for i, s := range c.nodes {
+		select {
+		case <-s.exited:
+		default:
+			alive = append(alive, i)
+		}
+	}
+	for k, id := range ids {
+		i := alive[k%len(alive)]
+		if r := c.call(t, i, request{method: "DELETE", path: "/v1/sessions/" + id, key: key}); r.status != http.StatusNoContent && r.status != http.StatusNotFound {
+			t.Errorf("delete of %s through %s: %d %s", id, c.names[i], r.status, r.body)
+		}
+	}
+	for _, i := range alive {
+		if got := listedIDs(t, c.call(t, i, request{method: "GET", path: "/v1/sessions", key: key})); len(got) != 0 {
+			t.Errorf("after deleting every session of the key, %s lists %v", c.names[i], got)
 		}
 	}
 }
@@ -437,6 +459,7 @@ func testClusterKill(t *testing.T, c *cluster) {
 		held[owner] = append(held[owner], id)
 		all = append(all, id)
 	}
+	t.Cleanup(func() { c.deleteAll(t, key, all) })
 	victimName := ""
 	for name, ids := range held {
 		if len(ids) > len(held[victimName]) {
@@ -474,6 +497,7 @@ func testClusterKill(t *testing.T, c *cluster) {
 
 	victim.kill()
 	killedAt := time.Now()
+	c.keepLogs(v)
 	// The dead man's switch: the killed node's sandboxes and homes go
 	// at once, without the node.
 	for {
@@ -560,12 +584,9 @@ func testClusterKill(t *testing.T, c *cluster) {
 				t.Errorf("%s through the rejoined node served by %s, want %s", id, servedBy(r), owners[id])
 			}
 		}
-		c.call(t, v, request{method: "DELETE", path: "/v1/sessions/" + id, key: fresh})
+		c.deleteAll(t, fresh, []string{id})
 	})
 	w.check(t)
-	for _, id := range all {
-		c.call(t, v, request{method: "DELETE", path: "/v1/sessions/" + id, key: key})
-	}
 }
 
 type nodeState struct {
@@ -596,6 +617,7 @@ func testClusterDrain(t *testing.T, c *cluster) {
 		all = append(all, id)
 		c.exec(t, k%len(c.nodes), key, id, "echo kept-"+id+" > /home/sandbox/f")
 	}
+	t.Cleanup(func() { c.deleteAll(t, key, all) })
 	drainedName := ""
 	for name, ids := range held {
 		if len(ids) > len(held[drainedName]) {
@@ -656,6 +678,7 @@ func testClusterDrain(t *testing.T, c *cluster) {
 	close(stop)
 	wg.Wait()
 	w.check(t)
+	c.keepLogs(d)
 	if code := drained.cmd.ProcessState.ExitCode(); code != 0 {
 		t.Errorf("%s exited with %d after SIGTERM", drainedName, code)
 	}
@@ -676,7 +699,4 @@ func testClusterDrain(t *testing.T, c *cluster) {
 		}
 	}
 	drained.waitNoLeftovers(t)
-	for _, id := range all {
-		c.call(t, c.other(d+1, d), request{method: "DELETE", path: "/v1/sessions/" + id, key: key})
-	}
 }
