@@ -159,10 +159,10 @@ readiness:
 	return c
 }
 
-// keepLogs keeps node i's logs so far, before a restart replaces them.
+// keepLogs keeps node i's logs so far; call it between its exit and its
+// restart (which starts a new log).
 func (c *cluster) keepLogs(i int) {
 	c.oldLogs[i] += c.nodes[i].logs.String() + "---- restart ----\n"
-	c.nodes[i].logs.Reset()
 }
 
 // dumpLogs writes every node's whole log (earlier processes included) to

@@ -678,7 +678,6 @@ func testClusterDrain(t *testing.T, c *cluster) {
 	close(stop)
 	wg.Wait()
 	w.check(t)
-	c.keepLogs(d)
 	if code := drained.cmd.ProcessState.ExitCode(); code != 0 {
 		t.Errorf("%s exited with %d after SIGTERM", drainedName, code)
 	}
