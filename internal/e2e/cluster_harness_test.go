@@ -47,6 +47,8 @@ type cluster struct {
 	mirrorAddr string
 	// oldLogs holds, per node, the logs of its earlier processes.
 	oldLogs []string
+	// egress names, per node, its session networks.
+	egress []egressEnv
 }
 
 // clusterOptions shapes the nodes; the zero value is 3 nodes, no warm pool.
@@ -155,6 +157,7 @@ readiness:
 		c.nodes = append(c.nodes, s)
 		c.names = append(c.names, name)
 		c.oldLogs = append(c.oldLogs, "")
+		c.egress = append(c.egress, egressEnv{pool: eg.Pool, table: eg.Table, prefix: eg.Prefix})
 	}
 	return c
 }

@@ -182,11 +182,8 @@ func testClusterEveryCall(t *testing.T, c *cluster) {
 	// A network session's egress audit through every node.
 	netID, netOwner := c.create(t, 0, key, map[string]any{"language": "bash",
 		"network": map[string]any{"enabled": true, "allowed_domains": []string{"www.allowed.test"}}})
-	r := c.exec(t, 1, key, netID, `curl -sS --max-time 20 https://evil.denied.test/; echo "rc=$?"`)
+	c.proxyDenied(t, 1, key, netID)
 	executes++
-	if o := r.json(t)["stdout"].(string); strings.Contains(o, "rc=0") {
-		t.Fatalf("a denied name was reached: %s", r.body)
-	}
 	for i := range c.nodes {
 		deadline := time.Now().Add(30 * time.Second)
 		for {
@@ -232,6 +229,40 @@ func testClusterEveryCall(t *testing.T, c *cluster) {
 			}
 		}
 	}
+}
+
+// deniedCurl is a request the egress proxy of a session with network
+// refuses (CONNECT 403, curl's exit 56) without any traffic leaving the
+// host: the name is not on the session's allow-list.
+const deniedCurl = `curl -sS --max-time 20 https://evil.denied.test/ 2>&1; echo "rc=$?"`
+
+// proxyDenied runs deniedCurl in session id through node i and checks
+// that the session's proxy answered (and refused).
+func (c *cluster) proxyDenied(t testing.TB, i int, key, id string) reply {
+	t.Helper()
+	r := c.exec(t, i, key, id, deniedCurl)
+	if o := r.json(t)["stdout"].(string); !strings.Contains(o, "rc=56") || !strings.Contains(o, "403") {
+		t.Errorf("%s through %s: want the proxy's CONNECT refusal (403, rc=56): %s", id, c.names[i], r.body)
+	}
+	return r
+}
+
+// denies counts the deny decisions for evil.denied.test in session id's
+// egress audit, read through node i.
+func (c *cluster) denies(t testing.TB, i int, key, id string) int {
+	t.Helper()
+	r := c.call(t, i, request{method: "GET", path: "/v1/sessions/" + id + "/egress", key: key})
+	if r.status != http.StatusOK {
+		t.Fatalf("egress of %s through %s: %d %s", id, c.names[i], r.status, r.body)
+	}
+	n := 0
+	ds, _ := r.json(t)["decisions"].([]any)
+	for _, d := range ds {
+		if m, ok := d.(map[string]any); ok && m["outcome"] == "deny" && m["host"] == "evil.denied.test" {
+			n++
+		}
+	}
+	return n
 }
 
 // sseReply is a streamed execute as the client saw it.
@@ -451,6 +482,19 @@ func testClusterKill(t *testing.T, c *cluster) {
 	w := c.watchMounts(t)
 	c.waitReady(t, 2*time.Minute) // installs need every check green
 
+	// A session with network through each node (placement spreads
+	// them), its allow-list refusing a name.
+	netKey := c.key(t, "MEGA")
+	netOwners := map[string]string{}
+	var nets []string
+	for k := range c.nodes {
+		id, owner := c.create(t, k, netKey, map[string]any{"language": "bash",
+			"network": map[string]any{"enabled": true, "allowed_domains": []string{"www.allowed.test"}}})
+		nets = append(nets, id)
+		netOwners[id] = owner
+		c.proxyDenied(t, c.index(owner), netKey, id)
+	}
+	t.Cleanup(func() { c.deleteAll(t, netKey, nets) })
 	// Four sessions over three nodes: one node holds two or more.
 	held := map[string][]string{}
 	var all []string
@@ -469,7 +513,7 @@ func testClusterKill(t *testing.T, c *cluster) {
 	v := c.index(victimName)
 	victim := c.nodes[v]
 	vs := held[victimName]
-	t.Logf("sessions by node %v; killing %s", held, victimName)
+	t.Logf("sessions by node %v, sessions with network by session %v; killing %s", held, netOwners, victimName)
 	owners := map[string]string{}
 	for name, ids := range held {
 		for _, id := range ids {
@@ -498,6 +542,9 @@ func testClusterKill(t *testing.T, c *cluster) {
 	victim.kill()
 	killedAt := time.Now()
 	c.keepLogs(v)
+	if left := c.egress[v].leftovers(t); len(left) == 0 {
+		t.Errorf("the killed node shows no session network: the check after its restart would see nothing")
+	}
 	// The dead man's switch: the killed node's sandboxes and homes go
 	// at once, without the node.
 	for {
@@ -546,6 +593,32 @@ func testClusterKill(t *testing.T, c *cluster) {
 			t.Errorf("the store says %s is held by %q (%v), want %s", id, o.Owner.Name, err, owners[id])
 		}
 	}
+	// Its sessions with network come back with their allow-list, on a
+	// network of their new node; the audit holds the refusals of both.
+	movedNet := 0
+	for k, id := range nets {
+		if netOwners[id] != victimName {
+			continue
+		}
+		movedNet++
+		i := c.other(k, v)
+		r := c.proxyDenied(t, i, netKey, id)
+		if got := servedBy(r); got == victimName {
+			t.Errorf("%s served by the killed node", id)
+		} else {
+			t.Logf("%s (with network) came back on %s %v after the kill", id, got, time.Since(killedAt).Round(time.Millisecond))
+		}
+		g := c.call(t, c.other(i+1, v), request{method: "GET", path: "/v1/sessions/" + id, key: netKey})
+		if nw, _ := g.json(t)["network"].(map[string]any); nw["enabled"] != true || fmt.Sprint(nw["allowed_domains"]) != "[www.allowed.test]" {
+			t.Errorf("%s after the takeover: network %v, want enabled with its allow-list", id, g.json(t)["network"])
+		}
+		if n := c.denies(t, c.other(i+2, v), netKey, id); n < 2 {
+			t.Errorf("%s: %d refusals in its audit after the takeover, want the one before and the one after", id, n)
+		}
+	}
+	if movedNet == 0 {
+		t.Errorf("no session with network was on %s: placement did not spread them (%v)", victimName, netOwners)
+	}
 	for _, id := range vs {
 		if got := w.mountedUnder(id); len(got) != 2 || !slices.Contains(got, victim.dataDir) {
 			t.Errorf("the watcher saw %s mounted under %v: want the killed node's and its new holder's data dirs", id, got)
@@ -566,6 +639,17 @@ func testClusterKill(t *testing.T, c *cluster) {
 			}
 		}
 		t.Logf("%s rejoined with epoch %d (was %d), %d free", victimName, after.epoch, before.Epoch, after.free)
+		// The networks its sessions had when it was killed are its
+		// own to remove: those sessions live elsewhere now.
+		var left []string
+		for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(250 * time.Millisecond) {
+			if left = c.egress[v].leftovers(t); len(left) == 0 {
+				break
+			}
+		}
+		if len(left) != 0 {
+			t.Errorf("30 s after its restart, %s still holds session networks of sessions that moved: %v", victimName, left)
+		}
 		// It holds nothing and the others hold the old sessions: the
 		// next session goes to it, wherever it is created.
 		fresh := c.key(t, "ULTRA")
