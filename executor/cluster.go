@@ -160,8 +160,41 @@ func (e *Executor) Fence(ctx context.Context) error {
 		e.letGo(s)
 	}
 	e.mu.Unlock()
-	err := e.clearHost(ctx, victims)
+	kctx := ctx
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		kctx, cancel = context.WithTimeout(ctx, clearBudget)
+		defer cancel()
+	}
+	err := e.killHomes(kctx, victims)
 	e.log.WarnContext(ctx, "fenced: every session let go of", "sessions", len(victims), "ms", time.Since(start).Milliseconds(), "err", err)
+	// The rest (runsc state, networks, node-local files) is not urgent:
+	// it goes on after Fence returns; a resume here waits for it.
+	if len(victims) > 0 {
+		done := make(chan struct{})
+		e.mu.Lock()
+		for _, s := range victims {
+			e.tidying[s.id] = done
+		}
+		e.mu.Unlock()
+		e.bg.Add(1)
+		go func() {
+			defer e.bg.Done()
+			tctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			if err := e.tidy(tctx, victims); err != nil {
+				e.log.Error("tidying after a fence", "err", err)
+			}
+			e.mu.Lock()
+			for _, s := range victims {
+				if e.tidying[s.id] == done {
+					delete(e.tidying, s.id)
+				}
+			}
+			e.mu.Unlock()
+			close(done)
+		}()
+	}
 	return err
 }
 
@@ -222,9 +255,9 @@ func (e *Executor) notOwner(ctx context.Context, s *session, err error) error {
 const clearBudget = 5 * time.Second
 
 // clearHost removes what the sessions ss (let go of) hold on this host:
-// first, fast and for all at once, their sandbox processes (SIGKILL) and
-// home mounts, retried until none is left; then their runsc state,
-// networks and node-local files. Images and store rows are not touched.
+// their sandbox processes and home mounts (killHomes), then their runsc
+// state, networks and node-local files (tidy). Images and store rows are
+// not touched.
 func (e *Executor) clearHost(ctx context.Context, ss []*session) error {
 	if len(ss) == 0 {
 		return nil
@@ -234,6 +267,15 @@ func (e *Executor) clearHost(ctx context.Context, ss []*session) error {
 		ctx, cancel = context.WithTimeout(ctx, clearBudget)
 		defer cancel()
 	}
+	return errors.Join(e.killHomes(ctx, ss), e.tidy(ctx, ss))
+}
+
+// killHomes is the urgent part of letting go: fast and for all sessions
+// ss at once, SIGKILL to their sandboxes' processes (and their install
+// jobs') and the unmount of their homes, retried until none is left or
+// ctx ends; then it waits for their images to settle (settleImage). ctx
+// must have a deadline.
+func (e *Executor) killHomes(ctx context.Context, ss []*session) error {
 	ids := make(map[string]bool, len(ss))
 	e.mu.Lock()
 	for _, s := range ss {
@@ -249,7 +291,6 @@ func (e *Executor) clearHost(ctx context.Context, ss []*session) error {
 	for _, s := range ss {
 		thawHome(e.dir(s.id)) // a fork's freeze would hold the unmount
 	}
-	var errs []error
 	for {
 		procs := killSandboxProcesses(e.runsc.root, ids)
 		var left []error
@@ -266,17 +307,30 @@ func (e *Executor) clearHost(ctx context.Context, ss []*session) error {
 			break
 		}
 		if ctx.Err() != nil {
-			errs = append(errs, left...)
 			if procs > 0 {
-				errs = append(errs, fmt.Errorf("%d sandbox processes still alive", procs))
+				left = append(left, fmt.Errorf("%d sandbox processes still alive", procs))
 			}
-			break
+			return errors.Join(left...)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	// The rest is tidying: runsc state and cgroups, networks, node-local
-	// files (a few at a time: runsc is heavy on a small host).
+	// Unmounted; the image is whole once its loop device has let go.
+	deadline, _ := ctx.Deadline()
+	var errs []error
+	for _, s := range ss {
+		if err := settleImage(e.home(s.id).image(), deadline); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// tidy removes what dead sandboxes of the sessions ss left: runsc state
+// and cgroups, networks, node-local files; a few at a time (runsc is
+// heavy on a small host).
+func (e *Executor) tidy(ctx context.Context, ss []*session) error {
 	var mu sync.Mutex
+	var errs []error
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, 4)
 	for _, s := range ss {
@@ -306,6 +360,21 @@ func (e *Executor) clearHost(ctx context.Context, ss []*session) error {
 	}
 	wg.Wait()
 	return errors.Join(errs...)
+}
+
+// waitTidy waits until the tidying after a Fence of session id is done,
+// so that a resume here (adopted again) does not race it.
+func (e *Executor) waitTidy(ctx context.Context, id string) {
+	e.mu.Lock()
+	done := e.tidying[id]
+	e.mu.Unlock()
+	if done == nil {
+		return
+	}
+	select {
+	case <-done:
+	case <-ctx.Done():
+	}
 }
 
 // releaseSessions hands this node's sessions over to the cluster at the

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/sandboxapi/sandboxapi/configs"
+	"github.com/sandboxapi/sandboxapi/internal/testenv"
 	"github.com/sandboxapi/sandboxapi/store"
 )
 
@@ -62,9 +63,11 @@ func TestFenceHelperProcess(t *testing.T) {
 
 // cluster is a shared store and homes folder for executors acting as
 // nodes; both nodes hold leases for an hour (a claim passes a later
-// "now" to find a lease run out).
+// "now" to find a lease run out). The store is a SQLite file, or a
+// PostgreSQL database with SANDBOXAPI_TEST_STORE=postgres.
 type cluster struct {
 	st     *store.Store
+	dbURL  string // empty: the SQLite file dbPath
 	dbPath string
 	homes  string
 }
@@ -74,7 +77,10 @@ func newCluster(t *testing.T) *cluster {
 	ctx := context.Background()
 	dir := t.TempDir()
 	c := &cluster{dbPath: filepath.Join(dir, "sandboxapi.db"), homes: filepath.Join(dir, "homes")}
-	st, err := store.Open(ctx, c.dbPath)
+	if testenv.TestStorePostgres() {
+		c.dbURL = testenv.PostgresURL(t)
+	}
+	st, err := store.OpenURL(ctx, c.dbURL, c.dbPath)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -167,11 +173,12 @@ func clusterRun(t *testing.T, e *Executor, id, code string) Result {
 }
 
 // hostHolds lists what session id still holds on e's side of the host:
-// processes under e's runsc root, a mount, loop devices on its image.
+// sandbox or gofer processes under e's runsc root, a mount, loop devices
+// on its image. (runsc commands that tidy up after a fence may still run.)
 func hostHolds(e *Executor, id string) []string {
 	var out []string
 	for _, p := range rootProcesses(e.runsc.root) {
-		if strings.Contains(strings.Join(p.argv, " "), id) {
+		if !p.isCLI() && strings.Contains(strings.Join(p.argv, " "), id) {
 			out = append(out, "process "+strings.Join(p.argv, " "))
 		}
 	}
@@ -230,6 +237,18 @@ func TestClusterFenceThenTakeover(t *testing.T) {
 	}
 	if r, err := c.st.GetSession(context.Background(), s.ID); err != nil || r.Node != "a" || r.State != string(StateRunning) {
 		t.Fatalf("the fence wrote to the store: %+v %v", r, err)
+	}
+
+	// a registers again (its lease is back) and serves its own session
+	// again: Adopt, then a resume that waits for the fence's tidying.
+	if _, err := a.Adopt(context.Background(), s.ID); err != nil {
+		t.Fatalf("adopt on a after its own fence: %v", err)
+	}
+	if res := clusterRun(t, a, s.ID, "print(open('/home/sandbox/f.txt').read())"); res.Stdout != "from a\n" || res.ResumedMS == 0 {
+		t.Fatalf("on a again: %+v", res)
+	}
+	if err := a.Fence(context.Background()); err != nil {
+		t.Fatalf("second fence: %v", err)
 	}
 
 	c.claim(t, "b", s.ID)
@@ -466,7 +485,7 @@ func TestClusterNodeHelperProcess(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	st, err := store.Open(ctx, os.Getenv("SANDBOXAPI_NODE_HELPER_DB"))
+	st, err := store.OpenURL(ctx, os.Getenv("SANDBOXAPI_NODE_HELPER_DB_URL"), os.Getenv("SANDBOXAPI_NODE_HELPER_DB"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -506,7 +525,7 @@ func TestClusterFenceProcess(t *testing.T) {
 		t.Fatal(err)
 	}
 	cmd := exec.Command(os.Args[0], "-test.run=^TestClusterNodeHelperProcess$")
-	cmd.Env = append(os.Environ(), "SANDBOXAPI_NODE_HELPER_CONFIG="+string(raw), "SANDBOXAPI_NODE_HELPER_DB="+c.dbPath)
+	cmd.Env = append(os.Environ(), "SANDBOXAPI_NODE_HELPER_CONFIG="+string(raw), "SANDBOXAPI_NODE_HELPER_DB="+c.dbPath, "SANDBOXAPI_NODE_HELPER_DB_URL="+c.dbURL)
 	logs := &syncWriter{w: &strings.Builder{}}
 	cmd.Stderr = logs
 	out, err := cmd.StdoutPipe()

@@ -168,6 +168,7 @@ func (e *Executor) resume(ctx context.Context, s *session) (took time.Duration, 
 		return 0, fmt.Errorf("%w: %s", ErrBadState, st)
 	}
 	start := time.Now()
+	e.waitTidy(ctx, s.id) // adopted again right after a Fence
 	cu := newCleanup(e.log)
 	defer func() {
 		if v := recover(); v != nil {

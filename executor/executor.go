@@ -79,7 +79,9 @@ type Executor struct {
 	// moved holds the sessions this executor let go of because another
 	// node owns them, or may (Fence): a call still in flight on one
 	// answers ErrSessionMoved and writes nothing to the store.
-	moved   map[string]bool
+	moved map[string]bool
+	// tidying: sessions whose leftovers a Fence is still removing.
+	tidying map[string]chan struct{}
 	live    int   // sandboxes counted against MaxSandboxes
 	disk    int64 // bytes of homes counted against MaxDisk
 	started bool
@@ -149,6 +151,7 @@ func New(cfg Config, rt *Runtimes, st *store.Store, log *slog.Logger) (*Executor
 		log:      log,
 		sessions: map[string]*session{},
 		moved:    map[string]bool{},
+		tidying:  map[string]chan struct{}{},
 		warm:     make(chan warmSandbox, max(cfg.WarmPool, 0)),
 		stop:     make(chan struct{}),
 	}, nil

@@ -108,6 +108,7 @@ func RunFence(ctx context.Context, cfg FenceConfig, in io.Reader, ready io.Write
 // runsc command in flight may still start one) until none is left or
 // deadline passes.
 func fenceHost(cfg FenceConfig, deadline time.Time) (killed, unmounted int, err error) {
+	images := map[string]bool{} // behind the homes' loop devices
 	for {
 		procs := rootProcesses(cfg.Root)
 		for _, p := range procs {
@@ -116,15 +117,24 @@ func fenceHost(cfg FenceConfig, deadline time.Time) (killed, unmounted int, err 
 			}
 		}
 		var left []error
-		for _, mnt := range homeMounts(cfg.Homes) {
-			if err := unix.Unmount(mnt, 0); err == nil {
+		for _, m := range homeMounts(cfg.Homes) {
+			if img := loopBacking(m.source); img != "" {
+				images[img] = true
+			}
+			if err := unix.Unmount(m.point, 0); err == nil {
 				unmounted++
 			} else if !errors.Is(err, unix.EINVAL) {
-				left = append(left, fmt.Errorf("unmounting %s: %w", mnt, err))
+				left = append(left, fmt.Errorf("unmounting %s: %w", m.point, err))
 			}
 		}
 		if len(procs) == 0 && len(left) == 0 {
-			return killed, unmounted, nil
+			// The images are whole once their loop devices let go.
+			for img := range images {
+				if err := settleImage(img, deadline); err != nil {
+					left = append(left, err)
+				}
+			}
+			return killed, unmounted, errors.Join(left...)
 		}
 		if time.Now().After(deadline) {
 			if len(procs) > 0 {
@@ -136,24 +146,39 @@ func fenceHost(cfg FenceConfig, deadline time.Time) (killed, unmounted int, err 
 	}
 }
 
-// homeMounts lists the mount points <homes>/<id>/home of this mount
+// mountedHome is a mounted home: its mount point and its source (the loop
+// device).
+type mountedHome struct {
+	point, source string
+}
+
+// homeMounts lists the homes mounted at <homes>/<id>/home in this mount
 // namespace.
-func homeMounts(homes string) []string {
+func homeMounts(homes string) []mountedHome {
 	b, err := os.ReadFile("/proc/self/mountinfo")
 	if err != nil {
 		return nil
 	}
 	homes = filepath.Clean(homes)
-	var out []string
+	var out []mountedHome
 	for _, line := range strings.Split(string(b), "\n") {
 		f := strings.Fields(line)
 		if len(f) < 5 {
 			continue
 		}
 		p := unescapeMount(f[4])
-		if filepath.Base(p) == "home" && filepath.Dir(filepath.Dir(p)) == homes {
-			out = append(out, p)
+		if filepath.Base(p) != "home" || filepath.Dir(filepath.Dir(p)) != homes {
+			continue
 		}
+		m := mountedHome{point: p}
+		// "... - fstype source options" follows the optional fields.
+		for i := 5; i+2 < len(f); i++ {
+			if f[i] == "-" {
+				m.source = unescapeMount(f[i+2])
+				break
+			}
+		}
+		out = append(out, m)
 	}
 	return out
 }

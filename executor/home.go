@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -127,6 +128,41 @@ func waitImageFree(ctx context.Context, img string, limit time.Duration) error {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// settleImage waits, up to deadline, until no loop device of this host is
+// backed by img any more (the kernel frees one a moment after its last
+// unmount, and only then lets go of the image), then flushes img to its
+// storage: on a shared homes_dir another node reads it next.
+func settleImage(img string, deadline time.Time) error {
+	for devs := loopDevices(img); len(devs) > 0; devs = loopDevices(img) {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("settling %s: %w (%s)", img, ErrImageBusy, strings.Join(devs, ", "))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	f, err := os.Open(img)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("settling %s: %w", img, err)
+	}
+	defer f.Close()
+	if err := f.Sync(); err != nil {
+		return fmt.Errorf("settling %s: %w", img, err)
+	}
+	return nil
+}
+
+// loopBacking is the file behind loop device dev ("/dev/loop7"), "" when
+// it has none.
+func loopBacking(dev string) string {
+	b, err := os.ReadFile(filepath.Join("/sys/block", filepath.Base(dev), "loop", "backing_file"))
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(b))
 }
 
 // loopDevices lists the loop devices of this host backed by img (from
