@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"strconv"
 
+	"github.com/sandboxapi/sandboxapi/api/wire"
 	"github.com/sandboxapi/sandboxapi/internal/sandbox"
 )
 
@@ -13,8 +14,8 @@ import (
 // outlives the sessions it describes.
 type EgressLog interface {
 	// EgressDecisions returns the session's latest limit egress
-	// decisions, oldest first, as a JSON-encodable list.
-	EgressDecisions(ctx context.Context, sessionID string, limit int) (any, error)
+	// decisions, oldest first (an empty list for a session without any).
+	EgressDecisions(ctx context.Context, sessionID string, limit int) ([]wire.EgressDecision, error)
 	// SessionOwner returns the key id that created the session, live or
 	// ended, or sandbox.ErrNotFound when there was no such session.
 	SessionOwner(ctx context.Context, sessionID string) (string, error)
@@ -40,7 +41,7 @@ func (s *Server) sessionEgress(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	var decisions any = []struct{}{}
+	decisions := []wire.EgressDecision{}
 	if l != nil {
 		if decisions, err = l.EgressDecisions(r.Context(), id, limit); err != nil {
 			return err

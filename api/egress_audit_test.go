@@ -10,6 +10,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/sandboxapi/sandboxapi/api/wire"
 	"github.com/sandboxapi/sandboxapi/internal/sandbox"
 )
 
@@ -18,11 +19,11 @@ import (
 type fakeTrail struct {
 	mu        sync.Mutex
 	owners    map[string]string
-	decisions map[string][]map[string]any
+	decisions map[string][]wire.EgressDecision
 	limits    []int // limit of every EgressDecisions call
 }
 
-func (f *fakeTrail) EgressDecisions(ctx context.Context, sessionID string, limit int) (any, error) {
+func (f *fakeTrail) EgressDecisions(ctx context.Context, sessionID string, limit int) ([]wire.EgressDecision, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.limits = append(f.limits, limit)
@@ -30,7 +31,7 @@ func (f *fakeTrail) EgressDecisions(ctx context.Context, sessionID string, limit
 	if len(l) > limit {
 		l = l[len(l)-limit:]
 	}
-	return append([]map[string]any{}, l...), nil
+	return append([]wire.EgressDecision{}, l...), nil
 }
 
 func (f *fakeTrail) SessionOwner(ctx context.Context, sessionID string) (string, error) {
@@ -49,7 +50,7 @@ func (f *fakeTrail) add(sessionID, owner string, hosts ...string) {
 	defer f.mu.Unlock()
 	f.owners[sessionID] = owner
 	for _, h := range hosts {
-		f.decisions[sessionID] = append(f.decisions[sessionID], map[string]any{"host": h, "outcome": "deny"})
+		f.decisions[sessionID] = append(f.decisions[sessionID], wire.EgressDecision{Host: h, Outcome: "deny", Count: 1})
 	}
 }
 
@@ -72,7 +73,7 @@ type egressReply struct {
 // is live and after it was deleted, and checks that other keys never see
 // them and that ?limit= is checked.
 func TestEgressLogOutlivesSession(t *testing.T) {
-	trail := &fakeTrail{owners: map[string]string{}, decisions: map[string][]map[string]any{}}
+	trail := &fakeTrail{owners: map[string]string{}, decisions: map[string][]wire.EgressDecision{}}
 	srv, _ := newFakeServerDeps(t, nil, func(d *Deps) { d.EgressLog = trail })
 	ts := httptest.NewServer(srv)
 	defer ts.Close()

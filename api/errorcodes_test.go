@@ -13,10 +13,10 @@ import (
 )
 
 // errorCodeSources are the packages whose handlers answer on the API's
-// listener: the API itself, the CLI's wiring around it (drain gate), the
-// mirror front (a forward to a mirror served apart), the MCP handler and
-// the cluster node's handler in front of the API.
-var errorCodeSources = []string{"*.go", "../internal/cli/*.go", "../mirror/remote.go", "../mcp/*.go", "../cluster/*.go"}
+// listener: the API itself, the wiring around it (internal/app: the drain
+// gate), the mirror front (a forward to a mirror served apart), the MCP
+// handler and the cluster node's handler in front of the API.
+var errorCodeSources = []string{"*.go", "../internal/cli/*.go", "../internal/app/*.go", "../mirror/remote.go", "../mcp/*.go", "../cluster/*.go"}
 
 // sentCode is an error code found in the source, with its HTTP status
 // when the source names it next to the code (0 when it does not).

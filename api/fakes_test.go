@@ -195,29 +195,14 @@ func (fakeUsage) UsageTotals(ctx context.Context, keyID string, since time.Time)
 		BytesIn: 40, BytesOut: 180, ExecMS: 12, DurationMS: 15}}, nil
 }
 
-// fakeEgressDecision has the fields, names and omissions of the decision
-// rows the CLI's egress trail serves (internal/cli/egress.go).
-type fakeEgressDecision struct {
-	Time       time.Time `json:"time"`
-	Mode       string    `json:"mode"`
-	Host       string    `json:"host"`
-	Port       uint16    `json:"port"`
-	Addr       string    `json:"addr,omitempty"`
-	Outcome    string    `json:"outcome"`
-	Reason     string    `json:"reason"`
-	BytesUp    int64     `json:"bytes_up"`
-	BytesDown  int64     `json:"bytes_down"`
-	DurationMS int64     `json:"duration_ms"`
-}
-
 type fakeEgressLog struct{}
 
-func (fakeEgressLog) EgressDecisions(ctx context.Context, sessionID string, limit int) (any, error) {
+func (fakeEgressLog) EgressDecisions(ctx context.Context, sessionID string, limit int) ([]wire.EgressDecision, error) {
 	at := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
-	return []fakeEgressDecision{
-		{Time: at, Mode: "connect", Host: "example.com", Port: 443, Outcome: "deny", Reason: "not_allowed"},
+	return []wire.EgressDecision{
+		{Time: at, Mode: "connect", Host: "example.com", Port: 443, Outcome: "deny", Reason: "not_allowed", Count: 1},
 		{Time: at, Mode: "connect", Host: "pypi.org", Port: 443, Addr: "127.0.0.1:443", Outcome: "allow", Reason: "allowed_domain",
-			BytesUp: 500, BytesDown: 9000, DurationMS: 40},
+			BytesUp: 500, BytesDown: 9000, DurationMS: 40, Count: 1},
 	}, nil
 }
 

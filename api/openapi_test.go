@@ -102,14 +102,16 @@ func parseSources(t *testing.T, fset *token.FileSet, files []string) []*ast.File
 }
 
 // sourceRoutes finds every pattern mounted in the api package and in the
-// CLI's wiring by reading the source: calls of handle, Handle or HandleFunc
+// wiring around it (internal/cli, internal/app, cluster) by reading the source: calls of handle, Handle or HandleFunc
 // whose first argument is a string literal. It sees routes mounted through
 // s.mux directly too, which the runtime registry cannot.
 func sourceRoutes(t *testing.T) map[string]string {
 	t.Helper()
 	files, _ := filepath.Glob("*.go")
-	wire, _ := filepath.Glob("../internal/cli/*.go")
-	files = append(files, wire...)
+	for _, dir := range []string{"../internal/cli", "../internal/app", "../cluster"} {
+		wire, _ := filepath.Glob(dir + "/*.go")
+		files = append(files, wire...)
+	}
 	found := map[string]string{}
 	fset := token.NewFileSet()
 	for _, af := range parseSources(t, fset, files) {

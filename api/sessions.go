@@ -8,6 +8,7 @@ import (
 	"io"
 	"math"
 	"net/http"
+	"reflect"
 	"strings"
 	"sync"
 	"time"
@@ -27,8 +28,12 @@ func decodeJSON(r *http.Request, v any) error {
 	// The body must be JSON whatever Content-Type says: curl -d sends a
 	// form type, and rejecting it would help nobody.
 	dec := json.NewDecoder(r.Body)
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
+	var raw json.RawMessage
+	err := dec.Decode(&raw)
+	if err == nil {
+		err = json.Unmarshal(raw, v)
+	}
+	if err != nil {
 		var mbe *http.MaxBytesError
 		var se *json.SyntaxError
 		var te *json.UnmarshalTypeError
@@ -41,11 +46,12 @@ func decodeJSON(r *http.Request, v any) error {
 			return apiErr(http.StatusBadRequest, "invalid_json", "malformed JSON at byte %d", se.Offset)
 		case errors.As(err, &te):
 			return apiErr(http.StatusBadRequest, "invalid_json", "field %q must be %s", te.Field, te.Type)
-		case strings.HasPrefix(err.Error(), "json: unknown field"):
-			return apiErr(http.StatusBadRequest, "unknown_field", "%s", strings.TrimPrefix(err.Error(), "json: "))
 		default:
 			return apiErr(http.StatusBadRequest, "invalid_json", "malformed JSON")
 		}
+	}
+	if name, ok := unknownField(raw, reflect.TypeOf(v)); ok {
+		return apiErr(http.StatusBadRequest, "unknown_field", "unknown field %q", name)
 	}
 	if dec.More() {
 		return apiErr(http.StatusBadRequest, "invalid_json", "request body holds more than one JSON value")

@@ -79,6 +79,7 @@ func TestForwardStreams(t *testing.T) {
 	insertSession(t, st, "b", "s1")
 	b.ex.has["s1"] = true
 	req, _ := http.NewRequestWithContext(t.Context(), "POST", a.url+"/v1/sessions/s1/stream", strings.NewReader("{}"))
+	req.Header.Set("Authorization", "Bearer test-key")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -133,6 +134,7 @@ func TestForwardLargeUpload(t *testing.T) {
 	var before, after runtime.MemStats
 	runtime.ReadMemStats(&before)
 	req, _ := http.NewRequestWithContext(t.Context(), "PUT", a.url+"/v1/sessions/s1/files?path=big.bin", io.LimitReader(zeros{}, size))
+	req.Header.Set("Authorization", "Bearer test-key")
 	req.ContentLength = size
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -150,5 +152,32 @@ func TestForwardLargeUpload(t *testing.T) {
 	}
 	if grew := after.TotalAlloc - before.TotalAlloc; grew > size/4 {
 		t.Fatalf("the upload allocated %d MiB on its way (buffered?)", grew>>20)
+	}
+}
+
+// TestForwardLargeDownload: a 64 MiB download through another node
+// streams back the same way.
+func TestForwardLargeDownload(t *testing.T) {
+	st := openStore(t, testPostgres(t))
+	a, b := startNode(t, st, "a", 4), startNode(t, st, "b", 4)
+	insertSession(t, st, "b", "s1")
+	b.ex.has["s1"] = true
+	runtime.GC()
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	req, _ := http.NewRequestWithContext(t.Context(), "GET", a.url+"/v1/sessions/s1/files?path=big.bin", nil)
+	req.Header.Set("Authorization", "Bearer test-key")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	runtime.ReadMemStats(&after)
+	if err != nil || n != 64<<20 || resp.Header.Get(HeaderNode) != "b" {
+		t.Fatalf("read %d, %v, %v", n, err, resp.Header)
+	}
+	if grew := after.TotalAlloc - before.TotalAlloc; grew > 16<<20 {
+		t.Fatalf("the download allocated %d MiB on its way (buffered?)", grew>>20)
 	}
 }

@@ -119,6 +119,11 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		forwarded = true
 	}
 	kind, id := route(r.Method, r.URL.EscapedPath())
+	if kind != routeLocal && !forwarded && !hasCredentials(r.Header) {
+		// The API will refuse it (401): a call without a key neither
+		// moves a session nor costs a look-up of its owner.
+		kind = routeLocal
+	}
 	switch {
 	case kind == routeSession:
 		h.serveSession(w, r, id, forwarded)
@@ -127,6 +132,20 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	default:
 		h.local(w, r)
 	}
+}
+
+// credentialHeaders are where the API looks for a key (api/auth.go).
+var credentialHeaders = []string{"Authorization", "X-Api-Key", "X-Rapidapi-Key", "X-Rapidapi-Proxy-Secret"}
+
+// hasCredentials reports whether h carries anything the API could take
+// for a key.
+func hasCredentials(h http.Header) bool {
+	for _, k := range credentialHeaders {
+		if strings.TrimSpace(h.Get(k)) != "" {
+			return true
+		}
+	}
+	return false
 }
 
 // local serves r here.
@@ -350,6 +369,7 @@ func (h *handler) forward(w http.ResponseWriter, r *http.Request, target store.N
 		},
 		Transport:     h.n.trans,
 		FlushInterval: -1, // streams (SSE) reach the client as they are written
+		ErrorLog:      h.n.proxyLog,
 		ModifyResponse: func(resp *http.Response) error {
 			if resp.Header.Get(HeaderNode) == "" {
 				resp.Header.Set(HeaderNode, target.Name)

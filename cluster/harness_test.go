@@ -200,6 +200,9 @@ func (tn *testNode) api(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		fmt.Fprint(w, "event: result\ndata: {}\n\n")
+	case r.Method == http.MethodGet && strings.HasSuffix(r.URL.Path, "/files"):
+		w.Header().Set("Content-Type", "application/octet-stream")
+		io.Copy(w, io.LimitReader(zeros{}, 64<<20))
 	case r.Method == http.MethodPut:
 		n, err := io.Copy(io.Discard, r.Body)
 		if err != nil {
@@ -228,7 +231,12 @@ func call(t *testing.T, method, url string, body io.Reader, hdr map[string]strin
 	if err != nil {
 		t.Fatal(err)
 	}
+	req.Header.Set("Authorization", "Bearer test-key")
 	for k, v := range hdr {
+		if v == "" {
+			req.Header.Del(k)
+			continue
+		}
 		req.Header.Set(k, v)
 	}
 	resp, err := http.DefaultClient.Do(req)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log"
 	"log/slog"
 	"net"
 	"net/http"
@@ -84,6 +85,8 @@ type Node struct {
 	sig   *signer
 	trans http.RoundTripper
 	lease time.Duration
+	// proxyLog takes the forwarding proxy's own lines (a body cut short).
+	proxyLog *log.Logger
 
 	renewMu sync.Mutex // one renewal or registration at a time
 
@@ -116,6 +119,7 @@ func New(s Settings, d Deps) (*Node, error) {
 	if n.log == nil {
 		n.log = slog.New(slog.DiscardHandler)
 	}
+	n.proxyLog = slog.NewLogLogger(n.log.With("component", "cluster-proxy").Handler(), slog.LevelWarn)
 	if n.now == nil {
 		n.now = time.Now
 	}
@@ -285,6 +289,10 @@ func (n *Node) loop() {
 		case <-t.C:
 		}
 		n.sig.prune(n.now())
+		// Read again: Drain may have renewed while the timer ran.
+		n.mu.Lock()
+		epoch, validUntil = n.epoch, n.validUntil
+		n.mu.Unlock()
 		if epoch == 0 {
 			ctx, cancel := context.WithTimeout(context.Background(), n.lease/3)
 			err := n.register(ctx)

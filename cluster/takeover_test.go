@@ -38,6 +38,7 @@ func TestTakeoverDeadOwner(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			req, _ := http.NewRequestWithContext(t.Context(), "POST", n.url+"/v1/sessions/s1/execute", strings.NewReader("{}"))
+			req.Header.Set("Authorization", "Bearer test-key")
 			resp, err := http.DefaultClient.Do(req)
 			if err != nil {
 				t.Error(err)
@@ -212,5 +213,50 @@ func TestDrainingNodeTakesNothingOver(t *testing.T) {
 	}
 	if o, _ := st.OwnerOf(t.Context(), "s1"); o.Owner.Name != "b" {
 		t.Fatalf("owner %q", o.Owner.Name)
+	}
+}
+
+// TestStopGivesLeaseUp: Stop ends the lease at once (its sessions are
+// claimable), and the node's next start is a new epoch.
+func TestStopGivesLeaseUp(t *testing.T) {
+	st := openStore(t, testPostgres(t))
+	a, b := startNode(t, st, "a", 4), startNode(t, st, "b", 4)
+	if n, ok := b.node.NodesAlive(); !ok || n != 2 {
+		t.Fatalf("alive %d %v", n, ok)
+	}
+	epoch := a.node.Epoch()
+	if err := a.node.Stop(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	a.alive.Store(false)
+	row, err := st.GetNode(t.Context(), "a")
+	if err != nil || row.Alive(time.Now()) || row.Epoch != epoch {
+		t.Fatalf("after Stop: %+v, %v", row, err)
+	}
+	if n, _ := b.node.NodesAlive(); n != 1 {
+		t.Fatalf("alive %d after a stopped", n)
+	}
+	insertSession(t, st, "a", "s1")
+	if ok, err := b.node.claim(t.Context(), "s1"); !ok || err != nil {
+		t.Fatalf("claim after Stop: %v, %v", ok, err)
+	}
+	a2 := startNode(t, st, "a", 4)
+	if a2.node.Epoch() != epoch+1 {
+		t.Fatalf("epoch %d after %d", a2.node.Epoch(), epoch)
+	}
+}
+
+// TestNoKeyTakesNothingOver: a call without any key is left to the API
+// (which refuses it): it does not claim a session of a dead node.
+func TestNoKeyTakesNothingOver(t *testing.T) {
+	st := openStore(t, testPostgres(t))
+	a := startNode(t, st, "a", 4)
+	insertSession(t, st, "", "s1")
+	resp, _ := call(t, "POST", a.url+"/v1/sessions/s1/execute", strings.NewReader("{}"), map[string]string{"Authorization": ""})
+	if resp.Header.Get(HeaderNode) != "a" || a.calls.Load() != 1 || a.ex.adopted("s1") != 0 {
+		t.Fatalf("%v; API calls %d, adopted %d", resp.Header, a.calls.Load(), a.ex.adopted("s1"))
+	}
+	if o, _ := st.OwnerOf(t.Context(), "s1"); o.Owner.Name != "" || o.Session.Node != "" {
+		t.Fatalf("claimed by %q", o.Session.Node)
 	}
 }

@@ -1,7 +1,7 @@
 // Package console is the operator console at /console: server-rendered
 // pages (html/template, no scripts, no external assets, inline CSS and SVG
 // under a strict Content-Security-Policy) over small read-only interfaces
-// that it declares and internal/cli implements. Only admin keys open it;
+// that it declares and internal/app implements. Only admin keys open it;
 // client keys get 403, no key or an unknown one 401.
 package console
 

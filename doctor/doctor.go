@@ -19,11 +19,10 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/sandboxapi/sandboxapi/executor"
 	"github.com/sandboxapi/sandboxapi/internal/buildinfo"
 	"github.com/sandboxapi/sandboxapi/internal/config"
+	"github.com/sandboxapi/sandboxapi/rootfs"
 	"github.com/sandboxapi/sandboxapi/store"
-	"github.com/sandboxapi/sandboxapi/tlsserve"
 )
 
 // Status is the outcome of a check. A warning does not fail doctor.
@@ -256,7 +255,7 @@ func rootfsBinaries() []string {
 // versions.json parses and the sandbox user exists.
 func checkRootfs(ctx context.Context, cfg *config.Config) Result {
 	const fix = "run `sandboxapi rootfs build` (about a minute and 1.5 GB), or point executor.rootfs at a complete build"
-	dir, versions, err := executor.FindRootfs(cfg.Executor.Rootfs, "")
+	dir, versions, err := rootfs.Find(cfg.Executor.Rootfs, "")
 	if err != nil {
 		return fail(fix, "no rootfs: %v", err)
 	}
@@ -590,7 +589,7 @@ func checkTLS(ctx context.Context, cfg *config.Config) Result {
 		}
 		return ok("files: %s valid until %s", t.CertFile, pair.Leaf.NotAfter.Format(time.DateOnly))
 	}
-	dir := tlsserve.StorageDir(cfg)
+	dir := cfg.TLS.Storage(cfg.DataDir)
 	if err := writable(existingParent(dir)); err != nil {
 		return fail("make tls.storage_dir (default <data_dir>/tls) writable", "%s: %v", dir, err)
 	}

@@ -164,7 +164,7 @@ func (n *Network) ensureTable(ctx context.Context) (repaired bool, err error) {
 	if len(missing) > 6 {
 		reason = fmt.Sprintf("missing: %s and %d more", strings.Join(missing[:6], ", "), len(missing)-6)
 	}
-	if out, lerr := output(ctx, "nft", "list", "tables"); lerr == nil && !strings.Contains(string(out), "table inet "+n.cfg.Table+"\n") {
+	if ok, lerr := n.tableExists(ctx); lerr == nil && !ok {
 		reason = "table inet " + n.cfg.Table + " missing"
 	}
 	// One transaction: the table (whatever is left of it) goes and comes

@@ -111,18 +111,39 @@ func (n *Network) FirewallIntact(ctx context.Context) error {
 }
 
 // listTable returns `nft list table` of the network's table ("" when the
-// table does not exist).
+// table does not exist). Whether it exists is read from `nft list tables`
+// (nft's exit status does not say why a listing failed), before the
+// listing and again when the listing fails: a table deleted in between
+// is missing, not a failure.
 func (n *Network) listTable(ctx context.Context) (string, error) {
+	if ok, err := n.tableExists(ctx); err != nil || !ok {
+		return "", err
+	}
 	out, err := output(ctx, "nft", "list", "table", "inet", n.cfg.Table)
 	if err != nil {
-		// nft answers ENOENT for a missing table; anything else (no nft,
-		// no permission) is not something a rebuild can fix.
-		if !strings.Contains(err.Error(), "No such file or directory") {
-			return "", fmt.Errorf("%w: %w", ErrFirewallMissing, err)
+		// Anything but a missing table (no nft, no permission) is not
+		// something a rebuild can fix.
+		if ok, lerr := n.tableExists(ctx); lerr == nil && !ok {
+			return "", nil
 		}
-		return "", nil
+		return "", fmt.Errorf("%w: %w", ErrFirewallMissing, err)
 	}
 	return string(out), nil
+}
+
+// tableExists reports whether `nft list tables inet` names the network's
+// table.
+func (n *Network) tableExists(ctx context.Context) (bool, error) {
+	out, err := output(ctx, "nft", "list", "tables", "inet")
+	if err != nil {
+		return false, fmt.Errorf("%w: %w", ErrFirewallMissing, err)
+	}
+	for line := range strings.Lines(string(out)) {
+		if f := strings.Fields(line); len(f) == 3 && f[0] == "table" && f[1] == "inet" && f[2] == n.cfg.Table {
+			return true, nil
+		}
+	}
+	return false, nil
 }
 
 // missingIn lists the rules of want that the listing lacks, each looked

@@ -16,6 +16,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sandboxapi/sandboxapi/executor/guest"
@@ -96,6 +97,10 @@ type Executor struct {
 	// createFault, when set (tests only), runs after each step of
 	// CreateSession; an error or panic from it fails creation there.
 	createFault func(step createStep, id string) error
+
+	// execFileOps counts file calls that took the `runsc exec` path (tests
+	// check that the channel carried theirs).
+	execFileOps atomic.Int64
 
 	warm chan warmSandbox // started sandboxes that have run nothing
 	stop chan struct{}

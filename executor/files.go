@@ -13,7 +13,6 @@ import (
 	"os/exec"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/sandboxapi/sandboxapi/executor/guest"
@@ -596,14 +595,10 @@ type fileLine struct {
 	err error
 }
 
-// execFileOps counts file calls that took the `runsc exec` path (tests
-// check that the channel carried theirs).
-var execFileOps atomic.Int64
-
 // startFileOp starts `guest <mode>` as the sandbox user; body (put only)
 // follows the header on stdin.
 func (e *Executor) startFileOp(ctx context.Context, id, mode string, comps []string, max int64, body io.Reader, wantStdout bool) (*fileOp, error) {
-	execFileOps.Add(1)
+	e.execFileOps.Add(1)
 	header, err := guest.EncodeFile(&guest.FileRequest{Path: guest.JoinHome(comps), Max: max})
 	if err != nil {
 		return nil, fmt.Errorf("encoding file request: %w", err)

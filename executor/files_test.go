@@ -130,7 +130,7 @@ func TestFileHostilePaths(t *testing.T) {
 func testFileHostilePaths(t *testing.T, transport string) {
 	e, cfg := startExecutor(t, func(c *Config) { c.MaxFileBytes = 1 << 20 })
 	s := mustSession(t, e, "bash")
-	execsBefore := execFileOps.Load()
+	execsBefore := e.execFileOps.Load()
 	hostPath := cfg.DataDir + "/sessions/" + s.ID + "/home.img"
 	setup := strings.Join([]string{
 		"cd /home/sandbox",
@@ -268,7 +268,7 @@ func testFileHostilePaths(t *testing.T, transport string) {
 	if r.Stdout != "0\nkeep\nplain\n0\n" {
 		t.Fatalf("after hostile calls: %q", r.Stdout)
 	}
-	if n := execFileOps.Load() - execsBefore; (transport == "channel") != (n == 0) {
+	if n := e.execFileOps.Load() - execsBefore; (transport == "channel") != (n == 0) {
 		t.Fatalf("%s transport: %d file calls took runsc exec", transport, n)
 	}
 }

@@ -132,15 +132,22 @@ def extract_npm(data, dest, limits):
     total = 0
     import io
     import tarfile
+    # Like npm, the first path component is the package folder, whatever
+    # its name ("package", or "node" in @types tarballs); every entry must
+    # share it (the mirror admits nothing else as published).
+    top = None
     with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tf:
         for m in tf:
             count += 1
             if count > limits["max_entries"]:
                 fail("too many entries")
             name = m.name
-            if not name.startswith("package/"):
-                fail("entry outside package/: %r" % name)
-            rel = name[len("package/"):].strip("/")
+            first = name.split("/", 1)[0]
+            if top is None:
+                top = first
+            if first != top or first in ("", ".", "..") or "/" not in name:
+                fail("entry outside the package folder %r: %r" % (top, name))
+            rel = name[len(top) + 1:].strip("/")
             if rel == "":
                 continue
             parts = rel.split("/")

@@ -21,6 +21,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sandboxapi/sandboxapi/internal/clip"
 	"github.com/sandboxapi/sandboxapi/internal/sandbox"
 )
 
@@ -334,7 +335,7 @@ func missingFromJob(stdout string, reqs []requirement) (*sandbox.RejectedError, 
 			Installed       *string
 		} `json:"missing"`
 	}
-	if json.Unmarshal([]byte(lastLine(stdout)), &rep) != nil || len(rep.Missing) == 0 {
+	if json.Unmarshal([]byte(clip.LastLine(stdout)), &rep) != nil || len(rep.Missing) == 0 {
 		return nil, false
 	}
 	byPkg := map[string][]sandbox.MissingDependency{}
@@ -434,8 +435,8 @@ func (i *Installer) Install(ctx context.Context, owner, sessionID string, req sa
 	}
 	if res.Status != sandbox.StatusOK {
 		i.log.Warn("install failed", "session", sessionID, "manager", req.Manager, "status", res.Status, "exit_code", res.ExitCode,
-			"stdout", tail(res.Stdout, 2000), "stderr", tail(res.Stderr, 4000))
-		return sandbox.InstallReply{}, fmt.Errorf("%w: installer %s (exit %d): %s", sandbox.ErrInstallFailed, res.Status, res.ExitCode, lastLine(res.Stderr))
+			"stdout", clip.Tail(res.Stdout, 2000), "stderr", clip.Tail(res.Stderr, 4000))
+		return sandbox.InstallReply{}, fmt.Errorf("%w: installer %s (exit %d): %s", sandbox.ErrInstallFailed, res.Status, res.ExitCode, clip.LastLine(res.Stderr))
 	}
 	reply := sandbox.InstallReply{Manager: req.Manager, DurationMS: time.Since(start).Milliseconds(),
 		Phases: phases(netTime, jobTime, res)}
@@ -445,7 +446,7 @@ func (i *Installer) Install(ctx context.Context, owner, sessionID string, req sa
 	}
 	i.log.Info("install", "session", sessionID, "manager", req.Manager, "packages", len(plan), "ms", reply.DurationMS,
 		"network_ms", reply.Phases.Network, "sandbox_ms", reply.Phases.Sandbox, "startup_ms", reply.Phases.Startup,
-		"stage_ms", reply.Phases.Stage, "commit_ms", reply.Phases.Commit, "installer", lastLine(res.Stdout))
+		"stage_ms", reply.Phases.Stage, "commit_ms", reply.Phases.Commit, "installer", clip.LastLine(res.Stdout))
 	return reply, nil
 }
 
@@ -498,21 +499,6 @@ func logRequests(log *slog.Logger, id string, h http.Handler) http.Handler {
 		log.Debug("installer fetch", "id", id, "path", r.URL.Path, "remote", r.RemoteAddr)
 		h.ServeHTTP(w, r)
 	})
-}
-
-func tail(s string, n int) string {
-	if len(s) > n {
-		return s[len(s)-n:]
-	}
-	return s
-}
-
-func lastLine(s string) string {
-	s = strings.TrimSpace(s)
-	if k := strings.LastIndexByte(s, '\n'); k >= 0 {
-		s = s[k+1:]
-	}
-	return tail(s, 300)
 }
 
 func validHex(s string, n int) bool {

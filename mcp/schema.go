@@ -10,12 +10,14 @@ import (
 
 // Closed value sets the tools' schemas state as enums.
 var (
-	managers         = []any{"pip", "npm"}
-	executionStatus  = []any{sandbox.StatusOK, sandbox.StatusError, sandbox.StatusTimeout, sandbox.StatusOOM, sandbox.StatusOutputLimit, sandbox.StatusCompileError}
-	packageStatus    = []any{"admitted", "refused", "quarantined", "removed", "not_found", "invalid"}
-	osvVerdicts      = []any{"clean", "accepted", "vulnerable", "unknown"}
-	minTimeoutSecond = 0.1
+	managers        = []any{"pip", "npm"}
+	executionStatus = []any{sandbox.StatusOK, sandbox.StatusError, sandbox.StatusTimeout, sandbox.StatusOOM, sandbox.StatusOutputLimit, sandbox.StatusCompileError}
+	packageStatus   = []any{"admitted", "refused", "quarantined", "removed", "not_found", "invalid"}
+	osvVerdicts     = []any{"clean", "accepted", "vulnerable", "unknown"}
 )
+
+// minTimeoutSecond is the smallest timeout a tool accepts.
+const minTimeoutSecond = 0.1
 
 // defaultTimeoutSeconds is the timeout a call without one gets when
 // Options.DefaultTimeout is zero (the server's limits.default_timeout
@@ -54,7 +56,8 @@ func requiredArray(s *jsonschema.Schema, name string, maxItems int) {
 
 // timeoutSchema bounds a timeout property and states its default.
 func timeoutSchema(p *jsonschema.Schema, def float64) {
-	p.Minimum = &minTimeoutSecond
+	lowest := minTimeoutSecond
+	p.Minimum = &lowest
 	p.Default = []byte(fmt.Sprintf("%g", def))
 }
 

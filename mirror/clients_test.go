@@ -47,9 +47,23 @@ func run(t *testing.T, dir string, env []string, name string, args ...string) (s
 	return string(out), err
 }
 
+// TestRealPipAgainstMirror installs with the pip in PATH and, when the
+// machine has it, Debian's own (pip 23.0.1, which reads a JSON index's
+// metadata field as a string only).
 func TestRealPipAgainstMirror(t *testing.T) {
 	t.Parallel()
-	py := needTool(t, "python3")
+	t.Run("path", func(t *testing.T) { testRealPip(t, needTool(t, "python3")) })
+	t.Run("debian", func(t *testing.T) {
+		const py = "/usr/bin/python3"
+		if out, err := exec.Command(py, "-m", "pip", "--version").CombinedOutput(); err != nil {
+			t.Skipf("no pip for %s: %s", py, out)
+		}
+		testRealPip(t, py)
+	})
+}
+
+func testRealPip(t *testing.T, py string) {
+	t.Parallel()
 	ctx := context.Background()
 	m := newTestMirror(t, true)
 	for _, f := range []string{"testdata/wheels/wheel-0.43.0-py3-none-any.whl", "testdata/wheels/example-21.12-py3-none-any.whl"} {

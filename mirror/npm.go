@@ -110,6 +110,7 @@ func SanitizeNPM(data []byte, l Limits) (*NPMPackage, error) {
 	var n int
 	var unusual []string // what npm could read differently from the checks here
 	otherTop := false
+	top := "" // the first entry's top folder
 	for {
 		h, err := tr.Next()
 		if errors.Is(err, io.EOF) {
@@ -163,11 +164,17 @@ func SanitizeNPM(data []byte, l Limits) (*NPMPackage, error) {
 			return nil, refusef("entry %q: duplicate name", h.Name)
 		}
 		seen[rest] = true
-		// The installer unpacks "package/..." only (npm takes any first
-		// folder): another layout is re-packed rather than served as is.
-		if !strings.HasPrefix(h.Name, "package/") && !otherTop {
+		// npm takes any first folder ("package/", or "node/" in @types
+		// tarballs), and so does the installer, as long as every entry
+		// shares it: a tarball with two top folders, or an odd one ("./"),
+		// is re-packed under package/ rather than served as is.
+		t, _, _ := strings.Cut(h.Name, "/")
+		if top == "" {
+			top = t
+		}
+		if (t != top || !plainTopFolder(t)) && !otherTop {
 			otherTop = true
-			unusual = append(unusual, fmt.Sprintf("top folder of %q is not package/", h.Name))
+			unusual = append(unusual, fmt.Sprintf("top folder of %q is not the archive's one plain top folder (%s/)", h.Name, top))
 		}
 		if h.Mode&^0o777 != 0 {
 			unusual = append(unusual, fmt.Sprintf("mode %o of %s", h.Mode, rest))
@@ -405,4 +412,18 @@ func dependencies(m map[string]json.RawMessage, files map[string]bool) (map[stri
 		return nil, nil
 	}
 	return out, nil
+}
+
+// plainTopFolder reports whether name is a top folder the installer takes
+// as it is: letters, digits, '-', '_' and '.', not "." or "..".
+func plainTopFolder(name string) bool {
+	if name == "" || name == "." || name == ".." || len(name) > 100 {
+		return false
+	}
+	for _, r := range name {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' || r == '.') {
+			return false
+		}
+	}
+	return true
 }

@@ -20,15 +20,11 @@ import (
 // source itself was). A fresh import of an old dump has a recent
 // ImportedAt but an old NewestModified.
 type OSVStatus struct {
-	Present    bool      `json:"present"`
-	SnapshotID string    `json:"snapshot_id"`
-	ImportedAt time.Time `json:"imported_at"`
-	// NewestModified is the newest record "modified" time in the snapshot.
-	NewestModified time.Time `json:"newest_modified"`
-	Records        int       `json:"records"`
-	// Skipped counts source records that named no ecosystem (not held).
-	Skipped    int      `json:"skipped,omitempty"`
-	Ecosystems []string `json:"ecosystems"`
+	Present    bool   `json:"present"`
+	SnapshotID string `json:"snapshot_id"`
+	// Contents is the snapshot's: when it was imported, its newest record
+	// "modified" time, how many records it holds and skipped.
+	osvdb.Contents
 	// Age is now minus ImportedAt; Stale is Age > MaxAge.
 	Age    time.Duration `json:"age_ns"`
 	MaxAge time.Duration `json:"max_age_ns"`
@@ -162,8 +158,7 @@ func (m *Mirror) OSVStatus(ctx context.Context) (OSVStatus, error) {
 			return st, err
 		}
 	}
-	st.Present, st.SnapshotID, st.ImportedAt, st.NewestModified = true, snap.ID, snap.ImportedAt, snap.NewestModified
-	st.Records, st.Skipped, st.Ecosystems = snap.Records, snap.Skipped, snap.Ecosystems
+	st.Present, st.SnapshotID, st.Contents = true, snap.ID, snap.Contents
 	st.Age = m.now().Sub(snap.ImportedAt)
 	if !snap.NewestModified.IsZero() {
 		st.ModifiedAge = m.now().Sub(snap.NewestModified)

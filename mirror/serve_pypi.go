@@ -105,10 +105,13 @@ type simpleFile struct {
 	URL            string            `json:"url"`
 	Hashes         map[string]string `json:"hashes"`
 	RequiresPython *string           `json:"requires-python,omitempty"`
-	CoreMetadata   any               `json:"core-metadata"`
-	DistInfoMeta   any               `json:"dist-info-metadata"`
-	Size           int64             `json:"size"`
-	Yanked         bool              `json:"yanked"`
+	// CoreMetadata is PEP 714's name. The JSON page leaves out the older
+	// dist-info-metadata key (PEP 714 lets a repository drop it): pip
+	// 23.0, Debian 12's, reads that key as a string and crashes on the
+	// dict PEP 691 gives it. The HTML page keeps both attributes.
+	CoreMetadata any   `json:"core-metadata"`
+	Size         int64 `json:"size"`
+	Yanked       bool  `json:"yanked"`
 }
 
 func (m *Mirror) serveSimpleProject(w http.ResponseWriter, r *http.Request, rest string) {
@@ -159,14 +162,14 @@ func (m *Mirror) renderSimpleProject(ctx context.Context, norm string, isJSON bo
 		versions := []string{}
 		seen := map[string]bool{}
 		for _, a := range as {
-			f := simpleFile{Filename: a.Filename, URL: fileHref(a), Hashes: map[string]string{"sha256": a.SHA256}, Size: a.Size, CoreMetadata: false, DistInfoMeta: false}
+			f := simpleFile{Filename: a.Filename, URL: fileHref(a), Hashes: map[string]string{"sha256": a.SHA256}, Size: a.Size, CoreMetadata: false}
 			if a.RequiresPython != "" {
 				rp := a.RequiresPython
 				f.RequiresPython = &rp
 			}
 			if a.MetadataSHA256 != "" {
 				md := map[string]string{"sha256": a.MetadataSHA256}
-				f.CoreMetadata, f.DistInfoMeta = md, md
+				f.CoreMetadata = md
 			}
 			files = append(files, f)
 			if !seen[a.Version] {

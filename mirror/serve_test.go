@@ -74,6 +74,9 @@ func TestSimpleIndex(t *testing.T) {
 		doc.Files[0].Hashes["sha256"] != a.SHA256 || doc.Files[0].CoreMetadata["sha256"] != a.MetadataSHA256 {
 		t.Errorf("project json = %+v (%v)", js, err)
 	}
+	if strings.Contains(js.body, "dist-info-metadata") {
+		t.Errorf("project json has the pre-PEP 714 key pip 23.0 cannot read: %s", js.body)
+	}
 	// Non-normalised names redirect; refused projects are 404.
 	if r := get(t, srv.URL+"/mirror/pypi/simple/Wheel/", ""); r.code != http.StatusMovedPermanently {
 		t.Errorf("redirect = %d", r.code)

@@ -293,8 +293,9 @@ func TestSanitizeNPMByteForByte(t *testing.T) {
 		{name: "data after the tar end", data: afterTar, removed: "data after the end of the tar archive"},
 		{name: "setuid bit", data: setuid, removed: "mode 4755 of x"},
 		{name: "dependencies", data: plainNPM(t, "d", "1.0.0", `, "dependencies": {"ms": "^2.1.3"}`), removed: "dependencies"},
-		{name: "other top folder", data: buildTarball(t, []tarEntry{{name: "node/package.json", body: `{"name":"@types/node","version":"1.0.0"}`}}), removed: "is not package/"},
-		{name: "dot slash", data: buildTarball(t, []tarEntry{{name: "./package/package.json", body: `{"name":"dot","version":"1.0.0"}`}}), removed: "is not package/"},
+		{name: "types top folder", data: buildTarball(t, []tarEntry{{name: "node/package.json", body: `{"name":"@types/node","version":"1.0.0"}`}, {name: "node/index.d.ts", body: "export {};"}}), same: true},
+		{name: "two top folders", data: buildTarball(t, []tarEntry{{name: "node/package.json", body: `{"name":"@types/node","version":"1.0.0"}`}, {name: "package/index.d.ts", body: "x"}}), removed: "not the archive's one plain top folder"},
+		{name: "dot slash", data: buildTarball(t, []tarEntry{{name: "./package/package.json", body: `{"name":"dot","version":"1.0.0"}`}}), removed: "not the archive's one plain top folder"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

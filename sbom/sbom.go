@@ -1,7 +1,7 @@
 // Package sbom turns what the mirror admitted and what a session installed
 // into CycloneDX 1.6 JSON (github.com/CycloneDX/cyclonedx-go). It is a leaf:
 // it does no I/O beyond writing to the io.Writer it is given, and callers
-// (internal/cli) gather the rows from the store and the mirror.
+// (internal/app) gather the rows from the store and the mirror.
 package sbom
 
 import (

@@ -62,18 +62,5 @@ func (s *Store) SessionInstalls(ctx context.Context, sessionID string) ([]Instal
 // RecentSessions returns the latest limit sessions of every key, live or
 // ended, newest first (the operator console).
 func (s *Store) RecentSessions(ctx context.Context, limit int) ([]SessionRow, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT `+sessionCols+` FROM sessions ORDER BY created_at DESC, id LIMIT ?`, limit)
-	if err != nil {
-		return nil, fmt.Errorf("listing sessions: %w", err)
-	}
-	defer rows.Close()
-	out := []SessionRow{}
-	for rows.Next() {
-		r, err := scanSession(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, r)
-	}
-	return out, rows.Err()
+	return s.querySessions(ctx, `SELECT `+sessionCols+` FROM sessions ORDER BY created_at DESC, id LIMIT ?`, limit)
 }

@@ -266,20 +266,7 @@ func (s *Store) ReleaseSessions(ctx context.Context) ([]string, error) {
 // LiveSessionsOfKey lists the sessions of keyID that have not ended, on
 // every node.
 func (s *Store) LiveSessionsOfKey(ctx context.Context, keyID string) ([]SessionRow, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT `+sessionCols+` FROM sessions WHERE key_id = ? AND state NOT IN ('ended', 'failed') ORDER BY created_at`, keyID)
-	if err != nil {
-		return nil, fmt.Errorf("listing sessions of key: %w", err)
-	}
-	defer rows.Close()
-	var out []SessionRow
-	for rows.Next() {
-		r, err := scanSession(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, r)
-	}
-	return out, rows.Err()
+	return s.querySessions(ctx, `SELECT `+sessionCols+` FROM sessions WHERE key_id = ? AND state NOT IN ('ended', 'failed') ORDER BY created_at`, keyID)
 }
 
 func boolInt(b bool) int {

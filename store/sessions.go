@@ -97,12 +97,18 @@ func (s *Store) SessionsInStates(ctx context.Context, states ...string) ([]Sessi
 	for _, st := range states {
 		args = append(args, st)
 	}
+	return s.querySessions(ctx, q, args...)
+}
+
+// querySessions runs q, a SELECT of sessionCols, and reads every row (an
+// empty list, never nil, when there is none).
+func (s *Store) querySessions(ctx context.Context, q string, args ...any) ([]SessionRow, error) {
 	rows, err := s.db.QueryContext(ctx, q, args...)
 	if err != nil {
 		return nil, fmt.Errorf("listing sessions: %w", err)
 	}
 	defer rows.Close()
-	var out []SessionRow
+	out := []SessionRow{}
 	for rows.Next() {
 		r, err := scanSession(rows)
 		if err != nil {

@@ -15,8 +15,6 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
-
-	"github.com/sandboxapi/sandboxapi/internal/config"
 )
 
 // pebbleBinary finds a Pebble ACME test server: $PEBBLE, then PATH, then
@@ -112,7 +110,7 @@ func TestTLSACMEWithPebble(t *testing.T) {
 	waitTCP(t, "127.0.0.1:"+acmePort)
 	waitTCP(t, "127.0.0.1:"+mgmtPort)
 
-	env := tlsTestEnv(t, config.TLS{Mode: config.TLSACME, Domains: []string{domain}, Email: "ops@sandboxapi.test",
+	env := tlsTestEnv(t, Settings{Mode: ModeACME, Domains: []string{domain}, Email: "ops@sandboxapi.test",
 		ACMEDirectory: "https://127.0.0.1:" + acmePort + "/dir", ACMERoots: minica, RedirectListen: "127.0.0.1:" + httpPort})
 	env.Config.Listen = "127.0.0.1:" + tlsPort
 	tl := serveTLS(t, env)

@@ -20,8 +20,6 @@ import (
 	"time"
 
 	"github.com/caddyserver/certmagic"
-
-	"github.com/sandboxapi/sandboxapi/internal/config"
 )
 
 // Listen opens the API listener: plain TCP when tls.mode is off, else a
@@ -30,23 +28,23 @@ import (
 // when tls.redirect_listen is set. Closing the returned listener (as
 // http.Server.Shutdown does) stops the redirect listener and certificate
 // maintenance too.
-func Listen(ctx context.Context, cfg *config.Config, log *slog.Logger) (net.Listener, error) {
-	ln, err := net.Listen("tcp", cfg.Listen)
+func Listen(ctx context.Context, addr, dataDir string, s Settings, log *slog.Logger) (net.Listener, error) {
+	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, err
 	}
-	if !cfg.TLS.Enabled() {
+	if !s.Enabled() {
 		return ln, nil
 	}
-	tcfg, challenge, stop, err := tlsConfig(ctx, cfg, log, ln.Addr())
+	tcfg, challenge, stop, err := tlsConfig(ctx, addr, dataDir, s, log, ln.Addr())
 	if err != nil {
 		ln.Close()
-		return nil, fmt.Errorf("setting up TLS (%s): %w", cfg.TLS.Mode, err)
+		return nil, fmt.Errorf("setting up TLS (%s): %w", s.Mode, err)
 	}
 	tl := newTLSListener(ln, tcfg)
 	tl.stops = append(tl.stops, stop)
-	if cfg.TLS.RedirectListen != "" {
-		addr, rs, err := startRedirect(cfg.TLS.RedirectListen, ln.Addr(), challenge, log)
+	if s.RedirectListen != "" {
+		addr, rs, err := startRedirect(s.RedirectListen, ln.Addr(), challenge, log)
 		if err != nil {
 			tl.Close()
 			return nil, err
@@ -54,7 +52,7 @@ func Listen(ctx context.Context, cfg *config.Config, log *slog.Logger) (net.List
 		tl.redirect = addr
 		tl.stops = append(tl.stops, rs)
 	}
-	log.Info("serving HTTPS", "mode", cfg.TLS.Mode, "domains", cfg.TLS.Domains, "redirect_listen", cfg.TLS.RedirectListen)
+	log.Info("serving HTTPS", "mode", s.Mode, "domains", s.Domains, "redirect_listen", s.RedirectListen)
 	return tl, nil
 }
 
@@ -180,12 +178,11 @@ func (l *tlsListener) Close() error {
 	return err
 }
 
-// tlsConfig builds the server's tls.Config for cfg.TLS. challenge wraps
+// tlsConfig builds the server's tls.Config for t. challenge wraps
 // the redirect handler with ACME HTTP-01 answers (identity otherwise).
-func tlsConfig(ctx context.Context, cfg *config.Config, log *slog.Logger, addr net.Addr) (tcfg *tls.Config, challenge func(http.Handler) http.Handler, stop func(), err error) {
-	t := cfg.TLS
+func tlsConfig(ctx context.Context, listen, dataDir string, t Settings, log *slog.Logger, addr net.Addr) (tcfg *tls.Config, challenge func(http.Handler) http.Handler, stop func(), err error) {
 	challenge = func(h http.Handler) http.Handler { return h }
-	if t.Mode == config.TLSFiles {
+	if t.Mode == ModeFiles {
 		fc := &fileCert{certFile: t.CertFile, keyFile: t.KeyFile}
 		if _, err := fc.get(); err != nil {
 			return nil, nil, nil, err
@@ -193,7 +190,7 @@ func tlsConfig(ctx context.Context, cfg *config.Config, log *slog.Logger, addr n
 		return &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return fc.get() },
 			NextProtos: []string{"http/1.1"}}, challenge, func() {}, nil
 	}
-	storage := StorageDir(cfg)
+	storage := t.Storage(dataDir)
 	if err := os.MkdirAll(storage, 0o700); err != nil {
 		return nil, nil, nil, fmt.Errorf("creating %s: %w", storage, err)
 	}
@@ -205,7 +202,7 @@ func tlsConfig(ctx context.Context, cfg *config.Config, log *slog.Logger, addr n
 	magic = certmagic.New(cache, certmagic.Config{Storage: &certmagic.FileStorage{Path: filepath.Join(storage, "certmagic")}, Logger: zapToSlog(log)})
 	domains := t.Domains
 	switch t.Mode {
-	case config.TLSACME:
+	case ModeACME:
 		tmpl := certmagic.ACMEIssuer{CA: t.ACMEDirectory, Email: t.Email, Agreed: true, Logger: zapToSlog(log)}
 		if tmpl.CA == "" {
 			tmpl.CA = certmagic.LetsEncryptProductionCA
@@ -238,7 +235,7 @@ func tlsConfig(ctx context.Context, cfg *config.Config, log *slog.Logger, addr n
 			return nil, nil, nil, fmt.Errorf("managing certificates for %v: %w", domains, err)
 		}
 		return finishTLS(magic), challenge, cache.Stop, nil
-	case config.TLSLocal:
+	case ModeLocal:
 		ca, err := loadOrCreateLocalCA(filepath.Join(storage, "local-ca"))
 		if err != nil {
 			cache.Stop()
@@ -246,7 +243,7 @@ func tlsConfig(ctx context.Context, cfg *config.Config, log *slog.Logger, addr n
 		}
 		magic.Issuers = []certmagic.Issuer{ca}
 		if len(domains) == 0 {
-			domains = localNames(cfg.Listen)
+			domains = localNames(listen)
 		}
 		magic.DefaultServerName = domains[0]
 	}
@@ -266,15 +263,6 @@ func finishTLS(magic *certmagic.Config) *tls.Config {
 	tcfg.MinVersion = tls.VersionTLS12
 	tcfg.NextProtos = append([]string{"http/1.1"}, tcfg.NextProtos...)
 	return tcfg
-}
-
-// StorageDir is where modes acme and local keep their state:
-// tls.storage_dir, by default <data_dir>/tls.
-func StorageDir(cfg *config.Config) string {
-	if cfg.TLS.StorageDir != "" {
-		return cfg.TLS.StorageDir
-	}
-	return filepath.Join(cfg.DataDir, "tls")
 }
 
 // localNames are the default names of a local certificate: localhost and

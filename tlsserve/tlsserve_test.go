@@ -14,27 +14,26 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/sandboxapi/sandboxapi/internal/config"
 )
 
-// testEnv is what Listen needs: a config and a logger.
+// testEnv is what Listen needs: an address, a data folder, the tls
+// section and a logger.
 type testEnv struct {
-	Config *config.Config
+	Config *testConfig
 	Log    *slog.Logger
 }
 
+// testConfig holds the parts of the root config Listen reads.
+type testConfig struct {
+	Listen, DataDir string
+	TLS             Settings
+}
+
 // tlsTestEnv is a config on loopback with a fresh data dir.
-func tlsTestEnv(t *testing.T, tc config.TLS) *testEnv {
+func tlsTestEnv(t *testing.T, tc Settings) *testEnv {
 	t.Helper()
-	cfg, err := config.Load("")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.DataDir = t.TempDir()
-	cfg.Listen = "127.0.0.1:0"
-	cfg.TLS = tc
-	if err := cfg.Validate(); err != nil {
+	cfg := &testConfig{Listen: "127.0.0.1:0", DataDir: t.TempDir(), TLS: tc}
+	if err := tc.Validate(); err != nil {
 		t.Fatal(err)
 	}
 	var logs bytes.Buffer
@@ -49,7 +48,7 @@ func tlsTestEnv(t *testing.T, tc config.TLS) *testEnv {
 // serveTLS runs an http.Server on listen's listener answering "hello".
 func serveTLS(t *testing.T, env *testEnv) *tlsListener {
 	t.Helper()
-	ln, err := Listen(t.Context(), env.Config, env.Log)
+	ln, err := Listen(t.Context(), env.Config.Listen, env.Config.DataDir, env.Config.TLS, env.Log)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -101,7 +100,7 @@ func getBody(t *testing.T, c *http.Client, url string) (*http.Response, string) 
 // from the local CA, checks them from a client that trusts only that CA,
 // and follows the HTTP redirect listener to HTTPS.
 func TestTLSLocalIssuer(t *testing.T) {
-	env := tlsTestEnv(t, config.TLS{Mode: config.TLSLocal, RedirectListen: "127.0.0.1:0"})
+	env := tlsTestEnv(t, Settings{Mode: ModeLocal, RedirectListen: "127.0.0.1:0"})
 	tl := serveTLS(t, env)
 	_, port, _ := net.SplitHostPort(tl.Addr().String())
 	caFile := filepath.Join(env.Config.DataDir, "tls", "local-ca", "ca.pem")
@@ -187,7 +186,7 @@ func TestTLSFiles(t *testing.T) {
 	}
 	certFile, keyFile := filepath.Join(dir, "fullchain.pem"), filepath.Join(dir, "privkey.pem")
 	writeLeaf(t, ca, certFile, keyFile)
-	env := tlsTestEnv(t, config.TLS{Mode: config.TLSFiles, CertFile: certFile, KeyFile: keyFile})
+	env := tlsTestEnv(t, Settings{Mode: ModeFiles, CertFile: certFile, KeyFile: keyFile})
 	tl := serveTLS(t, env)
 	defer tl.Close()
 	c := clientTrusting(t, filepath.Join(dir, "ca", "ca.pem"))
@@ -237,21 +236,21 @@ func TestTLSConfigValidate(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
 		name    string
-		tls     config.TLS
+		tls     Settings
 		wantErr string
 	}{
-		{name: "off", tls: config.TLS{Mode: "off"}},
-		{name: "empty is off", tls: config.TLS{}},
-		{name: "acme", tls: config.TLS{Mode: "acme", Domains: []string{"api.example.com"}, Email: "ops@example.com", ACMEDirectory: "https://ca.internal/acme/directory", RedirectListen: ":80"}},
-		{name: "acme without domain", tls: config.TLS{Mode: "acme"}, wantErr: "acme needs at least one domain"},
-		{name: "acme with IP", tls: config.TLS{Mode: "acme", Domains: []string{"10.0.0.1"}}, wantErr: "not a domain name"},
-		{name: "acme http directory", tls: config.TLS{Mode: "acme", Domains: []string{"a.example.com"}, ACMEDirectory: "http://ca/dir"}, wantErr: "not an https URL"},
-		{name: "local", tls: config.TLS{Mode: "local", Domains: []string{"sandbox.lan", "10.0.0.5"}}},
-		{name: "local with acme field", tls: config.TLS{Mode: "local", Email: "x@y.z"}, wantErr: "apply to mode acme only"},
-		{name: "files", tls: config.TLS{Mode: "files", CertFile: "/c.pem", KeyFile: "/k.pem"}},
-		{name: "files without key", tls: config.TLS{Mode: "files", CertFile: "/c.pem"}, wantErr: "needs cert_file and key_file"},
-		{name: "bad redirect", tls: config.TLS{Mode: "local", RedirectListen: "80"}, wantErr: "redirect_listen"},
-		{name: "unknown mode", tls: config.TLS{Mode: "on"}, wantErr: "tls.mode"},
+		{name: "off", tls: Settings{Mode: "off"}},
+		{name: "empty is off", tls: Settings{}},
+		{name: "acme", tls: Settings{Mode: "acme", Domains: []string{"api.example.com"}, Email: "ops@example.com", ACMEDirectory: "https://ca.internal/acme/directory", RedirectListen: ":80"}},
+		{name: "acme without domain", tls: Settings{Mode: "acme"}, wantErr: "acme needs at least one domain"},
+		{name: "acme with IP", tls: Settings{Mode: "acme", Domains: []string{"10.0.0.1"}}, wantErr: "not a domain name"},
+		{name: "acme http directory", tls: Settings{Mode: "acme", Domains: []string{"a.example.com"}, ACMEDirectory: "http://ca/dir"}, wantErr: "not an https URL"},
+		{name: "local", tls: Settings{Mode: "local", Domains: []string{"sandbox.lan", "10.0.0.5"}}},
+		{name: "local with acme field", tls: Settings{Mode: "local", Email: "x@y.z"}, wantErr: "apply to mode acme only"},
+		{name: "files", tls: Settings{Mode: "files", CertFile: "/c.pem", KeyFile: "/k.pem"}},
+		{name: "files without key", tls: Settings{Mode: "files", CertFile: "/c.pem"}, wantErr: "needs cert_file and key_file"},
+		{name: "bad redirect", tls: Settings{Mode: "local", RedirectListen: "80"}, wantErr: "redirect_listen"},
+		{name: "unknown mode", tls: Settings{Mode: "on"}, wantErr: "tls.mode"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

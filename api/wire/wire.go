@@ -4,7 +4,11 @@
 // contract of api/openapi.json, so a field changes here and there together.
 package wire
 
-import "github.com/sandboxapi/sandboxapi/internal/sandbox"
+import (
+	"time"
+
+	"github.com/sandboxapi/sandboxapi/internal/sandbox"
+)
 
 // ExecuteResult is the reply of POST /v1/execute and
 // POST /v1/sessions/{id}/execute (and the `result` event of a stream).
@@ -56,4 +60,24 @@ type Usage struct {
 	KeyID string       `json:"key_id"`
 	Plan  string       `json:"plan"`
 	Usage []UsageTotal `json:"usage"`
+}
+
+// EgressDecision is one entry of GET /v1/sessions/{id}/egress: an allow or
+// deny decision of the egress proxy. A row may stand for several decisions
+// (Count; First and Last set when it does).
+type EgressDecision struct {
+	Time       time.Time  `json:"time"`
+	Mode       string     `json:"mode"`
+	Host       string     `json:"host"`
+	Port       uint16     `json:"port"`
+	Addr       string     `json:"addr,omitempty"`
+	Outcome    string     `json:"outcome"`
+	Reason     string     `json:"reason"`
+	BytesUp    int64      `json:"bytes_up"`
+	BytesDown  int64      `json:"bytes_down"`
+	DurationMS int64      `json:"duration_ms"`
+	Count      int        `json:"count"`
+	First      *time.Time `json:"first,omitempty"`
+	Last       *time.Time `json:"last,omitempty"`
+	Summary    bool       `json:"summary,omitempty"`
 }

@@ -179,7 +179,7 @@ func agentInit() int {
 	// descriptors (the host channel) through /proc/1/task/*/fd.
 	_ = unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0)
 	r := newReaper()
-	a := &agent{out: bufio.NewWriterSize(os.Stdout, 64<<10), reaper: r}
+	a := &agent{out: bufio.NewWriterSize(os.Stdout, 64<<10), reaper: r, host: newHost()}
 	if _, err := fmt.Fprintf(os.Stdout, "%s%s\n", AgentHello, ProtocolVersion); err == nil {
 		a.serve(os.Stdin)
 	}
@@ -187,6 +187,7 @@ func agentInit() int {
 }
 
 type agent struct {
+	host   *host
 	wmu    sync.Mutex
 	out    *bufio.Writer
 	reaper *reaper
@@ -285,7 +286,7 @@ func (a *agent) runSafely(ar *AgentRequest) (res Result) {
 			res = Result{Status: sandbox.StatusStartError, Error: fmt.Sprint("agent: ", v)}
 		}
 	}()
-	return serveRequest(&ar.Request, a.spawn, bytes.NewReader(ar.Stdin), a.stream(FrameStdout), a.stream(FrameStderr))
+	return a.host.serveRequest(&ar.Request, a.spawn, bytes.NewReader(ar.Stdin), a.stream(FrameStdout), a.stream(FrameStderr))
 }
 
 // stream is an output that becomes frames.

@@ -96,6 +96,7 @@ func failf(code, format string, args ...any) *fileFail {
 
 // fileMode runs one of put, get and list and reports on fd 3.
 func fileMode(mode string) int {
+	h := newHost()
 	out := os.NewFile(3, "result")
 	report := func(res FileResult) bool {
 		if out == nil {
@@ -125,10 +126,10 @@ func fileMode(mode string) int {
 	switch mode {
 	case "put":
 		in := bufio.NewReaderSize(os.Stdin, 64<<10)
-		res.Info, err = putFile(comps, func(w io.Writer, what string) error { return copyFrames(w, in, req.Max, what) }, asIs)
+		res.Info, err = h.putFile(comps, func(w io.Writer, what string) error { return copyFrames(w, in, req.Max, what) }, asIs)
 	case "get":
 		var f *os.File
-		f, res.Info, err = openRegular(comps, req.Max)
+		f, res.Info, err = h.openRegular(comps, req.Max)
 		if err == nil {
 			defer f.Close()
 			if !report(res) {
@@ -143,7 +144,7 @@ func fileMode(mode string) int {
 			return 0
 		}
 	case "list":
-		res.Entries, res.Truncated, err = listDir(comps, int(req.Max))
+		res.Entries, res.Truncated, err = h.listDir(comps, int(req.Max))
 	default:
 		err = failf(CodeInvalid, "unknown file mode %q", mode)
 	}
@@ -244,8 +245,8 @@ func entry(name string, st *unix.Stat_t) FileEntry {
 // each component is first looked at with fstatat(AT_SYMLINK_NOFOLLOW),
 // must be a directory, and the opened descriptor must be that very
 // directory (same device and inode).
-func walk(comps []string, create bool) (int, error) {
-	fd, err := openDirAt(unix.AT_FDCWD, homeRoot, Home, false)
+func (h *host) walk(comps []string, create bool) (int, error) {
+	fd, err := openDirAt(unix.AT_FDCWD, h.homeRoot, Home, false)
 	if err != nil {
 		return -1, err
 	}
@@ -316,12 +317,12 @@ func checkLeaf(dirfd int, name, what string) (*unix.Stat_t, error) {
 }
 
 // openRegular opens the regular file at comps for reading.
-func openRegular(comps []string, max int64) (*os.File, *FileEntry, error) {
+func (h *host) openRegular(comps []string, max int64) (*os.File, *FileEntry, error) {
 	if len(comps) == 0 {
 		return nil, nil, failf(CodeNotRegular, "%s is a directory", Home)
 	}
 	what := JoinHome(comps)
-	dirfd, err := walk(comps[:len(comps)-1], false)
+	dirfd, err := h.walk(comps[:len(comps)-1], false)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -357,7 +358,7 @@ func openRegular(comps []string, max int64) (*os.File, *FileEntry, error) {
 // returned nil (the whole upload has arrived). An existing target must be
 // a regular file; its permission bits are kept. Every step that resolves
 // a name runs inside asUser; fill only writes to the open file.
-func putFile(comps []string, fill func(w io.Writer, what string) error, asUser func(func() error) error) (*FileEntry, error) {
+func (h *host) putFile(comps []string, fill func(w io.Writer, what string) error, asUser func(func() error) error) (*FileEntry, error) {
 	if len(comps) == 0 {
 		return nil, failf(CodeNotRegular, "%s is a directory", Home)
 	}
@@ -368,7 +369,7 @@ func putFile(comps []string, fill func(w io.Writer, what string) error, asUser f
 	tmp := ""
 	err := asUser(func() error {
 		var err error
-		dirfd, err = walk(comps[:len(comps)-1], true)
+		dirfd, err = h.walk(comps[:len(comps)-1], true)
 		if err != nil {
 			return err
 		}
@@ -462,8 +463,8 @@ func copyFrames(w io.Writer, r io.Reader, max int64, what string) error {
 
 // listDir lists the directory at comps without following symlinks; at
 // most max entries (sorted by name), the rest reported as truncated.
-func listDir(comps []string, max int) ([]FileEntry, bool, error) {
-	fd, err := walk(comps, false)
+func (h *host) listDir(comps []string, max int) ([]FileEntry, bool, error) {
+	fd, err := h.walk(comps, false)
 	if err != nil {
 		return nil, false, err
 	}

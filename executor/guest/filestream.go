@@ -337,8 +337,8 @@ func threadCreds(uid, gid int) error {
 // gives that user its /proc/1/task/<tid> folder (it does not apply
 // PR_SET_DUMPABLE there, measured): the window is kept to those steps.
 // Outside a sandbox's pid 1 (tests as another user) f runs as is.
-func userRunner(uid, gid int) func(func() error) error {
-	if os.Geteuid() != 0 || os.Getpid() != 1 && !testUserSwitch {
+func (h *host) userRunner(uid, gid int) func(func() error) error {
+	if os.Geteuid() != 0 || os.Getpid() != 1 && !h.anyPID {
 		return asIs
 	}
 	return func(f func() error) error {
@@ -354,9 +354,6 @@ func userRunner(uid, gid int) func(func() error) error {
 	}
 }
 
-// testUserSwitch lets tests on the host (not pid 1) switch credentials.
-var testUserSwitch = false
-
 // serveStream serves one stream on a thread of its own that ends with it.
 func (a *agent) serveStream(s *fstream, op *FileOpen) {
 	runtime.LockOSThread() // never unlocked: the thread dies with this goroutine
@@ -367,7 +364,7 @@ func (a *agent) serveStream(s *fstream, op *FileOpen) {
 			a.fileResult(s.id, FileResult{Code: CodeIO, Error: fmt.Sprint("agent: ", v)})
 		}
 	}()
-	asUser := userRunner(op.UID, op.GID)
+	asUser := a.host.userRunner(op.UID, op.GID)
 	comps, err := CleanPath(op.Path)
 	if err != nil {
 		err = failf(CodeInvalid, "%v", err)
@@ -375,14 +372,14 @@ func (a *agent) serveStream(s *fstream, op *FileOpen) {
 	if err == nil {
 		switch op.Op {
 		case "put":
-			res.Info, err = putFile(comps, func(w io.Writer, what string) error { return a.copyUpload(w, s, op.Max, what) }, asUser)
+			res.Info, err = a.host.putFile(comps, func(w io.Writer, what string) error { return a.copyUpload(w, s, op.Max, what) }, asUser)
 		case "get":
 			a.serveDownload(s, comps, op.Max, asUser)
 			return
 		case "list":
 			err = asUser(func() error {
 				var err error
-				res.Entries, res.Truncated, err = listDir(comps, int(op.Max))
+				res.Entries, res.Truncated, err = a.host.listDir(comps, int(op.Max))
 				return err
 			})
 		default:
@@ -457,7 +454,7 @@ func (a *agent) serveDownload(s *fstream, comps []string, max int64, asUser func
 	var info *FileEntry
 	err := asUser(func() error {
 		var err error
-		f, info, err = openRegular(comps, max)
+		f, info, err = a.host.openRegular(comps, max)
 		return err
 	})
 	if err != nil {

@@ -48,9 +48,9 @@ func TestThreadCredsArePerThread(t *testing.T) {
 	go func() {
 		runtime.LockOSThread() // never unlocked: the thread ends with the test goroutine
 		var o out
-		testUserSwitch = true
-		defer func() { testUserSwitch = false }()
-		o.err = userRunner(1000, 1000)(func() error {
+		h := newHost()
+		h.anyPID = true
+		o.err = h.userRunner(1000, 1000)(func() error {
 			r, _, _ := unix.RawSyscall(unix.SYS_GETEUID, 0, 0, 0)
 			o.euid = int(r)
 			other := make(chan int)
@@ -97,12 +97,11 @@ func TestThreadCredsArePerThread(t *testing.T) {
 func agentPair(t *testing.T) (*bufio.Reader, io.Writer, string) {
 	t.Helper()
 	home := t.TempDir()
-	old := homeRoot
-	homeRoot = home
-	t.Cleanup(func() { homeRoot = old })
+	h := newHost()
+	h.homeRoot = home
 	hostR, guestW := io.Pipe()
 	guestR, hostW := io.Pipe()
-	a := &agent{out: bufio.NewWriter(guestW)}
+	a := &agent{out: bufio.NewWriter(guestW), host: h}
 	go a.serve(guestR)
 	t.Cleanup(func() { hostW.Close(); guestW.Close() })
 	return bufio.NewReader(hostR), hostW, home

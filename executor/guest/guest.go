@@ -111,13 +111,10 @@ type Result struct {
 // without a deadline is never armed, whatever the host sent.
 const DefaultTimeoutMS = 30_000
 
-// defaultTimeout is DefaultTimeoutMS as a duration; tests shorten it.
-var defaultTimeout = DefaultTimeoutMS * time.Millisecond
-
 // timeoutOf is the deadline a run gets for a TimeoutMS of ms.
-func timeoutOf(ms int64) time.Duration {
+func (h *host) timeoutOf(ms int64) time.Duration {
 	if ms <= 0 {
-		return defaultTimeout
+		return h.defaultTimeout
 	}
 	return time.Duration(ms) * time.Millisecond
 }
@@ -224,9 +221,6 @@ func Encode(req *Request) ([]byte, error) {
 // of its own (mode 0711, root's): the user can fill /tmp, not this.
 const WorkRoot = "/tmp/.sbx"
 
-// workRoot is WorkRoot (a variable for tests).
-var workRoot = WorkRoot
-
 func run() int {
 	// fd 3 is the host's result pipe: the program must not inherit it (what
 	// it wrote there would be read as the result).
@@ -249,7 +243,7 @@ func runRequest() Result {
 	if err != nil {
 		return Result{Status: sandbox.StatusStartError, Error: err.Error()}
 	}
-	return serveRequest(req, execSpawn, os.Stdin, os.Stdout, os.Stderr)
+	return newHost().serveRequest(req, execSpawn, os.Stdin, os.Stdout, os.Stderr)
 }
 
 // spawnFunc starts cmd with the given stdio, calls onStart with its pid,
@@ -276,8 +270,8 @@ func execSpawn(cmd *exec.Cmd, stdin io.Reader, stdout, stderr io.Writer, onStart
 
 // serveRequest prepares the work folder, compiles if asked and runs the
 // program, spawning each step with spawn.
-func serveRequest(req *Request, spawn spawnFunc, stdin io.Reader, stdout, stderr io.Writer) Result {
-	dir, err := prepareDir(req)
+func (h *host) serveRequest(req *Request, spawn spawnFunc, stdin io.Reader, stdout, stderr io.Writer) Result {
+	dir, err := h.prepareDir(req)
 	if err != nil {
 		return Result{Status: sandbox.StatusStartError, Error: err.Error(), Code: setupCode(err)}
 	}
@@ -292,13 +286,13 @@ func serveRequest(req *Request, spawn spawnFunc, stdin io.Reader, stdout, stderr
 	// One budget for the call: the compile step gets at most its own cap
 	// and at most the call's timeout, and the run step what is left, so
 	// compile and run together never outlast TimeoutMS.
-	budget := timeoutOf(req.TimeoutMS)
+	budget := h.timeoutOf(req.TimeoutMS)
 	start := time.Now()
 	var compiled time.Duration
 	if len(req.Compile) > 0 {
 		out := &limitedBuffer{max: 256 << 10}
 		creq := *req
-		creq.TimeoutMS = compileBudget(req).Milliseconds()
+		creq.TimeoutMS = h.compileBudget(req).Milliseconds()
 		creq.Cwd = strings.ReplaceAll(req.Cwd, "{dir}", dir)
 		if dir != "" {
 			// The compiler's temporary files (gcc's, go build's) go to
@@ -307,7 +301,7 @@ func serveRequest(req *Request, spawn spawnFunc, stdin io.Reader, stdout, stderr
 			creq.Env = withEnv(req.Env, "TMPDIR", dir)
 		}
 		creq.InlineCompile = false
-		res := runOne(&creq, expand(req.Compile, dir), spawn, strings.NewReader(""), out, out)
+		res := h.runOne(&creq, expand(req.Compile, dir), spawn, strings.NewReader(""), out, out)
 		compiled = time.Since(start)
 		if res.Status != sandbox.StatusOK {
 			_, _ = stderr.Write(out.bytes())
@@ -327,7 +321,7 @@ func serveRequest(req *Request, spawn spawnFunc, stdin io.Reader, stdout, stderr
 	rreq := *req
 	rreq.TimeoutMS = CeilMS(left)
 	rreq.Cwd = strings.ReplaceAll(req.Cwd, "{dir}", dir)
-	res := runOne(&rreq, expand(req.Argv, dir), spawn, stdin, stdout, stderr)
+	res := h.runOne(&rreq, expand(req.Argv, dir), spawn, stdin, stdout, stderr)
 	if res.Status != sandbox.StatusStartError {
 		res.CompileMS += CeilMS(compiled)
 		res.DurationMS = res.CompileMS + res.RunMS
@@ -348,8 +342,8 @@ func withEnv(env []string, key, value string) []string {
 
 // compileBudget is the compile step's deadline: the smaller of its own
 // cap (when set) and the call's whole budget.
-func compileBudget(req *Request) time.Duration {
-	b := timeoutOf(req.TimeoutMS)
+func (h *host) compileBudget(req *Request) time.Duration {
+	b := h.timeoutOf(req.TimeoutMS)
 	if req.CompileTimeoutMS > 0 {
 		b = min(b, time.Duration(req.CompileTimeoutMS)*time.Millisecond)
 	}
@@ -411,7 +405,7 @@ func (l *limitedBuffer) bytes() []byte {
 
 // runOne runs argv as the user with the request's limits and reaps
 // everything it leaves behind.
-func runOne(req *Request, argv []string, spawn spawnFunc, stdin io.Reader, stdout, stderr io.Writer) Result {
+func (h *host) runOne(req *Request, argv []string, spawn spawnFunc, stdin io.Reader, stdout, stderr io.Writer) Result {
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Env = req.Env
 	cmd.Dir = req.Cwd
@@ -445,21 +439,21 @@ func runOne(req *Request, argv []string, spawn spawnFunc, stdin io.Reader, stdou
 		watching.Add(1)
 		go func() {
 			defer watching.Done()
-			watch(req, pid, &reason, done)
+			h.watch(req, pid, &reason, done)
 		}()
 		if marker != nil && req.CompileTimeoutMS > 0 {
 			// The compile step's own cap holds for a compile inside the run.
 			watching.Add(1)
 			go func() {
 				defer watching.Done()
-				t := time.NewTimer(compileBudget(req))
+				t := time.NewTimer(h.compileBudget(req))
 				defer t.Stop()
 				select {
 				case <-marker.seen:
 				case <-done:
 				case <-t.C:
 					reason.Store(sandbox.KillTimeout)
-					killRun(pid)
+					h.kill(pid)
 				}
 			}()
 		}
@@ -551,9 +545,9 @@ func (m *compileMarker) wait() time.Time {
 
 // watch kills the program's process group, then every process of the user,
 // when the call runs out of time or the sandbox out of memory.
-func watch(req *Request, pid int, reason *atomic.Value, done <-chan struct{}) {
+func (h *host) watch(req *Request, pid int, reason *atomic.Value, done <-chan struct{}) {
 	// Every run has a deadline: a TimeoutMS of 0 means the default.
-	t := time.NewTimer(timeoutOf(req.TimeoutMS))
+	t := time.NewTimer(h.timeoutOf(req.TimeoutMS))
 	defer t.Stop()
 	deadline := t.C
 	// Memory is looked at often only when it is near the limit: every
@@ -563,7 +557,7 @@ func watch(req *Request, pid int, reason *atomic.Value, done <-chan struct{}) {
 	defer tick.Stop()
 	kill := func(why sandbox.KillReason) {
 		reason.Store(why)
-		killRun(pid)
+		h.kill(pid)
 	}
 	for {
 		select {
@@ -586,9 +580,8 @@ func watch(req *Request, pid int, reason *atomic.Value, done <-chan struct{}) {
 	}
 }
 
-// killRun kills a run's process group, then every process of the user. A
-// variable so that tests on the host never signal -1.
-var killRun = func(pid int) {
+// killRun kills a run's process group, then every process of the user.
+func killRun(pid int) {
 	_ = syscall.Kill(-pid, syscall.SIGKILL)
 	_ = killAll()
 }
@@ -648,30 +641,30 @@ func memUsed() int64 {
 
 // prepareDir makes a fresh private folder (or reuses a kept one) and writes
 // the request's files into it, owned by the program's user.
-func prepareDir(req *Request) (string, error) {
+func (h *host) prepareDir(req *Request) (string, error) {
 	if req.Reuse != "" {
 		if !validName(req.Reuse) {
 			return "", fmt.Errorf("bad folder name %q", req.Reuse)
 		}
-		return filepath.Join(workRoot, req.Reuse), nil
+		return filepath.Join(h.workRoot, req.Reuse), nil
 	}
 	if len(req.Files) == 0 && req.Keep == "" {
 		return "", nil
 	}
-	if err := os.MkdirAll(workRoot, 0o711); err != nil {
-		return "", fmt.Errorf("creating %s: %w", workRoot, err)
+	if err := os.MkdirAll(h.workRoot, 0o711); err != nil {
+		return "", fmt.Errorf("creating %s: %w", h.workRoot, err)
 	}
 	var dir string
 	if req.Keep != "" {
 		if !validName(req.Keep) {
 			return "", fmt.Errorf("bad folder name %q", req.Keep)
 		}
-		dir = filepath.Join(workRoot, req.Keep)
+		dir = filepath.Join(h.workRoot, req.Keep)
 		if err := os.Mkdir(dir, 0o700); err != nil {
 			return "", fmt.Errorf("creating %s: %w", dir, err)
 		}
 	} else {
-		d, err := os.MkdirTemp(workRoot, "x")
+		d, err := os.MkdirTemp(h.workRoot, "x")
 		if err != nil {
 			return "", fmt.Errorf("creating work folder: %w", err)
 		}

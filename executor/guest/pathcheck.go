@@ -9,10 +9,6 @@ import (
 // Home is the sandbox user's home: the only tree the files API reaches.
 const Home = "/home/sandbox"
 
-// homeRoot is where the file walk starts: Home in a sandbox; tests point
-// it at a folder of their own.
-var homeRoot = Home
-
 // Limits on a files API path, as Linux has them (PATH_MAX, NAME_MAX).
 const (
 	MaxPathLen = 4096

@@ -34,7 +34,7 @@ func TestTimeoutOf(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := timeoutOf(tc.ms); got != tc.want {
+			if got := newHost().timeoutOf(tc.ms); got != tc.want {
 				t.Fatalf("timeoutOf(%d) = %v, want %v", tc.ms, got, tc.want)
 			}
 		})
@@ -61,18 +61,17 @@ func TestCeilMS(t *testing.T) {
 	}
 }
 
-// fakeKills replaces killRun for one test and records the pids killed.
+// fakeKills replaces a test host's kill and records the pids killed.
 type fakeKills struct {
 	mu     sync.Mutex
 	chans  map[int]chan struct{}
 	killed []int
 }
 
-func installFakeKills(t *testing.T) *fakeKills {
+func installFakeKills(t *testing.T, h *host) *fakeKills {
 	t.Helper()
 	f := &fakeKills{chans: map[int]chan struct{}{}}
-	old := killRun
-	killRun = func(pid int) {
+	h.kill = func(pid int) {
 		f.mu.Lock()
 		defer f.mu.Unlock()
 		f.killed = append(f.killed, pid)
@@ -81,7 +80,6 @@ func installFakeKills(t *testing.T) *fakeKills {
 			delete(f.chans, pid)
 		}
 	}
-	t.Cleanup(func() { killRun = old })
 	return f
 }
 
@@ -94,9 +92,8 @@ func (f *fakeKills) register(pid int) <-chan struct{} {
 }
 
 func TestWatchAlwaysArmsADeadline(t *testing.T) {
-	old := defaultTimeout
-	defaultTimeout = 30 * time.Millisecond
-	t.Cleanup(func() { defaultTimeout = old })
+	h := newHost()
+	h.defaultTimeout = 30 * time.Millisecond
 	tests := []struct {
 		name      string
 		timeoutMS int64
@@ -107,13 +104,13 @@ func TestWatchAlwaysArmsADeadline(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			kills := installFakeKills(t)
+			kills := installFakeKills(t, h)
 			var reason atomic.Value
 			done := make(chan struct{})
 			defer close(done)
 			returned := make(chan struct{})
 			go func() {
-				watch(&Request{TimeoutMS: tc.timeoutMS}, 4242, &reason, done)
+				h.watch(&Request{TimeoutMS: tc.timeoutMS}, 4242, &reason, done)
 				close(returned)
 			}()
 			select {
@@ -213,13 +210,14 @@ func TestCompileCountsAgainstTheCallTimeout(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			f := &fakeSpawn{kills: installFakeKills(t), steps: tc.steps}
+			h := newHost()
+			f := &fakeSpawn{kills: installFakeKills(t, h), steps: tc.steps}
 			req := &Request{
 				Compile: []string{"cc", "{dir}/main.c"}, Argv: []string{"{dir}/main"},
 				TimeoutMS: tc.timeoutMS, CompileTimeoutMS: tc.compileMS,
 			}
 			start := time.Now()
-			res := serveRequest(req, f.spawn, strings.NewReader(""), io.Discard, io.Discard)
+			res := h.serveRequest(req, f.spawn, strings.NewReader(""), io.Discard, io.Discard)
 			total := time.Since(start)
 			if res.Status != tc.status {
 				t.Fatalf("status %q, want %q (%+v)", res.Status, tc.status, res)
@@ -238,9 +236,8 @@ func TestCompileCountsAgainstTheCallTimeout(t *testing.T) {
 }
 
 func TestPrepareDirHostileFiles(t *testing.T) {
-	old := workRoot
-	workRoot = t.TempDir()
-	t.Cleanup(func() { workRoot = old })
+	h := newHost()
+	h.workRoot = t.TempDir()
 	outside := t.TempDir()
 	tests := []struct {
 		name  string
@@ -264,7 +261,7 @@ func TestPrepareDirHostileFiles(t *testing.T) {
 			for _, p := range tc.files {
 				req.Files = append(req.Files, File{Path: p, Content: []byte("x")})
 			}
-			dir, err := prepareDir(req)
+			dir, err := h.prepareDir(req)
 			if dir != "" {
 				defer os.RemoveAll(dir)
 			}
@@ -299,10 +296,9 @@ func codeOf(err error) string {
 // a killAll still looping when the next run starts would kill that run's
 // program (seen as a SIGKILL 4 ms into the call after a memory bomb).
 func TestRunWaitsForItsWatcherKill(t *testing.T) {
-	old := killRun
-	t.Cleanup(func() { killRun = old })
+	h := newHost()
 	var finished atomic.Bool
-	killRun = func(int) {
+	h.kill = func(int) {
 		time.Sleep(80 * time.Millisecond) // killAll still sweeping
 		finished.Store(true)
 	}
@@ -311,7 +307,7 @@ func TestRunWaitsForItsWatcherKill(t *testing.T) {
 		time.Sleep(30 * time.Millisecond) // the program dies before the sweep ends
 		return syscall.WaitStatus(syscall.SIGKILL), nil
 	}
-	res := runOne(&Request{TimeoutMS: 1}, []string{"prog"}, spawn, strings.NewReader(""), io.Discard, io.Discard)
+	res := h.runOne(&Request{TimeoutMS: 1}, []string{"prog"}, spawn, strings.NewReader(""), io.Discard, io.Discard)
 	if !finished.Load() {
 		t.Fatal("runOne returned while its watcher's kill was still running")
 	}
@@ -341,7 +337,8 @@ func TestCompileAndRunTimesAreSplit(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			installFakeKills(t)
+			h := newHost()
+			installFakeKills(t, h)
 			spawn := func(cmd *exec.Cmd, _ io.Reader, _, _ io.Writer, onStart func(int)) (syscall.WaitStatus, error) {
 				onStart(4242)
 				isCompile := cmd.Args[0] == "cc"
@@ -370,7 +367,7 @@ func TestCompileAndRunTimesAreSplit(t *testing.T) {
 			if !tc.inline {
 				req.Compile = []string{"cc", "{dir}/main.c"}
 			}
-			res := serveRequest(req, spawn, strings.NewReader(""), io.Discard, io.Discard)
+			res := h.serveRequest(req, spawn, strings.NewReader(""), io.Discard, io.Discard)
 			if res.Status != tc.status {
 				t.Fatalf("status %q, want %q (%+v)", res.Status, tc.status, res)
 			}
@@ -394,10 +391,11 @@ func TestCompileAndRunTimesAreSplit(t *testing.T) {
 // An inline compile (one JVM) is held to the compile cap too: a run step
 // that has not said "compiled" on fd 3 when the cap passes is killed.
 func TestInlineCompileHasTheCompileCap(t *testing.T) {
-	f := &fakeSpawn{kills: installFakeKills(t), steps: []step{{d: 0}}}
+	h := newHost()
+	f := &fakeSpawn{kills: installFakeKills(t, h), steps: []step{{d: 0}}}
 	req := &Request{Argv: []string{"java", "{dir}"}, InlineCompile: true, TimeoutMS: 10_000, CompileTimeoutMS: 100}
 	start := time.Now()
-	res := serveRequest(req, f.spawn, strings.NewReader(""), io.Discard, io.Discard)
+	res := h.serveRequest(req, f.spawn, strings.NewReader(""), io.Discard, io.Discard)
 	took := time.Since(start)
 	if res.Status != "timeout" || took > 3*time.Second {
 		t.Fatalf("status %q after %v, want timeout at the compile cap (%+v)", res.Status, took, res)

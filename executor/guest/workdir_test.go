@@ -99,10 +99,9 @@ func TestRemoveWork(t *testing.T) {
 // is in the staging area: a /tmp that the user filled must not fail every
 // later compile of the session (gcc and go build write to $TMPDIR).
 func TestCompileTempFilesGoToTheWorkFolder(t *testing.T) {
-	old := workRoot
-	workRoot = t.TempDir()
-	t.Cleanup(func() { workRoot = old })
-	f := &fakeSpawn{kills: installFakeKills(t), steps: []step{{d: 1}, {d: 1}}}
+	h := newHost()
+	h.workRoot = t.TempDir()
+	f := &fakeSpawn{kills: installFakeKills(t, h), steps: []step{{d: 1}, {d: 1}}}
 	var envs [][]string
 	spawn := func(cmd *exec.Cmd, in io.Reader, out, errw io.Writer, onStart func(int)) (syscall.WaitStatus, error) {
 		envs = append(envs, cmd.Env)
@@ -114,13 +113,13 @@ func TestCompileTempFilesGoToTheWorkFolder(t *testing.T) {
 		Env: []string{"PATH=/bin", "TMPDIR=/tmp", "LANG=C"}, TimeoutMS: 5000,
 		UID: os.Getuid(), GID: os.Getgid(),
 	}
-	res := serveRequest(req, spawn, strings.NewReader(""), io.Discard, io.Discard)
+	res := h.serveRequest(req, spawn, strings.NewReader(""), io.Discard, io.Discard)
 	if res.Status != "ok" || len(envs) != 2 {
 		t.Fatalf("result %+v after %d steps", res, len(envs))
 	}
 	dir := strings.TrimSuffix(f.spawned[1][0], "/main")
-	if !strings.HasPrefix(dir, workRoot+"/") {
-		t.Fatalf("work folder %q is not under %s", dir, workRoot)
+	if !strings.HasPrefix(dir, h.workRoot+"/") {
+		t.Fatalf("work folder %q is not under %s", dir, h.workRoot)
 	}
 	if want := []string{"PATH=/bin", "LANG=C", "TMPDIR=" + dir}; !slices.Equal(envs[0], want) {
 		t.Fatalf("compile env %q, want %q", envs[0], want)
@@ -129,7 +128,7 @@ func TestCompileTempFilesGoToTheWorkFolder(t *testing.T) {
 	if !slices.Equal(envs[1], req.Env) {
 		t.Fatalf("run env %q, want %q", envs[1], req.Env)
 	}
-	if ents, _ := os.ReadDir(workRoot); len(ents) != 0 {
+	if ents, _ := os.ReadDir(h.workRoot); len(ents) != 0 {
 		t.Fatalf("work folder left behind: %v", ents)
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sandboxapi/sandboxapi/internal/clip"
 	"github.com/sandboxapi/sandboxapi/internal/sandbox"
 )
 
@@ -76,7 +77,7 @@ func Run(ctx context.Context, runner Runner, netns string, targets []string) (ma
 	}
 	out := map[string]string{}
 	if res.Status != sandbox.StatusOK || json.Unmarshal([]byte(strings.TrimSpace(res.Stdout)), &out) != nil {
-		return nil, fmt.Errorf("canary failed: %s (exit %d): %s %s", res.Status, res.ExitCode, tail(res.Stdout, 200), lastLine(res.Stderr))
+		return nil, fmt.Errorf("canary failed: %s (exit %d): %s %s", res.Status, res.ExitCode, clip.Tail(res.Stdout, 200), clip.LastLine(res.Stderr))
 	}
 	return out, nil
 }
@@ -116,19 +117,4 @@ func HostAddrs() []netip.Addr {
 		out = append(out, pfx.Addr())
 	}
 	return out
-}
-
-func tail(s string, n int) string {
-	if len(s) > n {
-		return s[len(s)-n:]
-	}
-	return s
-}
-
-func lastLine(s string) string {
-	s = strings.TrimSpace(s)
-	if k := strings.LastIndexByte(s, '\n'); k >= 0 {
-		s = s[k+1:]
-	}
-	return tail(s, 300)
 }

@@ -8,12 +8,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
-	"os/exec"
 
 	"github.com/urfave/cli/v2"
 
 	"github.com/sandboxapi/sandboxapi/executor"
+	"github.com/sandboxapi/sandboxapi/internal/app"
 	"github.com/sandboxapi/sandboxapi/internal/buildinfo"
 	"github.com/sandboxapi/sandboxapi/internal/config"
 	"github.com/sandboxapi/sandboxapi/rootfs"
@@ -22,11 +21,11 @@ import (
 // Version is this binary's version as MCP clients see it; set it with
 // -ldflags "-X github.com/sandboxapi/sandboxapi/internal/buildinfo.Version=v1.2.3"
 // (or let Go's VCS stamping name it).
-var Version = buildinfo.Read().Version
+var Version = app.Version
 
 // Run runs the CLI and returns the process exit code.
 func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	app := &cli.App{
+	root := &cli.App{
 		Name:           "sandboxapi",
 		Usage:          "self-hosted code-execution API for AI agents",
 		Writer:         stdout,
@@ -37,6 +36,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			validateCommand(),
 			rootfsCommand(),
 			keysCommand(),
+			clusterCommand(),
 			usageCommand(),
 			mirrorCommand(),
 			doctorCommand(),
@@ -44,10 +44,9 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			mcpCommand(),
 			readinessCommand(),
 			fenceCommand(),
-			clusterCommand(),
 		},
 	}
-	if err := app.RunContext(ctx, hoistFlags(app.Commands, args)); err != nil {
+	if err := root.RunContext(ctx, hoistFlags(root.Commands, args)); err != nil {
 		fmt.Fprintln(stderr, "sandboxapi:", err)
 		var ec cli.ExitCoder
 		if errors.As(err, &ec) && ec.ExitCode() != 0 {
@@ -69,7 +68,7 @@ func versionCommand() *cli.Command {
 			if cfg, err := config.Load(c.String("config")); err == nil {
 				runscBin = cfg.Executor.Runsc
 			}
-			in.Runsc = runscVersion(runscBin)
+			in.Runsc = app.RunscVersion(runscBin)
 			if c.Bool("json") {
 				return json.NewEncoder(c.App.Writer).Encode(in)
 			}
@@ -77,20 +76,6 @@ func versionCommand() *cli.Command {
 			return nil
 		},
 	}
-}
-
-// runscVersion is the gVisor version of the runsc on PATH (or at bin),
-// "unknown" when it cannot be told.
-func runscVersion(bin string) string {
-	path, err := exec.LookPath(bin)
-	if err != nil {
-		path = ""
-	}
-	v, _, err := buildinfo.RunscVersion(path)
-	if err != nil {
-		return buildinfo.Unknown
-	}
-	return v
 }
 
 func validateCommand() *cli.Command {
@@ -103,10 +88,10 @@ func validateCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
-			if _, err := loadPlans(env.Config); err != nil {
+			if _, err := app.LoadPlans(env.Config); err != nil {
 				return err
 			}
-			if _, err := loadRuntimes(env.Config, ""); err != nil {
+			if _, err := app.LoadRuntimes(env.Config, ""); err != nil {
 				return err
 			}
 			src := c.String("config")
@@ -137,24 +122,4 @@ func rootfsCommand() *cli.Command {
 			},
 		}},
 	}
-}
-
-// executorConfig finds the rootfs and resolves the executor's config.
-func executorConfig(cfg *config.Config) (executor.Config, error) {
-	rfs, versions, err := executor.FindRootfs(cfg.Executor.Rootfs, "")
-	if err != nil {
-		return executor.Config{}, err
-	}
-	return cfg.ExecutorConfig(rfs, versions)
-}
-
-func readFileOr(path string, fallback []byte) ([]byte, error) {
-	if path == "" {
-		return fallback, nil
-	}
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("reading %s: %w", path, err)
-	}
-	return b, nil
 }

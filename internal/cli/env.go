@@ -1,30 +1,25 @@
 package cli
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"log/slog"
 	"net/url"
 	"os"
-	"path/filepath"
 	"strings"
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/sandboxapi/sandboxapi/cluster"
+	"github.com/sandboxapi/sandboxapi/internal/app"
 	"github.com/sandboxapi/sandboxapi/internal/config"
 	"github.com/sandboxapi/sandboxapi/internal/reqid"
 	"github.com/sandboxapi/sandboxapi/store"
 )
 
-// Env is what every command works with: the loaded config, the output
-// streams and a logger. Commands build it with loadEnv.
-type Env struct {
-	Config *config.Config
-	Stdout io.Writer
-	Stderr io.Writer
-	Log    *slog.Logger
-}
+// Env is what every command works with (app.Env); commands build it
+// with loadEnv.
+type Env = app.Env
 
 // stateFlags are taken by every command that touches state, as by serve.
 func stateFlags() []cli.Flag {
@@ -66,78 +61,31 @@ func serverURL(c *cli.Context) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	return "http://" + loopbackAddr(env.Config.Listen), nil
+	return "http://" + app.LoopbackAddr(env.Config.Listen), nil
 }
 
-// loadEnv loads the config named by --config (or the embedded default) and
-// applies --data-dir and --listen overrides.
+// loadEnv loads the config named by --config (or the embedded default)
+// with the --data-dir, --listen, SANDBOXAPI_STORE_URL and
+// SANDBOXAPI_CLUSTER_SECRET overrides.
 func loadEnv(c *cli.Context) (*Env, error) {
-	cfg, err := config.Load(c.String("config"))
+	o := config.Overrides{DataDir: c.String("data-dir"), StoreURL: os.Getenv("SANDBOXAPI_STORE_URL"),
+		ClusterSecret: os.Getenv(cluster.SecretEnv)}
+	if c.IsSet("listen") || os.Getenv("SANDBOXAPI_LISTEN") != "" {
+		o.Listen = c.String("listen")
+	}
+	cfg, err := config.LoadWith(c.String("config"), o)
 	if err != nil {
 		return nil, err
 	}
-	if d := c.String("data-dir"); d != "" {
-		abs, err := filepath.Abs(d)
-		if err != nil {
-			return nil, fmt.Errorf("resolving --data-dir: %w", err)
-		}
-		cfg.DataDir = abs
-	}
-	if c.IsSet("listen") || os.Getenv("SANDBOXAPI_LISTEN") != "" {
-		if l := c.String("listen"); l != "" {
-			cfg.Listen = l
-		}
-	}
-	if u := os.Getenv("SANDBOXAPI_STORE_URL"); u != "" {
-		cfg.Store.URL = u
-	}
-	if err := cfg.Validate(); err != nil {
-		return nil, err
-	}
-	w := c.App.Writer
-	ew := c.App.ErrWriter
-	return &Env{Config: cfg, Stdout: w, Stderr: ew, Log: newLogger(ew, cfg.LogLevel)}, nil
+	return &Env{Config: cfg, Stdout: c.App.Writer, Stderr: c.App.ErrWriter, Log: newLogger(c.App.ErrWriter, cfg.LogLevel)}, nil
 }
 
-// openStore opens the store: store.url's PostgreSQL, or the SQLite file
-// under the data dir.
-func (e *Env) openStore(ctx context.Context) (*store.Store, error) {
-	return store.OpenURL(ctx, e.Config.Store.URL, filepath.Join(e.Config.DataDir, "sandboxapi.db"))
-}
-
+// newLogger logs JSON lines at level to w, each stamped with the request
+// id its context carries (reqid.Handler).
 func newLogger(w io.Writer, level string) *slog.Logger {
 	var l slog.Level
 	_ = l.UnmarshalText([]byte(level))
-	return slog.New(requestIDHandler{slog.NewJSONHandler(w, &slog.HandlerOptions{Level: l})})
-}
-
-// requestIDHandler stamps the request id that a line's context carries
-// (internal/reqid) on every line logged with one, unless the line names it
-// already: executor, installer and egress lines written on a request's
-// behalf can then be found by the id the client saw.
-type requestIDHandler struct{ slog.Handler }
-
-func (h requestIDHandler) Handle(ctx context.Context, r slog.Record) error {
-	if id := reqid.From(ctx); id != "" {
-		named := false
-		r.Attrs(func(a slog.Attr) bool {
-			named = a.Key == "request_id"
-			return !named
-		})
-		if !named {
-			r = r.Clone()
-			r.AddAttrs(slog.String("request_id", id))
-		}
-	}
-	return h.Handler.Handle(ctx, r)
-}
-
-func (h requestIDHandler) WithAttrs(as []slog.Attr) slog.Handler {
-	return requestIDHandler{h.Handler.WithAttrs(as)}
-}
-
-func (h requestIDHandler) WithGroup(name string) slog.Handler {
-	return requestIDHandler{h.Handler.WithGroup(name)}
+	return slog.New(reqid.Handler(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: l})))
 }
 
 // withStore loads the env, opens the store, runs fn and closes the store.
@@ -146,7 +94,7 @@ func withStore(c *cli.Context, fn func(env *Env, st *store.Store) error) error {
 	if err != nil {
 		return err
 	}
-	st, err := env.openStore(c.Context)
+	st, err := env.OpenStore(c.Context)
 	if err != nil {
 		return err
 	}

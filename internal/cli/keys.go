@@ -10,6 +10,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/sandboxapi/sandboxapi/api"
+	"github.com/sandboxapi/sandboxapi/internal/app"
 	"github.com/sandboxapi/sandboxapi/store"
 )
 
@@ -39,7 +40,7 @@ func keysCommand() *cli.Command {
 					if c.String("plan") == "" {
 						return errors.New("--plan is required (or --admin for an operator key)")
 					}
-					plans, err := loadPlans(env.Config)
+					plans, err := app.LoadPlans(env.Config)
 					if err != nil {
 						return err
 					}
@@ -109,7 +110,7 @@ func createKey(c *cli.Context, env *Env, kind, plan string) error {
 	if name == "" || len(name) > 128 {
 		return errors.New("--name must be 1 to 128 characters")
 	}
-	st, err := env.openStore(c.Context)
+	st, err := env.OpenStore(c.Context)
 	if err != nil {
 		return err
 	}

@@ -6,36 +6,23 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/sandboxapi/sandboxapi/internal/duration"
 	"github.com/sandboxapi/sandboxapi/mirror"
 	"github.com/sandboxapi/sandboxapi/store"
 )
 
-// mirrorConfig is the mirror's settings for env. Switch this to
-// env.Config.Mirror once the root config carries it; StoreDir stays
-// relative to the data dir.
-func mirrorConfig(env *Env) mirror.Config {
-	return env.Config.Mirror.Resolve(env.Config.DataDir)
-}
-
 // withMirror loads the env, opens the store and the mirror, and runs fn.
 func withMirror(c *cli.Context, fn func(ctx context.Context, env *Env, m *mirror.Mirror) error) error {
 	return withStore(c, func(env *Env, st *store.Store) error {
-		m, err := openMirror(c.Context, env, st)
+		m, err := env.OpenMirror(c.Context, st)
 		if err != nil {
 			return err
 		}
 		return fn(c.Context, env, m)
 	})
-}
-
-func openMirror(ctx context.Context, env *Env, st *store.Store) (*mirror.Mirror, error) {
-	return mirror.New(ctx, mirrorConfig(env), st.DB(), env.Log)
 }
 
 func mirrorCommand() *cli.Command {
@@ -87,9 +74,7 @@ func mirrorCommand() *cli.Command {
 					return withMirror(c, func(ctx context.Context, env *Env, m *mirror.Mirror) error {
 						res, err := m.Verify(ctx)
 						fmt.Fprintf(env.Stdout, "verified %d, quarantined %d\n", res.Checked, len(res.Quarantined))
-						for _, a := range res.Quarantined {
-							fmt.Fprintf(env.Stdout, "quarantined %s %s: %s\n", a.Manager, a.Filename, strings.Join(a.Reasons, "; "))
-						}
+						mirror.WriteQuarantined(env.Stdout, res.Quarantined)
 						return quarantineExit("mirror verify", len(res.Quarantined), err)
 					})
 				},
@@ -102,9 +87,7 @@ func mirrorCommand() *cli.Command {
 					return withMirror(c, func(ctx context.Context, env *Env, m *mirror.Mirror) error {
 						res, err := m.Recheck(ctx)
 						fmt.Fprintf(env.Stdout, "checked %d, quarantined %d, kept by exception %d\n", res.Checked, len(res.Quarantined), len(res.Excepted))
-						for _, a := range res.Quarantined {
-							fmt.Fprintf(env.Stdout, "quarantined %s %s: %s\n", a.Manager, a.Filename, strings.Join(a.Reasons, "; "))
-						}
+						mirror.WriteQuarantined(env.Stdout, res.Quarantined)
 						for _, a := range res.Excepted {
 							fmt.Fprintf(env.Stdout, "kept by exception %s %s: accepted %s\n", a.Manager, a.Filename, strings.Join(a.Accepted, ", "))
 						}
@@ -152,9 +135,7 @@ func mirrorCommand() *cli.Command {
 								if c.Bool("json") {
 									return json.NewEncoder(env.Stdout).Encode(st)
 								}
-								fmt.Fprintf(env.Stdout, "snapshot %s\nrecords %d (%s)\nimported %s (%s ago, max age %s, stale %t)\nnewest modified %s (%s ago)\n",
-									st.SnapshotID, st.Records, strings.Join(st.Ecosystems, ", "), st.ImportedAt.Format(time.RFC3339),
-									duration.Age(st.Age), duration.Age(st.MaxAge), st.Stale, st.NewestModified.Format(time.RFC3339), duration.Age(st.ModifiedAge))
+								st.WriteText(env.Stdout)
 								return nil
 							})
 						},
@@ -277,21 +258,6 @@ func mirrorList(c *cli.Context) error {
 		if c.Bool("json") {
 			return json.NewEncoder(env.Stdout).Encode(as)
 		}
-		now := time.Now()
-		tw := tabwriter.NewWriter(env.Stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "STATUS\tMANAGER\tNAME\tVERSION\tFILE\tSHA256\tCHANGED\tPUBLISHED\tSTRIPPED\tREASONS")
-		for _, a := range as {
-			published := "-"
-			if !a.PublishedAt.IsZero() {
-				published = duration.Age(now.Sub(a.PublishedAt)) + " ago"
-			}
-			stripped := "-"
-			if len(a.Stripped) > 0 {
-				stripped = strings.Join(a.Stripped, ",")
-			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%.12s\t%s ago\t%s\t%s\t%s\n", a.Status, a.Manager, a.Name, a.Version, a.Filename, a.SHA256,
-				duration.Age(now.Sub(a.UpdatedAt)), published, stripped, strings.Join(a.Reasons, "; "))
-		}
-		return tw.Flush()
+		return mirror.WriteList(env.Stdout, as, time.Now())
 	})
 }

@@ -5,12 +5,10 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"text/tabwriter"
 	"time"
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/sandboxapi/sandboxapi/internal/duration"
 	"github.com/sandboxapi/sandboxapi/mirror"
 )
 
@@ -72,20 +70,12 @@ func bulkJobs(c *cli.Context, args []string, cfg mirror.Config) ([]mirror.AddJob
 // printAddTable writes the rows and a summary line; it returns the error
 // that makes the command exit non-zero when anything was refused or failed.
 func printAddTable(w io.Writer, rows []mirror.AddRow, took time.Duration) error {
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "OUTCOME\tMANAGER\tNAME\tVERSION\tDETAIL")
-	count := map[mirror.AddOutcome]int{}
-	for _, r := range rows {
-		count[r.Outcome]++
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", r.Outcome, r.Manager, r.Name, r.Version, r.Detail)
-	}
-	if err := tw.Flush(); err != nil {
+	refused, failed, err := mirror.WriteAddTable(w, rows, took)
+	if err != nil {
 		return err
 	}
-	fmt.Fprintf(w, "%d admitted, %d refused, %d already present, %d failed, %d skipped, in %s\n",
-		count[mirror.OutcomeAdmitted], count[mirror.OutcomeRefused], count[mirror.OutcomePresent], count[mirror.OutcomeError], count[mirror.OutcomeSkipped], duration.Human(took))
-	if bad := count[mirror.OutcomeRefused] + count[mirror.OutcomeError]; bad > 0 {
-		return cli.Exit(fmt.Sprintf("mirror add: %d refused, %d failed (see the table)", count[mirror.OutcomeRefused], count[mirror.OutcomeError]), 1)
+	if refused+failed > 0 {
+		return cli.Exit(fmt.Sprintf("mirror add: %d refused, %d failed (see the table)", refused, failed), 1)
 	}
 	return nil
 }

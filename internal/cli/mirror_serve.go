@@ -1,21 +1,9 @@
 package cli
 
 import (
-	"context"
-	"errors"
-	"fmt"
-	"net"
-	"net/http"
-	"net/url"
-	"os"
-	"os/signal"
-	"strings"
-	"syscall"
-	"time"
-
 	"github.com/urfave/cli/v2"
 
-	"github.com/sandboxapi/sandboxapi/mirror"
+	"github.com/sandboxapi/sandboxapi/internal/app"
 	"github.com/sandboxapi/sandboxapi/store"
 )
 
@@ -29,62 +17,8 @@ func mirrorServeCommand() *cli.Command {
 		Flags: append(stateFlags(), &cli.StringFlag{Name: "listen", Value: "127.0.0.1:8081", Usage: "host:port to serve on"}),
 		Action: func(c *cli.Context) error {
 			return withStore(c, func(env *Env, st *store.Store) error {
-				return mirrorServe(c.Context, env, st, c.String("listen"))
+				return app.ServeMirror(c.Context, env, st, c.String("listen"))
 			})
 		},
 	}
-}
-
-func mirrorServe(ctx context.Context, env *Env, st *store.Store, listen string) error {
-	mir, err := openMirror(ctx, env, st)
-	if err != nil {
-		return err
-	}
-	defer mir.Close()
-	ln, err := net.Listen("tcp", listen)
-	if err != nil {
-		return fmt.Errorf("listening on %s: %w", listen, err)
-	}
-	hs := &http.Server{Handler: mir.StandaloneHandler(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
-	errc := make(chan error, 1)
-	go func() { errc <- hs.Serve(ln) }()
-	env.Log.Info("serving the mirror", "listen", ln.Addr().String(), "data_dir", env.Config.DataDir)
-	fmt.Fprintf(env.Stderr, "sandboxapi mirror listening on http://%s\n", ln.Addr())
-	sigs := make(chan os.Signal, 1)
-	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
-	defer signal.Stop(sigs)
-	select {
-	case <-ctx.Done():
-	case s := <-sigs:
-		env.Log.Info("shutting down", "signal", s.String())
-	case err := <-errc:
-		return err
-	}
-	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := hs.Shutdown(sctx); err != nil && !errors.Is(err, http.ErrServerClosed) {
-		return err
-	}
-	return nil
-}
-
-// mirrorFront is where serve's clients, installers and readiness reach the
-// mirror's files: the mirror's own handler in this process, or a forward
-// to a separate `sandboxapi mirror serve` (mirror.serve_url).
-type mirrorFront struct {
-	handler http.Handler
-	base    string // base URL readiness probes (…/mirror/pypi/simple/ under it)
-}
-
-func newMirrorFront(env *Env, mir *mirror.Mirror) (mirrorFront, error) {
-	raw := env.Config.Mirror.ServeURL
-	if raw == "" {
-		return mirrorFront{handler: mir.Handler(), base: "http://" + loopbackAddr(env.Config.Listen)}, nil
-	}
-	target, err := url.Parse(raw)
-	if err != nil {
-		return mirrorFront{}, fmt.Errorf("mirror.serve_url: %w", err)
-	}
-	rp := mirror.RemoteHandler(target, env.Log.With("component", "mirror-front"))
-	return mirrorFront{handler: rp, base: strings.TrimSuffix(raw, "/")}, nil
 }

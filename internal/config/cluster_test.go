@@ -1,6 +1,8 @@
 package config
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -10,18 +12,19 @@ import (
 // store; every problem is reported at once, and a short secret is never
 // echoed. No node name is a single node, whatever else is set.
 func TestClusterSection(t *testing.T) {
+	t.Parallel()
 	const secret = "0123456789abcdef0123456789abcdef"
 	const pg = "store:\n  url: postgres://u:p@db/x\n"
 	for _, tc := range []struct {
 		name string
 		yaml string
-		env  map[string]string
+		o    Overrides
 		want []string // empty: valid
 	}{
 		{name: "single node", yaml: "cluster:\n  lease: 1h\n"},
 		{name: "node", yaml: pg + "cluster:\n  node: n1\n  advertise_url: http://10.0.0.1:8080\n  secret: " + secret + "\n"},
 		{name: "secret and store from the environment", yaml: "cluster:\n  node: n1\n  advertise_url: https://n1.internal:8443\n",
-			env: map[string]string{"SANDBOXAPI_CLUSTER_SECRET": secret, "SANDBOXAPI_STORE_URL": "postgres://db/x"}},
+			o: Overrides{ClusterSecret: secret, StoreURL: "postgres://db/x"}},
 		{name: "everything missing", yaml: "cluster:\n  node: n1\n",
 			want: []string{"cluster.advertise_url: required with node", "cluster.secret: required with node", "cluster.node: needs a PostgreSQL store"}},
 		{name: "short secret", yaml: pg + "cluster:\n  node: n1\n  advertise_url: http://h:1\n  secret: tooshort-secretpw\n",
@@ -34,12 +37,12 @@ func TestClusterSection(t *testing.T) {
 			want: []string{"cluster.lease: must be from 2s to 10m, got 500ms"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			t.Setenv("SANDBOXAPI_CLUSTER_SECRET", "")
-			t.Setenv("SANDBOXAPI_STORE_URL", "")
-			for k, v := range tc.env {
-				t.Setenv(k, v)
+			t.Parallel()
+			path := filepath.Join(t.TempDir(), "sandboxapi.yaml")
+			if err := os.WriteFile(path, []byte("version: v1\n"+tc.yaml), 0o600); err != nil {
+				t.Fatal(err)
 			}
-			c, err := Parse([]byte("version: v1\n"+tc.yaml), "test")
+			c, err := LoadWith(path, tc.o)
 			if len(tc.want) == 0 {
 				if err != nil {
 					t.Fatal(err)

@@ -11,7 +11,6 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"gopkg.in/yaml.v3"
@@ -26,6 +25,7 @@ import (
 	"github.com/sandboxapi/sandboxapi/internal/size"
 	"github.com/sandboxapi/sandboxapi/mirror"
 	"github.com/sandboxapi/sandboxapi/readiness"
+	"github.com/sandboxapi/sandboxapi/store"
 )
 
 var defaultYAML = configs.Server
@@ -72,15 +72,8 @@ type EgressConfig struct {
 	egress.Config `yaml:",inline"`
 }
 
-// Store selects the database.
-type Store struct {
-	// URL is empty for the embedded SQLite file (<data_dir>/sandboxapi.db),
-	// or postgres://USER:PASSWORD@HOST:PORT/DB?sslmode=... for a PostgreSQL
-	// database that many nodes share (migrated on start, once however many
-	// nodes start together). The environment variable SANDBOXAPI_STORE_URL
-	// overrides it (keeps the password out of the file).
-	URL string `yaml:"url"`
-}
+// Store selects the database (owned by the store).
+type Store = store.Settings
 
 // API holds authentication and plan settings (owned by the API).
 type API = api.Settings
@@ -121,18 +114,44 @@ type Limits struct {
 
 // Load reads path, or the embedded default when path is empty.
 func Load(path string) (*Config, error) {
-	if path == "" {
-		return Parse(defaultYAML, "embedded default")
-	}
-	b, err := os.ReadFile(path)
+	c, name, err := read(path)
 	if err != nil {
-		return nil, fmt.Errorf("reading config: %w", err)
+		return nil, err
 	}
-	return Parse(b, path)
+	if err := c.Validate(); err != nil {
+		return nil, fmt.Errorf("validating %s: %w", name, err)
+	}
+	return c, nil
 }
 
 // Parse decodes YAML on top of the defaults and validates the result.
 func Parse(b []byte, name string) (*Config, error) {
+	c, err := decodeOnDefaults(b, name)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.Validate(); err != nil {
+		return nil, fmt.Errorf("validating %s: %w", name, err)
+	}
+	return c, nil
+}
+
+// read decodes path (the embedded default when empty) on top of the
+// defaults, without validating, and names its source.
+func read(path string) (*Config, string, error) {
+	if path == "" {
+		c, err := decodeOnDefaults(defaultYAML, "embedded default")
+		return c, "embedded default", err
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, path, fmt.Errorf("reading config: %w", err)
+	}
+	c, err := decodeOnDefaults(b, path)
+	return c, path, err
+}
+
+func decodeOnDefaults(b []byte, name string) (*Config, error) {
 	c := &Config{Mirror: mirror.DefaultConfig(), Egress: EgressConfig{Config: egress.DefaultConfig()},
 		Readiness: readiness.DefaultConfig(), Installer: installer.DefaultConfig()}
 	if err := decode(defaultYAML, c); err != nil {
@@ -140,10 +159,6 @@ func Parse(b []byte, name string) (*Config, error) {
 	}
 	if err := decode(b, c); err != nil {
 		return nil, fmt.Errorf("decoding %s: %w", name, err)
-	}
-	c.ApplyEnv(os.Getenv)
-	if err := c.Validate(); err != nil {
-		return nil, fmt.Errorf("validating %s: %w", name, err)
 	}
 	return c, nil
 }
@@ -155,24 +170,6 @@ func decode(b []byte, c *Config) error {
 		return err
 	}
 	return nil
-}
-
-// Environment variables that override the file, so that secrets stay out
-// of it.
-const (
-	StoreURLEnv      = "SANDBOXAPI_STORE_URL"
-	ClusterSecretEnv = cluster.SecretEnv
-)
-
-// ApplyEnv overrides the settings the environment (read through getenv)
-// sets: store.url and cluster.secret. Parse calls it before validating.
-func (c *Config) ApplyEnv(getenv func(string) string) {
-	if u := getenv(StoreURLEnv); u != "" {
-		c.Store.URL = u
-	}
-	if s := getenv(ClusterSecretEnv); s != "" {
-		c.Cluster.Secret = s
-	}
 }
 
 // Validate reports every problem at once.
@@ -188,13 +185,7 @@ func (c *Config) Validate() error {
 	if c.DataDir == "" || !filepath.IsAbs(c.DataDir) {
 		bad("data_dir: must be an absolute path, got %q", c.DataDir)
 	}
-	if u := c.Store.URL; u != "" && !strings.HasPrefix(u, "postgres://") && !strings.HasPrefix(u, "postgresql://") {
-		kind := "something that is not a URL" // never echoed: it may hold a password
-		if scheme, _, ok := strings.Cut(u, "://"); ok && !strings.ContainsAny(scheme, " =@") {
-			kind = fmt.Sprintf("a %q URL", scheme)
-		}
-		bad("store.url: must be empty (SQLite) or postgres://..., got %s", kind)
-	}
+	errs = append(errs, prefixed("store.", c.Store.Validate())...)
 	switch c.LogLevel {
 	case "debug", "info", "warn", "error":
 	default:
@@ -252,7 +243,7 @@ func (c *Config) Validate() error {
 	}
 	errs = append(errs, prefixed("cluster.", c.Cluster.Validate())...)
 	if c.Cluster.Enabled() && c.Store.URL == "" {
-		bad("cluster.node: needs a PostgreSQL store shared by every node (store.url or %s)", StoreURLEnv)
+		bad("cluster.node: needs a PostgreSQL store shared by every node (store.url or SANDBOXAPI_STORE_URL)")
 	}
 	return errors.Join(errs...)
 }

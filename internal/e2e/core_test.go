@@ -166,7 +166,7 @@ func TestKilledServerRestartsWithoutLeaks(t *testing.T) {
 	go func() {
 		req, _ := http.NewRequest("POST", s.url("/v1/sessions/"+id+"/execute"), strings.NewReader(`{"code":"import time; time.sleep(20)"}`))
 		req.Header.Set("X-RapidAPI-Key", key)
-		resp, err := http.DefaultClient.Do(req)
+		resp, err := s.client().Do(req)
 		if err == nil {
 			resp.Body.Close()
 			err = fmt.Errorf("in-flight call answered %d", resp.StatusCode)
@@ -279,7 +279,7 @@ func TestStreamingDeliversChunksWhileRunning(t *testing.T) {
 	req, _ := http.NewRequest("POST", s.url("/v1/sessions/"+id+"/execute"), body)
 	req.Header.Set("X-RapidAPI-Key", key)
 	start := time.Now()
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := s.client().Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -322,7 +322,7 @@ func TestDisconnectKillsTheProgram(t *testing.T) {
 	req, _ := http.NewRequest("POST", s.url("/v1/sessions/"+id+"/execute"),
 		strings.NewReader(`{"code":"touch /home/sandbox/running; echo started; sleep 30; touch /home/sandbox/finished","stream":true,"timeout":60}`))
 	req.Header.Set("X-RapidAPI-Key", key)
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := s.client().Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -357,7 +357,7 @@ func TestSigtermDrains(t *testing.T) {
 	call := func(id, code string, ch chan<- outcome) {
 		req, _ := http.NewRequest("POST", s.url("/v1/sessions/"+id+"/execute"), strings.NewReader(`{"code":"`+code+`","timeout":60}`))
 		req.Header.Set("X-RapidAPI-Key", key)
-		resp, err := http.DefaultClient.Do(req)
+		resp, err := s.client().Do(req)
 		if err != nil {
 			ch <- outcome{err: err}
 			return

@@ -26,7 +26,7 @@ func TestSigtermDrainDelay(t *testing.T) {
 	}
 	time.Sleep(300 * time.Millisecond)
 
-	resp, err := http.Get(s.url("/readyz"))
+	resp, err := s.client().Get(s.url("/readyz"))
 	if err != nil {
 		t.Fatalf("readyz during the drain: %v (the listener closed too early)", err)
 	}

@@ -110,7 +110,7 @@ func TestFaultKillDuringExecution(t *testing.T) {
 	go func() {
 		req, _ := http.NewRequest("POST", s.url("/v1/sessions/"+id+"/execute"), strings.NewReader(`{"code":"sleep 20; echo finished","timeout":30}`))
 		req.Header.Set("X-API-Key", key)
-		resp, err := http.DefaultClient.Do(req)
+		resp, err := s.client().Do(req)
 		if err == nil {
 			resp.Body.Close()
 		}
@@ -183,7 +183,7 @@ func TestFaultKillDuringCreation(t *testing.T) {
 			defer wg.Done()
 			req, _ := http.NewRequest("POST", s.url("/v1/sessions"), strings.NewReader(`{"language":"python3"}`))
 			req.Header.Set("X-API-Key", key)
-			resp, err := http.DefaultClient.Do(req)
+			resp, err := s.client().Do(req)
 			if err != nil {
 				mu.Lock()
 				broken++
@@ -405,7 +405,7 @@ func TestFaultKillDuringInstall(t *testing.T) {
 		defer close(done)
 		req, _ := http.NewRequest("POST", s.url("/v1/sessions/"+id+"/install"), strings.NewReader(`{"manager":"pip","packages":["alpha-pkg==1.2.0"]}`))
 		req.Header.Set("X-API-Key", key)
-		if resp, err := http.DefaultClient.Do(req); err == nil {
+		if resp, err := s.client().Do(req); err == nil {
 			resp.Body.Close()
 		}
 	}()

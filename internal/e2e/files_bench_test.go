@@ -40,7 +40,7 @@ func benchFilesAPI(b *testing.B) {
 	put := func(name string, data []byte) {
 		req, _ := http.NewRequest("PUT", s.url(filesURL(id, "path", "/home/sandbox/"+name)), bytes.NewReader(data))
 		req.Header.Set("X-RapidAPI-Key", key)
-		resp, err := http.DefaultClient.Do(req)
+		resp, err := s.client().Do(req)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -53,7 +53,7 @@ func benchFilesAPI(b *testing.B) {
 	get := func(name string, want int) {
 		req, _ := http.NewRequest("GET", s.url(filesURL(id, "path", "/home/sandbox/"+name)), nil)
 		req.Header.Set("X-RapidAPI-Key", key)
-		resp, err := http.DefaultClient.Do(req)
+		resp, err := s.client().Do(req)
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -26,7 +26,7 @@ func (s *server) putChunked(t *testing.T, key, path string, body io.Reader) repl
 	defer cancel()
 	req, _ := http.NewRequestWithContext(ctx, "PUT", s.url(path), io.NopCloser(body))
 	req.Header.Set("X-RapidAPI-Key", key)
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := s.client().Do(req)
 	if err != nil {
 		t.Fatalf("chunked PUT %s: %v", path, err)
 	}

@@ -45,7 +45,7 @@ func TestStreamHeartbeatSilentProgram(t *testing.T) {
 	s := startServer(t, "")
 	key := s.key("PRO")
 	const readTimeout = 20 * time.Second
-	client := &http.Client{Transport: &http.Transport{
+	client := &http.Client{Transport: s.checked(&http.Transport{
 		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
 			c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
 			if err != nil {
@@ -53,7 +53,7 @@ func TestStreamHeartbeatSilentProgram(t *testing.T) {
 			}
 			return perReadConn{Conn: c, timeout: readTimeout}, nil
 		},
-	}}
+	})}
 	body, _ := json.Marshal(map[string]any{"language": "python3", "timeout": 60, "stream": true,
 		"code": "import time\ntime.sleep(25)\nprint('done')"})
 	req, _ := http.NewRequest("POST", s.url("/v1/execute"), strings.NewReader(string(body)))

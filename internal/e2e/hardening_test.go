@@ -126,7 +126,7 @@ func TestOOMStatusThroughAPI(t *testing.T) {
 	body, _ := json.Marshal(map[string]any{"code": hostOOMCode, "timeout": 30, "stream": true})
 	req, _ := http.NewRequestWithContext(ctx, "POST", s.url("/v1/sessions/"+id2+"/execute"), strings.NewReader(string(body)))
 	req.Header.Set("X-RapidAPI-Key", key)
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := s.client().Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}

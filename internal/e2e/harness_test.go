@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -149,7 +150,7 @@ func (s *server) start() {
 	go func(cmd *exec.Cmd, ch chan struct{}) { _ = cmd.Wait(); close(ch) }(s.cmd, s.exited)
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
-		resp, err := http.Get("http://" + s.addr + "/healthz")
+		resp, err := s.client().Get("http://" + s.addr + "/healthz")
 		if err == nil {
 			resp.Body.Close()
 			return
@@ -264,16 +265,81 @@ func (s *server) doAccept(method, path, key string, body any, accept string) rep
 	if accept != "" {
 		req.Header.Set("Accept", accept)
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := s.client().Do(req)
 	if err != nil {
 		s.t.Fatalf("%s %s: %v", method, path, err)
 	}
 	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	if err := checkOpenAPI(method, req.URL.Path, resp, b); err != nil {
-		s.t.Errorf("%s %s: the real server's reply does not match api/openapi.json: %v\n%s", method, path, err, b)
-	}
+	b, _ := io.ReadAll(resp.Body) // checked against api/openapi.json at its end
 	return reply{status: resp.StatusCode, header: resp.Header, body: b}
+}
+
+// client returns the HTTP client of every request the suite sends to the
+// server: each reply is checked against api/openapi.json (see checked).
+func (s *server) client() *http.Client {
+	return &http.Client{Transport: s.checked(http.DefaultTransport)}
+}
+
+// checked wraps a transport so that every reply from this server is
+// validated against api/openapi.json once its body has been read: to its
+// end, or, when the test closes it early and the reply has a length, after
+// reading what is left. A stream of unknown length closed before its end
+// (a test that stops reading on purpose) is not checked.
+func (s *server) checked(next http.RoundTripper) http.RoundTripper {
+	return checkedTransport{s: s, next: next}
+}
+
+type checkedTransport struct {
+	s    *server
+	next http.RoundTripper
+}
+
+func (c checkedTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := c.next.RoundTrip(req)
+	if err != nil || req.URL.Host != c.s.addr {
+		return resp, err
+	}
+	resp.Body = &checkedBody{ReadCloser: resp.Body, s: c.s, method: req.Method, resp: resp}
+	return resp, nil
+}
+
+// checkedBody keeps what the test reads of a reply and checks it at EOF.
+type checkedBody struct {
+	io.ReadCloser
+	s       *server
+	method  string
+	resp    *http.Response
+	buf     bytes.Buffer
+	checked bool
+}
+
+func (b *checkedBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	b.buf.Write(p[:n])
+	if errors.Is(err, io.EOF) {
+		b.check()
+	}
+	return n, err
+}
+
+func (b *checkedBody) Close() error {
+	if !b.checked && b.resp.ContentLength >= 0 {
+		if _, err := io.Copy(&b.buf, io.LimitReader(b.ReadCloser, b.resp.ContentLength-int64(b.buf.Len()))); err == nil && int64(b.buf.Len()) == b.resp.ContentLength {
+			b.check()
+		}
+	}
+	return b.ReadCloser.Close()
+}
+
+func (b *checkedBody) check() {
+	if b.checked {
+		return
+	}
+	b.checked = true
+	path := b.resp.Request.URL.Path
+	if err := checkOpenAPI(b.method, path, b.resp, b.buf.Bytes()); err != nil {
+		b.s.t.Errorf("%s %s: the real server's reply does not match api/openapi.json: %v\n%s", b.method, path, err, b.buf.Bytes())
+	}
 }
 
 // openAPIChecker validates the real server's replies against the

@@ -78,7 +78,7 @@ func TestMCP(t *testing.T) {
 			if bad != "" {
 				req.Header.Set("Authorization", "Bearer "+bad)
 			}
-			resp, err := http.DefaultClient.Do(req)
+			resp, err := s.client().Do(req)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -24,7 +24,7 @@ func TestLogsCarryRequestIDAndNoKey(t *testing.T) {
 	req, _ := http.NewRequest("POST", s.url("/v1/sessions/"+id+"/execute"), strings.NewReader(`{"code":"print(6*7)"}`))
 	req.Header.Set("X-RapidAPI-Key", key)
 	req.Header.Set("X-Request-Id", "rid-ops-test-42")
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := s.client().Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -84,7 +84,14 @@ type Finding struct {
 // Snapshot describes one imported database.
 type Snapshot struct {
 	// ID is the sha256 over every record held (id and record hash).
-	ID         string    `json:"id"`
+	ID string `json:"id"`
+	Contents
+	Source string `json:"source"`
+}
+
+// Contents says when a snapshot was imported and what it holds; the
+// mirror's OSV status reports it as it is.
+type Contents struct {
 	ImportedAt time.Time `json:"imported_at"`
 	// NewestModified is the newest "modified" time of the records held:
 	// how fresh the source was, whenever it was imported.
@@ -95,7 +102,6 @@ type Snapshot struct {
 	Records    int      `json:"records"`
 	Skipped    int      `json:"skipped,omitempty"`
 	Ecosystems []string `json:"ecosystems"`
-	Source     string   `json:"source"`
 }
 
 // DB is a loaded snapshot. The zero value holds no records and matches

@@ -173,7 +173,7 @@ func writeSnapshot(dir, src string, recs map[string]*rawRecord, now time.Time) (
 	if len(written) == 0 {
 		return Snapshot{}, fmt.Errorf("importing osv records from %s: %w: none of %d records names an ecosystem", src, ErrUnavailable, len(recs))
 	}
-	snap := Snapshot{ID: snapshotID(written), ImportedAt: now.UTC(), Records: len(written), Skipped: len(recs) - len(written), Source: src}
+	snap := Snapshot{ID: snapshotID(written), Contents: Contents{ImportedAt: now.UTC(), Records: len(written), Skipped: len(recs) - len(written)}, Source: src}
 	for _, r := range written {
 		if r.rec.Modified.After(snap.NewestModified) {
 			snap.NewestModified = r.rec.Modified.UTC()

@@ -1,4 +1,4 @@
-package cli
+package app
 
 import (
 	"context"
@@ -42,7 +42,7 @@ func wireServices(ctx context.Context, env *Env, g *lifecycle.Group, w wiring) *
 	chk, inst := wireInstall(ctx, env, g, w.ex, w.sessions, w.mir, w.front, w.st, w.m)
 	// The mirror check may ask the server itself: the checks start once
 	// it listens.
-	g.Add("readiness", chk.Service(func(ctx context.Context) { waitListening(ctx, loopbackAddr(cfg.Listen), 30*time.Second) }))
+	g.Add("readiness", chk.Service(func(ctx context.Context) { waitListening(ctx, LoopbackAddr(cfg.Listen), 30*time.Second) }))
 	trail := w.trail
 	if trail == nil {
 		trail = &egressTrail{st: w.st} // egress off: the store's decisions alone

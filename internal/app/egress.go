@@ -1,15 +1,14 @@
-package cli
+package app
 
 import (
 	"context"
 	"errors"
-	"log/slog"
 	"net/netip"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"github.com/sandboxapi/sandboxapi/api"
+	"github.com/sandboxapi/sandboxapi/api/wire"
 	"github.com/sandboxapi/sandboxapi/egress"
 	"github.com/sandboxapi/sandboxapi/executor"
 	"github.com/sandboxapi/sandboxapi/internal/metrics"
@@ -27,12 +26,9 @@ type egressParts struct {
 }
 
 // egressFlushInterval is how often queued egress decisions are written to
-// the store; egressPruneInterval how often those older than
-// egress.audit_retention are deleted.
-const (
-	egressFlushInterval = 200 * time.Millisecond
-	egressPruneInterval = time.Hour
-)
+// the store (egress.AuditPruneInterval is how often those older than
+// egress.audit_retention are deleted).
+const egressFlushInterval = 200 * time.Millisecond
 
 // setupEgress starts the egress proxy and sandbox networking when the
 // config enables them, and installs them in the executor (before Start).
@@ -57,7 +53,9 @@ func setupEgress(ctx context.Context, env *Env, ex *executor.Executor, st *store
 			}
 		}
 	}()
-	stopPrune := startEgressPruner(ctx, st, ec.AuditRetention, log)
+	pruner := &egress.AuditPruner{Retention: ec.AuditRetention, Prune: st.PruneEgressDecisions, Log: log}
+	_ = pruner.Start(ctx) // never fails
+	stopPrune := func() { _ = pruner.Stop(ctx) }
 	undo = append(undo, stopPrune)
 	if !ec.Enabled {
 		return &egressParts{trail: &egressTrail{st: st}, stop: stopPrune}, nil
@@ -88,87 +86,19 @@ func setupEgress(ctx context.Context, env *Env, ex *executor.Executor, st *store
 	}}, nil
 }
 
-// egressAudit returns the proxy's audit hooks: onDecision stores the
-// records the proxy keeps (bounded per session, see
-// egress.Config.AuditRecordsPerMinute) in trail, observe counts every
-// decision in m. The readiness canary's own connections are
-// neither stored nor counted.
+// egressAudit returns the proxy's audit hooks (egress.AuditHooks):
+// onDecision stores the records the proxy keeps in trail, observe counts
+// every decision in m.
 func egressAudit(trail *store.EgressWriter, m *metrics.Metrics) (onDecision, observe func(egress.Decision)) {
-	onDecision = func(d egress.Decision) {
-		if !strings.HasPrefix(d.Session, egress.ProbeSessionPrefix) {
-			trail.Record(egressRow(d))
-		}
-	}
-	observe = func(d egress.Decision) {
-		if !strings.HasPrefix(d.Session, egress.ProbeSessionPrefix) {
-			m.EgressDecision(string(d.Outcome), string(d.Class))
-		}
-	}
-	return onDecision, observe
-}
-
-// startEgressPruner deletes the decisions older than retention now and
-// every egressPruneInterval, until ctx ends or the returned func (which
-// waits for a prune under way) is called. retention <= 0 (only possible
-// while egress is disabled, which skips validation) prunes nothing.
-func startEgressPruner(ctx context.Context, st *store.Store, retention time.Duration, log *slog.Logger) func() {
-	if retention <= 0 {
-		return func() {}
-	}
-	ctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	prune := func() {
-		n, err := st.PruneEgressDecisions(ctx, time.Now().Add(-retention))
-		switch {
-		case err != nil && ctx.Err() == nil:
-			log.Error("pruning egress decisions", "err", err)
-		case n > 0:
-			log.Info("egress decisions pruned", "rows", n, "retention", retention.String())
-		}
-	}
-	go func() {
-		defer close(done)
-		t := time.NewTicker(egressPruneInterval)
-		defer t.Stop()
-		prune()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-				prune()
-			}
-		}
-	}()
-	return func() {
-		cancel()
-		<-done
-	}
+	return egress.AuditHooks(
+		func(d egress.Decision) { trail.Record(egressRow(d)) },
+		func(d egress.Decision) { m.EgressDecision(string(d.Outcome), string(d.Class)) })
 }
 
 var (
 	_ executor.Network = (*egress.Sessions)(nil)
 	_ api.EgressLog    = (*egressTrail)(nil)
 )
-
-// decisionJSON is one decision as the API shows it. A row may stand for
-// several decisions (Count; First and Last set when it does).
-type decisionJSON struct {
-	Time       time.Time  `json:"time"`
-	Mode       string     `json:"mode"`
-	Host       string     `json:"host"`
-	Port       uint16     `json:"port"`
-	Addr       string     `json:"addr,omitempty"`
-	Outcome    string     `json:"outcome"`
-	Reason     string     `json:"reason"`
-	BytesUp    int64      `json:"bytes_up"`
-	BytesDown  int64      `json:"bytes_down"`
-	DurationMS int64      `json:"duration_ms"`
-	Count      int        `json:"count"`
-	First      *time.Time `json:"first,omitempty"`
-	Last       *time.Time `json:"last,omitempty"`
-	Summary    bool       `json:"summary,omitempty"`
-}
 
 // egressTrail serves the egress audit trail from the store: the decisions
 // of live and ended sessions, kept for egress.audit_retention. It
@@ -180,7 +110,7 @@ type egressTrail struct {
 
 // EgressDecisions returns the session's latest limit decisions, oldest
 // first (an empty list for a session without any).
-func (t *egressTrail) EgressDecisions(ctx context.Context, sessionID string, limit int) (any, error) {
+func (t *egressTrail) EgressDecisions(ctx context.Context, sessionID string, limit int) ([]wire.EgressDecision, error) {
 	// The caller's latest decisions count; a client hanging up must not
 	// abort the write of rows already taken off the queue.
 	if t.w != nil {
@@ -190,9 +120,9 @@ func (t *egressTrail) EgressDecisions(ctx context.Context, sessionID string, lim
 	if err != nil {
 		return nil, err
 	}
-	out := make([]decisionJSON, 0, len(rows))
+	out := make([]wire.EgressDecision, 0, len(rows))
 	for _, r := range rows {
-		d := decisionJSON{Time: r.Time, Mode: r.Mode, Host: r.Host, Port: uint16(r.Port), Addr: r.Addr, Outcome: r.Outcome,
+		d := wire.EgressDecision{Time: r.Time, Mode: r.Mode, Host: r.Host, Port: uint16(r.Port), Addr: r.Addr, Outcome: r.Outcome,
 			Reason: r.Reason, BytesUp: r.BytesUp, BytesDown: r.BytesDown, DurationMS: r.DurationMS, Count: max(r.Count, 1), Summary: r.Summary}
 		if !r.Last.IsZero() {
 			first, last := r.Time, r.Last

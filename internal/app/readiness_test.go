@@ -1,4 +1,4 @@
-package cli
+package app
 
 import (
 	"context"
@@ -15,7 +15,8 @@ import (
 
 // TestInstallGateSeesOSVImportAtOnce: with the real mirror and store, an
 // install gate that said "not loaded" opens right after `sandboxapi
-// mirror osv import` (run as the operator does, on the same data dir),
+// mirror osv import` (its own store and mirror on the same data dir, as
+// the operator's command opens them),
 // long before the next scheduled readiness run.
 func TestInstallGateSeesOSVImportAtOnce(t *testing.T) {
 	ctx := context.Background()
@@ -53,7 +54,7 @@ func TestInstallGateSeesOSVImportAtOnce(t *testing.T) {
 	if ok || len(failing) != 1 || !strings.Contains(failing[0].Detail, "not loaded") && !strings.Contains(failing[0].Detail, "unavailable") {
 		t.Fatalf("before the import: %v %+v", ok, failing)
 	}
-	mustCLI(t, "mirror", "osv", "import", filepath.Join(testenv.ModuleRoot(), "mirror", "testdata", "osv"), "--data-dir", dd)
+	osvImport(t, dd, filepath.Join(testenv.ModuleRoot(), "mirror", "testdata", "osv"))
 	time.Sleep(250 * time.Millisecond) // past min_refresh since the last on-demand run
 	start := time.Now()
 	ok, failing = gate.Ready(ctx)
@@ -63,5 +64,28 @@ func TestInstallGateSeesOSVImportAtOnce(t *testing.T) {
 	t.Logf("gate opened %s after the import's on-demand check", time.Since(start).Round(time.Millisecond))
 	if _, checks := gate.Checks(ctx, false); len(checks) != 1 || checks[0].Status != "pass" || !strings.Contains(checks[0].Detail, "snapshot") {
 		t.Errorf("readyz after the gate's run: %+v", checks)
+	}
+}
+
+// osvImport imports the OSV records at path into the data dir dd the way
+// `sandboxapi mirror osv import` does: through a store and a mirror of its
+// own, as a separate process would.
+func osvImport(t *testing.T, dd, path string) {
+	t.Helper()
+	ctx := context.Background()
+	st, err := store.Open(ctx, filepath.Join(dd, "sandboxapi.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	cfg := mirror.DefaultConfig()
+	cfg.StoreDir = filepath.Join(dd, "mirror")
+	m, err := mirror.New(ctx, cfg, st.DB(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	if _, err := m.ImportOSV(ctx, path); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -1,4 +1,4 @@
-package cli
+package app
 
 import (
 	"bytes"
@@ -183,7 +183,7 @@ func TestEgressAuditFloodBounded(t *testing.T) {
 		t.Fatal(err)
 	}
 	var sawAgg, sawSummary bool
-	for _, d := range got.([]decisionJSON) {
+	for _, d := range got {
 		switch {
 		case d.Summary:
 			sawSummary = sawSummary || d.Count > 1 && d.First != nil && d.Last != nil && strings.HasPrefix(d.Reason, egress.ReasonAuditCap) && d.Host == ""

@@ -1,4 +1,4 @@
-package cli
+package app
 
 import (
 	"context"
@@ -41,14 +41,14 @@ func TestEgressTrailFromTheStore(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ds := got.([]decisionJSON)
+	ds := got
 	if len(ds) != 2 || ds[0].Host != "api.example.com" || ds[0].Addr != "192.0.2.7" || ds[0].DurationMS != 1500 || ds[0].BytesDown != 20 {
 		t.Fatalf("decisions: %+v", ds)
 	}
 	if len(ds[1].Host) != egress.MaxAuditText || ds[1].Outcome != "deny" {
 		t.Fatalf("hostile host not clipped: %d bytes", len(ds[1].Host))
 	}
-	if last, _ := trail.EgressDecisions(ctx, "sess_a", 1); len(last.([]decisionJSON)) != 1 || last.([]decisionJSON)[0].Outcome != "deny" {
+	if last, _ := trail.EgressDecisions(ctx, "sess_a", 1); len(last) != 1 || last[0].Outcome != "deny" {
 		t.Fatalf("limit 1 should give the latest: %+v", last)
 	}
 	if owner, err := trail.SessionOwner(ctx, "sess_a"); err != nil || owner != "key_1" {

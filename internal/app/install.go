@@ -1,4 +1,4 @@
-package cli
+package app
 
 import (
 	"context"
@@ -90,17 +90,6 @@ func wireInstall(ctx context.Context, env *Env, g *lifecycle.Group, ex *executor
 		return chk, closedInstaller{}
 	}
 	return chk, recordingInstaller{next: inst, st: st, mir: mir, log: log, observe: m.ObserveInstall}
-}
-
-func loopbackAddr(listen string) string {
-	host, port, err := net.SplitHostPort(listen)
-	if err != nil {
-		return listen
-	}
-	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
-		host = "127.0.0.1"
-	}
-	return net.JoinHostPort(host, port)
 }
 
 func waitListening(ctx context.Context, addr string, limit time.Duration) {

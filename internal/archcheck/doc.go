@@ -1,0 +1,25 @@
+// Package archcheck holds no code of its own: its test reads every non-test
+// Go file of the module and fails when the tree breaks one of the rules in
+// docs/architecture.md that a compiler cannot see.
+//
+//   - No mutable package-level variable: a package-level var is never
+//     assigned, incremented, changed in place (delete, clear, copy, sorts)
+//     or address-taken inside a function, by the package's code or its
+//     tests (a test hook is a field of a struct the test builds), and none
+//     is of a type that exists to be mutated (sync.Mutex, atomic.Int64, ...).
+//     Sentinel errors, compiled patterns, embedded files, lookup tables and
+//     scratch-buffer pools (sync.Pool) stay allowed. Non-test code calls
+//     none of the setters of process-wide defaults (slog.SetDefault,
+//     http.HandleFunc, os.Setenv, ...). Test-only support
+//     packages are listed, with the reason, and checked to stay test-only.
+//   - No service imports another service; a service's subpackages count as
+//     the service. Leaf packages under internal/ may be imported by any, and
+//     so may the few shared packages listed with their reasons (store,
+//     egress/policy, api/wire), which import no service themselves.
+//   - Errors are classified with errors.Is/As only: no comparing, switching
+//     on or searching (strings.Contains, HasPrefix, ...) the text of
+//     x.Error().
+//
+// testdata/bad is a module that breaks each rule, so that a check that
+// stops seeing a violation fails its own test.
+package archcheck

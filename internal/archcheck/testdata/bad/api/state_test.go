@@ -1,0 +1,7 @@
+package api
+
+import "testing"
+
+func TestX(t *testing.T) {
+	limit = 2
+}
