@@ -278,6 +278,7 @@ type request struct {
 	method, path, key string
 	body              any    // JSON-encoded unless []byte or io.Reader (sent chunked)
 	accept            string // Accept header ("" for none)
+	header            http.Header
 }
 
 // try sends r to node i as a client would and checks that the reply
@@ -308,6 +309,9 @@ func (c *cluster) try(i int, r request) (reply, error) {
 	}
 	if r.accept != "" {
 		req.Header.Set("Accept", r.accept)
+	}
+	for k, v := range r.header {
+		req.Header[k] = v
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {

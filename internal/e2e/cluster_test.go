@@ -146,6 +146,21 @@ func testClusterEveryCall(t *testing.T, c *cluster) {
 		}
 	}
 
+	// A client cannot pass for a node: a call with forwarding headers
+	// that do not verify is refused, and nothing runs.
+	forged := http.Header{}
+	for k, v := range map[string]string{"X-Sandbox-Forwarded-By": c.names[1], "X-Sandbox-Forward-Time": fmt.Sprint(time.Now().Unix()),
+		"X-Sandbox-Forward-Nonce": "00112233445566778899aabbccddeeff", "X-Sandbox-Forward-Signature": strings.Repeat("ab", 32)} {
+		forged.Set(k, v)
+	}
+	for i := range c.nodes {
+		r := c.call(t, i, request{method: "POST", path: "/v1/sessions/" + ss[0].id + "/execute", key: key,
+			body: map[string]any{"code": "echo forged >> /home/sandbox/trail"}, header: forged})
+		if r.status != http.StatusUnauthorized || r.errCode(t) != "bad_node_signature" {
+			t.Errorf("a forged forward through %s: %d %s, want 401 bad_node_signature", c.names[i], r.status, r.body)
+		}
+	}
+
 	// Hibernate through one node, resume through the next; fork through
 	// a third and use the child through a fourth.
 	for k, s := range ss {
