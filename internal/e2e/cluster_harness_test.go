@@ -57,6 +57,9 @@ type clusterOptions struct {
 	warmPool     int
 	maxSandboxes int    // executor.max_sandboxes (0: 16)
 	plans        string // api.plans_file content ("": the embedded plans)
+	// ownHomes leaves executor.homes_dir unset: each node keeps its
+	// homes in its own data dir, out of the others' reach.
+	ownHomes bool
 }
 
 // nodeLetters start the nft table and veth prefix of each node's
@@ -110,6 +113,10 @@ func startCluster(t testing.TB, o clusterOptions) *cluster {
 		// after the node's stop, registered below.
 		inst, eg := testenv.NewNet(t, nodeLetters[i][0]), testenv.NewNet(t, nodeLetters[i][1])
 		addr := freePort(t)
+		homes := "  homes_dir: " + c.homes + "\n"
+		if o.ownHomes {
+			homes = ""
+		}
 		cfg := fmt.Sprintf(`server:
   drain_delay: 1s
   shutdown_grace: 30s
@@ -124,8 +131,7 @@ executor:
   warm_pool: %d
   home_size: 64M
   max_sandboxes: %d
-  homes_dir: %s
-mirror:
+%smirror:
   store_dir: %s
   serve_url: http://%s
 installer:
@@ -146,7 +152,7 @@ readiness:
   stale_after: 10s
   min_refresh: 0s
   topology_interval: 1h
-`, c.storeURL, name, addr, c.secret, clusterLease, o.warmPool, o.maxSandboxes, c.homes, blobs, c.mirrorAddr,
+`, c.storeURL, name, addr, c.secret, clusterLease, o.warmPool, o.maxSandboxes, homes, blobs, c.mirrorAddr,
 			inst.Pool, inst.Table, inst.Prefix, eg.Pool, eg.Table, eg.Prefix)
 		if plansFile != "" {
 			cfg += "api:\n  plans_file: " + plansFile + "\n"

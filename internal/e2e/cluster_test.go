@@ -60,6 +60,51 @@ func TestCluster(t *testing.T) {
 	t.Run("SIGTERM of a node", func(t *testing.T) { testClusterDrain(t, c) })
 }
 
+// TestClusterWithoutSharedHomes runs 2 nodes that keep their homes in
+// their own data dirs: a killed node's session cannot come back, and
+// answers 410 sandbox_lost on its next call through the other node; it is
+// ended, and its key can make a new session in its place.
+func TestClusterWithoutSharedHomes(t *testing.T) {
+	c := startCluster(t, clusterOptions{nodes: 2, ownHomes: true})
+	key := c.key(t, "PRO")
+	var ids []string
+	owners := map[string]string{}
+	for i := range c.nodes {
+		id, owner := c.create(t, i, key, map[string]any{"language": "bash"})
+		ids = append(ids, id)
+		owners[id] = owner
+	}
+	t.Cleanup(func() { c.deleteAll(t, key, ids) })
+	victim := c.index(owners[ids[0]])
+	other := c.other(victim+1, victim)
+	c.nodes[victim].kill()
+	for _, id := range ids {
+		r := c.call(t, other, request{method: "POST", path: "/v1/sessions/" + id + "/execute", key: key, body: map[string]any{"code": "echo hi"}})
+		switch {
+		case owners[id] == c.names[victim] && (r.status != http.StatusGone || r.errCode(t) != "sandbox_lost"):
+			t.Errorf("%s of the killed node through %s: %d %s, want 410 sandbox_lost", id, c.names[other], r.status, r.body)
+		case owners[id] != c.names[victim] && r.status != http.StatusOK:
+			t.Errorf("%s of the living node: %d %s", id, r.status, r.body)
+		}
+	}
+	lost := 0
+	for _, id := range ids {
+		if owners[id] != c.names[victim] {
+			continue
+		}
+		lost++
+		if r := c.call(t, other, request{method: "GET", path: "/v1/sessions/" + id, key: key}); r.status != http.StatusNotFound && (r.status != http.StatusOK || r.json(t)["state"] == "running" || r.json(t)["state"] == "hibernated") {
+			t.Errorf("a lost session: %d %s, want it gone or ended", r.status, r.body)
+		}
+	}
+	// Its plan slot is free again: the key makes as many sessions as it
+	// lost.
+	for k := 0; k < lost; k++ {
+		id, _ := c.create(t, other, key, map[string]any{"language": "bash"})
+		ids = append(ids, id)
+	}
+}
+
 func testClusterEveryCall(t *testing.T, c *cluster) {
 	key := c.key(t, "MEGA")
 	n := len(c.nodes)
