@@ -98,7 +98,7 @@ func benchClusterForwardAndTakeover(b *testing.B) {
 	// Takeover: kill the holder, call through another node until the
 	// session answers.
 	st := c.openStore(b)
-	const rounds = 3
+	const rounds = 5
 	var takeover, firstCall []time.Duration
 	for k := 0; k < rounds; k++ {
 		id, owner := c.create(b, k%len(c.nodes), key, map[string]any{"language": "python3"})
@@ -193,7 +193,7 @@ func benchClusterCreates(b *testing.B) {
 		}
 		return float64(perKey*keys) / took.Seconds(), by
 	}
-	const rounds = 3
+	const rounds = 5
 	var r3, r1 []float64
 	for k := 0; k < rounds; k++ {
 		v, by := round(three)
