@@ -6,11 +6,8 @@ import (
 	"crypto/subtle"
 	"encoding/hex"
 	"errors"
-	"math"
 	"net/http"
 	"strings"
-	"sync"
-	"time"
 )
 
 // Principal is the authenticated caller.
@@ -103,65 +100,4 @@ func withPrincipal(ctx context.Context, p *Principal) context.Context {
 func principal(ctx context.Context) *Principal {
 	p, _ := ctx.Value(principalKey{}).(*Principal)
 	return p
-}
-
-// rateLimiter is a token bucket per key. The zero value is not usable; it
-// is safe for concurrent use.
-type rateLimiter struct {
-	mu      sync.Mutex
-	buckets map[string]*bucket
-}
-
-type bucket struct {
-	tokens float64
-	last   time.Time
-}
-
-// allow takes a token for key at perMinute, or says how long to wait.
-func (rl *rateLimiter) allow(key string, perMinute int, now time.Time) (bool, time.Duration) {
-	rl.mu.Lock()
-	defer rl.mu.Unlock()
-	b, ok := rl.buckets[key]
-	capacity := float64(perMinute)
-	if !ok {
-		b = &bucket{tokens: capacity, last: now}
-		rl.buckets[key] = b
-	}
-	rate := capacity / 60 // tokens per second
-	b.tokens = math.Min(capacity, b.tokens+now.Sub(b.last).Seconds()*rate)
-	b.last = now
-	if b.tokens >= 1 {
-		b.tokens--
-		return true, 0
-	}
-	wait := time.Duration((1 - b.tokens) / rate * float64(time.Second))
-	return false, wait
-}
-
-// quota counts session slots per key, including creates still in flight,
-// so parallel creates cannot overshoot a plan's limit.
-type quota struct {
-	mu       sync.Mutex
-	inFlight map[string]int
-}
-
-// reserve takes a slot if live()+inFlight < max; release gives it back
-// once the new session is counted by live (or has failed). live is read
-// under the quota's lock, so each session is counted at least once.
-func (q *quota) reserve(key string, live func() int, max int) bool {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	if live()+q.inFlight[key] >= max {
-		return false
-	}
-	q.inFlight[key]++
-	return true
-}
-
-func (q *quota) release(key string) {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	if q.inFlight[key]--; q.inFlight[key] <= 0 {
-		delete(q.inFlight, key)
-	}
 }

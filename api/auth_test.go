@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -229,21 +230,23 @@ func TestRateLimitAnswers429WithRetryAfter(t *testing.T) {
 
 func TestQuotaReservationIsAtomic(t *testing.T) {
 	t.Parallel()
-	q := quota{inFlight: map[string]int{}}
 	var mu sync.Mutex
 	live := 0
+	q := newLocalSlots(countSessions{f: func() int { mu.Lock(); defer mu.Unlock(); return live }})
+	ctx := context.Background()
 	var wg sync.WaitGroup
 	granted := 0
 	for i := 0; i < 50; i++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if q.reserve("k", func() int { mu.Lock(); defer mu.Unlock(); return live }, 3) {
+			slot := fmt.Sprintf("pending_%d", i)
+			if ok, _ := q.ReserveSessionSlot(ctx, "k", slot, "", 3); ok {
 				mu.Lock()
 				live++
 				granted++
 				mu.Unlock()
-				q.release("k")
+				_ = q.BindSessionSlot(ctx, "k", slot, fmt.Sprintf("sess_%d", i))
 			}
 		}()
 	}
@@ -252,3 +255,12 @@ func TestQuotaReservationIsAtomic(t *testing.T) {
 		t.Fatalf("granted %d, want 3", granted)
 	}
 }
+
+// countSessions is a Sandboxes with CountSessions alone (the others are
+// promoted from the nil embedded interface and panic).
+type countSessions struct {
+	Sandboxes
+	f func() int
+}
+
+func (c countSessions) CountSessions(string) int { return c.f() }

@@ -39,6 +39,9 @@ type fakeSandboxes struct {
 	// createPanic, if set, is what every create panics with.
 	creates     int
 	createPanic any
+	// idPrefix goes into every session id made (fakes of several nodes
+	// make distinct ids).
+	idPrefix string
 }
 
 // lastExec returns the latest execution request the fake received.
@@ -89,7 +92,7 @@ func (f *fakeSandboxes) CreateSession(ctx context.Context, spec sandbox.SessionS
 		ttl = 10 * time.Minute
 	}
 	now := time.Now()
-	s := sandbox.Session{ID: fmt.Sprintf("s%015d", f.next), Owner: spec.Owner, Language: "python3", State: sandbox.StateRunning,
+	s := sandbox.Session{ID: fmt.Sprintf("s%s%015d", f.idPrefix, f.next), Owner: spec.Owner, Language: "python3", State: sandbox.StateRunning,
 		IdleTTL: ttl, Network: spec.Network, CreatedAt: now, LastUsedAt: now}
 	f.sessions[s.ID] = s
 	return s, nil

@@ -6,7 +6,6 @@ import (
 	"io"
 	"net/http"
 	"strings"
-	"time"
 
 	"github.com/sandboxapi/sandboxapi/internal/sandbox"
 )
@@ -75,16 +74,16 @@ func (s *Server) fork(w http.ResponseWriter, r *http.Request, l Lifecycle) error
 			return err
 		}
 	}
-	if !s.quota.reserve(p.KeyID, func() int { return s.sb.CountSessions(p.KeyID) }, p.Plan.MaxSessions) {
-		e := apiErr(http.StatusTooManyRequests, "quota_exceeded", "plan %s allows %d concurrent sessions; delete one first", p.Plan.Name, p.Plan.MaxSessions)
-		e.RetryAfter = 10 * time.Second
-		return e
+	sl, err := s.takeSlot(r.Context(), p)
+	if err != nil {
+		return err
 	}
-	defer s.quota.release(p.KeyID)
+	defer sl.done(r.Context())
 	sess, err := l.ForkSession(r.Context(), id, spec)
 	if err != nil {
 		return err
 	}
+	sl.bind(r.Context(), sess)
 	writeJSON(w, http.StatusCreated, toSessionJSON(sess))
 	return nil
 }

@@ -84,6 +84,13 @@ type Deps struct {
 	Log       *slog.Logger
 	// Meter records each authenticated request; nil records nothing.
 	Meter Meter
+	// SessionSlots counts plan session slots; serve passes the store,
+	// exact across nodes. nil counts in this process (Sandboxes'
+	// CountSessions plus creates in flight), exact on one node only.
+	SessionSlots SessionSlots
+	// RateTokens is the per-key request rate bucket; serve passes the
+	// store's on PostgreSQL. nil is an in-memory bucket per key.
+	RateTokens RateTokens
 	// Observer gets request and execution measurements; nil measures
 	// nothing.
 	Observer Observer
@@ -129,8 +136,8 @@ type Server struct {
 	log   *slog.Logger
 	mux   *http.ServeMux
 
-	limiter   rateLimiter
-	quota     quota
+	slots     SessionSlots // never nil (localSlots when Deps has none)
+	rate      RateTokens   // never nil (rateLimiter when Deps has none)
 	ready     atomic.Bool
 	readiness ReadinessReporter // nil: ready with no checks
 	egressLog EgressLog         // nil: no decisions
@@ -143,8 +150,13 @@ type Server struct {
 func New(cfg Config, d Deps) *Server {
 	s := &Server{cfg: cfg, sb: d.Sandboxes, keys: d.Keys, plans: d.Plans, meter: d.Meter, log: d.Log, mux: http.NewServeMux(),
 		readiness: d.Readiness, egressLog: d.EgressLog, build: d.Build}
-	s.limiter.buckets = map[string]*bucket{}
-	s.quota.inFlight = map[string]int{}
+	s.slots, s.rate = d.SessionSlots, d.RateTokens
+	if s.slots == nil {
+		s.slots = newLocalSlots(d.Sandboxes)
+	}
+	if s.rate == nil {
+		s.rate = &rateLimiter{}
+	}
 	s.ready.Store(true)
 	s.setObserver(d.Observer)
 	s.routes(d)
@@ -342,10 +354,8 @@ func (s *Server) authedCall(h callFunc) http.Handler {
 			writeError(cw, r, s.log, err)
 			return
 		}
-		if ok, wait := s.limiter.allow(p.KeyID, p.Plan.RequestsPerMinute, time.Now()); !ok {
-			e := apiErr(http.StatusTooManyRequests, "rate_limited", "plan %s allows %d requests per minute", p.Plan.Name, p.Plan.RequestsPerMinute)
-			e.RetryAfter = wait
-			writeError(cw, r, s.log, e)
+		if err := s.takeRateToken(r.Context(), p); err != nil {
+			writeError(cw, r, s.log, err)
 			return
 		}
 		// A call that resumes a hibernated session says so, and how long
@@ -436,8 +446,21 @@ func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 }
 
+// readyz reports readiness: 503 while draining or when a check fails.
+// With ?scope=serving (a load balancer's probe) only draining turns it
+// red: the checks gate installs, and a mirror outage or an old OSV
+// snapshot must not take the node's other calls out of rotation. The
+// checks are in the body either way.
 func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	ok, checks := s.readinessChecks(r)
+	switch scope := r.URL.Query().Get("scope"); scope {
+	case "", "all":
+	case "serving":
+		ok = true
+	default:
+		writeError(w, r, s.log, apiErr(http.StatusBadRequest, "invalid_request", "scope must be all or serving, got %q", scope))
+		return
+	}
 	if !s.ready.Load() || !ok {
 		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"status": "not_ready", "draining": !s.ready.Load(), "checks": checks})
 		return

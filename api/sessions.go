@@ -151,17 +151,17 @@ func (s *Server) createSession(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	if !s.quota.reserve(p.KeyID, func() int { return s.sb.CountSessions(p.KeyID) }, p.Plan.MaxSessions) {
-		e := apiErr(http.StatusTooManyRequests, "quota_exceeded", "plan %s allows %d concurrent sessions; delete one first", p.Plan.Name, p.Plan.MaxSessions)
-		e.RetryAfter = 10 * time.Second
-		return e
+	sl, err := s.takeSlot(r.Context(), p)
+	if err != nil {
+		return err
 	}
-	defer s.quota.release(p.KeyID)
+	defer sl.done(r.Context())
 	sess, err := s.sb.CreateSession(r.Context(), sandbox.SessionSpec{Language: req.Language, IdleTTL: ttl, Owner: p.KeyID, Network: network,
 		DiskBytes: p.Plan.SessionDiskMB << 20})
 	if err != nil {
 		return err
 	}
+	sl.bind(r.Context(), sess)
 	writeJSON(w, http.StatusCreated, toSessionJSON(sess))
 	return nil
 }

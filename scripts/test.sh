@@ -46,6 +46,10 @@ if [ ! -x "$tools/redocly/node_modules/.bin/redocly" ]; then
 fi
 export SANDBOXAPI_REDOCLY="$tools/redocly/node_modules/.bin/redocly"
 export PEBBLE="$tools/bin/pebble" SANDBOXAPI_REQUIRE_PEBBLE=1
+# The Kubernetes manifests' checks (internal/deploycheck): kubeconform, the
+# API's schemas from the k8s.io/kubernetes module, kustomize if no kubectl.
+k8s_env=$(scripts/k8s-tools.sh "$tools")
+eval "$k8s_env"
 export SANDBOXAPI_MCP_INSPECTOR="$tools/inspector/node_modules/.bin/mcp-inspector"
 go vet ./...
 go test -count=1 -timeout 60m ./...

@@ -35,6 +35,15 @@ func (d Dialect) ForUpdate() string {
 	return ""
 }
 
+// Least is the name of the two-argument minimum: LEAST on PostgreSQL,
+// MIN (which takes two or more arguments as a scalar) on SQLite.
+func (d Dialect) Least() string {
+	if d == Postgres {
+		return "LEAST"
+	}
+	return "MIN"
+}
+
 // DayOfMS is the expression giving the UTC day (YYYY-MM-DD) of col, a time
 // in Unix milliseconds.
 func (d Dialect) DayOfMS(col string) string {

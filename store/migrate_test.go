@@ -45,6 +45,7 @@ func TestMirrorTablesMoveIntoMigrations(t *testing.T) {
 	}
 	if _, err := st.DB().ExecContext(ctx, `ALTER TABLE mirror_artifacts DROP COLUMN stripped;
 		ALTER TABLE mirror_artifacts DROP COLUMN dependencies; ALTER TABLE mirror_artifacts DROP COLUMN published_at;
+		DROP TRIGGER session_slots_follow; DROP TRIGGER session_slots_follow_delete;
 		DROP TABLE session_slots; DROP TABLE quota_keys; DROP TABLE rate_buckets;
 		DROP TABLE nodes; DROP INDEX sessions_node_state; ALTER TABLE sessions DROP COLUMN node; ALTER TABLE executions DROP COLUMN node;
 		DELETE FROM schema_version WHERE v > 6;

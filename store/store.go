@@ -29,6 +29,9 @@ type Store struct {
 	// node is the cluster node this handle writes for (ForNode): session
 	// state changes apply only to sessions it owns.
 	node string
+	// rateTake is TakeRateToken's statement, prepared once: it runs on
+	// every authenticated request.
+	rateTake *sql.Stmt
 }
 
 // Open opens (creating if needed) the SQLite database at path and applies
@@ -72,6 +75,11 @@ func open(ctx context.Context, db *sql.DB, d Dialect) (*Store, error) {
 		db.Close()
 		return nil, err
 	}
+	var err error
+	if s.rateTake, err = db.PrepareContext(ctx, rateTakeQuery(d)); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("preparing the rate statement: %w", err)
+	}
 	return s, nil
 }
 
@@ -98,7 +106,12 @@ func (s *Store) ForNode(name string) *Store {
 func (s *Store) Node() string { return s.node }
 
 // Close closes the database.
-func (s *Store) Close() error { return s.db.Close() }
+func (s *Store) Close() error {
+	if s.rateTake != nil {
+		s.rateTake.Close()
+	}
+	return s.db.Close()
+}
 
 // migration is one schema step. sqlite is the statement for SQLite;
 // postgres is PostgreSQL's, or empty for pgSchema(sqlite); fix, when set,
@@ -243,6 +256,18 @@ var migrations = []migration{
 	ALTER TABLE sessions ADD COLUMN node TEXT NOT NULL DEFAULT '';
 	ALTER TABLE executions ADD COLUMN node TEXT NOT NULL DEFAULT '';
 	CREATE INDEX IF NOT EXISTS sessions_node_state ON sessions(node, state);`},
+	// Session slots follow their sessions (quota.go): a slot is a pending
+	// reservation until bound to its session's row, and goes in the very
+	// statement that moves that row out of the live states. Sessions
+	// already live get their slots.
+	// A rate bucket's row also says whether its latest take got a token
+	// (TakeRateToken is one upsert). (SQLite has no ADD COLUMN IF NOT
+	// EXISTS: addSlotBound adds the columns and backfills.)
+	{sqlite: slotsEndTriggerSQLite, fix: addSlotBound,
+		postgres: `ALTER TABLE session_slots ADD COLUMN IF NOT EXISTS bound BIGINT NOT NULL DEFAULT 0;
+	ALTER TABLE rate_buckets ADD COLUMN IF NOT EXISTS granted BIGINT NOT NULL DEFAULT 0;
+	` + slotsEndTriggerPostgres + `
+	` + slotsBackfill},
 }
 
 // migrationLock is the PostgreSQL advisory lock key under which a node

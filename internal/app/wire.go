@@ -19,6 +19,11 @@ import (
 
 var _ lifecycle.Component = (*executor.Executor)(nil)
 
+var (
+	_ api.SessionSlots = (*store.Store)(nil)
+	_ api.RateTokens   = (*store.Store)(nil)
+)
+
 // wiring is what serve has built when it wires the API.
 type wiring struct {
 	plans    *api.Plans
@@ -49,6 +54,10 @@ func wireServices(ctx context.Context, env *Env, g *lifecycle.Group, w wiring) *
 	}
 	ready := readinessReporter{chk}
 	build := w.build
+	// Slots this node's previous process reserved for creates died with it.
+	if _, err := w.st.ReleasePendingSlots(ctx); err != nil {
+		env.Log.Warn("releasing pending session slots", "err", err)
+	}
 	var sandboxes api.Sandboxes = w.ex
 	mcpAPI := func(h http.Handler) http.Handler { return h }
 	if w.node != nil {
@@ -78,7 +87,21 @@ func wireServices(ctx context.Context, env *Env, g *lifecycle.Group, w wiring) *
 		MCP: func(h http.Handler) http.Handler {
 			return mcp.NewHTTPHandler(mcpAPI(h), mcp.Options{Version: Version, Logger: env.Log, DefaultTimeout: cfg.Limits.DefaultTimeout.D()})
 		},
+		// Session slots are always the store's (exact on any number of
+		// nodes); the rate bucket is the store's on PostgreSQL (shared by
+		// possibly many nodes), in memory (nil) on the SQLite file.
+		SessionSlots: w.st,
+		RateTokens:   storeRate(cfg.Store.URL, w.st),
 	})
 	registerMetrics(w.m, srv, w.ex, w.mir)
 	return srv
+}
+
+// storeRate is the API's rate bucket: the store's when url names a
+// PostgreSQL store, else nil (the API's in-memory bucket).
+func storeRate(url string, st *store.Store) api.RateTokens {
+	if url == "" {
+		return nil
+	}
+	return st
 }

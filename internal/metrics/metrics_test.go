@@ -240,3 +240,28 @@ func TestInstallPanicAndOSVMetrics(t *testing.T) {
 		t.Error("OSV age exported with no snapshot")
 	}
 }
+
+// TestClusterMetrics: forwards by outcome, takeovers by cause, and the
+// nodes-alive gauge, absent until a cluster node registers it.
+func TestClusterMetrics(t *testing.T) {
+	m := New()
+	if strings.Contains(scrape(t, m), "sandboxapi_cluster_nodes_alive") {
+		t.Fatal("nodes alive on a single node")
+	}
+	m.ClusterForward("ok")
+	m.ClusterForward("ok")
+	m.ClusterForward("unreachable")
+	m.ClusterTakeover("expired")
+	m.RegisterClusterNodes(func() (int, bool) { return 3, true })
+	out := scrape(t, m)
+	for _, want := range []string{`sandboxapi_cluster_forwards_total{outcome="ok"} 2`, `sandboxapi_cluster_forwards_total{outcome="unreachable"} 1`,
+		`sandboxapi_cluster_takeovers_total{from="expired"} 1`, "sandboxapi_cluster_nodes_alive 3"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("scrape lacks %s", want)
+		}
+	}
+	m.RegisterClusterNodes(func() (int, bool) { return 0, false })
+	if strings.Contains(scrape(t, m), "sandboxapi_cluster_nodes_alive") {
+		t.Error("nodes alive shown while the store does not answer")
+	}
+}
