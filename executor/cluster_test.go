@@ -385,7 +385,19 @@ func TestClusterStopHandsOver(t *testing.T) {
 		clusterRun(t, a, s.ID, "echo "+s.ID+" > /home/sandbox/id")
 		ids = append(ids, s.ID)
 	}
-	fence := a.fence.cmd
+	// A fence process that dies while its node runs is started again.
+	first := a.currentFence()
+	if err := first.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for a.currentFence() == first && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	fence := a.currentFence().cmd
+	if fence == first.cmd {
+		t.Fatal("the fence was not started again")
+	}
 	if err := a.Stop(ctx); err != nil {
 		t.Fatalf("stop: %v", err)
 	}
@@ -689,3 +701,46 @@ func TestRunFenceProtocol(t *testing.T) {
 type writerFunc func([]byte) (int, error)
 
 func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
+
+// TestClusterFenceDuringCall: a call running when its node fences answers
+// ErrSessionMoved at once and writes nothing to the session's row.
+func TestClusterFenceDuringCall(t *testing.T) {
+	c := newCluster(t)
+	a := c.start(t, "a", c.nodeConfig(t))
+	ctx := context.Background()
+	s, err := a.CreateSession(ctx, SessionSpec{Language: "bash", Owner: "k1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := a.Execute(ctx, "k1", s.ID, ExecRequest{Code: "echo started; sleep 30", Timeout: 40 * time.Second})
+		done <- err
+	}()
+	time.Sleep(time.Second)
+	if err := a.Fence(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if !errors.Is(err, ErrSessionMoved) {
+			t.Fatalf("the call in flight: %v, want ErrSessionMoved", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the call in flight did not end with the fence")
+	}
+	r, err := c.st.GetSession(ctx, s.ID)
+	if err != nil || r.Node != "a" || r.State != string(StateRunning) {
+		t.Fatalf("row after the fence: %+v %v", r, err)
+	}
+	if h := hostHolds(a, s.ID); len(h) > 0 {
+		t.Fatalf("a still holds %v", h)
+	}
+}
+
+// currentFence is e's running fence process.
+func (e *Executor) currentFence() *fenceProc {
+	e.fence.mu.Lock()
+	defer e.fence.mu.Unlock()
+	return e.fence.proc
+}

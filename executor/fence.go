@@ -184,17 +184,22 @@ func homeMounts(homes string) []mountedHome {
 }
 
 // fenceSwitch is the node's side of the dead man's switch: the running
-// fence process and the write end of its pipe. A fence process that dies
-// while the node runs is started again. Safe for concurrent use.
+// fence process. One that dies while the node runs is started again. Safe
+// for concurrent use.
 type fenceSwitch struct {
 	argv []string
 	log  *slog.Logger
 
 	mu       sync.Mutex
-	cmd      *exec.Cmd
-	pipe     *os.File      // write end of the fence's stdin
-	exited   chan struct{} // closed when cmd has exited
+	proc     *fenceProc
 	stopping bool
+}
+
+// fenceProc is one fence process and the write end of its stdin.
+type fenceProc struct {
+	cmd    *exec.Cmd
+	pipe   *os.File
+	exited chan struct{} // closed when cmd has exited
 }
 
 // fenceReadyWait is how long the node waits for its fence to say ready:
@@ -214,27 +219,30 @@ func (e *Executor) startFence() error {
 	}
 	cfg := FenceConfig{Root: e.runsc.root, Homes: e.sessionsDir(), Lock: filepath.Join(e.cfg.DataDir, "fence.lock")}
 	f := &fenceSwitch{argv: append(append([]string{}, argv...), cfg.Flags()...), log: e.log}
-	if err := f.start(); err != nil {
+	p, err := f.launch()
+	if err != nil {
 		return err
 	}
+	f.proc = p
+	go f.watch(p)
 	e.fence = f
 	return nil
 }
 
-// start launches one fence process; f.mu is not held.
-func (f *fenceSwitch) start() error {
+// launch starts one fence process and waits until it is ready.
+func (f *fenceSwitch) launch() (*fenceProc, error) {
 	inR, inW, err := os.Pipe()
 	if err != nil {
-		return fmt.Errorf("starting fence: %w", err)
+		return nil, fmt.Errorf("starting fence: %w", err)
 	}
 	readyR, readyW, err := os.Pipe()
 	if err != nil {
 		inR.Close()
 		inW.Close()
-		return fmt.Errorf("starting fence: %w", err)
+		return nil, fmt.Errorf("starting fence: %w", err)
 	}
 	cmd := exec.Command(f.argv[0], f.argv[1:]...)
-	// stdin: the pipe the node holds; stdout: its ready line, closed
+	// stdin: the pipe only the node holds; stdout: its ready line, closed
 	// after; stderr: the node's own (its log), held at most fenceBudget
 	// past the node's death. Its own process group, so that a signal to
 	// the node's group leaves it standing.
@@ -246,10 +254,10 @@ func (f *fenceSwitch) start() error {
 	if err != nil {
 		inW.Close()
 		readyR.Close()
-		return fmt.Errorf("starting fence %s: %w", f.argv[0], err)
+		return nil, fmt.Errorf("starting fence %s: %w", f.argv[0], err)
 	}
-	exited := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(exited) }()
+	p := &fenceProc{cmd: cmd, pipe: inW, exited: make(chan struct{})}
+	go func() { _ = cmd.Wait(); close(p.exited) }()
 	readyErr := make(chan error, 1)
 	go func() {
 		defer readyR.Close()
@@ -270,58 +278,73 @@ func (f *fenceSwitch) start() error {
 	if err != nil {
 		inW.Close()
 		_ = cmd.Process.Kill()
-		<-exited
-		return fmt.Errorf("starting fence %s: %w", f.argv[0], err)
+		<-p.exited
+		return nil, fmt.Errorf("starting fence %s: %w", f.argv[0], err)
 	}
-	f.mu.Lock()
-	f.cmd, f.pipe, f.exited = cmd, inW, exited
-	f.mu.Unlock()
-	go f.watch(cmd, exited)
-	return nil
+	return p, nil
 }
 
-// watch starts the fence again when it dies while the node runs: without
-// it, a node that dies leaves its sandboxes and mounts behind.
-func (f *fenceSwitch) watch(cmd *exec.Cmd, exited chan struct{}) {
-	<-exited
-	for {
-		f.mu.Lock()
-		stopping := f.stopping || f.cmd != cmd
+// watch starts the fence again when p dies while the node runs: without
+// one, a node that dies leaves its sandboxes and mounts behind.
+func (f *fenceSwitch) watch(p *fenceProc) {
+	<-p.exited
+	f.mu.Lock()
+	if f.stopping || f.proc != p {
 		f.mu.Unlock()
-		if stopping {
+		return
+	}
+	f.mu.Unlock()
+	p.pipe.Close()
+	f.log.Error("fence process exited while the node runs: starting it again", "pid", p.cmd.Process.Pid, "state", p.cmd.ProcessState.String())
+	for {
+		np, err := f.launch()
+		f.mu.Lock()
+		stopping := f.stopping
+		if err == nil && !stopping {
+			f.proc = np
+		}
+		f.mu.Unlock()
+		switch {
+		case err == nil && stopping:
+			_ = np.quit()
+			return
+		case err == nil:
+			go f.watch(np)
+			return
+		case stopping:
 			return
 		}
-		f.log.Error("fence process exited while the node runs: starting it again", "pid", cmd.Process.Pid, "state", cmd.ProcessState.String())
-		if err := f.start(); err == nil {
-			return // the new one has its own watch
-		} else {
-			f.log.Error("restarting the fence", "err", err)
-		}
+		f.log.Error("restarting the fence", "err", err)
 		time.Sleep(time.Second)
 	}
 }
 
-// stop ends the fence quietly (the node stops normally and has let go of
-// everything): it writes fenceQuit, closes the pipe and waits for the
-// process, killing it after a while.
+// stop ends the fence quietly: the node stops normally and has let go of
+// everything.
 func (f *fenceSwitch) stop() error {
 	f.mu.Lock()
 	f.stopping = true
-	cmd, pipe, exited := f.cmd, f.pipe, f.exited
+	p := f.proc
 	f.mu.Unlock()
-	if cmd == nil {
+	if p == nil {
 		return nil
 	}
-	_, werr := pipe.Write([]byte{fenceQuit})
-	pipe.Close()
+	return p.quit()
+}
+
+// quit writes fenceQuit, closes the pipe and waits for the process,
+// killing it after a while.
+func (p *fenceProc) quit() error {
+	_, werr := p.pipe.Write([]byte{fenceQuit})
+	p.pipe.Close()
 	select {
-	case <-exited:
+	case <-p.exited:
 	case <-time.After(5 * time.Second):
-		_ = cmd.Process.Kill()
-		<-exited
+		_ = p.cmd.Process.Kill()
+		<-p.exited
 		return errors.New("fence process did not stop: killed")
 	}
-	if werr != nil {
+	if werr != nil && !errors.Is(werr, os.ErrClosed) {
 		return fmt.Errorf("stopping fence: %w", werr)
 	}
 	return nil
