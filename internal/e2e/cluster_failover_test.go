@@ -293,9 +293,11 @@ func testClusterDrain(t *testing.T, c *cluster) {
 	d := c.index(drainedName)
 	t.Logf("sessions by node %v; SIGTERM to %s", held, drainedName)
 
-	// A client per session calls it, without pause, through the nodes
-	// that stay.
+	// Three clients per session call it, without pause, through the
+	// nodes that stay (calls in flight at every moment of the drain).
+	const clients = 3
 	type outcome struct {
+		mu     sync.Mutex
 		calls  int
 		failed []string
 		nodes  []string // serving nodes, in order, without repeats
@@ -304,29 +306,33 @@ func testClusterDrain(t *testing.T, c *cluster) {
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	for k, id := range all {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			o := &outcomes[k]
-			for n := 0; ; n++ {
-				select {
-				case <-stop:
-					return
-				default:
+		for cl := 0; cl < clients; cl++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				o := &outcomes[k]
+				for n := cl; ; n++ {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					i := c.other(k+n, d)
+					r, err := c.try(i, request{method: "POST", path: "/v1/sessions/" + id + "/execute", key: key, body: map[string]any{"code": "cat /home/sandbox/f"}})
+					o.mu.Lock()
+					o.calls++
+					switch {
+					case err != nil:
+						o.failed = append(o.failed, err.Error())
+					case r.status != http.StatusOK || !strings.Contains(string(r.body), `"stdout":"kept-`+id+`\n"`):
+						o.failed = append(o.failed, fmt.Sprintf("%s through %s: %d %s", time.Now().Format("15:04:05.000"), c.names[i], r.status, r.body))
+					case len(o.nodes) == 0 || o.nodes[len(o.nodes)-1] != servedBy(r):
+						o.nodes = append(o.nodes, servedBy(r))
+					}
+					o.mu.Unlock()
 				}
-				i := c.other(k+n, d)
-				r, err := c.try(i, request{method: "POST", path: "/v1/sessions/" + id + "/execute", key: key, body: map[string]any{"code": "cat /home/sandbox/f"}})
-				o.calls++
-				switch {
-				case err != nil:
-					o.failed = append(o.failed, err.Error())
-				case r.status != http.StatusOK || !strings.Contains(string(r.body), `"stdout":"kept-`+id+`\n"`):
-					o.failed = append(o.failed, fmt.Sprintf("%s through %s: %d %s", time.Now().Format("15:04:05.000"), c.names[i], r.status, r.body))
-				case len(o.nodes) == 0 || o.nodes[len(o.nodes)-1] != servedBy(r):
-					o.nodes = append(o.nodes, servedBy(r))
-				}
-			}
-		}()
+			}()
+		}
 	}
 	time.Sleep(time.Second)
 	drained := c.nodes[d]
@@ -349,9 +355,13 @@ func testClusterDrain(t *testing.T, c *cluster) {
 	}
 	t.Logf("%s exited %v after SIGTERM", drainedName, exitedAfter.Round(time.Millisecond))
 	for k, id := range all {
-		o := outcomes[k]
+		o := &outcomes[k]
 		t.Logf("%s: %d calls, served by %v", id, o.calls, o.nodes)
-		for _, f := range o.failed {
+		for j, f := range o.failed {
+			if j == 5 {
+				t.Errorf("%s: %d more failed calls", id, len(o.failed)-5)
+				break
+			}
 			t.Errorf("%s: failed call: %s", id, f)
 		}
 		if o.calls < 5 {

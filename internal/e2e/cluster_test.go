@@ -30,8 +30,10 @@ import (
 //     file and installed package, while a watcher sees no home image
 //     attached or mounted twice at any moment; the restarted node comes
 //     back with a new epoch and takes new sessions;
-//   - a SIGTERM of a node, while a client keeps calling its sessions
+//   - a SIGTERM of a node, while clients keep calling its sessions
 //     through the other nodes, hands them over with no failed call.
+//
+// TestClusterWithoutSharedHomes covers nodes whose homes are their own.
 //
 // Run with:
 //
