@@ -88,6 +88,7 @@ func benchClusterForwardAndTakeover(b *testing.B) {
 	b.ReportMetric(ms(pct(dd, .99)), "direct_p99_ms")
 	b.ReportMetric(ms(pct(fd, .5)), "forwarded_p50_ms")
 	b.ReportMetric(ms(pct(fd, .99)), "forwarded_p99_ms")
+	b.ReportMetric(ms(pct(fd, .5))-ms(pct(dd, .5)), "forward_overhead_p50_ms")
 	b.ReportMetric(ms(pct(fd, .5))/ms(pct(dd, .5)), "forwarded_over_direct_p50")
 	b.ReportMetric(ms(pct(fd, .99))/ms(pct(dd, .99)), "forwarded_over_direct_p99")
 	b.Logf("execute of print(1), %d calls each, alternated: direct (%s) p50 %.1f ms p99 %.1f ms; forwarded (%s → %s) p50 %.1f ms p99 %.1f ms; ratio p50 %.2f p99 %.2f",
