@@ -209,6 +209,7 @@ func testClusterKill(t *testing.T, c *cluster) {
 
 	t.Run("the restarted node rejoins and takes new sessions", func(t *testing.T) {
 		victim.start()
+		restartedAt := time.Now()
 		var after nodeState
 		for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(100 * time.Millisecond) {
 			n, err := st.GetNode(ctx, victimName)
@@ -226,6 +227,7 @@ func testClusterKill(t *testing.T, c *cluster) {
 		var left []string
 		for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(250 * time.Millisecond) {
 			if left = c.egress[v].leftovers(t); len(left) == 0 {
+				t.Logf("%s removed the networks of its moved sessions within %v of its restart", victimName, time.Since(restartedAt).Round(time.Millisecond))
 				break
 			}
 		}
