@@ -8,6 +8,10 @@ import (
 	"errors"
 	"net/http"
 	"strings"
+	"sync"
+	"time"
+
+	"github.com/sandboxapi/sandboxapi/store"
 )
 
 // Principal is the authenticated caller.
@@ -77,11 +81,25 @@ func (s *Server) authenticate(r *http.Request) (*Principal, error) {
 	if len(secret) > 256 {
 		return nil, apiErr(http.StatusUnauthorized, "unauthenticated", "unknown API key")
 	}
-	id, name, planName, err := s.keys.Lookup(r.Context(), HashKey(secret))
-	if errors.Is(err, ErrUnknownKey) {
+	hash := HashKey(secret)
+	ctx, cancel := context.WithTimeout(r.Context(), storeCallTimeout)
+	defer cancel()
+	id, name, planName, err := s.keys.Lookup(ctx, hash)
+	switch {
+	case err == nil:
+		s.keyCache.put(hash, cachedKey{id: id, name: name, plan: planName}, time.Now())
+	case errors.Is(err, ErrUnknownKey):
+		s.keyCache.forget(hash)
 		return nil, apiErr(http.StatusUnauthorized, "unauthenticated", "unknown API key")
-	}
-	if err != nil {
+	case errors.Is(err, store.ErrUnavailable):
+		// A key the store resolved within the cache's TTL keeps working
+		// while the store is away; any other is a 503.
+		k, ok := s.keyCache.get(hash, time.Now())
+		if !ok {
+			return nil, err
+		}
+		id, name, planName = k.id, k.name, k.plan
+	default:
 		return nil, err
 	}
 	plan, ok := s.plans.Get(planName)
@@ -100,4 +118,80 @@ func withPrincipal(ctx context.Context, p *Principal) context.Context {
 func principal(ctx context.Context) *Principal {
 	p, _ := ctx.Value(principalKey{}).(*Principal)
 	return p
+}
+
+// storeCallTimeout bounds each store call of authentication (the key
+// lookup, the rate bucket): a store that does not answer in time is
+// unavailable, and the request is answered, not held.
+const storeCallTimeout = 5 * time.Second
+
+// DefaultKeyCacheTTL is how long a key the store resolved keeps working
+// while the store cannot be reached (Config.KeyCacheTTL).
+const DefaultKeyCacheTTL = 30 * time.Second
+
+// keyCacheMax bounds the keys a keyCache holds.
+const keyCacheMax = 10000
+
+// keyCache holds the keys the store resolved recently, by hash, for use
+// only while the store cannot be reached. A key is cached when a lookup
+// finds it and forgotten when one does not (revoked), so a key revoked
+// before an outage works at most ttl after its last successful lookup.
+// The zero ttl caches nothing. Safe for concurrent use.
+type keyCache struct {
+	ttl time.Duration
+
+	mu   sync.Mutex
+	keys map[string]cachedKey
+}
+
+// cachedKey is one resolved key and when the store last resolved it.
+type cachedKey struct {
+	id, name, plan string
+	at             time.Time
+}
+
+func newKeyCache(ttl time.Duration) *keyCache {
+	switch {
+	case ttl == 0:
+		ttl = DefaultKeyCacheTTL
+	case ttl < 0:
+		ttl = 0
+	}
+	return &keyCache{ttl: ttl, keys: map[string]cachedKey{}}
+}
+
+func (c *keyCache) put(hash string, k cachedKey, now time.Time) {
+	if c.ttl == 0 {
+		return
+	}
+	k.at = now
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.keys[hash]; !ok && len(c.keys) >= keyCacheMax {
+		for h, old := range c.keys {
+			if now.Sub(old.at) >= c.ttl {
+				delete(c.keys, h)
+			}
+		}
+		if len(c.keys) >= keyCacheMax {
+			return // full of live keys: this one is looked up each time
+		}
+	}
+	c.keys[hash] = k
+}
+
+func (c *keyCache) get(hash string, now time.Time) (cachedKey, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	k, ok := c.keys[hash]
+	if !ok || now.Sub(k.at) >= c.ttl {
+		return cachedKey{}, false
+	}
+	return k, true
+}
+
+func (c *keyCache) forget(hash string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.keys, hash)
 }

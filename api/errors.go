@@ -10,7 +10,12 @@ import (
 
 	"github.com/sandboxapi/sandboxapi/internal/httperr"
 	"github.com/sandboxapi/sandboxapi/internal/sandbox"
+	"github.com/sandboxapi/sandboxapi/store"
 )
+
+// storeRetryAfter is the Retry-After of a 503 store_unavailable: about
+// what a PostgreSQL restart takes.
+const storeRetryAfter = 2 * time.Second
 
 // Error is an error with a public code and HTTP status. Handlers return it
 // for anything the client did; anything else is a 500 with a request id.
@@ -60,6 +65,13 @@ func toAPIError(err error) *Error {
 	if errors.As(err, &ae) {
 		return ae
 	}
+	// The store cannot be reached (PostgreSQL down, restarting, out of
+	// connections, not answering in time): any route that needed it. The
+	// cause is logged by writeError, never sent.
+	if errors.Is(err, store.ErrUnavailable) {
+		return &Error{Status: http.StatusServiceUnavailable, Code: "store_unavailable",
+			Message: "the store is unavailable; retry after the Retry-After seconds", RetryAfter: storeRetryAfter}
+	}
 	for _, row := range errorTable {
 		if errors.Is(err, row.err) {
 			msg := err.Error()
@@ -85,6 +97,9 @@ type (
 func writeError(w http.ResponseWriter, r *http.Request, log *slog.Logger, err error) {
 	rid := requestID(r.Context())
 	ae := toAPIError(err)
+	if errors.Is(err, store.ErrUnavailable) {
+		log.Warn("store unavailable", "request_id", rid, "route", r.Pattern, "err", err)
+	}
 	if ae == nil {
 		log.Error("internal error", "request_id", rid, "route", r.Pattern, "err", err)
 		ae = &Error{Status: http.StatusInternalServerError, Code: "internal", Message: "internal error; quote the request id to the operator"}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"math"
 	"net/http"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/sandboxapi/sandboxapi/internal/sandbox"
+	"github.com/sandboxapi/sandboxapi/store"
 )
 
 // SessionSlots counts plan session slots (Plan.MaxSessions). serve passes
@@ -106,7 +108,14 @@ func (sl *slot) done(ctx context.Context) {
 // takeRateToken applies p's plan rate: nil, or the 429 rate_limited with
 // its Retry-After.
 func (s *Server) takeRateToken(ctx context.Context, p *Principal) error {
-	ok, wait, err := s.rate.TakeRateToken(ctx, p.KeyID, p.Plan.RequestsPerMinute, time.Now())
+	tctx, cancel := context.WithTimeout(ctx, storeCallTimeout)
+	defer cancel()
+	ok, wait, err := s.rate.TakeRateToken(tctx, p.KeyID, p.Plan.RequestsPerMinute, time.Now())
+	if errors.Is(err, store.ErrUnavailable) {
+		// The shared bucket's store is away: this node's own bucket
+		// applies the plan meanwhile (per node, not per cluster).
+		ok, wait, err = s.outageRate.TakeRateToken(ctx, p.KeyID, p.Plan.RequestsPerMinute, time.Now())
+	}
 	if err != nil {
 		return fmt.Errorf("applying the rate limit: %w", err)
 	}

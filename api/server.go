@@ -72,6 +72,11 @@ type Config struct {
 	// timeouts keep it. Zero means 15 s.
 	StreamHeartbeat time.Duration
 	Gateway         GatewayConfig
+	// KeyCacheTTL is how long a key the store resolved keeps working
+	// while the store cannot be reached (every lookup goes to the store
+	// while it answers, so a revocation counts at once then). Zero means
+	// DefaultKeyCacheTTL; negative caches nothing.
+	KeyCacheTTL time.Duration
 }
 
 // Deps is everything the server talks to, given once to New. Sandboxes,
@@ -143,6 +148,11 @@ type Server struct {
 	egressLog EgressLog         // nil: no decisions
 	ops       opsState          // observer and route registry (metrics.go)
 
+	// While the store cannot be reached: the keys it resolved lately, and
+	// this node's own rate bucket in place of the store's.
+	keyCache   *keyCache
+	outageRate rateLimiter
+
 	build *buildinfo.Info // shown by /healthz; nil: status alone
 }
 
@@ -151,6 +161,7 @@ func New(cfg Config, d Deps) *Server {
 	s := &Server{cfg: cfg, sb: d.Sandboxes, keys: d.Keys, plans: d.Plans, meter: d.Meter, log: d.Log, mux: http.NewServeMux(),
 		readiness: d.Readiness, egressLog: d.EgressLog, build: d.Build}
 	s.slots, s.rate = d.SessionSlots, d.RateTokens
+	s.keyCache = newKeyCache(cfg.KeyCacheTTL)
 	if s.slots == nil {
 		s.slots = newLocalSlots(d.Sandboxes)
 	}

@@ -43,7 +43,24 @@ var (
 		Message: "the node that owns the session cannot be reached yet, or this node is renewing its lease; retry", RetryAfter: time.Second}
 	errInternal = replyError{Status: http.StatusInternalServerError, Code: "internal",
 		Message: "internal error; quote the request id to the operator"}
+	errStoreUnavailable = replyError{Status: http.StatusServiceUnavailable, Code: "store_unavailable",
+		Message: "the store is unavailable; retry after the Retry-After seconds", RetryAfter: 2 * time.Second}
 )
+
+// failStore answers an error of the store behind an owner look-up, a
+// claim or an adoption (what): 503 store_unavailable, as the API answers
+// it, when the store cannot be reached, else fallback; either is logged
+// once with its cause.
+func (h *handler) failStore(w http.ResponseWriter, r *http.Request, what, id string, err error, fallback replyError) {
+	rid := r.Header.Get("X-Request-Id")
+	if errors.Is(err, store.ErrUnavailable) {
+		h.n.log.Warn("store unavailable", "request_id", rid, "route", "cluster: "+what, "session", id, "err", err)
+		h.fail(w, r, errStoreUnavailable)
+		return
+	}
+	h.n.log.Error("cluster: "+what, "request_id", rid, "session", id, "err", err)
+	h.fail(w, r, fallback)
+}
 
 // Handler returns next behind the node: every call for a session goes to
 // the node that owns it, new sessions to the node with the most free
@@ -214,8 +231,7 @@ func (h *handler) serveSession(w http.ResponseWriter, r *http.Request, id string
 		}
 		if err != nil {
 			if ctx.Err() == nil {
-				h.n.log.Error("cluster: reading the owner of a session", "request_id", r.Header.Get("X-Request-Id"), "session", id, "err", err)
-				h.fail(w, r, errNodeUnavailable)
+				h.failStore(w, r, "reading the owner of a session", id, err, errNodeUnavailable)
 			}
 			return
 		}
@@ -241,8 +257,7 @@ func (h *handler) serveSession(w http.ResponseWriter, r *http.Request, id string
 			ok, err := h.n.claim(ctx, id)
 			if err != nil {
 				if ctx.Err() == nil {
-					h.n.log.Error("cluster: claiming a session", "request_id", r.Header.Get("X-Request-Id"), "session", id, "err", err)
-					h.fail(w, r, errNodeUnavailable)
+					h.failStore(w, r, "claiming a session", id, err, errNodeUnavailable)
 				}
 				return
 			}
@@ -319,8 +334,7 @@ func (h *handler) serveOwned(w http.ResponseWriter, r *http.Request, id string) 
 				h.local(w, r)
 			case ctx.Err() != nil:
 			default:
-				h.n.log.Error("cluster: adopting a session", "request_id", r.Header.Get("X-Request-Id"), "session", id, "err", err)
-				h.fail(w, r, errInternal)
+				h.failStore(w, r, "adopting a session", id, err, errInternal)
 			}
 			return
 		}

@@ -16,6 +16,8 @@ import (
 	"net/http"
 	"strings"
 	"time"
+
+	"github.com/sandboxapi/sandboxapi/store"
 )
 
 // Errors an Admins implementation returns.
@@ -176,6 +178,9 @@ func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	name, err := c.authorize(r)
 	switch {
+	case errors.Is(err, store.ErrUnavailable):
+		c.unavailable(w, v, err)
+		return
 	case errors.Is(err, ErrNotAdmin):
 		c.fail(w, v, http.StatusForbidden, "this key is not an admin key: the console is for operators (keys create --admin)")
 		return
@@ -247,6 +252,10 @@ func (c *Console) login(w http.ResponseWriter, r *http.Request, v view) {
 		return
 	}
 	if _, err := c.d.Admins.Admin(r.Context(), key); err != nil {
+		if errors.Is(err, store.ErrUnavailable) {
+			c.unavailable(w, v, err)
+			return
+		}
 		v.Error = "that is not an admin key"
 		status := http.StatusUnauthorized
 		if errors.Is(err, ErrNotAdmin) {
@@ -292,6 +301,14 @@ func (c *Console) render(w http.ResponseWriter, status int, page string, v view)
 	_, _ = w.Write([]byte(b.String()))
 }
 
+// unavailable logs err, a store that cannot be reached, and shows a 503
+// page that does not echo it.
+func (c *Console) unavailable(w http.ResponseWriter, v view, err error) {
+	c.log.Warn("console: store unavailable", "err", err)
+	w.Header().Set("Retry-After", "2")
+	c.fail(w, v, http.StatusServiceUnavailable, "the store cannot be reached; try again in a moment (the cause is in the server log)")
+}
+
 func (c *Console) fail(w http.ResponseWriter, v view, status int, msg string) {
 	v.Title, v.Error = http.StatusText(status), msg
 	c.render(w, status, "error", v)
@@ -299,6 +316,10 @@ func (c *Console) fail(w http.ResponseWriter, v view, status int, msg string) {
 
 // internal logs err and shows a page that does not echo it.
 func (c *Console) internal(w http.ResponseWriter, v view, what string, err error) {
+	if errors.Is(err, store.ErrUnavailable) {
+		c.unavailable(w, v, err)
+		return
+	}
 	c.log.Error("console "+what, "err", err)
 	c.fail(w, v, http.StatusInternalServerError, "could not read "+what+"; see the server log")
 }

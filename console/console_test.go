@@ -2,12 +2,15 @@ package console
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sandboxapi/sandboxapi/store"
 )
 
 var now = time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
@@ -20,6 +23,8 @@ func (fakeAdmins) Admin(ctx context.Context, secret string) (string, error) {
 		return "ops", nil
 	case "sk_client":
 		return "", ErrNotAdmin
+	case "sk_store_down":
+		return "", fmt.Errorf("looking up key: %w", store.ErrUnavailable)
 	}
 	return "", ErrUnknownKey
 }
@@ -101,6 +106,7 @@ func TestConsoleAuth(t *testing.T) {
 		{"unknown key", "sk_nope", 401},
 		{"no key", "", 401},
 		{"huge key", strings.Repeat("k", 10000), 401},
+		{"store unavailable", "sk_store_down", 503},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

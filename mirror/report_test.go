@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sandboxapi/sandboxapi/mirror/osvdb"
 )
 
 // The operator's reports: each names what it shows, in columns.
@@ -35,7 +37,7 @@ func TestReports(t *testing.T) {
 			}
 		}, want: []string{"STATUS", "REASONS", "admitted", "wheel-0.43.0-py3-none-any.whl", "0123456789ab ", " ago", "a; b"}},
 		{name: "osv status", write: func(b *bytes.Buffer) {
-			OSVStatus{SnapshotID: "snap1", Records: 3, Ecosystems: []string{"PyPI", "npm"}, ImportedAt: now}.WriteText(b)
+			OSVStatus{SnapshotID: "snap1", Contents: osvdb.Contents{Records: 3, Ecosystems: []string{"PyPI", "npm"}, ImportedAt: now}}.WriteText(b)
 		}, want: []string{"snapshot snap1\n", "records 3 (PyPI, npm)\n", "imported 2026-12-01T12:00:00Z", "stale false", "newest modified"}},
 		{name: "quarantined", write: func(b *bytes.Buffer) {
 			WriteQuarantined(b, []Artifact{{Manager: NPM, Filename: "ms-2.0.0.tgz", Reasons: []string{"altered", "gone"}}})

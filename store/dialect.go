@@ -122,35 +122,91 @@ func rebind(q string) string {
 }
 
 // pgConnector opens pgx connections that take ? placeholders, so that the
-// store, the mirror and tests keep one database/sql code path.
+// store, the mirror and tests keep one database/sql code path. Its
+// connections classify errors (classify): one that says the database
+// cannot be reached matches ErrUnavailable, whoever made the query.
 type pgConnector struct{ inner driver.Connector }
 
 func (c pgConnector) Connect(ctx context.Context) (driver.Conn, error) {
 	conn, err := c.inner.Connect(ctx)
 	if err != nil {
-		return nil, err
+		return nil, classify(err)
 	}
 	return &pgConn{conn.(*stdlib.Conn)}, nil
 }
 
 func (c pgConnector) Driver() driver.Driver { return c.inner.Driver() }
 
-// pgConn is a pgx stdlib connection whose statements are rebound.
+// pgConn is a pgx stdlib connection whose statements are rebound and
+// whose errors are classified.
 type pgConn struct{ *stdlib.Conn }
 
-func (c *pgConn) Prepare(q string) (driver.Stmt, error) { return c.Conn.Prepare(rebind(q)) }
-
-func (c *pgConn) PrepareContext(ctx context.Context, q string) (driver.Stmt, error) {
-	return c.Conn.PrepareContext(ctx, rebind(q))
+func (c *pgConn) Prepare(q string) (driver.Stmt, error) {
+	return c.PrepareContext(context.Background(), q)
 }
 
+func (c *pgConn) PrepareContext(ctx context.Context, q string) (driver.Stmt, error) {
+	st, err := c.Conn.PrepareContext(ctx, rebind(q))
+	if err != nil {
+		return nil, classify(err)
+	}
+	return &pgStmt{st.(*stdlib.Stmt)}, nil
+}
+
+func (c *pgConn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.Tx, error) {
+	tx, err := c.Conn.BeginTx(ctx, opts)
+	if err != nil {
+		return nil, classify(err)
+	}
+	return pgTx{tx}, nil
+}
+
+func (c *pgConn) Begin() (driver.Tx, error) {
+	return c.BeginTx(context.Background(), driver.TxOptions{})
+}
+
+func (c *pgConn) Ping(ctx context.Context) error { return classify(c.Conn.Ping(ctx)) }
+
 func (c *pgConn) ExecContext(ctx context.Context, q string, args []driver.NamedValue) (driver.Result, error) {
-	return c.Conn.ExecContext(ctx, rebind(q), args)
+	res, err := c.Conn.ExecContext(ctx, rebind(q), args)
+	return res, classify(err)
 }
 
 func (c *pgConn) QueryContext(ctx context.Context, q string, args []driver.NamedValue) (driver.Rows, error) {
-	return c.Conn.QueryContext(ctx, rebind(q), args)
+	rows, err := c.Conn.QueryContext(ctx, rebind(q), args)
+	if err != nil {
+		return nil, classify(err)
+	}
+	return &pgRows{rows.(*stdlib.Rows)}, nil
 }
+
+// pgStmt is a prepared statement whose errors are classified.
+type pgStmt struct{ *stdlib.Stmt }
+
+func (s *pgStmt) ExecContext(ctx context.Context, args []driver.NamedValue) (driver.Result, error) {
+	res, err := s.Stmt.ExecContext(ctx, args)
+	return res, classify(err)
+}
+
+func (s *pgStmt) QueryContext(ctx context.Context, args []driver.NamedValue) (driver.Rows, error) {
+	rows, err := s.Stmt.QueryContext(ctx, args)
+	if err != nil {
+		return nil, classify(err)
+	}
+	return &pgRows{rows.(*stdlib.Rows)}, nil
+}
+
+// pgRows classifies the error of a row read (a connection lost
+// mid-answer); io.EOF, the end of the rows, passes unchanged.
+type pgRows struct{ *stdlib.Rows }
+
+func (r *pgRows) Next(dest []driver.Value) error { return classify(r.Rows.Next(dest)) }
+
+// pgTx classifies the errors of a commit or a rollback.
+type pgTx struct{ driver.Tx }
+
+func (t pgTx) Commit() error   { return classify(t.Tx.Commit()) }
+func (t pgTx) Rollback() error { return classify(t.Tx.Rollback()) }
 
 // CheckNamedValue passes values to pgx, except that a bool becomes 0 or 1:
 // the schema keeps SQLite's integer flags.
@@ -166,12 +222,32 @@ func (c *pgConn) CheckNamedValue(nv *driver.NamedValue) error {
 	return c.Conn.CheckNamedValue(nv)
 }
 
+// DefaultConnectTimeout bounds a new connection to PostgreSQL when the
+// store's URL sets no connect_timeout.
+const DefaultConnectTimeout = 5 * time.Second
+
 // pgMaxConns is how many connections one node's pool opens at most.
 const pgMaxConns = 16
 
+// pgConfig parses url (a postgres:// URL or key=value DSN) with the
+// store's defaults applied.
+func pgConfig(url string) (*pgx.ConnConfig, error) {
+	cfg, err := pgx.ParseConfig(url)
+	if err != nil {
+		return nil, err
+	}
+	// Without connect_timeout (in the URL or PGCONNECT_TIMEOUT), a dial to
+	// a host that does not answer waits for the kernel's TCP timeout
+	// (minutes): a request would hang on it.
+	if cfg.ConnectTimeout == 0 {
+		cfg.ConnectTimeout = DefaultConnectTimeout
+	}
+	return cfg, nil
+}
+
 // openPostgres opens a pool on url (a postgres:// URL or key=value DSN).
 func openPostgres(url string) (*sql.DB, error) {
-	cfg, err := pgx.ParseConfig(url)
+	cfg, err := pgConfig(url)
 	if err != nil {
 		return nil, err
 	}

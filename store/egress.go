@@ -121,9 +121,10 @@ const (
 // goroutines and writes them every interval, as soon as a batch is full,
 // and on Close. Unlike UsageWriter, Record never touches the database:
 // the caller is the proxy's hot path. Rows beyond egressMaxQueued waiting
-// for a slow database are dropped and counted in the log (the proxy's log
-// line of each decision remains). Build it with NewEgressWriter; safe for
-// concurrent use.
+// for a slow or unavailable database are dropped and counted in the log
+// (the proxy's log line of each decision remains); those within it are
+// written once the database is back. Build it with NewEgressWriter; safe
+// for concurrent use.
 type EgressWriter struct{ b *batchWriter[EgressRow] }
 
 // NewEgressWriter starts a writer flushing every interval. ctx carries

@@ -54,7 +54,9 @@ func (s *Store) KeyByHash(ctx context.Context, hash string) (KeyRow, error) {
 		return k, ErrNotFound
 	}
 	if err != nil {
-		return k, fmt.Errorf("looking up key: %w", err)
+		// classify: database/sql's own errors (no free connection before
+		// the deadline) did not pass through the driver.
+		return k, fmt.Errorf("looking up key: %w", classify(err))
 	}
 	k.CreatedAt = fromMS(created)
 	return k, nil

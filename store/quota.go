@@ -242,7 +242,7 @@ func (s *Store) TakeRateToken(ctx context.Context, keyID string, perMinute int, 
 	at := ms(now)
 	var tokens, granted int64
 	if err := s.rateTake.QueryRowContext(ctx, keyID, capacity-tokenUnits, at, capacity, int64(perMinute)).Scan(&tokens, &granted); err != nil {
-		return false, 0, fmt.Errorf("taking rate token: %w", err)
+		return false, 0, fmt.Errorf("taking rate token: %w", classify(err))
 	}
 	if granted != 0 {
 		return true, 0, nil

@@ -12,7 +12,10 @@ type Settings struct {
 	// or postgres://USER:PASSWORD@HOST:PORT/DB?sslmode=... for a PostgreSQL
 	// database that many nodes share (migrated on start, once however many
 	// nodes start together). The environment variable SANDBOXAPI_STORE_URL
-	// overrides it (keeps the password out of the file).
+	// overrides it (keeps the password out of the file). A new connection
+	// gives up after 5 s unless the URL sets connect_timeout (seconds):
+	// while PostgreSQL cannot be reached, calls that need it answer 503
+	// store_unavailable instead of waiting.
 	URL string `yaml:"url"`
 }
 

@@ -2,7 +2,6 @@ package app
 
 import (
 	"context"
-	"errors"
 
 	"github.com/sandboxapi/sandboxapi/cluster"
 	"github.com/sandboxapi/sandboxapi/executor"
@@ -23,17 +22,16 @@ func wireCluster(env *Env, st *store.Store, ex *executor.Executor, m *metrics.Me
 	if !cfg.Cluster.Enabled() {
 		return nil, nil
 	}
-	ce, ok := any(ex).(cluster.Executor)
-	if !ok {
-		return nil, errors.New("cluster.node is set, but this build's executor cannot take sessions over (no Has/Adopt/Fence)")
-	}
-	node, err := cluster.New(cfg.Cluster, cluster.Deps{Store: st, Executor: ce, Log: env.Log, Observer: m})
+	node, err := cluster.New(cfg.Cluster, cluster.Deps{Store: st, Executor: ex, Log: env.Log, Observer: m})
 	if err != nil {
 		return nil, err
 	}
 	m.RegisterClusterNodes(node.NodesAlive)
 	return node, nil
 }
+
+// The executor is what a node takes sessions in and out of.
+var _ cluster.Executor = (*executor.Executor)(nil)
 
 // clusterSandboxes is the executor as the API sees it on a cluster node:
 // a key's session list holds its sessions on every node.

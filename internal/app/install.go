@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"time"
 
@@ -84,6 +85,8 @@ func wireInstall(ctx context.Context, env *Env, g *lifecycle.Group, ex *executor
 		chk.Register("firewall", readiness.Firewall(fences))
 		chk.RegisterEvery("topology", env.Config.Readiness.TopologyInterval.D(), readiness.Topology(probes))
 	}
+	// Installs record rows: a store that cannot be reached closes them.
+	chk.Register("store", storeCheck(st, env.Log.With("component", "readiness")))
 	chk.Register("mirror", readiness.Mirror(mirrorIndex{mir}, front.base, 3))
 	chk.Register("osv", readiness.OSV(mirrorOSV{m: mir, maxRecord: env.Config.Mirror.OSVMaxRecordAge.D()}))
 	if inst == nil {
@@ -221,4 +224,22 @@ func closeOnRepair(ctx context.Context, chk *readiness.Checker, n *egress.Networ
 		chk.Fail("topology", detail)
 		go chk.RunAll(ctx)
 	})
+}
+
+// storeCheck is readiness's store check: SELECT 1 within
+// store.PingTimeout. Its detail names the engine, never the cause (which
+// may name the database's host and user: /readyz needs no key); the cause
+// goes to the log.
+func storeCheck(st *store.Store, log *slog.Logger) readiness.Func {
+	return func(ctx context.Context) (string, error) {
+		start := time.Now()
+		if err := st.Ping(ctx); err != nil {
+			log.Warn("store check failed", "err", err)
+			if errors.Is(err, store.ErrUnavailable) {
+				return "", fmt.Errorf("%s cannot be reached (the cause is in the node's log)", st.Dialect())
+			}
+			return "", fmt.Errorf("%s does not answer SELECT 1 (the cause is in the node's log)", st.Dialect())
+		}
+		return fmt.Sprintf("%s answers SELECT 1 in %d ms", st.Dialect(), time.Since(start).Milliseconds()), nil
+	}
 }

@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"log/slog"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -87,5 +88,39 @@ func osvImport(t *testing.T, dd, path string) {
 	defer m.Close()
 	if _, err := m.ImportOSV(ctx, path); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestStoreCheckFollowsPostgres: readiness's store check passes on a real
+// PostgreSQL, fails within store.PingTimeout once it is stopped (with a
+// detail that names neither host nor user, since /readyz needs no key),
+// and passes again on the same handle once it is started.
+func TestStoreCheckFollowsPostgres(t *testing.T) {
+	pg := testenv.StartPostgres(t)
+	ctx := context.Background()
+	st, err := store.OpenURL(ctx, pg.URL(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	check := storeCheck(st, slog.New(slog.DiscardHandler))
+	if d, err := check(ctx); err != nil || !strings.Contains(d, "postgres answers SELECT 1") {
+		t.Fatalf("up: %q, %v", d, err)
+	}
+	pg.Stop(t)
+	start := time.Now()
+	_, err = check(ctx)
+	if err == nil {
+		t.Fatal("down: the check passed")
+	}
+	if time.Since(start) > store.PingTimeout+time.Second {
+		t.Errorf("down: the check took %v", time.Since(start))
+	}
+	if msg := err.Error(); !strings.Contains(msg, "postgres cannot be reached") || strings.Contains(msg, "127.0.0.1") || strings.Contains(msg, "user=") {
+		t.Errorf("down: detail %q", msg)
+	}
+	pg.Start(t)
+	if d, err := check(ctx); err != nil {
+		t.Fatalf("after the restart: %q, %v", d, err)
 	}
 }

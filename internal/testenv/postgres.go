@@ -31,6 +31,7 @@ func RequirePostgres() bool { return os.Getenv("SANDBOXAPI_REQUIRE_POSTGRES") ==
 // random loopback port and a unix socket in that folder.
 type pgServer struct {
 	dir, bin string
+	opts     string // pg_ctl's -o: port, socket folder, settings
 	port     int
 	cred     *syscall.Credential
 	admin    *sql.DB
@@ -114,8 +115,8 @@ func startPostgres() (*pgServer, error) {
 		os.RemoveAll(dir)
 		return nil, err
 	}
-	opts := fmt.Sprintf("-p %d -k %s -h 127.0.0.1 -F -c max_connections=300 -c shared_buffers=32MB", s.port, dir)
-	if err := s.run("pg_ctl", "-D", data, "-o", opts, "-l", filepath.Join(dir, "log"), "-w", "-t", "60", "start"); err != nil {
+	s.opts = fmt.Sprintf("-p %d -k %s -h 127.0.0.1 -F -c max_connections=300 -c shared_buffers=32MB", s.port, dir)
+	if err := s.start(); err != nil {
 		os.RemoveAll(dir)
 		return nil, err
 	}
@@ -140,6 +141,12 @@ sleep 2; rm -rf "$3"`
 	if cmd.Start() == nil {
 		go func() { _ = cmd.Wait() }()
 	}
+}
+
+// start starts the server on its data folder (again, after a stop), and
+// waits until it accepts connections.
+func (s *pgServer) start() error {
+	return s.run("pg_ctl", "-D", filepath.Join(s.dir, "data"), "-o", s.opts, "-l", filepath.Join(s.dir, "log"), "-w", "-t", "60", "start")
 }
 
 func (s *pgServer) url(db string) string {
@@ -198,3 +205,49 @@ func StopPostgres() {
 // suites that open a store (the end-to-end harness, the mirror's tests) to
 // use a fresh PostgreSQL database instead of a SQLite file.
 func TestStorePostgres() bool { return os.Getenv("SANDBOXAPI_TEST_STORE") == "postgres" }
+
+// Postgres is a PostgreSQL server of one test's own, which the test may
+// stop and start again (same data folder, same port) to see what its
+// clients do while the database is away. Not safe for concurrent use.
+type Postgres struct{ s *pgServer }
+
+// StartPostgres starts a server for t alone (skipped without PostgreSQL,
+// or failed under SANDBOXAPI_REQUIRE_POSTGRES=1); it is stopped and
+// removed when t ends.
+func StartPostgres(t testing.TB) *Postgres {
+	t.Helper()
+	s, err := startPostgres()
+	if err != nil {
+		if RequirePostgres() {
+			t.Fatalf("PostgreSQL: %v", err)
+		}
+		t.Skipf("PostgreSQL: %v", err)
+	}
+	t.Cleanup(s.stop)
+	return &Postgres{s: s}
+}
+
+// URL is the server's postgres database.
+func (p *Postgres) URL() string { return p.s.url("postgres") }
+
+// Port is the loopback port the server listens on.
+func (p *Postgres) Port() int { return p.s.port }
+
+// Stop shuts the server down as an operator's restart does (pg_ctl stop
+// -m fast: open sessions are ended with admin_shutdown) and waits until
+// it has exited.
+func (p *Postgres) Stop(t testing.TB) {
+	t.Helper()
+	if err := p.s.run("pg_ctl", "-D", filepath.Join(p.s.dir, "data"), "-m", "fast", "-w", "-t", "60", "stop"); err != nil {
+		t.Fatalf("stopping PostgreSQL: %v", err)
+	}
+}
+
+// Start starts the stopped server again on the same data and port, and
+// waits until it accepts connections.
+func (p *Postgres) Start(t testing.TB) {
+	t.Helper()
+	if err := p.s.start(); err != nil {
+		t.Fatalf("starting PostgreSQL again: %v", err)
+	}
+}
