@@ -208,8 +208,10 @@ func testClusterKill(t *testing.T, c *cluster) {
 	}
 
 	t.Run("the restarted node rejoins and takes new sessions", func(t *testing.T) {
+		startAt := time.Now()
 		victim.start()
 		restartedAt := time.Now()
+		t.Logf("%s answered /healthz %v after its start", victimName, restartedAt.Sub(startAt).Round(time.Millisecond))
 		var after nodeState
 		for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(100 * time.Millisecond) {
 			n, err := st.GetNode(ctx, victimName)
@@ -221,7 +223,7 @@ func testClusterKill(t *testing.T, c *cluster) {
 				t.Fatalf("%s did not register again: %+v %v (epoch before the kill %d)", victimName, n, err, before.Epoch)
 			}
 		}
-		t.Logf("%s rejoined with epoch %d (was %d), %d free", victimName, after.epoch, before.Epoch, after.free)
+		t.Logf("%s rejoined with epoch %d (was %d), %d free, %v after its start", victimName, after.epoch, before.Epoch, after.free, time.Since(startAt).Round(time.Millisecond))
 		// The networks its sessions had when it was killed are its
 		// own to remove: those sessions live elsewhere now.
 		var left []string
