@@ -329,8 +329,8 @@ func testClusterDrain(t *testing.T, c *cluster) {
 					case err != nil:
 						o.failed = append(o.failed, err.Error())
 					case r.status != http.StatusOK || !strings.Contains(string(r.body), `"stdout":"kept-`+id+`\n"`):
-						o.failed = append(o.failed, fmt.Sprintf("%s through %s, served by %s (request %s): %d %s", time.Now().Format("15:04:05.000"),
-							c.names[i], servedBy(r), r.header.Get("X-Request-Id"), r.status, r.body))
+						o.failed = append(o.failed, fmt.Sprintf("%s through %s, answered by %s: %d %s", time.Now().Format("15:04:05.000"),
+							c.names[i], servedBy(r), r.status, r.body))
 					case len(o.nodes) == 0 || o.nodes[len(o.nodes)-1] != servedBy(r):
 						o.nodes = append(o.nodes, servedBy(r))
 					}
