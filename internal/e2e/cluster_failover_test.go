@@ -303,7 +303,7 @@ func testClusterDrain(t *testing.T, c *cluster) {
 	type outcome struct {
 		mu     sync.Mutex
 		calls  int
-		failed []string
+		failed []failedCall
 		nodes  []string // serving nodes, in order, without repeats
 	}
 	outcomes := make([]outcome, len(all))
@@ -322,15 +322,15 @@ func testClusterDrain(t *testing.T, c *cluster) {
 					default:
 					}
 					i := c.other(k+n, d)
+					t1 := time.Now()
 					r, err := c.try(i, request{method: "POST", path: "/v1/sessions/" + id + "/execute", key: key, body: map[string]any{"code": "cat /home/sandbox/f"}})
 					o.mu.Lock()
 					o.calls++
 					switch {
 					case err != nil:
-						o.failed = append(o.failed, err.Error())
+						o.failed = append(o.failed, failedCall{t1, err.Error()})
 					case r.status != http.StatusOK || !strings.Contains(string(r.body), `"stdout":"kept-`+id+`\n"`):
-						o.failed = append(o.failed, fmt.Sprintf("%s through %s, answered by %s: %d %s", time.Now().Format("15:04:05.000"),
-							c.names[i], servedBy(r), r.status, r.body))
+						o.failed = append(o.failed, failedCall{t1, fmt.Sprintf("through %s, answered by %s: %d %s", c.names[i], servedBy(r), r.status, r.body)})
 					case len(o.nodes) == 0 || o.nodes[len(o.nodes)-1] != servedBy(r):
 						o.nodes = append(o.nodes, servedBy(r))
 					}
@@ -367,7 +367,7 @@ func testClusterDrain(t *testing.T, c *cluster) {
 				t.Errorf("%s: %d more failed calls", id, len(o.failed)-5)
 				break
 			}
-			t.Errorf("%s: failed call: %s", id, f)
+			t.Errorf("%s: a call sent %v after the SIGTERM failed: %s", id, f.at.Sub(sigAt).Round(time.Millisecond), f.what)
 		}
 		if o.calls < 5 {
 			t.Errorf("%s: only %d calls", id, o.calls)
@@ -379,4 +379,10 @@ func testClusterDrain(t *testing.T, c *cluster) {
 		}
 	}
 	drained.waitNoLeftovers(t)
+}
+
+// failedCall is a call of the drain test's clients that failed.
+type failedCall struct {
+	at   time.Time // when it was sent
+	what string
 }
