@@ -165,14 +165,7 @@ func (s *Store) OwnerOf(ctx context.Context, id string) (SessionOwner, error) {
 	if err != nil {
 		return o, fmt.Errorf("reading owner of session %s: %w", id, err)
 	}
-	r.IdleTTL = time.Duration(ttl) * time.Millisecond
-	r.CreatedAt, r.LastUsedAt = fromMS(created), fromMS(used)
-	if ended > 0 {
-		r.EndedAt = fromMS(ended)
-	}
-	if hib > 0 {
-		r.HibernatedAt = fromMS(hib)
-	}
+	r.setTimes(ttl, created, used, ended, hib)
 	if name.Valid {
 		o.Owner = NodeRow{Name: name.String, URL: url.String, Epoch: epoch.Int64, Capacity: int(capacity.Int64), Free: int(free.Int64),
 			Draining: draining.Int64 != 0, StartedAt: fromMS(started.Int64), RenewedAt: fromMS(renewed.Int64), LeaseUntil: fromMS(until.Int64)}

@@ -143,6 +143,13 @@ func scanSession(sc scanner) (SessionRow, error) {
 		}
 		return r, fmt.Errorf("reading session: %w", err)
 	}
+	r.setTimes(ttl, created, used, ended, hib)
+	return r, nil
+}
+
+// setTimes fills r's durations and times from their stored milliseconds
+// (0 for a time not set).
+func (r *SessionRow) setTimes(ttl, created, used, ended, hib int64) {
 	r.IdleTTL = time.Duration(ttl) * time.Millisecond
 	r.CreatedAt, r.LastUsedAt = fromMS(created), fromMS(used)
 	if ended > 0 {
@@ -151,7 +158,6 @@ func scanSession(sc scanner) (SessionRow, error) {
 	if hib > 0 {
 		r.HibernatedAt = fromMS(hib)
 	}
-	return r, nil
 }
 
 // ExecutionRow is one execution as persisted.
