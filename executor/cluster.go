@@ -51,6 +51,37 @@ func (e *Executor) Free() int {
 	return max(0, e.cfg.MaxSandboxes-e.live)
 }
 
+// HoldUntil tells the dead man's switch (cluster mode) until when this
+// node may use its sessions: called by the node after each registration
+// or renewal of its lease. If t passes without a newer HoldUntil (the
+// node process is stopped, frozen or paused, or too slow to fence
+// itself), the fence process kills this node's sandboxes and unmounts its
+// homes as if the node had died. The fence counts the time left on its
+// own monotonic clock. A node that fences itself (Fence) disarms it. No
+// effect on a single node.
+func (e *Executor) HoldUntil(t time.Time) {
+	if f := e.fenceSwitch(); f != nil {
+		f.holdUntil(t)
+	}
+}
+
+// fenceSwitch is the dead man's switch, nil on a single node or before
+// Start.
+func (e *Executor) fenceSwitch() *fenceSwitch {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.fence
+}
+
+// holdPassed reports whether the deadline of the last HoldUntil has
+// passed: the fence process may have killed this node's sandboxes and
+// unmounted its homes, and the node's lease may be another's by now. A
+// sandbox found dead then was fenced, not lost; no home may be mounted.
+func (e *Executor) holdPassed() bool {
+	f := e.fenceSwitch()
+	return f != nil && f.holdPassed()
+}
+
 // Adopt serves session id, whose row names this node (claimed from
 // another node, or this node's own after a Fence) but which this executor
 // does not hold: it is registered hibernated from its row, and its next
@@ -159,6 +190,14 @@ func (e *Executor) Fence(ctx context.Context) error {
 	for _, s := range victims {
 		e.letGo(s)
 	}
+	// Mounts in progress (a resume inside mountHome) may complete after
+	// killHomes has looked: they are waited for, then looked at again.
+	var mounting []chan struct{}
+	for _, s := range victims {
+		if done := e.mounting[s.id]; done != nil {
+			mounting = append(mounting, done)
+		}
+	}
 	e.mu.Unlock()
 	kctx := ctx
 	if _, ok := ctx.Deadline(); !ok {
@@ -167,6 +206,24 @@ func (e *Executor) Fence(ctx context.Context) error {
 		defer cancel()
 	}
 	err := e.killHomes(kctx, victims)
+	if len(mounting) > 0 {
+		var werr error
+		for _, done := range mounting {
+			select {
+			case <-done:
+			case <-kctx.Done():
+				werr = fmt.Errorf("a mount in progress did not finish: %w", kctx.Err())
+			}
+			if werr != nil {
+				break
+			}
+		}
+		err = errors.Join(werr, e.killHomes(kctx, victims))
+	}
+	if err == nil {
+		// Let go of everything itself: the fence process need not.
+		e.HoldUntil(time.Time{})
+	}
 	e.log.WarnContext(ctx, "fenced: every session let go of", "sessions", len(victims), "ms", time.Since(start).Milliseconds(), "err", err)
 	// The rest (runsc state, networks, node-local files) is not urgent:
 	// it goes on after Fence returns; a resume here waits for it.
@@ -214,6 +271,37 @@ func (e *Executor) letGo(s *session) {
 		e.live--
 	}
 	e.disk -= s.diskBytes
+}
+
+// beginMount records that s's home is about to be mounted (a resume),
+// so that a Fence waits for the mount and looks again; nothing is
+// recorded, and ErrSessionMoved returned, when s was let go of already.
+// endMount(s.id, done) ends it, after whatever the mount left has been
+// undone or the session serves.
+func (e *Executor) beginMount(s *session) (done chan struct{}, err error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if s.gone {
+		return nil, fmt.Errorf("session %s: %w", s.id, ErrSessionMoved)
+	}
+	done = make(chan struct{})
+	e.mounting[s.id] = done
+	return done, nil
+}
+
+// endMount ends the mount in progress done of session id (beginMount).
+// Idempotent.
+func (e *Executor) endMount(id string, done chan struct{}) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.mounting[id] == done {
+		delete(e.mounting, id)
+	}
+	select {
+	case <-done:
+	default:
+		close(done)
+	}
 }
 
 // fenceGen is how many times every session was let go of so far: work

@@ -39,6 +39,7 @@ const (
 	stepHibernateStore   createStep = "hibernate_store"   // row moved to hibernating
 	stepHibernateSandbox createStep = "hibernate_sandbox" // sandbox and network gone
 	stepResumeStore      createStep = "resume_store"      // row moved to resuming
+	stepResumeMounting   createStep = "resume_mounting"   // about to mount the home (a slow mountHome)
 	stepResumeMount      createStep = "resume_mount"      // home mounted
 	stepResumeRunsc      createStep = "resume_runsc"      // sandbox started
 	stepForkInsert       createStep = "fork_insert"       // child row, state creating
@@ -167,6 +168,11 @@ func (e *Executor) resume(ctx context.Context, s *session) (took time.Duration, 
 	if st != StateHibernated {
 		return 0, fmt.Errorf("%w: %s", ErrBadState, st)
 	}
+	if e.holdPassed() {
+		// The node has not renewed its lease in time (it was stopped):
+		// its fence may have fired, and the node fences at once.
+		return 0, fmt.Errorf("session %s: lease not held: %w", s.id, ErrSessionMoved)
+	}
 	start := time.Now()
 	e.waitTidy(ctx, s.id) // adopted again right after a Fence
 	cu := newCleanup(e.log)
@@ -192,7 +198,17 @@ func (e *Executor) resume(ctx context.Context, s *session) (took time.Duration, 
 	if err := e.fault(stepResumeStore, id); err != nil {
 		return 0, err
 	}
+	// A Fence that comes while the home is being mounted waits until the
+	// mount has been undone (or serves, where the Fence finds it).
+	mountDone, err := e.beginMount(s)
+	if err != nil {
+		return 0, err
+	}
+	cu.Add("mount in progress", func(context.Context) error { e.endMount(id, mountDone); return nil })
 	cu.Add("home mount", func(context.Context) error { return unmountHome(dir) })
+	if err := e.fault(stepResumeMounting, id); err != nil {
+		return 0, err
+	}
 	tMount := time.Now()
 	if err := mountHome(ctx, e.home(id)); err != nil {
 		return 0, fmt.Errorf("mounting home: %w", err)
@@ -225,6 +241,9 @@ func (e *Executor) resume(ctx context.Context, s *session) (took time.Duration, 
 	if err != nil {
 		return 0, err
 	}
+	if e.isGone(s) {
+		return 0, fmt.Errorf("session %s: %w", id, ErrSessionMoved)
+	}
 	cu.Add("sandbox", func(ctx context.Context) error { return e.destroy(ctx, id) })
 	if err := e.runSandbox(ctx, id, bundle, netns != ""); err != nil {
 		return 0, err
@@ -245,6 +264,7 @@ func (e *Executor) resume(ctx context.Context, s *session) (took time.Duration, 
 	s.hasSandbox, s.netEnv = true, netEnv
 	e.mu.Unlock()
 	cu.Release()
+	e.endMount(id, mountDone)
 	took = time.Since(start)
 	e.log.InfoContext(ctx, "session resumed", "session", id, "ms", took.Milliseconds(), "mount_ms", mountTook.Milliseconds(),
 		"network_ms", netTook.Milliseconds(), "sandbox_ms", sandboxTook.Milliseconds())

@@ -487,9 +487,11 @@ func (e *Executor) lost(ctx context.Context, id string, res Result, waitErr erro
 	e.mu.Lock()
 	moved := e.moved[id] && e.sessions[id] == nil
 	e.mu.Unlock()
-	if moved {
-		// Let go of meanwhile (Fence, or another node took it): its
-		// sandbox was killed on purpose, and its row is not ours to write.
+	if moved || e.holdPassed() {
+		// Let go of meanwhile (Fence, or another node took it), or the
+		// node's hold ran out while it was stopped (its fence process
+		// killed the sandbox; the node fences as it wakes): its sandbox
+		// was killed on purpose, and its row is not ours to write.
 		return res, fmt.Errorf("session %s: %w", id, ErrSessionMoved)
 	}
 	st, err := e.runsc.state(context.WithoutCancel(ctx), id)

@@ -84,10 +84,13 @@ type Executor struct {
 	moved map[string]bool
 	// tidying: sessions whose leftovers a Fence is still removing.
 	tidying map[string]chan struct{}
-	live    int   // sandboxes counted against MaxSandboxes
-	disk    int64 // bytes of homes counted against MaxDisk
-	started bool
-	fences  int // how many times every session was let go of (Fence)
+	// mounting: sessions whose home a resume is mounting (beginMount);
+	// closed once the mount serves or has been undone.
+	mounting map[string]chan struct{}
+	live     int   // sandboxes counted against MaxSandboxes
+	disk     int64 // bytes of homes counted against MaxDisk
+	started  bool
+	fences   int // how many times every session was let go of (Fence)
 
 	adoptMu sync.Mutex   // one Adopt at a time
 	fence   *fenceSwitch // the dead man's switch (cluster mode), nil else
@@ -158,6 +161,7 @@ func New(cfg Config, rt *Runtimes, st *store.Store, log *slog.Logger) (*Executor
 		sessions: map[string]*session{},
 		moved:    map[string]bool{},
 		tidying:  map[string]chan struct{}{},
+		mounting: map[string]chan struct{}{},
 		warm:     make(chan warmSandbox, max(cfg.WarmPool, 0)),
 		stop:     make(chan struct{}),
 	}, nil
