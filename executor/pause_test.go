@@ -1,0 +1,346 @@
+package executor
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	clusternode "github.com/sandboxapi/sandboxapi/cluster"
+	"github.com/sandboxapi/sandboxapi/configs"
+	"github.com/sandboxapi/sandboxapi/internal/duration"
+	"github.com/sandboxapi/sandboxapi/store"
+)
+
+// pausedLease is the lease of the node in TestClusterPausedNode: long
+// enough that its fence (lease/8 before the lease's end) is done before
+// the end on a loaded host.
+const pausedLease = 8 * time.Second
+
+// TestClusterPausedNodeHelperProcess is not a test: it is node a of
+// TestClusterPausedNode, a cluster node (lease loop and executor) in a
+// process of its own that the test stops and continues.
+func TestClusterPausedNodeHelperProcess(t *testing.T) {
+	raw := os.Getenv("SANDBOXAPI_PAUSED_HELPER_CONFIG")
+	if raw == "" {
+		t.Skip("node a of TestClusterPausedNode")
+	}
+	var cfg Config
+	if err := json.Unmarshal([]byte(raw), &cfg); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	st, err := store.OpenURL(ctx, os.Getenv("SANDBOXAPI_NODE_HELPER_DB_URL"), os.Getenv("SANDBOXAPI_NODE_HELPER_DB"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt, err := LoadRuntimes(configs.Runtimes, cfg.VersionsFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	e, err := New(cfg, rt, st.ForNode("a"), log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	node, err := clusternode.New(clusternode.Settings{Node: "a", AdvertiseURL: "http://127.0.0.1:9", Secret: strings.Repeat("s", 32), Lease: duration.Duration(pausedLease)},
+		clusternode.Deps{Store: st.ForNode("a"), Executor: e, Log: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := node.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	s, err := e.CreateSession(ctx, SessionSpec{Language: "bash", Owner: "k1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.Execute(ctx, "k1", s.ID, ExecRequest{Code: "echo from-a > /home/sandbox/f; sync"}); err != nil {
+		t.Fatal(err)
+	}
+	epoch := node.Epoch()
+	os.Stdout.WriteString("session " + s.ID + "\n")
+	// Woken after its lease: the node fences and registers again; then
+	// its session (still its own: nobody claimed it) is adopted and used.
+	for node.Epoch() == epoch || node.Epoch() == 0 {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if _, err := e.Adopt(ctx, s.ID); err != nil {
+		os.Stdout.WriteString("recover-failed adopt: " + err.Error() + "\n")
+	} else if res, err := e.Execute(ctx, "k1", s.ID, ExecRequest{Code: "cat /home/sandbox/f"}); err != nil {
+		os.Stdout.WriteString("recover-failed execute: " + err.Error() + "\n")
+	} else {
+		os.Stdout.WriteString("recovered " + strings.TrimSpace(res.Stdout) + "\n")
+	}
+	select {} // until killed
+}
+
+// TestClusterPausedNode: a cluster node whose process is stopped
+// (SIGSTOP) but alive has its sandboxes killed and its homes unmounted by
+// its fence process once its hold deadline passes, before its lease ends
+// (so before another node may claim its sessions). Continued (SIGCONT),
+// it fences, registers again, and serves its session again.
+func TestClusterPausedNode(t *testing.T) {
+	c := newCluster(t)
+	cfgA := c.nodeConfig(t)
+	raw, err := json.Marshal(cfgA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestClusterPausedNodeHelperProcess$")
+	cmd.Env = append(os.Environ(), "SANDBOXAPI_PAUSED_HELPER_CONFIG="+string(raw), "SANDBOXAPI_NODE_HELPER_DB="+c.dbPath, "SANDBOXAPI_NODE_HELPER_DB_URL="+c.dbURL)
+	logs := &syncWriter{w: &strings.Builder{}}
+	cmd.Stderr = logs
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGCONT)
+		_ = cmd.Process.Kill()
+		<-exited
+	})
+	lines := make(chan string, 4)
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+		_, _ = io.Copy(io.Discard, out)
+		close(lines)
+	}()
+	var id string
+	select {
+	case l := <-lines:
+		id, _ = strings.CutPrefix(l, "session ")
+	case <-time.After(2 * time.Minute):
+		t.Fatalf("node a did not make its session; its log:\n%s", logs.String())
+	}
+	if id == "" {
+		t.Fatalf("node a exited; its log:\n%s", logs.String())
+	}
+	img := filepath.Join(c.homes, id, "home.img")
+	stop := loopWatch(img)
+	root, sessions := filepath.Join(cfgA.DataDir, "runsc"), filepath.Join(cfgA.DataDir, "sessions")
+	if len(rootProcesses(root)) == 0 || len(homeMounts(sessions)) != 1 {
+		t.Fatalf("node a runs no sandbox or mount: %d processes, mounts %v", len(rootProcesses(root)), homeMounts(sessions))
+	}
+
+	if err := cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	stopped := time.Now()
+	time.Sleep(200 * time.Millisecond) // a renewal in flight lands, or never
+	row, err := c.st.GetNode(context.Background(), "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for len(rootProcesses(root)) > 0 || len(homeMounts(sessions)) > 0 || len(loopDevices(img)) > 0 {
+		if time.Now().After(row.LeaseUntil) {
+			t.Fatalf("node a's lease ended %v after it was stopped with %d processes under its root, mounts %v, loop devices %v; log:\n%s",
+				row.LeaseUntil.Sub(stopped), len(rootProcesses(root)), homeMounts(sessions), loopDevices(img), logs.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	fenced := time.Now()
+	t.Logf("fenced %v after SIGSTOP, %v before the lease's end", fenced.Sub(stopped), row.LeaseUntil.Sub(fenced))
+	if !strings.Contains(logs.String(), "hold deadline passed") {
+		t.Errorf("no fence line in a's log:\n%s", logs.String())
+	}
+	if r, err := c.st.GetSession(context.Background(), id); err != nil || r.Node != "a" {
+		t.Fatalf("session row after the fence: %+v %v", r, err)
+	}
+
+	// Woken after its lease ended (nobody claimed the session meanwhile).
+	time.Sleep(time.Until(row.LeaseUntil) + 200*time.Millisecond)
+	if err := cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case l, ok := <-lines:
+		if !ok || l != "recovered from-a" {
+			t.Fatalf("node a after SIGCONT: %q (open %v); its log:\n%s", l, ok, logs.String())
+		}
+	case <-time.After(time.Minute):
+		t.Fatalf("node a did not recover; its log:\n%s", logs.String())
+	}
+	if n := stop(); n > 1 {
+		t.Fatalf("the image was on %d loop devices at once", n)
+	}
+	select {
+	case <-exited:
+		t.Fatal("node a exited")
+	default:
+	}
+}
+
+// TestClusterFenceWaitsForMount: a Fence that comes while a resume is
+// mounting its home (mountHome may wait seconds for the image) does not
+// return before that mount has been undone, and leaves nothing mounted;
+// the resume answers ErrSessionMoved.
+func TestClusterFenceWaitsForMount(t *testing.T) {
+	c := newCluster(t)
+	a := c.start(t, "a", c.nodeConfig(t))
+	ctx := context.Background()
+	s, err := a.CreateSession(ctx, SessionSpec{Language: "bash", Owner: "k1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	clusterRun(t, a, s.ID, "echo kept > /home/sandbox/f")
+	if _, err := a.HibernateSession(ctx, "k1", s.ID); err != nil {
+		t.Fatal(err)
+	}
+	reached, release := make(chan struct{}), make(chan struct{})
+	a.createFault = func(step createStep, id string) error {
+		if step == stepResumeMounting && id == s.ID {
+			close(reached)
+			<-release
+		}
+		return nil
+	}
+	t.Cleanup(func() { a.createFault = nil })
+	done := make(chan error, 1)
+	go func() {
+		_, err := a.Execute(ctx, "k1", s.ID, ExecRequest{Code: "cat /home/sandbox/f"})
+		done <- err
+	}()
+	select {
+	case <-reached:
+	case <-time.After(time.Minute):
+		t.Fatal("the resume did not reach its mount")
+	}
+	timer := time.AfterFunc(300*time.Millisecond, func() { close(release) })
+	fctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	ferr := a.Fence(fctx)
+	select {
+	case <-release:
+	default:
+		timer.Stop()
+		close(release)
+		t.Fatalf("Fence returned (%v) while a mount of a session it let go of was still to come", ferr)
+	}
+	if ferr != nil {
+		t.Fatalf("fence: %v", ferr)
+	}
+	if h := hostHolds(a, s.ID); len(h) > 0 {
+		t.Fatalf("after the fence, a holds %v", h)
+	}
+	select {
+	case err := <-done:
+		if !errors.Is(err, ErrSessionMoved) {
+			t.Fatalf("the resume: %v, want ErrSessionMoved", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the resume did not end")
+	}
+	for end := time.Now().Add(500 * time.Millisecond); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
+		if mounted(homeMount(a.dir(s.ID))) {
+			t.Fatal("the home was mounted after the fence")
+		}
+	}
+	// a's own session again (its lease is back): files intact.
+	a.createFault = nil
+	if _, err := a.Adopt(ctx, s.ID); err != nil {
+		t.Fatal(err)
+	}
+	if res := clusterRun(t, a, s.ID, "cat /home/sandbox/f"); res.Stdout != "kept\n" {
+		t.Fatalf("after the fence: %+v", res)
+	}
+}
+
+// TestRunFenceHold: a deadline from the node ("hold <ns>") that passes
+// without a newer one fences, and the fence goes on; "free" and a newer
+// deadline disarm the older one; a line cut short by the node's death is
+// EOF; 'q' still quits.
+func TestRunFenceHold(t *testing.T) {
+	dir := t.TempDir()
+	cfg := FenceConfig{Root: filepath.Join(dir, "runsc"), Homes: filepath.Join(dir, "sessions"), Lock: filepath.Join(dir, "fence.lock")}
+	logs := &syncWriter{w: &strings.Builder{}}
+	log := slog.New(slog.NewTextHandler(logs, nil))
+	fired := func() int { return strings.Count(logs.String(), "hold deadline passed") }
+	r, w := io.Pipe()
+	done := make(chan error, 1)
+	go func() { done <- RunFence(context.Background(), cfg, r, nopCloser{io.Discard}, log) }()
+	say := func(s string) {
+		t.Helper()
+		if _, err := io.WriteString(w, s); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	say("hold 200000000\n") // 200 ms
+	say("free\n")
+	time.Sleep(400 * time.Millisecond)
+	if n := fired(); n != 0 {
+		t.Fatalf("a disarmed deadline fired %d times", n)
+	}
+	say("hold 200000000\n")
+	say("hold 2000000000\n") // the newer one counts
+	time.Sleep(400 * time.Millisecond)
+	if n := fired(); n != 0 {
+		t.Fatalf("a deadline replaced by a later one fired %d times", n)
+	}
+	say("hold 100000000\n")
+	deadline := time.Now().Add(5 * time.Second)
+	for fired() == 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if fired() != 1 {
+		t.Fatalf("the deadline did not fire; log:\n%s", logs.String())
+	}
+	select {
+	case err := <-done:
+		t.Fatalf("the fence ended after its deadline: %v", err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	say("hold 100000000\n") // armed again
+	for fired() == 1 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if fired() != 2 {
+		t.Fatalf("the re-armed deadline did not fire; log:\n%s", logs.String())
+	}
+	say("q")
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("quit: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("'q' did not end the fence")
+	}
+	if strings.Contains(logs.String(), "node process gone") {
+		t.Fatalf("a quit fenced; log:\n%s", logs.String())
+	}
+
+	r, w = io.Pipe()
+	go func() { done <- RunFence(context.Background(), cfg, r, nopCloser{io.Discard}, log) }()
+	say("hold 1000")
+	w.Close()
+	select {
+	case err := <-done:
+		if err != nil || !strings.Contains(logs.String(), "node process gone") {
+			t.Fatalf("EOF in a line: %v; log:\n%s", err, logs.String())
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("EOF in a line did not fence")
+	}
+}
