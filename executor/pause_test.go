@@ -112,10 +112,16 @@ func TestClusterPausedNode(t *testing.T) {
 	}
 	exited := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(exited) }()
+	root, sessions := filepath.Join(cfgA.DataDir, "runsc"), filepath.Join(cfgA.DataDir, "sessions")
 	t.Cleanup(func() {
 		_ = cmd.Process.Signal(syscall.SIGCONT)
 		_ = cmd.Process.Kill()
 		<-exited
+		// Its fence fences on EOF; runsc's null-netns mount is left.
+		for end := time.Now().Add(10 * time.Second); len(rootProcesses(root)) > 0 && time.Now().Before(end); {
+			time.Sleep(20 * time.Millisecond)
+		}
+		_ = (&runsc{root: root}).unmountNullNetns()
 	})
 	lines := make(chan string, 4)
 	go func() {
@@ -138,7 +144,6 @@ func TestClusterPausedNode(t *testing.T) {
 	}
 	img := filepath.Join(c.homes, id, "home.img")
 	stop := loopWatch(img)
-	root, sessions := filepath.Join(cfgA.DataDir, "runsc"), filepath.Join(cfgA.DataDir, "sessions")
 	if len(rootProcesses(root)) == 0 || len(homeMounts(sessions)) != 1 {
 		t.Fatalf("node a runs no sandbox or mount: %d processes, mounts %v", len(rootProcesses(root)), homeMounts(sessions))
 	}
@@ -161,6 +166,9 @@ func TestClusterPausedNode(t *testing.T) {
 	}
 	fenced := time.Now()
 	t.Logf("fenced %v after SIGSTOP, %v before the lease's end", fenced.Sub(stopped), row.LeaseUntil.Sub(fenced))
+	for end := time.Now().Add(5 * time.Second); !strings.Contains(logs.String(), "hold deadline passed") && time.Now().Before(end); {
+		time.Sleep(20 * time.Millisecond)
+	}
 	if !strings.Contains(logs.String(), "hold deadline passed") {
 		t.Errorf("no fence line in a's log:\n%s", logs.String())
 	}
