@@ -91,6 +91,9 @@ func (e *Executor) holdPassed() bool {
 // lost") and answers ErrSessionLost; a row another node owns answers
 // ErrSessionMoved, an ended or unknown one ErrNotFound.
 func (e *Executor) Adopt(ctx context.Context, id string) (Session, error) {
+	if err := e.waitLetGo(ctx, id); err != nil {
+		return Session{}, err
+	}
 	e.adoptMu.Lock()
 	defer e.adoptMu.Unlock()
 	e.mu.Lock()
@@ -168,6 +171,39 @@ func (e *Executor) Adopt(ctx context.Context, id string) (Session, error) {
 	e.disk += size
 	e.log.InfoContext(ctx, "session adopted from its row", "session", id, "state", r.State)
 	return s.snapshot(), nil
+}
+
+// waitLetGo waits, within ctx, until the object of session id that this
+// executor let go of last (if any) is idle: no call holds or waits for
+// it, and no hibernation, resume, fork or end of it runs. What is left
+// of such work acts by the session's id (its sandbox, its mount, its row,
+// a call's "sandbox lost"): it must be over before a new object of the
+// same id is served. A ctx that ends first answers ErrSessionMoved (try
+// again).
+func (e *Executor) waitLetGo(ctx context.Context, id string) error {
+	for {
+		e.mu.Lock()
+		old := e.moved[id]
+		busy := old != nil && old.busy > 0
+		e.mu.Unlock()
+		if old == nil {
+			return nil
+		}
+		if !busy && old.life.TryLock() {
+			old.life.Unlock()
+			e.mu.Lock()
+			idle := old.busy == 0
+			e.mu.Unlock()
+			if idle {
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("adopting session %s: the session let go of is still busy: %w", id, ErrSessionMoved)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
 }
 
 // Fence lets go of every session at once, for a node whose lease is lost
@@ -265,7 +301,7 @@ func (e *Executor) letGo(s *session) {
 	if e.sessions[s.id] == s {
 		delete(e.sessions, s.id)
 	}
-	e.moved[s.id] = true
+	e.moved[s.id] = s
 	if s.hasSandbox {
 		s.hasSandbox = false
 		e.live--

@@ -42,6 +42,7 @@ const (
 	stepResumeMounting   createStep = "resume_mounting"   // about to mount the home (a slow mountHome)
 	stepResumeMount      createStep = "resume_mount"      // home mounted
 	stepResumeRunsc      createStep = "resume_runsc"      // sandbox started
+	stepRunLost          createStep = "run_lost"          // a run got no result: lost() is about to decide
 	stepForkInsert       createStep = "fork_insert"       // child row, state creating
 	stepForkCopy         createStep = "fork_copy"         // child image written
 )
@@ -104,6 +105,18 @@ func (e *Executor) hibernate(ctx context.Context, s *session, reason string) err
 	if err := e.fault(stepHibernateStore, s.id); err != nil {
 		return err
 	}
+	// Let go of meanwhile (Fence): what the session held here is the
+	// Fence's to remove, and its row is not ours to write. (An Adopt of
+	// the same id waits until this is over: waitLetGo.)
+	moved := func() error {
+		if e.isGone(s) {
+			return fmt.Errorf("session %s: %w", s.id, ErrSessionMoved)
+		}
+		return nil
+	}
+	if err := moved(); err != nil {
+		return err
+	}
 	var errs []error
 	if had {
 		if err := e.destroy(ctx, s.id); err != nil {
@@ -118,6 +131,9 @@ func (e *Executor) hibernate(ctx context.Context, s *session, reason string) err
 	if err := e.fault(stepHibernateSandbox, s.id); err != nil {
 		return err
 	}
+	if err := moved(); err != nil {
+		return err
+	}
 	// The sandbox is gone whatever failed above: the session is
 	// hibernated from here on (a resume starts from a clean slate).
 	e.mu.Lock()
@@ -130,6 +146,9 @@ func (e *Executor) hibernate(ctx context.Context, s *session, reason string) err
 	// not be mounted twice); the next resume uses it.
 	if err := unmountHome(e.dir(s.id)); err != nil {
 		errs = append(errs, err)
+	}
+	if err := moved(); err != nil {
+		return err
 	}
 	now := time.Now()
 	if err := e.store.SetSessionHibernated(ctx, s.id, now, lastUsed); errors.Is(err, store.ErrNotOwner) {

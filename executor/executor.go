@@ -79,9 +79,10 @@ type Executor struct {
 	mu       sync.Mutex
 	sessions map[string]*session
 	// moved holds the sessions this executor let go of because another
-	// node owns them, or may (Fence): a call still in flight on one
-	// answers ErrSessionMoved and writes nothing to the store.
-	moved map[string]bool
+	// node owns them, or may (Fence), by id: a call still in flight on one
+	// answers ErrSessionMoved and writes nothing to the store, and an
+	// Adopt of the same id waits until that object is idle.
+	moved map[string]*session
 	// tidying: sessions whose leftovers a Fence is still removing.
 	tidying map[string]chan struct{}
 	// mounting: sessions whose home a resume is mounting (beginMount);
@@ -159,7 +160,7 @@ func New(cfg Config, rt *Runtimes, st *store.Store, log *slog.Logger) (*Executor
 		store:    st,
 		log:      log,
 		sessions: map[string]*session{},
-		moved:    map[string]bool{},
+		moved:    map[string]*session{},
 		tidying:  map[string]chan struct{}{},
 		mounting: map[string]chan struct{}{},
 		warm:     make(chan warmSandbox, max(cfg.WarmPool, 0)),
@@ -604,16 +605,15 @@ func (e *Executor) reapLoop() {
 // idle.
 func (e *Executor) reapIdle() {
 	now := time.Now()
-	var idle []string
-	var sleepy []*session
+	var idle, sleepy []*session
 	e.mu.Lock()
-	for id, s := range e.sessions {
+	for _, s := range e.sessions {
 		if s.busy != 0 || (s.state != StateRunning && s.state != StateHibernated) {
 			continue
 		}
 		switch {
 		case now.Sub(s.lastUsed) > s.idleTTL:
-			idle = append(idle, id)
+			idle = append(idle, s)
 		case s.state == StateRunning && e.cfg.HibernateAfter > 0 && now.Sub(s.lastUsed) > e.cfg.HibernateAfter:
 			sleepy = append(sleepy, s)
 		}
@@ -639,9 +639,12 @@ func (e *Executor) reapIdle() {
 		cancel()
 		<-s.lock
 	}
-	for _, id := range idle {
+	for _, s := range idle {
+		id := s.id
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		if err := e.endSession(ctx, id, "idle_ttl"); errors.Is(err, ErrSessionMoved) {
+		// This object, not whatever holds its id by then (adopted again
+		// after a Fence).
+		if err := e.endSessionOf(ctx, s, "idle_ttl"); errors.Is(err, ErrSessionMoved) {
 			e.log.Info("idle session moved to another node", "session", id)
 		} else if err != nil && !errors.Is(err, ErrNotFound) {
 			e.log.Error("reaping idle session", "session", id, "err", err)
