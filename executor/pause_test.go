@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -350,5 +351,82 @@ func TestRunFenceHold(t *testing.T) {
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("EOF in a line did not fence")
+	}
+}
+
+// TestClusterLostAfterReadopt: a call that was running when its node
+// fenced and finds its sandbox gone only after the node has adopted the
+// session again (the same id, a new object) answers ErrSessionMoved and
+// leaves the new object alone: it is not failed, its row not ended, its
+// image kept. The Adopt waits until the old call is over.
+func TestClusterLostAfterReadopt(t *testing.T) {
+	c := newCluster(t)
+	a := c.start(t, "a", c.nodeConfig(t))
+	ctx := context.Background()
+	s, err := a.CreateSession(ctx, SessionSpec{Language: "bash", Owner: "k1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	clusterRun(t, a, s.ID, "echo kept > /home/sandbox/f")
+	reached, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	a.createFault = func(step createStep, id string) error {
+		if step == stepRunLost && id == s.ID {
+			once.Do(func() {
+				close(reached)
+				<-release
+			})
+		}
+		return nil
+	}
+	t.Cleanup(func() { a.createFault = nil })
+	done := make(chan error, 1)
+	go func() {
+		_, err := a.Execute(ctx, "k1", s.ID, ExecRequest{Code: "sleep 30", Timeout: 40 * time.Second})
+		done <- err
+	}()
+	time.Sleep(time.Second)
+	if err := a.Fence(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-reached:
+	case <-time.After(10 * time.Second):
+		close(release)
+		t.Fatal("the call in flight did not find its sandbox gone")
+	}
+	adopted := make(chan error, 1)
+	go func() {
+		actx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		_, err := a.Adopt(actx, s.ID)
+		adopted <- err
+	}()
+	time.Sleep(300 * time.Millisecond)
+	close(release)
+	select {
+	case err := <-done:
+		if !errors.Is(err, ErrSessionMoved) {
+			t.Fatalf("the call in flight: %v, want ErrSessionMoved", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the call in flight did not end")
+	}
+	if err := <-adopted; err != nil {
+		t.Fatalf("adopt: %v", err)
+	}
+	time.Sleep(500 * time.Millisecond) // a teardown it may have started
+	r, err := c.st.GetSession(ctx, s.ID)
+	if err != nil || r.Node != "a" || r.State == string(StateFailed) || r.State == string(StateEnded) {
+		t.Fatalf("row after the old call: %+v %v", r, err)
+	}
+	if !a.Has(s.ID) {
+		t.Fatal("the adopted session is gone")
+	}
+	if _, err := os.Stat(filepath.Join(c.homes, s.ID, "home.img")); err != nil {
+		t.Fatalf("image: %v", err)
+	}
+	if res := clusterRun(t, a, s.ID, "cat /home/sandbox/f"); res.Stdout != "kept\n" {
+		t.Fatalf("after adopting again: %+v", res)
 	}
 }
