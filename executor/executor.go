@@ -107,10 +107,11 @@ type Executor struct {
 	// check that the channel carried theirs).
 	execFileOps atomic.Int64
 
-	warm chan warmSandbox // started sandboxes that have run nothing
-	stop chan struct{}
-	wg   sync.WaitGroup // reaper and pool filler
-	bg   sync.WaitGroup // teardowns of stateless sandboxes
+	warm    chan warmSandbox // started sandboxes that have run nothing
+	warmGen int              // under mu: warm sandboxes of an older gen are stale (dropWarm)
+	stop    chan struct{}
+	wg      sync.WaitGroup // reaper and pool filler
+	bg      sync.WaitGroup // teardowns of stateless sandboxes
 }
 
 // New checks cfg and prepares an executor; it starts nothing.

@@ -85,6 +85,14 @@ func TestClusterPausedNodeHelperProcess(t *testing.T) {
 	} else {
 		os.Stdout.WriteString("recovered " + strings.TrimSpace(res.Stdout) + "\n")
 	}
+	// A new session: not on a warm sandbox that the fence killed.
+	if ns, err := e.CreateSession(ctx, SessionSpec{Language: "bash", Owner: "k1"}); err != nil {
+		os.Stdout.WriteString("create-failed: " + err.Error() + "\n")
+	} else if res, err := e.Execute(ctx, "k1", ns.ID, ExecRequest{Code: "echo new"}); err != nil {
+		os.Stdout.WriteString("create-failed execute: " + err.Error() + "\n")
+	} else {
+		os.Stdout.WriteString("created " + strings.TrimSpace(res.Stdout) + "\n")
+	}
 	select {} // until killed
 }
 
@@ -95,7 +103,7 @@ func TestClusterPausedNodeHelperProcess(t *testing.T) {
 // it fences, registers again, and serves its session again.
 func TestClusterPausedNode(t *testing.T) {
 	c := newCluster(t)
-	cfgA := c.nodeConfig(t)
+	cfgA := c.nodeConfig(t, func(cfg *Config) { cfg.WarmPool = 1 })
 	raw, err := json.Marshal(cfgA)
 	if err != nil {
 		t.Fatal(err)
@@ -145,8 +153,12 @@ func TestClusterPausedNode(t *testing.T) {
 	}
 	img := filepath.Join(c.homes, id, "home.img")
 	stop := loopWatch(img)
-	if len(rootProcesses(root)) == 0 || len(homeMounts(sessions)) != 1 {
-		t.Fatalf("node a runs no sandbox or mount: %d processes, mounts %v", len(rootProcesses(root)), homeMounts(sessions))
+	// Its session and its warm sandbox.
+	for end := time.Now().Add(time.Minute); len(homeMounts(sessions)) < 2 && time.Now().Before(end); {
+		time.Sleep(50 * time.Millisecond)
+	}
+	if len(rootProcesses(root)) == 0 || len(homeMounts(sessions)) < 2 {
+		t.Fatalf("node a runs no sandbox or mounts: %d processes, mounts %v", len(rootProcesses(root)), homeMounts(sessions))
 	}
 
 	if err := cmd.Process.Signal(syscall.SIGSTOP); err != nil {
@@ -189,6 +201,14 @@ func TestClusterPausedNode(t *testing.T) {
 		}
 	case <-time.After(time.Minute):
 		t.Fatalf("node a did not recover; its log:\n%s", logs.String())
+	}
+	select {
+	case l, ok := <-lines:
+		if !ok || l != "created new" {
+			t.Fatalf("a new session on node a after SIGCONT: %q (open %v); its log:\n%s", l, ok, logs.String())
+		}
+	case <-time.After(time.Minute):
+		t.Fatalf("node a made no new session; its log:\n%s", logs.String())
 	}
 	if n := stop(); n > 1 {
 		t.Fatalf("the image was on %d loop devices at once", n)
