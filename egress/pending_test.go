@@ -125,8 +125,12 @@ func TestTransparentIdleSocketsBounded(t *testing.T) {
 	cfg.HandshakeTimeout = 20 * time.Second
 	p := newTestProxy(t, cfg)
 	s := addSession(t, p)
-	a, b := dialFrom(t, s.SandboxAddr, s.ep.Transparent), dialFrom(t, s.SandboxAddr, s.ep.Transparent)
-	time.Sleep(100 * time.Millisecond) // let both take their slots
+	// One at a time: the pending limit (1) lets a connection in once the
+	// one before it has settled into its tunnel slot.
+	a := dialFrom(t, s.SandboxAddr, s.ep.Transparent)
+	waitActive(t, p, s.ID, 1)
+	b := dialFrom(t, s.SandboxAddr, s.ep.Transparent)
+	waitActive(t, p, s.ID, 2)
 	if ok, err := refusedAtOnce(t, s.SandboxAddr, s.ep.Transparent, time.Second); !ok {
 		t.Fatalf("third idle transparent socket not closed: %v", err)
 	}
@@ -315,5 +319,26 @@ func TestPendingMalformedOnClose(t *testing.T) {
 	silent.Close()
 	if n := count(); n != 1 {
 		t.Fatalf("malformed reports = %d, want 1 (served and silent connections are not malformed)", n)
+	}
+}
+
+// waitActive waits (up to 10 s) until session id holds n tunnel slots.
+func waitActive(t *testing.T, p *Proxy, id string, n int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		p.mu.Lock()
+		active := -1
+		if s := p.sessions[id]; s != nil {
+			active = s.active
+		}
+		p.mu.Unlock()
+		if active == n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("session %s holds %d tunnel slots, want %d", id, active, n)
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }

@@ -146,6 +146,11 @@ func (e *Executor) hibernate(ctx context.Context, s *session, reason string) err
 	// not be mounted twice); the next resume uses it.
 	if err := unmountHome(e.dir(s.id)); err != nil {
 		errs = append(errs, err)
+	} else if err := waitImageFree(ctx, e.home(s.id).image(), 2*time.Second); err != nil {
+		// The kernel frees the loop device a moment after the unmount:
+		// a hibernated session holds none, and a node taking it over
+		// (after a drain) finds its image free.
+		errs = append(errs, err)
 	}
 	if err := moved(); err != nil {
 		return err

@@ -522,7 +522,7 @@ func (e *Executor) lost(ctx context.Context, id string, res Result, waitErr erro
 	if err := e.store.SetSessionState(context.WithoutCancel(ctx), id, string(StateFailed), "sandbox lost", false); ok && errors.Is(err, store.ErrNotOwner) {
 		return res, e.notOwner(ctx, s, err)
 	}
-	oom := hostOOM(id)
+	oom := hostOOM(e.cgroupName(id))
 	// Stop waits for this teardown (e.bg) before it looks for sandboxes
 	// left.
 	if ok {
@@ -539,8 +539,9 @@ func (e *Executor) lost(ctx context.Context, id string, res Result, waitErr erro
 	return res, ErrLost
 }
 
-// hostOOM reports whether the sandbox's memory cgroup hit its limit.
-func hostOOM(id string) bool { return cgroupOOM("/sys/fs/cgroup", id) }
+// hostOOM reports whether the sandbox's memory cgroup (named cg under
+// /sandboxapi) hit its limit.
+func hostOOM(cg string) bool { return cgroupOOM("/sys/fs/cgroup", cg) }
 
 // cgroupOOM reads the sandbox's memory cgroup under root: cgroup v1
 // (memory/sandboxapi/<id>/memory.oom_control's oom_kill count, or

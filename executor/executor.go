@@ -508,7 +508,7 @@ func (e *Executor) reconcile(ctx context.Context) error {
 	if n := killStraySandboxes(e.runsc.root, keep); n > 0 {
 		e.log.WarnContext(ctx, "killed stray sandbox processes", "count", n)
 	}
-	removeStaleCgroups(own, keep)
+	removeStaleCgroups(e.cgroupNames(own), e.cgroupNames(keep))
 	// The sandboxes (and stray processes) of sessions now hibernated are
 	// gone (above): their homes come off the host, and their rows say
 	// hibernated. (A row hibernated already had its home unmounted before
@@ -571,6 +571,27 @@ func (e *Executor) dropOrphanHome(ctx context.Context, id string) error {
 		return dropLocal(h)
 	}
 	return dropHome(ctx, h)
+}
+
+// cgroupName is the cgroup (under /sandboxapi) of sandbox id: the id
+// itself on a single node; on a cluster node the id after the node's name,
+// because nodes sharing a host may each hold a sandbox of one session (the
+// new owner's, and the stale one a dead node left and removes when it
+// starts again), and a removal must never reach the other's cgroup.
+func (e *Executor) cgroupName(id string) string {
+	if n := e.store.Node(); n != "" {
+		return n + "." + id
+	}
+	return id
+}
+
+// cgroupNames maps a set of sandbox ids to their cgroup names.
+func (e *Executor) cgroupNames(ids map[string]bool) map[string]bool {
+	out := make(map[string]bool, len(ids))
+	for id, v := range ids {
+		out[e.cgroupName(id)] = v
+	}
+	return out
 }
 
 // CgroupDirs lists the per-sandbox cgroups under every controller.

@@ -79,7 +79,7 @@ func (e *Executor) RunJob(ctx context.Context, job Job) (Result, error) {
 	}
 	defer os.RemoveAll(dir)
 	spec := sandboxSpec(specParams{
-		ID: id, Rootfs: e.cfg.Rootfs, Home: home, GuestDir: e.guestDir(),
+		ID: id, Cgroup: e.cgroupName(id), Rootfs: e.cfg.Rootfs, Home: home, GuestDir: e.guestDir(),
 		MemoryBytes: e.hostMemory(), Pids: e.cfg.Pids*2 + 128, CPUs: e.cfg.CPUs, TmpBytes: e.cfg.TmpBytes, NetNS: job.NetnsPath,
 	})
 	b, err := json.MarshalIndent(spec, "", "  ")

@@ -36,7 +36,11 @@ func (e *Executor) SandboxIDs() []string {
 // sandboxes on the host have cgroups there too and are not counted. Safe
 // for concurrent use.
 func (e *Executor) LiveSandboxes() int {
-	return liveSandboxes(e.SandboxIDs(), CgroupDirs())
+	ids := e.SandboxIDs()
+	for i, id := range ids {
+		ids[i] = e.cgroupName(id)
+	}
+	return liveSandboxes(ids, CgroupDirs())
 }
 
 // liveSandboxes counts the ids of own that have a folder among cgroupDirs

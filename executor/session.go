@@ -271,7 +271,7 @@ func (e *Executor) writeBundle(id, dir, netns string) (string, error) {
 		return "", fmt.Errorf("creating bundle: %w", err)
 	}
 	spec := sandboxSpec(specParams{
-		ID: id, Rootfs: e.cfg.Rootfs, Home: homeMount(dir), GuestDir: e.guestDir(),
+		ID: id, Cgroup: e.cgroupName(id), Rootfs: e.cfg.Rootfs, Home: homeMount(dir), GuestDir: e.guestDir(),
 		MemoryBytes: e.hostMemory(), Pids: e.cfg.Pids*2 + 128, CPUs: e.cfg.CPUs, TmpBytes: e.cfg.TmpBytes, NetNS: netns,
 	})
 	if netns != "" {

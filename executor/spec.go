@@ -36,6 +36,7 @@ var guestCaps = []string{"CAP_CHOWN", "CAP_SETUID", "CAP_SETGID", "CAP_KILL"}
 // specParams are the per-sandbox inputs of the OCI spec.
 type specParams struct {
 	ID          string
+	Cgroup      string // its cgroup under /sandboxapi (Executor.cgroupName)
 	Rootfs      string
 	Home        string // host folder mounted at /home/sandbox ("" for none)
 	GuestDir    string // host folder holding the guest binary
@@ -92,7 +93,7 @@ func sandboxSpec(p specParams) *specs.Spec {
 		Hostname: "sandbox",
 		Mounts:   mounts,
 		Linux: &specs.Linux{
-			CgroupsPath: "/sandboxapi/" + p.ID,
+			CgroupsPath: "/sandboxapi/" + p.Cgroup,
 			Resources: &specs.LinuxResources{
 				Memory: &specs.LinuxMemory{Limit: &mem, Swap: &swap},
 				Pids:   &specs.LinuxPids{Limit: pids},

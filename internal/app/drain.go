@@ -14,15 +14,23 @@ import (
 // mirror keep working until the listener closes. Calls already running are
 // not affected. The zero value passes everything to next; it is safe for
 // concurrent use.
+//
+// On a cluster node (ownSessions) calls for a session pass too: the
+// cluster handler in front has already sent other nodes' sessions away,
+// so what reaches the gate is a session this node still holds until the
+// executor hands it over, after the listener closes. Refusing it would
+// fail a call that other nodes, which had not yet seen this node drain,
+// forwarded here.
 type drainGate struct {
-	next     http.Handler
-	draining atomic.Bool
+	next        http.Handler
+	ownSessions bool
+	draining    atomic.Bool
 }
 
 func (d *drainGate) start() { d.draining.Store(true) }
 
 func (d *drainGate) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if d.draining.Load() && isNewWork(r) {
+	if d.draining.Load() && isNewWork(r) && !(d.ownSessions && isSessionCall(r)) {
 		w.Header().Set("Retry-After", "5")
 		w.Header().Set("Connection", "close")
 		httperr.Write(w, http.StatusServiceUnavailable, httperr.Payload{Code: "draining",
@@ -40,4 +48,11 @@ func isNewWork(r *http.Request) bool {
 	}
 	p := r.URL.Path
 	return strings.HasPrefix(p, "/v1/") || p == "/mcp" || strings.HasPrefix(p, "/mcp/")
+}
+
+// isSessionCall tells calls on one session (/v1/sessions/{id} and below)
+// from creates and everything else.
+func isSessionCall(r *http.Request) bool {
+	rest, ok := strings.CutPrefix(r.URL.Path, "/v1/sessions/")
+	return ok && rest != ""
 }

@@ -56,3 +56,30 @@ func TestDrainGate(t *testing.T) {
 		}
 	}
 }
+
+// TestDrainGateOnClusterNode: a cluster node keeps serving calls on the
+// sessions it still holds (the cluster handler in front sent the others
+// away) until the hand-over; creates and stateless calls are refused.
+func TestDrainGateOnClusterNode(t *testing.T) {
+	ok := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusTeapot) })
+	d := &drainGate{next: ok, ownSessions: true}
+	d.start()
+	for _, tt := range []struct {
+		method, path string
+		refused      bool
+	}{
+		{"POST", "/v1/sessions/sess_x/execute", false},
+		{"PUT", "/v1/sessions/sess_x/files", false},
+		{"POST", "/v1/sessions/sess_x/install", false},
+		{"POST", "/v1/sessions", true},
+		{"POST", "/v1/sessions/", true},
+		{"POST", "/v1/execute", true},
+		{"POST", "/mcp", true},
+	} {
+		rec := httptest.NewRecorder()
+		d.ServeHTTP(rec, httptest.NewRequest(tt.method, tt.path, nil))
+		if refused := rec.Code == http.StatusServiceUnavailable; refused != tt.refused || (!refused && rec.Code != http.StatusTeapot) {
+			t.Errorf("draining cluster node: %s %s = %d, want refused %v", tt.method, tt.path, rec.Code, tt.refused)
+		}
+	}
+}

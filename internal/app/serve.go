@@ -133,7 +133,7 @@ func Serve(ctx context.Context, env *Env) error {
 		return ex.Stop(ctx)
 	}})
 	srv := wireServices(ctx, env, g, wiring{plans: plans, ex: ex, st: st, mir: mir, front: front, usage: usage, trail: eg.trail, sessions: eg.sessions, m: m, build: build, node: node})
-	drain := &drainGate{next: srv}
+	drain := &drainGate{next: srv, ownSessions: node != nil}
 	var handler http.Handler = drain
 	if node != nil {
 		// In front of the drain gate: a draining node still forwards
@@ -153,10 +153,12 @@ func Serve(ctx context.Context, env *Env) error {
 		// stays open, so a load balancer notices before connections close.
 		Drain: func() {
 			srv.SetReady(false)
-			drain.start()
 			if node != nil {
-				node.Drain() // other nodes place nothing here and wait for the hand-over
+				// First: other nodes place nothing here and wait for the
+				// hand-over instead of forwarding calls here.
+				node.Drain()
 			}
+			drain.start()
 		},
 		DrainDelay:    cfg.Server.DrainDelay.D(),
 		ShutdownGrace: cfg.Server.ShutdownGrace.D(),

@@ -244,7 +244,7 @@ func newEgressEnv(t *testing.T) egressEnv {
 // sweepAfter stops s at the end of the test and then removes any sandbox
 // process and mount the server left under its data dir, so the temp dir
 // can go. A server should leave none; what it left is logged.
-func sweepAfter(t *testing.T, s *server) {
+func sweepAfter(t testing.TB, s *server) {
 	t.Cleanup(func() {
 		s.stop()
 		root := "--root=" + filepath.Join(s.dataDir, "runsc")

@@ -80,10 +80,15 @@ type server struct {
 func startServer(t *testing.T, extraYAML string) *server { return startServerB(t, extraYAML) }
 
 // startServerB is startServer for tests and benchmarks alike.
-func startServerB(t testing.TB, extraYAML string) *server {
+func startServerB(t testing.TB, extraYAML string) *server { return startServerAt(t, "", extraYAML) }
+
+// startServerAt is startServerB on addr (host:port; "" picks a free
+// port), for a config that must name its own address before it starts
+// (a cluster node's advertise_url).
+func startServerAt(t testing.TB, addr, extraYAML string) *server {
 	t.Helper()
 	dir := binaries(t)
-	s := &server{t: t, bin: filepath.Join(dir, "sandboxapi"), dataDir: t.TempDir()}
+	s := &server{t: t, bin: filepath.Join(dir, "sandboxapi"), dataDir: t.TempDir(), addr: addr}
 	s.config = filepath.Join(s.dataDir, "config.yaml")
 	cfg := "version: v1\nlog_level: debug\n" + extraYAML
 	if !strings.Contains(extraYAML, "\nserver:") && !strings.HasPrefix(extraYAML, "server:") {
