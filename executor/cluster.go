@@ -234,10 +234,11 @@ func (e *Executor) Fence(ctx context.Context) error {
 	}
 	// Mounts in progress (a resume inside mountHome) may complete after
 	// killHomes has looked: they are waited for, then looked at again.
-	var mounting []chan struct{}
+	var mounting []*mountOp
 	for _, s := range victims {
-		if done := e.mounting[s.id]; done != nil {
-			mounting = append(mounting, done)
+		if op := e.mounting[s.id]; op != nil {
+			op.cancel() // no more waiting for the image to be free
+			mounting = append(mounting, op)
 		}
 	}
 	e.mu.Unlock()
@@ -250,9 +251,9 @@ func (e *Executor) Fence(ctx context.Context) error {
 	err := e.killHomes(kctx, victims)
 	if len(mounting) > 0 {
 		var werr error
-		for _, done := range mounting {
+		for _, op := range mounting {
 			select {
-			case <-done:
+			case <-op.done:
 			case <-kctx.Done():
 				werr = fmt.Errorf("a mount in progress did not finish: %w", kctx.Err())
 			}
@@ -345,34 +346,45 @@ func (e *Executor) letGo(s *session) {
 	e.disk -= s.diskBytes
 }
 
+// mountOp is a mount of a session's home in progress (a resume).
+type mountOp struct {
+	// done is closed once the mount serves or has been undone.
+	done chan struct{}
+	// cancel ends the mount's wait for its image to be free (Fence).
+	cancel context.CancelFunc
+}
+
 // beginMount records that s's home is about to be mounted (a resume),
-// so that a Fence waits for the mount and looks again; nothing is
-// recorded, and ErrSessionMoved returned, when s was let go of already.
-// endMount(s.id, done) ends it, after whatever the mount left has been
-// undone or the session serves.
-func (e *Executor) beginMount(s *session) (done chan struct{}, err error) {
+// so that a Fence cuts its wait for the image short, waits for the mount
+// and looks again. ctx is the resume's: the returned context is ended by
+// such a Fence. Nothing is recorded, and ErrSessionMoved returned, when s
+// was let go of already. endMount(s.id, op) ends it, after whatever the
+// mount left has been undone or the session serves.
+func (e *Executor) beginMount(ctx context.Context, s *session) (context.Context, *mountOp, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if s.gone {
-		return nil, fmt.Errorf("session %s: %w", s.id, ErrSessionMoved)
+		return nil, nil, fmt.Errorf("session %s: %w", s.id, ErrSessionMoved)
 	}
-	done = make(chan struct{})
-	e.mounting[s.id] = done
-	return done, nil
+	mctx, cancel := context.WithCancel(ctx)
+	op := &mountOp{done: make(chan struct{}), cancel: cancel}
+	e.mounting[s.id] = op
+	return mctx, op, nil
 }
 
-// endMount ends the mount in progress done of session id (beginMount).
+// endMount ends the mount in progress op of session id (beginMount).
 // Idempotent.
-func (e *Executor) endMount(id string, done chan struct{}) {
+func (e *Executor) endMount(id string, op *mountOp) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if e.mounting[id] == done {
+	if e.mounting[id] == op {
 		delete(e.mounting, id)
 	}
+	op.cancel()
 	select {
-	case <-done:
+	case <-op.done:
 	default:
-		close(done)
+		close(op.done)
 	}
 }
 

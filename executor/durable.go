@@ -224,16 +224,30 @@ func (e *Executor) resume(ctx context.Context, s *session) (took time.Duration, 
 	}
 	// A Fence that comes while the home is being mounted waits until the
 	// mount has been undone (or serves, where the Fence finds it).
-	mountDone, err := e.beginMount(s)
+	mctx, mount, err := e.beginMount(ctx, s)
 	if err != nil {
 		return 0, err
 	}
-	cu.Add("mount in progress", func(context.Context) error { e.endMount(id, mountDone); return nil })
+	cu.Add("mount in progress", func(context.Context) error { e.endMount(id, mount); return nil })
 	cu.Add("home mount", func(context.Context) error { return unmountHome(dir) })
 	if err := e.fault(stepResumeMounting, id); err != nil {
 		return 0, err
 	}
 	tMount := time.Now()
+	// The wait for the image (a loop device of this host still on it) is
+	// cut short by a Fence; the mount itself is not (a mount killed
+	// half-way may leave a loop device).
+	if !mounted(homeMount(dir)) {
+		if err := waitImageFree(mctx, e.home(id).image(), imageBusyWait); err != nil {
+			if e.isGone(s) {
+				return 0, fmt.Errorf("session %s: %w", id, ErrSessionMoved)
+			}
+			return 0, fmt.Errorf("mounting home: %w", err)
+		}
+	}
+	if e.isGone(s) {
+		return 0, fmt.Errorf("session %s: %w", id, ErrSessionMoved)
+	}
 	if err := mountHome(ctx, e.home(id)); err != nil {
 		return 0, fmt.Errorf("mounting home: %w", err)
 	}
@@ -288,7 +302,7 @@ func (e *Executor) resume(ctx context.Context, s *session) (took time.Duration, 
 	s.hasSandbox, s.netEnv = true, netEnv
 	e.mu.Unlock()
 	cu.Release()
-	e.endMount(id, mountDone)
+	e.endMount(id, mount)
 	took = time.Since(start)
 	e.log.InfoContext(ctx, "session resumed", "session", id, "ms", took.Milliseconds(), "mount_ms", mountTook.Milliseconds(),
 		"network_ms", netTook.Milliseconds(), "sandbox_ms", sandboxTook.Milliseconds())

@@ -85,9 +85,8 @@ type Executor struct {
 	moved map[string]*session
 	// tidying: sessions whose leftovers a Fence is still removing.
 	tidying map[string]chan struct{}
-	// mounting: sessions whose home a resume is mounting (beginMount);
-	// closed once the mount serves or has been undone.
-	mounting map[string]chan struct{}
+	// mounting: sessions whose home a resume is mounting (beginMount).
+	mounting map[string]*mountOp
 	live     int   // sandboxes counted against MaxSandboxes
 	disk     int64 // bytes of homes counted against MaxDisk
 	started  bool
@@ -163,7 +162,7 @@ func New(cfg Config, rt *Runtimes, st *store.Store, log *slog.Logger) (*Executor
 		sessions: map[string]*session{},
 		moved:    map[string]*session{},
 		tidying:  map[string]chan struct{}{},
-		mounting: map[string]chan struct{}{},
+		mounting: map[string]*mountOp{},
 		warm:     make(chan warmSandbox, max(cfg.WarmPool, 0)),
 		stop:     make(chan struct{}),
 	}, nil

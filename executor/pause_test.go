@@ -450,3 +450,60 @@ func TestClusterLostAfterReadopt(t *testing.T) {
 		t.Fatalf("after adopting again: %+v", res)
 	}
 }
+
+// TestClusterFenceCutsImageWait: a resume waiting for its image to be
+// free (a loop device of this host still on it: mountHome waits up to
+// imageBusyWait) when its node fences stops waiting at once and answers
+// ErrSessionMoved; once the image is free the Fence returns, and nothing
+// was mounted.
+func TestClusterFenceCutsImageWait(t *testing.T) {
+	c := newCluster(t)
+	a := c.start(t, "a", c.nodeConfig(t))
+	ctx := context.Background()
+	s, err := a.CreateSession(ctx, SessionSpec{Language: "bash", Owner: "k1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.HibernateSession(ctx, "k1", s.ID); err != nil {
+		t.Fatal(err)
+	}
+	img := a.home(s.ID).image()
+	out, err := exec.Command("losetup", "--find", "--show", "--read-only", img).Output()
+	if err != nil {
+		t.Fatalf("losetup: %v", err)
+	}
+	dev := strings.TrimSpace(string(out))
+	detach := func() { _ = exec.Command("losetup", "-d", dev).Run() }
+	t.Cleanup(detach)
+	stop := loopWatch(img)
+	done := make(chan error, 1)
+	go func() {
+		_, err := a.Execute(ctx, "k1", s.ID, ExecRequest{Code: "true"})
+		done <- err
+	}()
+	time.Sleep(500 * time.Millisecond) // waiting for the image
+	fenced := make(chan error, 1)
+	go func() {
+		fctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		fenced <- a.Fence(fctx)
+	}()
+	select {
+	case err := <-done:
+		if !errors.Is(err, ErrSessionMoved) {
+			t.Fatalf("the resume: %v, want ErrSessionMoved", err)
+		}
+	case <-time.After(time.Second):
+		t.Fatal("the resume still waits for its image a second after the fence")
+	}
+	detach()
+	if err := <-fenced; err != nil {
+		t.Fatalf("fence: %v", err)
+	}
+	if mounted(homeMount(a.dir(s.ID))) {
+		t.Fatal("the home is mounted")
+	}
+	if n := stop(); n > 1 {
+		t.Fatalf("the image was on %d loop devices at once", n)
+	}
+}
