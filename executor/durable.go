@@ -218,7 +218,12 @@ func (e *Executor) resume(ctx context.Context, s *session) (took time.Duration, 
 	if err := e.store.SetSessionState(ctx, id, storeResuming, "", false); err != nil {
 		return 0, e.notOwner(ctx, s, err)
 	}
-	cu.Add("store row", func(ctx context.Context) error { return e.store.SetSessionHibernated(ctx, id, hibAt, lastUsed) })
+	cu.Add("store row", func(ctx context.Context) error {
+		if e.isGone(s) {
+			return nil // let go of (Fence): the row is not ours to write
+		}
+		return e.store.SetSessionHibernated(ctx, id, hibAt, lastUsed)
+	})
 	if err := e.fault(stepResumeStore, id); err != nil {
 		return 0, err
 	}

@@ -285,6 +285,10 @@ func TestClusterFenceWaitsForMount(t *testing.T) {
 			t.Fatal("the home was mounted after the fence")
 		}
 	}
+	// Neither the Fence nor the resume's undo wrote the row after it.
+	if r, err := c.st.GetSession(ctx, s.ID); err != nil || r.State != storeResuming {
+		t.Fatalf("row after the fence: %+v %v", r, err)
+	}
 	// a's own session again (its lease is back): files intact.
 	a.createFault = nil
 	if _, err := a.Adopt(ctx, s.ID); err != nil {
