@@ -212,9 +212,14 @@ func (e *Executor) waitLetGo(ctx context.Context, id string) error {
 // forgotten, WITHOUT a store write. Their rows still name this node: after
 // the node has registered again, their next call adopts them (Adopt); or
 // another node claims them once the lease has run out. A call in flight
-// on one answers ErrSessionMoved. Warm sandboxes and stateless calls hold
-// nothing another node could take and are left alone. Safe for concurrent
-// use; a kill or unmount that has not worked when ctx ends is an error.
+// on one answers ErrSessionMoved; a resume that is mounting a home is
+// stopped waiting for its image and waited for, and its mount undone,
+// before Fence returns. Warm sandboxes and stateless calls hold nothing
+// another node could take and are left alone (unless the node's hold had
+// passed: its fence process may have killed the warm ones, which go). A
+// Fence that worked disarms the fence process (HoldUntil). Safe for
+// concurrent use; a kill or unmount that has not worked when ctx ends is
+// an error.
 func (e *Executor) Fence(ctx context.Context) error {
 	start := time.Now()
 	// Past the hold, the fence process may have killed every sandbox
