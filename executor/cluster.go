@@ -58,9 +58,14 @@ func (e *Executor) Free() int {
 // itself), the fence process kills this node's sandboxes and unmounts its
 // homes as if the node had died. The fence counts the time left on its
 // own monotonic clock. A node that fences itself (Fence) disarms it. No
-// effect on a single node.
+// effect on a single node. Called before Start (the node registers
+// first), it arms the fence that Start launches.
 func (e *Executor) HoldUntil(t time.Time) {
-	if f := e.fenceSwitch(); f != nil {
+	e.mu.Lock()
+	e.hold = t // for a fence that starts later (the node registers first)
+	f := e.fence
+	e.mu.Unlock()
+	if f != nil {
 		f.holdUntil(t)
 	}
 }

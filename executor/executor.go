@@ -94,6 +94,7 @@ type Executor struct {
 
 	adoptMu sync.Mutex   // one Adopt at a time
 	fence   *fenceSwitch // the dead man's switch (cluster mode), nil else
+	hold    time.Time    // under mu: the last HoldUntil
 
 	agentsMu sync.Mutex
 	agents   map[string]*agentConn // sandbox id -> its guest agent channel

@@ -324,7 +324,11 @@ func (e *Executor) startFence() error {
 	go f.watch(p)
 	e.mu.Lock()
 	e.fence = f
+	hold := e.hold // the node registered before the executor started
 	e.mu.Unlock()
+	if !hold.IsZero() {
+		f.holdUntil(hold)
+	}
 	return nil
 }
 
