@@ -53,15 +53,17 @@ func TestClusterPausedNodeHelperProcess(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := e.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
 	node, err := clusternode.New(clusternode.Settings{Node: "a", AdvertiseURL: "http://127.0.0.1:9", Secret: strings.Repeat("s", 32), Lease: duration.Duration(pausedLease)},
 		clusternode.Deps{Store: st.ForNode("a"), Executor: e, Log: log})
 	if err != nil {
 		t.Fatal(err)
 	}
+	// As serve does: the node registers (HoldUntil) before the executor
+	// starts.
 	if err := node.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
 	s, err := e.CreateSession(ctx, SessionSpec{Language: "bash", Owner: "k1"})
