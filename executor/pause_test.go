@@ -513,3 +513,41 @@ func TestClusterFenceCutsImageWait(t *testing.T) {
 		t.Fatalf("the image was on %d loop devices at once", n)
 	}
 }
+
+// TestClusterHoldBeforeStart: a HoldUntil that comes before Start (serve
+// registers the node first) arms the fence that Start launches; a Fence
+// that worked disarms it.
+func TestClusterHoldBeforeStart(t *testing.T) {
+	c := newCluster(t)
+	cfg := c.nodeConfig(t)
+	rt, err := LoadRuntimes(configs.Runtimes, cfg.VersionsFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := New(cfg, rt, c.st.ForNode("a"), quietLog())
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.HoldUntil(time.Now().Add(time.Minute))
+	if err := e.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = e.Stop(context.Background()) })
+	f := e.fenceSwitch()
+	f.mu.Lock()
+	armed := f.hold
+	f.mu.Unlock()
+	if armed.IsZero() || e.holdPassed() {
+		t.Fatalf("fence after Start: hold %v, passed %v", armed, e.holdPassed())
+	}
+	e.HoldUntil(time.Now().Add(-time.Second))
+	if !e.holdPassed() {
+		t.Fatal("a hold in the past has not passed")
+	}
+	if err := e.Fence(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if e.holdPassed() {
+		t.Fatal("a Fence that worked left the fence armed")
+	}
+}
