@@ -41,6 +41,7 @@ type fakeExec struct {
 	fenced   chan struct{} // gets one value per Fence
 	capacity int
 	free     int
+	hold     time.Time // the last HoldUntil
 }
 
 func newFakeExec(free int) *fakeExec {
@@ -70,6 +71,8 @@ func (f *fakeExec) Fence(ctx context.Context) error {
 	f.fenced <- struct{}{}
 	return nil
 }
+
+func (f *fakeExec) HoldUntil(t time.Time) { f.mu.Lock(); f.hold = t; f.mu.Unlock() }
 
 func (f *fakeExec) Capacity() int { return f.capacity }
 func (f *fakeExec) Free() int     { f.mu.Lock(); defer f.mu.Unlock(); return f.free }

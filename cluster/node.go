@@ -27,6 +27,13 @@ type Executor interface {
 	// Fence stops using every session at once (kill, unmount, forget)
 	// without writing their state: the node's lease is lost.
 	Fence(ctx context.Context) error
+	// HoldUntil arms the executor's dead man's switch: if t passes
+	// without a newer HoldUntil (the process is stopped, frozen or paused
+	// and cannot fence itself), its fence process kills its sandboxes and
+	// unmounts its homes. The node calls it after each registration and
+	// renewal with lease end - lease/8: after its own fence (at lease end
+	// - lease/4), before another node may claim.
+	HoldUntil(t time.Time)
 	// Capacity and Free are the sandboxes the executor may run, and those
 	// it could still start.
 	Capacity() int
@@ -219,6 +226,7 @@ func (n *Node) register(ctx context.Context) error {
 	n.mu.Lock()
 	n.epoch, n.validUntil = row.Epoch, now.Add(n.lease-n.lease/4)
 	n.mu.Unlock()
+	n.ex.HoldUntil(n.holdUntil(now))
 	n.log.Info("cluster node registered", "node", n.s.Node, "epoch", row.Epoch, "url", n.s.AdvertiseURL, "lease", n.lease.String())
 	return nil
 }
@@ -253,14 +261,28 @@ func (n *Node) renew(ctx context.Context) error {
 		return err
 	}
 	n.mu.Lock()
-	defer n.mu.Unlock()
 	if !n.now().Before(validUntil) {
+		n.mu.Unlock()
 		return errRenewTooLate
 	}
-	if n.epoch == epoch {
+	renewed := n.epoch == epoch
+	if renewed {
 		n.validUntil = now.Add(n.lease - n.lease/4)
 	}
+	n.mu.Unlock()
+	if renewed {
+		n.ex.HoldUntil(n.holdUntil(now))
+	}
 	return nil
+}
+
+// holdUntil is the deadline of the executor's fence process for a lease
+// sent at now (which ends at now + lease): lease/8 before its end. The
+// node fences itself at lease - lease/4 (validUntil); the fence process
+// fires only when the node could not (it was stopped), and is done before
+// another node may claim a session.
+func (n *Node) holdUntil(now time.Time) time.Time {
+	return now.Add(n.lease - n.lease/8)
 }
 
 // fence gives up every session after the lease was lost (or could not be

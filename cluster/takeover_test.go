@@ -287,3 +287,37 @@ func TestDrainRenewalNotPastValidUntil(t *testing.T) {
 		t.Fatalf("lease extended from %v to %v by a renewal past lease - lease/4", before.LeaseUntil, after.LeaseUntil)
 	}
 }
+
+// TestHoldUntilFollowsLease: the executor's fence deadline (HoldUntil) is
+// set at registration and moved on by every renewal, to lease/8 before
+// the lease's end: after the node's own fence (lease/4 before), before
+// any other node may claim.
+func TestHoldUntilFollowsLease(t *testing.T) {
+	st := openStore(t, testPostgres(t))
+	a := startNode(t, st, "a", 4)
+	hold := func() time.Time { a.ex.mu.Lock(); defer a.ex.mu.Unlock(); return a.ex.hold }
+	first := hold()
+	row, err := st.GetNode(t.Context(), "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first.IsZero() || !first.Before(row.LeaseUntil) || row.LeaseUntil.Sub(first) < testLease/8-50*time.Millisecond {
+		t.Fatalf("hold %v after registering, lease until %v", first, row.LeaseUntil)
+	}
+	a.node.mu.Lock()
+	validUntil := a.node.validUntil
+	a.node.mu.Unlock()
+	if !first.After(validUntil) {
+		t.Fatalf("hold %v is not after the node's own fence at %v", first, validUntil)
+	}
+	if !waitFor(testLease, func() bool { return hold().After(first) }) {
+		t.Fatal("a renewal did not move the hold on")
+	}
+	row, err = st.GetNode(t.Context(), "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h := hold(); !h.Before(row.LeaseUntil) {
+		t.Fatalf("hold %v after renewing, lease until %v", h, row.LeaseUntil)
+	}
+}

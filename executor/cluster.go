@@ -51,6 +51,42 @@ func (e *Executor) Free() int {
 	return max(0, e.cfg.MaxSandboxes-e.live)
 }
 
+// HoldUntil tells the dead man's switch (cluster mode) until when this
+// node may use its sessions: called by the node after each registration
+// or renewal of its lease. If t passes without a newer HoldUntil (the
+// node process is stopped, frozen or paused, or too slow to fence
+// itself), the fence process kills this node's sandboxes and unmounts its
+// homes as if the node had died. The fence counts the time left on its
+// own monotonic clock. A node that fences itself (Fence) disarms it. No
+// effect on a single node. Called before Start (the node registers
+// first), it arms the fence that Start launches.
+func (e *Executor) HoldUntil(t time.Time) {
+	e.mu.Lock()
+	e.hold = t // for a fence that starts later (the node registers first)
+	f := e.fence
+	e.mu.Unlock()
+	if f != nil {
+		f.holdUntil(t)
+	}
+}
+
+// fenceSwitch is the dead man's switch, nil on a single node or before
+// Start.
+func (e *Executor) fenceSwitch() *fenceSwitch {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.fence
+}
+
+// holdPassed reports whether the deadline of the last HoldUntil has
+// passed: the fence process may have killed this node's sandboxes and
+// unmounted its homes, and the node's lease may be another's by now. A
+// sandbox found dead then was fenced, not lost; no home may be mounted.
+func (e *Executor) holdPassed() bool {
+	f := e.fenceSwitch()
+	return f != nil && f.holdPassed()
+}
+
 // Adopt serves session id, whose row names this node (claimed from
 // another node, or this node's own after a Fence) but which this executor
 // does not hold: it is registered hibernated from its row, and its next
@@ -60,6 +96,9 @@ func (e *Executor) Free() int {
 // lost") and answers ErrSessionLost; a row another node owns answers
 // ErrSessionMoved, an ended or unknown one ErrNotFound.
 func (e *Executor) Adopt(ctx context.Context, id string) (Session, error) {
+	if err := e.waitLetGo(ctx, id); err != nil {
+		return Session{}, err
+	}
 	e.adoptMu.Lock()
 	defer e.adoptMu.Unlock()
 	e.mu.Lock()
@@ -139,17 +178,61 @@ func (e *Executor) Adopt(ctx context.Context, id string) (Session, error) {
 	return s.snapshot(), nil
 }
 
+// waitLetGo waits, within ctx, until the object of session id that this
+// executor let go of last (if any) is idle: no call holds or waits for
+// it, and no hibernation, resume, fork or end of it runs. What is left
+// of such work acts by the session's id (its sandbox, its mount, its row,
+// a call's "sandbox lost"): it must be over before a new object of the
+// same id is served. A ctx that ends first answers ErrSessionMoved (try
+// again).
+func (e *Executor) waitLetGo(ctx context.Context, id string) error {
+	for {
+		e.mu.Lock()
+		old := e.moved[id]
+		busy := old != nil && old.busy > 0
+		e.mu.Unlock()
+		if old == nil {
+			return nil
+		}
+		if !busy && old.life.TryLock() {
+			old.life.Unlock()
+			e.mu.Lock()
+			idle := old.busy == 0
+			e.mu.Unlock()
+			if idle {
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("adopting session %s: the session let go of is still busy: %w", id, ErrSessionMoved)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
 // Fence lets go of every session at once, for a node whose lease is lost
 // (another node may own its sessions soon): their sandboxes are killed,
 // their homes unmounted, their networks released and the sessions
 // forgotten, WITHOUT a store write. Their rows still name this node: after
 // the node has registered again, their next call adopts them (Adopt); or
 // another node claims them once the lease has run out. A call in flight
-// on one answers ErrSessionMoved. Warm sandboxes and stateless calls hold
-// nothing another node could take and are left alone. Safe for concurrent
-// use; a kill or unmount that has not worked when ctx ends is an error.
+// on one answers ErrSessionMoved; a resume that is mounting a home is
+// stopped waiting for its image and waited for, and its mount undone,
+// before Fence returns. Warm sandboxes and stateless calls hold nothing
+// another node could take and are left alone (unless the node's hold had
+// passed: its fence process may have killed the warm ones, which go). A
+// Fence that worked disarms the fence process (HoldUntil). Safe for
+// concurrent use; a kill or unmount that has not worked when ctx ends is
+// an error.
 func (e *Executor) Fence(ctx context.Context) error {
 	start := time.Now()
+	// Past the hold, the fence process may have killed every sandbox
+	// under this node's root: the warm ones too, which go (the pool
+	// fills again).
+	if e.holdPassed() {
+		e.dropWarm()
+	}
 	e.mu.Lock()
 	e.fences++
 	victims := make([]*session, 0, len(e.sessions))
@@ -159,6 +242,15 @@ func (e *Executor) Fence(ctx context.Context) error {
 	for _, s := range victims {
 		e.letGo(s)
 	}
+	// Mounts in progress (a resume inside mountHome) may complete after
+	// killHomes has looked: they are waited for, then looked at again.
+	var mounting []*mountOp
+	for _, s := range victims {
+		if op := e.mounting[s.id]; op != nil {
+			op.cancel() // no more waiting for the image to be free
+			mounting = append(mounting, op)
+		}
+	}
 	e.mu.Unlock()
 	kctx := ctx
 	if _, ok := ctx.Deadline(); !ok {
@@ -167,6 +259,24 @@ func (e *Executor) Fence(ctx context.Context) error {
 		defer cancel()
 	}
 	err := e.killHomes(kctx, victims)
+	if len(mounting) > 0 {
+		var werr error
+		for _, op := range mounting {
+			select {
+			case <-op.done:
+			case <-kctx.Done():
+				werr = fmt.Errorf("a mount in progress did not finish: %w", kctx.Err())
+			}
+			if werr != nil {
+				break
+			}
+		}
+		err = errors.Join(werr, e.killHomes(kctx, victims))
+	}
+	if err == nil {
+		// Let go of everything itself: the fence process need not.
+		e.HoldUntil(time.Time{})
+	}
 	e.log.WarnContext(ctx, "fenced: every session let go of", "sessions", len(victims), "ms", time.Since(start).Milliseconds(), "err", err)
 	// The rest (runsc state, networks, node-local files) is not urgent:
 	// it goes on after Fence returns; a resume here waits for it.
@@ -198,6 +308,36 @@ func (e *Executor) Fence(ctx context.Context) error {
 	return err
 }
 
+// dropWarm empties the warm pool, and makes every warm sandbox prepared
+// so far stale (one may still be on its way in): they are destroyed in
+// the background, and the pool fills again.
+func (e *Executor) dropWarm() {
+	e.mu.Lock()
+	e.warmGen++
+	e.mu.Unlock()
+	for {
+		select {
+		case ws := <-e.warm:
+			e.discardWarm(ws)
+		default:
+			return
+		}
+	}
+}
+
+// discardWarm destroys warm sandbox ws in the background.
+func (e *Executor) discardWarm(ws warmSandbox) {
+	e.bg.Add(1)
+	go func() {
+		defer e.bg.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := e.destroySandbox(ctx, ws.id); err != nil {
+			e.log.Error("dropping a stale warm sandbox", "sandbox", ws.id, "err", err)
+		}
+	}()
+}
+
 // letGo forgets s: it leaves the session table (into moved), and its
 // sandbox and home stop counting. Idempotent; e.mu is held.
 func (e *Executor) letGo(s *session) {
@@ -208,12 +348,54 @@ func (e *Executor) letGo(s *session) {
 	if e.sessions[s.id] == s {
 		delete(e.sessions, s.id)
 	}
-	e.moved[s.id] = true
+	e.moved[s.id] = s
 	if s.hasSandbox {
 		s.hasSandbox = false
 		e.live--
 	}
 	e.disk -= s.diskBytes
+}
+
+// mountOp is a mount of a session's home in progress (a resume).
+type mountOp struct {
+	// done is closed once the mount serves or has been undone.
+	done chan struct{}
+	// cancel ends the mount's wait for its image to be free (Fence).
+	cancel context.CancelFunc
+}
+
+// beginMount records that s's home is about to be mounted (a resume),
+// so that a Fence cuts its wait for the image short, waits for the mount
+// and looks again. ctx is the resume's: the returned context is ended by
+// such a Fence. Nothing is recorded, and ErrSessionMoved returned, when s
+// was let go of already. endMount(s.id, op) ends it, after whatever the
+// mount left has been undone or the session serves.
+func (e *Executor) beginMount(ctx context.Context, s *session) (context.Context, *mountOp, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if s.gone {
+		return nil, nil, fmt.Errorf("session %s: %w", s.id, ErrSessionMoved)
+	}
+	mctx, cancel := context.WithCancel(ctx)
+	op := &mountOp{done: make(chan struct{}), cancel: cancel}
+	e.mounting[s.id] = op
+	return mctx, op, nil
+}
+
+// endMount ends the mount in progress op of session id (beginMount).
+// Idempotent.
+func (e *Executor) endMount(id string, op *mountOp) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.mounting[id] == op {
+		delete(e.mounting, id)
+	}
+	op.cancel()
+	select {
+	case <-op.done:
+	default:
+		close(op.done)
+	}
 }
 
 // fenceGen is how many times every session was let go of so far: work

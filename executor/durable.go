@@ -39,8 +39,10 @@ const (
 	stepHibernateStore   createStep = "hibernate_store"   // row moved to hibernating
 	stepHibernateSandbox createStep = "hibernate_sandbox" // sandbox and network gone
 	stepResumeStore      createStep = "resume_store"      // row moved to resuming
+	stepResumeMounting   createStep = "resume_mounting"   // about to mount the home (a slow mountHome)
 	stepResumeMount      createStep = "resume_mount"      // home mounted
 	stepResumeRunsc      createStep = "resume_runsc"      // sandbox started
+	stepRunLost          createStep = "run_lost"          // a run got no result: lost() is about to decide
 	stepForkInsert       createStep = "fork_insert"       // child row, state creating
 	stepForkCopy         createStep = "fork_copy"         // child image written
 )
@@ -103,6 +105,18 @@ func (e *Executor) hibernate(ctx context.Context, s *session, reason string) err
 	if err := e.fault(stepHibernateStore, s.id); err != nil {
 		return err
 	}
+	// Let go of meanwhile (Fence): what the session held here is the
+	// Fence's to remove, and its row is not ours to write. (An Adopt of
+	// the same id waits until this is over: waitLetGo.)
+	moved := func() error {
+		if e.isGone(s) {
+			return fmt.Errorf("session %s: %w", s.id, ErrSessionMoved)
+		}
+		return nil
+	}
+	if err := moved(); err != nil {
+		return err
+	}
 	var errs []error
 	if had {
 		if err := e.destroy(ctx, s.id); err != nil {
@@ -115,6 +129,9 @@ func (e *Executor) hibernate(ctx context.Context, s *session, reason string) err
 		}
 	}
 	if err := e.fault(stepHibernateSandbox, s.id); err != nil {
+		return err
+	}
+	if err := moved(); err != nil {
 		return err
 	}
 	// The sandbox is gone whatever failed above: the session is
@@ -134,6 +151,9 @@ func (e *Executor) hibernate(ctx context.Context, s *session, reason string) err
 		// a hibernated session holds none, and a node taking it over
 		// (after a drain) finds its image free.
 		errs = append(errs, err)
+	}
+	if err := moved(); err != nil {
+		return err
 	}
 	now := time.Now()
 	if err := e.store.SetSessionHibernated(ctx, s.id, now, lastUsed); errors.Is(err, store.ErrNotOwner) {
@@ -172,6 +192,11 @@ func (e *Executor) resume(ctx context.Context, s *session) (took time.Duration, 
 	if st != StateHibernated {
 		return 0, fmt.Errorf("%w: %s", ErrBadState, st)
 	}
+	if e.holdPassed() {
+		// The node has not renewed its lease in time (it was stopped):
+		// its fence may have fired, and the node fences at once.
+		return 0, fmt.Errorf("session %s: lease not held: %w", s.id, ErrSessionMoved)
+	}
 	start := time.Now()
 	e.waitTidy(ctx, s.id) // adopted again right after a Fence
 	cu := newCleanup(e.log)
@@ -193,12 +218,41 @@ func (e *Executor) resume(ctx context.Context, s *session) (took time.Duration, 
 	if err := e.store.SetSessionState(ctx, id, storeResuming, "", false); err != nil {
 		return 0, e.notOwner(ctx, s, err)
 	}
-	cu.Add("store row", func(ctx context.Context) error { return e.store.SetSessionHibernated(ctx, id, hibAt, lastUsed) })
+	cu.Add("store row", func(ctx context.Context) error {
+		if e.isGone(s) {
+			return nil // let go of (Fence): the row is not ours to write
+		}
+		return e.store.SetSessionHibernated(ctx, id, hibAt, lastUsed)
+	})
 	if err := e.fault(stepResumeStore, id); err != nil {
 		return 0, err
 	}
+	// A Fence that comes while the home is being mounted waits until the
+	// mount has been undone (or serves, where the Fence finds it).
+	mctx, mount, err := e.beginMount(ctx, s)
+	if err != nil {
+		return 0, err
+	}
+	cu.Add("mount in progress", func(context.Context) error { e.endMount(id, mount); return nil })
 	cu.Add("home mount", func(context.Context) error { return unmountHome(dir) })
+	if err := e.fault(stepResumeMounting, id); err != nil {
+		return 0, err
+	}
 	tMount := time.Now()
+	// The wait for the image (a loop device of this host still on it) is
+	// cut short by a Fence; the mount itself is not (a mount killed
+	// half-way may leave a loop device).
+	if !mounted(homeMount(dir)) {
+		if err := waitImageFree(mctx, e.home(id).image(), imageBusyWait); err != nil {
+			if e.isGone(s) {
+				return 0, fmt.Errorf("session %s: %w", id, ErrSessionMoved)
+			}
+			return 0, fmt.Errorf("mounting home: %w", err)
+		}
+	}
+	if e.isGone(s) {
+		return 0, fmt.Errorf("session %s: %w", id, ErrSessionMoved)
+	}
 	if err := mountHome(ctx, e.home(id)); err != nil {
 		return 0, fmt.Errorf("mounting home: %w", err)
 	}
@@ -230,6 +284,9 @@ func (e *Executor) resume(ctx context.Context, s *session) (took time.Duration, 
 	if err != nil {
 		return 0, err
 	}
+	if e.isGone(s) {
+		return 0, fmt.Errorf("session %s: %w", id, ErrSessionMoved)
+	}
 	cu.Add("sandbox", func(ctx context.Context) error { return e.destroy(ctx, id) })
 	if err := e.runSandbox(ctx, id, bundle, netns != ""); err != nil {
 		return 0, err
@@ -250,6 +307,7 @@ func (e *Executor) resume(ctx context.Context, s *session) (took time.Duration, 
 	s.hasSandbox, s.netEnv = true, netEnv
 	e.mu.Unlock()
 	cu.Release()
+	e.endMount(id, mount)
 	took = time.Since(start)
 	e.log.InfoContext(ctx, "session resumed", "session", id, "ms", took.Milliseconds(), "mount_ms", mountTook.Milliseconds(),
 		"network_ms", netTook.Milliseconds(), "sandbox_ms", sandboxTook.Milliseconds())

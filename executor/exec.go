@@ -484,12 +484,24 @@ func (e *Executor) finishRun(ctx context.Context, id string, raw []byte, stdout,
 // lost handles an exec that returned no result: when the sandbox has died
 // (the host's OOM killer takes the whole sandbox), the session is failed.
 func (e *Executor) lost(ctx context.Context, id string, res Result, waitErr error) (Result, error) {
+	if err := e.fault(stepRunLost, id); err != nil {
+		return res, err
+	}
+	// The session object the call ran in: a call holds it (busy), so an
+	// Adopt of its id waits for this call (waitLetGo), and the table
+	// holds that object, or none when it was let go of.
 	e.mu.Lock()
-	moved := e.moved[id] && e.sessions[id] == nil
+	s, ok := e.sessions[id]
+	moved := !ok && e.moved[id] != nil
+	if ok && s.gone {
+		moved = true
+	}
 	e.mu.Unlock()
-	if moved {
-		// Let go of meanwhile (Fence, or another node took it): its
-		// sandbox was killed on purpose, and its row is not ours to write.
+	if moved || e.holdPassed() {
+		// Let go of meanwhile (Fence, or another node took it), or the
+		// node's hold ran out while it was stopped (its fence process
+		// killed the sandbox; the node fences as it wakes): its sandbox
+		// was killed on purpose, and its row is not ours to write.
 		return res, fmt.Errorf("session %s: %w", id, ErrSessionMoved)
 	}
 	st, err := e.runsc.state(context.WithoutCancel(ctx), id)
@@ -503,8 +515,7 @@ func (e *Executor) lost(ctx context.Context, id string, res Result, waitErr erro
 		return res, fmt.Errorf("running code: no result from the sandbox: %v", waitErr)
 	}
 	e.mu.Lock()
-	s, ok := e.sessions[id]
-	if ok && canMove(s.state, StateFailed) {
+	if ok && !s.gone && canMove(s.state, StateFailed) {
 		e.move(s, StateFailed)
 	}
 	e.mu.Unlock()
@@ -514,11 +525,13 @@ func (e *Executor) lost(ctx context.Context, id string, res Result, waitErr erro
 	oom := hostOOM(e.cgroupName(id))
 	// Stop waits for this teardown (e.bg) before it looks for sandboxes
 	// left.
-	e.bg.Add(1)
-	go func() {
-		defer e.bg.Done()
-		_ = e.endSession(context.Background(), id, "sandbox lost")
-	}()
+	if ok {
+		e.bg.Add(1)
+		go func() {
+			defer e.bg.Done()
+			_ = e.endSessionOf(context.Background(), s, "sandbox lost")
+		}()
+	}
 	if oom {
 		res.Status, res.ExitCode, res.Signal = StatusOOM, 137, "SIGKILL"
 		return res, fmt.Errorf("%w: out of memory", ErrLost)

@@ -79,18 +79,22 @@ type Executor struct {
 	mu       sync.Mutex
 	sessions map[string]*session
 	// moved holds the sessions this executor let go of because another
-	// node owns them, or may (Fence): a call still in flight on one
-	// answers ErrSessionMoved and writes nothing to the store.
-	moved map[string]bool
+	// node owns them, or may (Fence), by id: a call still in flight on one
+	// answers ErrSessionMoved and writes nothing to the store, and an
+	// Adopt of the same id waits until that object is idle.
+	moved map[string]*session
 	// tidying: sessions whose leftovers a Fence is still removing.
 	tidying map[string]chan struct{}
-	live    int   // sandboxes counted against MaxSandboxes
-	disk    int64 // bytes of homes counted against MaxDisk
-	started bool
-	fences  int // how many times every session was let go of (Fence)
+	// mounting: sessions whose home a resume is mounting (beginMount).
+	mounting map[string]*mountOp
+	live     int   // sandboxes counted against MaxSandboxes
+	disk     int64 // bytes of homes counted against MaxDisk
+	started  bool
+	fences   int // how many times every session was let go of (Fence)
 
 	adoptMu sync.Mutex   // one Adopt at a time
 	fence   *fenceSwitch // the dead man's switch (cluster mode), nil else
+	hold    time.Time    // under mu: the last HoldUntil
 
 	agentsMu sync.Mutex
 	agents   map[string]*agentConn // sandbox id -> its guest agent channel
@@ -103,10 +107,11 @@ type Executor struct {
 	// check that the channel carried theirs).
 	execFileOps atomic.Int64
 
-	warm chan warmSandbox // started sandboxes that have run nothing
-	stop chan struct{}
-	wg   sync.WaitGroup // reaper and pool filler
-	bg   sync.WaitGroup // teardowns of stateless sandboxes
+	warm    chan warmSandbox // started sandboxes that have run nothing
+	warmGen int              // under mu: warm sandboxes of an older gen are stale (dropWarm)
+	stop    chan struct{}
+	wg      sync.WaitGroup // reaper and pool filler
+	bg      sync.WaitGroup // teardowns of stateless sandboxes
 }
 
 // New checks cfg and prepares an executor; it starts nothing.
@@ -156,8 +161,9 @@ func New(cfg Config, rt *Runtimes, st *store.Store, log *slog.Logger) (*Executor
 		store:    st,
 		log:      log,
 		sessions: map[string]*session{},
-		moved:    map[string]bool{},
+		moved:    map[string]*session{},
 		tidying:  map[string]chan struct{}{},
+		mounting: map[string]*mountOp{},
 		warm:     make(chan warmSandbox, max(cfg.WarmPool, 0)),
 		stop:     make(chan struct{}),
 	}, nil
@@ -621,16 +627,15 @@ func (e *Executor) reapLoop() {
 // idle.
 func (e *Executor) reapIdle() {
 	now := time.Now()
-	var idle []string
-	var sleepy []*session
+	var idle, sleepy []*session
 	e.mu.Lock()
-	for id, s := range e.sessions {
+	for _, s := range e.sessions {
 		if s.busy != 0 || (s.state != StateRunning && s.state != StateHibernated) {
 			continue
 		}
 		switch {
 		case now.Sub(s.lastUsed) > s.idleTTL:
-			idle = append(idle, id)
+			idle = append(idle, s)
 		case s.state == StateRunning && e.cfg.HibernateAfter > 0 && now.Sub(s.lastUsed) > e.cfg.HibernateAfter:
 			sleepy = append(sleepy, s)
 		}
@@ -656,9 +661,12 @@ func (e *Executor) reapIdle() {
 		cancel()
 		<-s.lock
 	}
-	for _, id := range idle {
+	for _, s := range idle {
+		id := s.id
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		if err := e.endSession(ctx, id, "idle_ttl"); errors.Is(err, ErrSessionMoved) {
+		// This object, not whatever holds its id by then (adopted again
+		// after a Fence).
+		if err := e.endSessionOf(ctx, s, "idle_ttl"); errors.Is(err, ErrSessionMoved) {
 			e.log.Info("idle session moved to another node", "session", id)
 		} else if err != nil && !errors.Is(err, ErrNotFound) {
 			e.log.Error("reaping idle session", "session", id, "err", err)

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -26,6 +27,16 @@ import (
 // mounts, so that when another node claims the sessions after the lease
 // has run out, no image is still mounted here. A node that stops normally
 // writes 'q' first, and the fence exits without touching anything.
+//
+// A node that is alive but does not run (SIGSTOP, a frozen cgroup, a
+// paused VM) closes nothing: for it the node also tells the fence a
+// deadline after each renewal of its lease, as a line "hold <ns>\n" (how
+// long from now, in nanoseconds, so that the fence counts it on its own
+// monotonic clock, whatever the wall clocks do). When the deadline passes
+// without a newer one, the fence kills and unmounts as on EOF, then goes
+// on waiting (disarmed) for the next deadline, the node's quit or its
+// death. "free\n" disarms it: the node has let go of its sessions itself.
+// A node that never sends a deadline (a single node) is fenced on EOF only.
 //
 // The fence holds a lock file while it runs, and says "ready" on its
 // stdout only once it has it: a node that restarts at once waits there
@@ -56,6 +67,60 @@ var FenceSignals = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, 
 // fenceQuit is the byte a node writes when it stops normally.
 const fenceQuit = 'q'
 
+// The lines of the fence protocol besides fenceQuit: fenceHold arms the
+// deadline (followed by a space and nanoseconds from now), fenceFree
+// disarms it.
+const (
+	fenceHold = "hold"
+	fenceFree = "free"
+)
+
+// fenceEvent is what the node said on the pipe: quit, a deadline (hold >
+// 0), a disarm (free), or nothing more (eof, with the read error).
+type fenceEvent struct {
+	quit, free, eof bool
+	hold            time.Duration
+	err             error
+}
+
+// readFence turns the node's pipe into events on out until quit or EOF.
+// A line it does not understand is logged and skipped.
+func readFence(in io.Reader, out chan<- fenceEvent, log *slog.Logger) {
+	r := bufio.NewReader(in)
+	for {
+		b, err := r.ReadByte()
+		if err != nil {
+			out <- fenceEvent{eof: true, err: err}
+			return
+		}
+		if b == fenceQuit {
+			out <- fenceEvent{quit: true}
+			return
+		}
+		if err := r.UnreadByte(); err != nil {
+			out <- fenceEvent{eof: true, err: err}
+			return
+		}
+		line, err := r.ReadString('\n')
+		if err != nil {
+			out <- fenceEvent{eof: true, err: err} // a line cut short: the node is gone
+			return
+		}
+		line = strings.TrimSpace(line)
+		if line == fenceFree {
+			out <- fenceEvent{free: true}
+			continue
+		}
+		if v, ok := strings.CutPrefix(line, fenceHold+" "); ok {
+			if ns, perr := strconv.ParseInt(v, 10, 64); perr == nil {
+				out <- fenceEvent{hold: max(time.Duration(ns), 1)}
+				continue
+			}
+		}
+		log.Error("fence: a line from the node not understood", "line", line)
+	}
+}
+
 // fenceBudget bounds the fencing of a dead node; what has not worked by
 // then is logged and left.
 const fenceBudget = 10 * time.Second
@@ -64,8 +129,10 @@ const fenceBudget = 10 * time.Second
 // ready and closes it, then waits on in (the node's pipe). A fenceQuit
 // byte ends it quietly; EOF or a read error without one means the node is
 // dead: every process under cfg.Root is killed and every home under
-// cfg.Homes unmounted, retried for up to fenceBudget. Its process should
-// ignore the signals in FenceSignals first.
+// cfg.Homes unmounted, retried for up to fenceBudget. A deadline the node
+// sent (fenceHold) that passes without a newer one does the same, and the
+// fence goes on waiting. Its process should ignore the signals in
+// FenceSignals first.
 func RunFence(ctx context.Context, cfg FenceConfig, in io.Reader, ready io.WriteCloser, log *slog.Logger) error {
 	if cfg.Root == "" || cfg.Homes == "" || cfg.Lock == "" {
 		return errors.New("fence: --root, --homes and --lock are required")
@@ -86,21 +153,48 @@ func RunFence(ctx context.Context, cfg FenceConfig, in io.Reader, ready io.Write
 		return fmt.Errorf("fence: saying ready: %w", err)
 	}
 	ready.Close()
-	var b [1]byte
-	for {
-		n, err := in.Read(b[:])
-		if n == 1 && b[0] == fenceQuit {
-			return nil
+	events := make(chan fenceEvent, 1)
+	go readFence(in, events, log)
+	var deadline <-chan time.Time // nil: not armed
+	var timer *time.Timer
+	disarm := func() {
+		if timer != nil {
+			timer.Stop()
 		}
-		if err != nil {
-			break // EOF: the node is gone
+		timer, deadline = nil, nil
+	}
+	for {
+		select {
+		case ev := <-events:
+			switch {
+			case ev.quit:
+				disarm()
+				return nil
+			case ev.free:
+				disarm()
+			case ev.hold > 0:
+				disarm()
+				timer = time.NewTimer(ev.hold)
+				deadline = timer.C
+			default: // EOF: the node is gone
+				disarm()
+				start := time.Now()
+				killed, unmounted, ferr := fenceHost(cfg, time.Now().Add(fenceBudget))
+				log.Warn("node process gone: fenced its sandboxes and homes", "root", cfg.Root, "killed", killed, "unmounted", unmounted,
+					"ms", time.Since(start).Milliseconds(), "err", ferr)
+				return ferr
+			}
+		case <-deadline:
+			// The node did not renew its hold in time (it is stopped, or
+			// too slow to fence itself): its sessions may be another
+			// node's once its lease has run out.
+			timer, deadline = nil, nil
+			start := time.Now()
+			killed, unmounted, ferr := fenceHost(cfg, time.Now().Add(fenceBudget))
+			log.Warn("node's hold deadline passed: fenced its sandboxes and homes", "root", cfg.Root, "killed", killed, "unmounted", unmounted,
+				"ms", time.Since(start).Milliseconds(), "err", ferr)
 		}
 	}
-	start := time.Now()
-	killed, unmounted, ferr := fenceHost(cfg, time.Now().Add(fenceBudget))
-	log.Warn("node process gone: fenced its sandboxes and homes", "root", cfg.Root, "killed", killed, "unmounted", unmounted,
-		"ms", time.Since(start).Milliseconds(), "err", ferr)
-	return ferr
 }
 
 // fenceHost kills every process under cfg.Root and unmounts every home
@@ -193,6 +287,9 @@ type fenceSwitch struct {
 	mu       sync.Mutex
 	proc     *fenceProc
 	stopping bool
+	// hold is the deadline the fence is armed with (zero: none): the node
+	// must have let go of its sessions by then.
+	hold time.Time
 }
 
 // fenceProc is one fence process and the write end of its stdin.
@@ -225,7 +322,13 @@ func (e *Executor) startFence() error {
 	}
 	f.proc = p
 	go f.watch(p)
+	e.mu.Lock()
 	e.fence = f
+	hold := e.hold // the node registered before the executor started
+	e.mu.Unlock()
+	if !hold.IsZero() {
+		f.holdUntil(hold)
+	}
 	return nil
 }
 
@@ -309,6 +412,11 @@ func (f *fenceSwitch) watch(p *fenceProc) {
 			_ = np.quit()
 			return
 		case err == nil:
+			f.mu.Lock()
+			if !f.hold.IsZero() {
+				f.send(np, holdLine(f.hold)) // the new fence is armed as the old one was
+			}
+			f.mu.Unlock()
 			go f.watch(np)
 			return
 		case stopping:
@@ -316,6 +424,49 @@ func (f *fenceSwitch) watch(p *fenceProc) {
 		}
 		f.log.Error("restarting the fence", "err", err)
 		time.Sleep(time.Second)
+	}
+}
+
+// holdUntil arms the fence with deadline t (see RunFence); a zero t
+// disarms it.
+func (f *fenceSwitch) holdUntil(t time.Time) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.stopping {
+		return
+	}
+	f.hold = t
+	line := fenceFree + "\n"
+	if !t.IsZero() {
+		line = holdLine(t)
+	}
+	if f.proc != nil {
+		f.send(f.proc, line)
+	}
+}
+
+// holdPassed reports whether the fence is armed with a deadline that has
+// passed: it may have killed this node's sandboxes and unmounted its
+// homes.
+func (f *fenceSwitch) holdPassed() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return !f.hold.IsZero() && !time.Now().Before(f.hold)
+}
+
+// holdLine is the fence's deadline t as a line of its protocol: the time
+// left until t (at least 1 ns: a deadline already passed fires at once).
+func holdLine(t time.Time) string {
+	return fmt.Sprintf("%s %d\n", fenceHold, max(time.Until(t), 1).Nanoseconds())
+}
+
+// send writes line to p's pipe; f.mu is held. A fence that does not read
+// (stopped with the node, or wedged) does not hold the node up: the
+// write gives up after a second.
+func (f *fenceSwitch) send(p *fenceProc, line string) {
+	_ = p.pipe.SetWriteDeadline(time.Now().Add(time.Second))
+	if _, err := io.WriteString(p.pipe, line); err != nil {
+		f.log.Error("telling the fence process", "line", strings.TrimSpace(line), "err", err)
 	}
 }
 
@@ -335,6 +486,7 @@ func (f *fenceSwitch) stop() error {
 // quit writes fenceQuit, closes the pipe and waits for the process,
 // killing it after a while.
 func (p *fenceProc) quit() error {
+	_ = p.pipe.SetWriteDeadline(time.Now().Add(time.Second))
 	_, werr := p.pipe.Write([]byte{fenceQuit})
 	p.pipe.Close()
 	select {

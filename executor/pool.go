@@ -12,16 +12,28 @@ import (
 // warmSandbox is a started sandbox with a fresh home that has run nothing.
 type warmSandbox struct {
 	id string
+	// gen is the executor's warmGen when it was prepared: one prepared
+	// before a dropWarm may have been killed by the fence process.
+	gen int
 }
 
 // takeWarm hands out a warm sandbox, if one is ready. Each is handed out
-// once: it leaves the channel for good.
+// once: it leaves the channel for good. One older than the last dropWarm
+// is destroyed instead.
 func (e *Executor) takeWarm() (warmSandbox, bool) {
-	select {
-	case ws := <-e.warm:
-		return ws, true
-	default:
-		return warmSandbox{}, false
+	for {
+		select {
+		case ws := <-e.warm:
+			e.mu.Lock()
+			stale := ws.gen != e.warmGen
+			e.mu.Unlock()
+			if !stale {
+				return ws, true
+			}
+			e.discardWarm(ws)
+		default:
+			return warmSandbox{}, false
+		}
 	}
 }
 
@@ -68,6 +80,9 @@ func (e *Executor) prepareWarm() (warmSandbox, error) {
 	defer cancel()
 	id := newID("sess_")
 	h := e.home(id)
+	e.mu.Lock()
+	gen := e.warmGen
+	e.mu.Unlock()
 	// A warm home counts against max_disk like any other; it becomes the
 	// reservation of the session that takes it.
 	if err := e.reserveDisk(e.cfg.HomeBytes); err != nil {
@@ -82,7 +97,7 @@ func (e *Executor) prepareWarm() (warmSandbox, error) {
 		_ = e.destroySandbox(context.Background(), id)
 		return warmSandbox{}, err
 	}
-	return warmSandbox{id: id}, nil
+	return warmSandbox{id: id, gen: gen}, nil
 }
 
 // warmUpArgv starts the interpreters once. A fresh sandbox's kernel has

@@ -394,6 +394,14 @@ func (e *Executor) endSession(ctx context.Context, id, reason string) error {
 	if !ok {
 		return ErrNotFound
 	}
+	return e.endSessionOf(ctx, s, reason)
+}
+
+// endSessionOf is endSession of the object s: a session let go of
+// (Fence, another node took it) answers ErrSessionMoved, even if its id
+// has been adopted again since.
+func (e *Executor) endSessionOf(ctx context.Context, s *session, reason string) error {
+	id := s.id
 	s.life.Lock()
 	defer s.life.Unlock()
 	e.mu.Lock()

@@ -60,6 +60,7 @@ func (heldSessions) Adopt(ctx context.Context, id string) (sandbox.Session, erro
 	return sandbox.Session{ID: id}, nil
 }
 func (heldSessions) Fence(context.Context) error { return nil }
+func (heldSessions) HoldUntil(time.Time)         {}
 func (heldSessions) Capacity() int               { return 4 }
 func (heldSessions) Free() int                   { return 4 }
 
