@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/sandboxapi/sandboxapi/internal/httperr"
 	"github.com/sandboxapi/sandboxapi/internal/reqid"
@@ -88,7 +89,9 @@ const maxIDLen = 128
 
 // route classifies a request by method and escaped path, and returns the
 // session id of a session route (one path segment, unescaped as the API's
-// router does).
+// router does). An id the store cannot hold (a NUL byte, bytes that are
+// not UTF-8: PostgreSQL refuses them in a query) names no session: the
+// call is the local API's (its 404), not a failed owner look-up.
 func route(method, escapedPath string) (routeKind, string) {
 	rest, ok := strings.CutPrefix(escapedPath, "/v1/sessions")
 	switch {
@@ -104,7 +107,7 @@ func route(method, escapedPath string) (routeKind, string) {
 	}
 	seg, _, _ := strings.Cut(rest[1:], "/")
 	id, err := url.PathUnescape(seg)
-	if err != nil || id == "" || len(id) > maxIDLen {
+	if err != nil || id == "" || len(id) > maxIDLen || !utf8.ValidString(id) || strings.IndexByte(id, 0) >= 0 {
 		return routeLocal, ""
 	}
 	return routeSession, id
