@@ -1,7 +1,9 @@
 package cluster
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"net"
@@ -250,7 +252,7 @@ func (h *handler) serveSession(w http.ResponseWriter, r *http.Request, id string
 		case (owner.Name == "" || !owner.Alive(now)) && !forwarded && h.n.isDraining():
 			// A draining node takes nothing over: a node that stays does.
 			if target, ok := h.n.pick(ctx); ok {
-				if h.forward(w, r, target) != OutcomeUnreachable {
+				if answered(h.forward(w, r, target)) {
 					return
 				}
 			}
@@ -284,6 +286,9 @@ func (h *handler) serveSession(w http.ResponseWriter, r *http.Request, id string
 			}
 		}
 		switch h.forward(w, r, owner) {
+		case OutcomeRefused:
+			h.fail(w, r, errNodeUnavailable)
+			return
 		case OutcomeUnreachable:
 			if body.read {
 				h.fail(w, r, errNodeUnavailable)
@@ -345,22 +350,80 @@ func (h *handler) serveOwned(w http.ResponseWriter, r *http.Request, id string) 
 	h.local(w, r)
 }
 
-// place sends a new session to the node with the most free capacity.
+// maxReplayBody bounds the create body kept to be served here when the
+// chosen node cannot take it (a create's body is a few hundred bytes).
+const maxReplayBody = 64 << 10
+
+// place sends a new session to the node with the most free capacity,
+// or creates it here when that node cannot be reached or refuses this
+// node's signature.
 func (h *handler) place(w http.ResponseWriter, r *http.Request) {
 	target, ok := h.n.pick(r.Context())
 	if !ok {
 		h.local(w, r)
 		return
 	}
-	body := watch(r)
-	if h.forward(w, r, target) == OutcomeUnreachable {
-		if body.read {
-			h.fail(w, r, errNodeUnavailable)
+	var kept []byte
+	if r.ContentLength > 0 && r.ContentLength <= maxReplayBody {
+		b, err := io.ReadAll(io.LimitReader(r.Body, r.ContentLength))
+		if err != nil {
+			// The local API meets the same failure and answers it.
+			r.Body = io.NopCloser(io.MultiReader(bytes.NewReader(b), errReader{err}))
+			h.local(w, r)
 			return
 		}
-		h.local(w, r)
+		kept = b
+		r.Body = io.NopCloser(bytes.NewReader(kept))
 	}
+	body := watch(r)
+	if answered(h.forward(w, r, target)) {
+		return
+	}
+	switch {
+	case kept != nil:
+		r.Body = io.NopCloser(bytes.NewReader(kept))
+	case body.read:
+		h.fail(w, r, errNodeUnavailable)
+		return
+	}
+	h.local(w, r)
 }
+
+// errReader fails every read with err.
+type errReader struct{ err error }
+
+func (e errReader) Read([]byte) (int, error) { return 0, e.err }
+
+// answered reports whether a forward that ended with o wrote the reply
+// (else nothing was written and the caller answers).
+func answered(o Outcome) bool { return o == OutcomeOK || o == OutcomeFailed }
+
+// refusedSignature reports whether resp, from node target, is its 401
+// bad_node_signature: a refusal of this node's signature (a client's
+// forward headers never get past the node it called). resp keeps its
+// body either way.
+func refusedSignature(resp *http.Response, target string) bool {
+	if resp.StatusCode != http.StatusUnauthorized || resp.Header.Get(HeaderNode) != target {
+		return false
+	}
+	peek, err := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
+	resp.Body = struct {
+		io.Reader
+		io.Closer
+	}{io.MultiReader(bytes.NewReader(peek), resp.Body), resp.Body}
+	if err != nil {
+		return false
+	}
+	var e struct {
+		Error struct {
+			Code string `json:"code"`
+		} `json:"error"`
+	}
+	return json.Unmarshal(peek, &e) == nil && e.Error.Code == errBadSignature.Code
+}
+
+// errRefused is what ModifyResponse returns for a refused signature.
+var errRefused = errors.New("the node refused this node's signature")
 
 // forward proxies r to node target, streaming both ways, and reports how
 // it ended. When target cannot be reached nothing is written to w, so the
@@ -388,12 +451,22 @@ func (h *handler) forward(w http.ResponseWriter, r *http.Request, target store.N
 		FlushInterval: -1, // streams (SSE) reach the client as they are written
 		ErrorLog:      h.n.proxyLog,
 		ModifyResponse: func(resp *http.Response) error {
+			if refusedSignature(resp, target.Name) {
+				return errRefused
+			}
 			if resp.Header.Get(HeaderNode) == "" {
 				resp.Header.Set(HeaderNode, target.Name)
 			}
 			return nil
 		},
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			if errors.Is(err, errRefused) {
+				outcome = OutcomeRefused
+				h.n.refusedBy(target.Name)
+				h.n.log.Error("cluster: a node refused this node's signature: their cluster.secret differ or their clocks are more than 30s apart",
+					"request_id", r.Header.Get("X-Request-Id"), "node", target.Name)
+				return
+			}
 			var op *net.OpError
 			if errors.As(err, &op) && op.Op == "dial" {
 				outcome = OutcomeUnreachable

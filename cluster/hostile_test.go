@@ -20,3 +20,55 @@ func TestHostileIDs(t *testing.T) {
 		}
 	}
 }
+
+// TestWrongSecretNode: a node started with another cluster.secret cannot
+// act for the others, and the others cannot act through it. A call that
+// one of them forwards to a node that refuses its signature is answered
+// 503 node_unavailable (the client sent no forward headers: a 401
+// bad_node_signature would be about headers it never sent), the refusing
+// node's API never sees it, nobody takes a session over, and new sessions
+// are placed elsewhere afterwards.
+func TestWrongSecretNode(t *testing.T) {
+	st := openStore(t, testPostgres(t))
+	a := startNode(t, st, "a", 2)
+	w := startNodeSecret(t, st, "w", 8, "another-secret-0123456789abcdef-012345")
+	insertSession(t, st, "w", "sw")
+	w.ex.has["sw"] = true
+	insertSession(t, st, "a", "sa")
+	a.ex.has["sa"] = true
+
+	check := func(what string, resp *http.Response, body string, via *testNode) {
+		t.Helper()
+		if resp.StatusCode != http.StatusServiceUnavailable || !strings.Contains(body, `"code":"node_unavailable"`) ||
+			resp.Header.Get("Retry-After") == "" || resp.Header.Get(HeaderNode) != via.name {
+			t.Errorf("%s: %d %v %s, want 503 node_unavailable from %s", what, resp.StatusCode, resp.Header, body, via.name)
+		}
+	}
+	resp, body := call(t, "POST", a.url+"/v1/sessions/sw/execute", strings.NewReader(`{"code":"1"}`), nil)
+	check("a's forward to w", resp, body, a)
+	resp, body = call(t, "GET", w.url+"/v1/sessions/sa", nil, nil)
+	check("w's forward to a", resp, body, w)
+	if a.calls.Load() != 0 || w.calls.Load() != 0 {
+		t.Fatalf("API calls: a %d, w %d", a.calls.Load(), w.calls.Load())
+	}
+	if a.obs.forwarded("refused") != 1 || w.obs.forwarded("refused") != 1 {
+		t.Errorf("refused forwards: a %d, w %d", a.obs.forwarded("refused"), w.obs.forwarded("refused"))
+	}
+	for id, want := range map[string]string{"sw": "w", "sa": "a"} {
+		if o, err := st.OwnerOf(t.Context(), id); err != nil || o.Session.Node != want {
+			t.Errorf("%s owned by %q (%v), want %s", id, o.Session.Node, err, want)
+		}
+	}
+
+	// w has the most free capacity, but refused a's signature: a's
+	// creates go elsewhere (here: a itself).
+	for i := range 3 {
+		resp, body = call(t, "POST", a.url+"/v1/sessions", strings.NewReader(`{"language":"python"}`), nil)
+		if resp.StatusCode != http.StatusCreated || resp.Header.Get(HeaderNode) != "a" {
+			t.Errorf("create %d through a: %d %v %s", i, resp.StatusCode, resp.Header, body)
+		}
+	}
+	if w.calls.Load() != 0 {
+		t.Fatalf("w's API served %d calls", w.calls.Load())
+	}
+}

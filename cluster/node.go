@@ -52,6 +52,10 @@ const (
 	OutcomeOK          Outcome = "ok"          // the owner answered (any status)
 	OutcomeUnreachable Outcome = "unreachable" // no connection to the owner
 	OutcomeFailed      Outcome = "failed"      // the connection failed before a reply
+	// OutcomeRefused: the node refused this node's signature (401
+	// bad_node_signature): their cluster.secret differ, or their clocks
+	// are more than MaxSkew apart. Its API saw nothing.
+	OutcomeRefused Outcome = "refused"
 )
 
 // Deps is what New needs besides the settings. Store and Executor are
@@ -95,6 +99,7 @@ type Node struct {
 	validUntil time.Time // by our clock: sessions may be used before it
 	draining   bool
 	placed     map[string]placement // creates sent to other nodes since their last renewal
+	refused    map[string]time.Time // nodes that refused this node's signature, until when no create goes there
 
 	stop chan struct{}
 	done chan struct{}
@@ -115,7 +120,7 @@ func New(s Settings, d Deps) (*Node, error) {
 		return nil, fmt.Errorf("cluster: the store handle acts for node %q, not %q", d.Store.Node(), s.Node)
 	}
 	n := &Node{s: s, st: d.Store, ex: d.Executor, log: d.Log, obs: d.Observer, now: d.Now, trans: d.Transport,
-		lease: s.Lease.D(), sig: newSigner(s.Secret, s.Node), placed: map[string]placement{}}
+		lease: s.Lease.D(), sig: newSigner(s.Secret, s.Node), placed: map[string]placement{}, refused: map[string]time.Time{}}
 	if n.log == nil {
 		n.log = slog.New(slog.DiscardHandler)
 	}
