@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -45,5 +46,45 @@ func TestHostileSessionIDs(t *testing.T) {
 		if resp.StatusCode != http.StatusNotFound || !strings.Contains(string(b), `"code":"not_found"`) {
 			t.Errorf("GET %s: %d %s, want 404 not_found", path, resp.StatusCode, b)
 		}
+	}
+}
+
+// stalledBody gives some bytes, then fails as a read past
+// server.read_timeout does.
+type stalledBody struct{ sent bool }
+
+func (b *stalledBody) Read(p []byte) (int, error) {
+	if !b.sent {
+		b.sent = true
+		return copy(p, `{"co`), nil
+	}
+	return 0, os.ErrDeadlineExceeded
+}
+
+func (b *stalledBody) Close() error { return nil }
+
+// TestBodyNotReadInTime: a call whose body stops arriving (a client
+// slower than server.read_timeout, or a body a forwarding node cut) is
+// the client's 400 invalid_request, the same on every route, and not a
+// 500 internal logged as a server fault (an upload's was).
+func TestBodyNotReadInTime(t *testing.T) {
+	ff := &fakeFiles{files: map[string][]byte{}, max: 3 << 20}
+	srv, _ := newFakeServerDeps(t, nil, func(d *Deps) { d.Files = ff })
+	for _, tc := range []struct{ method, path string }{
+		{"PUT", "/v1/sessions/s1/files?path=up.bin"},
+		{"POST", "/v1/sessions/s1/execute"},
+		{"POST", "/v1/execute"},
+	} {
+		req := httptest.NewRequest(tc.method, tc.path, &stalledBody{})
+		req.ContentLength = 100000
+		req.Header.Set("X-API-Key", "key-PRO")
+		rec := httptest.NewRecorder()
+		srv.ServeHTTP(rec, req)
+		if rec.Code != http.StatusBadRequest || !strings.Contains(rec.Body.String(), `"code":"invalid_request"`) {
+			t.Errorf("%s %s: %d %s, want 400 invalid_request", tc.method, tc.path, rec.Code, rec.Body)
+		}
+	}
+	if len(ff.files) != 0 {
+		t.Errorf("files written: %v", ff.files)
 	}
 }

@@ -46,6 +46,11 @@ var (
 		Message: "the node that owns the session cannot be reached yet, or this node is renewing its lease; retry", RetryAfter: time.Second}
 	errInternal = replyError{Status: http.StatusInternalServerError, Code: "internal",
 		Message: "internal error; quote the request id to the operator"}
+	// errBodyUnread is the API's answer to a call whose body could not be
+	// read (api/server.go errBodyUnread): a forward cut short by a client
+	// that stopped sending or was slower than server.read_timeout.
+	errBodyUnread = replyError{Status: http.StatusBadRequest, Code: "invalid_request",
+		Message: "the request body could not be read: it was cut short or took longer than the server's read timeout"}
 	errStoreUnavailable = replyError{Status: http.StatusServiceUnavailable, Code: "store_unavailable",
 		Message: "the store is unavailable; retry after the Retry-After seconds", RetryAfter: 2 * time.Second}
 )
@@ -194,12 +199,16 @@ func (h *handler) fail(w http.ResponseWriter, r *http.Request, e replyError) {
 type watchedBody struct {
 	rc   io.ReadCloser
 	read bool
+	err  error // the first failed read (not the body's end)
 }
 
 func (b *watchedBody) Read(p []byte) (int, error) {
 	n, err := b.rc.Read(p)
 	if n > 0 {
 		b.read = true
+	}
+	if err != nil && err != io.EOF && b.err == nil {
+		b.err = err
 	}
 	return n, err
 }
@@ -440,6 +449,7 @@ func (h *handler) forward(w http.ResponseWriter, r *http.Request, target store.N
 		h.n.log.Error("cluster: node has no usable url", "node", target.Name)
 		return OutcomeUnreachable
 	}
+	in := r
 	rp := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(u)
@@ -474,6 +484,15 @@ func (h *handler) forward(w http.ResponseWriter, r *http.Request, target store.N
 				return
 			}
 			outcome = OutcomeFailed
+			if wb, ok := in.Body.(*watchedBody); ok && wb.err != nil {
+				// The client's body stopped (read_timeout, or cut):
+				// its request context ends with it, but it may still
+				// read the answer, which a node serving it would give.
+				h.n.log.Info("cluster: the client's body could not be read", "request_id", r.Header.Get("X-Request-Id"),
+					"node", target.Name, "err", wb.err)
+				h.fail(w, r, errBodyUnread)
+				return
+			}
 			if r.Context().Err() != nil {
 				return // the client went away
 			}

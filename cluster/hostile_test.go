@@ -1,9 +1,14 @@
 package cluster
 
 import (
+	"bufio"
+	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestHostileIDs: a session id the store cannot hold (a NUL byte, bytes
@@ -70,5 +75,33 @@ func TestWrongSecretNode(t *testing.T) {
 	}
 	if w.calls.Load() != 0 {
 		t.Fatalf("w's API served %d calls", w.calls.Load())
+	}
+}
+
+// TestForwardBodyCut: a client whose body stops (here: it closes its
+// side after a part; past server.read_timeout alike) gets, through a
+// node that forwards its call, the 400 invalid_request the API answers
+// such a call, with the node and the request id, not an empty 200.
+func TestForwardBodyCut(t *testing.T) {
+	st := openStore(t, testPostgres(t))
+	a, b := startNode(t, st, "a", 4), startNode(t, st, "b", 4)
+	insertSession(t, st, "b", "s1")
+	b.ex.has["s1"] = true
+	conn, err := net.Dial("tcp", strings.TrimPrefix(a.url, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	fmt.Fprint(conn, "PUT /v1/sessions/s1/files?path=x HTTP/1.1\r\nHost: a\r\nAuthorization: Bearer k\r\nX-Request-Id: cut-1\r\nContent-Length: 100000\r\n\r\nabc")
+	conn.(*net.TCPConn).CloseWrite()
+	_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(body), `"code":"invalid_request"`) ||
+		resp.Header.Get(HeaderNode) != "a" || resp.Header.Get("X-Request-Id") != "cut-1" {
+		t.Fatalf("%d %v %s", resp.StatusCode, resp.Header, body)
 	}
 }
