@@ -51,6 +51,8 @@ var (
 	// that stopped sending or was slower than server.read_timeout.
 	errBodyUnread = replyError{Status: http.StatusBadRequest, Code: "invalid_request",
 		Message: "the request body could not be read: it was cut short or took longer than the server's read timeout"}
+	errHeadersTooLarge = replyError{Status: http.StatusRequestHeaderFieldsTooLarge, Code: "headers_too_large",
+		Message: "the request's headers are over 1 MiB"}
 	errStoreUnavailable = replyError{Status: http.StatusServiceUnavailable, Code: "store_unavailable",
 		Message: "the store is unavailable; retry after the Retry-After seconds", RetryAfter: 2 * time.Second}
 )
@@ -145,6 +147,13 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.n.log.Debug("cluster: forwarded call", "request_id", r.Header.Get("X-Request-Id"), "from", from, "method", r.Method, "path", r.URL.Path)
 		forwarded = true
 	}
+	if !forwarded && headerBytes(r) > maxClientHeaderBytes {
+		// What the server reads past it is the room a forward's own
+		// headers need: without this, a call with headers that fit when
+		// sent to the session's node got a bare 431 through another.
+		h.fail(w, r, errHeadersTooLarge)
+		return
+	}
 	kind, id := route(r.Method, r.URL.EscapedPath())
 	if kind != routeLocal && !forwarded && !hasCredentials(r.Header) {
 		// The API will refuse it (401): a call without a key neither
@@ -159,6 +168,23 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	default:
 		h.local(w, r)
 	}
+}
+
+// maxClientHeaderBytes bounds a client's request line and headers on
+// every node: the server's limit (http.DefaultMaxHeaderBytes, which it
+// reads 4 KiB past) less room for what a forward adds (the signature,
+// X-Forwarded-*), so that a call that fits on one node fits through any.
+const maxClientHeaderBytes = http.DefaultMaxHeaderBytes
+
+// headerBytes is about the size of r's request line and headers as sent.
+func headerBytes(r *http.Request) int {
+	n := len(r.Method) + len(r.RequestURI) + len(r.Host) + 16
+	for k, vs := range r.Header {
+		for _, v := range vs {
+			n += len(k) + len(v) + 4
+		}
+	}
+	return n
 }
 
 // credentialHeaders are where the API looks for a key (api/auth.go).

@@ -105,3 +105,40 @@ func TestForwardBodyCut(t *testing.T) {
 		t.Fatalf("%d %v %s", resp.StatusCode, resp.Header, body)
 	}
 }
+
+// TestHeadersNearTheLimit: headers that the session's node accepts when
+// called directly are accepted through another node too (a forward adds
+// its own headers), and headers over the limit are a JSON 431 from
+// either, never a bare one from the owner passed through.
+func TestHeadersNearTheLimit(t *testing.T) {
+	st := openStore(t, testPostgres(t))
+	a, b := startNode(t, st, "a", 4), startNode(t, st, "b", 4)
+	insertSession(t, st, "b", "s1")
+	b.ex.has["s1"] = true
+	// Sent on fresh connections (the server checks its limit less
+	// strictly on one kept alive), first the largest.
+	for _, n := range []int{3900, 3700, -2000} {
+		j := strings.Repeat("j", 1<<20+n)
+		var got [2]int
+		for k, tn := range []*testNode{b, a} {
+			resp, body := call(t, "GET", tn.url+"/v1/sessions/s1", nil, map[string]string{"X-Junk": j})
+			got[k] = resp.StatusCode
+			switch resp.StatusCode {
+			case http.StatusOK:
+			case http.StatusRequestHeaderFieldsTooLarge:
+				if !strings.Contains(body, `"code":"headers_too_large"`) || resp.Header.Get(HeaderNode) != tn.name || resp.Header.Get("X-Request-Id") == "" {
+					t.Errorf("%d through %s: %v %q", n, tn.name, resp.Header, body)
+				}
+			default:
+				t.Errorf("%d through %s: %d %q", n, tn.name, resp.StatusCode, body)
+			}
+			if resp.StatusCode != http.StatusOK && !strings.Contains(body, `"code":"headers_too_large"`) && n < 4000 {
+				t.Errorf("1 MiB%+d through %s: %d %q, want JSON", n, tn.name, resp.StatusCode, body)
+			}
+		}
+		t.Logf("1 MiB%+d: %v", n, got)
+		if got[0] != got[1] {
+			t.Errorf("headers of 1 MiB%+d: owner %d, through another node %d", n, got[0], got[1])
+		}
+	}
+}
