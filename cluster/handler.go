@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -479,6 +480,7 @@ func (h *handler) forward(w http.ResponseWriter, r *http.Request, target store.N
 	rp := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(u)
+			keepConnectionListed(pr.In.Header, pr.Out.Header) // first: what the node sets below wins
 			pr.SetXForwarded()
 			pr.Out.Header.Set("X-Request-Id", pr.In.Header.Get("X-Request-Id"))
 			h.n.sig.sign(pr.Out.Header, pr.Out.Method, pr.Out.URL.RequestURI(), target.Name, h.n.now())
@@ -528,6 +530,30 @@ func (h *handler) forward(w http.ResponseWriter, r *http.Request, target store.N
 	}
 	rp.ServeHTTP(w, r)
 	return outcome
+}
+
+// hopByHop are the headers a forward never passes on (the ones
+// httputil.ReverseProxy removes by name).
+var hopByHop = []string{"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization",
+	"Te", "Trailer", "Transfer-Encoding", "Upgrade"}
+
+// keepConnectionListed copies to out the headers of in that in's
+// Connection header names, which httputil.ReverseProxy drops: the API
+// reads them on one node (a key, Accept choosing a stream), so the node
+// a call is forwarded to must see them too. Hop-by-hop headers proper
+// and forward headers stay out.
+func keepConnectionListed(in, out http.Header) {
+	for _, v := range in.Values("Connection") {
+		for name := range strings.SplitSeq(v, ",") {
+			name = http.CanonicalHeaderKey(strings.TrimSpace(name))
+			if name == "" || slices.Contains(hopByHop, name) || isForwarded(http.Header{name: nil}) {
+				continue
+			}
+			if vs, ok := in[name]; ok {
+				out[name] = slices.Clone(vs)
+			}
+		}
+	}
 }
 
 // sleep waits d or until ctx ends (false).

@@ -142,3 +142,28 @@ func TestHeadersNearTheLimit(t *testing.T) {
 		}
 	}
 }
+
+// TestForwardKeepsConnectionListedHeaders: a client that names its key
+// (or Accept, which picks a stream) in its Connection header is served
+// through another node as the session's node serves it directly (the
+// API reads those headers either way); only the hop-by-hop headers
+// proper are dropped.
+func TestForwardKeepsConnectionListedHeaders(t *testing.T) {
+	st := openStore(t, testPostgres(t))
+	a, b := startNode(t, st, "a", 4), startNode(t, st, "b", 4)
+	insertSession(t, st, "b", "s1")
+	b.ex.has["s1"] = true
+	resp, body := call(t, "GET", a.url+"/v1/sessions/s1", nil, map[string]string{
+		"Connection": "keep-alive, Authorization, X-Api-Key, Accept, Proxy-Authorization",
+		"X-Api-Key":  "k2", "Accept": "text/event-stream", "Proxy-Authorization": "Basic eA==",
+	})
+	if resp.StatusCode != http.StatusOK || resp.Header.Get(HeaderNode) != "b" {
+		t.Fatalf("%d %v %s", resp.StatusCode, resp.Header, body)
+	}
+	h := b.seen[0]
+	for k, want := range map[string]string{"Authorization": "Bearer test-key", "X-Api-Key": "k2", "Accept": "text/event-stream", "Proxy-Authorization": ""} {
+		if got := h.Get(k); got != want {
+			t.Errorf("b's API saw %s %q, want %q", k, got, want)
+		}
+	}
+}
