@@ -280,6 +280,10 @@ func (h *handler) serveSession(w http.ResponseWriter, r *http.Request, id string
 			h.local(w, r)
 			return
 		}
+		if !forwarded && !h.n.ownedByCaller(r, o.Session.KeyID) {
+			h.local(w, r) // the API's 401 or 404: nothing moves, no node is named
+			return
+		}
 		owner, now := o.Owner, h.n.now()
 		switch {
 		case owner.Name == self:
@@ -348,6 +352,17 @@ func (h *handler) serveSession(w http.ResponseWriter, r *http.Request, id string
 		}
 	}
 	h.fail(w, r, errNodeUnavailable)
+}
+
+// ownedByCaller reports whether r's key owns a session of key keyID (true
+// when the node has no key resolution).
+func (n *Node) ownedByCaller(r *http.Request, keyID string) bool {
+	f := n.caller.Load()
+	if f == nil {
+		return true
+	}
+	id, ok := (*f)(r)
+	return ok && id != "" && id == keyID
 }
 
 // startsWork tells calls that start something (execute, upload, install,

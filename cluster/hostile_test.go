@@ -167,3 +167,50 @@ func TestForwardKeepsConnectionListedHeaders(t *testing.T) {
 		}
 	}
 }
+
+// TestOtherKeysSessionStays: with the API's key resolution, a call for
+// another key's session (or with a key the API refuses) is the local
+// API's to answer (404 or 401, as on one node): it is not forwarded, so
+// no reply names the session's node, and a session whose node died is
+// not taken over for it. The owner's key still reaches it.
+func TestOtherKeysSessionStays(t *testing.T) {
+	st := openStore(t, testPostgres(t))
+	a, b := startNode(t, st, "a", 4), startNode(t, st, "b", 4)
+	caller := func(r *http.Request) (string, bool) {
+		switch r.Header.Get("Authorization") {
+		case "Bearer test-key":
+			return "k1", true // insertSession's owner
+		case "Bearer other-key":
+			return "k2", true
+		}
+		return "", false
+	}
+	a.node.SetCaller(caller)
+	b.node.SetCaller(caller)
+	insertSession(t, st, "b", "s1")
+	b.ex.has["s1"] = true
+	insertSession(t, st, "", "s2") // its node is gone: anyone may claim it
+	for _, key := range []string{"Bearer other-key", "Bearer nope"} {
+		for _, id := range []string{"s1", "s2"} {
+			before := a.calls.Load()
+			resp, _ := call(t, "POST", a.url+"/v1/sessions/"+id+"/execute", strings.NewReader(`{"code":"1"}`), map[string]string{"Authorization": key})
+			if resp.Header.Get(HeaderNode) != "a" || a.calls.Load() != before+1 {
+				t.Errorf("%s, %s: served by %s (a's API calls %d, want %d)", key, id, resp.Header.Get(HeaderNode), a.calls.Load(), before+1)
+			}
+		}
+	}
+	if b.calls.Load() != 0 || a.ex.adopted("s2") != 0 {
+		t.Fatalf("b's API saw %d calls; a adopted s2 %d times", b.calls.Load(), a.ex.adopted("s2"))
+	}
+	if o, _ := st.OwnerOf(t.Context(), "s2"); o.Session.Node != "" {
+		t.Fatalf("s2 claimed by %q", o.Session.Node)
+	}
+	resp, body := call(t, "POST", a.url+"/v1/sessions/s1/execute", strings.NewReader(`{"code":"1"}`), nil)
+	if resp.Header.Get(HeaderNode) != "b" || !strings.Contains(body, `"node":"b"`) {
+		t.Fatalf("the owner's key: %v %s", resp.Header, body)
+	}
+	resp, _ = call(t, "POST", a.url+"/v1/sessions/s2/execute", strings.NewReader(`{"code":"1"}`), nil)
+	if resp.Header.Get(HeaderNode) != "a" || a.ex.adopted("s2") != 1 {
+		t.Fatalf("the owner's key on a session to take over: %v, adopted %d", resp.Header, a.ex.adopted("s2"))
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sandboxapi/sandboxapi/internal/sandbox"
@@ -99,6 +100,7 @@ type Node struct {
 	validUntil time.Time // by our clock: sessions may be used before it
 	draining   bool
 	placed     map[string]placement // creates sent to other nodes since their last renewal
+	caller     atomic.Pointer[CallerFunc] // the API's key resolution (SetCaller); nil: none
 	refused    map[string]time.Time // nodes that refused this node's signature, until when no create goes there
 
 	stop chan struct{}
@@ -348,3 +350,15 @@ func (n *Node) loop() {
 		}
 	}
 }
+
+// CallerFunc resolves the API key of a client's request to the key id
+// the store records as a session's owner (false: no key the API would
+// take, or it cannot say now).
+type CallerFunc func(r *http.Request) (keyID string, ok bool)
+
+// SetCaller gives the node the API's key resolution: a call for a
+// session is then taken over, adopted or forwarded only for the key that
+// owns it; any other call (no such key, another key's session) is the
+// local API's to refuse (401, 404), as on one node, without moving the
+// session or naming its node. Call it before serving.
+func (n *Node) SetCaller(f CallerFunc) { n.caller.Store(&f) }
