@@ -164,6 +164,9 @@ func TestClusterHostile(t *testing.T) {
 				}
 			}
 			a, b := got[0], got[1]
+			if (b.code() == "not_found" || b.status == http.StatusUnauthorized) && servedBy(b) != c.names[other] {
+				t.Errorf("the non-owner's %d names node %s: a refused call must not say where the session is", b.status, servedBy(b))
+			}
 			if (seen{a.status, a.code()}) != (seen{b.status, b.code()}) || a.header.Get("Allow") != b.header.Get("Allow") ||
 				a.header.Get("Location") != b.header.Get("Location") || (a.header.Get("Retry-After") == "") != (b.header.Get("Retry-After") == "") {
 				t.Errorf("owner %s: %d %v %s\nnon-owner %s: %d %v %s", owner, a.status, a.header, a.body, c.names[other], b.status, b.header, b.body)
