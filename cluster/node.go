@@ -99,9 +99,9 @@ type Node struct {
 	epoch      int64     // 0: not registered
 	validUntil time.Time // by our clock: sessions may be used before it
 	draining   bool
-	placed     map[string]placement // creates sent to other nodes since their last renewal
+	placed     map[string]placement       // creates sent to other nodes since their last renewal
 	caller     atomic.Pointer[CallerFunc] // the API's key resolution (SetCaller); nil: none
-	refused    map[string]time.Time // nodes that refused this node's signature, until when no create goes there
+	refused    map[string]time.Time       // nodes that refused this node's signature, until when no create goes there
 
 	stop chan struct{}
 	done chan struct{}
