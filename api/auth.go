@@ -57,6 +57,18 @@ func presentedKey(r *http.Request) string {
 }
 
 // authenticate resolves the caller or returns a 401/403 *Error.
+// CallerKeyID is the key id of the caller of r as the API would
+// authenticate it (false when it would refuse it, or cannot tell now);
+// it takes no rate token. A cluster node uses it to leave another key's
+// session where it is.
+func (s *Server) CallerKeyID(r *http.Request) (string, bool) {
+	p, err := s.authenticate(r)
+	if err != nil || p == nil {
+		return "", false
+	}
+	return p.KeyID, true
+}
+
 func (s *Server) authenticate(r *http.Request) (*Principal, error) {
 	if s.cfg.Gateway.Secret != "" {
 		got := r.Header.Get("X-RapidAPI-Proxy-Secret")

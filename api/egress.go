@@ -5,6 +5,8 @@ import (
 	"errors"
 	"net/http"
 	"strconv"
+	"strings"
+	"unicode/utf8"
 
 	"github.com/sandboxapi/sandboxapi/api/wire"
 	"github.com/sandboxapi/sandboxapi/internal/sandbox"
@@ -59,7 +61,7 @@ func (s *Server) ownSession(ctx context.Context, l EgressLog, owner, id string) 
 	if err == nil {
 		return sess.ID, nil
 	}
-	if !errors.Is(err, sandbox.ErrNotFound) || l == nil {
+	if !errors.Is(err, sandbox.ErrNotFound) || l == nil || !storableID(id) {
 		return "", err
 	}
 	keyID, oerr := l.SessionOwner(ctx, id)
@@ -87,4 +89,11 @@ func egressLimit(r *http.Request) (int, error) {
 		}
 	}
 	return 0, apiErr(http.StatusBadRequest, "invalid_request", "limit must be one integer from 1 to %d", maxEgressLimit)
+}
+
+// storableID reports whether id can be a session id in the store: text
+// PostgreSQL accepts (UTF-8 without NUL). Any other id is no session, and
+// is not looked up (PostgreSQL would fail the query: a 500 for a 404).
+func storableID(id string) bool {
+	return utf8.ValidString(id) && strings.IndexByte(id, 0) < 0
 }

@@ -5,6 +5,7 @@ package api
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"net/http"
@@ -376,6 +377,7 @@ func (s *Server) authedCall(h callFunc) http.Handler {
 		})
 		r = r.WithContext(ctx)
 		if err := h(cw, r, c); err != nil {
+			err = body.explain(err)
 			if cw.wroteHeader {
 				s.log.Warn("error after reply started", "request_id", requestID(r.Context()), "err", err)
 				return
@@ -438,14 +440,39 @@ type countingBody struct {
 		Read([]byte) (int, error)
 		Close() error
 	}
-	n int64
+	n   int64
+	err error // the first failed read of the client's body (not its end, not the size limit)
 }
 
 func (b *countingBody) Read(p []byte) (int, error) {
 	n, err := b.rc.Read(p)
 	b.n += int64(n)
+	var mbe *http.MaxBytesError
+	if err != nil && err != io.EOF && !errors.As(err, &mbe) && b.err == nil {
+		b.err = err
+	}
 	return n, err
 }
+
+// explain turns the error of a call whose body could not be read (cut
+// short by the client or by a forwarding node, or slower than
+// server.read_timeout) into the client's 400, whatever the handler made
+// of the failed read (an upload's "context canceled" was a 500
+// internal). A size limit's 413 stays.
+func (b *countingBody) explain(err error) error {
+	if b.err == nil {
+		return err
+	}
+	if ae := toAPIError(err); ae != nil && ae.Status == http.StatusRequestEntityTooLarge {
+		return err
+	}
+	return errBodyUnread
+}
+
+// errBodyUnread answers a call whose body could not be read; the cluster
+// forwarder answers the same (cluster/handler.go).
+var errBodyUnread = apiErr(http.StatusBadRequest, "invalid_request",
+	"the request body could not be read: it was cut short or took longer than the server's read timeout")
 
 func (b *countingBody) Close() error { return b.rc.Close() }
 

@@ -211,6 +211,10 @@ func TestRoute(t *testing.T) {
 		{"GET", "/v1/sessionsx/s1", routeLocal, ""},
 		{"POST", "/v1/execute", routeLocal, ""},
 		{"GET", "/v1/sessions/%zz/x", routeLocal, ""},
+		{"GET", "/v1/sessions/%00", routeLocal, ""},
+		{"GET", "/v1/sessions/s%00/execute", routeLocal, ""},
+		{"GET", "/v1/sessions/%ff", routeLocal, ""},
+		{"GET", "/v1/sessions/%E2%80%AEs1", routeSession, "\u202es1"},
 		{"GET", "/v1/sessions/" + strings.Repeat("a", maxIDLen+1), routeLocal, ""},
 	} {
 		kind, id := route(tc.method, tc.path)

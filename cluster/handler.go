@@ -1,16 +1,20 @@
 package cluster
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/sandboxapi/sandboxapi/internal/httperr"
 	"github.com/sandboxapi/sandboxapi/internal/reqid"
@@ -43,6 +47,13 @@ var (
 		Message: "the node that owns the session cannot be reached yet, or this node is renewing its lease; retry", RetryAfter: time.Second}
 	errInternal = replyError{Status: http.StatusInternalServerError, Code: "internal",
 		Message: "internal error; quote the request id to the operator"}
+	// errBodyUnread is the API's answer to a call whose body could not be
+	// read (api/server.go errBodyUnread): a forward cut short by a client
+	// that stopped sending or was slower than server.read_timeout.
+	errBodyUnread = replyError{Status: http.StatusBadRequest, Code: "invalid_request",
+		Message: "the request body could not be read: it was cut short or took longer than the server's read timeout"}
+	errHeadersTooLarge = replyError{Status: http.StatusRequestHeaderFieldsTooLarge, Code: "headers_too_large",
+		Message: "the request's headers are over 1 MiB"}
 	errStoreUnavailable = replyError{Status: http.StatusServiceUnavailable, Code: "store_unavailable",
 		Message: "the store is unavailable; retry after the Retry-After seconds", RetryAfter: 2 * time.Second}
 )
@@ -88,7 +99,9 @@ const maxIDLen = 128
 
 // route classifies a request by method and escaped path, and returns the
 // session id of a session route (one path segment, unescaped as the API's
-// router does).
+// router does). An id the store cannot hold (a NUL byte, bytes that are
+// not UTF-8: PostgreSQL refuses them in a query) names no session: the
+// call is the local API's (its 404), not a failed owner look-up.
 func route(method, escapedPath string) (routeKind, string) {
 	rest, ok := strings.CutPrefix(escapedPath, "/v1/sessions")
 	switch {
@@ -104,7 +117,7 @@ func route(method, escapedPath string) (routeKind, string) {
 	}
 	seg, _, _ := strings.Cut(rest[1:], "/")
 	id, err := url.PathUnescape(seg)
-	if err != nil || id == "" || len(id) > maxIDLen {
+	if err != nil || id == "" || len(id) > maxIDLen || !utf8.ValidString(id) || strings.IndexByte(id, 0) >= 0 {
 		return routeLocal, ""
 	}
 	return routeSession, id
@@ -135,6 +148,13 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.n.log.Debug("cluster: forwarded call", "request_id", r.Header.Get("X-Request-Id"), "from", from, "method", r.Method, "path", r.URL.Path)
 		forwarded = true
 	}
+	if !forwarded && headerBytes(r) > maxClientHeaderBytes {
+		// What the server reads past it is the room a forward's own
+		// headers need: without this, a call with headers that fit when
+		// sent to the session's node got a bare 431 through another.
+		h.fail(w, r, errHeadersTooLarge)
+		return
+	}
 	kind, id := route(r.Method, r.URL.EscapedPath())
 	if kind != routeLocal && !forwarded && !hasCredentials(r.Header) {
 		// The API will refuse it (401): a call without a key neither
@@ -149,6 +169,23 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	default:
 		h.local(w, r)
 	}
+}
+
+// maxClientHeaderBytes bounds a client's request line and headers on
+// every node: the server's limit (http.DefaultMaxHeaderBytes, which it
+// reads 4 KiB past) less room for what a forward adds (the signature,
+// X-Forwarded-*), so that a call that fits on one node fits through any.
+const maxClientHeaderBytes = http.DefaultMaxHeaderBytes
+
+// headerBytes is about the size of r's request line and headers as sent.
+func headerBytes(r *http.Request) int {
+	n := len(r.Method) + len(r.RequestURI) + len(r.Host) + 16
+	for k, vs := range r.Header {
+		for _, v := range vs {
+			n += len(k) + len(v) + 4
+		}
+	}
+	return n
 }
 
 // credentialHeaders are where the API looks for a key (api/auth.go).
@@ -189,12 +226,16 @@ func (h *handler) fail(w http.ResponseWriter, r *http.Request, e replyError) {
 type watchedBody struct {
 	rc   io.ReadCloser
 	read bool
+	err  error // the first failed read (not the body's end)
 }
 
 func (b *watchedBody) Read(p []byte) (int, error) {
 	n, err := b.rc.Read(p)
 	if n > 0 {
 		b.read = true
+	}
+	if err != nil && err != io.EOF && b.err == nil {
+		b.err = err
 	}
 	return n, err
 }
@@ -239,6 +280,10 @@ func (h *handler) serveSession(w http.ResponseWriter, r *http.Request, id string
 			h.local(w, r)
 			return
 		}
+		if !forwarded && !h.n.ownedByCaller(r, o.Session.KeyID) {
+			h.local(w, r) // the API's 401 or 404: nothing moves, no node is named
+			return
+		}
 		owner, now := o.Owner, h.n.now()
 		switch {
 		case owner.Name == self:
@@ -247,7 +292,7 @@ func (h *handler) serveSession(w http.ResponseWriter, r *http.Request, id string
 		case (owner.Name == "" || !owner.Alive(now)) && !forwarded && h.n.isDraining():
 			// A draining node takes nothing over: a node that stays does.
 			if target, ok := h.n.pick(ctx); ok {
-				if h.forward(w, r, target) != OutcomeUnreachable {
+				if answered(h.forward(w, r, target)) {
 					return
 				}
 			}
@@ -281,6 +326,9 @@ func (h *handler) serveSession(w http.ResponseWriter, r *http.Request, id string
 			}
 		}
 		switch h.forward(w, r, owner) {
+		case OutcomeRefused:
+			h.fail(w, r, errNodeUnavailable)
+			return
 		case OutcomeUnreachable:
 			if body.read {
 				h.fail(w, r, errNodeUnavailable)
@@ -304,6 +352,17 @@ func (h *handler) serveSession(w http.ResponseWriter, r *http.Request, id string
 		}
 	}
 	h.fail(w, r, errNodeUnavailable)
+}
+
+// ownedByCaller reports whether r's key owns a session of key keyID (true
+// when the node has no key resolution).
+func (n *Node) ownedByCaller(r *http.Request, keyID string) bool {
+	f := n.caller.Load()
+	if f == nil {
+		return true
+	}
+	id, ok := (*f)(r)
+	return ok && id != "" && id == keyID
 }
 
 // startsWork tells calls that start something (execute, upload, install,
@@ -342,22 +401,80 @@ func (h *handler) serveOwned(w http.ResponseWriter, r *http.Request, id string) 
 	h.local(w, r)
 }
 
-// place sends a new session to the node with the most free capacity.
+// maxReplayBody bounds the create body kept to be served here when the
+// chosen node cannot take it (a create's body is a few hundred bytes).
+const maxReplayBody = 64 << 10
+
+// place sends a new session to the node with the most free capacity,
+// or creates it here when that node cannot be reached or refuses this
+// node's signature.
 func (h *handler) place(w http.ResponseWriter, r *http.Request) {
 	target, ok := h.n.pick(r.Context())
 	if !ok {
 		h.local(w, r)
 		return
 	}
-	body := watch(r)
-	if h.forward(w, r, target) == OutcomeUnreachable {
-		if body.read {
-			h.fail(w, r, errNodeUnavailable)
+	var kept []byte
+	if r.ContentLength > 0 && r.ContentLength <= maxReplayBody {
+		b, err := io.ReadAll(io.LimitReader(r.Body, r.ContentLength))
+		if err != nil {
+			// The local API meets the same failure and answers it.
+			r.Body = io.NopCloser(io.MultiReader(bytes.NewReader(b), errReader{err}))
+			h.local(w, r)
 			return
 		}
-		h.local(w, r)
+		kept = b
+		r.Body = io.NopCloser(bytes.NewReader(kept))
 	}
+	body := watch(r)
+	if answered(h.forward(w, r, target)) {
+		return
+	}
+	switch {
+	case kept != nil:
+		r.Body = io.NopCloser(bytes.NewReader(kept))
+	case body.read:
+		h.fail(w, r, errNodeUnavailable)
+		return
+	}
+	h.local(w, r)
 }
+
+// errReader fails every read with err.
+type errReader struct{ err error }
+
+func (e errReader) Read([]byte) (int, error) { return 0, e.err }
+
+// answered reports whether a forward that ended with o wrote the reply
+// (else nothing was written and the caller answers).
+func answered(o Outcome) bool { return o == OutcomeOK || o == OutcomeFailed }
+
+// refusedSignature reports whether resp, from node target, is its 401
+// bad_node_signature: a refusal of this node's signature (a client's
+// forward headers never get past the node it called). resp keeps its
+// body either way.
+func refusedSignature(resp *http.Response, target string) bool {
+	if resp.StatusCode != http.StatusUnauthorized || resp.Header.Get(HeaderNode) != target {
+		return false
+	}
+	peek, err := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
+	resp.Body = struct {
+		io.Reader
+		io.Closer
+	}{io.MultiReader(bytes.NewReader(peek), resp.Body), resp.Body}
+	if err != nil {
+		return false
+	}
+	var e struct {
+		Error struct {
+			Code string `json:"code"`
+		} `json:"error"`
+	}
+	return json.Unmarshal(peek, &e) == nil && e.Error.Code == errBadSignature.Code
+}
+
+// errRefused is what ModifyResponse returns for a refused signature.
+var errRefused = errors.New("the node refused this node's signature")
 
 // forward proxies r to node target, streaming both ways, and reports how
 // it ended. When target cannot be reached nothing is written to w, so the
@@ -374,9 +491,11 @@ func (h *handler) forward(w http.ResponseWriter, r *http.Request, target store.N
 		h.n.log.Error("cluster: node has no usable url", "node", target.Name)
 		return OutcomeUnreachable
 	}
+	in := r
 	rp := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(u)
+			keepConnectionListed(pr.In.Header, pr.Out.Header) // first: what the node sets below wins
 			pr.SetXForwarded()
 			pr.Out.Header.Set("X-Request-Id", pr.In.Header.Get("X-Request-Id"))
 			h.n.sig.sign(pr.Out.Header, pr.Out.Method, pr.Out.URL.RequestURI(), target.Name, h.n.now())
@@ -385,12 +504,22 @@ func (h *handler) forward(w http.ResponseWriter, r *http.Request, target store.N
 		FlushInterval: -1, // streams (SSE) reach the client as they are written
 		ErrorLog:      h.n.proxyLog,
 		ModifyResponse: func(resp *http.Response) error {
+			if refusedSignature(resp, target.Name) {
+				return errRefused
+			}
 			if resp.Header.Get(HeaderNode) == "" {
 				resp.Header.Set(HeaderNode, target.Name)
 			}
 			return nil
 		},
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			if errors.Is(err, errRefused) {
+				outcome = OutcomeRefused
+				h.n.refusedBy(target.Name)
+				h.n.log.Error("cluster: a node refused this node's signature: their cluster.secret differ or their clocks are more than 30s apart",
+					"request_id", r.Header.Get("X-Request-Id"), "node", target.Name)
+				return
+			}
 			var op *net.OpError
 			if errors.As(err, &op) && op.Op == "dial" {
 				outcome = OutcomeUnreachable
@@ -398,6 +527,15 @@ func (h *handler) forward(w http.ResponseWriter, r *http.Request, target store.N
 				return
 			}
 			outcome = OutcomeFailed
+			if wb, ok := in.Body.(*watchedBody); ok && wb.err != nil {
+				// The client's body stopped (read_timeout, or cut):
+				// its request context ends with it, but it may still
+				// read the answer, which a node serving it would give.
+				h.n.log.Info("cluster: the client's body could not be read", "request_id", r.Header.Get("X-Request-Id"),
+					"node", target.Name, "err", wb.err)
+				h.fail(w, r, errBodyUnread)
+				return
+			}
 			if r.Context().Err() != nil {
 				return // the client went away
 			}
@@ -407,6 +545,30 @@ func (h *handler) forward(w http.ResponseWriter, r *http.Request, target store.N
 	}
 	rp.ServeHTTP(w, r)
 	return outcome
+}
+
+// hopByHop are the headers a forward never passes on (the ones
+// httputil.ReverseProxy removes by name).
+var hopByHop = []string{"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization",
+	"Te", "Trailer", "Transfer-Encoding", "Upgrade"}
+
+// keepConnectionListed copies to out the headers of in that in's
+// Connection header names, which httputil.ReverseProxy drops: the API
+// reads them on one node (a key, Accept choosing a stream), so the node
+// a call is forwarded to must see them too. Hop-by-hop headers proper
+// and forward headers stay out.
+func keepConnectionListed(in, out http.Header) {
+	for _, v := range in.Values("Connection") {
+		for name := range strings.SplitSeq(v, ",") {
+			name = http.CanonicalHeaderKey(strings.TrimSpace(name))
+			if name == "" || slices.Contains(hopByHop, name) || isForwarded(http.Header{name: nil}) {
+				continue
+			}
+			if vs, ok := in[name]; ok {
+				out[name] = slices.Clone(vs)
+			}
+		}
+	}
 }
 
 // sleep waits d or until ctx ends (false).

@@ -133,12 +133,18 @@ func openStore(t *testing.T, url string) *store.Store {
 // startNode starts node name on st's database, free sandboxes free.
 func startNode(t *testing.T, st *store.Store, name string, free int) *testNode {
 	t.Helper()
+	return startNodeSecret(t, st, name, free, testSecret)
+}
+
+// startNodeSecret is startNode with cluster.secret secret.
+func startNodeSecret(t *testing.T, st *store.Store, name string, free int, secret string) *testNode {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	tn := &testNode{name: name, url: "http://" + ln.Addr().String(), ex: newFakeExec(free), obs: &countObs{}, st: st.ForNode(name)}
-	n, err := New(Settings{Node: name, AdvertiseURL: tn.url, Secret: testSecret, Lease: duration.Duration(testLease)},
+	n, err := New(Settings{Node: name, AdvertiseURL: tn.url, Secret: secret, Lease: duration.Duration(testLease)},
 		Deps{Store: tn.st, Executor: tn.ex, Observer: tn.obs, Now: func() time.Time { return time.Now().Add(time.Duration(tn.skew.Load())) }})
 	if err != nil {
 		t.Fatal(err)

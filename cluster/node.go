@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sandboxapi/sandboxapi/internal/sandbox"
@@ -59,6 +60,10 @@ const (
 	OutcomeOK          Outcome = "ok"          // the owner answered (any status)
 	OutcomeUnreachable Outcome = "unreachable" // no connection to the owner
 	OutcomeFailed      Outcome = "failed"      // the connection failed before a reply
+	// OutcomeRefused: the node refused this node's signature (401
+	// bad_node_signature): their cluster.secret differ, or their clocks
+	// are more than MaxSkew apart. Its API saw nothing.
+	OutcomeRefused Outcome = "refused"
 )
 
 // Deps is what New needs besides the settings. Store and Executor are
@@ -101,7 +106,9 @@ type Node struct {
 	epoch      int64     // 0: not registered
 	validUntil time.Time // by our clock: sessions may be used before it
 	draining   bool
-	placed     map[string]placement // creates sent to other nodes since their last renewal
+	placed     map[string]placement       // creates sent to other nodes since their last renewal
+	caller     atomic.Pointer[CallerFunc] // the API's key resolution (SetCaller); nil: none
+	refused    map[string]time.Time       // nodes that refused this node's signature, until when no create goes there
 
 	stop chan struct{}
 	done chan struct{}
@@ -122,7 +129,7 @@ func New(s Settings, d Deps) (*Node, error) {
 		return nil, fmt.Errorf("cluster: the store handle acts for node %q, not %q", d.Store.Node(), s.Node)
 	}
 	n := &Node{s: s, st: d.Store, ex: d.Executor, log: d.Log, obs: d.Observer, now: d.Now, trans: d.Transport,
-		lease: s.Lease.D(), sig: newSigner(s.Secret, s.Node), placed: map[string]placement{}}
+		lease: s.Lease.D(), sig: newSigner(s.Secret, s.Node), placed: map[string]placement{}, refused: map[string]time.Time{}}
 	if n.log == nil {
 		n.log = slog.New(slog.DiscardHandler)
 	}
@@ -365,3 +372,15 @@ func (n *Node) loop() {
 		}
 	}
 }
+
+// CallerFunc resolves the API key of a client's request to the key id
+// the store records as a session's owner (false: no key the API would
+// take, or it cannot say now).
+type CallerFunc func(r *http.Request) (keyID string, ok bool)
+
+// SetCaller gives the node the API's key resolution: a call for a
+// session is then taken over, adopted or forwarded only for the key that
+// owns it; any other call (no such key, another key's session) is the
+// local API's to refuse (401, 404), as on one node, without moving the
+// session or naming its node. Call it before serving.
+func (n *Node) SetCaller(f CallerFunc) { n.caller.Store(&f) }

@@ -36,7 +36,7 @@ func (n *Node) pick(ctx context.Context) (store.NodeRow, bool) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	for _, nd := range nodes {
-		if nd.Name == self || !nd.Alive(now) || nd.Draining || nd.URL == "" {
+		if nd.Name == self || !nd.Alive(now) || nd.Draining || nd.URL == "" || now.Before(n.refused[nd.Name]) {
 			continue
 		}
 		free := nd.Free
@@ -56,6 +56,23 @@ func (n *Node) pick(ctx context.Context) (store.NodeRow, bool) {
 		n.placed[best.Name] = placement{best.RenewedAt, 1}
 	}
 	return best, true
+}
+
+// refusedFor is how long no create is placed on a node that refused this
+// node's signature.
+const refusedFor = time.Minute
+
+// refusedBy records that node name refused this node's signature.
+func (n *Node) refusedBy(name string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	now := n.now()
+	for k, until := range n.refused {
+		if !now.Before(until) {
+			delete(n.refused, k)
+		}
+	}
+	n.refused[name] = now.Add(refusedFor)
 }
 
 // errNotServing: this node holds no lease it can prove, so it may not

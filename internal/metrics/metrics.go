@@ -104,7 +104,7 @@ func New() *Metrics {
 	}, []string{"component"})
 	m.forwards = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: namespace, Subsystem: "cluster", Name: "forwards_total",
-		Help: "Calls this node forwarded to the node that owns the session (or that a new session was placed on), by outcome (ok: the owner answered; unreachable: no connection; failed: the connection broke before a reply).",
+		Help: "Calls this node forwarded to the node that owns the session (or that a new session was placed on), by outcome (ok: the owner answered; unreachable: no connection; failed: the connection broke before a reply; refused: that node refused this node's signature, cluster.secret or clocks differ).",
 	}, []string{"outcome"})
 	m.takeovers = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: namespace, Subsystem: "cluster", Name: "takeovers_total",
