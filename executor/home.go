@@ -193,6 +193,54 @@ func loopDevices(img string) []string {
 // mounted again. Not mounted is fine.
 func unmountHome(dir string) error {
 	mnt := homeMount(dir)
+	dev := mountSource(mnt)
+	err := unmountOnce(mnt)
+	if err == nil && strings.HasPrefix(dev, "/dev/loop") {
+		// The kernel frees the loop device a moment after the last
+		// unmount: the home is off its image only once it has.
+		waitLoopFree(strings.TrimPrefix(dev, "/dev/"), 2*time.Second)
+	}
+	return err
+}
+
+// waitLoopFree waits up to limit until loop device name (loop7) has no
+// backing file.
+func waitLoopFree(name string, limit time.Duration) {
+	deadline := time.Now().Add(limit)
+	for {
+		if _, err := os.Stat("/sys/block/" + name + "/loop/backing_file"); err != nil || time.Now().After(deadline) {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// mountSource is the source of the mount at path (/dev/loop7 for a
+// home), "" when nothing is mounted there.
+func mountSource(path string) string {
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return ""
+	}
+	src := ""
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 5 || unescapeMount(f[4]) != path {
+			continue
+		}
+		// After the optional fields: "-", the fs type, the source.
+		for i := 5; i+2 < len(f); i++ {
+			if f[i] == "-" {
+				src = unescapeMount(f[i+2]) // the last mount there wins
+				break
+			}
+		}
+	}
+	return src
+}
+
+// unmountOnce unmounts mnt, retrying while something still holds it.
+func unmountOnce(mnt string) error {
 	var err error
 	for attempt := 0; attempt < 20 && mounted(mnt); attempt++ {
 		if err = unix.Unmount(mnt, 0); err == nil || errors.Is(err, unix.EINVAL) {
