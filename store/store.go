@@ -15,7 +15,7 @@ import (
 	"strings"
 	"time"
 
-	_ "modernc.org/sqlite" // registers the "sqlite" driver
+	"modernc.org/sqlite" // registers the "sqlite" driver
 )
 
 // ErrNotFound is returned when a row does not exist.
@@ -69,13 +69,36 @@ func OpenURL(ctx context.Context, url, sqlitePath string) (*Store, error) {
 // ErrBadURL is returned by OpenURL for a URL of an unknown kind.
 var ErrBadURL = errors.New("unsupported store url")
 
+// sqliteBusy reports whether err is SQLite's "database is locked"
+// (SQLITE_BUSY, extended codes included).
+func sqliteBusy(err error) bool {
+	var se *sqlite.Error
+	return errors.As(err, &se) && se.Code()&0xff == sqliteBusyCode
+}
+
+// sqliteBusyCode is SQLITE_BUSY.
+const sqliteBusyCode = 5
+
 func open(ctx context.Context, db *sql.DB, d Dialect) (*Store, error) {
 	s := &Store{db: db, dialect: d}
-	if err := s.migrate(ctx); err != nil {
+	err := s.migrate(ctx)
+	// Processes opening one new SQLite file together can find it locked
+	// while another sets it up (WAL mode, the schema table), which SQLite
+	// reports at once rather than after its busy timeout: try again,
+	// for about two seconds in all.
+	for delay := 10 * time.Millisecond; err != nil && d == SQLite && sqliteBusy(err) && delay <= time.Second; delay *= 2 {
+		select {
+		case <-ctx.Done():
+			db.Close()
+			return nil, err
+		case <-time.After(delay):
+		}
+		err = s.migrate(ctx)
+	}
+	if err != nil {
 		db.Close()
 		return nil, err
 	}
-	var err error
 	if s.rateTake, err = db.PrepareContext(ctx, rateTakeQuery(d)); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("preparing the rate statement: %w", err)
