@@ -2,6 +2,7 @@ package egress
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -222,7 +223,8 @@ func (c FirewallCheck) FirewallIntact(ctx context.Context) error { return c.chec
 
 // ChainsCheck checks that each hook chain holds its own skeleton rules,
 // without the sessions' chains: the part of the table every network has
-// whether or not a session is live.
+// whether or not a session is live. Missing rules are rebuilt at once
+// (Heal), and that run fails with ErrFirewallRepaired.
 func (n *Network) ChainsCheck() FirewallCheck {
 	return FirewallCheck{func(ctx context.Context) error {
 		text, err := n.listTable(ctx)
@@ -230,7 +232,13 @@ func (n *Network) ChainsCheck() FirewallCheck {
 			return fmt.Errorf("checking chains of %s: %w", n.cfg.Table, err)
 		}
 		if missing := missingIn(text, n.skeleton()); len(missing) > 0 {
-			return fmt.Errorf("checking chains of %s: %w: %q", n.cfg.Table, ErrFirewallMissing, missing)
+			err := fmt.Errorf("checking chains of %s: %w: %q", n.cfg.Table, ErrFirewallMissing, missing)
+			// Damage seen is damage healed, whichever check sees it first.
+			repaired, herr := n.Heal(ctx)
+			if repaired {
+				return fmt.Errorf("%w; verifying them on the next run: %w", ErrFirewallRepaired, err)
+			}
+			return errors.Join(err, herr)
 		}
 		return nil
 	}}
@@ -242,17 +250,26 @@ func (n *Network) ChainsCheck() FirewallCheck {
 // until a later run finds the rebuilt rules intact. FirewallIntact lists
 // the rules and then the live networks, so a network set up in between
 // looks like a missing chain for a moment: a failing check is retried
-// briefly, and a rule that is really gone stays gone.
+// briefly. A rule that is really gone by then was deleted during this
+// run, after the first Heal: it is healed at once too, so every damage
+// the check sees is reported as rebuilt, never left for the next run.
 func (n *Network) HealingCheck() FirewallCheck {
-	return FirewallCheck{func(ctx context.Context) error {
+	heal := func(ctx context.Context) (bool, error) {
 		repaired, err := n.Heal(ctx)
 		if err != nil {
-			return err
+			return false, err
 		}
 		if repaired {
-			return fmt.Errorf("%w; verifying them on the next run", ErrFirewallRepaired)
+			return true, fmt.Errorf("%w; verifying them on the next run", ErrFirewallRepaired)
 		}
-		for range 2 {
+		return false, nil
+	}
+	return FirewallCheck{func(ctx context.Context) error {
+		if _, err := heal(ctx); err != nil {
+			return err
+		}
+		var err error
+		for range 3 {
 			if err = n.FirewallIntact(ctx); err == nil {
 				return nil
 			}
@@ -262,6 +279,9 @@ func (n *Network) HealingCheck() FirewallCheck {
 			case <-time.After(200 * time.Millisecond):
 			}
 		}
-		return n.FirewallIntact(ctx)
+		if repaired, herr := heal(ctx); repaired || herr != nil {
+			return errors.Join(herr, err)
+		}
+		return err
 	}}
 }

@@ -273,7 +273,9 @@ func (e *Executor) Stop(ctx context.Context) error {
 			errs = append(errs, err)
 		}
 	}
-	if cs, err := e.runsc.list(ctx); err == nil && len(cs) == 0 {
+	if left, err := e.removeOrphanSandboxes(ctx); err != nil {
+		errs = append(errs, err)
+	} else if left == 0 {
 		if err := e.runsc.unmountNullNetns(); err != nil {
 			errs = append(errs, err)
 		}
@@ -284,6 +286,44 @@ func (e *Executor) Stop(ctx context.Context) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// removeOrphanSandboxes ends, at Stop, every sandbox under the runsc root
+// that no session holds, with its home. Start's reconcile removes the
+// orphans it sees, but a sandbox whose create a killed predecessor had
+// under way can appear after that: the runsc create outlives the server.
+// It reports how many sandboxes are left (sessions that could not
+// hibernate keep theirs).
+func (e *Executor) removeOrphanSandboxes(ctx context.Context) (left int, err error) {
+	cs, err := e.runsc.list(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("listing sandboxes at stop: %w", err)
+	}
+	var errs []error
+	for _, c := range cs {
+		e.mu.Lock()
+		s := e.sessions[c.ID]
+		held := s != nil && s.hasSandbox
+		e.mu.Unlock()
+		if held {
+			left++
+			continue
+		}
+		e.log.WarnContext(ctx, "removing orphan sandbox at stop", "sandbox", c.ID)
+		if err := e.destroy(ctx, c.ID); err != nil {
+			errs = append(errs, fmt.Errorf("removing orphan sandbox %s: %w", c.ID, err))
+			left++
+			continue
+		}
+		if s == nil {
+			if _, err := os.Stat(e.dir(c.ID)); err == nil {
+				if err := e.dropOrphanHome(ctx, c.ID); err != nil {
+					errs = append(errs, fmt.Errorf("removing orphan home %s: %w", c.ID, err))
+				}
+			}
+		}
+	}
+	return left, errors.Join(errs...)
 }
 
 // hibernateAll hibernates the sessions ids in parallel (at most four at a

@@ -1,6 +1,7 @@
 package executor
 
 import (
+	"context"
 	"os"
 	"os/exec"
 	"testing"
@@ -55,5 +56,41 @@ func TestRootProcessesMatchesOnlyItsRoot(t *testing.T) {
 	p = rootProcess{argv: []string{"runsc-sandbox", "--root=/x", "boot", "sess_a"}}
 	if p.isCLI() {
 		t.Errorf("sandbox taken for a command")
+	}
+}
+
+// A sandbox that appears after Start's reconcile and that no session
+// holds (the create a killed predecessor had under way finishing late) is
+// removed, with its home, when the executor stops.
+func TestStopRemovesLateOrphanSandbox(t *testing.T) {
+	e, _ := startExecutor(t, func(c *Config) { c.WarmPool = 0 })
+	kept := mustSession(t, e, "bash")
+	ctx := context.Background()
+	id := newID("sess_")
+	h := e.home(id)
+	if err := makeHome(ctx, h, e.cfg.HomeBytes); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.startSandbox(ctx, id, h.dir, ""); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Stop(ctx); err != nil {
+		t.Fatalf("stop: %v", err)
+	}
+	cs, err := e.runsc.list(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cs) != 0 {
+		t.Fatalf("sandboxes left after stop: %+v", cs)
+	}
+	if ps := rootProcesses(e.runsc.root); len(ps) != 0 {
+		t.Fatalf("runsc processes left after stop: %+v", ps)
+	}
+	if _, err := os.Stat(h.dir); !os.IsNotExist(err) {
+		t.Fatalf("orphan home left: %v", err)
+	}
+	if _, err := os.Stat(e.home(kept.ID).image()); err != nil {
+		t.Fatalf("the hibernated session's home went with the orphan: %v", err)
 	}
 }
