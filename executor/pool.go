@@ -68,7 +68,9 @@ func (e *Executor) fillWarm() {
 		select {
 		case e.warm <- ws:
 		case <-e.stop:
-			_ = e.destroySandbox(context.Background(), ws.id)
+			if err := e.destroySandbox(context.Background(), ws.id); err != nil {
+				e.log.Error("removing a warm sandbox at stop", "sandbox", ws.id, "err", err)
+			}
 			return
 		}
 	}
@@ -94,7 +96,9 @@ func (e *Executor) prepareWarm() (warmSandbox, error) {
 		return warmSandbox{}, fmt.Errorf("preparing home: %w", err)
 	}
 	if err := e.startSandbox(ctx, id, h.dir, ""); err != nil {
-		_ = e.destroySandbox(context.Background(), id)
+		if derr := e.destroySandbox(context.Background(), id); derr != nil {
+			e.log.Error("removing a warm sandbox that failed to start", "sandbox", id, "err", derr)
+		}
 		return warmSandbox{}, err
 	}
 	return warmSandbox{id: id, gen: gen}, nil
