@@ -259,3 +259,30 @@ func openPostgres(url string) (*sql.DB, error) {
 	db.SetConnMaxIdleTime(5 * time.Minute)
 	return db, nil
 }
+
+// pgRateConns is how many connections the rate bucket's pool opens at
+// most: each take is one short statement.
+const pgRateConns = 4
+
+// openPostgresRate opens the rate bucket's pool on url: its sessions run
+// with synchronous_commit=off, so a take does not wait for the WAL to
+// reach the disk. A crash of the database server can lose the last few
+// hundred milliseconds of takes (a key gets those tokens again) and
+// nothing else: the database stays consistent, and every other write
+// (session slots, leases, ownership) commits synchronously on the main
+// pool.
+func openPostgresRate(url string) (*sql.DB, error) {
+	cfg, err := pgConfig(url)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.RuntimeParams == nil {
+		cfg.RuntimeParams = map[string]string{}
+	}
+	cfg.RuntimeParams["synchronous_commit"] = "off"
+	db := sql.OpenDB(pgConnector{stdlib.GetConnector(*cfg)})
+	db.SetMaxOpenConns(pgRateConns)
+	db.SetMaxIdleConns(pgRateConns)
+	db.SetConnMaxIdleTime(5 * time.Minute)
+	return db, nil
+}

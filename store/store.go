@@ -32,6 +32,10 @@ type Store struct {
 	// rateTake is TakeRateToken's statement, prepared once: it runs on
 	// every authenticated request.
 	rateTake *sql.Stmt
+	// rateDB is the pool rateTake runs on: db itself on SQLite; on
+	// PostgreSQL a small pool of its own whose commits do not wait for
+	// the WAL flush (synchronous_commit=off, see openPostgresRate).
+	rateDB *sql.DB
 }
 
 // Open opens (creating if needed) the SQLite database at path and applies
@@ -45,7 +49,7 @@ func Open(ctx context.Context, path string) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("opening store %s: %w", path, err)
 	}
-	return open(ctx, db, SQLite)
+	return open(ctx, db, db, SQLite)
 }
 
 // OpenURL opens the store that url names: empty is the SQLite file at
@@ -60,7 +64,12 @@ func OpenURL(ctx context.Context, url, sqlitePath string) (*Store, error) {
 		if err != nil {
 			return nil, fmt.Errorf("opening store: %w", err)
 		}
-		return open(ctx, db, Postgres)
+		rateDB, err := openPostgresRate(url)
+		if err != nil {
+			db.Close()
+			return nil, fmt.Errorf("opening store: %w", err)
+		}
+		return open(ctx, db, rateDB, Postgres)
 	default:
 		return nil, fmt.Errorf("%w: store url must be empty or postgres://...", ErrBadURL)
 	}
@@ -79,8 +88,16 @@ func sqliteBusy(err error) bool {
 // sqliteBusyCode is SQLITE_BUSY.
 const sqliteBusyCode = 5
 
-func open(ctx context.Context, db *sql.DB, d Dialect) (*Store, error) {
-	s := &Store{db: db, dialect: d}
+// open migrates db and prepares the rate statement on rateDB (db, or a
+// pool of its own on the same database). On error both are closed.
+func open(ctx context.Context, db, rateDB *sql.DB, d Dialect) (*Store, error) {
+	s := &Store{db: db, rateDB: rateDB, dialect: d}
+	closeAll := func() {
+		db.Close()
+		if rateDB != db {
+			rateDB.Close()
+		}
+	}
 	err := s.migrate(ctx)
 	// Processes opening one new SQLite file together can find it locked
 	// while another sets it up (WAL mode, the schema table), which SQLite
@@ -89,18 +106,18 @@ func open(ctx context.Context, db *sql.DB, d Dialect) (*Store, error) {
 	for delay := 10 * time.Millisecond; err != nil && d == SQLite && sqliteBusy(err) && delay <= time.Second; delay *= 2 {
 		select {
 		case <-ctx.Done():
-			db.Close()
+			closeAll()
 			return nil, err
 		case <-time.After(delay):
 		}
 		err = s.migrate(ctx)
 	}
 	if err != nil {
-		db.Close()
+		closeAll()
 		return nil, err
 	}
-	if s.rateTake, err = db.PrepareContext(ctx, rateTakeQuery(d)); err != nil {
-		db.Close()
+	if s.rateTake, err = rateDB.PrepareContext(ctx, rateTakeQuery(d)); err != nil {
+		closeAll()
 		return nil, fmt.Errorf("preparing the rate statement: %w", err)
 	}
 	return s, nil
@@ -132,6 +149,9 @@ func (s *Store) Node() string { return s.node }
 func (s *Store) Close() error {
 	if s.rateTake != nil {
 		s.rateTake.Close()
+	}
+	if s.rateDB != nil && s.rateDB != s.db {
+		s.rateDB.Close()
 	}
 	return s.db.Close()
 }

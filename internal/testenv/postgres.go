@@ -78,7 +78,10 @@ func (s *pgServer) run(name string, args ...string) error {
 	return nil
 }
 
-func startPostgres() (*pgServer, error) {
+// startPostgres starts a server; with durable its commits wait for the
+// WAL to reach the disk, as a production server's do (fsync on), else
+// fsync is off, for speed.
+func startPostgres(durable bool) (*pgServer, error) {
 	bin, err := pgBin()
 	if err != nil {
 		return nil, err
@@ -115,7 +118,10 @@ func startPostgres() (*pgServer, error) {
 		os.RemoveAll(dir)
 		return nil, err
 	}
-	s.opts = fmt.Sprintf("-p %d -k %s -h 127.0.0.1 -F -c max_connections=300 -c shared_buffers=32MB", s.port, dir)
+	s.opts = fmt.Sprintf("-p %d -k %s -h 127.0.0.1 -c max_connections=300 -c shared_buffers=32MB", s.port, dir)
+	if !durable {
+		s.opts += " -F"
+	}
 	if err := s.start(); err != nil {
 		os.RemoveAll(dir)
 		return nil, err
@@ -168,7 +174,7 @@ func (s *pgServer) stop() {
 // the server from TestMain with StopPostgres.
 func PostgresURL(t testing.TB) string {
 	t.Helper()
-	pgOnce.Do(func() { pg, pgErr = startPostgres() })
+	pgOnce.Do(func() { pg, pgErr = startPostgres(false) })
 	if pgErr != nil {
 		if RequirePostgres() {
 			t.Fatalf("PostgreSQL: %v", pgErr)
@@ -216,7 +222,19 @@ type Postgres struct{ s *pgServer }
 // removed when t ends.
 func StartPostgres(t testing.TB) *Postgres {
 	t.Helper()
-	s, err := startPostgres()
+	return startOwn(t, false)
+}
+
+// StartDurablePostgres is StartPostgres with fsync on, for benchmarks
+// whose figures depend on what a commit costs on a production server.
+func StartDurablePostgres(t testing.TB) *Postgres {
+	t.Helper()
+	return startOwn(t, true)
+}
+
+func startOwn(t testing.TB, durable bool) *Postgres {
+	t.Helper()
+	s, err := startPostgres(durable)
 	if err != nil {
 		if RequirePostgres() {
 			t.Fatalf("PostgreSQL: %v", err)
