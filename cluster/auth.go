@@ -40,23 +40,32 @@ var ErrBadSignature = errors.New("bad node signature")
 // signer signs the requests a node forwards and verifies those it
 // receives. The zero value is not usable; it is safe for concurrent use.
 type signer struct {
-	secret []byte
+	secret []byte   // signs; verifies too
+	accept [][]byte // secret, then the previous secrets: a forward signed with any of them verifies
 	self   string
 
 	mu   sync.Mutex
 	seen map[string]time.Time // nonces accepted, until they cannot verify anymore
 }
 
-func newSigner(secret, self string) *signer {
-	return &signer{secret: []byte(secret), self: self, seen: map[string]time.Time{}}
+// newSigner signs with secret and verifies forwards signed with secret or
+// with any of previous (cluster.previous_secrets, while a new secret is
+// rolled out).
+func newSigner(secret string, previous []string, self string) *signer {
+	s := &signer{secret: []byte(secret), self: self, seen: map[string]time.Time{}}
+	s.accept = append(s.accept, s.secret)
+	for _, p := range previous {
+		s.accept = append(s.accept, []byte(p))
+	}
+	return s
 }
 
-// mac is the signature of one forward: what is signed is the method, the
-// request URI (path and query, as sent), the sending and receiving nodes,
-// the time and a nonce. The body is not signed (it streams); the nonce
-// makes each signature usable once.
-func (s *signer) mac(method, uri, from, to, ts, nonce string) []byte {
-	h := hmac.New(sha256.New, s.secret)
+// mac is the signature of one forward under key: what is signed is the
+// method, the request URI (path and query, as sent), the sending and
+// receiving nodes, the time and a nonce. The body is not signed (it
+// streams); the nonce makes each signature usable once.
+func mac(key []byte, method, uri, from, to, ts, nonce string) []byte {
+	h := hmac.New(sha256.New, key)
 	for _, part := range []string{"sandboxapi-forward-v1", method, uri, from, to, ts, nonce} {
 		h.Write([]byte(part))
 		h.Write([]byte{0})
@@ -73,7 +82,7 @@ func (s *signer) sign(h http.Header, method, uri, to string, now time.Time) {
 	h.Set(hdrForwardedBy, s.self)
 	h.Set(hdrForwardTime, ts)
 	h.Set(hdrForwardNonce, nonce)
-	h.Set(hdrForwardSig, hex.EncodeToString(s.mac(method, uri, s.self, to, ts, nonce)))
+	h.Set(hdrForwardSig, hex.EncodeToString(mac(s.secret, method, uri, s.self, to, ts, nonce)))
 }
 
 // isForwarded reports whether h carries any forward header.
@@ -129,7 +138,16 @@ func (s *signer) verify(h http.Header, method, uri string, now time.Time) (strin
 	if err != nil || len(got) != sha256.Size || !isHex(sig) {
 		return "", fmt.Errorf("%w: malformed signature", ErrBadSignature)
 	}
-	if !hmac.Equal(got, s.mac(method, uri, from, s.self, ts, nonce)) {
+	// Every accepted secret is tried, each compared in constant time, and
+	// the loop does not stop at a match: how long verify takes does not
+	// tell which secret signed. The nonce is spent once, whichever did.
+	matched := false
+	for _, key := range s.accept {
+		if hmac.Equal(got, mac(key, method, uri, from, s.self, ts, nonce)) {
+			matched = true
+		}
+	}
+	if !matched {
 		return "", fmt.Errorf("%w: signature does not match", ErrBadSignature)
 	}
 	if !s.firstUse(nonce, now) {

@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"encoding/hex"
 	"errors"
 	"net/http"
 	"strconv"
@@ -14,7 +15,7 @@ import (
 func TestVerifyHostile(t *testing.T) {
 	t.Parallel()
 	now := time.Unix(1_800_000_000, 0)
-	sender := newSigner(testSecret, "a")
+	sender := newSigner(testSecret, nil, "a")
 	signed := func() http.Header {
 		h := http.Header{}
 		sender.sign(h, "POST", "/v1/sessions/s1/execute?x=1", "b", now)
@@ -55,7 +56,7 @@ func TestVerifyHostile(t *testing.T) {
 		}},
 		{name: "sender is the receiver", header: func() http.Header {
 			h := http.Header{}
-			newSigner(testSecret, "b").sign(h, "POST", "/v1/sessions/s1/execute?x=1", "b", now)
+			newSigner(testSecret, nil, "b").sign(h, "POST", "/v1/sessions/s1/execute?x=1", "b", now)
 			return h
 		}},
 		{name: "signature truncated", header: func() http.Header { h := signed(); h.Set(hdrForwardSig, h.Get(hdrForwardSig)[:10]); return h }},
@@ -86,7 +87,7 @@ func TestVerifyHostile(t *testing.T) {
 			if !isForwarded(h) {
 				t.Fatal("not taken for a forwarded request")
 			}
-			from, err := newSigner(secret, self).verify(h, method, uri, at)
+			from, err := newSigner(secret, nil, self).verify(h, method, uri, at)
 			if tc.ok {
 				if err != nil || from != "a" {
 					t.Fatalf("verify = %q, %v", from, err)
@@ -106,8 +107,8 @@ func TestVerifyOnce(t *testing.T) {
 	t.Parallel()
 	now := time.Now()
 	h := http.Header{}
-	newSigner(testSecret, "a").sign(h, "GET", "/v1/sessions/x", "b", now)
-	v := newSigner(testSecret, "b")
+	newSigner(testSecret, nil, "a").sign(h, "GET", "/v1/sessions/x", "b", now)
+	v := newSigner(testSecret, nil, "b")
 	if _, err := v.verify(h, "GET", "/v1/sessions/x", now); err != nil {
 		t.Fatal(err)
 	}
@@ -142,20 +143,22 @@ func TestIsForwarded(t *testing.T) {
 
 // FuzzVerify: any header values and request line are refused or
 // verified without panicking, and whatever a node signs verifies at the
-// receiver for the same method and URI.
+// receiver for the same method and URI, once, also at a receiver that
+// knows the sender's secret as a previous one; a receiver that knows
+// only its new secret refuses it.
 func FuzzVerify(f *testing.F) {
 	f.Add("a", "1800000000", "00112233445566778899aabbccddeeff", "zz", "GET", "/v1/sessions/x?y=1")
 	f.Add("", "", "", "", "POST", "/")
 	f.Add("b", "-1", "x", strings.Repeat("0", 64), "PUT", "/v1/sessions/%2F/files?path=a b")
 	f.Fuzz(func(t *testing.T, by, ts, nonce, sig, method, uri string) {
 		now := time.Unix(1_800_000_000, 0)
-		v := newSigner(testSecret, "b")
+		v := newSigner(testSecret, nil, "b")
 		h := http.Header{hdrForwardedBy: {by}, hdrForwardTime: {ts}, hdrForwardNonce: {nonce}, hdrForwardSig: {sig}}
 		if _, err := v.verify(h, method, uri, now); err == nil {
 			t.Fatalf("forged headers verified: %v", h)
 		}
 		h = http.Header{}
-		newSigner(testSecret, "a").sign(h, method, uri, "b", now)
+		newSigner(testSecret, nil, "a").sign(h, method, uri, "b", now)
 		if _, err := v.verify(h, method, uri, now); err != nil {
 			t.Fatalf("signed %s %q does not verify: %v", method, uri, err)
 		}
@@ -164,6 +167,23 @@ func FuzzVerify(f *testing.F) {
 		}
 		if _, err := strconv.ParseInt(h.Get(hdrForwardTime), 10, 64); err != nil {
 			t.Fatal(err)
+		}
+
+		rotating := newSigner(newSecret, []string{unknownSecret, testSecret}, "b")
+		forged := http.Header{hdrForwardedBy: {by}, hdrForwardTime: {ts}, hdrForwardNonce: {nonce}, hdrForwardSig: {sig}}
+		if _, err := rotating.verify(forged, method, uri, now); err == nil {
+			t.Fatalf("forged headers verified with previous secrets: %v", forged)
+		}
+		h = http.Header{}
+		newSigner(testSecret, []string{newSecret}, "a").sign(h, method, uri, "b", now)
+		if _, err := newSigner(newSecret, nil, "b").verify(h, method, uri, now); err == nil {
+			t.Fatal("signed with a previous secret, or verified without knowing the sender's secret")
+		}
+		if _, err := rotating.verify(h, method, uri, now); err != nil {
+			t.Fatalf("signed %s %q with a previous secret does not verify: %v", method, uri, err)
+		}
+		if _, err := rotating.verify(h, method, uri, now); err == nil {
+			t.Fatal("a previous-secret signature verified twice")
 		}
 	})
 }
@@ -221,5 +241,126 @@ func TestRoute(t *testing.T) {
 		if kind != tc.kind || id != tc.id {
 			t.Errorf("route(%s %s) = %v %q, want %v %q", tc.method, tc.path, kind, id, tc.kind, tc.id)
 		}
+	}
+}
+
+// Secrets of a rotation from oldSecret to newSecret, and one neither
+// knows.
+const (
+	oldSecret     = "old-secret-0123456789abcdef-0123456789"
+	newSecret     = "new-secret-0123456789abcdef-0123456789"
+	unknownSecret = "unknown-secret-0123456789abcdef-01234"
+)
+
+// TestVerifyRotation: a node signs with its secret only and accepts a
+// forward signed with its secret or any of its previous secrets, each
+// signature once.
+func TestVerifyRotation(t *testing.T) {
+	t.Parallel()
+	now := time.Unix(1_800_000_000, 0)
+	type keys struct {
+		secret   string
+		previous []string
+	}
+	for _, tc := range []struct {
+		name     string
+		sender   keys
+		receiver keys
+		ok       bool
+	}{
+		{name: "current secret", sender: keys{newSecret, nil}, receiver: keys{newSecret, []string{oldSecret}}, ok: true},
+		{name: "previous secret", sender: keys{oldSecret, nil}, receiver: keys{newSecret, []string{oldSecret}}, ok: true},
+		{name: "second previous secret", sender: keys{oldSecret, nil},
+			receiver: keys{newSecret, []string{unknownSecret, oldSecret}}, ok: true},
+		{name: "the new secret while it is still a previous one", sender: keys{newSecret, []string{oldSecret}},
+			receiver: keys{oldSecret, []string{newSecret}}, ok: true},
+		{name: "unknown secret", sender: keys{unknownSecret, nil}, receiver: keys{newSecret, []string{oldSecret}}},
+		{name: "unknown secret, sender knows ours as previous", sender: keys{unknownSecret, []string{newSecret}},
+			receiver: keys{newSecret, []string{oldSecret}}},
+		{name: "previous secret never signs", sender: keys{oldSecret, []string{newSecret}}, receiver: keys{newSecret, nil}},
+		{name: "previous secret dropped", sender: keys{oldSecret, nil}, receiver: keys{newSecret, nil}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			h := http.Header{}
+			newSigner(tc.sender.secret, tc.sender.previous, "a").sign(h, "POST", "/v1/sessions/s1/execute", "b", now)
+			v := newSigner(tc.receiver.secret, tc.receiver.previous, "b")
+			from, err := v.verify(h, "POST", "/v1/sessions/s1/execute", now)
+			if !tc.ok {
+				if !errors.Is(err, ErrBadSignature) {
+					t.Fatalf("verify = %q, %v; want ErrBadSignature", from, err)
+				}
+				return
+			}
+			if err != nil || from != "a" {
+				t.Fatalf("verify = %q, %v", from, err)
+			}
+			if _, err := v.verify(h, "POST", "/v1/sessions/s1/execute", now.Add(time.Second)); !errors.Is(err, ErrBadSignature) {
+				t.Fatalf("replay verified: %v", err)
+			}
+		})
+	}
+}
+
+// TestVerifyRotationReplay: a signature made with a previous secret
+// spends its nonce like any other: its replay is refused, and so is a
+// forward that reuses the nonce under the current secret.
+func TestVerifyRotationReplay(t *testing.T) {
+	t.Parallel()
+	now := time.Unix(1_800_000_000, 0)
+	v := newSigner(newSecret, []string{oldSecret}, "b")
+	h := http.Header{}
+	newSigner(oldSecret, nil, "a").sign(h, "GET", "/v1/sessions/x", "b", now)
+	if _, err := v.verify(h, "GET", "/v1/sessions/x", now); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(v.seen); n != 1 {
+		t.Fatalf("%d nonces recorded, want 1", n)
+	}
+	if _, err := v.verify(h, "GET", "/v1/sessions/x", now.Add(time.Second)); !errors.Is(err, ErrBadSignature) || !strings.Contains(err.Error(), "replayed") {
+		t.Fatalf("replay of a previous-secret signature: %v", err)
+	}
+	// The same nonce signed anew with the current secret.
+	nonce, ts := h.Get(hdrForwardNonce), h.Get(hdrForwardTime)
+	h.Set(hdrForwardSig, hex.EncodeToString(mac([]byte(newSecret), "GET", "/v1/sessions/x", "a", "b", ts, nonce)))
+	if _, err := v.verify(h, "GET", "/v1/sessions/x", now.Add(time.Second)); !errors.Is(err, ErrBadSignature) || !strings.Contains(err.Error(), "replayed") {
+		t.Fatalf("a spent nonce under the current secret: %v", err)
+	}
+}
+
+// TestRotationSteps walks the documented rolling rotation: at each step
+// every node is on that step or the one before, and each of those pairs
+// verifies the other's forwards both ways. Skipping step (a) is shown to
+// refuse calls: a node on (b) signs with a secret a node not yet past
+// the start does not know.
+func TestRotationSteps(t *testing.T) {
+	t.Parallel()
+	now := time.Unix(1_800_000_000, 0)
+	type step struct {
+		name     string
+		secret   string
+		previous []string
+	}
+	steps := []step{
+		{"before", oldSecret, nil},
+		{"a: previous_secrets [NEW]", oldSecret, []string{newSecret}},
+		{"b: secret NEW, previous_secrets [OLD]", newSecret, []string{oldSecret}},
+		{"c: previous_secrets dropped", newSecret, nil},
+	}
+	works := func(from, to step) error {
+		h := http.Header{}
+		newSigner(from.secret, from.previous, "a").sign(h, "GET", "/v1/sessions/x", "b", now)
+		_, err := newSigner(to.secret, to.previous, "b").verify(h, "GET", "/v1/sessions/x", now)
+		return err
+	}
+	for i := 1; i < len(steps); i++ {
+		for _, pair := range [][2]step{{steps[i-1], steps[i]}, {steps[i], steps[i-1]}, {steps[i], steps[i]}} {
+			if err := works(pair[0], pair[1]); err != nil {
+				t.Errorf("%s -> %s: %v", pair[0].name, pair[1].name, err)
+			}
+		}
+	}
+	if err := works(steps[2], steps[0]); !errors.Is(err, ErrBadSignature) {
+		t.Errorf("two steps: a node on (b) got through to a node before (a): %v", err)
 	}
 }

@@ -129,7 +129,7 @@ func New(s Settings, d Deps) (*Node, error) {
 		return nil, fmt.Errorf("cluster: the store handle acts for node %q, not %q", d.Store.Node(), s.Node)
 	}
 	n := &Node{s: s, st: d.Store, ex: d.Executor, log: d.Log, obs: d.Observer, now: d.Now, trans: d.Transport,
-		lease: s.Lease.D(), sig: newSigner(s.Secret, s.Node), placed: map[string]placement{}, refused: map[string]time.Time{}}
+		lease: s.Lease.D(), sig: newSigner(s.Secret, s.PreviousSecrets, s.Node), placed: map[string]placement{}, refused: map[string]time.Time{}}
 	if n.log == nil {
 		n.log = slog.New(slog.DiscardHandler)
 	}

@@ -21,8 +21,17 @@ import (
 // (so the secret stays out of the config file).
 const SecretEnv = "SANDBOXAPI_CLUSTER_SECRET"
 
+// PreviousSecretsEnv names the environment variable that overrides
+// Settings.PreviousSecrets: the secrets separated by commas and/or
+// whitespace (so a secret passed this way cannot contain either).
+const PreviousSecretsEnv = "SANDBOXAPI_CLUSTER_PREVIOUS_SECRETS"
+
 // MinSecretBytes is the shortest cluster secret accepted.
 const MinSecretBytes = 32
+
+// MaxPreviousSecrets is the most previous secrets a node accepts: a
+// rotation needs one; every one is an HMAC more per forward received.
+const MaxPreviousSecrets = 4
 
 // Settings is the `cluster:` section of the config. Data only: the zero
 // value (no node name) is a single node, today's behaviour exactly.
@@ -37,8 +46,18 @@ type Settings struct {
 	AdvertiseURL string `yaml:"advertise_url"`
 	// Secret authenticates the calls nodes forward to each other (HMAC);
 	// at least 32 bytes, the same on every node; required with node. The
-	// environment variable SANDBOXAPI_CLUSTER_SECRET overrides it.
+	// environment variable SANDBOXAPI_CLUSTER_SECRET overrides it. To
+	// change it without a refused call, see previous_secrets.
 	Secret string `yaml:"secret"`
+	// PreviousSecrets are secrets this node still accepts on the calls it
+	// receives, but never signs with: they let the secret change in
+	// rolling restarts (operations.md, "Key rotation"). Each at least 32
+	// bytes, none equal to secret, no duplicates, at most 4; empty
+	// outside a rotation. The environment variable
+	// SANDBOXAPI_CLUSTER_PREVIOUS_SECRETS overrides the list, its secrets
+	// separated by commas and/or whitespace: a secret meant to pass
+	// through it (or to be rotated out through it) cannot contain either.
+	PreviousSecrets []string `yaml:"previous_secrets"`
 	// Lease is how long a node owns its sessions without renewing; it
 	// renews every lease/3, stops using its sessions when it cannot renew
 	// before lease/4 is left, and a node that died has its sessions taken
@@ -69,10 +88,34 @@ func (s Settings) Validate() error {
 	case n < MinSecretBytes:
 		bad("secret: must be at least %d bytes, got %d", MinSecretBytes, n) // never the secret itself
 	}
+	checkPrevious(s.Secret, s.PreviousSecrets, bad)
 	if d := s.Lease.D(); d < 2*time.Second || d > 10*time.Minute {
 		bad("lease: must be from 2s to 10m, got %s", d)
 	}
 	return errors.Join(errs...)
+}
+
+// checkPrevious reports through bad every problem of previous, the
+// previous secrets next to secret. An entry is named by its position,
+// never by its value.
+func checkPrevious(secret string, previous []string, bad func(format string, a ...any)) {
+	if n := len(previous); n > MaxPreviousSecrets {
+		bad("previous_secrets: at most %d, got %d", MaxPreviousSecrets, n)
+	}
+	first := make(map[string]int, len(previous)) // secret -> the first index holding it
+	for i, p := range previous {
+		if n := len(p); n < MinSecretBytes {
+			bad("previous_secrets[%d]: must be at least %d bytes, got %d", i, MinSecretBytes, n)
+		}
+		if p == secret && secret != "" {
+			bad("previous_secrets[%d]: equal to secret (a previous secret is one this node no longer signs with)", i)
+		}
+		if j, dup := first[p]; dup {
+			bad("previous_secrets[%d]: the same as previous_secrets[%d]", i, j)
+			continue
+		}
+		first[p] = i
+	}
 }
 
 // validName reports whether name may name a node: it is sent in headers
