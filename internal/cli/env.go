@@ -65,11 +65,12 @@ func serverURL(c *cli.Context) (string, error) {
 }
 
 // loadEnv loads the config named by --config (or the embedded default)
-// with the --data-dir, --listen, SANDBOXAPI_STORE_URL and
-// SANDBOXAPI_CLUSTER_SECRET overrides.
+// with the --data-dir, --listen, SANDBOXAPI_STORE_URL,
+// SANDBOXAPI_CLUSTER_SECRET and SANDBOXAPI_CLUSTER_PREVIOUS_SECRETS
+// overrides.
 func loadEnv(c *cli.Context) (*Env, error) {
 	o := config.Overrides{DataDir: c.String("data-dir"), StoreURL: os.Getenv("SANDBOXAPI_STORE_URL"),
-		ClusterSecret: os.Getenv(cluster.SecretEnv)}
+		ClusterSecret: os.Getenv(cluster.SecretEnv), ClusterPreviousSecrets: os.Getenv(cluster.PreviousSecretsEnv)}
 	if c.IsSet("listen") || os.Getenv("SANDBOXAPI_LISTEN") != "" {
 		o.Listen = c.String("listen")
 	}

@@ -3,6 +3,8 @@ package config
 import (
 	"fmt"
 	"path/filepath"
+	"strings"
+	"unicode"
 )
 
 // Overrides are the settings a command line or the process environment
@@ -13,6 +15,21 @@ type Overrides struct {
 	StoreURL string // SANDBOXAPI_STORE_URL
 	// ClusterSecret is SANDBOXAPI_CLUSTER_SECRET (cluster.SecretEnv).
 	ClusterSecret string
+	// ClusterPreviousSecrets is SANDBOXAPI_CLUSTER_PREVIOUS_SECRETS
+	// (cluster.PreviousSecretsEnv) as it is set: secrets separated by
+	// commas and/or whitespace (splitSecrets). When it is not empty it
+	// replaces cluster.previous_secrets, with what it lists: a value of
+	// separators only (",") empties the list.
+	ClusterPreviousSecrets string
+}
+
+// splitSecrets splits a list of secrets as
+// SANDBOXAPI_CLUSTER_PREVIOUS_SECRETS holds it: separated by commas,
+// whitespace or both, with empty pieces dropped ("a, b,,c\n" is a, b and
+// c). It never fails: the secrets are checked where the config is
+// validated.
+func splitSecrets(raw string) []string {
+	return strings.FieldsFunc(raw, func(r rune) bool { return r == ',' || unicode.IsSpace(r) })
 }
 
 // LoadWith loads path (the embedded default when empty), applies o and
@@ -38,6 +55,9 @@ func LoadWith(path string, o Overrides) (*Config, error) {
 	}
 	if o.ClusterSecret != "" {
 		cfg.Cluster.Secret = o.ClusterSecret
+	}
+	if o.ClusterPreviousSecrets != "" {
+		cfg.Cluster.PreviousSecrets = splitSecrets(o.ClusterPreviousSecrets)
 	}
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("validating %s: %w", name, err)
