@@ -3,6 +3,7 @@ package cluster
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"io"
@@ -491,6 +492,13 @@ func (h *handler) forward(w http.ResponseWriter, r *http.Request, target store.N
 		h.n.log.Error("cluster: node has no usable url", "node", target.Name)
 		return OutcomeUnreachable
 	}
+	if h.n.s.RequireTLS && u.Scheme != "https" {
+		// Nothing is sent: the call would cross the network in the clear.
+		h.n.log.Error("cluster: not forwarding to a node with a plain http url (cluster.require_tls)",
+			"request_id", r.Header.Get("X-Request-Id"), "node", target.Name, "url", target.URL)
+		h.fail(w, r, errNodeUnavailable)
+		return OutcomeFailed
+	}
 	in := r
 	rp := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
@@ -527,6 +535,16 @@ func (h *handler) forward(w http.ResponseWriter, r *http.Request, target store.N
 				return
 			}
 			outcome = OutcomeFailed
+			if untrusted(err) {
+				// Every call there fails the same way until a
+				// configuration changes: no new session goes there for
+				// a while, as for a refused signature.
+				h.n.refusedBy(target.Name)
+				h.n.log.Error("cluster: the node's TLS certificate does not verify: check cluster.ca_file here and the names of its certificate",
+					"request_id", r.Header.Get("X-Request-Id"), "node", target.Name, "url", target.URL, "err", err)
+				h.fail(w, r, errNodeUnavailable)
+				return
+			}
 			if wb, ok := in.Body.(*watchedBody); ok && wb.err != nil {
 				// The client's body stopped (read_timeout, or cut):
 				// its request context ends with it, but it may still
@@ -545,6 +563,16 @@ func (h *handler) forward(w http.ResponseWriter, r *http.Request, target store.N
 	}
 	rp.ServeHTTP(w, r)
 	return outcome
+}
+
+// untrusted reports whether err, from a forward, is a TLS handshake that
+// failed on the other node's certificate (an unknown CA, names that do
+// not cover its URL's host, an expired certificate) or on a node that
+// answered in plain HTTP.
+func untrusted(err error) bool {
+	var cert *tls.CertificateVerificationError
+	var rec tls.RecordHeaderError
+	return errors.As(err, &cert) || errors.As(err, &rec)
 }
 
 // hopByHop are the headers a forward never passes on (the ones

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -139,13 +140,37 @@ func startNode(t *testing.T, st *store.Store, name string, free int) *testNode {
 // startNodeSecret is startNode with cluster.secret secret.
 func startNodeSecret(t *testing.T, st *store.Store, name string, free int, secret string) *testNode {
 	t.Helper()
+	return startNodeWith(t, st, name, free, nodeOpts{secret: secret})
+}
+
+// nodeOpts are what startNodeWith changes from startNode's node.
+type nodeOpts struct {
+	secret string            // empty: testSecret
+	tls    *tls.Config       // set: the node serves HTTPS with it, and advertises https
+	conf   func(s *Settings) // set: changes the settings before New
+}
+
+// startNodeWith starts node name on st's database, free sandboxes free,
+// as o says.
+func startNodeWith(t *testing.T, st *store.Store, name string, free int, o nodeOpts) *testNode {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	tn := &testNode{name: name, url: "http://" + ln.Addr().String(), ex: newFakeExec(free), obs: &countObs{}, st: st.ForNode(name)}
-	n, err := New(Settings{Node: name, AdvertiseURL: tn.url, Secret: secret, Lease: duration.Duration(testLease)},
-		Deps{Store: tn.st, Executor: tn.ex, Observer: tn.obs, Now: func() time.Time { return time.Now().Add(time.Duration(tn.skew.Load())) }})
+	scheme, secret := "http://", o.secret
+	if o.tls != nil {
+		scheme = "https://"
+	}
+	if secret == "" {
+		secret = testSecret
+	}
+	tn := &testNode{name: name, url: scheme + ln.Addr().String(), ex: newFakeExec(free), obs: &countObs{}, st: st.ForNode(name)}
+	s := Settings{Node: name, AdvertiseURL: tn.url, Secret: secret, Lease: duration.Duration(testLease)}
+	if o.conf != nil {
+		o.conf(&s)
+	}
+	n, err := New(s, Deps{Store: tn.st, Executor: tn.ex, Observer: tn.obs, Now: func() time.Time { return time.Now().Add(time.Duration(tn.skew.Load())) }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -153,7 +178,12 @@ func startNodeSecret(t *testing.T, st *store.Store, name string, free int, secre
 	tn.srv = httptest.NewUnstartedServer(n.Handler(http.HandlerFunc(tn.api)))
 	tn.srv.Listener.Close()
 	tn.srv.Listener = ln
-	tn.srv.Start()
+	if o.tls != nil {
+		tn.srv.TLS = o.tls
+		tn.srv.StartTLS()
+	} else {
+		tn.srv.Start()
+	}
 	if err := n.Start(t.Context()); err != nil {
 		t.Fatal(err)
 	}
@@ -236,6 +266,12 @@ func insertSession(t *testing.T, st *store.Store, node, id string) {
 // call sends a request to base and returns the reply with its body read.
 func call(t *testing.T, method, url string, body io.Reader, hdr map[string]string) (*http.Response, string) {
 	t.Helper()
+	return callWith(t, http.DefaultClient, method, url, body, hdr)
+}
+
+// callWith is call through client c.
+func callWith(t *testing.T, c *http.Client, method, url string, body io.Reader, hdr map[string]string) (*http.Response, string) {
+	t.Helper()
 	req, err := http.NewRequestWithContext(t.Context(), method, url, body)
 	if err != nil {
 		t.Fatal(err)
@@ -248,7 +284,7 @@ func call(t *testing.T, method, url string, body io.Reader, hdr map[string]strin
 		}
 		req.Header.Set(k, v)
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := c.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log"
@@ -80,7 +81,10 @@ type Deps struct {
 	// Now is the node's clock; nil is time.Now.
 	Now func() time.Time
 	// Transport carries forwarded calls; nil is a transport of the node's
-	// own that ignores proxy settings from the environment.
+	// own that ignores proxy settings from the environment, speaks TLS 1.2
+	// or later to https nodes and trusts Settings.CAFile (when set)
+	// instead of the system roots. A Transport given here is used as it
+	// is: CAFile is then only checked, never applied.
 	Transport http.RoundTripper
 }
 
@@ -108,7 +112,7 @@ type Node struct {
 	draining   bool
 	placed     map[string]placement       // creates sent to other nodes since their last renewal
 	caller     atomic.Pointer[CallerFunc] // the API's key resolution (SetCaller); nil: none
-	refused    map[string]time.Time       // nodes that refused this node's signature, until when no create goes there
+	refused    map[string]time.Time       // nodes that refused this node's signature or whose certificate did not verify, until when no create goes there
 
 	stop chan struct{}
 	done chan struct{}
@@ -138,11 +142,20 @@ func New(s Settings, d Deps) (*Node, error) {
 		n.now = time.Now
 	}
 	if n.trans == nil {
+		tlsConf := &tls.Config{MinVersion: tls.VersionTLS12}
+		if s.CAFile != "" {
+			pool, err := loadCAFile(s.CAFile)
+			if err != nil {
+				return nil, fmt.Errorf("cluster: ca_file: %w", err)
+			}
+			tlsConf.RootCAs = pool
+		}
 		n.trans = &http.Transport{
 			Proxy:                 nil, // never HTTP_PROXY from the environment
 			DialContext:           (&net.Dialer{Timeout: 2 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
 			MaxIdleConnsPerHost:   64,
 			IdleConnTimeout:       90 * time.Second,
+			TLSClientConfig:       tlsConf,
 			TLSHandshakeTimeout:   5 * time.Second,
 			ExpectContinueTimeout: time.Second,
 			ForceAttemptHTTP2:     false,

@@ -19,7 +19,9 @@ type placement struct {
 }
 
 // pick chooses the node a new session goes to: the alive, non-draining
-// node with the most free capacity, this node on a tie. It reports false
+// node with the most free capacity, this node on a tie. Nodes that
+// refused this node lately, and with require_tls nodes with an http URL,
+// are left out. It reports false
 // when that is this node (or the store cannot say).
 func (n *Node) pick(ctx context.Context) (store.NodeRow, bool) {
 	nodes, err := n.st.Nodes(ctx)
@@ -36,7 +38,8 @@ func (n *Node) pick(ctx context.Context) (store.NodeRow, bool) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	for _, nd := range nodes {
-		if nd.Name == self || !nd.Alive(now) || nd.Draining || nd.URL == "" || now.Before(n.refused[nd.Name]) {
+		if nd.Name == self || !nd.Alive(now) || nd.Draining || nd.URL == "" || now.Before(n.refused[nd.Name]) ||
+			(n.s.RequireTLS && !isHTTPS(nd.URL)) {
 			continue
 		}
 		free := nd.Free
@@ -59,10 +62,11 @@ func (n *Node) pick(ctx context.Context) (store.NodeRow, bool) {
 }
 
 // refusedFor is how long no create is placed on a node that refused this
-// node's signature.
+// node's signature, or whose TLS certificate did not verify.
 const refusedFor = time.Minute
 
-// refusedBy records that node name refused this node's signature.
+// refusedBy records that node name refused this node's signature, or
+// presented a TLS certificate this node does not trust.
 func (n *Node) refusedBy(name string) {
 	n.mu.Lock()
 	defer n.mu.Unlock()

@@ -9,9 +9,14 @@
 package cluster
 
 import (
+	"bytes"
+	"crypto/x509"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"net/url"
+	"os"
+	"strings"
 	"time"
 
 	"github.com/sandboxapi/sandboxapi/internal/duration"
@@ -42,8 +47,24 @@ type Settings struct {
 	Node string `yaml:"node"`
 	// AdvertiseURL is how the other nodes reach this one
 	// (http://HOST:PORT or https://HOST:PORT, no path); required with
-	// node.
+	// node. With https, this node serves TLS (tls.mode) with a
+	// certificate whose names cover HOST (an IP SAN for an address), and
+	// the other nodes trust its CA (ca_file).
 	AdvertiseURL string `yaml:"advertise_url"`
+	// CAFile is a PEM file of CA certificates this node trusts, instead of
+	// the system roots, when it forwards a call to another node's https
+	// advertise URL (certificates from an internal CA); empty: the system
+	// roots. Read when the node starts: at least one certificate. It does
+	// not make this node serve TLS: with an http advertise URL it is
+	// allowed (a rollout where some nodes already serve https), and the
+	// other nodes reach this one in plain HTTP until it is changed.
+	CAFile string `yaml:"ca_file"`
+	// RequireTLS refuses plain HTTP between nodes: advertise_url must be
+	// https, and this node forwards no call to, and places no session on,
+	// a node registered with an http URL (the client gets 503
+	// node_unavailable; the error log names that node). Turn it on once
+	// every node advertises https.
+	RequireTLS bool `yaml:"require_tls"`
 	// Secret authenticates the calls nodes forward to each other (HMAC);
 	// at least 32 bytes, the same on every node; required with node. The
 	// environment variable SANDBOXAPI_CLUSTER_SECRET overrides it. To
@@ -81,6 +102,13 @@ func (s Settings) Validate() error {
 	}
 	if err := checkAdvertiseURL(s.AdvertiseURL); err != nil {
 		bad("advertise_url: %v", err)
+	} else if s.RequireTLS && !isHTTPS(s.AdvertiseURL) {
+		bad("require_tls: advertise_url %q is plain http (use https://, or leave require_tls off while nodes move to TLS)", s.AdvertiseURL)
+	}
+	if s.CAFile != "" {
+		if _, err := loadCAFile(s.CAFile); err != nil {
+			bad("ca_file: %v", err)
+		}
 	}
 	switch n := len(s.Secret); {
 	case n == 0:
@@ -133,6 +161,53 @@ func validName(name string) bool {
 		}
 	}
 	return true
+}
+
+// isHTTPS reports whether raw, a node's URL, is an https URL.
+func isHTTPS(raw string) bool {
+	u, err := url.Parse(raw)
+	return err == nil && u.Scheme == "https"
+}
+
+// loadCAFile reads path, a PEM file of CA certificates, into a pool. It
+// fails, naming path, when the file cannot be read, holds no PEM block,
+// holds no CERTIFICATE block, or holds one that does not parse.
+func loadCAFile(path string) (*x509.CertPool, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("reading the CA certificates: %w", err)
+	}
+	if len(bytes.TrimSpace(b)) == 0 {
+		return nil, fmt.Errorf("%s is empty (it should hold PEM CA certificates)", path)
+	}
+	pool := x509.NewCertPool()
+	var blocks, certs int
+	var others []string
+	for rest := b; ; {
+		var blk *pem.Block
+		blk, rest = pem.Decode(rest)
+		if blk == nil {
+			break
+		}
+		blocks++
+		if blk.Type != "CERTIFICATE" {
+			others = append(others, blk.Type)
+			continue
+		}
+		c, err := x509.ParseCertificate(blk.Bytes)
+		if err != nil {
+			return nil, fmt.Errorf("%s: certificate %d does not parse: %w", path, certs+1, err)
+		}
+		pool.AddCert(c)
+		certs++
+	}
+	switch {
+	case blocks == 0:
+		return nil, fmt.Errorf("%s holds no PEM block (it should hold PEM CA certificates, -----BEGIN CERTIFICATE-----)", path)
+	case certs == 0:
+		return nil, fmt.Errorf("%s holds no certificate, only %s", path, strings.Join(others, ", "))
+	}
+	return pool, nil
 }
 
 func checkAdvertiseURL(raw string) error {

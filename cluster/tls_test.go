@@ -1,0 +1,279 @@
+package cluster
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"math/big"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sandboxapi/sandboxapi/internal/duration"
+)
+
+// testCA is a private CA made for one test.
+type testCA struct {
+	cert *x509.Certificate
+	key  *ecdsa.PrivateKey
+	pem  []byte // its certificate, PEM
+}
+
+func newTestCA(t *testing.T, name string) *testCA {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: name},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &testCA{cert: cert, key: key, pem: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})}
+}
+
+// serverTLS is a server configuration with a certificate of ca's for
+// 127.0.0.1.
+func (ca *testCA) serverTLS(t *testing.T) *tls.Config {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: "node"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}, KeyUsage: x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &tls.Config{Certificates: []tls.Certificate{{Certificate: [][]byte{der}, PrivateKey: key}}}
+}
+
+// client is an HTTP client that trusts ca.
+func (ca *testCA) client() *http.Client {
+	pool := x509.NewCertPool()
+	pool.AddCert(ca.cert)
+	return &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
+}
+
+// writeTemp writes b to a new file named name and returns its path.
+func writeTemp(t *testing.T, name string, b []byte) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(p, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// TestForwardTLS: two nodes that serve HTTPS with certificates of a
+// private CA, each trusting it through cluster.ca_file, forward to each
+// other both ways.
+func TestForwardTLS(t *testing.T) {
+	st := openStore(t, testPostgres(t))
+	ca := newTestCA(t, "cluster CA")
+	caFile := writeTemp(t, "ca.pem", ca.pem)
+	conf := func(s *Settings) { s.CAFile, s.RequireTLS = caFile, true }
+	a := startNodeWith(t, st, "a", 4, nodeOpts{tls: ca.serverTLS(t), conf: conf})
+	b := startNodeWith(t, st, "b", 4, nodeOpts{tls: ca.serverTLS(t), conf: conf})
+	insertSession(t, st, "b", "s1")
+	b.ex.has["s1"] = true
+	insertSession(t, st, "a", "s2")
+	a.ex.has["s2"] = true
+	c := ca.client()
+	for _, tc := range []struct {
+		from, to *testNode
+		id       string
+	}{{a, b, "s1"}, {b, a, "s2"}} {
+		resp, body := callWith(t, c, "POST", tc.from.url+"/v1/sessions/"+tc.id+"/execute", strings.NewReader(`{}`), nil)
+		if resp.StatusCode != 200 || resp.Header.Get(HeaderNode) != tc.to.name || !strings.Contains(body, `"node":"`+tc.to.name+`"`) {
+			t.Fatalf("%s through %s: %d %v: %s", tc.id, tc.from.name, resp.StatusCode, resp.Header, body)
+		}
+		if !waitFor(time.Second, func() bool { return tc.from.obs.forwarded("ok") == 1 }) {
+			t.Errorf("%s: forwards ok = %d", tc.from.name, tc.from.obs.forwarded("ok"))
+		}
+	}
+	if a.calls.Load() != 1 || b.calls.Load() != 1 {
+		t.Fatalf("API calls: a %d, b %d", a.calls.Load(), b.calls.Load())
+	}
+}
+
+// TestForwardTLSUntrusted: a node that does not trust the owner's CA
+// (system roots only, or another CA in ca_file) sends it nothing: the
+// client gets 503 node_unavailable, the forward counts as failed, and no
+// new session is placed on that owner for a while.
+func TestForwardTLSUntrusted(t *testing.T) {
+	st := openStore(t, testPostgres(t))
+	ca, other := newTestCA(t, "cluster CA"), newTestCA(t, "another CA")
+	b := startNodeWith(t, st, "b", 4, nodeOpts{tls: ca.serverTLS(t), conf: func(s *Settings) { s.CAFile = writeTemp(t, "ca.pem", ca.pem) }})
+	// Both serve with certificates the client trusts; neither trusts b's.
+	roots := startNodeWith(t, st, "roots", 1, nodeOpts{tls: ca.serverTLS(t)})
+	wrong := startNodeWith(t, st, "wrong", 0, nodeOpts{tls: ca.serverTLS(t),
+		conf: func(s *Settings) { s.CAFile = writeTemp(t, "other.pem", other.pem) }})
+	insertSession(t, st, "b", "s1")
+	b.ex.has["s1"] = true
+	c := ca.client()
+	for _, n := range []*testNode{roots, wrong} {
+		resp, body := callWith(t, c, "POST", n.url+"/v1/sessions/s1/execute", strings.NewReader(`{}`), nil)
+		if resp.StatusCode != http.StatusServiceUnavailable || !strings.Contains(body, `"code":"node_unavailable"`) || resp.Header.Get(HeaderNode) != n.name {
+			t.Fatalf("through %s: %d %v: %s", n.name, resp.StatusCode, resp.Header, body)
+		}
+		if !waitFor(time.Second, func() bool { return n.obs.forwarded("failed") == 1 }) || n.obs.forwarded("ok") != 0 {
+			t.Errorf("%s: forwards failed %d, ok %d", n.name, n.obs.forwarded("failed"), n.obs.forwarded("ok"))
+		}
+	}
+	if b.calls.Load() != 0 {
+		t.Fatalf("b's API saw %d calls", b.calls.Load())
+	}
+	// b has the most free sandboxes, but roots could not verify it: the
+	// new session is made where it arrived.
+	resp, body := callWith(t, c, "POST", roots.url+"/v1/sessions", strings.NewReader(`{}`), nil)
+	if resp.StatusCode != http.StatusCreated || resp.Header.Get(HeaderNode) != "roots" || b.calls.Load() != 0 {
+		t.Fatalf("create: %d %v: %s (b's API calls %d)", resp.StatusCode, resp.Header, body, b.calls.Load())
+	}
+}
+
+// TestForwardRequireTLS: with require_tls a node forwards nothing to a
+// node registered with an http URL (503 node_unavailable, a failed
+// forward) and places no new session there.
+func TestForwardRequireTLS(t *testing.T) {
+	st := openStore(t, testPostgres(t))
+	ca := newTestCA(t, "cluster CA")
+	e := startNodeWith(t, st, "e", 1, nodeOpts{tls: ca.serverTLS(t), conf: func(s *Settings) {
+		s.CAFile, s.RequireTLS = writeTemp(t, "ca.pem", ca.pem), true
+	}})
+	plain := startNode(t, st, "plain", 8)
+	insertSession(t, st, "plain", "s1")
+	plain.ex.has["s1"] = true
+	c := ca.client()
+	resp, body := callWith(t, c, "GET", e.url+"/v1/sessions/s1", nil, nil)
+	if resp.StatusCode != http.StatusServiceUnavailable || !strings.Contains(body, `"code":"node_unavailable"`) || resp.Header.Get(HeaderNode) != "e" {
+		t.Fatalf("%d %v: %s", resp.StatusCode, resp.Header, body)
+	}
+	if !waitFor(time.Second, func() bool { return e.obs.forwarded("failed") == 1 }) {
+		t.Errorf("forwards failed = %d", e.obs.forwarded("failed"))
+	}
+	resp, body = callWith(t, c, "POST", e.url+"/v1/sessions", strings.NewReader(`{}`), nil)
+	if resp.StatusCode != http.StatusCreated || resp.Header.Get(HeaderNode) != "e" {
+		t.Fatalf("create: %d %v: %s", resp.StatusCode, resp.Header, body)
+	}
+	if plain.calls.Load() != 0 {
+		t.Fatalf("the plain node's API saw %d calls", plain.calls.Load())
+	}
+}
+
+// TestNewCAFile: New builds a transport that trusts ca_file alone (TLS
+// 1.2 or later), fails naming the file when it cannot load it, and uses
+// an injected Transport as it is.
+func TestNewCAFile(t *testing.T) {
+	ca := newTestCA(t, "cluster CA")
+	s := Settings{Node: "n1", AdvertiseURL: "https://127.0.0.1:8443", Secret: testSecret, Lease: duration.Duration(testLease),
+		CAFile: filepath.Join(t.TempDir(), "missing.pem")}
+	if _, err := New(s, Deps{}); err == nil || !strings.Contains(err.Error(), "ca_file") || !strings.Contains(err.Error(), "missing.pem") {
+		t.Fatalf("missing ca_file: %v", err)
+	}
+	s.CAFile = writeTemp(t, "ca.pem", ca.pem)
+	st := openStore(t, testPostgres(t)).ForNode("n1")
+	n, err := New(s, Deps{Store: st, Executor: newFakeExec(1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr, ok := n.trans.(*http.Transport)
+	if !ok || tr.TLSClientConfig == nil || tr.TLSClientConfig.MinVersion != tls.VersionTLS12 || tr.TLSClientConfig.RootCAs == nil {
+		t.Fatalf("transport %#v", n.trans)
+	}
+	want := x509.NewCertPool()
+	want.AddCert(ca.cert)
+	if !tr.TLSClientConfig.RootCAs.Equal(want) {
+		t.Fatal("the transport does not trust exactly ca_file")
+	}
+	own := &http.Transport{}
+	if n, err = New(s, Deps{Store: st, Executor: newFakeExec(1), Transport: own}); err != nil || n.trans != own {
+		t.Fatalf("injected transport: %v, %v", n.trans, err)
+	}
+}
+
+// TestValidateCAFileAndRequireTLS: ca_file must read and hold a
+// certificate (every problem names the file); require_tls refuses an
+// http advertise URL; ca_file with an http URL is allowed; a single node
+// checks none of it.
+func TestValidateCAFileAndRequireTLS(t *testing.T) {
+	t.Parallel()
+	ca := newTestCA(t, "cluster CA")
+	keyPEM := pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: []byte("not really a key")})
+	dir := t.TempDir()
+	file := func(name string, b []byte) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	good := file("good.pem", ca.pem)
+	for _, tc := range []struct {
+		name       string
+		url        string
+		caFile     string
+		requireTLS bool
+		want       []string // empty: valid
+	}{
+		{name: "good", url: "https://n1:8443", caFile: good},
+		{name: "two certificates", url: "https://n1:8443", caFile: file("two.pem", append(append([]byte{}, ca.pem...), newTestCA(t, "b").pem...))},
+		{name: "http url with a ca file", url: "http://n1:8080", caFile: good},
+		{name: "missing", url: "https://n1:8443", caFile: filepath.Join(dir, "nope.pem"),
+			want: []string{"ca_file: reading the CA certificates", "nope.pem", "no such file"}},
+		{name: "a folder", url: "https://n1:8443", caFile: dir, want: []string{"ca_file: reading the CA certificates", dir}},
+		{name: "empty", url: "https://n1:8443", caFile: file("empty.pem", []byte("\n \n")), want: []string{"ca_file: ", "empty.pem is empty"}},
+		{name: "not PEM", url: "https://n1:8443", caFile: file("der.pem", ca.cert.Raw), want: []string{"der.pem holds no PEM block"}},
+		{name: "no certificate", url: "https://n1:8443", caFile: file("key.pem", keyPEM),
+			want: []string{"key.pem holds no certificate, only PRIVATE KEY"}},
+		{name: "bad certificate", url: "https://n1:8443",
+			caFile: file("bad.pem", append(append([]byte{}, ca.pem...), pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: []byte("junk")})...)),
+			want:   []string{"bad.pem: certificate 2 does not parse"}},
+		{name: "require_tls with https", url: "https://n1:8443", requireTLS: true},
+		{name: "require_tls with http", url: "http://n1:8080", requireTLS: true,
+			want: []string{`require_tls: advertise_url "http://n1:8080" is plain http`}},
+		{name: "require_tls and a bad url", url: "ftp://n1:21", requireTLS: true, want: []string{"advertise_url:"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			s := Settings{Node: "n1", AdvertiseURL: tc.url, Secret: newSecret, CAFile: tc.caFile, RequireTLS: tc.requireTLS,
+				Lease: duration.Duration(10 * time.Second)}
+			err := s.Validate()
+			if len(tc.want) == 0 {
+				if err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatal("accepted")
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q lacks %q", err, w)
+				}
+			}
+		})
+	}
+	if err := (Settings{CAFile: filepath.Join(dir, "nope.pem"), RequireTLS: true}).Validate(); err != nil {
+		t.Fatalf("single node: %v", err)
+	}
+}
