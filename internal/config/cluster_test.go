@@ -36,6 +36,10 @@ func TestClusterSection(t *testing.T) {
 			want: []string{"is not http(s)://HOST:PORT"}},
 		{name: "lease", yaml: pg + "cluster:\n  node: n1\n  advertise_url: http://h:1\n  secret: " + secret + "\n  lease: 500ms\n",
 			want: []string{"cluster.lease: must be from 2s to 10m, got 500ms"}},
+		{name: "ca file missing", yaml: pg + "cluster:\n  node: n1\n  advertise_url: https://h:1\n  secret: " + secret + "\n  ca_file: /nonexistent/ca.pem\n",
+			want: []string{"cluster.ca_file: reading the CA certificates", "/nonexistent/ca.pem"}},
+		{name: "require_tls with http", yaml: pg + "cluster:\n  node: n1\n  advertise_url: http://h:1\n  secret: " + secret + "\n  require_tls: true\n",
+			want: []string{`cluster.require_tls: advertise_url "http://h:1" is plain http`}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
