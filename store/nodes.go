@@ -268,3 +268,23 @@ func boolInt(b bool) int {
 	}
 	return 0
 }
+
+// OrphanedIdleSessions lists up to limit sessions that nobody will end
+// on their own: not ended, owned by no node holding a lease at now (their
+// owner's lease ran out, or they were handed over and never claimed), and
+// idle past their TTL at now (last used more than idle_ttl ago). The
+// longest idle come first. A node of the cluster claims (ClaimSession)
+// and ends each: their owner's reaper is gone, and no call will come to
+// take them over.
+func (s *Store) OrphanedIdleSessions(ctx context.Context, now time.Time, limit int) ([]SessionRow, error) {
+	// The owner is looked up per name (the sessions_node_state index):
+	// unowned, or a registered node whose lease ran out.
+	rows, err := s.querySessions(ctx, `SELECT `+sessionCols+` FROM sessions
+		WHERE node IN (SELECT '' UNION SELECT name FROM nodes WHERE lease_until <= ?)
+		AND state <> 'ended' AND last_used_at + idle_ttl_ms < ?
+		ORDER BY last_used_at, id LIMIT ?`, ms(now), ms(now), limit)
+	if err != nil {
+		return nil, fmt.Errorf("listing orphaned idle sessions: %w", err)
+	}
+	return rows, nil
+}

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -150,6 +151,70 @@ func TestSessionOwnership(t *testing.T) {
 		}
 		if _, _, err := b.ClaimSession(ctx, "nope", later); !errors.Is(err, ErrNotFound) {
 			t.Fatalf("claim of a missing session: %v", err)
+		}
+	})
+}
+
+func TestOrphanedIdleSessions(t *testing.T) {
+	eachBackend(t, func(t *testing.T, open opener) {
+		ctx := context.Background()
+		db := open(t)
+		now := time.Now()
+		// live holds a lease; dead's ran out a minute ago.
+		if _, err := db.RegisterNode(ctx, NodeRow{Name: "live", URL: "http://live", StartedAt: now, RenewedAt: now, LeaseUntil: now.Add(24 * time.Hour)}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := db.RegisterNode(ctx, NodeRow{Name: "dead", URL: "http://dead", StartedAt: now, RenewedAt: now, LeaseUntil: now.Add(-time.Minute)}); err != nil {
+			t.Fatal(err)
+		}
+		idle := now.Add(-2 * time.Hour) // past an hour's TTL
+		for _, r := range []SessionRow{
+			{ID: "expired-idle", Node: "dead", State: "hibernated", LastUsedAt: idle},
+			{ID: "expired-idle-older", Node: "dead", State: "running", LastUsedAt: idle.Add(-time.Minute)},
+			{ID: "handover-idle", Node: "", State: "hibernated", LastUsedAt: idle.Add(time.Minute)},
+			{ID: "expired-fresh", Node: "dead", State: "running", LastUsedAt: now.Add(-time.Minute)},
+			{ID: "handover-fresh", Node: "", State: "hibernated", LastUsedAt: now.Add(-time.Minute)},
+			{ID: "live-idle", Node: "live", State: "running", LastUsedAt: idle},
+			{ID: "expired-ended", Node: "dead", State: "running", LastUsedAt: idle},
+		} {
+			r.KeyID, r.Language, r.Network, r.IdleTTL, r.CreatedAt = "k", "python3", "{}", time.Hour, idle.Add(-time.Hour)
+			if err := db.ForNode(r.Node).InsertSession(ctx, r); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := db.ForNode("dead").SetSessionState(ctx, "expired-ended", "ended", "deleted", true); err != nil {
+			t.Fatal(err)
+		}
+		ids := func(limit int) []string {
+			t.Helper()
+			rows, err := db.ForNode("live").OrphanedIdleSessions(ctx, now, limit)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var out []string
+			for _, r := range rows {
+				out = append(out, r.ID)
+			}
+			return out
+		}
+		want := []string{"expired-idle-older", "expired-idle", "handover-idle"} // longest idle first
+		if got := ids(32); !slices.Equal(got, want) {
+			t.Fatalf("orphaned idle sessions %v, want %v", got, want)
+		}
+		if got := ids(2); !slices.Equal(got, want[:2]) {
+			t.Fatalf("limit 2: %v, want %v", got, want[:2])
+		}
+		// Once claimed by a node holding a lease, a session is no orphan.
+		if _, ok, err := db.ForNode("live").ClaimSession(ctx, "expired-idle-older", now); err != nil || !ok {
+			t.Fatalf("claim: %v %v", ok, err)
+		}
+		if got := ids(32); !slices.Equal(got, want[1:]) {
+			t.Fatalf("after a claim: %v, want %v", got, want[1:])
+		}
+		// Past their TTL later, the fresh ones are listed too.
+		later, err := db.OrphanedIdleSessions(ctx, now.Add(2*time.Hour), 32)
+		if err != nil || len(later) != 4 {
+			t.Fatalf("two hours later: %+v, %v", later, err)
 		}
 	})
 }
