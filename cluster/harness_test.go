@@ -38,6 +38,8 @@ type fakeExec struct {
 	has      map[string]bool
 	adopts   map[string]int
 	lost     map[string]bool // Adopt fails with ErrSessionLost
+	orphans  map[string]int  // EndOrphan calls, by session
+	st       *store.Store    // the node's store: EndOrphan ends the row
 	fences   int
 	fenced   chan struct{} // gets one value per Fence
 	capacity int
@@ -46,7 +48,7 @@ type fakeExec struct {
 }
 
 func newFakeExec(free int) *fakeExec {
-	return &fakeExec{has: map[string]bool{}, adopts: map[string]int{}, lost: map[string]bool{}, fenced: make(chan struct{}, 16), capacity: 16, free: free}
+	return &fakeExec{has: map[string]bool{}, adopts: map[string]int{}, lost: map[string]bool{}, orphans: map[string]int{}, fenced: make(chan struct{}, 16), capacity: 16, free: free}
 }
 
 func (f *fakeExec) Has(id string) bool { f.mu.Lock(); defer f.mu.Unlock(); return f.has[id] }
@@ -62,6 +64,24 @@ func (f *fakeExec) Adopt(ctx context.Context, id string) (sandbox.Session, error
 		f.has[id] = true
 	}
 	return sandbox.Session{ID: id, State: sandbox.StateHibernated}, nil
+}
+
+func (f *fakeExec) EndOrphan(ctx context.Context, id, reason string) error {
+	f.mu.Lock()
+	f.orphans[id]++
+	delete(f.has, id)
+	f.mu.Unlock()
+	if err := f.st.SetSessionState(ctx, id, "ended", reason, true); err != nil {
+		return fmt.Errorf("ending %s: %w", id, err)
+	}
+	return nil
+}
+
+// endedOrphans is how many times EndOrphan was called for session id.
+func (f *fakeExec) endedOrphans(id string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.orphans[id]
 }
 
 func (f *fakeExec) Fence(ctx context.Context) error {
@@ -82,8 +102,9 @@ func (f *fakeExec) adopted(id string) int { f.mu.Lock(); defer f.mu.Unlock(); re
 
 // countObs counts what the node observes.
 type countObs struct {
-	forwards  sync.Map // outcome -> *atomic.Int64
-	takeovers atomic.Int64
+	forwards  sync.Map     // outcome -> *atomic.Int64
+	takeovers atomic.Int64 // claims for a call ("expired", "handover")
+	swept     atomic.Int64 // claims by a sweep
 }
 
 func (o *countObs) ClusterForward(outcome string) {
@@ -91,7 +112,13 @@ func (o *countObs) ClusterForward(outcome string) {
 	v.(*atomic.Int64).Add(1)
 }
 
-func (o *countObs) ClusterTakeover(string) { o.takeovers.Add(1) }
+func (o *countObs) ClusterTakeover(from string) {
+	if from == "swept" {
+		o.swept.Add(1)
+		return
+	}
+	o.takeovers.Add(1)
+}
 
 func (o *countObs) forwarded(outcome string) int64 {
 	v, ok := o.forwards.Load(outcome)
@@ -166,6 +193,7 @@ func startNodeWith(t *testing.T, st *store.Store, name string, free int, o nodeO
 		secret = testSecret
 	}
 	tn := &testNode{name: name, url: scheme + ln.Addr().String(), ex: newFakeExec(free), obs: &countObs{}, st: st.ForNode(name)}
+	tn.ex.st = tn.st
 	s := Settings{Node: name, AdvertiseURL: tn.url, Secret: secret, Lease: duration.Duration(testLease)}
 	if o.conf != nil {
 		o.conf(&s)
@@ -220,7 +248,7 @@ func (tn *testNode) api(w http.ResponseWriter, r *http.Request) {
 	case r.Method == http.MethodPost && r.URL.Path == "/v1/sessions":
 		id := fmt.Sprintf("s-%s-%d", tn.name, time.Now().UnixNano())
 		if err := tn.st.InsertSession(r.Context(), store.SessionRow{ID: id, KeyID: "k1", Language: "python", State: "running",
-			CreatedAt: time.Now(), LastUsedAt: time.Now()}); err != nil {
+			IdleTTL: time.Hour, CreatedAt: time.Now(), LastUsedAt: time.Now()}); err != nil {
 			http.Error(w, err.Error(), 500)
 			return
 		}
@@ -254,11 +282,19 @@ func (tn *testNode) api(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// insertSession records session id as owned by node (empty: unowned).
+// insertSession records session id as owned by node (empty: unowned),
+// used now, with an idle TTL of an hour (no sweep ends it).
 func insertSession(t *testing.T, st *store.Store, node, id string) {
 	t.Helper()
+	insertIdleSession(t, st, node, id, time.Now(), time.Hour)
+}
+
+// insertIdleSession records session id as owned by node (empty:
+// unowned), last used at used, with idle TTL ttl.
+func insertIdleSession(t *testing.T, st *store.Store, node, id string, used time.Time, ttl time.Duration) {
+	t.Helper()
 	if err := st.ForNode(node).InsertSession(t.Context(), store.SessionRow{ID: id, KeyID: "k1", Language: "python", State: "running",
-		CreatedAt: time.Now(), LastUsedAt: time.Now()}); err != nil {
+		IdleTTL: ttl, CreatedAt: used, LastUsedAt: used}); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -26,6 +26,14 @@ type Executor interface {
 	// fails with sandbox.ErrSessionLost when the session's home is gone,
 	// sandbox.ErrSessionMoved when another node owns it by now.
 	Adopt(ctx context.Context, id string) (sandbox.Session, error)
+	// EndOrphan ends session id, whose row this node has just claimed
+	// from a node that is gone (its lease ran out, or it handed the
+	// session over and nobody called it since) and which was idle past
+	// its TTL: as the executor's reaper ends an idle session (row ended
+	// with reason, plan slot freed, home image removed). A session whose
+	// home image is gone is ended as Adopt ends it ("sandbox lost").
+	// ErrSessionMoved: another node owns it by now.
+	EndOrphan(ctx context.Context, id, reason string) error
 	// Fence stops using every session at once (kill, unmount, forget)
 	// without writing their state: the node's lease is lost.
 	Fence(ctx context.Context) error
@@ -49,7 +57,8 @@ type Observer interface {
 	ClusterForward(outcome string)
 	// ClusterTakeover counts one session this node claimed, by what its
 	// previous owner did ("expired": its lease ran out; "handover": it
-	// drained and released it).
+	// drained and released it), or "swept": an orphan idle past its TTL
+	// that this node claimed to end it (sweep).
 	ClusterTakeover(from string)
 }
 
@@ -175,18 +184,23 @@ func (n *Node) Epoch() int64 {
 	return n.epoch
 }
 
-// Start registers the node (a new epoch) and keeps renewing its lease in
-// the background until Stop.
+// Start registers the node (a new epoch) and, in the background until
+// Stop, keeps renewing its lease and sweeps orphaned idle sessions (see
+// sweep).
 func (n *Node) Start(ctx context.Context) error {
 	if err := n.register(ctx); err != nil {
 		return err
 	}
 	n.stop, n.done = make(chan struct{}), make(chan struct{})
-	go n.loop()
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); n.loop() }()
+	go func() { defer wg.Done(); n.sweepLoop() }()
+	go func() { wg.Wait(); close(n.done) }()
 	return nil
 }
 
-// Stop ends the renewals and the lease (ExpireNode): called after the
+// Stop ends the renewals, the sweeps and the lease (ExpireNode): called after the
 // executor's Stop handed the sessions over, so other nodes may claim at
 // once whatever is left.
 func (n *Node) Stop(ctx context.Context) error {
@@ -332,7 +346,6 @@ func (n *Node) serving() bool {
 // loop renews every lease/3 (every lease/10 after a failure), fences when
 // the lease is lost or cannot be renewed in time, and registers again.
 func (n *Node) loop() {
-	defer close(n.done)
 	wait := n.lease / 3
 	for {
 		n.mu.Lock()

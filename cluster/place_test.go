@@ -95,7 +95,7 @@ func TestListSessions(t *testing.T) {
 	t0 := time.Now().Add(-time.Minute)
 	for i, x := range []struct{ node, id, key string }{{"a", "s1", "k1"}, {"b", "s2", "k1"}, {"b", "s3", "k2"}, {"", "s4", "k1"}} {
 		if err := st.ForNode(x.node).InsertSession(t.Context(), store.SessionRow{ID: x.id, KeyID: x.key, Language: "python", State: "running",
-			Network: `{"enabled":true,"allowed_domains":["pypi.org"]}`, CreatedAt: t0.Add(time.Duration(i) * time.Second), LastUsedAt: t0, IdleTTL: time.Minute}); err != nil {
+			Network: `{"enabled":true,"allowed_domains":["pypi.org"]}`, CreatedAt: t0.Add(time.Duration(i) * time.Second), LastUsedAt: t0, IdleTTL: time.Hour}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -106,7 +106,7 @@ func TestListSessions(t *testing.T) {
 		ids = append(ids, s.ID)
 	}
 	if strings.Join(ids, ",") != "s1,s2,s4" || got[0].State != sandbox.StateHibernated || got[1].Owner != "k1" ||
-		!got[1].Network.Enabled || got[1].IdleTTL != time.Minute {
+		!got[1].Network.Enabled || got[1].IdleTTL != time.Hour {
 		t.Fatalf("list %+v", got)
 	}
 }

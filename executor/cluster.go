@@ -178,6 +178,40 @@ func (e *Executor) Adopt(ctx context.Context, id string) (Session, error) {
 	return s.snapshot(), nil
 }
 
+// EndOrphan ends session id, whose row names this node (the cluster's
+// sweep has just claimed it from a node that is gone, idle past its TTL):
+// it is taken in from its row (Adopt), then ended at once as the reaper
+// ends an idle session, with reason: the row ends, its plan slot is freed
+// and its home, image included, removed. It does not wait for the idle
+// clock of the adopted session (Adopt restarts it for a row that was
+// running). A session whose image is gone, or that was caught in creation
+// or in its end, is ended "sandbox lost" by Adopt and whatever is left of
+// its home removed; EndOrphan then answers nil as well. A row another
+// node owns answers ErrSessionMoved, an ended or unknown one ErrNotFound.
+func (e *Executor) EndOrphan(ctx context.Context, id, reason string) error {
+	if _, err := e.Adopt(ctx, id); errors.Is(err, ErrSessionLost) {
+		// The row is ended, and names this node: nobody mounts its image.
+		if err := dropHome(ctx, e.home(id)); err != nil {
+			return fmt.Errorf("ending orphaned session %s: %w", id, err)
+		}
+		e.log.InfoContext(ctx, "session reaped", "session", id, "reason", "sandbox lost")
+		return nil
+	} else if err != nil {
+		return fmt.Errorf("ending orphaned session %s: %w", id, err)
+	}
+	e.mu.Lock()
+	s, ok := e.sessions[id]
+	e.mu.Unlock()
+	if !ok {
+		return fmt.Errorf("ending orphaned session %s: %w", id, ErrNotFound)
+	}
+	if err := e.endSessionOf(ctx, s, reason); err != nil {
+		return fmt.Errorf("ending orphaned session %s: %w", id, err)
+	}
+	e.log.InfoContext(ctx, "session reaped", "session", id, "reason", reason)
+	return nil
+}
+
 // waitLetGo waits, within ctx, until the object of session id that this
 // executor let go of last (if any) is idle: no call holds or waits for
 // it, and no hibernation, resume, fork or end of it runs. What is left

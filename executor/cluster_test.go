@@ -782,3 +782,101 @@ func TestClusterReconcileKeepsUnreadableImage(t *testing.T) {
 		t.Fatal("served a session whose image could not be read")
 	}
 }
+
+// TestClusterEndOrphan: node a dies with a running session (its fence
+// lets go of it, the row still says running on a); node b claims it for
+// the sweep and ends it at once, idle clock or not: the row ends with the
+// sweep's reason, the key's plan slot is freed, the image leaves
+// homes_dir, and b holds nothing of it.
+func TestClusterEndOrphan(t *testing.T) {
+	c := newCluster(t)
+	a := c.start(t, "a", c.nodeConfig(t))
+	b := c.start(t, "b", c.nodeConfig(t))
+	ctx := context.Background()
+	s, err := a.CreateSession(ctx, SessionSpec{Language: "bash", Owner: "k1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := c.st.ForNode("a").ReserveSessionSlot(ctx, "k1", s.ID, "", 4); err != nil || !ok {
+		t.Fatalf("reserving a slot: %v %v", ok, err)
+	}
+	if err := c.st.BindSessionSlot(ctx, "k1", s.ID, s.ID); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := c.st.SessionSlots(ctx, "k1"); err != nil || n != 1 {
+		t.Fatalf("slots %d, %v", n, err)
+	}
+	img := filepath.Join(c.homes, s.ID, "home.img")
+	clusterRun(t, a, s.ID, "echo x > /home/sandbox/f.txt")
+	if err := a.Fence(ctx); err != nil {
+		t.Fatalf("fence: %v", err)
+	}
+	if err := b.EndOrphan(ctx, s.ID, "idle (owner node gone)"); !errors.Is(err, ErrSessionMoved) {
+		t.Fatalf("end before the claim: %v, want ErrSessionMoved", err)
+	}
+	c.claim(t, "b", s.ID)
+	if err := b.EndOrphan(ctx, s.ID, "idle (owner node gone)"); err != nil {
+		t.Fatal(err)
+	}
+	r, err := c.st.GetSession(ctx, s.ID)
+	if err != nil || r.State != string(StateEnded) || r.EndReason != "idle (owner node gone)" || r.Node != "b" {
+		t.Fatalf("row after EndOrphan: %+v %v", r, err)
+	}
+	if n, err := c.st.SessionSlots(ctx, "k1"); err != nil || n != 0 {
+		t.Fatalf("slots after EndOrphan %d, %v", n, err)
+	}
+	if _, err := os.Stat(filepath.Dir(img)); !os.IsNotExist(err) {
+		t.Fatalf("the home image is left in homes_dir: %v", err)
+	}
+	if b.Has(s.ID) || b.Free() != 8 {
+		t.Fatalf("b: Has %v, free %d", b.Has(s.ID), b.Free())
+	}
+	if h := hostHolds(b, s.ID); len(h) > 0 {
+		t.Fatalf("b still holds %v", h)
+	}
+	if err := b.EndOrphan(ctx, s.ID, "idle (owner node gone)"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("second EndOrphan: %v, want ErrNotFound", err)
+	}
+}
+
+// TestClusterEndOrphanWithoutImage: an orphan whose image is not there
+// (homes not shared) is ended "sandbox lost", its slot freed, and what is
+// left of its home folder removed; EndOrphan answers nil.
+func TestClusterEndOrphanWithoutImage(t *testing.T) {
+	c := newCluster(t)
+	b := c.start(t, "b", c.nodeConfig(t))
+	ctx := context.Background()
+	now := time.Now().Add(-2 * time.Hour)
+	id := newID("sess_")
+	if err := c.st.ForNode("a").InsertSession(ctx, store.SessionRow{ID: id, KeyID: "k1", Language: "python3", State: string(StateHibernated),
+		Network: "{}", IdleTTL: time.Minute, CreatedAt: now, LastUsedAt: now, DiskBytes: 64 << 20}); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := c.st.ForNode("a").ReserveSessionSlot(ctx, "k1", id, "", 4); err != nil || !ok {
+		t.Fatalf("reserving a slot: %v %v", ok, err)
+	}
+	if err := c.st.BindSessionSlot(ctx, "k1", id, id); err != nil {
+		t.Fatal(err)
+	}
+	// A folder without its image (a copy that never finished).
+	if err := os.MkdirAll(filepath.Join(c.homes, id), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	c.claim(t, "b", id)
+	if err := b.EndOrphan(ctx, id, "idle (owner node gone)"); err != nil {
+		t.Fatal(err)
+	}
+	r, err := c.st.GetSession(ctx, id)
+	if err != nil || r.State != string(StateEnded) || r.EndReason != "sandbox lost" {
+		t.Fatalf("row after EndOrphan: %+v %v", r, err)
+	}
+	if n, err := c.st.SessionSlots(ctx, "k1"); err != nil || n != 0 {
+		t.Fatalf("slots after EndOrphan %d, %v", n, err)
+	}
+	if _, err := os.Stat(filepath.Join(c.homes, id)); !os.IsNotExist(err) {
+		t.Fatalf("the home folder is left in homes_dir: %v", err)
+	}
+	if b.Has(id) {
+		t.Fatal("an ended orphan is held")
+	}
+}

@@ -59,10 +59,11 @@ func (heldSessions) Has(string) bool { return true }
 func (heldSessions) Adopt(ctx context.Context, id string) (sandbox.Session, error) {
 	return sandbox.Session{ID: id}, nil
 }
-func (heldSessions) Fence(context.Context) error { return nil }
-func (heldSessions) HoldUntil(time.Time)         {}
-func (heldSessions) Capacity() int               { return 4 }
-func (heldSessions) Free() int                   { return 4 }
+func (heldSessions) EndOrphan(context.Context, string, string) error { return nil }
+func (heldSessions) Fence(context.Context) error                     { return nil }
+func (heldSessions) HoldUntil(time.Time)                             {}
+func (heldSessions) Capacity() int                                   { return 4 }
+func (heldSessions) Free() int                                       { return 4 }
 
 type anyKey struct{}
 
