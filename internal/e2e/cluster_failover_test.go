@@ -10,12 +10,17 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/sandboxapi/sandboxapi/store"
 )
 
 // TestClusterWithoutSharedHomes runs 2 nodes that keep their homes in
 // their own data dirs: a killed node's session cannot come back, and
 // answers 410 sandbox_lost on its next call through the other node; it is
-// ended, and its key can make a new session in its place.
+// ended, and its key can make a new session in its place. Another session
+// of the killed node, with a short idle TTL, is never called again: the
+// other node's sweep ends it once it is idle past its TTL, and its plan
+// slot is free again without any call to it.
 func TestClusterWithoutSharedHomes(t *testing.T) {
 	c := startCluster(t, clusterOptions{nodes: 2, ownHomes: true})
 	key := c.key(t, "PRO")
@@ -29,6 +34,22 @@ func TestClusterWithoutSharedHomes(t *testing.T) {
 	t.Cleanup(func() { c.deleteAll(t, key, ids) })
 	victim := c.index(owners[ids[0]])
 	other := c.other(victim+1, victim)
+	// The orphan: made last, so that the victim is killed well before
+	// its TTL passes (its own reaper would end it "idle_ttl").
+	// A key of its own: the plan allows two sessions.
+	orphan := ""
+	for range 4 {
+		okey := c.key(t, "PRO")
+		id, owner := c.create(t, victim, okey, map[string]any{"language": "bash", "idle_ttl": 4})
+		if owner == c.names[victim] {
+			orphan = id
+			break
+		}
+		c.deleteAll(t, okey, []string{id}) // placed on the other node
+	}
+	if orphan == "" {
+		t.Fatalf("no session placed on %s", c.names[victim])
+	}
 	c.nodes[victim].kill()
 	for _, id := range ids {
 		r := c.call(t, other, request{method: "POST", path: "/v1/sessions/" + id + "/execute", key: key, body: map[string]any{"code": "echo hi"}})
@@ -54,6 +75,33 @@ func TestClusterWithoutSharedHomes(t *testing.T) {
 	for k := 0; k < lost; k++ {
 		id, _ := c.create(t, other, key, map[string]any{"language": "bash"})
 		ids = append(ids, id)
+	}
+	// The orphan, never called: ended by the other node's sweep (its TTL,
+	// then the victim's lease, then a sweep about a lease apart), as lost
+	// (its image stayed in the victim's data dir).
+	st := c.openStore(t)
+	ctx := context.Background()
+	var row store.SessionRow
+	deadline := time.Now().Add(4*time.Second + 4*clusterLease)
+	for {
+		var err error
+		if row, err = st.GetSession(ctx, orphan); err != nil {
+			t.Fatal(err)
+		}
+		if row.State == "ended" || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if row.State != "ended" || row.Node != c.names[other] || (row.EndReason != "sandbox lost" && row.EndReason != "idle (owner node gone)") {
+		t.Fatalf("the killed node's orphan, never called: %+v; want ended by %s's sweep", row, c.names[other])
+	}
+	live, err := st.LiveSessionsOfKey(ctx, row.KeyID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if slots, err := st.SessionSlots(ctx, row.KeyID); err != nil || slots != len(live) {
+		t.Fatalf("the key holds %d plan slots for %d live sessions (%v)", slots, len(live), err)
 	}
 }
 
