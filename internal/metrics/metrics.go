@@ -108,7 +108,7 @@ func New() *Metrics {
 	}, []string{"outcome"})
 	m.takeovers = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: namespace, Subsystem: "cluster", Name: "takeovers_total",
-		Help: "Sessions this node claimed from another, by what the previous owner did (expired: its lease ran out; handover: it drained and released them).",
+		Help: "Sessions this node claimed from another, by what the previous owner did (expired: its lease ran out; handover: it drained and released them; swept: an orphan idle past its TTL, claimed to end it).",
 	}, []string{"from"})
 	m.scrape = newScrapeCollector()
 	m.reg.MustRegister(
