@@ -43,19 +43,8 @@ func TestValidatePreviousSecrets(t *testing.T) {
 			s := Settings{Node: "n1", AdvertiseURL: "http://10.0.0.1:8080", Secret: newSecret, PreviousSecrets: tc.previous,
 				Lease: duration.Duration(10 * time.Second)}
 			err := s.Validate()
-			if len(tc.want) == 0 {
-				if err != nil {
-					t.Fatal(err)
-				}
+			if !wantErrors(t, err, tc.want) {
 				return
-			}
-			if err == nil {
-				t.Fatal("accepted")
-			}
-			for _, w := range tc.want {
-				if !strings.Contains(err.Error(), w) {
-					t.Errorf("error %q lacks %q", err, w)
-				}
 			}
 			for _, secret := range append([]string{s.Secret}, tc.previous...) {
 				if secret != "" && strings.Contains(err.Error(), secret) {
@@ -73,4 +62,26 @@ func TestValidatePreviousSecretsSingleNode(t *testing.T) {
 	if err := (Settings{PreviousSecrets: []string{"short"}}).Validate(); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// wantErrors checks a Validate result against want: nil when want is
+// empty, else an error containing every entry. It reports whether there
+// was an error to look at further.
+func wantErrors(t *testing.T, err error, want []string) bool {
+	t.Helper()
+	if len(want) == 0 {
+		if err != nil {
+			t.Fatal(err)
+		}
+		return false
+	}
+	if err == nil {
+		t.Fatal("accepted")
+	}
+	for _, w := range want {
+		if !strings.Contains(err.Error(), w) {
+			t.Errorf("error %q lacks %q", err, w)
+		}
+	}
+	return true
 }
