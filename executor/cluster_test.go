@@ -488,27 +488,8 @@ func TestClusterReconcileKeepsOthersImages(t *testing.T) {
 // TestClusterNodeHelperProcess is not a test: it is node a of
 // TestClusterFenceProcess, a process of its own that the test kills.
 func TestClusterNodeHelperProcess(t *testing.T) {
-	raw := os.Getenv("SANDBOXAPI_NODE_HELPER_CONFIG")
-	if raw == "" {
-		t.Skip("node a of TestClusterFenceProcess")
-	}
-	var cfg Config
-	if err := json.Unmarshal([]byte(raw), &cfg); err != nil {
-		t.Fatal(err)
-	}
 	ctx := context.Background()
-	st, err := store.OpenURL(ctx, os.Getenv("SANDBOXAPI_NODE_HELPER_DB_URL"), os.Getenv("SANDBOXAPI_NODE_HELPER_DB"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	rt, err := LoadRuntimes(configs.Runtimes, cfg.VersionsFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	e, err := New(cfg, rt, st.ForNode("a"), quietLog())
-	if err != nil {
-		t.Fatal(err)
-	}
+	e, _ := helperNode(t, "SANDBOXAPI_NODE_HELPER_CONFIG", "node a of TestClusterFenceProcess", quietLog())
 	if err := e.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -523,6 +504,36 @@ func TestClusterNodeHelperProcess(t *testing.T) {
 	time.Sleep(time.Second)
 	os.Stdout.WriteString("session " + s.ID + "\n")
 	select {} // until killed
+}
+
+// helperNode is the executor of node a in a helper process: its config
+// comes as JSON in the environment variable cfgVar (the test is skipped
+// without it: it is not a test of its own), its store from
+// SANDBOXAPI_NODE_HELPER_DB_URL or SANDBOXAPI_NODE_HELPER_DB. It is not
+// started.
+func helperNode(t *testing.T, cfgVar, skip string, log *slog.Logger) (*Executor, *store.Store) {
+	t.Helper()
+	raw := os.Getenv(cfgVar)
+	if raw == "" {
+		t.Skip(skip)
+	}
+	var cfg Config
+	if err := json.Unmarshal([]byte(raw), &cfg); err != nil {
+		t.Fatal(err)
+	}
+	st, err := store.OpenURL(context.Background(), os.Getenv("SANDBOXAPI_NODE_HELPER_DB_URL"), os.Getenv("SANDBOXAPI_NODE_HELPER_DB"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt, err := LoadRuntimes(configs.Runtimes, cfg.VersionsFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := New(cfg, rt, st.ForNode("a"), log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e, st
 }
 
 // TestClusterFenceProcess: node a runs in a process of its own and is

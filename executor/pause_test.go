@@ -19,7 +19,6 @@ import (
 	clusternode "github.com/sandboxapi/sandboxapi/cluster"
 	"github.com/sandboxapi/sandboxapi/configs"
 	"github.com/sandboxapi/sandboxapi/internal/duration"
-	"github.com/sandboxapi/sandboxapi/store"
 )
 
 // pausedLease is the lease of the node in TestClusterPausedNode: long
@@ -31,28 +30,9 @@ const pausedLease = 8 * time.Second
 // TestClusterPausedNode, a cluster node (lease loop and executor) in a
 // process of its own that the test stops and continues.
 func TestClusterPausedNodeHelperProcess(t *testing.T) {
-	raw := os.Getenv("SANDBOXAPI_PAUSED_HELPER_CONFIG")
-	if raw == "" {
-		t.Skip("node a of TestClusterPausedNode")
-	}
-	var cfg Config
-	if err := json.Unmarshal([]byte(raw), &cfg); err != nil {
-		t.Fatal(err)
-	}
 	ctx := context.Background()
-	st, err := store.OpenURL(ctx, os.Getenv("SANDBOXAPI_NODE_HELPER_DB_URL"), os.Getenv("SANDBOXAPI_NODE_HELPER_DB"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	rt, err := LoadRuntimes(configs.Runtimes, cfg.VersionsFile)
-	if err != nil {
-		t.Fatal(err)
-	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	e, err := New(cfg, rt, st.ForNode("a"), log)
-	if err != nil {
-		t.Fatal(err)
-	}
+	e, st := helperNode(t, "SANDBOXAPI_PAUSED_HELPER_CONFIG", "node a of TestClusterPausedNode", log)
 	node, err := clusternode.New(clusternode.Settings{Node: "a", AdvertiseURL: "http://127.0.0.1:9", Secret: strings.Repeat("s", 32), Lease: duration.Duration(pausedLease)},
 		clusternode.Deps{Store: st.ForNode("a"), Executor: e, Log: log})
 	if err != nil {
