@@ -9,11 +9,13 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"net/http/httputil"
 	"net/url"
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -477,6 +479,14 @@ func refusedSignature(resp *http.Response, target string) bool {
 // errRefused is what ModifyResponse returns for a refused signature.
 var errRefused = errors.New("the node refused this node's signature")
 
+// errResent is what ModifyResponse returns for a signature refused after
+// the transport sent the call again: the node read the first copy and
+// dropped the connection before replying, and a bodiless call (a GET)
+// is resent by the transport on another connection with the same
+// signature, whose nonce the first copy spent. The node is not refusing
+// this node's secret, so it is a failed forward.
+var errResent = errors.New("the node dropped the connection before replying and refused the resent call's spent signature")
+
 // forward proxies r to node target, streaming both ways, and reports how
 // it ended. When target cannot be reached nothing is written to w, so the
 // caller may still answer.
@@ -500,6 +510,10 @@ func (h *handler) forward(w http.ResponseWriter, r *http.Request, target store.N
 		return OutcomeFailed
 	}
 	in := r
+	// Copies of the call written to the node: more than one when the
+	// transport sent it again after a connection failed.
+	var sent atomic.Int32
+	trace := &httptrace.ClientTrace{WroteRequest: func(httptrace.WroteRequestInfo) { sent.Add(1) }}
 	rp := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(u)
@@ -507,20 +521,34 @@ func (h *handler) forward(w http.ResponseWriter, r *http.Request, target store.N
 			pr.SetXForwarded()
 			pr.Out.Header.Set("X-Request-Id", pr.In.Header.Get("X-Request-Id"))
 			h.n.sig.sign(pr.Out.Header, pr.Out.Method, pr.Out.URL.RequestURI(), target.Name, h.n.now())
+			pr.Out = pr.Out.WithContext(httptrace.WithClientTrace(pr.Out.Context(), trace))
 		},
 		Transport:     h.n.trans,
 		FlushInterval: -1, // streams (SSE) reach the client as they are written
 		ErrorLog:      h.n.proxyLog,
 		ModifyResponse: func(resp *http.Response) error {
 			if refusedSignature(resp, target.Name) {
+				if sent.Load() > 1 {
+					return errResent
+				}
 				return errRefused
 			}
 			if resp.Header.Get(HeaderNode) == "" {
 				resp.Header.Set(HeaderNode, target.Name)
 			}
+			if resp.StatusCode != http.StatusSwitchingProtocols {
+				resp.Body = &replyBody{ReadCloser: resp.Body, h: h, r: in, node: target.Name}
+			}
 			return nil
 		},
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			if errors.Is(err, errResent) {
+				outcome = OutcomeFailed
+				h.n.log.Warn("cluster: the node dropped the connection before replying", "request_id", r.Header.Get("X-Request-Id"),
+					"node", target.Name, "err", err)
+				h.fail(w, r, errNodeUnavailable)
+				return
+			}
 			if errors.Is(err, errRefused) {
 				outcome = OutcomeRefused
 				h.n.refusedBy(target.Name)
@@ -563,6 +591,32 @@ func (h *handler) forward(w http.ResponseWriter, r *http.Request, target store.N
 	}
 	rp.ServeHTTP(w, r)
 	return outcome
+}
+
+// replyBody is the body of a node's reply on its way to the client. A
+// read that fails before the reply's end, while the client is still
+// there, is logged once with the call's request id: the proxy then drops
+// the client's connection (the client sees its reply cut short: an
+// unexpected EOF), and the line tells the operator which call and which
+// node.
+type replyBody struct {
+	io.ReadCloser
+	h      *handler
+	r      *http.Request // the client's call
+	node   string
+	n      int64 // bytes read
+	logged bool
+}
+
+func (b *replyBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	b.n += int64(n)
+	if err != nil && !errors.Is(err, io.EOF) && !b.logged && b.r.Context().Err() == nil {
+		b.logged = true
+		b.h.n.log.Warn("cluster: the node's reply was cut short; the client's connection is dropped", "request_id", b.r.Header.Get("X-Request-Id"),
+			"node", b.node, "method", b.r.Method, "path", b.r.URL.Path, "bytes", b.n, "err", err)
+	}
+	return n, err
 }
 
 // untrusted reports whether err, from a forward, is a TLS handshake that

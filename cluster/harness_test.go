@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -175,6 +176,14 @@ type nodeOpts struct {
 	secret string            // empty: testSecret
 	tls    *tls.Config       // set: the node serves HTTPS with it, and advertises https
 	conf   func(s *Settings) // set: changes the settings before New
+	// api, when set, serves the node's local calls instead of the fake
+	// API (testNode.api).
+	api http.Handler
+	// server, when set, changes the node's http.Server before it starts
+	// (its timeouts).
+	server func(s *http.Server)
+	// log, when set, gets the node's lines.
+	log *slog.Logger
 }
 
 // startNodeWith starts node name on st's database, free sandboxes free,
@@ -198,14 +207,21 @@ func startNodeWith(t *testing.T, st *store.Store, name string, free int, o nodeO
 	if o.conf != nil {
 		o.conf(&s)
 	}
-	n, err := New(s, Deps{Store: tn.st, Executor: tn.ex, Observer: tn.obs, Now: func() time.Time { return time.Now().Add(time.Duration(tn.skew.Load())) }})
+	n, err := New(s, Deps{Store: tn.st, Executor: tn.ex, Observer: tn.obs, Log: o.log, Now: func() time.Time { return time.Now().Add(time.Duration(tn.skew.Load())) }})
 	if err != nil {
 		t.Fatal(err)
 	}
 	tn.node = n
-	tn.srv = httptest.NewUnstartedServer(n.Handler(http.HandlerFunc(tn.api)))
+	var api http.Handler = http.HandlerFunc(tn.api)
+	if o.api != nil {
+		api = o.api
+	}
+	tn.srv = httptest.NewUnstartedServer(n.Handler(api))
 	tn.srv.Listener.Close()
 	tn.srv.Listener = ln
+	if o.server != nil {
+		o.server(tn.srv.Config)
+	}
 	if o.tls != nil {
 		tn.srv.TLS = o.tls
 		tn.srv.StartTLS()

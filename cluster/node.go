@@ -110,7 +110,9 @@ type Node struct {
 	sig   *signer
 	trans http.RoundTripper
 	lease time.Duration
-	// proxyLog takes the forwarding proxy's own lines (a body cut short).
+	// proxyLog takes the forwarding proxy's own lines, at debug level: a
+	// reply cut short, the one it writes under a server, is logged by the
+	// forward with its request id (replyBody).
 	proxyLog *log.Logger
 
 	renewMu sync.Mutex // one renewal or registration at a time
@@ -146,7 +148,7 @@ func New(s Settings, d Deps) (*Node, error) {
 	if n.log == nil {
 		n.log = slog.New(slog.DiscardHandler)
 	}
-	n.proxyLog = slog.NewLogLogger(n.log.With("component", "cluster-proxy").Handler(), slog.LevelWarn)
+	n.proxyLog = slog.NewLogLogger(n.log.With("component", "cluster-proxy").Handler(), slog.LevelDebug)
 	if n.now == nil {
 		n.now = time.Now
 	}
