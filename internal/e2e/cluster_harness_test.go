@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -49,6 +51,10 @@ type cluster struct {
 	oldLogs []string
 	// egress names, per node, its session networks.
 	egress []egressEnv
+	// scheme is how the harness's client reaches the nodes (http or
+	// https) and client is that client (see clusterOptions.roots).
+	scheme string
+	client *http.Client
 }
 
 // clusterOptions shapes the nodes; the zero value is 3 nodes, no warm pool.
@@ -60,6 +66,16 @@ type clusterOptions struct {
 	// ownHomes leaves executor.homes_dir unset: each node keeps its
 	// homes in its own data dir, out of the others' reach.
 	ownHomes bool
+	// roots, when set, makes the nodes advertise https:// URLs and the
+	// harness's client (try, call, stream, waitReady) speak HTTPS to
+	// them, trusting these roots alone; the nodes serve TLS through the
+	// tls: section nodeYAML gives them.
+	roots *x509.CertPool
+	// nodeYAML, when set, adds to the config of node i, which listens on
+	// addr: clusterYAML at the end of its cluster: section (keys indented
+	// by two spaces, each line ending in a newline), extra at the end of
+	// the file (sections the harness does not write, such as tls:).
+	nodeYAML func(i int, addr string) (clusterYAML, extra string)
 }
 
 // nodeLetters start the nft table and veth prefix of each node's
@@ -83,7 +99,14 @@ func startCluster(t testing.TB, o clusterOptions) *cluster {
 	dir := binaries(t) // fails under SANDBOXAPI_REQUIRE_RUNSC=1 without runsc
 	secret := make([]byte, 32)
 	_, _ = rand.Read(secret)
-	c := &cluster{t: t, storeURL: testenv.PostgresURL(t), homes: t.TempDir(), secret: hex.EncodeToString(secret)}
+	c := &cluster{t: t, storeURL: testenv.PostgresURL(t), homes: t.TempDir(), secret: hex.EncodeToString(secret),
+		scheme: "http", client: http.DefaultClient}
+	if o.roots != nil {
+		tr := http.DefaultTransport.(*http.Transport).Clone()
+		tr.TLSClientConfig = &tls.Config{RootCAs: o.roots, MinVersion: tls.VersionTLS12}
+		c.scheme, c.client = "https", &http.Client{Transport: tr}
+		t.Cleanup(tr.CloseIdleConnections)
+	}
 	blobs := t.TempDir()
 	plansFile := ""
 	if o.plans != "" {
@@ -117,6 +140,10 @@ func startCluster(t testing.TB, o clusterOptions) *cluster {
 		if o.ownHomes {
 			homes = ""
 		}
+		var clusterYAML, extra string
+		if o.nodeYAML != nil {
+			clusterYAML, extra = o.nodeYAML(i, addr)
+		}
 		cfg := fmt.Sprintf(`server:
   drain_delay: 1s
   shutdown_grace: 30s
@@ -124,10 +151,10 @@ store:
   url: %s
 cluster:
   node: %s
-  advertise_url: http://%s
+  advertise_url: %s://%s
   secret: %s
   lease: %s
-executor:
+%sexecutor:
   warm_pool: %d
   home_size: 64M
   max_sandboxes: %d
@@ -152,11 +179,12 @@ readiness:
   stale_after: 10s
   min_refresh: 0s
   topology_interval: 1h
-`, c.storeURL, name, addr, c.secret, clusterLease, o.warmPool, o.maxSandboxes, homes, blobs, c.mirrorAddr,
+`, c.storeURL, name, c.scheme, addr, c.secret, clusterLease, clusterYAML, o.warmPool, o.maxSandboxes, homes, blobs, c.mirrorAddr,
 			inst.Pool, inst.Table, inst.Prefix, eg.Pool, eg.Table, eg.Prefix)
 		if plansFile != "" {
 			cfg += "api:\n  plans_file: " + plansFile + "\n"
 		}
+		cfg += extra
 		s := startServerAt(t, addr, cfg)
 		s.storeURL = c.storeURL
 		sweepAfter(t, s) // stops it, then removes what it left
@@ -242,6 +270,9 @@ func fenceProcs(bin string) []string {
 	return out
 }
 
+// url is path on node i as the harness's client reaches it.
+func (c *cluster) url(i int, path string) string { return c.scheme + "://" + c.nodes[i].addr + path }
+
 // index returns the index of node name, or -1.
 func (c *cluster) index(name string) int { return slices.Index(c.names, name) }
 
@@ -303,7 +334,7 @@ func (c *cluster) try(i int, r request) (reply, error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, r.method, c.nodes[i].url(r.path), rd)
+	req, _ := http.NewRequestWithContext(ctx, r.method, c.url(i, r.path), rd)
 	if r.key != "" {
 		req.Header.Set("X-RapidAPI-Key", r.key)
 	}
@@ -318,7 +349,7 @@ func (c *cluster) try(i int, r request) (reply, error) {
 	for k, v := range r.header {
 		req.Header[k] = v
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := c.client.Do(req)
 	if err != nil {
 		return reply{}, fmt.Errorf("%s %s through %s: %w", r.method, r.path, c.names[i], err)
 	}

@@ -292,12 +292,12 @@ type sseReply struct {
 func (c *cluster) stream(t testing.TB, i int, key, id, code string) sseReply {
 	t.Helper()
 	body := fmt.Sprintf(`{"code":%q}`, code)
-	req, _ := http.NewRequest("POST", c.nodes[i].url("/v1/sessions/"+id+"/execute"), strings.NewReader(body))
+	req, _ := http.NewRequest("POST", c.url(i, "/v1/sessions/"+id+"/execute"), strings.NewReader(body))
 	req.Header.Set("X-RapidAPI-Key", key)
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "text/event-stream")
 	start := time.Now()
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := c.client.Do(req)
 	if err != nil {
 		t.Fatalf("stream through %s: %v", c.names[i], err)
 	}
