@@ -292,20 +292,23 @@ func (e *Executor) Stop(ctx context.Context) error {
 // that no session holds, with its home. Start's reconcile removes the
 // orphans it sees, but a sandbox whose create a killed predecessor had
 // under way can appear after that: the runsc create outlives the server.
-// It reports how many sandboxes are left (sessions that could not
-// hibernate keep theirs).
+// Sandbox and gofer processes of no listed sandbox (a start killed part
+// way) are killed. It reports how many sandboxes are left (sessions that
+// could not hibernate keep theirs).
 func (e *Executor) removeOrphanSandboxes(ctx context.Context) (left int, err error) {
 	cs, err := e.runsc.list(ctx)
 	if err != nil {
 		return 0, fmt.Errorf("listing sandboxes at stop: %w", err)
 	}
 	var errs []error
+	keep := map[string]bool{}
 	for _, c := range cs {
 		e.mu.Lock()
 		s := e.sessions[c.ID]
 		held := s != nil && s.hasSandbox
 		e.mu.Unlock()
 		if held {
+			keep[c.ID] = true
 			left++
 			continue
 		}
@@ -319,6 +322,22 @@ func (e *Executor) removeOrphanSandboxes(ctx context.Context) (left int, err err
 			if _, err := os.Stat(e.dir(c.ID)); err == nil {
 				if err := e.dropOrphanHome(ctx, c.ID); err != nil {
 					errs = append(errs, fmt.Errorf("removing orphan home %s: %w", c.ID, err))
+				}
+			}
+		}
+	}
+	// A sandbox whose start was cut short can run with no state for runsc
+	// to list: its processes go too.
+	if hit := killStraySandboxes(e.runsc.root, keep); len(hit) > 0 {
+		e.log.WarnContext(ctx, "killed stray sandbox processes at stop", "sandboxes", len(hit))
+		e.reapKilled(hit)
+		for id := range hit {
+			e.mu.Lock()
+			_, known := e.sessions[id]
+			e.mu.Unlock()
+			if _, err := os.Stat(e.dir(id)); err == nil && !known {
+				if err := e.dropOrphanHome(ctx, id); err != nil {
+					errs = append(errs, fmt.Errorf("removing orphan home %s: %w", id, err))
 				}
 			}
 		}
@@ -545,8 +564,8 @@ func (e *Executor) reconcile(ctx context.Context) error {
 			return fmt.Errorf("reconciling networks: %w", err)
 		}
 	}
-	if n := killStraySandboxes(e.runsc.root, keep); n > 0 {
-		e.log.WarnContext(ctx, "killed stray sandbox processes", "count", n)
+	if hit := killStraySandboxes(e.runsc.root, keep); len(hit) > 0 {
+		e.log.WarnContext(ctx, "killed stray sandbox processes", "count", len(hit))
 	}
 	removeStaleCgroups(e.cgroupNames(own), e.cgroupNames(keep))
 	// The sandboxes (and stray processes) of sessions now hibernated are

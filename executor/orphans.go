@@ -96,20 +96,42 @@ func waitOrphanCommands(ctx context.Context, root string, limit time.Duration) i
 
 // killStraySandboxes kills sandbox and gofer processes under root whose
 // container is not in keep (their runsc state is gone or broken, so
-// "runsc delete" cannot reach them).
-func killStraySandboxes(root string, keep map[string]bool) int {
-	n := 0
+// "runsc delete" cannot reach them), and returns the containers it hit.
+func killStraySandboxes(root string, keep map[string]bool) map[string]bool {
+	hit := map[string]bool{}
 	for _, p := range rootProcesses(root) {
 		if p.isCLI() {
 			continue
 		}
 		if id := p.argv[len(p.argv)-1]; !keep[id] {
 			if syscall.Kill(p.pid, syscall.SIGKILL) == nil {
-				n++
+				hit[id] = true
 			}
 		}
 	}
-	return n
+	return hit
+}
+
+// reapKilled waits (up to two seconds) for the killed processes of the
+// sandboxes ids to be gone, then removes their empty cgroups: runsc
+// removes a sandbox's cgroups itself only when it is not killed.
+func (e *Executor) reapKilled(ids map[string]bool) {
+	if len(ids) == 0 {
+		return
+	}
+	for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		alive := false
+		for _, p := range rootProcesses(e.runsc.root) {
+			if ids[p.argv[len(p.argv)-1]] {
+				alive = true
+				break
+			}
+		}
+		if !alive {
+			break
+		}
+	}
+	removeStaleCgroups(e.cgroupNames(ids), nil)
 }
 
 // killSandboxProcesses sends SIGKILL to every process under root that

@@ -4,6 +4,8 @@ import (
 	"context"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 )
@@ -92,5 +94,51 @@ func TestStopRemovesLateOrphanSandbox(t *testing.T) {
 	}
 	if _, err := os.Stat(e.home(kept.ID).image()); err != nil {
 		t.Fatalf("the hibernated session's home went with the orphan: %v", err)
+	}
+}
+
+// A sandbox whose start was cut short can run with no state runsc lists
+// (here: its state file removed): Stop kills its processes all the same.
+func TestStopKillsUnlistedSandboxProcesses(t *testing.T) {
+	e, _ := startExecutor(t, func(c *Config) { c.WarmPool = 0 })
+	ctx := context.Background()
+	id := newID("sess_")
+	h := e.home(id)
+	if err := makeHome(ctx, h, e.cfg.HomeBytes); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.startSandbox(ctx, id, h.dir, ""); err != nil {
+		t.Fatal(err)
+	}
+	states, _ := filepath.Glob(filepath.Join(e.runsc.root, "*"+id+"*.state"))
+	if len(states) == 0 {
+		t.Fatalf("no state file for %s in %s", id, e.runsc.root)
+	}
+	for _, p := range states {
+		if err := os.Remove(p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if cs, err := e.runsc.list(ctx); err != nil || len(cs) != 0 {
+		t.Fatalf("runsc still lists: %+v %v", cs, err)
+	}
+	if len(rootProcesses(e.runsc.root)) == 0 {
+		t.Fatal("the sandbox runs no process")
+	}
+	_ = e.Stop(ctx)
+	for deadline := time.Now().Add(5 * time.Second); len(rootProcesses(e.runsc.root)) > 0 && time.Now().Before(deadline); {
+		time.Sleep(50 * time.Millisecond)
+	}
+	if ps := rootProcesses(e.runsc.root); len(ps) != 0 {
+		t.Fatalf("processes of an unlisted sandbox left after stop: %+v", ps)
+	}
+	for _, p := range CgroupDirs() {
+		if strings.HasSuffix(p, "/"+id) {
+			t.Errorf("cgroup of the killed sandbox left: %s", p)
+		}
+	}
+	if _, err := os.Stat(h.dir); !os.IsNotExist(err) {
+		t.Errorf("home of the killed sandbox left: %v", err)
+		_ = unmountHome(h.dir)
 	}
 }

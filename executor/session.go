@@ -319,6 +319,14 @@ func (e *Executor) startWithAgent(ctx context.Context, id, bundle, network strin
 	pipes.closeSandboxSide()
 	if err != nil {
 		pipes.closeAll()
+		if ctx.Err() != nil {
+			// The runsc run was killed part way: its sandbox and gofer
+			// may be up with no state for "runsc delete" to find.
+			if n := killSandboxProcesses(e.runsc.root, map[string]bool{id: true}); n > 0 {
+				e.log.Warn("killed the processes of a sandbox whose start was cut short", "sandbox", id, "processes", n)
+				e.reapKilled(map[string]bool{id: true})
+			}
+		}
 		return err
 	}
 	e.setAgent(id, pipes.conn())
