@@ -1,15 +1,9 @@
 package cluster
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/pem"
-	"math/big"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -18,60 +12,8 @@ import (
 	"time"
 
 	"github.com/sandboxapi/sandboxapi/internal/duration"
+	"github.com/sandboxapi/sandboxapi/internal/testenv"
 )
-
-// testCA is a private CA made for one test.
-type testCA struct {
-	cert *x509.Certificate
-	key  *ecdsa.PrivateKey
-	pem  []byte // its certificate, PEM
-}
-
-func newTestCA(t *testing.T, name string) *testCA {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: name},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &testCA{cert: cert, key: key, pem: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})}
-}
-
-// serverTLS is a server configuration with a certificate of ca's for
-// 127.0.0.1.
-func (ca *testCA) serverTLS(t *testing.T) *tls.Config {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: "node"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}, KeyUsage: x509.KeyUsageDigitalSignature,
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &tls.Config{Certificates: []tls.Certificate{{Certificate: [][]byte{der}, PrivateKey: key}}}
-}
-
-// client is an HTTP client that trusts ca.
-func (ca *testCA) client() *http.Client {
-	pool := x509.NewCertPool()
-	pool.AddCert(ca.cert)
-	return &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
-}
 
 // writeTemp writes b to a new file named name and returns its path.
 func writeTemp(t *testing.T, name string, b []byte) string {
@@ -88,16 +30,16 @@ func writeTemp(t *testing.T, name string, b []byte) string {
 // other both ways.
 func TestForwardTLS(t *testing.T) {
 	st := openStore(t, testPostgres(t))
-	ca := newTestCA(t, "cluster CA")
-	caFile := writeTemp(t, "ca.pem", ca.pem)
+	ca := testenv.NewCA(t, "cluster CA")
+	caFile := writeTemp(t, "ca.PEM", ca.PEM)
 	conf := func(s *Settings) { s.CAFile, s.RequireTLS = caFile, true }
-	a := startNodeWith(t, st, "a", 4, nodeOpts{tls: ca.serverTLS(t), conf: conf})
-	b := startNodeWith(t, st, "b", 4, nodeOpts{tls: ca.serverTLS(t), conf: conf})
+	a := startNodeWith(t, st, "a", 4, nodeOpts{tls: ca.ServerTLS(t, "127.0.0.1"), conf: conf})
+	b := startNodeWith(t, st, "b", 4, nodeOpts{tls: ca.ServerTLS(t, "127.0.0.1"), conf: conf})
 	insertSession(t, st, "b", "s1")
 	b.ex.has["s1"] = true
 	insertSession(t, st, "a", "s2")
 	a.ex.has["s2"] = true
-	c := ca.client()
+	c := ca.Client()
 	for _, tc := range []struct {
 		from, to *testNode
 		id       string
@@ -121,15 +63,15 @@ func TestForwardTLS(t *testing.T) {
 // new session is placed on that owner for a while.
 func TestForwardTLSUntrusted(t *testing.T) {
 	st := openStore(t, testPostgres(t))
-	ca, other := newTestCA(t, "cluster CA"), newTestCA(t, "another CA")
-	b := startNodeWith(t, st, "b", 4, nodeOpts{tls: ca.serverTLS(t), conf: func(s *Settings) { s.CAFile = writeTemp(t, "ca.pem", ca.pem) }})
+	ca, other := testenv.NewCA(t, "cluster CA"), testenv.NewCA(t, "another CA")
+	b := startNodeWith(t, st, "b", 4, nodeOpts{tls: ca.ServerTLS(t, "127.0.0.1"), conf: func(s *Settings) { s.CAFile = writeTemp(t, "ca.PEM", ca.PEM) }})
 	// Both serve with certificates the client trusts; neither trusts b's.
-	roots := startNodeWith(t, st, "roots", 1, nodeOpts{tls: ca.serverTLS(t)})
-	wrong := startNodeWith(t, st, "wrong", 0, nodeOpts{tls: ca.serverTLS(t),
-		conf: func(s *Settings) { s.CAFile = writeTemp(t, "other.pem", other.pem) }})
+	roots := startNodeWith(t, st, "roots", 1, nodeOpts{tls: ca.ServerTLS(t, "127.0.0.1")})
+	wrong := startNodeWith(t, st, "wrong", 0, nodeOpts{tls: ca.ServerTLS(t, "127.0.0.1"),
+		conf: func(s *Settings) { s.CAFile = writeTemp(t, "other.PEM", other.PEM) }})
 	insertSession(t, st, "b", "s1")
 	b.ex.has["s1"] = true
-	c := ca.client()
+	c := ca.Client()
 	for _, n := range []*testNode{roots, wrong} {
 		resp, body := callWith(t, c, "POST", n.url+"/v1/sessions/s1/execute", strings.NewReader(`{}`), nil)
 		if resp.StatusCode != http.StatusServiceUnavailable || !strings.Contains(body, `"code":"node_unavailable"`) || resp.Header.Get(HeaderNode) != n.name {
@@ -155,14 +97,14 @@ func TestForwardTLSUntrusted(t *testing.T) {
 // forward) and places no new session there.
 func TestForwardRequireTLS(t *testing.T) {
 	st := openStore(t, testPostgres(t))
-	ca := newTestCA(t, "cluster CA")
-	e := startNodeWith(t, st, "e", 1, nodeOpts{tls: ca.serverTLS(t), conf: func(s *Settings) {
-		s.CAFile, s.RequireTLS = writeTemp(t, "ca.pem", ca.pem), true
+	ca := testenv.NewCA(t, "cluster CA")
+	e := startNodeWith(t, st, "e", 1, nodeOpts{tls: ca.ServerTLS(t, "127.0.0.1"), conf: func(s *Settings) {
+		s.CAFile, s.RequireTLS = writeTemp(t, "ca.PEM", ca.PEM), true
 	}})
 	plain := startNode(t, st, "plain", 8)
 	insertSession(t, st, "plain", "s1")
 	plain.ex.has["s1"] = true
-	c := ca.client()
+	c := ca.Client()
 	resp, body := callWith(t, c, "GET", e.url+"/v1/sessions/s1", nil, nil)
 	if resp.StatusCode != http.StatusServiceUnavailable || !strings.Contains(body, `"code":"node_unavailable"`) || resp.Header.Get(HeaderNode) != "e" {
 		t.Fatalf("%d %v: %s", resp.StatusCode, resp.Header, body)
@@ -183,13 +125,13 @@ func TestForwardRequireTLS(t *testing.T) {
 // 1.2 or later), fails naming the file when it cannot load it, and uses
 // an injected Transport as it is.
 func TestNewCAFile(t *testing.T) {
-	ca := newTestCA(t, "cluster CA")
+	ca := testenv.NewCA(t, "cluster CA")
 	s := Settings{Node: "n1", AdvertiseURL: "https://127.0.0.1:8443", Secret: testSecret, Lease: duration.Duration(testLease),
 		CAFile: filepath.Join(t.TempDir(), "missing.pem")}
 	if _, err := New(s, Deps{}); err == nil || !strings.Contains(err.Error(), "ca_file") || !strings.Contains(err.Error(), "missing.pem") {
 		t.Fatalf("missing ca_file: %v", err)
 	}
-	s.CAFile = writeTemp(t, "ca.pem", ca.pem)
+	s.CAFile = writeTemp(t, "ca.PEM", ca.PEM)
 	st := openStore(t, testPostgres(t)).ForNode("n1")
 	n, err := New(s, Deps{Store: st, Executor: newFakeExec(1)})
 	if err != nil {
@@ -200,7 +142,7 @@ func TestNewCAFile(t *testing.T) {
 		t.Fatalf("transport %#v", n.trans)
 	}
 	want := x509.NewCertPool()
-	want.AddCert(ca.cert)
+	want.AddCert(ca.Cert)
 	if !tr.TLSClientConfig.RootCAs.Equal(want) {
 		t.Fatal("the transport does not trust exactly ca_file")
 	}
@@ -216,7 +158,7 @@ func TestNewCAFile(t *testing.T) {
 // checks none of it.
 func TestValidateCAFileAndRequireTLS(t *testing.T) {
 	t.Parallel()
-	ca := newTestCA(t, "cluster CA")
+	ca := testenv.NewCA(t, "cluster CA")
 	keyPEM := pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: []byte("not really a key")})
 	dir := t.TempDir()
 	file := func(name string, b []byte) string {
@@ -226,7 +168,7 @@ func TestValidateCAFileAndRequireTLS(t *testing.T) {
 		}
 		return p
 	}
-	good := file("good.pem", ca.pem)
+	good := file("good.pem", ca.PEM)
 	for _, tc := range []struct {
 		name       string
 		url        string
@@ -235,17 +177,17 @@ func TestValidateCAFileAndRequireTLS(t *testing.T) {
 		want       []string // empty: valid
 	}{
 		{name: "good", url: "https://n1:8443", caFile: good},
-		{name: "two certificates", url: "https://n1:8443", caFile: file("two.pem", append(append([]byte{}, ca.pem...), newTestCA(t, "b").pem...))},
+		{name: "two certificates", url: "https://n1:8443", caFile: file("two.pem", append(append([]byte{}, ca.PEM...), testenv.NewCA(t, "b").PEM...))},
 		{name: "http url with a ca file", url: "http://n1:8080", caFile: good},
 		{name: "missing", url: "https://n1:8443", caFile: filepath.Join(dir, "nope.pem"),
 			want: []string{"ca_file: reading the CA certificates", "nope.pem", "no such file"}},
 		{name: "a folder", url: "https://n1:8443", caFile: dir, want: []string{"ca_file: reading the CA certificates", dir}},
 		{name: "empty", url: "https://n1:8443", caFile: file("empty.pem", []byte("\n \n")), want: []string{"ca_file: ", "empty.pem is empty"}},
-		{name: "not PEM", url: "https://n1:8443", caFile: file("der.pem", ca.cert.Raw), want: []string{"der.pem holds no PEM block"}},
+		{name: "not PEM", url: "https://n1:8443", caFile: file("der.pem", ca.Cert.Raw), want: []string{"der.pem holds no PEM block"}},
 		{name: "no certificate", url: "https://n1:8443", caFile: file("key.pem", keyPEM),
 			want: []string{"key.pem holds no certificate, only PRIVATE KEY"}},
 		{name: "bad certificate", url: "https://n1:8443",
-			caFile: file("bad.pem", append(append([]byte{}, ca.pem...), pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: []byte("junk")})...)),
+			caFile: file("bad.pem", append(append([]byte{}, ca.PEM...), pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: []byte("junk")})...)),
 			want:   []string{"bad.pem: certificate 2 does not parse"}},
 		{name: "require_tls with https", url: "https://n1:8443", requireTLS: true},
 		{name: "require_tls with http", url: "http://n1:8080", requireTLS: true,

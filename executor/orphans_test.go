@@ -68,14 +68,7 @@ func TestStopRemovesLateOrphanSandbox(t *testing.T) {
 	e, _ := startExecutor(t, func(c *Config) { c.WarmPool = 0 })
 	kept := mustSession(t, e, "bash")
 	ctx := context.Background()
-	id := newID("sess_")
-	h := e.home(id)
-	if err := makeHome(ctx, h, e.cfg.HomeBytes); err != nil {
-		t.Fatal(err)
-	}
-	if err := e.startSandbox(ctx, id, h.dir, ""); err != nil {
-		t.Fatal(err)
-	}
+	_, h := startOrphan(t, e)
 	if err := e.Stop(ctx); err != nil {
 		t.Fatalf("stop: %v", err)
 	}
@@ -102,14 +95,7 @@ func TestStopRemovesLateOrphanSandbox(t *testing.T) {
 func TestStopKillsUnlistedSandboxProcesses(t *testing.T) {
 	e, _ := startExecutor(t, func(c *Config) { c.WarmPool = 0 })
 	ctx := context.Background()
-	id := newID("sess_")
-	h := e.home(id)
-	if err := makeHome(ctx, h, e.cfg.HomeBytes); err != nil {
-		t.Fatal(err)
-	}
-	if err := e.startSandbox(ctx, id, h.dir, ""); err != nil {
-		t.Fatal(err)
-	}
+	id, h := startOrphan(t, e)
 	states, _ := filepath.Glob(filepath.Join(e.runsc.root, "*"+id+"*.state"))
 	if len(states) == 0 {
 		t.Fatalf("no state file for %s in %s", id, e.runsc.root)
@@ -141,4 +127,20 @@ func TestStopKillsUnlistedSandboxProcesses(t *testing.T) {
 		t.Errorf("home of the killed sandbox left: %v", err)
 		_ = unmountHome(h.dir)
 	}
+}
+
+// startOrphan starts a sandbox on a fresh home that no session holds, as
+// a create a killed predecessor had under way leaves one.
+func startOrphan(t *testing.T, e *Executor) (string, home) {
+	t.Helper()
+	ctx := context.Background()
+	id := newID("sess_")
+	h := e.home(id)
+	if err := makeHome(ctx, h, e.cfg.HomeBytes); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.startSandbox(ctx, id, h.dir, ""); err != nil {
+		t.Fatal(err)
+	}
+	return id, h
 }

@@ -1,15 +1,8 @@
 package e2e
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"fmt"
-	"math/big"
 	"net"
 	"net/http"
 	"os"
@@ -17,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sandboxapi/sandboxapi/internal/testenv"
 )
 
 // TestClusterTLS runs 2 nodes of the real binary that talk TLS to each
@@ -40,18 +35,18 @@ import (
 //
 //	SANDBOXAPI_REQUIRE_RUNSC=1 SANDBOXAPI_REQUIRE_POSTGRES=1 go test -count=1 -run 'TestClusterTLS$' -v ./internal/e2e
 func TestClusterTLS(t *testing.T) {
-	ca := newClusterCA(t, "sandboxapi e2e cluster CA")
-	other := newClusterCA(t, "another CA")
+	ca := testenv.NewCA(t, "sandboxapi e2e cluster CA")
+	other := testenv.NewCA(t, "another CA")
 	dir := t.TempDir()
-	caFile := writeTestFile(t, dir, "ca.pem", ca.pem)
-	otherFile := writeTestFile(t, dir, "other-ca.pem", other.pem)
-	c := startCluster(t, clusterOptions{nodes: 2, roots: ca.pool(), nodeYAML: func(i int, addr string) (string, string) {
+	caFile := writeTestFile(t, dir, "ca.PEM", ca.PEM)
+	otherFile := writeTestFile(t, dir, "other-ca.PEM", other.PEM)
+	c := startCluster(t, clusterOptions{nodes: 2, roots: ca.Pool(), nodeYAML: func(i int, addr string) (string, string) {
 		host, _, err := net.SplitHostPort(addr)
 		if err != nil {
 			t.Fatal(err)
 		}
 		name := fmt.Sprintf("node%d", i+1)
-		certPEM, keyPEM := ca.issue(t, name, host)
+		certPEM, keyPEM := ca.Issue(t, name, host)
 		certFile := writeTestFile(t, dir, name+".crt", certPEM)
 		keyFile := writeTestFile(t, dir, name+".key", keyPEM)
 		return fmt.Sprintf("  ca_file: %s\n  require_tls: true\n", caFile),
@@ -61,7 +56,7 @@ func TestClusterTLS(t *testing.T) {
 	c.waitReady(t, 3*time.Minute)
 
 	for i, s := range c.nodes {
-		conn, err := tls.Dial("tcp", s.addr, &tls.Config{RootCAs: ca.pool(), ServerName: "127.0.0.1"})
+		conn, err := tls.Dial("tcp", s.addr, &tls.Config{RootCAs: ca.Pool(), ServerName: "127.0.0.1"})
 		if err != nil {
 			t.Fatalf("TLS to %s: %v", c.names[i], err)
 		}
@@ -180,71 +175,6 @@ func logHas(s *server, within time.Duration, parts ...string) (string, bool) {
 			return l, false
 		}
 	}
-}
-
-// clusterCA is a private CA made for one test.
-type clusterCA struct {
-	cert *x509.Certificate
-	key  *ecdsa.PrivateKey
-	pem  []byte // its certificate, PEM
-}
-
-func newClusterCA(t testing.TB, name string) *clusterCA {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: name},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &clusterCA{cert: cert, key: key, pem: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})}
-}
-
-// pool holds ca's certificate alone.
-func (ca *clusterCA) pool() *x509.CertPool {
-	p := x509.NewCertPool()
-	p.AddCert(ca.cert)
-	return p
-}
-
-// issue makes a server certificate of ca's named cn for host (an IP SAN
-// when it is an address) and returns it and its key, PEM.
-func (ca *clusterCA) issue(t testing.TB, cn, host string) (certPEM, keyPEM []byte) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 62))
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: serial, Subject: pkix.Name{CommonName: cn},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
-	if ip := net.ParseIP(host); ip != nil {
-		tmpl.IPAddresses = []net.IP{ip}
-	} else {
-		tmpl.DNSNames = []string{host}
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kder, err := x509.MarshalPKCS8PrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: kder})
 }
 
 // writeTestFile writes b to dir/name (mode 0600) and returns its path.
