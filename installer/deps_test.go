@@ -144,3 +144,34 @@ func asExit(err error, ee **exec.ExitError) bool {
 	*ee = e
 	return ok
 }
+
+// FuzzMissingFromJob: whatever the install job prints (it runs beside a
+// session's files), the host's reading of it never panics, always
+// rejects, names only requirements it sent, and echoes no installed
+// version that is not plain.
+func FuzzMissingFromJob(f *testing.F) {
+	f.Add(`{"ok": false, "requires": "-.v", "installed": {"2": "1.0.0"}}`, 3)
+	f.Add(`{"ok": false, "requires": "v", "installed": {"0": "<b>\u0000"}}`, 1)
+	f.Add(`{"ok": false, "requires": "--`, 2)
+	f.Add(`{"ok":false,"requires":"...","installed":{"-1":"1","9":"2"}}`+"\n{}", 3)
+	f.Fuzz(func(t *testing.T, out string, n int) {
+		n = 1 + (n%50+50)%50
+		reqs := missingReqs("p@1.0.0", n)
+		r := missingFromJob(out, reqs, nil)
+		if len(r.Packages) != 1 {
+			t.Fatalf("%d packages", len(r.Packages))
+		}
+		md := r.Packages[0].MissingDependencies
+		if len(md) == 0 || len(md) > n {
+			t.Fatalf("%d missing of %d", len(md), n)
+		}
+		for _, d := range md {
+			if !strings.HasPrefix(d.Name, "dep-") || d.Range != "^1.0.0" {
+				t.Fatalf("named %+v", d)
+			}
+			if d.Installed != "" && d.Installed != "another version" && !plainVersion(d.Installed) {
+				t.Fatalf("echoed %q", d.Installed)
+			}
+		}
+	})
+}
