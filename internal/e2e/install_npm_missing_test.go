@@ -49,11 +49,16 @@ func writeDepsTarball(t *testing.T, dir, name, version string, deps map[string]s
 	return p
 }
 
-// libDeps returns lib-from ... lib-(to-1), each at ^1.0.0.
+// depName is the k-th dependency of the test packages: a name as long as
+// real ones (side-channel-map), so three of them overflowed the old
+// 300-byte reading of the job's report.
+func depName(k int) string { return fmt.Sprintf("missing-dependency-%02d", k) }
+
+// libDeps returns dependencies from ... to-1 (depName), each at ^1.0.0.
 func libDeps(from, to int) map[string]string {
 	d := map[string]string{}
 	for k := from; k < to; k++ {
-		d[fmt.Sprintf("lib-%02d", k)] = "^1.0.0"
+		d[depName(k)] = "^1.0.0"
 	}
 	return d
 }
@@ -72,9 +77,9 @@ func TestInstallNPMMissingDependenciesNamed(t *testing.T) {
 	s, _, _ := installServer(t, "")
 	s.importOSV()
 	dir := t.TempDir()
-	// The mirror holds lib-00 ... lib-09 at 1.0.0; lib-10 ... lib-19 not at all.
+	// The mirror holds dependencies 0 to 9 at 1.0.0; 10 to 19 not at all.
 	for k := range 10 {
-		s.cliArgs([]string{"mirror", "add"}, writeDepsTarball(t, dir, fmt.Sprintf("lib-%02d", k), "1.0.0", nil))
+		s.cliArgs([]string{"mirror", "add"}, writeDepsTarball(t, dir, depName(k), "1.0.0", nil))
 	}
 	want := map[string]map[string]string{"needs-one": libDeps(0, 1), "needs-three": libDeps(0, 3), "needs-twenty": libDeps(0, 20)}
 	for name, deps := range want {
@@ -84,7 +89,10 @@ func TestInstallNPMMissingDependenciesNamed(t *testing.T) {
 	js := s.session(key, "javascript")
 	s.waitReadyz(200, 90*time.Second)
 
-	twenty := strings.Fields("lib-00 lib-01 lib-02 lib-03 lib-04 lib-05 lib-06 lib-07 lib-08 lib-09 lib-10 lib-11 lib-12 lib-13 lib-14 lib-15 lib-16 lib-17 lib-18 lib-19")
+	var twenty []string
+	for k := range 20 {
+		twenty = append(twenty, depName(k))
+	}
 	check := func(pkg string, want []string) {
 		t.Helper()
 		r := s.install(key, js, "npm", pkg)
@@ -100,7 +108,7 @@ func TestInstallNPMMissingDependenciesNamed(t *testing.T) {
 		for k, name := range want {
 			d := md[k].(map[string]any)
 			mv, _ := d["mirror_versions"].([]any)
-			inMirror := name < "lib-10"
+			inMirror := name < depName(10)
 			if d["name"] != name || d["range"] != "^1.0.0" || (inMirror && (len(mv) != 1 || mv[0] != "1.0.0")) || (!inMirror && len(mv) != 0) {
 				t.Fatalf("%s: dependency %d: %v", pkg, k, d)
 			}
@@ -109,18 +117,18 @@ func TestInstallNPMMissingDependenciesNamed(t *testing.T) {
 	check("needs-one@1.0.0", twenty[:1])
 	check("needs-three@1.0.0", twenty[:3])
 	check("needs-twenty@1.0.0", twenty)
-	// Once the session holds lib-01, needs-three misses the other two.
-	if r := s.install(key, js, "npm", "lib-01@1.0.0"); r.status != 200 {
-		t.Fatalf("lib-01: %d %s", r.status, r.body)
+	// Once the session holds the second, needs-three misses the other two.
+	if r := s.install(key, js, "npm", twenty[1]+"@1.0.0"); r.status != 200 {
+		t.Fatalf("%s: %d %s", twenty[1], r.status, r.body)
 	}
-	check("needs-three@1.0.0", []string{"lib-00", "lib-02"})
+	check("needs-three@1.0.0", []string{twenty[0], twenty[2]})
 	// Listing all of them installs.
-	req := []string{"needs-three@1.0.0", "lib-00@1.0.0", "lib-02@1.0.0"}
+	req := []string{"needs-three@1.0.0", twenty[0] + "@1.0.0", twenty[2] + "@1.0.0"}
 	if r := s.install(key, js, "npm", req...); r.status != 200 {
 		t.Fatalf("needs-three with its dependencies: %d %s", r.status, r.body)
 	}
-	res := s.exec(key, js, "console.log(require('needs-three'), require('lib-01'))")
-	if strings.TrimSpace(res["stdout"].(string)) != "needs-three 1.0.0 lib-01 1.0.0" {
+	res := s.exec(key, js, "console.log(require('needs-three'), require('"+twenty[1]+"'))")
+	if strings.TrimSpace(res["stdout"].(string)) != "needs-three 1.0.0 "+twenty[1]+" 1.0.0" {
 		t.Fatalf("require: %v", res)
 	}
 	// Hostile metadata: refused at admission, with the limit as reason.
@@ -130,7 +138,7 @@ func TestInstallNPMMissingDependenciesNamed(t *testing.T) {
 		many[fmt.Sprintf("dep-%d", k)] = "^1.0.0"
 	}
 	for _, h := range []struct{ file, want string }{
-		{writeDepsTarball(t, dir, "long-range", "1.0.0", map[string]string{"lib-00": orRange}), "mirror.limits.max_range_bytes"},
+		{writeDepsTarball(t, dir, "long-range", "1.0.0", map[string]string{depName(0): orRange}), "mirror.limits.max_range_bytes"},
 		{writeDepsTarball(t, dir, "many-deps", "1.0.0", many), "mirror.limits.max_dependencies"},
 	} {
 		out, err := exec.Command(s.bin, "mirror", "add", "--config", s.config, "--data-dir", s.dataDir, h.file).CombinedOutput()
