@@ -158,3 +158,31 @@ func abs(n int) int {
 	}
 	return n
 }
+
+// TestDependencyLimitsValidate: the limits must be set, and a range limit
+// past what the range parser reads is refused.
+func TestDependencyLimitsValidate(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name      string
+		deps, rng int
+		want      string // "" is valid
+	}{
+		{"defaults", 1000, 256, ""},
+		{"small", 1, 1, ""},
+		{"no dependencies allowed", 0, 256, "mirror.limits.max_dependencies"},
+		{"negative count", -1, 256, "mirror.limits.max_dependencies"},
+		{"zero range", 1000, 0, "mirror.limits.max_range_bytes"},
+		{"range past the parser", 1000, MaxNPMRangeBytes + 1, "between 1 and 256"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			c := DefaultConfig()
+			c.Limits.MaxDependencies, c.Limits.MaxRangeBytes = tc.deps, tc.rng
+			err := c.Validate()
+			if (tc.want == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), tc.want)) {
+				t.Fatalf("Validate = %v, want %q", err, tc.want)
+			}
+		})
+	}
+}
