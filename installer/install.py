@@ -407,10 +407,20 @@ def commit(job, stage, entries, copy=None):
     os.rename(link, live)
 
 
+PLAIN_VERSION = re.compile(r"[0-9A-Za-z.+-]{1,64}")
+REPORT_VERSIONS = 64
+
+
 def check_requires(job):
     """Stops (exit 4, nothing changed) when a dependency the request does
-    not bring is not in the session at a version the catalog lists."""
-    missing = []
+    not bring is not in the session at a version the catalog lists. The
+    report is the first and only line of output and its size is bounded
+    whatever the session holds: one mark per requirement in the job's order
+    ("." present, "-" absent, "v" another version), and the versions found
+    for the first REPORT_VERSIONS marked "v" whose version is plain. The
+    host knows each requirement's name, range and mirror versions."""
+    marks = []
+    installed = {}
     for r in job.get("requires") or []:
         pj = os.path.join(LIVE["npm"], *r["name"].split("/"), "package.json")
         version = None
@@ -421,13 +431,19 @@ def check_requires(job):
                     version = json.loads(os.read(fd, 1 << 20)).get("version")
             finally:
                 os.close(fd)
-        except (OSError, ValueError, AttributeError):
+        except (OSError, ValueError, AttributeError, RecursionError):
             version = None
-        if version not in r["versions"]:
-            missing.append({"by": r["by"], "name": r["name"], "range": r["range"],
-                            "installed": version if isinstance(version, str) else None})
-    if missing:
-        print(json.dumps({"ok": False, "missing": missing}))
+        if isinstance(version, str) and version in r["versions"]:
+            marks.append(".")
+        elif isinstance(version, str):
+            if len(installed) < REPORT_VERSIONS and PLAIN_VERSION.fullmatch(version):
+                installed[str(len(marks))] = version
+            marks.append("v")
+        else:
+            marks.append("-")
+    if any(m != "." for m in marks):
+        sys.stdout.write(json.dumps({"ok": False, "requires": "".join(marks), "installed": installed}) + "\n")
+        sys.stdout.flush()
         sys.exit(4)
 
 

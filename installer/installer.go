@@ -12,11 +12,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"maps"
 	"net"
 	"net/http"
 	"net/netip"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -244,125 +242,6 @@ func (i *Installer) plan(ctx context.Context, req sandbox.InstallRequest) ([]pla
 	return i.checkDependencies(ctx, out)
 }
 
-// requirement is a dependency of a requested npm package that the request
-// does not bring; the installer checks the session for it.
-type requirement struct {
-	By       string   `json:"by"`
-	Name     string   `json:"name"`
-	Range    string   `json:"range"`
-	Versions []string `json:"versions"` // every version the catalog knows that satisfies Range
-	admitted []string
-}
-
-// checkDependencies refuses a request whose packages need a dependency
-// that the request names at a version outside the needed range, and
-// returns the dependencies the request does not name at all: the session
-// may already hold them (checked by the install job).
-func (i *Installer) checkDependencies(ctx context.Context, plan []planned) ([]planned, []requirement, error) {
-	inReq := map[string]string{}
-	for _, p := range plan {
-		inReq[normName(NPM, p.a.Name)] = p.a.Version
-	}
-	var rej []sandbox.PackageRejection
-	var reqs []requirement
-	for _, p := range plan {
-		var missing []sandbox.MissingDependency
-		for _, dep := range slices.Sorted(maps.Keys(p.a.Dependencies)) {
-			rng := p.a.Dependencies[dep]
-			admitted, known, err := i.catalog.Satisfying(ctx, dep, rng)
-			if err != nil && !errors.Is(err, ErrRange) {
-				return nil, nil, fmt.Errorf("checking %s's dependency %s@%s: %w", p.requested, dep, rng, err)
-			}
-			v, named := inReq[normName(NPM, dep)]
-			switch {
-			case named && slices.Contains(known, v):
-			case named:
-				missing = append(missing, sandbox.MissingDependency{Name: dep, Range: rng, MirrorVersions: nonNil(admitted), Requested: v})
-			default:
-				reqs = append(reqs, requirement{By: p.requested, Name: dep, Range: rng, Versions: nonNil(known), admitted: nonNil(admitted)})
-			}
-		}
-		if len(missing) > 0 {
-			rej = append(rej, missingRejection(p.requested, missing))
-		}
-	}
-	if len(rej) > 0 {
-		return nil, nil, &sandbox.RejectedError{Packages: rej}
-	}
-	return plan, reqs, nil
-}
-
-// missingRejection says what spec needs and what to add to the request.
-func missingRejection(spec string, missing []sandbox.MissingDependency) sandbox.PackageRejection {
-	parts := make([]string, 0, len(missing))
-	for _, d := range missing {
-		s := d.Name + "@" + d.Range
-		switch {
-		case d.Requested != "":
-			s += " (the request names " + d.Requested + ", outside the range"
-		case d.Installed != "":
-			s += " (the session has " + d.Installed + ", outside the range"
-		default:
-			s += " (not in the request nor in the session"
-		}
-		if len(d.MirrorVersions) > 0 {
-			s += "; the mirror has " + strings.Join(d.MirrorVersions, ", ") + ")"
-		} else {
-			s += "; the mirror has no version in that range)"
-		}
-		parts = append(parts, s)
-	}
-	return sandbox.PackageRejection{Package: spec, Status: "missing_dependencies", MissingDependencies: missing,
-		Reason: "needs " + strings.Join(parts, ", ") + ": install them in the same request"}
-}
-
-func nonNil(s []string) []string {
-	if s == nil {
-		return []string{}
-	}
-	return s
-}
-
-// missingExit is the install job's exit code when a requirement is not in
-// the session; it then prints {"missing": [...]} and changes nothing.
-const missingExit = 4
-
-// missingFromJob turns the job's report into a rejection per package.
-func missingFromJob(stdout string, reqs []requirement) (*sandbox.RejectedError, bool) {
-	var rep struct {
-		Missing []struct {
-			By, Name, Range string
-			Installed       *string
-		} `json:"missing"`
-	}
-	if json.Unmarshal([]byte(clip.LastLine(stdout)), &rep) != nil || len(rep.Missing) == 0 {
-		return nil, false
-	}
-	byPkg := map[string][]sandbox.MissingDependency{}
-	var order []string
-	for _, m := range rep.Missing {
-		var admitted []string
-		for _, r := range reqs {
-			if r.By == m.By && r.Name == m.Name {
-				admitted = r.admitted
-			}
-		}
-		d := sandbox.MissingDependency{Name: m.Name, Range: m.Range, MirrorVersions: nonNil(admitted)}
-		if m.Installed != nil {
-			d.Installed = *m.Installed
-		}
-		if _, ok := byPkg[m.By]; !ok {
-			order = append(order, m.By)
-		}
-		byPkg[m.By] = append(byPkg[m.By], d)
-	}
-	rej := &sandbox.RejectedError{}
-	for _, by := range order {
-		rej.Packages = append(rej.Packages, missingRejection(by, byPkg[by]))
-	}
-	return rej, true
-}
-
 // Install puts the requested packages into owner's session, all or nothing.
 // timeout (0: the configured one) bounds the whole job.
 func (i *Installer) Install(ctx context.Context, owner, sessionID string, req sandbox.InstallRequest, timeout time.Duration) (sandbox.InstallReply, error) {
@@ -429,9 +308,7 @@ func (i *Installer) Install(ctx context.Context, owner, sessionID string, req sa
 	stop() // the job's sandbox is gone: close the listener now
 	netTime += time.Since(stopStart)
 	if res.ExitCode == missingExit && len(reqs) > 0 {
-		if rej, ok := missingFromJob(res.Stdout, reqs); ok {
-			return sandbox.InstallReply{}, rej
-		}
+		return sandbox.InstallReply{}, missingFromJob(res.Stdout, reqs, i.log)
 	}
 	if res.Status != sandbox.StatusOK {
 		i.log.Warn("install failed", "session", sessionID, "manager", req.Manager, "status", res.Status, "exit_code", res.ExitCode,

@@ -27,6 +27,13 @@ type Limits struct {
 	// MaxRatio bounds uncompressed/compressed size, for the archive as a
 	// whole and for each entry above 1 MiB.
 	MaxRatio float64 `yaml:"max_ratio"`
+	// MaxDependencies is the most entries an npm package.json may list
+	// under "dependencies"; a package with more is refused.
+	MaxDependencies int `yaml:"max_dependencies"`
+	// MaxRangeBytes is the longest npm dependency range admitted (at most
+	// 256, the longest the installer's range check reads); a package with
+	// a longer one is refused.
+	MaxRangeBytes int `yaml:"max_range_bytes"`
 }
 
 // Config holds the mirror's settings. The zero value is not valid; start
@@ -76,6 +83,8 @@ func DefaultConfig() Config {
 			MaxEntries:           20000,
 			MaxUncompressedBytes: 1 << 30,
 			MaxRatio:             100,
+			MaxDependencies:      1000,
+			MaxRangeBytes:        MaxNPMRangeBytes,
 		},
 		OSVMaxAge:    Duration(72 * time.Hour),
 		FetchTimeout: Duration(5 * time.Minute),
@@ -125,6 +134,12 @@ func (c Config) Validate() error {
 	}
 	if l.MaxRatio < 1 {
 		errs = append(errs, errors.New("mirror.limits.max_ratio: must be at least 1"))
+	}
+	if l.MaxDependencies <= 0 {
+		errs = append(errs, errors.New("mirror.limits.max_dependencies: must be positive"))
+	}
+	if l.MaxRangeBytes <= 0 || l.MaxRangeBytes > MaxNPMRangeBytes {
+		errs = append(errs, fmt.Errorf("mirror.limits.max_range_bytes: must be between 1 and %d", MaxNPMRangeBytes))
 	}
 	if c.OSVMaxAge <= 0 {
 		errs = append(errs, errors.New("mirror.osv_max_age: must be positive"))

@@ -12,8 +12,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"path"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -205,7 +207,7 @@ func SanitizeNPM(data []byte, l Limits) (*NPMPackage, error) {
 	if manifest == nil {
 		return nil, refusef("package.json missing")
 	}
-	clean, err := sanitizeManifest(manifest, pkg, files)
+	clean, err := sanitizeManifest(manifest, pkg, files, l)
 	if err != nil {
 		return nil, err
 	}
@@ -278,7 +280,7 @@ func npmDigests(b []byte) (integrity, shasum string) {
 // re-encodes package.json with sorted keys. files are the tarball's paths
 // (relative to the package folder). A package that needs a native build
 // is refused.
-func sanitizeManifest(b []byte, pkg *NPMPackage, files map[string]bool) ([]byte, error) {
+func sanitizeManifest(b []byte, pkg *NPMPackage, files map[string]bool, l Limits) ([]byte, error) {
 	var m map[string]json.RawMessage
 	if err := json.Unmarshal(b, &m); err != nil {
 		return nil, refusef("package.json: %v", err)
@@ -292,7 +294,7 @@ func sanitizeManifest(b []byte, pkg *NPMPackage, files map[string]bool) ([]byte,
 	if why := nativeBuild(m, files); len(why) > 0 {
 		return nil, refusef("needs a native build or an install script that builds, which the mirror never runs: %s", strings.Join(why, "; "))
 	}
-	deps, err := dependencies(m, files)
+	deps, err := dependencies(m, files, l)
 	if err != nil {
 		return nil, err
 	}
@@ -387,8 +389,11 @@ func truncate(s string, n int) string {
 }
 
 // dependencies returns the "dependencies" a package needs next to it at
-// run time (name -> npm range), less those bundled in the tarball.
-func dependencies(m map[string]json.RawMessage, files map[string]bool) (map[string]string, error) {
+// run time (name -> npm range), less those bundled in the tarball. More
+// than l.MaxDependencies entries, or a range longer than l.MaxRangeBytes,
+// is refused: the installer checks every dependency of a package on each
+// install and names each one it misses.
+func dependencies(m map[string]json.RawMessage, files map[string]bool, l Limits) (map[string]string, error) {
 	raw, ok := m["dependencies"]
 	if !ok || string(raw) == "null" {
 		return nil, nil
@@ -397,11 +402,17 @@ func dependencies(m map[string]json.RawMessage, files map[string]bool) (map[stri
 	if err := json.Unmarshal(raw, &deps); err != nil {
 		return nil, refusef("package.json: dependencies is not an object")
 	}
+	if len(deps) > l.MaxDependencies {
+		return nil, refusef("package.json: %d dependencies, over the limit of %d (mirror.limits.max_dependencies)", len(deps), l.MaxDependencies)
+	}
 	out := make(map[string]string, len(deps))
-	for name, v := range deps {
-		r, ok := v.(string)
+	for _, name := range slices.Sorted(maps.Keys(deps)) {
+		r, ok := deps[name].(string)
 		if !ok || !ValidName(NPM, name) {
-			return nil, refusef("package.json: bad dependency %q", name)
+			return nil, refusef("package.json: bad dependency %q", truncate(name, 80))
+		}
+		if n := len(r); n > l.MaxRangeBytes {
+			return nil, refusef("package.json: dependency %q has a range of %d bytes, over the limit of %d (mirror.limits.max_range_bytes)", name, n, l.MaxRangeBytes)
 		}
 		if files["node_modules/"+name+"/package.json"] {
 			continue // bundled

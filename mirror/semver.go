@@ -13,6 +13,10 @@ import (
 // can check (a git URL, a file: or npm: alias, a dist-tag, a typo).
 var ErrRange = errors.New("mirror: unsupported npm range")
 
+// MaxNPMRangeBytes is the longest range ParseNPMRange reads (after
+// trimming spaces); the mirror refuses packages with longer ones.
+const MaxNPMRangeBytes = 256
+
 // NPMRange is a parsed npm dependency range ("^1.2.0", "~2 || >=3.1 <4",
 // "1.x", "1.0.0 - 2.0.0", "*"). The zero value matches nothing; use
 // ParseNPMRange. It is immutable and safe for concurrent use.
@@ -28,8 +32,8 @@ func (r NPMRange) String() string { return r.raw }
 // that name no versions (URLs, paths, aliases, tags) wrap ErrRange.
 func ParseNPMRange(raw string) (NPMRange, error) {
 	s := strings.TrimSpace(raw)
-	if len(s) > 256 {
-		return NPMRange{}, fmt.Errorf("%w: %q is over 256 bytes", ErrRange, truncate(s, 40))
+	if len(s) > MaxNPMRangeBytes {
+		return NPMRange{}, fmt.Errorf("%w: %q is over %d bytes", ErrRange, truncate(s, 40), MaxNPMRangeBytes)
 	}
 	switch s {
 	case "", "*", "x", "X", "latest":
