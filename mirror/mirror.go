@@ -105,6 +105,9 @@ func New(ctx context.Context, cfg Config, db *sql.DB, log *slog.Logger) (*Mirror
 	if err := os.MkdirAll(cfg.StoreDir, 0o755); err != nil {
 		return nil, fmt.Errorf("creating mirror store %s: %w", cfg.StoreDir, err)
 	}
+	if err := scrubSources(ctx, db); err != nil {
+		return nil, err
+	}
 	genStmt, err := db.PrepareContext(ctx, `SELECT generation FROM mirror_state WHERE id = 1`)
 	if err != nil {
 		return nil, fmt.Errorf("preparing mirror query: %w", err)

@@ -176,3 +176,17 @@ func redactQuery(q string) string {
 	}
 	return strings.Join(parts, "&")
 }
+
+// Err returns err with every URL in its text passed through URL, keeping
+// it for errors.Is and errors.As; nil stays nil.
+func Err(err error) error {
+	if err == nil {
+		return nil
+	}
+	return redacted{err}
+}
+
+type redacted struct{ err error }
+
+func (r redacted) Error() string { return Text(r.err.Error()) }
+func (r redacted) Unwrap() error { return r.err }

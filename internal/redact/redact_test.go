@@ -1,6 +1,9 @@
 package redact
 
 import (
+	"context"
+	"errors"
+	"fmt"
 	"net/url"
 	"strings"
 	"testing"
@@ -148,4 +151,20 @@ func FuzzURL(f *testing.F) {
 			}
 		}
 	})
+}
+
+func TestErr(t *testing.T) {
+	t.Parallel()
+	if Err(nil) != nil {
+		t.Fatal("Err(nil) is not nil")
+	}
+	inner := &url.Error{Op: "Get", URL: "http://u:" + pw + "@h/?t=" + tok, Err: context.DeadlineExceeded}
+	err := Err(fmt.Errorf("fetching: %w", inner))
+	if strings.Contains(err.Error(), pw) || strings.Contains(err.Error(), tok) {
+		t.Fatalf("Err keeps a secret: %v", err)
+	}
+	var ue *url.Error
+	if !errors.Is(err, context.DeadlineExceeded) || !errors.As(err, &ue) {
+		t.Fatalf("Err loses the chain: %v", err)
+	}
 }
