@@ -44,8 +44,9 @@ func authIndex(t *testing.T, user, pass, wheelName string, wheel []byte) *httpte
 
 // TestSecretsStayHiddenServe: with index URLs that carry a credential, a
 // real wheel (setuptools, as shipped with the machine's Python) is added
-// through them and installed into a session by the real installer; the
-// client's SBOM through the real server names the mirror's URL of it, and
+// through them, and a wheel from a file on the host, and both are
+// installed into a session by the real installer; the client's SBOM
+// through the real server names the mirror's URL of each, and
 // no surface of the running server (SBOM, /readyz, /metrics, /healthz,
 // the console's pages, the server log) nor the CLI's (mirror list --json,
 // mirror sbom, a failed mirror add npm) shows the credential or a host
@@ -82,6 +83,8 @@ func TestSecretsStayHiddenServe(t *testing.T) {
 	// The test OSV records know two advisories for this setuptools: an
 	// operator accepts them.
 	s.cliArgs([]string{"mirror", "add", "pip", "setuptools==" + version}, "--accept", "GHSA-5rjg-fvgr-3xxf", "--accept", "GHSA-cx63-2mw6-8hw5")
+	// One added from a file on the host, whose path clients must not see.
+	s.cliArgs([]string{"mirror", "add"}, writeWheel(t, t.TempDir(), "alpha-pkg", "1.0.0"))
 	out, err := exec.Command(s.bin, "mirror", "add", "npm", "absent@1.0.0", "is-number@7.0.0", "--config", s.config, "--data-dir", s.dataDir).CombinedOutput()
 	if err == nil {
 		t.Fatalf("mirror add npm of absent packages succeeded: %s", out)
@@ -95,7 +98,7 @@ func TestSecretsStayHiddenServe(t *testing.T) {
 	admin = admin[strings.LastIndexByte(admin, '\n')+1:]
 	sess := s.session(client, "python3")
 	s.waitReadyz(200, 90*time.Second)
-	if r := s.install(client, sess, "pip", "setuptools=="+version); r.status != 200 {
+	if r := s.install(client, sess, "pip", "setuptools=="+version, "alpha-pkg==1.0.0"); r.status != 200 {
 		t.Fatalf("install: %d %s", r.status, r.body)
 	}
 	r := s.do("GET", "/v1/sessions/"+sess+"/sbom", client, nil)
@@ -112,12 +115,14 @@ func TestSecretsStayHiddenServe(t *testing.T) {
 			Properties []struct{ Name, Value string }
 		}
 	}
-	if err := json.Unmarshal(r.body, &doc); err != nil || len(doc.Components) != 1 {
+	if err := json.Unmarshal(r.body, &doc); err != nil || len(doc.Components) != 2 {
 		t.Fatalf("sbom: %v %s", err, r.body)
 	}
-	for _, p := range doc.Components[0].Properties {
-		if p.Name == "sandboxapi:mirror:source" && !strings.HasPrefix(p.Value, "/mirror/pypi/files/") {
-			t.Errorf("session SBOM source %q: want the mirror's URL", p.Value)
+	for _, c := range doc.Components {
+		for _, p := range c.Properties {
+			if p.Name == "sandboxapi:mirror:source" && !strings.HasPrefix(p.Value, "/mirror/pypi/files/") {
+				t.Errorf("session SBOM source of %s %q: want the mirror's URL", c.Name, p.Value)
+			}
 		}
 	}
 	for _, p := range []struct{ path, key string }{
