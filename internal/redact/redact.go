@@ -42,8 +42,8 @@ func Origin(raw string) string {
 	return s
 }
 
-// Text returns s with every URL in it ("scheme://..." up to the next
-// white space or quote) passed through URL: for error messages of
+// Text returns s with every word in it that holds "://" (a URL, up to
+// the white space or quotes around it) passed through URL: for error messages of
 // libraries that quote the URL they were given (net/http's "Get \"...\"").
 func Text(s string) string {
 	if !strings.Contains(s, "://") {
@@ -56,8 +56,10 @@ func Text(s string) string {
 			b.WriteString(s)
 			return b.String()
 		}
+		// The whole word around "://": what precedes the scheme (a
+		// query, a path) may hold a credential too.
 		start := i
-		for start > 0 && isSchemeByte(s[start-1]) {
+		for start > 0 && !isURLEnd(s[start-1]) {
 			start--
 		}
 		end := i + 3
@@ -68,10 +70,6 @@ func Text(s string) string {
 		b.WriteString(URL(s[start:end]))
 		s = s[end:]
 	}
-}
-
-func isSchemeByte(c byte) bool {
-	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '+' || c == '-' || c == '.'
 }
 
 func isURLEnd(c byte) bool {
