@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/sandboxapi/sandboxapi/internal/duration"
+	"github.com/sandboxapi/sandboxapi/internal/redact"
 )
 
 // SecretEnv names the environment variable that overrides Settings.Secret
@@ -103,7 +104,7 @@ func (s Settings) Validate() error {
 	if err := checkAdvertiseURL(s.AdvertiseURL); err != nil {
 		bad("advertise_url: %v", err)
 	} else if s.RequireTLS && !isHTTPS(s.AdvertiseURL) {
-		bad("require_tls: advertise_url %q is plain http (use https://, or leave require_tls off while nodes move to TLS)", s.AdvertiseURL)
+		bad("require_tls: advertise_url %q is plain http (use https://, or leave require_tls off while nodes move to TLS)", redact.URL(s.AdvertiseURL))
 	}
 	if s.CAFile != "" {
 		if _, err := loadCAFile(s.CAFile); err != nil {
@@ -216,10 +217,10 @@ func checkAdvertiseURL(raw string) error {
 	}
 	u, err := url.Parse(raw)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.Port() == "" {
-		return fmt.Errorf("%q is not http(s)://HOST:PORT", raw)
+		return fmt.Errorf("%q is not http(s)://HOST:PORT", redact.URL(raw))
 	}
 	if u.User != nil || (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.Fragment != "" {
-		return fmt.Errorf("%q: only scheme, host and port are allowed", raw)
+		return fmt.Errorf("%q: only scheme, host and port are allowed", redact.URL(raw))
 	}
 	return nil
 }

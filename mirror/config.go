@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sandboxapi/sandboxapi/internal/duration"
+	"github.com/sandboxapi/sandboxapi/internal/redact"
 )
 
 // Duration is the shared YAML duration.
@@ -105,7 +106,7 @@ func (c Config) Validate() error {
 	for _, u := range []struct{ name, v string }{{"pip_index_url", c.PipIndexURL}, {"npm_registry_url", c.NPMRegistryURL}} {
 		p, err := url.Parse(u.v)
 		if err != nil || (p.Scheme != "http" && p.Scheme != "https") || p.Host == "" {
-			errs = append(errs, fmt.Errorf("mirror.%s: %q is not an http(s) URL", u.name, u.v))
+			errs = append(errs, fmt.Errorf("mirror.%s: %q is not an http(s) URL", u.name, redact.URL(u.v)))
 		}
 	}
 	for _, p := range c.PipPlatforms {
@@ -119,7 +120,7 @@ func (c Config) Validate() error {
 	if c.ServeURL != "" {
 		p, err := url.Parse(c.ServeURL)
 		if err != nil || (p.Scheme != "http" && p.Scheme != "https") || p.Host == "" || (p.Path != "" && p.Path != "/") || p.RawQuery != "" {
-			errs = append(errs, fmt.Errorf("mirror.serve_url: %q is not an http(s) base URL (scheme and host only)", c.ServeURL))
+			errs = append(errs, fmt.Errorf("mirror.serve_url: %q is not an http(s) base URL (scheme and host only)", redact.URL(c.ServeURL)))
 		}
 	}
 	l := c.Limits

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/sandboxapi/sandboxapi/internal/redact"
 	"github.com/sandboxapi/sandboxapi/internal/transition"
 )
 
@@ -131,6 +132,9 @@ func scanArtifact(s scanner) (Artifact, error) {
 	_ = json.Unmarshal([]byte(adv), &a.Advisories)
 	_ = json.Unmarshal([]byte(acc), &a.Accepted)
 	a.CreatedAt, a.UpdatedAt = time.UnixMilli(created).UTC(), time.UnixMilli(updated).UTC()
+	// Rows written before sources were redacted may hold an index
+	// credential: it is never read back (scrubSources rewrites them).
+	a.Source = redact.Origin(a.Source)
 	a.URLPath = urlPath(a)
 	return a, nil
 }
@@ -171,6 +175,7 @@ func (m *Mirror) upsert(ctx context.Context, a *Artifact) error {
 	if !canMove(old, a.Status) {
 		return fmt.Errorf("%w: %s -> %s for %s", ErrTransition, old, a.Status, a.Filename)
 	}
+	a.Source = redact.Origin(a.Source)
 	now := m.now().UnixMilli()
 	reasons, _ := json.Marshal(nonNil(a.Reasons))
 	adv, _ := json.Marshal(nonNil(a.Advisories))
@@ -227,4 +232,42 @@ func nonNil(s []string) []string {
 		return []string{}
 	}
 	return s
+}
+
+// scrubSources rewrites the source of every row written before sources
+// were redacted (an upstream URL with userinfo, a query or a fragment) to
+// its redact.Origin, so an index credential does not stay on disk or in
+// backups. Rows already clean are not touched; running it again is a
+// no-op.
+func scrubSources(ctx context.Context, db *sql.DB) error {
+	rows, err := db.QueryContext(ctx, `SELECT id, source FROM mirror_artifacts WHERE source LIKE '%@%' OR source LIKE '%?%' OR source LIKE '%#%'`)
+	if err != nil {
+		return fmt.Errorf("reading mirror sources: %w", err)
+	}
+	type fix struct {
+		id  int64
+		src string
+	}
+	var fixes []fix
+	for rows.Next() {
+		var f fix
+		var src string
+		if err := rows.Scan(&f.id, &src); err != nil {
+			rows.Close()
+			return fmt.Errorf("reading mirror sources: %w", err)
+		}
+		if f.src = redact.Origin(src); f.src != src {
+			fixes = append(fixes, f)
+		}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("reading mirror sources: %w", err)
+	}
+	for _, f := range fixes {
+		if _, err := db.ExecContext(ctx, `UPDATE mirror_artifacts SET source=? WHERE id=?`, f.src, f.id); err != nil {
+			return fmt.Errorf("redacting mirror source %d: %w", f.id, err)
+		}
+	}
+	return nil
 }

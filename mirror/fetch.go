@@ -16,13 +16,18 @@ import (
 	"path"
 	"strings"
 	"time"
+
+	"github.com/sandboxapi/sandboxapi/internal/redact"
 )
 
-// get fetches u with at most limit bytes of body.
+// get fetches u with at most limit bytes of body. Its errors name u
+// without userinfo or query values (redact.URL): the configured index URL
+// may carry a credential, and these errors reach CLI output and logs.
 func (m *Mirror) get(ctx context.Context, u, accept string, limit int64) ([]byte, error) {
+	shown := redact.URL(u)
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	if err != nil {
-		return nil, fmt.Errorf("%w: building request for %s: %w", ErrUpstream, u, err)
+		return nil, fmt.Errorf("%w: building request for %s: %w", ErrUpstream, shown, redact.Err(err))
 	}
 	if accept != "" {
 		req.Header.Set("Accept", accept)
@@ -30,21 +35,21 @@ func (m *Mirror) get(ctx context.Context, u, accept string, limit int64) ([]byte
 	req.Header.Set("User-Agent", "sandboxapi-mirror")
 	resp, err := m.client.Do(req)
 	if err != nil {
-		return nil, fmt.Errorf("%w: fetching %s: %w", ErrUpstream, u, err)
+		return nil, fmt.Errorf("%w: fetching %s: %w", ErrUpstream, shown, redact.Err(err))
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode == http.StatusNotFound {
-		return nil, fmt.Errorf("fetching %s: %w", u, ErrNotFound)
+		return nil, fmt.Errorf("fetching %s: %w", shown, ErrNotFound)
 	}
 	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("%w: fetching %s: status %s", ErrUpstream, u, resp.Status)
+		return nil, fmt.Errorf("%w: fetching %s: status %s", ErrUpstream, shown, resp.Status)
 	}
 	b, err := io.ReadAll(io.LimitReader(resp.Body, limit+1))
 	if err != nil {
-		return nil, fmt.Errorf("%w: reading %s: %w", ErrUpstream, u, err)
+		return nil, fmt.Errorf("%w: reading %s: %w", ErrUpstream, shown, redact.Err(err))
 	}
 	if int64(len(b)) > limit {
-		return nil, fmt.Errorf("%w: %s is larger than %d bytes", ErrUpstream, u, limit)
+		return nil, fmt.Errorf("%w: %s is larger than %d bytes", ErrUpstream, shown, limit)
 	}
 	return b, nil
 }
@@ -65,13 +70,13 @@ type pep691Project struct {
 func (m *Mirror) pipProject(ctx context.Context, name string) (pep691Project, *url.URL, error) {
 	base, err := url.Parse(strings.TrimSuffix(m.cfg.PipIndexURL, "/") + "/" + NormalizePyPI(name) + "/")
 	if err != nil {
-		return pep691Project{}, nil, fmt.Errorf("%w: bad pip index url: %w", ErrUpstream, err)
+		return pep691Project{}, nil, fmt.Errorf("%w: bad pip index url: %w", ErrUpstream, redact.Err(err))
 	}
 	page, err := m.get(ctx, base.String(), "application/vnd.pypi.simple.v1+json", 64<<20)
 	if err != nil {
 		if errors.Is(err, ErrUpstream) {
 			return pep691Project{}, nil, fmt.Errorf("the pip index %s (mirror.pip_index_url, a PEP 691 JSON simple index) could not be used: %w; "+
-				"point pip_index_url at an index this host reaches, or download the wheels elsewhere and add each with `mirror add FILE.whl`", m.cfg.PipIndexURL, err)
+				"point pip_index_url at an index this host reaches, or download the wheels elsewhere and add each with `mirror add FILE.whl`", redact.URL(m.cfg.PipIndexURL), err)
 		}
 		return pep691Project{}, nil, err
 	}
@@ -138,7 +143,7 @@ func (m *Mirror) AddPipHashes(ctx context.Context, spec Spec, hashes []string, a
 		}
 		fu, err := base.Parse(f.URL)
 		if err != nil {
-			errs = append(errs, fmt.Errorf("%w: bad url for %s: %w", ErrUpstream, fn, err))
+			errs = append(errs, fmt.Errorf("%w: bad url for %s: %w", ErrUpstream, fn, redact.Err(err)))
 			continue
 		}
 		fu.Fragment = ""
@@ -149,12 +154,12 @@ func (m *Mirror) AddPipHashes(ctx context.Context, spec Spec, hashes []string, a
 		}
 		if sum := sha256.Sum256(data); hex.EncodeToString(sum[:]) != want {
 			got := hex.EncodeToString(sum[:])
-			m.auditUpstreamMismatch(ctx, Artifact{Manager: Pip, Name: spec.Name, Version: spec.Version, Filename: fn, SHA256: got, Source: fu.String()},
+			m.auditUpstreamMismatch(ctx, Artifact{Manager: Pip, Name: spec.Name, Version: spec.Version, Filename: fn, SHA256: got, Source: redact.Origin(fu.String())},
 				fmt.Sprintf("upstream bytes hash to sha256 %s, the index says %s", got, want))
 			errs = append(errs, fmt.Errorf("%w: %s does not match the index's sha256", ErrUpstream, fn))
 			continue
 		}
-		a, err := m.AddWheel(ctx, fn, data, fu.String(), accept)
+		a, err := m.AddWheel(ctx, fn, data, redact.Origin(fu.String()), accept)
 		if err != nil {
 			errs = append(errs, err)
 			continue
@@ -166,7 +171,7 @@ func (m *Mirror) AddPipHashes(ctx context.Context, spec Spec, hashes []string, a
 			return nil, fmt.Errorf("adding %s: no wheel matches the requirement's --hash values (the index has %s): %w", spec, strings.Join(unhashed, ", "), ErrNotFound)
 		}
 		if sdists > 0 {
-			c := candidate{a: Artifact{Manager: Pip, Name: spec.Name, Version: spec.Version, Filename: spec.Name + "-" + spec.Version + ".tar.gz", Source: base.String()},
+			c := candidate{a: Artifact{Manager: Pip, Name: spec.Name, Version: spec.Version, Filename: spec.Name + "-" + spec.Version + ".tar.gz", Source: redact.Origin(base.String())},
 				problem: refusef("%s has only a source distribution upstream: only wheels are admitted", spec)}
 			_, err := m.admit(ctx, c, accept)
 			return nil, err
@@ -234,7 +239,7 @@ func (m *Mirror) AddNPMLocked(ctx context.Context, spec Spec, integrity string, 
 	}
 	tu, err := url.Parse(v.Dist.Tarball)
 	if err != nil || (tu.Scheme != "http" && tu.Scheme != "https") {
-		return Artifact{}, fmt.Errorf("%w: bad tarball url %q", ErrUpstream, v.Dist.Tarball)
+		return Artifact{}, fmt.Errorf("%w: bad tarball url %q", ErrUpstream, redact.URL(v.Dist.Tarball))
 	}
 	data, err := m.get(ctx, tu.String(), "", m.cfg.Limits.MaxArtifactBytes)
 	if err != nil {
@@ -247,14 +252,14 @@ func (m *Mirror) AddNPMLocked(ctx context.Context, spec Spec, integrity string, 
 	if check != nil {
 		sum := sha256.Sum256(data)
 		m.auditUpstreamMismatch(ctx, Artifact{Manager: NPM, Name: spec.Name, Version: spec.Version, Filename: path.Base(tu.Path),
-			SHA256: hex.EncodeToString(sum[:]), Source: tu.String()}, check.Error())
+			SHA256: hex.EncodeToString(sum[:]), Source: redact.Origin(tu.String())}, check.Error())
 		return Artifact{}, fmt.Errorf("adding %s: %w", spec, check)
 	}
 	var published time.Time
 	if t, err := time.Parse(time.RFC3339Nano, p.Time[spec.Version]); err == nil {
 		published = t.UTC()
 	}
-	return m.addNPM(ctx, data, tu.String(), accept, spec, published)
+	return m.addNPM(ctx, data, redact.Origin(tu.String()), accept, spec, published)
 }
 
 // matchSRI reports whether data matches one of the sha512 or sha1 entries

@@ -55,7 +55,7 @@ type Artifact struct {
 	MetadataSHA256 string   `json:"metadata_sha256,omitempty"` // wheels: sha256 of .dist-info/METADATA (PEP 658)
 	RequiresPython string   `json:"requires_python,omitempty"`
 	UpstreamSHA256 string   `json:"upstream_sha256,omitempty"` // npm: sha256 of the tarball before re-packing
-	Source         string   `json:"source"`                    // file path or upstream URL
+	Source         string   `json:"source"`                    // "file:" path or upstream URL, without userinfo, query or fragment
 	// Stripped lists what admission took out of the published file
 	// (npm: "scripts.postinstall", "dependencies", ...); empty when the
 	// mirror serves it byte for byte as published.
@@ -104,6 +104,9 @@ func New(ctx context.Context, cfg Config, db *sql.DB, log *slog.Logger) (*Mirror
 	}
 	if err := os.MkdirAll(cfg.StoreDir, 0o755); err != nil {
 		return nil, fmt.Errorf("creating mirror store %s: %w", cfg.StoreDir, err)
+	}
+	if err := scrubSources(ctx, db); err != nil {
+		return nil, err
 	}
 	genStmt, err := db.PrepareContext(ctx, `SELECT generation FROM mirror_state WHERE id = 1`)
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sandboxapi/sandboxapi/internal/httperr"
+	"github.com/sandboxapi/sandboxapi/internal/redact"
 )
 
 // RemoteHandler forwards mirror requests to a mirror served apart
@@ -24,7 +25,7 @@ func RemoteHandler(target *url.URL, log *slog.Logger) http.Handler {
 			ResponseHeaderTimeout: 30 * time.Second, MaxIdleConnsPerHost: 16,
 		},
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
-			log.Warn("mirror service unreachable", "path", r.URL.Path, "err", err)
+			log.Warn("mirror service unreachable", "path", r.URL.Path, "err", redact.Err(err))
 			httperr.Write(w, http.StatusBadGateway, httperr.Payload{Code: "mirror_unavailable",
 				Message: "the mirror service does not answer; try again later"})
 		},

@@ -15,6 +15,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/sandboxapi/sandboxapi/internal/redact"
 )
 
 // FirewallChecker is anything whose host rules can be checked
@@ -275,14 +277,14 @@ func normPip(s string) string {
 func get(ctx context.Context, c *http.Client, url, accept string, limit int64) ([]byte, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
-		return nil, err
+		return nil, redact.Err(err)
 	}
 	if accept != "" {
 		req.Header.Set("Accept", accept)
 	}
 	resp, err := c.Do(req)
 	if err != nil {
-		return nil, err
+		return nil, redact.Err(err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {

@@ -13,6 +13,8 @@ import (
 	"sort"
 	"sync"
 	"time"
+
+	"github.com/sandboxapi/sandboxapi/internal/redact"
 )
 
 // Config holds the checker's timing. It is data only.
@@ -340,11 +342,14 @@ func (c *Checker) runOne(ctx context.Context, name string, fn Func) (res Result)
 		o = out{err: fmt.Errorf("check did not finish: %w", ctx.Err())}
 	}
 	res.DurationMS = c.now().Sub(start).Milliseconds()
-	res.Detail = o.detail
+	// Details reach /readyz (no key) and the logs: a URL in them (the
+	// mirror's serve_url, a client error naming it) is shown without
+	// userinfo or query values.
+	res.Detail = redact.Text(o.detail)
 	if o.err != nil {
-		res.Detail = o.err.Error()
+		res.Detail = redact.Text(o.err.Error())
 		if o.detail != "" {
-			res.Detail = o.detail + ": " + o.err.Error()
+			res.Detail = redact.Text(o.detail + ": " + o.err.Error())
 		}
 		c.log.Warn("readiness check failed", "check", name, "detail", res.Detail)
 		return res

@@ -66,8 +66,11 @@ type Package struct {
 	// InstalledSnapshot is the snapshot it had been judged against when it
 	// was installed (session SBOMs).
 	InstalledSnapshot string
-	Source            string
-	InstalledAt       time.Time
+	// Source is where the file came from: for an operator's catalogue
+	// document the upstream URL (without credentials) or file path it was
+	// added from; for a client's session document the mirror's URLPath.
+	Source      string
+	InstalledAt time.Time
 }
 
 // Subject is what the document describes (metadata.component).

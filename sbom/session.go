@@ -16,7 +16,9 @@ type Installed struct {
 // now (matched by manager, filename and sha256): a package the catalogue
 // still knows carries its current status and advisories beside the
 // snapshot it was installed under; one it no longer knows keeps what was
-// recorded, with no status.
+// recorded, with no status. A session's document goes to an API client,
+// so each package's Source is the mirror's own URL of it (URLPath), never
+// the operator's upstream or a file path on the host.
 func SessionPackages(installed []Installed, catalogue []Package) []Package {
 	byFile := make(map[string]Package, len(catalogue))
 	for _, p := range catalogue {
@@ -30,6 +32,7 @@ func SessionPackages(installed []Installed, catalogue []Package) []Package {
 			p = c
 			p.InstalledSnapshot, p.InstalledAt = r.OSVSnapshot, r.InstalledAt
 		}
+		p.Source = p.URLPath
 		out = append(out, p)
 	}
 	return out

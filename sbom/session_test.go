@@ -12,6 +12,10 @@ func TestSessionPackages(t *testing.T) {
 	cat := []Package{
 		{Manager: "pip", Name: "wheel", Version: "0.43.0", Filename: "wheel-0.43.0-py3-none-any.whl", SHA256: "aa", Status: "quarantined", Advisories: []string{"GHSA-x"}, OSVSnapshot: "new"},
 		{Manager: "npm", Name: "wheel", Version: "0.43.0", Filename: "wheel-0.43.0-py3-none-any.whl", SHA256: "bb", Status: "admitted"},
+		{Manager: "pip", Name: "up", Version: "1", Filename: "up-1-py3-none-any.whl", SHA256: "dd", Status: "admitted",
+			URLPath: "/mirror/pypi/files/dd/up-1-py3-none-any.whl", Source: "https://index.corp.example/files/up-1-py3-none-any.whl"},
+		{Manager: "npm", Name: "local", Version: "1.0.0", Filename: "local-1.0.0.tgz", SHA256: "ee", Status: "admitted",
+			URLPath: "/mirror/npm/local/-/local-1.0.0.tgz", Source: "/root/incoming/local-1.0.0.tgz"},
 	}
 	tests := []struct {
 		name string
@@ -27,6 +31,14 @@ func TestSessionPackages(t *testing.T) {
 		{name: "same file and hash under another manager does not match",
 			in:   Installed{Manager: "npm", Name: "wheel", Version: "0.43.0", Filename: "wheel-0.43.0-py3-none-any.whl", SHA256: "aa", InstalledAt: at},
 			want: Package{Manager: "npm", Name: "wheel", Version: "0.43.0", Filename: "wheel-0.43.0-py3-none-any.whl", SHA256: "aa", InstalledAt: at}},
+		{name: "upstream source: the mirror's URL instead",
+			in: Installed{Manager: "pip", Name: "up", Version: "1", Filename: "up-1-py3-none-any.whl", SHA256: "dd", InstalledAt: at},
+			want: Package{Manager: "pip", Name: "up", Version: "1", Filename: "up-1-py3-none-any.whl", SHA256: "dd", Status: "admitted", InstalledAt: at,
+				URLPath: "/mirror/pypi/files/dd/up-1-py3-none-any.whl", Source: "/mirror/pypi/files/dd/up-1-py3-none-any.whl"}},
+		{name: "host path source: the mirror's URL instead",
+			in: Installed{Manager: "npm", Name: "local", Version: "1.0.0", Filename: "local-1.0.0.tgz", SHA256: "ee", InstalledAt: at},
+			want: Package{Manager: "npm", Name: "local", Version: "1.0.0", Filename: "local-1.0.0.tgz", SHA256: "ee", Status: "admitted", InstalledAt: at,
+				URLPath: "/mirror/npm/local/-/local-1.0.0.tgz", Source: "/mirror/npm/local/-/local-1.0.0.tgz"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -7,6 +7,8 @@ import (
 	"net/url"
 	"path/filepath"
 	"strings"
+
+	"github.com/sandboxapi/sandboxapi/internal/redact"
 )
 
 // Modes of the tls section.
@@ -77,7 +79,7 @@ func (t Settings) Validate() error {
 		}
 		if t.ACMEDirectory != "" {
 			if u, err := url.Parse(t.ACMEDirectory); err != nil || u.Scheme != "https" || u.Host == "" {
-				bad("tls.acme_directory: %q is not an https URL", t.ACMEDirectory)
+				bad("tls.acme_directory: %q is not an https URL", redact.URL(t.ACMEDirectory))
 			}
 		}
 	case ModeLocal:

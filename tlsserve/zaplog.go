@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 
+	"github.com/sandboxapi/sandboxapi/internal/redact"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 )
@@ -48,9 +49,18 @@ func (c *slogCore) Write(e zapcore.Entry, fs []zapcore.Field) error {
 		args = append(args, "logger", e.LoggerName)
 	}
 	for k, v := range enc.Fields {
+		// certmagic names the ACME directory (tls.acme_directory, which
+		// may carry a credential) and the URLs it calls in its fields
+		// and errors.
+		switch x := v.(type) {
+		case string:
+			v = redact.Text(x)
+		case error:
+			v = redact.Err(x)
+		}
 		args = append(args, k, v)
 	}
-	c.log.Log(context.Background(), slogLevel(e.Level), e.Message, args...)
+	c.log.Log(context.Background(), slogLevel(e.Level), redact.Text(e.Message), args...)
 	return nil
 }
 

@@ -133,6 +133,62 @@ func TestSBOMs(t *testing.T) {
 	testenv.ValidateWithCycloneDX(t, modules, sessFile)
 }
 
+// TestSessionSBOMShowsMirrorURLs: a client's session SBOM names where the
+// mirror serves each package, never the host path it was added from nor
+// the operator's upstream URL. Real SQLite, real mirror.
+func TestSessionSBOMShowsMirrorURLs(t *testing.T) {
+	ctx := context.Background()
+	td := filepath.Join(testenv.ModuleRoot(), "mirror", "testdata")
+	st, mir := openStoreMirror(t)
+	if _, err := mir.ImportOSV(ctx, filepath.Join(td, "osv")); err != nil {
+		t.Fatal(err)
+	}
+	whl, err := mir.AddFile(ctx, filepath.Join(td, "wheels", "wheel-0.43.0-py3-none-any.whl"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tgz, err := mir.AddFile(ctx, filepath.Join(td, "npm", "is-number-7.0.0.tgz"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(whl.Source, "file:/") {
+		t.Fatalf("operator's source %q: want the file it was added from", whl.Source)
+	}
+	if err := st.InsertSession(ctx, store.SessionRow{ID: "sess_1", KeyID: "key_1", Language: "python3", State: "running", Network: "{}", CreatedAt: time.Now(), LastUsedAt: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range []mirror.Artifact{whl, tgz} {
+		rec := recordingInstaller{st: st, mir: mir, log: slog.New(slog.DiscardHandler), next: fakeInstaller{reply: sandbox.InstallReply{Manager: string(a.Manager),
+			Installed: []sandbox.InstalledPackage{{Name: a.Name, Version: a.Version, Filename: a.Filename, SHA256: a.SHA256}}}}}
+		if _, err := rec.Install(ctx, "key_1", "sess_1", sandbox.InstallRequest{Manager: string(a.Manager), Packages: []string{a.Name}}, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	doc, _, err := sbomSource{st: st, mir: mir}.SessionSBOM(ctx, "key_1", "sess_1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sess cdxDoc
+	if err := json.Unmarshal(doc, &sess); err != nil {
+		t.Fatal(err)
+	}
+	if len(sess.Components) != 2 {
+		t.Fatalf("components %+v", sess.Components)
+	}
+	for i, c := range sess.Components {
+		want := whl.URLPath
+		if c.Name == tgz.Name {
+			want = tgz.URLPath
+		}
+		if got := sess.prop(i, "sandboxapi:mirror:source"); got != want {
+			t.Errorf("%s: source %q, want the mirror's %q", c.Name, got, want)
+		}
+	}
+	if strings.Contains(string(doc), "file:") || strings.Contains(string(doc), td) {
+		t.Errorf("a host path in a client's SBOM:\n%s", doc)
+	}
+}
+
 // TestInstallsObserved: every install through the decorator is counted
 // with its manager and outcome (sandboxapi_installs_total).
 func TestInstallsObserved(t *testing.T) {

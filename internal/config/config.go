@@ -11,6 +11,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"regexp"
 	"time"
 
 	"gopkg.in/yaml.v3"
@@ -167,9 +168,28 @@ func decode(b []byte, c *Config) error {
 	dec := yaml.NewDecoder(bytes.NewReader(b))
 	dec.KnownFields(true)
 	if err := dec.Decode(c); err != nil && !errors.Is(err, io.EOF) {
-		return err
+		return hideValues(err)
 	}
 	return nil
+}
+
+// yamlValue is how yaml.v3 quotes (the start of) a value in a type error.
+var yamlValue = regexp.MustCompile("`[^`]*`")
+
+// hideValues drops the values yaml.v3 quotes in its type errors ("cannot
+// unmarshal !!str `SECRETV...` into []string"): the value may be a secret
+// (cluster.previous_secrets given as a string, a store.url in the wrong
+// place), and the line and types say what is wrong.
+func hideValues(err error) error {
+	var te *yaml.TypeError
+	if !errors.As(err, &te) {
+		return err
+	}
+	out := &yaml.TypeError{Errors: make([]string, len(te.Errors))}
+	for i, e := range te.Errors {
+		out.Errors[i] = yamlValue.ReplaceAllString(e, "a value")
+	}
+	return out
 }
 
 // Validate reports every problem at once.
