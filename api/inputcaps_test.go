@@ -113,7 +113,9 @@ func TestInputCaps(t *testing.T) {
 				t.Fatalf("POST %s: %d, want %d: %.500s", path, rec.Code, tc.status, rec.Body)
 			}
 			if tc.code != "" {
-				var doc struct{ Error struct{ Code, Message string } }
+				var doc struct {
+					Error struct{ Code, Message string }
+				}
 				if err := json.Unmarshal(rec.Body.Bytes(), &doc); err != nil || doc.Error.Code != tc.code {
 					t.Fatalf("POST %s: code %q, want %q: %.500s", path, doc.Error.Code, tc.code, rec.Body)
 				}
