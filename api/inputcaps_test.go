@@ -229,3 +229,16 @@ func TestInstallBadInputBeforePlan(t *testing.T) {
 		t.Fatalf("install: %d %s", rec.Code, rec.Body)
 	}
 }
+
+// TestIdleTTLCheckedBeforePlan: a bad idle_ttl is a 400 on a plan without
+// sessions too, like the rest of the body.
+func TestIdleTTLCheckedBeforePlan(t *testing.T) {
+	t.Parallel()
+	srv, _ := newFakeServer(t)
+	for _, ttl := range []string{"-1", "1e12"} {
+		rec := send(t, srv, "POST", "/v1/sessions", `{"language":"python3","idle_ttl":`+ttl+`}`, map[string]string{"X-API-Key": "key-BASIC"})
+		if rec.Code != http.StatusBadRequest {
+			t.Fatalf("idle_ttl %s on BASIC: %d %s", ttl, rec.Code, rec.Body)
+		}
+	}
+}

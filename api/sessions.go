@@ -140,15 +140,15 @@ func (s *Server) createSession(w http.ResponseWriter, r *http.Request) error {
 	if err := s.checkLanguage(req.Language); err != nil {
 		return err
 	}
-	if !p.Plan.Sessions {
-		return s.forbidden(p, "stateful sessions", func(pl *Plan) bool { return pl.Sessions })
-	}
 	ttl, err := seconds("idle_ttl", req.IdleTTL)
 	if err != nil {
 		return err
 	}
 	if ttl > s.cfg.MaxIdleTTL {
 		return apiErr(http.StatusBadRequest, "invalid_request", "idle_ttl must be at most %d seconds", int64(s.cfg.MaxIdleTTL/time.Second))
+	}
+	if !p.Plan.Sessions {
+		return s.forbidden(p, "stateful sessions", func(pl *Plan) bool { return pl.Sessions })
 	}
 	network, err := s.checkNetwork(p, req.Network)
 	if err != nil {
