@@ -129,3 +129,54 @@ func TestInputCapsAndBoundedConsole(t *testing.T) {
 		t.Fatalf("page=0: %d", r.status)
 	}
 }
+
+// TestAllowedDomainsDedupedWithEgress runs the real binary with egress on:
+// repeated allowed_domains entries (case, trailing dot, the same
+// wildcard) are stored once, first spelling first, as the create reply and
+// GET show; the kept list still decides (a name it allows is reached
+// through the proxy, one it does not is refused); a list over the cap is a
+// 400 here too.
+func TestAllowedDomainsDedupedWithEgress(t *testing.T) {
+	f := startFakeInternet(t)
+	ee := newEgressEnv(t)
+	s := startServer(t, ee.yaml(f))
+	sweepAfter(t, s)
+	ultra := s.key("ULTRA")
+
+	over := make([]string, sandbox.MaxAllowedDomains+1)
+	for i := range over {
+		over[i] = fmt.Sprintf("h%d.allowed.test", i)
+	}
+	if r := s.do("POST", "/v1/sessions", ultra, map[string]any{"language": "bash", "network": map[string]any{"enabled": true, "allowed_domains": over}}); r.status != 400 || r.errCode(t) != "invalid_allowed_domains" {
+		t.Fatalf("over the cap: %d %.300s", r.status, r.body)
+	}
+
+	sent := []string{"WWW.allowed.test", "www.allowed.test.", "*.other.test", "www.ALLOWED.test", "*.OTHER.test."}
+	want := `["WWW.allowed.test","*.other.test"]`
+	r := s.do("POST", "/v1/sessions", ultra, map[string]any{"language": "bash", "network": map[string]any{"enabled": true, "allowed_domains": sent}})
+	if r.status != 201 {
+		t.Fatalf("create: %d %s", r.status, r.body)
+	}
+	var sess struct {
+		ID      string
+		Network struct {
+			AllowedDomains json.RawMessage `json:"allowed_domains"`
+		}
+	}
+	if err := json.Unmarshal(r.body, &sess); err != nil || string(sess.Network.AllowedDomains) != want {
+		t.Fatalf("create reply allowed_domains %s (%v), want %s", sess.Network.AllowedDomains, err, want)
+	}
+	g := s.do("GET", "/v1/sessions/"+sess.ID, ultra, nil)
+	if !strings.Contains(string(g.body), `"allowed_domains":`+want) {
+		t.Fatalf("GET: %s", g.body)
+	}
+	s.installCA(ultra, sess.ID, f)
+	res := s.run(ultra, sess.ID, `curl -sS --max-time 30 https://www.allowed.test/`, caEnv)
+	if exitCode(res) != 0 || !strings.Contains(res["stdout"].(string), "hello www.allowed.test") {
+		t.Fatalf("allowed name: %s", out(res))
+	}
+	res = s.run(ultra, sess.ID, `curl -sS --max-time 30 https://api.allowed.test/; echo "rc=$?"`, caEnv)
+	if o := res["stdout"].(string) + res["stderr"].(string); strings.Contains(o, "hello") || !strings.Contains(o, "403") {
+		t.Fatalf("a name the list does not hold: %s", out(res))
+	}
+}
