@@ -31,9 +31,6 @@ type installRequest struct {
 
 func (s *Server) install(w http.ResponseWriter, r *http.Request, c *call, inst Installer, gate Gate) error {
 	p := principal(r.Context())
-	if !p.Plan.Sessions {
-		return s.forbidden(p, "sessions", func(pl *Plan) bool { return pl.Sessions })
-	}
 	var req installRequest
 	if err := decodeJSON(r, &req); err != nil {
 		return err
@@ -41,8 +38,11 @@ func (s *Server) install(w http.ResponseWriter, r *http.Request, c *call, inst I
 	if req.Manager != "pip" && req.Manager != "npm" {
 		return apiErr(http.StatusBadRequest, "invalid_request", "manager must be pip or npm")
 	}
-	if len(req.Packages) == 0 {
-		return apiErr(http.StatusBadRequest, "invalid_request", "packages must list at least one package")
+	if err := checkPackagesShape("install", req.Packages); err != nil {
+		return err
+	}
+	if !p.Plan.Sessions {
+		return s.forbidden(p, "sessions", func(pl *Plan) bool { return pl.Sessions })
 	}
 	id := r.PathValue("id")
 	if _, err := s.sb.GetSession(r.Context(), p.KeyID, id); err != nil {

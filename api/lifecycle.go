@@ -54,6 +54,14 @@ func (s *Server) fork(w http.ResponseWriter, r *http.Request, l Lifecycle) error
 			return err
 		}
 	}
+	if err := normalizeNetwork(req.Network); err != nil {
+		return err
+	}
+	if strings.TrimSpace(req.Language) != "" {
+		if err := s.checkLanguage(req.Language); err != nil {
+			return err
+		}
+	}
 	if !p.Plan.Sessions {
 		return s.forbidden(p, "stateful sessions", func(pl *Plan) bool { return pl.Sessions })
 	}

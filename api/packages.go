@@ -45,8 +45,6 @@ const (
 	PackageInvalid  = "invalid"
 )
 
-const maxCheckedPackages = 100
-
 type checkPackagesRequest struct {
 	Manager  string   `json:"manager"`
 	Packages []string `json:"packages"`
@@ -65,16 +63,8 @@ func (s *Server) mountPackages(p Packages) {
 		default:
 			return apiErr(http.StatusBadRequest, "invalid_request", "manager must be pip or npm")
 		}
-		if len(req.Packages) == 0 {
-			return apiErr(http.StatusBadRequest, "invalid_request", "packages must list at least one package")
-		}
-		if len(req.Packages) > maxCheckedPackages {
-			return apiErr(http.StatusBadRequest, "invalid_request", "at most %d packages per check", maxCheckedPackages)
-		}
-		for _, spec := range req.Packages {
-			if len(spec) > 300 {
-				return apiErr(http.StatusBadRequest, "invalid_request", "package spec over 300 bytes")
-			}
+		if err := checkPackagesShape("check", req.Packages); err != nil {
+			return err
 		}
 		out, err := p.Check(r.Context(), mgr, req.Packages)
 		if err != nil {

@@ -6,12 +6,14 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+
+	"github.com/sandboxapi/sandboxapi/internal/sandbox"
 )
 
 func TestCheckPackagesValidates(t *testing.T) {
 	t.Parallel()
 	srv, _ := newFakeServerDeps(t, nil, func(d *Deps) { d.Packages = fakePackages{} })
-	many := make([]string, maxCheckedPackages+1)
+	many := make([]string, sandbox.MaxPackages+1)
 	for i := range many {
 		many[i] = "x"
 	}

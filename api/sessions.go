@@ -134,11 +134,11 @@ func (s *Server) createSession(w http.ResponseWriter, r *http.Request) error {
 	if err := decodeJSON(r, &req); err != nil {
 		return err
 	}
-	if err := s.checkLanguage(req.Language); err != nil {
+	if err := normalizeNetwork(req.Network); err != nil {
 		return err
 	}
-	if !p.Plan.Sessions {
-		return s.forbidden(p, "stateful sessions", func(pl *Plan) bool { return pl.Sessions })
+	if err := s.checkLanguage(req.Language); err != nil {
+		return err
 	}
 	ttl, err := seconds("idle_ttl", req.IdleTTL)
 	if err != nil {
@@ -146,6 +146,9 @@ func (s *Server) createSession(w http.ResponseWriter, r *http.Request) error {
 	}
 	if ttl > s.cfg.MaxIdleTTL {
 		return apiErr(http.StatusBadRequest, "invalid_request", "idle_ttl must be at most %d seconds", int64(s.cfg.MaxIdleTTL/time.Second))
+	}
+	if !p.Plan.Sessions {
+		return s.forbidden(p, "stateful sessions", func(pl *Plan) bool { return pl.Sessions })
 	}
 	network, err := s.checkNetwork(p, req.Network)
 	if err != nil {
@@ -174,6 +177,9 @@ func (s *Server) checkLanguage(lang string) error {
 	if name == "" {
 		return apiErr(http.StatusBadRequest, "invalid_request", "language is required")
 	}
+	if len(lang) > sandbox.MaxLanguageBytes {
+		return apiErr(http.StatusBadRequest, "unknown_language", "unknown language %s; GET /v1/runtimes lists them", sandbox.Quote(lang))
+	}
 	for _, rt := range s.sb.RuntimeList() {
 		if strings.EqualFold(rt.Language, name) {
 			return nil
@@ -184,7 +190,7 @@ func (s *Server) checkLanguage(lang string) error {
 			}
 		}
 	}
-	return apiErr(http.StatusBadRequest, "unknown_language", "unknown language %q; GET /v1/runtimes lists them", lang)
+	return apiErr(http.StatusBadRequest, "unknown_language", "unknown language %s; GET /v1/runtimes lists them", sandbox.Quote(lang))
 }
 
 // checkNetwork applies the plan to a network request and returns the
@@ -261,6 +267,9 @@ type fileJSON struct {
 func (s *Server) execRequest(p *Principal, req *executeRequest) (sandbox.ExecRequest, error) {
 	if req.Code == nil {
 		return sandbox.ExecRequest{}, apiErr(http.StatusBadRequest, "invalid_request", "code is required")
+	}
+	if err := checkExecuteShape(req); err != nil {
+		return sandbox.ExecRequest{}, err
 	}
 	if int64(len(*req.Code)) > s.cfg.MaxCodeBytes {
 		return sandbox.ExecRequest{}, apiErr(http.StatusRequestEntityTooLarge, "code_too_large", "code over %d bytes", s.cfg.MaxCodeBytes)

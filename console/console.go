@@ -78,9 +78,13 @@ type Catalogue interface {
 type Session struct {
 	ID, KeyID, KeyName, Language, State string
 	NetworkEnabled                      bool
-	AllowedDomains                      []string
-	CreatedAt, LastUsedAt, EndedAt      time.Time
-	EndReason                           string
+	// AllowedDomains is the start of the session's allowed_domains (at
+	// most MaxShownDomains entries); MoreDomains counts the entries left
+	// out.
+	AllowedDomains                 []string
+	MoreDomains                    int
+	CreatedAt, LastUsedAt, EndedAt time.Time
+	EndReason                      string
 	// DiskUsed and DiskSize are the home's bytes used and its size; both
 	// zero when unknown (ended, or another node's).
 	DiskUsed, DiskSize int64
@@ -99,7 +103,9 @@ type Decision struct {
 
 // Sessions lists sessions and their egress decisions.
 type Sessions interface {
-	Sessions(ctx context.Context, limit int) ([]Session, error)
+	// Sessions returns at most limit sessions, newest first, after
+	// skipping the offset newest.
+	Sessions(ctx context.Context, offset, limit int) ([]Session, error)
 	Session(ctx context.Context, id string) (Session, error)
 	Egress(ctx context.Context, id string, limit int) ([]Decision, error)
 }
@@ -198,11 +204,11 @@ func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case path == "/mirror":
 		c.mirror(ctx, w, r, v)
 	case path == "/sessions":
-		c.sessions(ctx, w, v)
+		c.sessions(ctx, w, r, v)
 	case strings.HasPrefix(path, "/sessions/"):
 		c.session(ctx, w, v, strings.TrimPrefix(path, "/sessions/"))
 	case path == "/usage":
-		c.usage(ctx, w, v)
+		c.usage(ctx, w, r, v)
 	default:
 		c.fail(w, v, http.StatusNotFound, "no such page")
 	}

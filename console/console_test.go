@@ -52,7 +52,7 @@ func (fakeCatalogue) OSV(context.Context) OSV {
 
 type fakeSessions struct{}
 
-func (fakeSessions) Sessions(context.Context, int) ([]Session, error) {
+func (fakeSessions) Sessions(context.Context, int, int) ([]Session, error) {
 	return []Session{
 		{ID: "sess_b", KeyID: "key_2", KeyName: "bob", Language: "python3", State: "running", NetworkEnabled: true, AllowedDomains: []string{"api.example.com"}, CreatedAt: now,
 			DiskUsed: 3 << 20, DiskSize: 64 << 20},

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -15,12 +16,75 @@ import (
 // Statuses the catalogue filter accepts.
 var statuses = []string{"admitted", "refused", "quarantined", "removed"}
 
-// Bounds of the lists the pages show.
+// Bounds of the lists the pages show: every list page shows one page of
+// rows with a link to the next, and a session's allowed_domains are cut
+// (the first entries and "+N more").
 const (
-	maxSessions  = 500
-	maxDecisions = 1000
-	usageDays    = 30
+	sessionsPerPage  = 50
+	artifactsPerPage = 100
+	usageRowsPerPage = 200
+	maxPage          = 10000
+	maxDecisions     = 1000
+	usageDays        = 30
+	// MaxShownDomains is the most allowed_domains entries of one session
+	// the console reads and its session page shows; listDomains is the
+	// most a row of the sessions list shows.
+	MaxShownDomains = 100
+	listDomains     = 5
 )
+
+// pager is the page a list page shows and the links to its neighbours
+// (empty when there is none).
+type pager struct {
+	Page       int
+	Prev, Next string
+}
+
+// errBadPage is the 400 message of a page parameter out of range.
+var errBadPage = fmt.Sprintf("page must be one integer from 1 to %d", maxPage)
+
+// pageOf reads ?page= (1 when absent); ok is false when it is anything
+// but one integer from 1 to maxPage.
+func pageOf(r *http.Request) (page int, ok bool) {
+	vals, set := r.URL.Query()["page"]
+	if !set {
+		return 1, true
+	}
+	if len(vals) != 1 || len(vals[0]) > 6 {
+		return 0, false
+	}
+	n, err := strconv.Atoi(vals[0])
+	if err != nil || n < 1 || n > maxPage {
+		return 0, false
+	}
+	return n, true
+}
+
+// pagerFor links the pages around page of r's list, keeping r's other
+// query parameters.
+func pagerFor(r *http.Request, page int, hasNext bool) pager {
+	link := func(n int) string {
+		q := r.URL.Query()
+		q.Set("page", strconv.Itoa(n))
+		return r.URL.Path + "?" + q.Encode()
+	}
+	p := pager{Page: page}
+	if page > 1 {
+		p.Prev = link(page - 1)
+	}
+	if hasNext && page < maxPage {
+		p.Next = link(page + 1)
+	}
+	return p
+}
+
+// pageSlice returns page (1-based) of list with per rows a page, and
+// whether a later page has rows.
+func pageSlice[T any](list []T, page, per int) ([]T, bool) {
+	from := min((page-1)*per, len(list))
+	to := min(from+per, len(list))
+	return list[from:to], to < len(list)
+}
 
 var funcs = template.FuncMap{
 	"when": func(t time.Time) string {
@@ -102,7 +166,8 @@ type mirrorData struct {
 	Query, Status, Manager string
 	Statuses               []string
 	Artifacts              []Artifact
-	Total                  int
+	Matching, Total        int
+	Pager                  pager
 	OSV                    OSV
 	Age                    string
 }
@@ -127,6 +192,11 @@ func Filter(arts []Artifact, query, status, manager string) []Artifact {
 
 func (c *Console) mirror(ctx context.Context, w http.ResponseWriter, r *http.Request, v view) {
 	q := r.URL.Query()
+	page, ok := pageOf(r)
+	if !ok {
+		c.fail(w, v, http.StatusBadRequest, errBadPage)
+		return
+	}
 	d := mirrorData{Query: q.Get("q"), Status: q.Get("status"), Manager: q.Get("manager"), Statuses: statuses, OSV: c.d.Catalogue.OSV(ctx)}
 	if len(d.Query) > 200 || d.Status != "" && !slices.Contains(statuses, d.Status) || d.Manager != "" && d.Manager != "pip" && d.Manager != "npm" {
 		c.fail(w, v, http.StatusBadRequest, "bad filter: q is at most 200 characters, status one of "+strings.Join(statuses, ", ")+", manager pip or npm")
@@ -140,7 +210,11 @@ func (c *Console) mirror(ctx context.Context, w http.ResponseWriter, r *http.Req
 	if !d.OSV.ImportedAt.IsZero() {
 		d.Age = Age(v.Now.Sub(d.OSV.ImportedAt))
 	}
-	d.Total, d.Artifacts = len(arts), Filter(arts, d.Query, d.Status, d.Manager)
+	matching := Filter(arts, d.Query, d.Status, d.Manager)
+	var next bool
+	d.Total, d.Matching = len(arts), len(matching)
+	d.Artifacts, next = pageSlice(matching, page, artifactsPerPage)
+	d.Pager = pagerFor(r, page, next)
 	v.Title, v.Data = "mirror", d
 	c.render(w, http.StatusOK, "mirror", v)
 }
@@ -150,15 +224,32 @@ type keyGroup struct {
 	Sessions       []Session
 }
 
-func (c *Console) sessions(ctx context.Context, w http.ResponseWriter, v view) {
-	ss, err := c.d.Sessions.Sessions(ctx, maxSessions)
+type sessionsData struct {
+	Groups []*keyGroup
+	Pager  pager
+}
+
+// sessions shows one page of sessions, newest first, grouped by key, each
+// row with at most listDomains of its allowed_domains.
+func (c *Console) sessions(ctx context.Context, w http.ResponseWriter, r *http.Request, v view) {
+	page, ok := pageOf(r)
+	if !ok {
+		c.fail(w, v, http.StatusBadRequest, errBadPage)
+		return
+	}
+	ss, err := c.d.Sessions.Sessions(ctx, (page-1)*sessionsPerPage, sessionsPerPage+1)
 	if err != nil {
 		c.internal(w, v, "sessions", err)
 		return
 	}
+	next := len(ss) > sessionsPerPage
+	ss = ss[:min(len(ss), sessionsPerPage)]
 	var groups []*keyGroup
 	byKey := map[string]*keyGroup{}
 	for _, s := range ss {
+		if n := len(s.AllowedDomains); n > listDomains {
+			s.AllowedDomains, s.MoreDomains = s.AllowedDomains[:listDomains:listDomains], s.MoreDomains+n-listDomains
+		}
 		g := byKey[s.KeyID]
 		if g == nil {
 			g = &keyGroup{KeyID: s.KeyID, KeyName: s.KeyName}
@@ -168,7 +259,7 @@ func (c *Console) sessions(ctx context.Context, w http.ResponseWriter, v view) {
 		g.Sessions = append(g.Sessions, s)
 	}
 	sort.SliceStable(groups, func(i, j int) bool { return groups[i].KeyID < groups[j].KeyID })
-	v.Title, v.Data = "sessions", groups
+	v.Title, v.Data = "sessions", sessionsData{Groups: groups, Pager: pagerFor(r, page, next)}
 	c.render(w, http.StatusOK, "sessions", v)
 }
 
@@ -198,6 +289,9 @@ func (c *Console) session(ctx context.Context, w http.ResponseWriter, v view, id
 		c.internal(w, v, "egress decisions", err)
 		return
 	}
+	if n := len(s.AllowedDomains); n > MaxShownDomains {
+		s.AllowedDomains, s.MoreDomains = s.AllowedDomains[:MaxShownDomains:MaxShownDomains], s.MoreDomains+n-MaxShownDomains
+	}
 	d := sessionData{Session: s, Decisions: ds}
 	for _, x := range ds {
 		n := max(x.Count, 1)
@@ -224,6 +318,7 @@ type Bar struct {
 
 type usageData struct {
 	Rows   []UsageRow
+	Pager  pager
 	Bars   []Bar
 	Max    int64
 	Width  int
@@ -259,15 +354,23 @@ func Chart(rows []UsageRow, since, now time.Time, width, height int) ([]Bar, int
 	return bars, peak
 }
 
-func (c *Console) usage(ctx context.Context, w http.ResponseWriter, v view) {
+func (c *Console) usage(ctx context.Context, w http.ResponseWriter, r *http.Request, v view) {
+	page, ok := pageOf(r)
+	if !ok {
+		c.fail(w, v, http.StatusBadRequest, errBadPage)
+		return
+	}
 	since := v.Now.AddDate(0, 0, -(usageDays - 1)).UTC().Truncate(24 * time.Hour)
 	rows, err := c.d.Usage.Usage(ctx, since)
 	if err != nil {
 		c.internal(w, v, "usage", err)
 		return
 	}
-	d := usageData{Rows: rows, Width: 720, Height: 160, Days: usageDays}
+	d := usageData{Width: 720, Height: 160, Days: usageDays}
 	d.Bars, d.Max = Chart(rows, since, v.Now, d.Width, d.Height)
+	var next bool
+	d.Rows, next = pageSlice(rows, page, usageRowsPerPage)
+	d.Pager = pagerFor(r, page, next)
 	v.Title, v.Data = "usage", d
 	c.render(w, http.StatusOK, "usage", v)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"strings"
 	"time"
 
 	"github.com/sandboxapi/sandboxapi/store"
@@ -53,17 +54,64 @@ func (s StoreSessions) toConsole(r store.SessionRow, names map[string]string) Se
 }
 
 func toConsoleSession(r store.SessionRow, names map[string]string) Session {
-	var nw struct {
-		Enabled        bool     `json:"enabled"`
-		AllowedDomains []string `json:"allowed_domains"`
-	}
-	_ = json.Unmarshal([]byte(r.Network), &nw)
+	enabled, domains, more := readNetwork(r.Network, MaxShownDomains)
 	return Session{ID: r.ID, KeyID: r.KeyID, KeyName: names[r.KeyID], Language: r.Language, State: r.State,
-		NetworkEnabled: nw.Enabled, AllowedDomains: nw.AllowedDomains, CreatedAt: r.CreatedAt, LastUsedAt: r.LastUsedAt, EndedAt: r.EndedAt, EndReason: r.EndReason}
+		NetworkEnabled: enabled, AllowedDomains: domains, MoreDomains: more, CreatedAt: r.CreatedAt, LastUsedAt: r.LastUsedAt,
+		EndedAt: r.EndedAt, EndReason: r.EndReason}
 }
 
-func (s StoreSessions) Sessions(ctx context.Context, limit int) ([]Session, error) {
-	rows, err := s.st.RecentSessions(ctx, limit)
+// readNetwork reads a stored network block token by token, keeping the
+// first keep allowed_domains entries and counting the rest, so a row
+// stored before the caps (or by a node without them) costs no more than
+// its text. A block that does not read is a session without network.
+func readNetwork(raw string, keep int) (enabled bool, domains []string, more int) {
+	dec := json.NewDecoder(strings.NewReader(raw))
+	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+		return false, nil, 0
+	}
+	for dec.More() {
+		t, err := dec.Token()
+		if err != nil {
+			return false, nil, 0
+		}
+		switch t {
+		case "enabled":
+			if err := dec.Decode(&enabled); err != nil {
+				return false, nil, 0
+			}
+		case "allowed_domains":
+			if t, err := dec.Token(); err != nil || t != json.Delim('[') {
+				if t == nil && err == nil { // null
+					continue
+				}
+				return false, nil, 0
+			}
+			for dec.More() {
+				var d string
+				if err := dec.Decode(&d); err != nil {
+					return false, nil, 0
+				}
+				if len(domains) < keep {
+					domains = append(domains, d)
+				} else {
+					more++
+				}
+			}
+			if _, err := dec.Token(); err != nil {
+				return false, nil, 0
+			}
+		default:
+			var skip json.RawMessage
+			if err := dec.Decode(&skip); err != nil {
+				return false, nil, 0
+			}
+		}
+	}
+	return enabled, domains, more
+}
+
+func (s StoreSessions) Sessions(ctx context.Context, offset, limit int) ([]Session, error) {
+	rows, err := s.st.RecentSessionsPage(ctx, offset, limit)
 	if err != nil {
 		return nil, err
 	}

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -19,35 +18,9 @@ import (
 	"github.com/sandboxapi/sandboxapi/store"
 )
 
-var envKey = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,127}$`)
-
-// reservedEnv cannot be set by callers: they steer where code and packages
-// come from.
-var reservedEnv = map[string]bool{"PATH": true, "HOME": true, "USER": true, "LD_PRELOAD": true, "LD_LIBRARY_PATH": true}
-
-// CheckEnv validates caller environment variables.
-func CheckEnv(env map[string]string) error {
-	if len(env) > 64 {
-		return fmt.Errorf("%w: at most 64 environment variables", ErrInvalid)
-	}
-	size := 0
-	for k, v := range env {
-		if !envKey.MatchString(k) {
-			return fmt.Errorf("%w: environment variable name %q", ErrInvalid, k)
-		}
-		if reservedEnv[strings.ToUpper(k)] {
-			return fmt.Errorf("%w: environment variable %s is reserved", ErrInvalid, k)
-		}
-		if strings.ContainsRune(v, 0) {
-			return fmt.Errorf("%w: environment variable %s contains NUL", ErrInvalid, k)
-		}
-		size += len(k) + len(v)
-	}
-	if size > 64<<10 {
-		return fmt.Errorf("%w: environment larger than 64 KiB", ErrInvalid)
-	}
-	return nil
-}
+// CheckEnv validates caller environment variables (sandbox.CheckEnv: the
+// limits are shared with the API).
+func CheckEnv(env map[string]string) error { return sandbox.CheckEnv(env) }
 
 // ClampTimeout applies the default and reports a timeout over the maximum.
 func (e *Executor) ClampTimeout(t time.Duration) (time.Duration, error) {

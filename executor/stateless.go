@@ -14,7 +14,7 @@ import (
 
 // Limits on the files of a stateless call.
 const (
-	maxStatelessFiles     = 64
+	maxStatelessFiles     = sandbox.MaxFiles
 	maxStatelessFileBytes = 8 << 20
 )
 
@@ -93,8 +93,8 @@ func (e *Executor) ExecuteStateless(ctx context.Context, owner string, req ExecR
 
 // checkRelPath accepts a plain relative path inside the work folder.
 func checkRelPath(p string) error {
-	if p == "" || len(p) > 255 || strings.ContainsRune(p, 0) || filepath.IsAbs(p) || !filepath.IsLocal(p) || strings.Contains(p, `\`) {
-		return fmt.Errorf("%w: file path %q must be relative and stay inside the work folder", ErrInvalid, p)
+	if p == "" || len(p) > sandbox.MaxFilePathBytes || strings.ContainsRune(p, 0) || filepath.IsAbs(p) || !filepath.IsLocal(p) || strings.Contains(p, `\`) {
+		return fmt.Errorf("%w: file path %s must be relative, at most %d bytes, and stay inside the work folder", ErrInvalid, sandbox.Quote(p), sandbox.MaxFilePathBytes)
 	}
 	return nil
 }

@@ -62,5 +62,11 @@ func (s *Store) SessionInstalls(ctx context.Context, sessionID string) ([]Instal
 // RecentSessions returns the latest limit sessions of every key, live or
 // ended, newest first (the operator console).
 func (s *Store) RecentSessions(ctx context.Context, limit int) ([]SessionRow, error) {
-	return s.querySessions(ctx, `SELECT `+sessionCols+` FROM sessions ORDER BY created_at DESC, id LIMIT ?`, limit)
+	return s.RecentSessionsPage(ctx, 0, limit)
+}
+
+// RecentSessionsPage is RecentSessions after skipping the offset newest:
+// one page of the list.
+func (s *Store) RecentSessionsPage(ctx context.Context, offset, limit int) ([]SessionRow, error) {
+	return s.querySessions(ctx, `SELECT `+sessionCols+` FROM sessions ORDER BY created_at DESC, id LIMIT ? OFFSET ?`, limit, max(offset, 0))
 }

@@ -1,0 +1,106 @@
+package api
+
+import (
+	"errors"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/sandboxapi/sandboxapi/egress/policy"
+	"github.com/sandboxapi/sandboxapi/internal/sandbox"
+)
+
+// The caps on what a client can store or have echoed are the constants of
+// internal/sandbox/limits.go (sandbox.MaxAllowedDomains and the rest). The
+// checks below run right after a body is decoded, before the plan, the
+// egress configuration or capacity is asked: bad input is a 400 on every
+// server, whatever its plans and whether its egress is on.
+
+// maxDomainErrors is the most bad allowed_domains entries one error
+// message names; the rest are counted.
+const maxDomainErrors = 8
+
+// normalizeNetwork checks a request's network block against the caps and
+// the pattern syntax, and drops repeated allowed_domains entries in place
+// (the same name ignoring case and a trailing dot, or the same wildcard),
+// keeping the first spelling of each and their order. A nil block is
+// fine.
+func normalizeNetwork(n *NetworkRequest) error {
+	if n == nil || len(n.AllowedDomains) == 0 {
+		return nil
+	}
+	if len(n.AllowedDomains) > sandbox.MaxAllowedDomains {
+		return apiErr(http.StatusBadRequest, "invalid_allowed_domains", "allowed_domains holds %d entries; at most %d are allowed",
+			len(n.AllowedDomains), sandbox.MaxAllowedDomains)
+	}
+	var bad []string
+	nbad := 0
+	seen := make(map[string]bool, len(n.AllowedDomains))
+	out := n.AllowedDomains[:0:0]
+	for _, entry := range n.AllowedDomains {
+		var p policy.Pattern
+		var err error
+		if len(entry) > sandbox.MaxDomainEntryBytes {
+			err = errors.New("over " + strconv.Itoa(sandbox.MaxDomainEntryBytes) + " bytes")
+		} else if p, err = policy.ParsePattern(entry); err != nil {
+			var pe *policy.PatternError
+			if errors.As(err, &pe) {
+				err = errors.New(pe.Reason)
+			}
+		}
+		if err != nil {
+			nbad++
+			if len(bad) < maxDomainErrors {
+				bad = append(bad, sandbox.Quote(entry)+": "+err.Error())
+			}
+			continue
+		}
+		if key := p.String(); !seen[key] {
+			seen[key] = true
+			out = append(out, entry)
+		}
+	}
+	if nbad > 0 {
+		msg := "invalid allowed_domains entries: " + strings.Join(bad, "; ")
+		if nbad > len(bad) {
+			msg += "; and " + strconv.Itoa(nbad-len(bad)) + " more"
+		}
+		return &Error{Status: http.StatusBadRequest, Code: "invalid_allowed_domains", Message: msg}
+	}
+	n.AllowedDomains = out
+	return nil
+}
+
+// checkExecuteShape checks an execute's env and files against the caps.
+func checkExecuteShape(req *executeRequest) error {
+	if err := sandbox.CheckEnv(req.Env); err != nil {
+		return err
+	}
+	if len(req.Files) > sandbox.MaxFiles {
+		return apiErr(http.StatusBadRequest, "invalid_request", "files holds %d entries; at most %d are allowed", len(req.Files), sandbox.MaxFiles)
+	}
+	for _, f := range req.Files {
+		if len(f.Path) > sandbox.MaxFilePathBytes {
+			return apiErr(http.StatusBadRequest, "invalid_request", "file path %s is over %d bytes", sandbox.Quote(f.Path), sandbox.MaxFilePathBytes)
+		}
+	}
+	return nil
+}
+
+// checkPackagesShape checks an install's or a check's package list: at
+// least one, at most sandbox.MaxPackages, each at most
+// sandbox.MaxPackageSpecBytes.
+func checkPackagesShape(verb string, pkgs []string) error {
+	if len(pkgs) == 0 {
+		return apiErr(http.StatusBadRequest, "invalid_request", "packages must list at least one package")
+	}
+	if len(pkgs) > sandbox.MaxPackages {
+		return apiErr(http.StatusBadRequest, "invalid_request", "at most %d packages per %s", sandbox.MaxPackages, verb)
+	}
+	for _, spec := range pkgs {
+		if len(spec) > sandbox.MaxPackageSpecBytes {
+			return apiErr(http.StatusBadRequest, "invalid_request", "package spec %s is over %d bytes", sandbox.Quote(spec), sandbox.MaxPackageSpecBytes)
+		}
+	}
+	return nil
+}
