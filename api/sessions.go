@@ -386,7 +386,7 @@ func (s *Server) replyExecution(w http.ResponseWriter, r *http.Request, c *call,
 // longer than the heartbeat).
 const (
 	defaultStreamWriteTimeout = 30 * time.Second
-	defaultStreamHeartbeat    = 15 * time.Second
+	defaultStreamHeartbeat    = 5 * time.Second
 	streamHeaderHold          = time.Second
 )
 
