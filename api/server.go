@@ -379,7 +379,7 @@ func (s *Server) authedCall(h callFunc) http.Handler {
 		ctx = sandbox.WithResumePending(ctx, func() { cw.resumePending.Store(true) })
 		r = r.WithContext(ctx)
 		if err := h(cw, r, c); err != nil {
-			err = body.explain(err)
+			err = interrupted(r, body.explain(err))
 			if cw.wroteHeader {
 				s.log.Warn("error after reply started", "request_id", requestID(r.Context()), "err", err)
 				return

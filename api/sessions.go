@@ -369,7 +369,7 @@ func (s *Server) replyExecution(w http.ResponseWriter, r *http.Request, c *call,
 		if !sw.started {
 			return err
 		}
-		ae := toAPIError(err)
+		ae := toAPIError(interrupted(r, err))
 		if ae == nil {
 			ae = &Error{Code: "internal", Message: "internal error"}
 			s.log.Error("streamed execution failed", "request_id", requestID(r.Context()), "err", err)

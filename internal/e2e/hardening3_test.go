@@ -1,12 +1,17 @@
 package e2e
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/url"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
+	"time"
 )
 
 // TestConsoleLoginRefusesNullOrigin posts an admin key to the real
@@ -83,4 +88,64 @@ func TestResumedHeaderOnEveryWaitingCall(t *testing.T) {
 	if r := s.do("POST", "/v1/sessions/"+id+"/execute", key, map[string]any{"code": "true"}); r.status != 200 || r.header.Get("X-Sandbox-Resumed") != "" {
 		t.Errorf("call on the running session: %d resumed %q", r.status, r.header.Get("X-Sandbox-Resumed"))
 	}
+}
+
+// TestSigtermGraceOverRepliesDraining: calls still running when SIGTERM's
+// grace period ends are killed and still answered, not cut off: a JSON
+// call gets 503 "draining" with Retry-After, a stream an `error` event
+// "draining"; then the server exits and leaves nothing behind.
+func TestSigtermGraceOverRepliesDraining(t *testing.T) {
+	s := startServer(t, "server:\n  drain_delay: 1s\n  shutdown_grace: 2s\n")
+	key := s.key("PRO")
+	ids := []string{s.session(key, "bash"), s.session(key, "bash")}
+	type result struct {
+		status int
+		header http.Header
+		body   string
+		err    error
+	}
+	results := make([]chan result, 2)
+	for i, stream := range []bool{false, true} {
+		results[i] = make(chan result, 1)
+		go func() {
+			b, _ := json.Marshal(map[string]any{"code": "sleep 60", "timeout": 90, "stream": stream})
+			req, _ := http.NewRequest("POST", s.url("/v1/sessions/"+ids[i]+"/execute"), bytes.NewReader(b))
+			req.Header.Set("X-RapidAPI-Key", key)
+			req.Header.Set("Content-Type", "application/json")
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				results[i] <- result{err: err}
+				return
+			}
+			body, err := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			results[i] <- result{resp.StatusCode, resp.Header, string(body), err}
+		}()
+	}
+	time.Sleep(1500 * time.Millisecond) // both running
+	if err := s.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []string{"json", "stream"} {
+		var r result
+		select {
+		case r = <-results[i]:
+		case <-time.After(60 * time.Second):
+			t.Fatalf("%s call: no reply 60 s after SIGTERM", want)
+		}
+		switch {
+		case r.err != nil:
+			t.Errorf("%s call cut by the grace period: %v (no reply)", want, r.err)
+		case want == "json" && (r.status != 503 || !strings.Contains(r.body, `"code":"draining"`) || r.header.Get("Retry-After") == ""):
+			t.Errorf("json call: %d Retry-After %q %s; want 503 draining with Retry-After", r.status, r.header.Get("Retry-After"), r.body)
+		case want == "stream" && (r.status != 200 || !strings.Contains(r.body, "event: error\ndata: {\"code\":\"draining\"")):
+			t.Errorf("stream: %d %s; want an error event draining", r.status, r.body)
+		}
+	}
+	select {
+	case <-s.exited:
+	case <-time.After(60 * time.Second):
+		t.Fatal("server did not exit after SIGTERM")
+	}
+	s.waitNoLeftovers(t, ids...)
 }
