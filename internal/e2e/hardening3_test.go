@@ -2,11 +2,13 @@ package e2e
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
 	"net/url"
+	"os/exec"
 	"strings"
 	"sync"
 	"syscall"
@@ -148,4 +150,32 @@ func TestSigtermGraceOverRepliesDraining(t *testing.T) {
 		t.Fatal("server did not exit after SIGTERM")
 	}
 	s.waitNoLeftovers(t, ids...)
+}
+
+// TestSecondServeRefusedClearly starts the real server, then a second
+// `serve` with the same config, data dir and listen address (README's
+// first command run twice on one host): the second exits non-zero at once
+// with a message naming each setting to change (--listen, --data-dir, the
+// installer's nftables table), and the first is untouched: its session,
+// sandbox and all, still runs.
+func TestSecondServeRefusedClearly(t *testing.T) {
+	s := startServer(t, "")
+	key := s.key("PRO")
+	id := s.session(key, "bash")
+	s.exec(key, id, "echo before > /home/sandbox/f")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, s.bin, "serve", "--config", s.config, "--data-dir", s.dataDir, "--listen", s.addr).CombinedOutput()
+	if err == nil || ctx.Err() != nil {
+		t.Fatalf("second serve: %v (ctx %v)\n%s", err, ctx.Err(), out)
+	}
+	for _, want := range []string{"--listen", "SANDBOXAPI_LISTEN", s.addr, "--data-dir", "installer.table", "in use by another running sandboxapi serve"} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("second serve's message lacks %q:\n%s", want, out)
+		}
+	}
+	if r := s.do("POST", "/v1/sessions/"+id+"/execute", key, map[string]any{"code": "cat /home/sandbox/f"}); r.status != 200 || !strings.Contains(string(r.body), `"stdout":"before\n"`) ||
+		r.header.Get("X-Sandbox-Resumed") != "" {
+		t.Fatalf("first server's session after the second serve: %d resumed %q %s", r.status, r.header.Get("X-Sandbox-Resumed"), r.body)
+	}
 }
