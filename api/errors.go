@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -57,6 +58,17 @@ var errorTable = []struct {
 	{sandbox.ErrNotDir, http.StatusConflict, "not_a_directory"},
 	{sandbox.ErrSymlink, http.StatusConflict, "symlink_refused"},
 	{sandbox.ErrPermission, http.StatusForbidden, "permission_denied"},
+}
+
+// interrupted is the answer to a call whose context shutdown cancelled
+// (the grace period ended before it did): the server stopped its work,
+// and the client may retry on another node or after the restart.
+func interrupted(r *http.Request, err error) error {
+	if errors.Is(context.Cause(r.Context()), httperr.ErrShutdown) {
+		return &Error{Status: http.StatusServiceUnavailable, Code: "draining", RetryAfter: 5 * time.Second,
+			Message: "the server shut down before the call finished and stopped it; retry"}
+	}
+	return err
 }
 
 // toAPIError classifies err for the client.

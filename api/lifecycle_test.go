@@ -152,3 +152,49 @@ func (r resumingSandboxes) Execute(ctx context.Context, owner, id string, req sa
 	sandbox.NoteResume(ctx, 123*time.Millisecond)
 	return r.fakeSandboxes.Execute(ctx, owner, id, req)
 }
+
+// TestResumeHeaderWaitsForSlowResume: a stream that waits for a resume
+// (its own or another call's) longer than the header hold still carries
+// X-Sandbox-Resumed: its headers wait for the resume, up to a heartbeat.
+func TestResumeHeaderWaitsForSlowResume(t *testing.T) {
+	t.Parallel()
+	_, sb := newFakeServer(t)
+	plans, err := LoadPlans(configs.Plans)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := New(Config{MaxBodyBytes: 1 << 20, MaxCodeBytes: 1 << 16, MaxStdinBytes: 1 << 16, MaxIdleTTL: time.Hour, StreamHeartbeat: 5 * time.Second},
+		Deps{Sandboxes: slowResumeSandboxes{sb}, Keys: fakeKeys{}, Plans: plans, Log: slog.New(slog.NewJSONHandler(io.Discard, nil))})
+	ts := httptest.NewServer(srv)
+	defer ts.Close()
+	post := func(path, body string) *http.Response {
+		req, _ := http.NewRequest("POST", ts.URL+path, strings.NewReader(body))
+		req.Header.Set("X-RapidAPI-Key", "key-PRO")
+		resp, err := ts.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp
+	}
+	resp := post("/v1/sessions", `{"language":"bash"}`)
+	var s sessionJSON
+	_ = json.NewDecoder(resp.Body).Decode(&s)
+	resp.Body.Close()
+	resp = post("/v1/sessions/"+s.ID+"/execute", `{"code":"true","stream":true}`)
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || resp.Header.Get("X-Sandbox-Resumed") != "1500" || !strings.Contains(string(b), "event: result") {
+		t.Fatalf("stream after a 1.5 s resume: %d header %q %s", resp.StatusCode, resp.Header.Get("X-Sandbox-Resumed"), b)
+	}
+}
+
+// slowResumeSandboxes waits 1.5 s for a resume (longer than the stream's
+// header hold) before running, as a call behind a slow resume does.
+type slowResumeSandboxes struct{ *fakeSandboxes }
+
+func (r slowResumeSandboxes) Execute(ctx context.Context, owner, id string, req sandbox.ExecRequest) (sandbox.Result, error) {
+	sandbox.NoteResumePending(ctx)
+	time.Sleep(1500 * time.Millisecond)
+	sandbox.NoteResume(ctx, 1500*time.Millisecond)
+	return r.fakeSandboxes.Execute(ctx, owner, id, req)
+}

@@ -370,14 +370,16 @@ func (s *Server) authedCall(h callFunc) http.Handler {
 			writeError(cw, r, s.log, err)
 			return
 		}
-		// A call that resumes a hibernated session says so, and how long
-		// it took, in X-Sandbox-Resumed (milliseconds).
+		// A call that waited for a hibernated session's resume (its own
+		// or another call's) says so, and how long the resume took, in
+		// X-Sandbox-Resumed (milliseconds).
 		ctx := sandbox.WithResumeNote(withPrincipal(r.Context(), p), func(d time.Duration) {
 			cw.resumedMS.Store(max(d.Milliseconds(), 1))
 		})
+		ctx = sandbox.WithResumePending(ctx, func() { cw.resumePending.Store(true) })
 		r = r.WithContext(ctx)
 		if err := h(cw, r, c); err != nil {
-			err = body.explain(err)
+			err = interrupted(r, body.explain(err))
 			if cw.wroteHeader {
 				s.log.Warn("error after reply started", "request_id", requestID(r.Context()), "err", err)
 				return
@@ -406,6 +408,15 @@ type countingWriter struct {
 	// goroutine), becomes the X-Sandbox-Resumed header of the reply if
 	// its header is still to be written.
 	resumedMS atomic.Int64
+	// resumePending: the call waits for a resume (a stream holds its
+	// headers for it, see resumeHeld).
+	resumePending atomic.Bool
+}
+
+// resumeHeld tells whether the reply waits for a resume whose time is not
+// known yet.
+func (c *countingWriter) resumeHeld() bool {
+	return c.resumePending.Load() && c.resumedMS.Load() == 0
 }
 
 func (c *countingWriter) WriteHeader(code int) {

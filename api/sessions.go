@@ -355,7 +355,10 @@ func (s *Server) replyExecution(w http.ResponseWriter, r *http.Request, c *call,
 	}
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
-	sw := &sseWriter{w: w, rc: http.NewResponseController(w), timeout: s.streamWriteTimeout(), cancel: cancel}
+	sw := &sseWriter{w: w, rc: http.NewResponseController(w), timeout: s.streamWriteTimeout(), cancel: cancel, begin: time.Now()}
+	if cw, ok := w.(*countingWriter); ok {
+		sw.held = cw.resumeHeld
+	}
 	sw.startHeartbeat(min(streamHeaderHold, s.streamHeartbeat()), s.streamHeartbeat())
 	ereq.OnOutput = func(streamName string, p []byte) {
 		sw.mu.Lock()
@@ -375,7 +378,7 @@ func (s *Server) replyExecution(w http.ResponseWriter, r *http.Request, c *call,
 		if !sw.started {
 			return err
 		}
-		ae := toAPIError(err)
+		ae := toAPIError(interrupted(r, err))
 		if ae == nil {
 			ae = &Error{Code: "internal", Message: "internal error"}
 			s.log.Error("streamed execution failed", "request_id", requestID(r.Context()), "err", err)
@@ -395,8 +398,11 @@ func (s *Server) replyExecution(w http.ResponseWriter, r *http.Request, c *call,
 // longer than the heartbeat).
 const (
 	defaultStreamWriteTimeout = 30 * time.Second
-	defaultStreamHeartbeat    = 15 * time.Second
+	defaultStreamHeartbeat    = 5 * time.Second
 	streamHeaderHold          = time.Second
+	// resumeHeldPoll is how often held headers look again whether the
+	// resume they wait for is done.
+	resumeHeldPoll = 20 * time.Millisecond
 )
 
 func (s *Server) streamWriteTimeout() time.Duration {
@@ -428,6 +434,10 @@ type sseWriter struct {
 	cancel  context.CancelFunc
 	started bool // headers sent
 	err     error
+	// held, if set, tells the headers to wait (for a resume whose time
+	// goes in X-Sandbox-Resumed), at most one heartbeat from begin.
+	held  func() bool
+	begin time.Time
 
 	every   time.Duration // heartbeat
 	last    time.Time     // of the latest write
@@ -454,6 +464,10 @@ func (sw *sseWriter) heartbeat() {
 		return
 	}
 	if !sw.started {
+		if sw.held != nil && sw.held() && time.Since(sw.begin) < sw.every {
+			sw.beat.Reset(resumeHeldPoll)
+			return
+		}
 		sw.write(nil)
 		sw.beat.Reset(sw.every)
 		return

@@ -169,7 +169,11 @@ func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.Set("Content-Security-Policy", "default-src 'none'; style-src 'nonce-"+nonce+"'; img-src data:; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
 	h.Set("X-Content-Type-Options", "nosniff")
 	h.Set("X-Frame-Options", "DENY")
-	h.Set("Referrer-Policy", "no-referrer")
+	// same-origin, not no-referrer: under no-referrer a browser sends
+	// "Origin: null" with the console's own sign-in form, which the
+	// sign-in would then have to accept from anywhere (a sandboxed frame,
+	// a data: or file: page). Other sites still get no Referer.
+	h.Set("Referrer-Policy", "same-origin")
 	h.Set("Cache-Control", "no-store")
 	path := strings.TrimSuffix(strings.TrimPrefix(r.URL.Path, "/console"), "/")
 	v := view{Nonce: nonce, Now: c.d.Now()}
@@ -246,7 +250,11 @@ func (c *Console) login(w http.ResponseWriter, r *http.Request, v view) {
 		c.fail(w, v, http.StatusMethodNotAllowed, "method not allowed")
 		return
 	}
-	if o := r.Header.Get("Origin"); o != "" && o != "null" && !sameOrigin(o, r) {
+	// A browser names the page's origin; "null" (an opaque origin: a
+	// sandboxed frame, a data: or file: page, a cross-origin redirect) is
+	// cross-origin like any other. A client without Origin (curl, a
+	// script) is not a browser carrying an operator's cookie.
+	if o := r.Header.Get("Origin"); o != "" && !sameOrigin(o, r) {
 		c.fail(w, v, http.StatusForbidden, "cross-origin sign-in refused")
 		return
 	}
@@ -275,9 +283,12 @@ func (c *Console) login(w http.ResponseWriter, r *http.Request, v view) {
 	http.Redirect(w, r, "/console", http.StatusSeeOther)
 }
 
+// sameOrigin tells whether origin (an Origin header: scheme://host[:port])
+// names the host r was sent to. "null" and anything without a scheme are
+// not.
 func sameOrigin(origin string, r *http.Request) bool {
-	_, host, ok := strings.Cut(origin, "://")
-	return ok && strings.EqualFold(host, r.Host)
+	scheme, host, ok := strings.Cut(origin, "://")
+	return ok && (scheme == "http" || scheme == "https") && host != "" && strings.EqualFold(host, r.Host)
 }
 
 func newNonce() string {

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -134,6 +135,9 @@ func TestHibernateAndResume(t *testing.T) {
 	}
 }
 
+// TestParallelCallsResumeOnce: many calls on a hibernated session resume
+// it once, and every one of them, having waited for that resume, reports
+// it (resume note and resumed_ms).
 func TestParallelCallsResumeOnce(t *testing.T) {
 	e, _ := startExecutor(t, func(c *Config) { c.WarmPool = 0 })
 	ctx := context.Background()
@@ -146,25 +150,35 @@ func TestParallelCallsResumeOnce(t *testing.T) {
 	var wg sync.WaitGroup
 	results := make([]Result, n)
 	errs := make([]error, n)
+	noted := make([]atomic.Int64, n)
 	for i := 0; i < n; i++ {
 		wg.Add(1)
 		go func(i int) {
 			defer wg.Done()
-			results[i], errs[i] = e.Execute(ctx, "k1", s.ID, ExecRequest{Code: "cat /home/sandbox/f"})
+			nctx := sandbox.WithResumeNote(ctx, func(d time.Duration) { noted[i].Store(max(d.Milliseconds(), 1)) })
+			results[i], errs[i] = e.Execute(nctx, "k1", s.ID, ExecRequest{Code: "cat /home/sandbox/f"})
 		}(i)
 	}
 	wg.Wait()
-	resumed := 0
+	// Every call waited for the one resume, and each reports it (note and
+	// resumed_ms), with the same time.
 	for i := range results {
 		if errs[i] != nil || results[i].Stdout != "hi\n" {
 			t.Errorf("call %d: %+v %v", i, results[i], errs[i])
 		}
-		if results[i].ResumedMS > 0 {
-			resumed++
+		if results[i].ResumedMS <= 0 || results[i].ResumedMS != results[0].ResumedMS || noted[i].Load() != results[i].ResumedMS {
+			t.Errorf("call %d: resumed_ms %d, noted %d; call 0 resumed_ms %d", i, results[i].ResumedMS, noted[i].Load(), results[0].ResumedMS)
 		}
 	}
-	if resumed != 1 {
-		t.Fatalf("%d calls resumed the session, want 1", resumed)
+	e.mu.Lock()
+	resumes := e.sessions[s.ID].resumes
+	e.mu.Unlock()
+	if resumes != 1 {
+		t.Fatalf("%d resumes, want 1", resumes)
+	}
+	// A call after the resume, on the running session, reports none.
+	if r := run(t, e, s.ID, "true", 0); r.ResumedMS != 0 {
+		t.Fatalf("a call after the resume reported one: %+v", r)
 	}
 }
 

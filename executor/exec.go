@@ -103,8 +103,11 @@ func (e *Executor) acquire(ctx context.Context, owner, id string) (*session, err
 }
 
 // acquireResumed is acquire that also says how long resuming the session
-// took (0: it was running). The resume is reported to the context's
-// resume note (sandbox.WithResumeNote) before the call goes on.
+// took (0: it was running, and no resume happened while the call waited).
+// Every call that waited for a resume reports it, not only the one that
+// did it: to the context's resume note (sandbox.WithResumeNote) as soon
+// as the resume is done, and in the duration returned. A call that finds
+// the session hibernated says so first (sandbox.NoteResumePending).
 func (e *Executor) acquireResumed(ctx context.Context, owner, id string) (*session, time.Duration, error) {
 	e.mu.Lock()
 	s, ok := e.sessions[id]
@@ -113,33 +116,58 @@ func (e *Executor) acquireResumed(ctx context.Context, owner, id string) (*sessi
 		return nil, 0, ErrNotFound
 	}
 	s.busy++
+	seen, hibernated := s.resumes, s.state == StateHibernated
+	w := &resumeWaiter{ctx: ctx}
+	if s.waiters == nil {
+		s.waiters = map[*resumeWaiter]struct{}{}
+	}
+	s.waiters[w] = struct{}{}
 	e.mu.Unlock()
+	if hibernated {
+		sandbox.NoteResumePending(ctx)
+	}
 	select {
 	case s.lock <- struct{}{}:
 	case <-ctx.Done():
 		e.mu.Lock()
 		s.busy--
+		delete(s.waiters, w)
 		e.mu.Unlock()
 		return nil, 0, ctx.Err()
 	}
 	e.mu.Lock()
+	delete(s.waiters, w)
 	st, gone := s.state, s.gone
+	var took time.Duration
+	if s.resumes != seen {
+		took = s.resumeTook // done while this call waited (and noted then)
+	}
 	e.mu.Unlock()
 	if gone {
 		e.releaseSession(s)
 		return nil, 0, fmt.Errorf("session %s: %w", id, ErrSessionMoved)
 	}
-	var took time.Duration
 	if st == StateHibernated {
 		var err error
 		if took, err = e.resume(ctx, s); err != nil {
 			e.releaseSession(s)
 			return nil, 0, fmt.Errorf("resuming session %s: %w", id, err)
 		}
-		sandbox.NoteResume(ctx, took)
 		e.mu.Lock()
 		st = s.state
+		var waiting []*resumeWaiter
+		if took > 0 {
+			s.resumes++
+			s.resumeTook = took
+			for o := range s.waiters {
+				waiting = append(waiting, o)
+			}
+		}
 		e.mu.Unlock()
+		sandbox.NoteResume(ctx, took)
+		for _, o := range waiting {
+			sandbox.NoteResume(o.ctx, took)
+		}
 	}
 	if st != StateRunning {
 		e.releaseSession(s)

@@ -44,7 +44,17 @@ type session struct {
 	gone   bool
 	job    string   // the install job sandbox that has its home mounted, if any
 	netEnv []string // proxy variables when the session has network
+	// resumes counts the resumes done; resumeTook is the latest's time.
+	// waiters are the calls waiting for the lock, told of a resume when
+	// it is done (each waited for it).
+	resumes    uint64
+	resumeTook time.Duration
+	waiters    map[*resumeWaiter]struct{}
 }
+
+// resumeWaiter is one call waiting for a session's lock: the context
+// whose resume note a resume done meanwhile is reported to.
+type resumeWaiter struct{ ctx context.Context }
 
 func newSession(id, owner string, rt *Runtime, ttl time.Duration, created time.Time, network sandbox.NetworkRequest) *session {
 	return &session{id: id, owner: owner, runtime: rt, idleTTL: ttl, createdAt: created,

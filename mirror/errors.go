@@ -23,6 +23,26 @@ var (
 	ErrTransition = errors.New("mirror: status change not allowed")
 )
 
+// UnknownManagerError is returned for an ecosystem (manager) name the
+// mirror does not hold; its message names the ones it does. It is also an
+// ErrBadSpec.
+type UnknownManagerError struct{ Name string }
+
+// KnownManagers names the ecosystems the mirror holds, with the other
+// names it takes for them.
+const KnownManagers = "pip (also pypi, python) or npm (also node)"
+
+func (e *UnknownManagerError) Error() string {
+	name := e.Name
+	if len(name) > 64 {
+		name = name[:64] + "..."
+	}
+	return fmt.Sprintf("unknown ecosystem %q: the mirror holds %s", name, KnownManagers)
+}
+
+// Is lets errors.Is(err, ErrBadSpec) hold.
+func (e *UnknownManagerError) Is(target error) bool { return target == ErrBadSpec }
+
 // RefusedError is returned when an artifact is refused at admission. Reasons
 // are meant for operators; Advisories holds matched OSV ids, if any.
 type RefusedError struct {

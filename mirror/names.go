@@ -35,7 +35,7 @@ func ParseManager(s string) (Manager, error) {
 	case "npm", "node":
 		return NPM, nil
 	}
-	return "", fmt.Errorf("%w: unknown manager %q", ErrBadSpec, s)
+	return "", &UnknownManagerError{Name: s}
 }
 
 var (
@@ -118,7 +118,7 @@ func ParseSpec(m Manager, s string) (Spec, error) {
 		}
 		name, ver = s[:i], s[i+1:]
 	default:
-		return Spec{}, fmt.Errorf("%w: unknown manager %q", ErrBadSpec, m)
+		return Spec{}, &UnknownManagerError{Name: string(m)}
 	}
 	name, ver = strings.TrimSpace(name), strings.TrimSpace(ver)
 	if !ValidName(m, name) {

@@ -63,6 +63,13 @@ func Serve(ctx context.Context, env *Env) error {
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return fmt.Errorf("creating data dir: %w", err)
 	}
+	// Before anything starts: a second serve on this host must not
+	// recover (kill) the first one's sandboxes or rebuild its firewall.
+	claim, err := claimInstance(cfg)
+	if err != nil {
+		return err
+	}
+	defer claim.release()
 	g := &lifecycle.Group{Log: log}
 	defer func() {
 		if serr := g.Stop(context.WithoutCancel(ctx)); serr != nil {
@@ -149,6 +156,9 @@ func Serve(ctx context.Context, env *Env) error {
 		Server: &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: cfg.Server.ReadTimeout.D(), IdleTimeout: 2 * time.Minute},
 		Listen: func(ctx context.Context) (net.Listener, error) {
 			ln, err := tlsserve.Listen(ctx, cfg.Listen, cfg.DataDir, cfg.TLS, env.Log)
+			if errors.Is(err, syscall.EADDRINUSE) {
+				return nil, fmt.Errorf("listening on %s: the address is in use: start this one on another with --listen ADDR (SANDBOXAPI_LISTEN, listen in the config): %w", cfg.Listen, err)
+			}
 			if err != nil {
 				return nil, fmt.Errorf("listening on %s: %w", cfg.Listen, err)
 			}

@@ -39,3 +39,15 @@ func TestClusterStatus(t *testing.T) {
 		}
 	}
 }
+
+// TestClusterStatusSingleNode: on a single node's store (SQLite, no node
+// registered) `cluster status` prints no empty table: it says it is not in
+// a cluster, on stderr, and exits 1.
+func TestClusterStatusSingleNode(t *testing.T) {
+	t.Setenv("SANDBOXAPI_STORE_URL", "")
+	var out, errw bytes.Buffer
+	code := Run(t.Context(), []string{"sandboxapi", "cluster", "status", "--data-dir", t.TempDir()}, &out, &errw)
+	if code != 1 || out.Len() != 0 || !strings.Contains(errw.String(), "not in a cluster") || !strings.Contains(errw.String(), "cluster.node") {
+		t.Fatalf("exit %d, stdout %q, stderr %q; want 1, nothing, and a message that it is not in a cluster", code, out.String(), errw.String())
+	}
+}

@@ -61,7 +61,7 @@ func mirrorCommand() *cli.Command {
 				Name:  "list",
 				Usage: "list artifacts with status and reasons",
 				Flags: append(stateFlags(), jsonFlag,
-					&cli.StringFlag{Name: "ecosystem", Aliases: []string{"manager"}, Usage: "pip (or pypi) or npm"},
+					&cli.StringFlag{Name: "ecosystem", Aliases: []string{"manager"}, Usage: mirror.KnownManagers},
 					&cli.StringFlag{Name: "name", Usage: "names containing this text (case-insensitive)"},
 					&cli.StringFlag{Name: "status", Usage: "admitted, refused, quarantined or removed"}),
 				Action: mirrorList,
@@ -224,7 +224,7 @@ func mirrorRemove(c *cli.Context) error {
 	}
 	mgr, err := mirror.ParseManager(c.Args().Get(0))
 	if err != nil {
-		return err
+		return fmt.Errorf("mirror remove: %w", err)
 	}
 	name, version := mirror.SplitRemoveSpec(mgr, c.Args().Get(1))
 	return withMirror(c, func(ctx context.Context, env *Env, m *mirror.Mirror) error {
@@ -241,7 +241,7 @@ func mirrorList(c *cli.Context) error {
 	if s := c.String("ecosystem"); s != "" {
 		var err error
 		if f.Manager, err = mirror.ParseManager(strings.ToLower(s)); err != nil {
-			return err
+			return fmt.Errorf("mirror list: --ecosystem: %w", err)
 		}
 	}
 	if s := c.String("status"); s != "" {

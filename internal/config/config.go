@@ -89,7 +89,8 @@ type Server struct {
 	// StreamHeartbeat is how long a streamed execution (Server-Sent
 	// Events) may be silent before the server sends a comment line
 	// (": keepalive"), so that clients and proxies with read timeouts keep
-	// a quiet program's stream. From 1s to 5m.
+	// a quiet program's stream. From 1s to 5m; the default (5s) stays
+	// under common client read timeouts (Python requests with timeout=10).
 	StreamHeartbeat Duration `yaml:"stream_heartbeat"`
 }
 

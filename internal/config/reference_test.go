@@ -304,7 +304,7 @@ var fallbackDocs = map[string]string{
 	"server":                   "HTTP server settings.",
 	"server.max_body_bytes":    "Largest request body accepted (413 above).",
 	"server.read_timeout":      "Time allowed to read a whole request, body included (a slow upload past it fails).",
-	"server.shutdown_grace":    "On SIGTERM: readiness goes red, running calls get this long to finish, then the rest are killed and every sandbox is cleaned up. A second signal exits at once.",
+	"server.shutdown_grace":    "On SIGTERM: readiness goes red, running calls get this long to finish, then the rest are killed (each answered 503 draining with Retry-After, or a stream's error event) and every sandbox is cleaned up. A second signal exits at once.",
 	"server.drain_delay":       "On SIGTERM: how long /readyz answers 503 (draining) and new work is refused with 503 while the listener stays open, so a load balancer sees it before connections close; then the grace period starts.",
 	"server.reap_interval":     "How often idle sessions past their idle_ttl are reaped.",
 	"executor":                 "Sandbox runtime settings (gVisor runsc).",

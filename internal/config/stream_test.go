@@ -6,15 +6,15 @@ import (
 	"time"
 )
 
-// TestStreamHeartbeat checks server.stream_heartbeat: 15 s by default,
+// TestStreamHeartbeat checks server.stream_heartbeat: 5 s by default,
 // any duration from 1s to 5m, anything else an error naming the key.
 func TestStreamHeartbeat(t *testing.T) {
 	def, err := Parse(nil, "empty")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := def.Server.StreamHeartbeat.D(); got != 15*time.Second {
-		t.Errorf("default stream_heartbeat %v, want 15s", got)
+	if got := def.Server.StreamHeartbeat.D(); got != 5*time.Second {
+		t.Errorf("default stream_heartbeat %v, want 5s", got)
 	}
 	for _, tc := range []struct {
 		val  string

@@ -37,14 +37,17 @@ func (c perReadConn) Read(p []byte) (int, error) {
 }
 
 // TestStreamHeartbeatSilentProgram streams a program that prints nothing
-// for 25 s to a client whose every read times out after 20 s: with the
-// default stream_heartbeat (15 s) the headers come at once and a
-// ": keepalive" comment during the silence, so the client reads the whole
-// stream and the result.
+// for 25 s to two clients whose every read times out after 10 s (Python
+// requests with timeout=10, the common setting, and a Go client with a
+// per-read deadline): with the default stream_heartbeat (5 s) the headers
+// come at once and a ": keepalive" comment follows every 5 s of silence,
+// so both read the whole stream and the result.
 func TestStreamHeartbeatSilentProgram(t *testing.T) {
 	s := startServer(t, "")
 	key := s.key("PRO")
-	const readTimeout = 20 * time.Second
+	const readTimeout = 10 * time.Second
+	py := make(chan string, 1)
+	go func() { py <- pythonSilentStream(t, s, key) }()
 	client := &http.Client{Transport: s.checked(&http.Transport{
 		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
 			c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
@@ -113,6 +116,46 @@ func TestStreamHeartbeatSilentProgram(t *testing.T) {
 	}
 	t.Logf("headers after %v, %d keepalive comments, longest wait for a line %v, whole stream %v", headersAfter.Round(time.Millisecond),
 		keepalives, maxGap.Round(time.Millisecond), total.Round(time.Millisecond))
+	if out := <-py; out != "" {
+		t.Error(out)
+	}
+}
+
+// pythonSilentStream runs the same silent program through Python requests
+// with timeout=10 (a read timeout per socket read) and returns what went
+// wrong, "" when it read the result.
+func pythonSilentStream(t *testing.T, s *server, key string) string {
+	python := ""
+	for _, p := range []string{"python3", "/usr/bin/python3"} {
+		if exec.Command(p, "-c", "import requests").Run() == nil {
+			python = p
+			break
+		}
+	}
+	if python == "" {
+		return "no python3 with requests on this machine (apt-get install python3-requests)"
+	}
+	script := `
+import json, os, requests
+resp = requests.post(os.environ["BASE_URL"] + "/v1/execute", timeout=10, stream=True,
+    headers={"X-RapidAPI-Key": os.environ["KEY"]},
+    json={"language": "python3", "timeout": 60, "stream": True,
+          "code": "import time\ntime.sleep(25)\nprint('done')"})
+resp.raise_for_status()
+event = ""
+for line in resp.iter_lines(decode_unicode=True):
+    if line.startswith("event: "):
+        event = line[len("event: "):]
+    elif line.startswith("data: ") and event == "result":
+        print("RESULT " + json.dumps(json.loads(line[len("data: "):])["stdout"]))
+`
+	cmd := exec.Command(python, "-c", script)
+	cmd.Env = append(os.Environ(), "BASE_URL=http://"+s.addr, "KEY="+key)
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), `RESULT "done\n"`) {
+		return fmt.Sprintf("python requests client (timeout=10): %v\n%s", err, out)
+	}
+	return ""
 }
 
 // TestEgressRouteWithEgressOff checks GET /v1/sessions/{id}/egress on a

@@ -8,8 +8,15 @@ package httperr
 
 import (
 	"encoding/json"
+	"errors"
 	"net/http"
 )
+
+// ErrShutdown is the cause of a request context that shutdown cancelled:
+// the grace period ended before the call did. A handler that sees it
+// answers 503 "draining" (with Retry-After), not the client's fault and
+// not an internal error.
+var ErrShutdown = errors.New("the server is shutting down")
 
 // Body is the envelope.
 type Body struct {

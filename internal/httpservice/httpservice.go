@@ -10,6 +10,8 @@ import (
 	"net"
 	"net/http"
 	"time"
+
+	"github.com/sandboxapi/sandboxapi/internal/httperr"
 )
 
 // Service serves Server on the listener Listen opens. Set the fields
@@ -25,15 +27,25 @@ type Service struct {
 	Drain      func()
 	DrainDelay time.Duration
 	// ShutdownGrace bounds how long running requests may finish once the
-	// listener closes; then connections are closed.
+	// listener closes; then the requests left have their contexts
+	// cancelled with cause httperr.ErrShutdown and get ReplyWait to send
+	// their reply (an error status) before connections are closed.
 	ShutdownGrace time.Duration
-	Log           *slog.Logger
+	// ReplyWait: see ShutdownGrace; zero means DefaultReplyWait.
+	ReplyWait time.Duration
+	Log       *slog.Logger
 
 	ctx    context.Context // Start's: when it ends, the drain delay is cut short
 	addr   net.Addr
 	errc   chan error
 	failed bool
+	// interrupt cancels every request's context (Server.BaseContext's).
+	interrupt context.CancelCauseFunc
 }
+
+// DefaultReplyWait is how long requests cut short by the end of the
+// grace period get to reply when Service.ReplyWait is zero.
+const DefaultReplyWait = 5 * time.Second
 
 // Start opens the listener and serves in the background.
 func (s *Service) Start(ctx context.Context) error {
@@ -42,6 +54,11 @@ func (s *Service) Start(ctx context.Context) error {
 		return err
 	}
 	s.ctx, s.addr = ctx, ln.Addr()
+	base, interrupt := context.WithCancelCause(context.WithoutCancel(ctx))
+	s.interrupt = interrupt
+	if s.Server.BaseContext == nil {
+		s.Server.BaseContext = func(net.Listener) context.Context { return base }
+	}
 	s.errc = make(chan error, 1)
 	go func() { s.errc <- s.Server.Serve(ln) }()
 	return nil
@@ -74,8 +91,24 @@ func (s *Service) Stop(ctx context.Context) error {
 	}
 	grace, cancel := context.WithTimeout(ctx, s.ShutdownGrace)
 	defer cancel()
-	if err := s.Server.Shutdown(grace); err != nil {
-		s.Log.Warn("grace period over, closing connections", "err", err)
+	err := s.Server.Shutdown(grace)
+	if err == nil {
+		return nil
+	}
+	// The calls still running are told to stop and answer (a client cut
+	// off without a reply cannot tell a lost call from a network fault).
+	s.Log.Warn("grace period over, interrupting the calls left", "err", err)
+	if s.interrupt != nil {
+		s.interrupt(httperr.ErrShutdown)
+	}
+	wait := s.ReplyWait
+	if wait <= 0 {
+		wait = DefaultReplyWait
+	}
+	replied, cancelWait := context.WithTimeout(context.WithoutCancel(ctx), wait)
+	defer cancelWait()
+	if err := s.Server.Shutdown(replied); err != nil {
+		s.Log.Warn("interrupted calls did not reply in time, closing connections", "err", err)
 		if cerr := s.Server.Close(); cerr != nil {
 			return fmt.Errorf("closing connections: %w", cerr)
 		}

@@ -2,14 +2,17 @@ package httpservice
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/sandboxapi/sandboxapi/internal/httperr"
 	"github.com/sandboxapi/sandboxapi/internal/lifecycle"
 )
 
@@ -76,11 +79,14 @@ func TestServiceDrainsThenStops(t *testing.T) {
 	}
 }
 
-// A request still running when the grace period ends has its connection
-// closed; a failed server skips the drain delay.
+// A request still running when the grace period ends, that does not
+// answer when told to, has its connection closed after the reply wait; a
+// failed server skips the drain delay.
 func TestServiceGraceOverClosesConnections(t *testing.T) {
-	s := newService(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() }))
-	s.DrainDelay, s.ShutdownGrace = time.Hour, 100*time.Millisecond
+	hang := make(chan struct{})
+	defer close(hang)
+	s := newService(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { <-hang }))
+	s.DrainDelay, s.ShutdownGrace, s.ReplyWait = time.Hour, 100*time.Millisecond, 200*time.Millisecond
 	if err := s.Start(t.Context()); err != nil {
 		t.Fatal(err)
 	}
@@ -103,6 +109,50 @@ func TestServiceGraceOverClosesConnections(t *testing.T) {
 	}
 	if err := <-got; err == nil {
 		t.Error("the hanging request got a reply; want its connection closed")
+	}
+}
+
+// TestServiceGraceOverInterruptsWithReply: a request still running when
+// the grace period ends has its context cancelled with cause
+// httperr.ErrShutdown, and the reply it then writes (here 503 "draining")
+// reaches the client before the connection closes.
+func TestServiceGraceOverInterruptsWithReply(t *testing.T) {
+	s := newService(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		<-r.Context().Done()
+		if !errors.Is(context.Cause(r.Context()), httperr.ErrShutdown) {
+			return
+		}
+		time.Sleep(100 * time.Millisecond) // killing the work takes a moment
+		w.Header().Set("Retry-After", "5")
+		httperr.Write(w, http.StatusServiceUnavailable, httperr.Payload{Code: "draining", Message: "interrupted"})
+	}))
+	s.ShutdownGrace = 200 * time.Millisecond
+	if err := s.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		status int
+		body   string
+		err    error
+	}
+	got := make(chan result, 1)
+	go func() {
+		resp, err := http.Get("http://" + s.Addr().String() + "/")
+		if err != nil {
+			got <- result{err: err}
+			return
+		}
+		b, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		got <- result{resp.StatusCode, string(b), err}
+	}()
+	time.Sleep(50 * time.Millisecond)
+	if err := s.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	r := <-got
+	if r.err != nil || r.status != http.StatusServiceUnavailable || !strings.Contains(r.body, `"code":"draining"`) {
+		t.Fatalf("call cut by the grace period: %d %q %v; want its 503 draining reply", r.status, r.body, r.err)
 	}
 }
 

@@ -204,9 +204,28 @@ func WithResumeNote(ctx context.Context, note func(time.Duration)) context.Conte
 	return context.WithValue(ctx, resumeNoteKey{}, note)
 }
 
-// NoteResume reports a resume of d to the context's note, if any.
+// NoteResume reports a resume of d to the context's note, if any. A d of
+// 0 (the session was running after all) reports nothing.
 func NoteResume(ctx context.Context, d time.Duration) {
-	if f, ok := ctx.Value(resumeNoteKey{}).(func(time.Duration)); ok && f != nil {
+	if f, ok := ctx.Value(resumeNoteKey{}).(func(time.Duration)); ok && f != nil && d > 0 {
 		f(d)
+	}
+}
+
+type resumePendingKey struct{}
+
+// WithResumePending returns a context whose calls report, to pending,
+// that they found the session hibernated and wait for its resume (done by
+// them or by another call); the resume note follows when it is done,
+// unless the resume fails.
+func WithResumePending(ctx context.Context, pending func()) context.Context {
+	return context.WithValue(ctx, resumePendingKey{}, pending)
+}
+
+// NoteResumePending reports a resume being waited for to the context's
+// pending func, if any.
+func NoteResumePending(ctx context.Context) {
+	if f, ok := ctx.Value(resumePendingKey{}).(func()); ok && f != nil {
+		f()
 	}
 }
