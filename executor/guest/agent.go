@@ -181,9 +181,10 @@ func agentInit() int {
 	// Before anything is served: what an upload cut short by a kill of
 	// the sandbox (or of the server) left in the home goes, whichever way
 	// the home came here (resume, restart, adoption, a fork's copy).
-	_, _ = SweepStaging(Home, time.Now().Add(sweepBudget))
+	h := newHost()
+	_, _ = h.sweepHome(time.Now().Add(sweepBudget))
 	r := newReaper()
-	a := &agent{out: bufio.NewWriterSize(os.Stdout, 64<<10), reaper: r, host: newHost()}
+	a := &agent{out: bufio.NewWriterSize(os.Stdout, 64<<10), reaper: r, host: h}
 	if _, err := fmt.Fprintf(os.Stdout, "%s%s\n", AgentHello, ProtocolVersion); err == nil {
 		a.serve(os.Stdin)
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"os"
+	"runtime"
 	"strings"
 	"time"
 
@@ -46,6 +47,32 @@ type SweepResult struct {
 	Files    int   // staging files removed
 	Bytes    int64 // the disk space they held
 	Complete bool  // the whole tree was looked at (no budget or depth cut)
+}
+
+// sweepHome runs SweepStaging on the home as the home's owner (pid 1 has
+// no CAP_DAC_OVERRIDE: as root it may not remove files from the user's
+// folders), on a thread of its own that ends with it, and waits for it.
+func (h *host) sweepHome(deadline time.Time) (SweepResult, error) {
+	type answer struct {
+		res SweepResult
+		err error
+	}
+	done := make(chan answer, 1)
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread dies with this goroutine
+		var a answer
+		var st unix.Stat_t
+		if a.err = unix.Lstat(h.homeRoot, &st); a.err == nil {
+			a.err = h.userRunner(int(st.Uid), int(st.Gid))(func() error {
+				var err error
+				a.res, err = SweepStaging(h.homeRoot, deadline)
+				return err
+			})
+		}
+		done <- a
+	}()
+	a := <-done
+	return a.res, a.err
 }
 
 // sweepMaxDepth bounds how deep SweepStaging descends (a descriptor is

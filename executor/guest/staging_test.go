@@ -226,3 +226,37 @@ func TestUploadStopsWhenHostGoes(t *testing.T) {
 		t.Fatal("a cut upload was committed")
 	}
 }
+
+// TestSweepHomeRunsAsTheOwner: the guest's sweep acts as the home's owner
+// (pid 1 lacks CAP_DAC_OVERRIDE in the sandbox): it removes the owner's
+// staging files, and cannot remove one in a folder only root may write.
+func TestSweepHomeRunsAsTheOwner(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to switch a thread's user")
+	}
+	home := t.TempDir()
+	for _, p := range []string{filepath.Dir(home), home} { // the user must reach it
+		if err := os.Chmod(p, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(t, filepath.Join(home, "u", staleName), 10)
+	write(t, filepath.Join(home, "rootonly", staleName), 10)
+	for _, p := range []string{home, filepath.Join(home, "u"), filepath.Join(home, "u", staleName), filepath.Join(home, "rootonly", staleName)} {
+		if err := os.Chown(p, 1000, 1000); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h := newHost()
+	h.homeRoot, h.anyPID = home, true
+	res, err := h.sweepHome(time.Now().Add(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Files != 1 || exists(filepath.Join(home, "u", staleName)) {
+		t.Fatalf("sweep as the owner: %+v", res)
+	}
+	if !exists(filepath.Join(home, "rootonly", staleName)) {
+		t.Fatal("the sweep removed a file from a folder only root may write: it did not act as the owner")
+	}
+}
