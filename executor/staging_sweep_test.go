@@ -2,6 +2,7 @@ package executor
 
 import (
 	"context"
+	"errors"
 	"io"
 	"os"
 	"strconv"
@@ -170,4 +171,29 @@ func TestUploadCutByCrashLeavesNothing(t *testing.T) {
 	close(body.release)
 	<-done
 	wantSwept(t, e2, s.ID, "an upload cut by a crash", base)
+}
+
+// TestStaleStagingSweptOnAdoption: a session another node takes over
+// (claim, then Adopt) serves there without the staging files its home
+// held.
+func TestStaleStagingSweptOnAdoption(t *testing.T) {
+	c := newCluster(t)
+	a := c.start(t, "a", c.nodeConfig(t))
+	b := c.start(t, "b", c.nodeConfig(t))
+	ctx := context.Background()
+	s, err := a.CreateSession(ctx, SessionSpec{Language: "bash", Owner: "k1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, base := stagingState(t, a, s.ID)
+	plant(t, a, s.ID)
+	c.claim(t, "b", s.ID)
+	// a finds out on its next state write and lets go of the session.
+	if _, err := a.HibernateSession(ctx, "k1", s.ID); !errors.Is(err, ErrSessionMoved) {
+		t.Fatalf("hibernate on a after b's claim: %v, want ErrSessionMoved", err)
+	}
+	if _, err := b.Adopt(ctx, s.ID); err != nil {
+		t.Fatal(err)
+	}
+	wantSwept(t, b, s.ID, "adoption by another node", base)
 }
