@@ -440,6 +440,33 @@ func (e *Executor) fenceGen() int {
 	return e.fences
 }
 
+// goneErr is the answer of a call that finds s gone: ErrSessionMoved
+// only when another node owns the session now or may soon, ErrNotFound
+// otherwise. A session that ended here (a concurrent delete, the end
+// after a lost sandbox), any gone session on a single node (no other node
+// can own it), and one whose row is ended or missing are not found. A
+// session let go of whose row names another node, or still this node's
+// (fenced: the next call adopts it again, or another node claims it), has
+// moved; so has one whose row cannot be read (try again).
+func (e *Executor) goneErr(ctx context.Context, s *session) error {
+	e.mu.Lock()
+	ended := s.ended
+	e.mu.Unlock()
+	if ended || e.store.Node() == "" {
+		return fmt.Errorf("session %s: %w", s.id, ErrNotFound)
+	}
+	r, err := e.store.GetSession(context.WithoutCancel(ctx), s.id)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return fmt.Errorf("session %s: %w", s.id, ErrNotFound)
+	case err != nil:
+		e.log.WarnContext(ctx, "reading the row of a session let go of", "session", s.id, "err", err)
+	case r.State == string(StateEnded) || r.State == string(StateFailed) || !r.EndedAt.IsZero():
+		return fmt.Errorf("session %s: %w", s.id, ErrNotFound)
+	}
+	return fmt.Errorf("session %s: %w", s.id, ErrSessionMoved)
+}
+
 // isGone reports whether s was let go of.
 func (e *Executor) isGone(s *session) bool {
 	e.mu.Lock()

@@ -90,7 +90,7 @@ func (e *Executor) hibernate(ctx context.Context, s *session, reason string) err
 	st, had, lastUsed, gone := s.state, s.hasSandbox, s.lastUsed, s.gone
 	e.mu.Unlock()
 	if gone {
-		return fmt.Errorf("session %s: %w", s.id, ErrSessionMoved)
+		return e.goneErr(ctx, s)
 	}
 	if st == StateHibernated {
 		return nil
@@ -184,7 +184,7 @@ func (e *Executor) resume(ctx context.Context, s *session) (took time.Duration, 
 	st, hibAt, lastUsed, gone := s.state, s.hibernatedAt, s.lastUsed, s.gone
 	e.mu.Unlock()
 	if gone {
-		return 0, fmt.Errorf("session %s: %w", s.id, ErrSessionMoved)
+		return 0, e.goneErr(ctx, s)
 	}
 	if st == StateRunning {
 		return 0, nil
@@ -365,7 +365,7 @@ func (e *Executor) ForkSession(ctx context.Context, id string, spec ForkSpec) (_
 	st, gone := src.state, src.gone
 	e.mu.Unlock()
 	if gone {
-		return Session{}, fmt.Errorf("session %s: %w", id, ErrSessionMoved)
+		return Session{}, e.goneErr(ctx, src)
 	}
 	if st != StateRunning && st != StateHibernated {
 		return Session{}, fmt.Errorf("%w: %s", ErrBadState, st)

@@ -145,7 +145,7 @@ func (e *Executor) acquireResumed(ctx context.Context, owner, id string) (*sessi
 	e.mu.Unlock()
 	if gone {
 		e.releaseSession(s)
-		return nil, 0, fmt.Errorf("session %s: %w", id, ErrSessionMoved)
+		return nil, 0, e.goneErr(ctx, s)
 	}
 	if st == StateHibernated {
 		var err error

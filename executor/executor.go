@@ -376,7 +376,7 @@ func (e *Executor) hibernateAll(ctx context.Context, ids []string) []error {
 			if locked {
 				<-s.lock
 			}
-			if err != nil && !errors.Is(err, ErrBadState) && !errors.Is(err, ErrSessionMoved) {
+			if err != nil && !errors.Is(err, ErrBadState) && !errors.Is(err, ErrSessionMoved) && !errors.Is(err, ErrNotFound) {
 				mu.Lock()
 				errs = append(errs, err)
 				mu.Unlock()
@@ -714,7 +714,7 @@ func (e *Executor) reapIdle() {
 			continue
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		if err := e.hibernate(ctx, s, "idle"); err != nil && !errors.Is(err, ErrBadState) && !errors.Is(err, ErrSessionMoved) {
+		if err := e.hibernate(ctx, s, "idle"); err != nil && !errors.Is(err, ErrBadState) && !errors.Is(err, ErrSessionMoved) && !errors.Is(err, ErrNotFound) {
 			e.log.Error("hibernating idle session", "session", s.id, "err", err)
 		}
 		cancel()

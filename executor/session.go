@@ -39,9 +39,13 @@ type session struct {
 	hibernatedAt time.Time
 	busy         int
 	hasSandbox   bool // a sandbox is counted in Executor.live for it
-	// gone: let go of (another node owns it, or may: letGo); nothing of
-	// this executor may touch its home, row or counts again.
-	gone   bool
+	// gone: let go of (another node owns it, or may: letGo) or ended
+	// (endSessionOf); nothing of this executor may touch its home, row
+	// or counts again.
+	gone bool
+	// ended: gone because it ended here, not because it moved: a call
+	// that finds it so answers ErrNotFound (goneErr).
+	ended  bool
 	job    string   // the install job sandbox that has its home mounted, if any
 	netEnv []string // proxy variables when the session has network
 	// resumes counts the resumes done; resumeTook is the latest's time.
@@ -417,7 +421,8 @@ func (e *Executor) endSession(ctx context.Context, id, reason string) error {
 
 // endSessionOf is endSession of the object s: a session let go of
 // (Fence, another node took it) answers ErrSessionMoved, even if its id
-// has been adopted again since.
+// has been adopted again since; one that ended meanwhile (a concurrent
+// end) answers ErrNotFound (goneErr).
 func (e *Executor) endSessionOf(ctx context.Context, s *session, reason string) error {
 	id := s.id
 	s.life.Lock()
@@ -425,7 +430,7 @@ func (e *Executor) endSessionOf(ctx context.Context, s *session, reason string) 
 	e.mu.Lock()
 	if s.gone {
 		e.mu.Unlock()
-		return fmt.Errorf("session %s: %w", id, ErrSessionMoved)
+		return e.goneErr(ctx, s)
 	}
 	if !canMove(s.state, StateEnding) {
 		e.mu.Unlock()
@@ -464,6 +469,9 @@ func (e *Executor) endSessionOf(ctx context.Context, s *session, reason string) 
 	}
 	gone := s.gone
 	s.gone = true
+	if !gone {
+		s.ended = true
+	}
 	e.mu.Unlock()
 	if !gone {
 		e.releaseDisk(s.diskBytes)

@@ -178,13 +178,22 @@ func agentInit() int {
 	// acts as the user (filestream.go), so the user cannot reach pid 1's
 	// descriptors (the host channel) through /proc/1/task/*/fd.
 	_ = unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0)
+	// Before anything is served: what an upload cut short by a kill of
+	// the sandbox (or of the server) left in the home goes, whichever way
+	// the home came here (resume, restart, adoption, a fork's copy).
+	h := newHost()
+	_, _ = h.sweepHome(time.Now().Add(sweepBudget))
 	r := newReaper()
-	a := &agent{out: bufio.NewWriterSize(os.Stdout, 64<<10), reaper: r, host: newHost()}
+	a := &agent{out: bufio.NewWriterSize(os.Stdout, 64<<10), reaper: r, host: h}
 	if _, err := fmt.Fprintf(os.Stdout, "%s%s\n", AgentHello, ProtocolVersion); err == nil {
 		a.serve(os.Stdin)
 	}
 	select {} // the reaper goes on
 }
+
+// sweepBudget bounds the sweep of stale staging files at the guest's
+// start, well inside the host's wait for the hello (10 s).
+const sweepBudget = 3 * time.Second
 
 type agent struct {
 	host   *host
@@ -210,7 +219,11 @@ func (a *agent) send(typ byte, p []byte) {
 	}
 }
 
+// serve reads the host's frames until the channel fails. Then the host
+// is gone (the server was killed or restarted): streams it had open will
+// never be fed or read again, and stop, an upload's staging file removed.
 func (a *agent) serve(in io.Reader) {
+	defer a.files.abortAll()
 	br := bufio.NewReaderSize(in, 64<<10)
 	for {
 		typ, p, err := readFrameInto(br, MaxAgentFrame, uploadBuffer)

@@ -19,7 +19,6 @@ import (
 	"bufio"
 	"crypto/rand"
 	"encoding/binary"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -379,9 +378,9 @@ func (h *host) putFile(comps []string, fill func(w io.Writer, what string) error
 		} else if ff := classify(what, err); ff.code != CodeNotFound {
 			return ff
 		}
-		var rnd [8]byte
+		var rnd [stagingHexLen / 2]byte
 		_, _ = rand.Read(rnd[:])
-		tmp = ".sbx-upload-" + hex.EncodeToString(rnd[:])
+		tmp = newStagingName(rnd)
 		fd, err := unix.Openat(dirfd, tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, perm)
 		if err != nil {
 			tmp = ""
@@ -481,7 +480,7 @@ func (h *host) listDir(comps []string, max int) ([]FileEntry, bool, error) {
 	}
 	out := make([]FileEntry, 0, len(names))
 	for _, n := range names {
-		if strings.HasPrefix(n, ".sbx-upload-") {
+		if strings.HasPrefix(n, StagingPrefix) {
 			continue
 		}
 		var st unix.Stat_t

@@ -186,6 +186,18 @@ func (fs *fileStreams) remove(id uint32) {
 	fs.mu.Unlock()
 }
 
+// abortAll stops every open stream (the host is gone).
+func (fs *fileStreams) abortAll() {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	for _, s := range fs.m {
+		s.mu.Lock()
+		s.gone = true
+		s.cond.Broadcast()
+		s.mu.Unlock()
+	}
+}
+
 // fileOpen registers a stream and starts serving it. It runs in the serve
 // loop, so the stream exists before the host's next frame is read.
 func (a *agent) fileOpen(p []byte) {
