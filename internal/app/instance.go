@@ -16,8 +16,8 @@ import (
 )
 
 // hostLockDir holds one lock file per nftables table a serve process uses
-// (under /run: gone at reboot, like the tables). A variable for tests.
-var hostLockDir = "/run/sandboxapi"
+// (under /run: gone at reboot, like the tables).
+const hostLockDir = "/run/sandboxapi"
 
 // instanceClaim is what one serve process holds so that a second one on
 // the same host cannot take its data dir or nftables tables: open files
@@ -38,8 +38,9 @@ func (c *instanceClaim) release() {
 // address (in use by any program). Every collision is reported at once,
 // each naming the setting to change. On success the data dir and tables
 // are held until release; the address is only probed (the server opens
-// it last).
-func claimInstance(cfg *config.Config) (*instanceClaim, error) {
+// it last). lockDir holds the tables' lock files (hostLockDir; tests
+// give their own).
+func claimInstance(cfg *config.Config, lockDir string) (*instanceClaim, error) {
 	c := &instanceClaim{}
 	var errs []error
 	if err := c.lock(filepath.Join(cfg.DataDir, "serve.lock")); err != nil {
@@ -52,9 +53,9 @@ func claimInstance(cfg *config.Config) (*instanceClaim, error) {
 		tables = append(tables, struct{ table, setting string }{cfg.Egress.Network.Table, "egress.network.table (with egress.network.prefix and egress.network.pool)"})
 	}
 	// Without a lock dir (not root) there are no nftables tables either.
-	if os.MkdirAll(hostLockDir, 0o700) == nil {
+	if os.MkdirAll(lockDir, 0o700) == nil {
 		for _, t := range tables {
-			if err := c.lock(filepath.Join(hostLockDir, "nft-inet-"+t.table+".lock")); err != nil {
+			if err := c.lock(filepath.Join(lockDir, "nft-inet-"+t.table+".lock")); err != nil {
 				errs = append(errs, fmt.Errorf("nftables table inet %s %w: give this one its own with %s in the config", t.table, err, t.setting))
 			}
 		}

@@ -26,9 +26,9 @@ func instanceConfig(t *testing.T, dataDir, listen string) *config.Config {
 // names every setting to change; with its own it starts; after the first
 // releases, the same settings are free again.
 func TestClaimInstance(t *testing.T) {
-	hostLockDir = t.TempDir()
+	locks := t.TempDir()
 	dir := t.TempDir()
-	first, err := claimInstance(instanceConfig(t, dir, "127.0.0.1:0"))
+	first, err := claimInstance(instanceConfig(t, dir, "127.0.0.1:0"), locks)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -37,7 +37,7 @@ func TestClaimInstance(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer taken.Close()
-	_, err = claimInstance(instanceConfig(t, dir, taken.Addr().String()))
+	_, err = claimInstance(instanceConfig(t, dir, taken.Addr().String()), locks)
 	if err == nil {
 		t.Fatal("a second instance on the same data dir, tables and address was let through")
 	}
@@ -51,7 +51,7 @@ func TestClaimInstance(t *testing.T) {
 	// Its own data dir, tables and a free address: fine.
 	other := instanceConfig(t, t.TempDir(), "127.0.0.1:0")
 	other.Installer.Table, other.Egress.Network.Table = "h5test_inst2", "h5test_egr2"
-	second, err := claimInstance(other)
+	second, err := claimInstance(other, locks)
 	if err != nil {
 		t.Fatalf("an instance with its own settings: %v", err)
 	}
@@ -59,13 +59,13 @@ func TestClaimInstance(t *testing.T) {
 	// Egress off: its table is not claimed.
 	noEgress := instanceConfig(t, t.TempDir(), "127.0.0.1:0")
 	noEgress.Installer.Table, noEgress.Egress.Enabled = "h5test_inst3", false
-	if c, err := claimInstance(noEgress); err != nil {
+	if c, err := claimInstance(noEgress, locks); err != nil {
 		t.Fatalf("egress off, same egress table: %v", err)
 	} else {
 		c.release()
 	}
 	first.release()
-	again, err := claimInstance(instanceConfig(t, dir, "127.0.0.1:0"))
+	again, err := claimInstance(instanceConfig(t, dir, "127.0.0.1:0"), locks)
 	if err != nil {
 		t.Fatalf("after the first released: %v", err)
 	}

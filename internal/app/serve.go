@@ -65,7 +65,7 @@ func Serve(ctx context.Context, env *Env) error {
 	}
 	// Before anything starts: a second serve on this host must not
 	// recover (kill) the first one's sandboxes or rebuild its firewall.
-	claim, err := claimInstance(cfg)
+	claim, err := claimInstance(cfg, hostLockDir)
 	if err != nil {
 		return err
 	}
