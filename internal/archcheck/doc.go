@@ -24,6 +24,10 @@
 //     no service, nothing but the root imports the root, and only tests
 //     reach the test-only packages. What breaks a rule today is listed in
 //     allowedDeps with its reason; the list fails when an entry goes stale.
+//   - docs/architecture.md's package map has a row for every package of
+//     the module (and for bench/egress, a module of its own), and each
+//     row's imports are the package's non-test imports of ours as go list
+//     gives them (docmap_test.go).
 //   - Errors are classified with errors.Is/As only: no comparing, switching
 //     on or searching (strings.Contains, HasPrefix, ...) the text of
 //     x.Error().
