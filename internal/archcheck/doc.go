@@ -17,7 +17,8 @@
 //     so may the few shared packages listed with their reasons (store,
 //     egress/policy, api/wire), which import no service themselves.
 //   - The same rules hold for every dependency, not only direct imports,
-//     and for test builds too (deps_test.go, from go list -deps -test):
+//     and for test builds too (deps_test.go, from go list -test: every
+//     package's and test build's Deps, the transitive imports):
 //     a service reaches no other service through any chain of imports, a
 //     shared package reaches no service, any other package but the
 //     composition root (cmd/sandboxapi, internal/app, internal/cli) reaches
