@@ -20,7 +20,7 @@ import (
 	"time"
 
 	"github.com/sandboxapi/sandboxapi/internal/buildinfo"
-	"github.com/sandboxapi/sandboxapi/internal/config"
+	"github.com/sandboxapi/sandboxapi/internal/size"
 	"github.com/sandboxapi/sandboxapi/rootfs"
 	"github.com/sandboxapi/sandboxapi/store"
 )
@@ -46,7 +46,7 @@ type Result struct {
 // doctorCheck is one named host check.
 type doctorCheck struct {
 	name string
-	run  func(ctx context.Context, cfg *config.Config) Result
+	run  func(ctx context.Context, cfg *Config) Result
 }
 
 // checks are run in order; later ones do not depend on earlier ones.
@@ -69,7 +69,7 @@ func checks() []doctorCheck {
 
 // Run runs every check, prints one line per check (and the fix under
 // a failure or warning) and returns the number of failures.
-func Run(ctx context.Context, cfg *config.Config, w io.Writer) int {
+func Run(ctx context.Context, cfg *Config, w io.Writer) int {
 	problems := 0
 	for _, r := range Results(ctx, cfg) {
 		fmt.Fprintf(w, "%-4s  %-8s  %s\n", r.Status, r.Name, r.Detail)
@@ -87,7 +87,7 @@ func Run(ctx context.Context, cfg *config.Config, w io.Writer) int {
 }
 
 // Results runs every check in order and returns their outcomes.
-func Results(ctx context.Context, cfg *config.Config) []Result {
+func Results(ctx context.Context, cfg *Config) []Result {
 	cs := checks()
 	out := make([]Result, 0, len(cs))
 	for _, c := range cs {
@@ -114,10 +114,10 @@ const runscFix = "install a static runsc: CGO_ENABLED=0 go install gvisor.dev/gv
 
 // checkRunsc: runsc is on PATH (or where executor.runsc says) and static. A
 // dynamically linked runsc dies with "fork/exec /proc/self/exe".
-func checkRunsc(ctx context.Context, cfg *config.Config) Result {
-	bin, err := exec.LookPath(cfg.Executor.Runsc)
+func checkRunsc(ctx context.Context, cfg *Config) Result {
+	bin, err := exec.LookPath(cfg.Runsc)
 	if err != nil {
-		return fail(runscFix, "runsc not found (%s)", cfg.Executor.Runsc)
+		return fail(runscFix, "runsc not found (%s)", cfg.Runsc)
 	}
 	static, err := isStaticELF(bin)
 	if err != nil {
@@ -147,7 +147,7 @@ func checkRunsc(ctx context.Context, cfg *config.Config) Result {
 // checkBuild names this sandboxapi build: version, revision, commit and
 // build time. A binary without a revision (built outside a checkout, or
 // with VCS stamping off) cannot be traced to its source: a warning.
-func checkBuild(ctx context.Context, cfg *config.Config) Result {
+func checkBuild(ctx context.Context, cfg *Config) Result {
 	in := buildinfo.Read()
 	if in.Revision == buildinfo.Unknown {
 		return warn("build with scripts/setup.sh (go build -buildvcs=true in a git checkout, or -ldflags -X "+
@@ -173,8 +173,8 @@ func isStaticELF(path string) (bool, error) {
 }
 
 // checkPlatform runs an empty sandbox on the configured platform.
-func checkPlatform(ctx context.Context, cfg *config.Config) Result {
-	bin, err := exec.LookPath(cfg.Executor.Runsc)
+func checkPlatform(ctx context.Context, cfg *Config) Result {
+	bin, err := exec.LookPath(cfg.Runsc)
 	if err != nil {
 		return fail(runscFix, "runsc not found")
 	}
@@ -186,15 +186,15 @@ func checkPlatform(ctx context.Context, cfg *config.Config) Result {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	start := time.Now()
-	cmd := exec.CommandContext(ctx, bin, "--root", root, "--network", "none", "--platform", cfg.Executor.Platform, "do", "/bin/true")
+	cmd := exec.CommandContext(ctx, bin, "--root", root, "--network", "none", "--platform", cfg.Platform, "do", "/bin/true")
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	if err := cmd.Run(); err != nil {
 		msg := lastLine(stderr.String())
-		return fail(fmt.Sprintf("run as root; try executor.platform: systrap (kvm needs /dev/kvm, ptrace is slowest); see `%s --platform %s do /bin/true`", bin, cfg.Executor.Platform),
-			"runsc do /bin/true on platform %s failed: %v %s", cfg.Executor.Platform, err, msg)
+		return fail(fmt.Sprintf("run as root; try executor.platform: systrap (kvm needs /dev/kvm, ptrace is slowest); see `%s --platform %s do /bin/true`", bin, cfg.Platform),
+			"runsc do /bin/true on platform %s failed: %v %s", cfg.Platform, err, msg)
 	}
-	return ok("platform %s runs a sandbox (%d ms)", cfg.Executor.Platform, time.Since(start).Milliseconds())
+	return ok("platform %s runs a sandbox (%d ms)", cfg.Platform, time.Since(start).Milliseconds())
 }
 
 func lastLine(s string) string {
@@ -204,7 +204,7 @@ func lastLine(s string) string {
 
 // checkCgroups: the memory and pids controllers exist and a sandboxapi
 // child group can be made and removed (cgroup v2 or v1).
-func checkCgroups(ctx context.Context, cfg *config.Config) Result {
+func checkCgroups(ctx context.Context, cfg *Config) Result {
 	const fix = "mount cgroups (systemd does), run as root, and enable the memory and pids controllers"
 	probe := fmt.Sprintf("sandboxapi-doctor-%d", os.Getpid())
 	if b, err := os.ReadFile("/sys/fs/cgroup/cgroup.controllers"); err == nil {
@@ -253,14 +253,14 @@ func rootfsBinaries() []string {
 
 // checkRootfs: a complete build is found, its binaries are there, its
 // versions.json parses and the sandbox user exists.
-func checkRootfs(ctx context.Context, cfg *config.Config) Result {
+func checkRootfs(ctx context.Context, cfg *Config) Result {
 	const fix = "run `sandboxapi rootfs build` (about a minute and 1.5 GB), or point executor.rootfs at a complete build"
-	dir, versions, err := rootfs.Find(cfg.Executor.Rootfs, "")
+	dir, versions, err := rootfs.Find(cfg.Rootfs, "")
 	if err != nil {
 		return fail(fix, "no rootfs: %v", err)
 	}
 	build := filepath.Dir(dir)
-	if _, err := os.Stat(filepath.Join(build, ".complete")); err != nil && cfg.Executor.Rootfs == "" {
+	if _, err := os.Stat(filepath.Join(build, ".complete")); err != nil && cfg.Rootfs == "" {
 		return fail(fix, "%s has no .complete mark (a build that did not finish)", build)
 	}
 	var missing []string
@@ -285,10 +285,10 @@ func checkRootfs(ctx context.Context, cfg *config.Config) Result {
 }
 
 // checkGuest: the in-sandbox helper binary is where the executor looks.
-func checkGuest(ctx context.Context, cfg *config.Config) Result {
+func checkGuest(ctx context.Context, cfg *Config) Result {
 	const fix = "build it with `CGO_ENABLED=0 go build -trimpath -o bin/sandboxapi-guest ./cmd/sandboxapi-guest`, put it beside sandboxapi or set executor.guest_binary"
 	candidates := []string{}
-	if g := cfg.Executor.GuestBinary; g != "" {
+	if g := cfg.GuestBinary; g != "" {
 		candidates = append(candidates, g)
 	} else {
 		if exe, err := os.Executable(); err == nil {
@@ -333,8 +333,8 @@ func repoRoot() (string, error) {
 
 // egressTool reports a missing tool as a failure when egress is on and as
 // a warning when it is off (sessions with network are refused then).
-func egressTool(cfg *config.Config, fix, format string, a ...any) Result {
-	if cfg.Egress.Enabled {
+func egressTool(cfg *Config, fix, format string, a ...any) Result {
+	if cfg.EgressEnabled {
 		return fail(fix, format, a...)
 	}
 	r := warn(fix, format, a...)
@@ -343,7 +343,7 @@ func egressTool(cfg *config.Config, fix, format string, a ...any) Result {
 }
 
 // checkNetns: ip can make and delete a network namespace.
-func checkNetns(ctx context.Context, cfg *config.Config) Result {
+func checkNetns(ctx context.Context, cfg *Config) Result {
 	const fix = "apt-get install iproute2; run as root (CAP_SYS_ADMIN and CAP_NET_ADMIN)"
 	ip, err := exec.LookPath("ip")
 	if err != nil {
@@ -360,7 +360,7 @@ func checkNetns(ctx context.Context, cfg *config.Config) Result {
 }
 
 // checkNft: nft runs and can list the ruleset.
-func checkNft(ctx context.Context, cfg *config.Config) Result {
+func checkNft(ctx context.Context, cfg *Config) Result {
 	const fix = "apt-get install nftables; run as root (CAP_NET_ADMIN)"
 	nft, err := exec.LookPath("nft")
 	if err != nil {
@@ -386,7 +386,7 @@ func checkNft(ctx context.Context, cfg *config.Config) Result {
 // a small ext4 image loop-mounted nosuid,nodev, written and removed. A host
 // without mkfs.ext4 or free loop devices would pass every other check and
 // then fail every session create.
-func checkHomes(ctx context.Context, cfg *config.Config) Result {
+func checkHomes(ctx context.Context, cfg *Config) Result {
 	const fix = "apt-get install e2fsprogs mount; run as root; make sure loop devices are available (modprobe loop; losetup -f)"
 	for _, tool := range []string{"mkfs.ext4", "mount", "umount"} {
 		if _, err := exec.LookPath(tool); err != nil {
@@ -423,7 +423,7 @@ func checkHomes(ctx context.Context, cfg *config.Config) Result {
 	if werr != nil {
 		return fail(fix, "writing into a mounted home: %v", werr)
 	}
-	return ok("an ext4 home image can be made, loop-mounted and written (executor.home_size %s)", cfg.Executor.HomeSize)
+	return ok("an ext4 home image can be made, loop-mounted and written (executor.home_size %s)", cfg.HomeSize)
 }
 
 // Disk thresholds for the data dir: homes are loop images of
@@ -434,26 +434,26 @@ const (
 )
 
 // checkDisk: free space where the data dir lives.
-func checkDisk(ctx context.Context, cfg *config.Config) Result {
+func checkDisk(ctx context.Context, cfg *Config) Result {
 	dir := existingParent(cfg.DataDir)
 	var st syscall.Statfs_t
 	if err := syscall.Statfs(dir, &st); err != nil {
 		return fail("check that data_dir is on a mounted file system", "statfs %s: %v", dir, err)
 	}
 	free := int64(st.Bavail) * int64(st.Bsize)
-	home, _ := config.ParseSize(cfg.Executor.HomeSize)
-	need := home * int64(cfg.Executor.MaxSandboxes)
+	home, _ := size.Parse(cfg.HomeSize)
+	need := home * int64(cfg.MaxSandboxes)
 	const fix = "free space under data_dir or move it (data_dir, --data-dir); each session home is an image of executor.home_size"
 	n, committed, used := homesOnDisk(cfg.DataDir)
 	homes := fmt.Sprintf("%d session homes (running or hibernated) use %s, sized %s in all", n, humanBytes(used), humanBytes(committed))
-	if d := cfg.Executor.MaxDisk; d != "" && d != "0" {
+	if d := cfg.MaxDisk; d != "" && d != "0" {
 		homes += " (executor.max_disk " + d + ")"
 	}
 	switch {
 	case free < diskFailBytes:
 		return fail(fix, "%s: %s free, less than 1 GiB; %s", dir, humanBytes(free), homes)
 	case free < diskWarnBytes || free < need:
-		return warn(fix, "%s: %s free; %d homes of %s need %s; %s", dir, humanBytes(free), cfg.Executor.MaxSandboxes, cfg.Executor.HomeSize, humanBytes(need), homes)
+		return warn(fix, "%s: %s free; %d homes of %s need %s; %s", dir, humanBytes(free), cfg.MaxSandboxes, cfg.HomeSize, humanBytes(need), homes)
 	case free < committed-used:
 		return warn(fix, "%s: %s free, less than the homes may still grow by; %s", dir, humanBytes(free), homes)
 	}
@@ -501,7 +501,7 @@ func humanBytes(n int64) string {
 // checkStore: the data dir is writable and, if the SQLite store exists, it
 // opens, passes quick_check and takes a write lock. It works while the
 // server runs (WAL); it creates neither the data dir nor the store.
-func checkStore(ctx context.Context, cfg *config.Config) Result {
+func checkStore(ctx context.Context, cfg *Config) Result {
 	const fix = "create data_dir owned by the service user (mkdir -p -m 0700), or point --data-dir elsewhere"
 	fi, err := os.Stat(cfg.DataDir)
 	if errors.Is(err, os.ErrNotExist) {
@@ -517,10 +517,10 @@ func checkStore(ctx context.Context, cfg *config.Config) Result {
 	if err := writable(cfg.DataDir); err != nil {
 		return fail(fix, "%s is not writable: %v", cfg.DataDir, err)
 	}
-	if cfg.Store.URL != "" {
+	if cfg.StoreURL != "" {
 		// PostgreSQL: it opens (and is migrated, as serve would) and
 		// answers; its health is the database operator's.
-		st, err := store.OpenURL(ctx, cfg.Store.URL, "")
+		st, err := store.OpenURL(ctx, cfg.StoreURL, "")
 		if err != nil {
 			return fail("check store.url (SANDBOXAPI_STORE_URL), the server and the role's rights", "PostgreSQL store: %v", err)
 		}
@@ -569,12 +569,12 @@ func writable(dir string) error {
 
 // checkTLS: the tls block can work: files load and are not about to
 // expire, the storage folder for certmagic is writable.
-func checkTLS(ctx context.Context, cfg *config.Config) Result {
+func checkTLS(ctx context.Context, cfg *Config) Result {
 	t := cfg.TLS
 	switch t.Mode {
-	case "", config.TLSOff:
+	case "", "off":
 		return ok("off: plain HTTP on %s", cfg.Listen)
-	case config.TLSFiles:
+	case "files":
 		const fix = "point tls.cert_file and tls.key_file at a readable PEM chain and its key; renew before expiry"
 		pair, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile)
 		if err != nil {
@@ -589,7 +589,7 @@ func checkTLS(ctx context.Context, cfg *config.Config) Result {
 		}
 		return ok("files: %s valid until %s", t.CertFile, pair.Leaf.NotAfter.Format(time.DateOnly))
 	}
-	dir := cfg.TLS.Storage(cfg.DataDir)
+	dir := t.StorageDir
 	if err := writable(existingParent(dir)); err != nil {
 		return fail("make tls.storage_dir (default <data_dir>/tls) writable", "%s: %v", dir, err)
 	}

@@ -4,8 +4,6 @@ import (
 	"os"
 	"strings"
 	"testing"
-
-	"github.com/sandboxapi/sandboxapi/internal/config"
 )
 
 // TestDoctorHomesWithoutTools: with no mkfs.ext4 on PATH the homes check
@@ -14,11 +12,7 @@ func TestDoctorHomesWithoutTools(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("doctor's checks need root")
 	}
-	cfg, err := config.Load("")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.DataDir = t.TempDir()
+	cfg := &Config{DataDir: t.TempDir(), HomeSize: "256M"}
 	t.Setenv("PATH", t.TempDir())
 	r := checkHomes(t.Context(), cfg)
 	if r.Status != Fail || !strings.Contains(r.Detail, "mkfs.ext4 not found") || !strings.Contains(r.Fix, "e2fsprogs") {

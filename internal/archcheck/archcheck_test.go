@@ -527,6 +527,7 @@ func TestChecksCatchViolations(t *testing.T) {
 		},
 		"serviceImports": {
 			"api/state.go:5: service api imports service executor",
+			"store/store.go:4: service store imports service executor",
 		},
 		"errorText": {
 			"api/state.go:31: strings.Contains on the text of an error",

@@ -16,10 +16,24 @@
 //     the service. Leaf packages under internal/ may be imported by any, and
 //     so may the few shared packages listed with their reasons (store,
 //     egress/policy, api/wire), which import no service themselves.
+//   - The same rules hold for every dependency, not only direct imports,
+//     and for test builds too (deps_test.go, from go list -test: every
+//     package's and test build's Deps, the transitive imports):
+//     a service reaches no other service through any chain of imports, a
+//     shared package reaches no service, any other package but the
+//     composition root (cmd/sandboxapi, internal/app, internal/cli) reaches
+//     no service, nothing but the root imports the root, and only tests
+//     reach the test-only packages. What breaks a rule today is listed in
+//     allowedDeps with its reason; the list fails when an entry goes stale.
+//   - docs/architecture.md's package map has a row for every package of
+//     the module (and for bench/egress, a module of its own), and each
+//     row's imports are the package's non-test imports of ours as go list
+//     gives them (docmap_test.go).
 //   - Errors are classified with errors.Is/As only: no comparing, switching
 //     on or searching (strings.Contains, HasPrefix, ...) the text of
 //     x.Error().
 //
-// testdata/bad is a module that breaks each rule, so that a check that
+// testdata/bad is a module that breaks each rule (the dependency rules
+// directly, through a leaf and from a test file), so that a check that
 // stops seeing a violation fails its own test.
 package archcheck

@@ -6,6 +6,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/sandboxapi/sandboxapi/doctor"
+	"github.com/sandboxapi/sandboxapi/internal/config"
 )
 
 func doctorCommand() *cli.Command {
@@ -18,10 +19,34 @@ func doctorCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
-			if n := doctor.Run(c.Context, env.Config, c.App.Writer); n > 0 {
+			if n := doctor.Run(c.Context, doctorConfig(env.Config), c.App.Writer); n > 0 {
 				return cli.Exit(fmt.Sprintf("doctor: %d problem(s) found", n), 1)
 			}
 			return nil
+		},
+	}
+}
+
+// doctorConfig takes from the loaded config the settings doctor checks:
+// doctor imports neither the config nor the services behind it.
+func doctorConfig(cfg *config.Config) *doctor.Config {
+	return &doctor.Config{
+		DataDir:       cfg.DataDir,
+		Listen:        cfg.Listen,
+		Runsc:         cfg.Executor.Runsc,
+		Platform:      cfg.Executor.Platform,
+		Rootfs:        cfg.Executor.Rootfs,
+		GuestBinary:   cfg.Executor.GuestBinary,
+		HomeSize:      cfg.Executor.HomeSize,
+		MaxSandboxes:  cfg.Executor.MaxSandboxes,
+		MaxDisk:       cfg.Executor.MaxDisk,
+		StoreURL:      cfg.Store.URL,
+		EgressEnabled: cfg.Egress.Enabled,
+		TLS: doctor.TLS{
+			Mode:       cfg.TLS.Mode,
+			CertFile:   cfg.TLS.CertFile,
+			KeyFile:    cfg.TLS.KeyFile,
+			StorageDir: cfg.TLS.Storage(cfg.DataDir),
 		},
 	}
 }

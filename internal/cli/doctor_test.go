@@ -29,7 +29,7 @@ func TestDoctorPassesOnThisHost(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg.DataDir = dir
-	results := doctor.Results(t.Context(), cfg)
+	results := doctor.Results(t.Context(), doctorConfig(cfg))
 	names := []string{}
 	for _, r := range results {
 		names = append(names, r.Name)
