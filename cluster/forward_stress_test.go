@@ -434,7 +434,12 @@ func (c stressCall) readStream(body io.Reader, cancel context.CancelFunc) stress
 	case err != nil:
 		// Cut, though no one cut it: a failure, never tolerated (CI13
 		// saw one; it was let pass twice a run while its cause was
-		// unknown).
+		// unknown). Seen again in 2 of 17 runs beside three busy
+		// loops, both a worker's first or second call, owner b: node
+		// a logged the reply cut short with "read tcp a->b: use of
+		// closed network connection" (node a's own transport closed
+		// the connection while its call was live) and b logged only
+		// the forwarded call. What closes it is not found yet.
 		return stressResult{failure: fmt.Sprintf("a stream no one cut ended with a read error: %v after %d of %d bytes", err, len(got), want.Len())}
 	case string(got) != want.String():
 		return stressResult{failure: fmt.Sprintf("stream of %d bytes differs from the %d written", len(got), want.Len())}
