@@ -434,7 +434,7 @@ func (c stressCall) readStream(body io.Reader, cancel context.CancelFunc) stress
 	case err != nil:
 		// Cut, though no one cut it: a failure, never tolerated (CI13
 		// saw one; it was let pass twice a run while its cause was
-		// unknown). Seen again in 2 of 17 runs beside three busy
+		// unknown). Seen again in 2 of 21 runs beside three busy
 		// loops, both a worker's first or second call, owner b: node
 		// a logged the reply cut short with "read tcp a->b: use of
 		// closed network connection" (node a's own transport closed
