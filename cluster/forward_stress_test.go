@@ -17,6 +17,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/sandboxapi/sandboxapi/internal/duration"
 )
 
 // patternLen is the length of the content the stress tests move: a
@@ -292,11 +294,6 @@ type stressResult struct {
 	unavailable bool
 	noReply     error
 	readErr     error
-	// broken: a stream no one cut that still ended with a read error
-	// (its client sees it; nothing is passed off as whole). Seen once in
-	// CI under load, never reproduced since: tolerated once or twice a
-	// run, logged with node a's lines for the call.
-	broken string
 }
 
 // run makes call c through base with client hc.
@@ -435,8 +432,15 @@ func (c stressCall) readStream(body io.Reader, cancel context.CancelFunc) stress
 	case err != nil && !strings.HasPrefix(want.String(), string(got)):
 		return stressResult{failure: fmt.Sprintf("stream read: %v after %d bytes, not all of them written", err, len(got))}
 	case err != nil:
-		// Cut, but visibly: the client sees the error (see broken).
-		return stressResult{readErr: err, broken: fmt.Sprintf("stream read: %v after %d bytes", err, len(got))}
+		// Cut, though no one cut it: a failure, never tolerated (CI13
+		// saw one; it was let pass twice a run while its cause was
+		// unknown). Seen again in 2 of 21 runs beside three busy
+		// loops, both a worker's first or second call, owner b: node
+		// a logged the reply cut short with "read tcp a->b: use of
+		// closed network connection" (node a's own transport closed
+		// the connection while its call was live) and b logged only
+		// the forwarded call. What closes it is not found yet.
+		return stressResult{failure: fmt.Sprintf("a stream no one cut ended with a read error: %v after %d of %d bytes", err, len(got), want.Len())}
 	case string(got) != want.String():
 		return stressResult{failure: fmt.Sprintf("stream of %d bytes differs from the %d written", len(got), want.Len())}
 	}
@@ -492,7 +496,15 @@ func (c stressCall) readDownload(resp *http.Response, pat []byte, cancel context
 // truncated body, a stream without its result event or an upload the
 // owner took for whole when it was not, presented as success. Node a
 // logs every reply an owner cut, with the call's request id, and every
-// owner's handler ends.
+// owner's handler ends. A stream no one cut that ends with a read error
+// fails the test.
+//
+// The nodes hold leases of a minute: the test is about forwarding, and
+// with the 2s lease of the other tests a lease loop starved on a loaded
+// machine (seen with GOMAXPROCS=1 beside other work) let the lease run
+// out, node a claimed b's or c's session and served its calls itself,
+// with the harness's fake API: failures that said nothing about
+// forwarding. Failover under load is the takeover tests' subject.
 func TestForwardStreamsUnderStress(t *testing.T) {
 	if testing.Short() {
 		t.Skip("stress test")
@@ -500,10 +512,12 @@ func TestForwardStreamsUnderStress(t *testing.T) {
 	st := openStore(t, testPostgres(t))
 	pat := newPattern()
 	api := &streamAPI{pat: pat}
-	logs := &logRecorder{}
-	a := startNodeWith(t, st, "a", 4, nodeOpts{log: slog.New(recordHandler{rec: logs})})
-	b := startNodeWith(t, st, "b", 4, nodeOpts{api: api})
-	c := startNodeWith(t, st, "c", 4, nodeOpts{api: api, server: func(s *http.Server) { s.IdleTimeout = time.Millisecond }})
+	logs, ownerLogs := &logRecorder{}, &logRecorder{}
+	longLease := func(s *Settings) { s.Lease = duration.Duration(time.Minute) }
+	a := startNodeWith(t, st, "a", 4, nodeOpts{conf: longLease, log: slog.New(recordHandler{rec: logs})})
+	b := startNodeWith(t, st, "b", 4, nodeOpts{conf: longLease, api: api, log: slog.New(recordHandler{rec: ownerLogs}).With("node", "b")})
+	c := startNodeWith(t, st, "c", 4, nodeOpts{conf: longLease, api: api, log: slog.New(recordHandler{rec: ownerLogs}).With("node", "c"),
+		server: func(s *http.Server) { s.IdleTimeout = time.Millisecond }})
 	for _, n := range []*testNode{b, c} {
 		insertSession(t, st, n.name, "s-"+n.name)
 		n.ex.has["s-"+n.name] = true
@@ -544,16 +558,12 @@ func TestForwardStreamsUnderStress(t *testing.T) {
 	wg.Wait()
 
 	unavailable := map[string]int{}
-	broken := 0
 	for w := range workers {
 		for i, r := range results[w] {
 			c := calls[w][i]
 			if r.failure != "" {
-				t.Errorf("%s (kind %d, owner %s, seed %d, size %d, cut %d): %s; node a logged: %+v", c.rid, c.kind, c.owner, c.seed, c.size, c.cut, r.failure, logs.find("request_id", c.rid))
-			}
-			if r.broken != "" {
-				broken++
-				t.Logf("%s (kind %d, owner %s): %s; node a logged: %+v", c.rid, c.kind, c.owner, r.broken, logs.find("request_id", c.rid))
+				t.Errorf("%s (kind %d, owner %s, seed %d, size %d, cut %d, close %v): %s; node a logged: %+v; the owners logged: %+v",
+					c.rid, c.kind, c.owner, c.seed, c.size, c.cut, c.close, r.failure, logs.find("request_id", c.rid), ownerLogs.find("request_id", c.rid))
 			}
 			// A call with a body that met one of c's closed connections
 			// fails visibly: a 503, or, when a answered it before
@@ -586,11 +596,11 @@ func TestForwardStreamsUnderStress(t *testing.T) {
 	if !waitFor(30*time.Second, func() bool { return api.running.Load() == 0 }) {
 		t.Errorf("%d owners' handlers still running", api.running.Load())
 	}
-	if broken > 2 {
-		t.Errorf("%d streams no one cut ended with a read error", broken)
-	}
 	if n := a.obs.forwarded("refused"); n != 0 {
 		t.Errorf("%d forwards counted as refused signatures", n)
+	}
+	if n := a.obs.takeovers.Load(); n != 0 {
+		t.Errorf("node a took %d sessions over: a lease ran out during the test", n)
 	}
 	t.Logf("%d calls, %d whole uploads, visible failures by owner %v", workers*perWorker, api.uploads.Load(), unavailable)
 }

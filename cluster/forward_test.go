@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -113,6 +114,49 @@ func TestForwardStreams(t *testing.T) {
 	rest, _ := io.ReadAll(rd)
 	if !strings.Contains(string(rest), "event: result") {
 		t.Fatalf("rest %q", rest)
+	}
+}
+
+// TestHarnessStreamEndsWhenClientLeaves: the harness's fake stream, which
+// waits for release between its events, ends when its client leaves.
+// It did not read its request body, and until the body's end the server
+// does not watch the connection (nor does it read the body itself at the
+// reply's first flush when the connection closes after the reply, as
+// for a call with Connection: close): a stream the client left waited
+// for ever, and httptest.Server.Close with it (seen in a stress run with
+// GOMAXPROCS=1, where node a served a stream itself after claiming a
+// session whose owner's lease ran out: the test binary hung past 15
+// minutes in its cleanup).
+func TestHarnessStreamEndsWhenClientLeaves(t *testing.T) {
+	st := openStore(t, testPostgres(t))
+	b := startNode(t, st, "b", 4)
+	b.release = make(chan struct{}) // closed only if the test fails
+	insertSession(t, st, "b", "s1")
+	b.ex.has["s1"] = true
+	ctx, cancel := context.WithCancel(t.Context())
+	req, _ := http.NewRequestWithContext(ctx, "POST", b.url+"/v1/sessions/s1/stream", strings.NewReader(`{"code":"x"}`))
+	req.Header.Set("Authorization", "Bearer test-key")
+	// Connection: close, as an eighth of the stress test's calls: a
+	// server that replies with a connection it will close does not read
+	// an unread body at the reply's first flush either.
+	req.Close = true
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := make([]byte, len("event: stdout\ndata: {\"data\":\"first\"}\n\n"))
+	if _, err := io.ReadFull(resp.Body, first); err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	resp.Body.Close()
+	closed := make(chan struct{})
+	go func() { b.srv.Close(); close(closed) }()
+	select {
+	case <-closed:
+	case <-time.After(10 * time.Second):
+		close(b.release) // lets the handler, and the server, end
+		t.Fatal("the stream its client left still runs: the server cannot close")
 	}
 }
 

@@ -274,6 +274,15 @@ func (tn *testNode) api(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusCreated)
 		json.NewEncoder(w).Encode(map[string]string{"id": id, "node": tn.name})
 	case strings.HasSuffix(r.URL.Path, "/stream"):
+		// The body is read first, as the API reads its JSON: until the
+		// body's end the server does not watch the connection, so a
+		// client that left would never end the wait below (a stream
+		// node a served itself, after claiming a session whose owner's
+		// lease ran out, kept httptest.Server.Close waiting for ever).
+		if _, err := io.Copy(io.Discard, r.Body); err != nil {
+			http.Error(w, err.Error(), 400)
+			return
+		}
 		w.Header().Set("Content-Type", "text/event-stream")
 		fmt.Fprint(w, "event: stdout\ndata: {\"data\":\"first\"}\n\n")
 		w.(http.Flusher).Flush()
