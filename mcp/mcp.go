@@ -20,6 +20,8 @@ import (
 	"time"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/sandboxapi/sandboxapi/internal/httperr"
 )
 
 // authHeaders are copied from an MCP HTTP request onto the API calls it
@@ -219,13 +221,7 @@ func (c *client) call(ctx context.Context, hdr http.Header, method, path string,
 }
 
 func decodeError(rep apiReply) *APIError {
-	var eb struct {
-		Error struct {
-			Code      string `json:"code"`
-			Message   string `json:"message"`
-			RequestID string `json:"request_id"`
-		} `json:"error"`
-	}
+	var eb httperr.Body
 	e := &APIError{Status: rep.status}
 	if json.Unmarshal(rep.body, &eb) == nil && eb.Error.Code != "" {
 		e.Code, e.Message, e.RequestID = eb.Error.Code, eb.Error.Message, eb.Error.RequestID
@@ -285,13 +281,6 @@ func headersOf(req *sdk.CallToolRequest) http.Header {
 
 // errorJSON renders e as the API's error body.
 func errorJSON(e *APIError) []byte {
-	type payload struct {
-		Code      string `json:"code"`
-		Message   string `json:"message"`
-		RequestID string `json:"request_id,omitempty"`
-	}
-	b, _ := json.Marshal(struct {
-		Error payload `json:"error"`
-	}{payload{e.Code, e.Message, e.RequestID}})
+	b, _ := json.Marshal(httperr.Body{Error: httperr.Payload{Code: e.Code, Message: e.Message, RequestID: e.RequestID}})
 	return append(b, '\n')
 }
