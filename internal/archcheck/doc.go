@@ -16,6 +16,10 @@
 //     the service. Leaf packages under internal/ may be imported by any, and
 //     so may the few shared packages listed with their reasons (store,
 //     egress/policy, api/wire), which import no service themselves.
+//   - The shared leaves (egress/policy, api/wire) do no I/O: neither they
+//     nor any package of the module they import, followed through, imports
+//     os, io, net, net/http, log, database/sql or the like, so that mcp
+//     may take the API's shapes from api/wire without taking on api.
 //   - Errors are classified with errors.Is/As only: no comparing, switching
 //     on or searching (strings.Contains, HasPrefix, ...) the text of
 //     x.Error().
