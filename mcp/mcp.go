@@ -220,6 +220,13 @@ func (c *client) call(ctx context.Context, hdr http.Header, method, path string,
 	return nil
 }
 
+// maxRetryAfter bounds the Retry-After a reply can make a tool report
+// (a larger number of seconds would overflow a time.Duration).
+const maxRetryAfter = 24 * time.Hour
+
+// decodeError reads an error reply: the API's envelope (internal/httperr),
+// or, from something else on the way (a proxy's HTML page), a code made
+// from the status and the start of the body as the message.
 func decodeError(rep apiReply) *APIError {
 	var eb httperr.Body
 	e := &APIError{Status: rep.status}
@@ -227,10 +234,13 @@ func decodeError(rep apiReply) *APIError {
 		e.Code, e.Message, e.RequestID = eb.Error.Code, eb.Error.Message, eb.Error.RequestID
 	} else {
 		e.Code = strings.ReplaceAll(strings.ToLower(http.StatusText(rep.status)), " ", "_")
-		e.Message = strings.TrimSpace(string(truncate(rep.body, 300)))
+		if e.Code == "" {
+			e.Code = "http_" + strconv.Itoa(rep.status)
+		}
+		e.Message = strings.TrimSpace(strings.ToValidUTF8(string(truncate(rep.body, 300)), ""))
 	}
-	if s, err := strconv.Atoi(rep.header.Get("Retry-After")); err == nil && s > 0 {
-		e.RetryAfter = time.Duration(s) * time.Second
+	if s, err := strconv.Atoi(strings.TrimSpace(rep.header.Get("Retry-After"))); err == nil && s > 0 {
+		e.RetryAfter = min(time.Duration(min(s, int(maxRetryAfter/time.Second)))*time.Second, maxRetryAfter)
 	}
 	return e
 }
