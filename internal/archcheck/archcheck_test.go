@@ -25,7 +25,7 @@ var services = []string{"api", "executor", "egress", "mirror", "installer", "rea
 var shared = map[string]string{
 	"store":         "the one database: every service's tables and migrations live there (docs/architecture.md); services read and write through it, and it imports none of them",
 	"egress/policy": "the allow-list grammar and IP vetting, a leaf without I/O (the role of smokescreen's acl/v1): the API validates a session's network request with the same rules the proxy enforces",
-	"api/wire":      "the single definition of every request and reply of the API, shared with mcp, the console, the benchmarks and the tests so that they send and decode what the server does",
+	"api/wire":      "the single definition of every request and reply of the API, shared with mcp, the benchmarks and the tests so that they send and decode what the server does",
 }
 
 // leaves are the shared packages that do no I/O (types, pure functions),
