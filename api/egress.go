@@ -49,7 +49,7 @@ func (s *Server) sessionEgress(w http.ResponseWriter, r *http.Request) error {
 			return err
 		}
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"session_id": id, "decisions": decisions})
+	writeJSON(w, http.StatusOK, wire.EgressDecisions{SessionID: id, Decisions: decisions})
 	return nil
 }
 

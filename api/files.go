@@ -8,6 +8,8 @@ import (
 	"strconv"
 
 	"github.com/sandboxapi/sandboxapi/internal/sandbox"
+
+	"github.com/sandboxapi/sandboxapi/api/wire"
 )
 
 // Files is what the files API needs from the executor. Paths are the
@@ -86,12 +88,6 @@ func (s *Server) putFile(f Files, w http.ResponseWriter, r *http.Request, c *cal
 	return nil
 }
 
-type listingJSON struct {
-	Path      string             `json:"path"`
-	Entries   []sandbox.FileInfo `json:"entries"`
-	Truncated bool               `json:"truncated"`
-}
-
 func (s *Server) getFiles(f Files, w http.ResponseWriter, r *http.Request) error {
 	p := principal(r.Context())
 	id := r.PathValue("id")
@@ -107,7 +103,7 @@ func (s *Server) getFiles(f Files, w http.ResponseWriter, r *http.Request) error
 		if l.Entries == nil {
 			l.Entries = []sandbox.FileInfo{}
 		}
-		writeJSON(w, http.StatusOK, listingJSON{Path: value, Entries: l.Entries, Truncated: l.Truncated})
+		writeJSON(w, http.StatusOK, wire.FileListing{Path: value, Entries: l.Entries, Truncated: l.Truncated})
 		return nil
 	}
 	info, rc, err := f.GetFile(r.Context(), p.KeyID, id, value)

@@ -13,6 +13,8 @@ import (
 	"github.com/sandboxapi/sandboxapi/configs"
 	"github.com/sandboxapi/sandboxapi/internal/httperr"
 	"github.com/sandboxapi/sandboxapi/internal/sandbox"
+
+	"github.com/sandboxapi/sandboxapi/api/wire"
 )
 
 // TestShutdownInterruptAnswersDraining: a call whose context shutdown
@@ -32,7 +34,7 @@ func TestShutdownInterruptAnswersDraining(t *testing.T) {
 	req.Header.Set("X-RapidAPI-Key", "key-PRO")
 	w := httptest.NewRecorder()
 	srv.ServeHTTP(w, req)
-	var s sessionJSON
+	var s wire.Session
 	_ = json.Unmarshal(w.Body.Bytes(), &s)
 	for _, tc := range []struct {
 		name, body string

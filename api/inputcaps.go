@@ -8,6 +8,8 @@ import (
 
 	"github.com/sandboxapi/sandboxapi/egress/policy"
 	"github.com/sandboxapi/sandboxapi/internal/sandbox"
+
+	"github.com/sandboxapi/sandboxapi/api/wire"
 )
 
 // The caps on what a client can store or have echoed are the constants of
@@ -72,7 +74,7 @@ func normalizeNetwork(n *NetworkRequest) error {
 }
 
 // checkExecuteShape checks an execute's env and files against the caps.
-func checkExecuteShape(req *executeRequest) error {
+func checkExecuteShape(req *wire.ExecuteRequest) error {
 	if err := sandbox.CheckEnv(req.Env); err != nil {
 		return err
 	}

@@ -11,6 +11,8 @@ import (
 	"github.com/sandboxapi/sandboxapi/configs"
 	"github.com/sandboxapi/sandboxapi/egress/policy"
 	"github.com/sandboxapi/sandboxapi/internal/sandbox"
+
+	"github.com/sandboxapi/sandboxapi/api/wire"
 )
 
 // maxErrorReply bounds the message of an error about client input: it
@@ -92,7 +94,7 @@ func FuzzExecuteShape(f *testing.F) {
 	f.Add("=\n1A=b\nA\x00=c", "\x00", 2)
 	f.Fuzz(func(t *testing.T, env, files string, rep int) {
 		rep = max(1, min(rep, 4*sandbox.MaxFiles))
-		req := executeRequest{Env: map[string]string{}}
+		req := wire.ExecuteRequest{Env: map[string]string{}}
 		for i := range rep {
 			for _, line := range strings.Split(env, "\n") {
 				k, v, _ := strings.Cut(line, "=")
@@ -103,7 +105,7 @@ func FuzzExecuteShape(f *testing.F) {
 			}
 			if files != "" {
 				for _, p := range strings.Split(files, "\n") {
-					req.Files = append(req.Files, fileJSON{Path: p})
+					req.Files = append(req.Files, wire.File{Path: p})
 				}
 			}
 		}
@@ -204,7 +206,7 @@ func FuzzStoredSessionReply(f *testing.F) {
 		rec := doFuzz(srv, "POST", "/v1/sessions", string(body), h)
 		switch {
 		case rec.Code == 201:
-			var s sessionJSON
+			var s wire.Session
 			if err := json.Unmarshal(rec.Body.Bytes(), &s); err != nil {
 				t.Fatal(err)
 			}

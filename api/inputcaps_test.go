@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"github.com/sandboxapi/sandboxapi/internal/sandbox"
+
+	"github.com/sandboxapi/sandboxapi/api/wire"
 )
 
 // domainList is n distinct allowed_domains entries.
@@ -28,10 +30,10 @@ func envOf(n int) map[string]string {
 	return out
 }
 
-func filesOf(n int) []fileJSON {
-	out := make([]fileJSON, n)
+func filesOf(n int) []wire.File {
+	out := make([]wire.File, n)
 	for i := range out {
-		out[i] = fileJSON{Path: fmt.Sprintf("f%d.txt", i), Content: "x"}
+		out[i] = wire.File{Path: fmt.Sprintf("f%d.txt", i), Content: "x"}
 	}
 	return out
 }
@@ -83,8 +85,8 @@ func TestInputCaps(t *testing.T) {
 		{name: "env bytes over the cap", route: "sexec", body: map[string]any{"code": "x", "env": map[string]string{"A": long(sandbox.MaxEnvBytes)}}, status: 400, code: "invalid_request"},
 		{name: "files at the cap", route: "execute", body: map[string]any{"language": "python3", "code": "x", "files": filesOf(sandbox.MaxFiles)}, status: 200},
 		{name: "files over the cap", route: "execute", body: map[string]any{"language": "python3", "code": "x", "files": filesOf(sandbox.MaxFiles + 1)}, status: 400, code: "invalid_request"},
-		{name: "file path at its cap", route: "execute", body: map[string]any{"language": "python3", "code": "x", "files": []fileJSON{{Path: long(sandbox.MaxFilePathBytes)}}}, status: 200},
-		{name: "file path over its cap", route: "execute", body: map[string]any{"language": "python3", "code": "x", "files": []fileJSON{{Path: long(100000)}}}, status: 400, code: "invalid_request"},
+		{name: "file path at its cap", route: "execute", body: map[string]any{"language": "python3", "code": "x", "files": []wire.File{{Path: long(sandbox.MaxFilePathBytes)}}}, status: 200},
+		{name: "file path over its cap", route: "execute", body: map[string]any{"language": "python3", "code": "x", "files": []wire.File{{Path: long(100000)}}}, status: 400, code: "invalid_request"},
 		{name: "install packages at the cap", route: "install", body: map[string]any{"manager": "pip", "packages": packagesOf(sandbox.MaxPackages)}, status: 200},
 		{name: "install packages over the cap", route: "install", body: map[string]any{"manager": "pip", "packages": packagesOf(sandbox.MaxPackages + 1)}, status: 400, code: "invalid_request"},
 		{name: "install spec at its cap", route: "install", body: map[string]any{"manager": "pip", "packages": []string{long(sandbox.MaxPackageSpecBytes-4) + "==1"}}, status: 200},
@@ -140,7 +142,7 @@ func TestAllowedDomainsDeduped(t *testing.T) {
 	if rec.Code != 201 {
 		t.Fatalf("create: %d %s", rec.Code, rec.Body)
 	}
-	var got sessionJSON
+	var got wire.Session
 	if err := json.Unmarshal(rec.Body.Bytes(), &got); err != nil {
 		t.Fatal(err)
 	}

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/sandboxapi/sandboxapi/internal/sandbox"
+
+	"github.com/sandboxapi/sandboxapi/api/wire"
 )
 
 // Installer puts curated packages into a session (package installer).
@@ -24,14 +26,9 @@ func (s *Server) mountInstaller(inst Installer, gate Gate) {
 	}))
 }
 
-type installRequest struct {
-	Manager  string   `json:"manager"`
-	Packages []string `json:"packages"`
-}
-
 func (s *Server) install(w http.ResponseWriter, r *http.Request, c *call, inst Installer, gate Gate) error {
 	p := principal(r.Context())
-	var req installRequest
+	var req wire.PackagesRequest
 	if err := decodeJSON(r, &req); err != nil {
 		return err
 	}
@@ -56,7 +53,7 @@ func (s *Server) install(w http.ResponseWriter, r *http.Request, c *call, inst I
 			failing = []CheckResult{}
 		}
 		return &Error{Status: http.StatusServiceUnavailable, Code: "not_ready", RetryAfter: 10 * time.Second,
-			Message: "installs are paused until every readiness check passes", Details: map[string]any{"checks": failing}}
+			Message: "installs are paused until every readiness check passes", Details: wire.NotReadyDetails{Checks: failing}}
 	}
 	started := time.Now()
 	reply, err := inst.Install(r.Context(), p.KeyID, id, sandbox.InstallRequest{Manager: req.Manager, Packages: req.Packages}, p.Plan.MaxTimeout)
@@ -70,7 +67,7 @@ func (s *Server) install(w http.ResponseWriter, r *http.Request, c *call, inst I
 	switch {
 	case errors.As(err, &rej):
 		return &Error{Status: http.StatusUnprocessableEntity, Code: "packages_rejected",
-			Message: "nothing was installed: " + rej.Error(), Details: map[string]any{"packages": rej.Packages}}
+			Message: "nothing was installed: " + rej.Error(), Details: wire.RejectedDetails{Packages: rej.Packages}}
 	case errors.Is(err, sandbox.ErrInstallFailed):
 		s.log.Warn("install failed", "request_id", requestID(r.Context()), "session", id, "err", err)
 		return &Error{Status: http.StatusInternalServerError, Code: "install_failed", Message: "the installer failed; nothing was installed"}

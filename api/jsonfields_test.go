@@ -6,6 +6,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/sandboxapi/sandboxapi/api/wire"
 )
 
 func TestUnknownField(t *testing.T) {
@@ -68,8 +70,8 @@ func FuzzUnknownFieldMatchesDecoder(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	types := []reflect.Type{
-		reflect.TypeFor[*executeRequest](), reflect.TypeFor[*createSessionRequest](),
-		reflect.TypeFor[*forkRequest](), reflect.TypeFor[*installRequest](), reflect.TypeFor[*checkPackagesRequest](),
+		reflect.TypeFor[*wire.ExecuteRequest](), reflect.TypeFor[*wire.CreateSessionRequest](),
+		reflect.TypeFor[*wire.ForkRequest](), reflect.TypeFor[*wire.PackagesRequest](), reflect.TypeFor[*wire.PackagesRequest](),
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
 		for _, typ := range types {

@@ -8,6 +8,8 @@ import (
 	"strings"
 
 	"github.com/sandboxapi/sandboxapi/internal/sandbox"
+
+	"github.com/sandboxapi/sandboxapi/api/wire"
 )
 
 // Lifecycle is what the durable-session routes need from the executor.
@@ -31,7 +33,7 @@ func (s *Server) mountLifecycle(l Lifecycle) {
 		if err != nil {
 			return err
 		}
-		writeJSON(w, http.StatusOK, toSessionJSON(sess))
+		writeJSON(w, http.StatusOK, wire.SessionOf(sess))
 		return nil
 	}))
 	s.handle("POST /v1/sessions/{id}/fork", s.authed(func(w http.ResponseWriter, r *http.Request) error {
@@ -39,14 +41,9 @@ func (s *Server) mountLifecycle(l Lifecycle) {
 	}))
 }
 
-type forkRequest struct {
-	Language string          `json:"language"`
-	Network  *NetworkRequest `json:"network"`
-}
-
 func (s *Server) fork(w http.ResponseWriter, r *http.Request, l Lifecycle) error {
 	p := principal(r.Context())
-	var req forkRequest
+	var req wire.ForkRequest
 	// The body is optional: none (or an empty one) keeps the source's
 	// language and network.
 	if r.ContentLength != 0 {
@@ -92,7 +89,7 @@ func (s *Server) fork(w http.ResponseWriter, r *http.Request, l Lifecycle) error
 		return err
 	}
 	sl.bind(r.Context(), sess)
-	writeJSON(w, http.StatusCreated, toSessionJSON(sess))
+	writeJSON(w, http.StatusCreated, wire.SessionOf(sess))
 	return nil
 }
 

@@ -13,6 +13,8 @@ import (
 
 	"github.com/sandboxapi/sandboxapi/configs"
 	"github.com/sandboxapi/sandboxapi/internal/sandbox"
+
+	"github.com/sandboxapi/sandboxapi/api/wire"
 )
 
 // fakeLifecycle hibernates and forks sessions of a fakeSandboxes.
@@ -62,7 +64,7 @@ func TestForkAndHibernateRoutes(t *testing.T) {
 		return w
 	}
 	w := call("POST", "/v1/sessions", "PRO", `{"language":"python3"}`)
-	var src sessionJSON
+	var src wire.Session
 	_ = json.Unmarshal(w.Body.Bytes(), &src)
 
 	cases := []struct {
@@ -105,7 +107,7 @@ func TestForkAndHibernateRoutes(t *testing.T) {
 	req.Header.Set("X-RapidAPI-Key", "key-MEGA")
 	w = httptest.NewRecorder()
 	srv2.ServeHTTP(w, req)
-	var s2 sessionJSON
+	var s2 wire.Session
 	_ = json.Unmarshal(w.Body.Bytes(), &s2)
 	req = httptest.NewRequest("POST", "/v1/sessions/"+s2.ID+"/fork", nil)
 	req.Header.Set("X-RapidAPI-Key", "key-MEGA")
@@ -131,7 +133,7 @@ func TestResumeHeader(t *testing.T) {
 	req.Header.Set("X-RapidAPI-Key", "key-PRO")
 	w := httptest.NewRecorder()
 	srv.ServeHTTP(w, req)
-	var s sessionJSON
+	var s wire.Session
 	_ = json.Unmarshal(w.Body.Bytes(), &s)
 	for _, body := range []string{`{"code":"true"}`, `{"code":"true","stream":true}`} {
 		req = httptest.NewRequest("POST", "/v1/sessions/"+s.ID+"/execute", strings.NewReader(body))
@@ -177,7 +179,7 @@ func TestResumeHeaderWaitsForSlowResume(t *testing.T) {
 		return resp
 	}
 	resp := post("/v1/sessions", `{"language":"bash"}`)
-	var s sessionJSON
+	var s wire.Session
 	_ = json.NewDecoder(resp.Body).Decode(&s)
 	resp.Body.Close()
 	resp = post("/v1/sessions/"+s.ID+"/execute", `{"code":"true","stream":true}`)

@@ -4,6 +4,8 @@ import (
 	"context"
 	"net/http"
 	"strings"
+
+	"github.com/sandboxapi/sandboxapi/api/wire"
 )
 
 // Packages answers what the curated mirror holds; the mirror implements it
@@ -15,29 +17,9 @@ type Packages interface {
 	Check(ctx context.Context, manager string, specs []string) ([]PackageVerdict, error)
 }
 
-// PackageVerdict is what the mirror says about one requested package.
-type PackageVerdict struct {
-	Spec      string `json:"spec"`
-	Name      string `json:"name"`
-	Version   string `json:"version,omitempty"` // asked for, else the newest admitted
-	Available bool   `json:"available"`         // an install of Install would succeed
-	// Status is admitted, refused, quarantined, removed, not_found or invalid.
-	Status   string   `json:"status"`
-	Versions []string `json:"versions"` // admitted versions, oldest first
-	// OSV is clean, accepted (advisories accepted by the operator),
-	// vulnerable or unknown.
-	OSV         string   `json:"osv"`
-	Advisories  []string `json:"advisories,omitempty"`
-	Reasons     []string `json:"reasons,omitempty"`
-	OSVSnapshot string   `json:"osv_snapshot,omitempty"`
-	Install     string   `json:"install,omitempty"` // exact spec for POST /v1/sessions/{id}/install
-	// Stripped is what the mirror took out of the published package (npm:
-	// "scripts.postinstall", "dependencies", ...); empty when it is served
-	// as published.
-	Stripped []string `json:"stripped,omitempty"`
-	// Dependencies (npm) must be installed with it: name -> range.
-	Dependencies map[string]string `json:"dependencies,omitempty"`
-}
+// PackageVerdict is what the mirror says about one requested package;
+// the shape is the API's, declared in package wire.
+type PackageVerdict = wire.PackageVerdict
 
 // Package verdict statuses that are not mirror statuses.
 const (
@@ -45,15 +27,10 @@ const (
 	PackageInvalid  = "invalid"
 )
 
-type checkPackagesRequest struct {
-	Manager  string   `json:"manager"`
-	Packages []string `json:"packages"`
-}
-
 // mountPackages enables POST /v1/packages/check.
 func (s *Server) mountPackages(p Packages) {
 	s.handle("POST /v1/packages/check", s.authed(func(w http.ResponseWriter, r *http.Request) error {
-		var req checkPackagesRequest
+		var req wire.PackagesRequest
 		if err := decodeJSON(r, &req); err != nil {
 			return err
 		}
@@ -75,7 +52,7 @@ func (s *Server) mountPackages(p Packages) {
 				out[i].Versions = []string{}
 			}
 		}
-		writeJSON(w, http.StatusOK, map[string]any{"manager": mgr, "results": out})
+		writeJSON(w, http.StatusOK, wire.PackageVerdicts{Manager: mgr, Results: out})
 		return nil
 	}))
 }

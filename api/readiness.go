@@ -3,17 +3,13 @@ package api
 import (
 	"context"
 	"net/http"
-	"time"
+
+	"github.com/sandboxapi/sandboxapi/api/wire"
 )
 
-// CheckResult is one readiness check as /readyz and the install gate show it.
-type CheckResult struct {
-	Name       string    `json:"name"`
-	Status     string    `json:"status"`
-	Detail     string    `json:"detail"`
-	LastRun    time.Time `json:"last_run"`
-	DurationMS int64     `json:"duration_ms"`
-}
+// CheckResult is one readiness check as /readyz and the install gate show
+// it; the shape is the API's, declared in package wire.
+type CheckResult = wire.CheckResult
 
 // ReadinessReporter reports the readiness checks; refresh asks for a new
 // run (the reporter may rate-limit it).

@@ -488,11 +488,12 @@ var errBodyUnread = apiErr(http.StatusBadRequest, "invalid_request",
 func (b *countingBody) Close() error { return b.rc.Close() }
 
 func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
-	if b := s.build; b != nil {
-		writeJSON(w, http.StatusOK, map[string]any{"status": "ok", "build": b})
-		return
+	h := wire.Health{Status: "ok"}
+	if s.build != nil {
+		b := wire.Build(*s.build)
+		h.Build = &b
 	}
-	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	writeJSON(w, http.StatusOK, h)
 }
 
 // readyz reports readiness: 503 while draining or when a check fails.
@@ -511,10 +512,11 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if !s.ready.Load() || !ok {
-		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"status": "not_ready", "draining": !s.ready.Load(), "checks": checks})
+		draining := !s.ready.Load()
+		writeJSON(w, http.StatusServiceUnavailable, wire.Ready{Status: "not_ready", Draining: &draining, Checks: checks})
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"status": "ready", "checks": checks})
+	writeJSON(w, http.StatusOK, wire.Ready{Status: "ready", Checks: checks})
 }
 
 // UsageSource reads metered totals for GET /v1/usage.

@@ -88,38 +88,6 @@ func seconds(field string, v *float64) (time.Duration, error) {
 // here and carried typed to the executor and the network layer.
 type NetworkRequest = sandbox.NetworkRequest
 
-type createSessionRequest struct {
-	Language string          `json:"language"`
-	IdleTTL  *float64        `json:"idle_ttl"`
-	Network  *NetworkRequest `json:"network"`
-}
-
-type sessionJSON struct {
-	ID        string         `json:"id"`
-	Language  string         `json:"language"`
-	State     string         `json:"state"`
-	IdleTTL   int64          `json:"idle_ttl"`
-	Network   NetworkRequest `json:"network"`
-	CreatedAt time.Time      `json:"created_at"`
-	LastUsed  time.Time      `json:"last_used_at"`
-	ExpiresAt time.Time      `json:"expires_at"`
-	// HibernatedAt is when the session last hibernated (absent: never).
-	HibernatedAt *time.Time `json:"hibernated_at,omitempty"`
-	ForkedFrom   string     `json:"forked_from,omitempty"`
-	DiskMB       int64      `json:"disk_mb,omitempty"`
-}
-
-func toSessionJSON(s sandbox.Session) sessionJSON {
-	j := sessionJSON{ID: s.ID, Language: s.Language, State: string(s.State), IdleTTL: int64(s.IdleTTL / time.Second),
-		Network: s.Network, CreatedAt: s.CreatedAt.UTC(), LastUsed: s.LastUsedAt.UTC(), ExpiresAt: s.ExpiresAt().UTC(),
-		ForkedFrom: s.ForkedFrom, DiskMB: s.DiskBytes >> 20}
-	if !s.HibernatedAt.IsZero() {
-		t := s.HibernatedAt.UTC()
-		j.HibernatedAt = &t
-	}
-	return j
-}
-
 // forbidden is the 403 for a feature the caller's plan lacks.
 func (s *Server) forbidden(p *Principal, feature string, has func(*Plan) bool) error {
 	if up := s.plans.cheapestWith(has); up != "" {
@@ -130,7 +98,7 @@ func (s *Server) forbidden(p *Principal, feature string, has func(*Plan) bool) e
 
 func (s *Server) createSession(w http.ResponseWriter, r *http.Request) error {
 	p := principal(r.Context())
-	var req createSessionRequest
+	var req wire.CreateSessionRequest
 	if err := decodeJSON(r, &req); err != nil {
 		return err
 	}
@@ -165,7 +133,7 @@ func (s *Server) createSession(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	sl.bind(r.Context(), sess)
-	writeJSON(w, http.StatusCreated, toSessionJSON(sess))
+	writeJSON(w, http.StatusCreated, wire.SessionOf(sess))
 	return nil
 }
 
@@ -221,11 +189,11 @@ func (s *Server) checkNetwork(p *Principal, n *NetworkRequest) (NetworkRequest, 
 func (s *Server) listSessions(w http.ResponseWriter, r *http.Request) error {
 	p := principal(r.Context())
 	list := s.sb.ListSessions(r.Context(), p.KeyID)
-	out := make([]sessionJSON, len(list))
+	out := wire.SessionList{Sessions: make([]wire.Session, len(list))}
 	for i, se := range list {
-		out[i] = toSessionJSON(se)
+		out.Sessions[i] = wire.SessionOf(se)
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"sessions": out})
+	writeJSON(w, http.StatusOK, out)
 	return nil
 }
 
@@ -235,7 +203,7 @@ func (s *Server) getSession(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, toSessionJSON(sess))
+	writeJSON(w, http.StatusOK, wire.SessionOf(sess))
 	return nil
 }
 
@@ -248,23 +216,8 @@ func (s *Server) deleteSession(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-type executeRequest struct {
-	Language string            `json:"language,omitempty"`
-	Code     *string           `json:"code"`
-	Stdin    string            `json:"stdin"`
-	Timeout  *float64          `json:"timeout"`
-	Env      map[string]string `json:"env"`
-	Stream   bool              `json:"stream"`
-	Files    []fileJSON        `json:"files,omitempty"`
-}
-
-type fileJSON struct {
-	Path    string `json:"path"`
-	Content string `json:"content"`
-}
-
 // execRequest validates the common execute fields against the plan.
-func (s *Server) execRequest(p *Principal, req *executeRequest) (sandbox.ExecRequest, error) {
+func (s *Server) execRequest(p *Principal, req *wire.ExecuteRequest) (sandbox.ExecRequest, error) {
 	if req.Code == nil {
 		return sandbox.ExecRequest{}, apiErr(http.StatusBadRequest, "invalid_request", "code is required")
 	}
@@ -306,13 +259,13 @@ func (s *Server) defaultTimeout(pl *Plan) time.Duration {
 	return pl.MaxTimeout
 }
 
-func wantsStream(r *http.Request, req *executeRequest) bool {
+func wantsStream(r *http.Request, req *wire.ExecuteRequest) bool {
 	return req.Stream || strings.Contains(r.Header.Get("Accept"), "text/event-stream")
 }
 
 func (s *Server) executeInSession(w http.ResponseWriter, r *http.Request, c *call) error {
 	p := principal(r.Context())
-	var req executeRequest
+	var req wire.ExecuteRequest
 	if err := decodeJSON(r, &req); err != nil {
 		return err
 	}
@@ -363,7 +316,7 @@ func (s *Server) replyExecution(w http.ResponseWriter, r *http.Request, c *call,
 	ereq.OnOutput = func(streamName string, p []byte) {
 		sw.mu.Lock()
 		defer sw.mu.Unlock()
-		sw.event(streamName, map[string]string{"data": string(p)})
+		sw.event(streamName, wire.StreamChunk{Data: string(p)})
 	}
 	res, err := run(ctx, ereq)
 	sw.mu.Lock()
@@ -553,7 +506,7 @@ func writeEvent(w io.Writer, event string, v any) error {
 
 func (s *Server) executeStateless(w http.ResponseWriter, r *http.Request, c *call) error {
 	p := principal(r.Context())
-	var req executeRequest
+	var req wire.ExecuteRequest
 	if err := decodeJSON(r, &req); err != nil {
 		return err
 	}
@@ -575,12 +528,14 @@ func (s *Server) executeStateless(w http.ResponseWriter, r *http.Request, c *cal
 
 func (s *Server) listRuntimes(w http.ResponseWriter, r *http.Request) error {
 	p := principal(r.Context())
-	writeJSON(w, http.StatusOK, map[string]any{
-		"runtimes": s.sb.RuntimeList(),
-		"limits": map[string]any{
-			"plan": p.Plan.Name, "max_timeout": int64(p.Plan.MaxTimeout / time.Second), "memory_mb": p.Plan.MemoryMB,
-			"sessions": p.Plan.Sessions, "max_sessions": p.Plan.MaxSessions,
-		},
-	})
+	rts := s.sb.RuntimeList()
+	out := wire.RuntimeList{Runtimes: make([]wire.Runtime, len(rts)), Limits: wire.Limits{
+		Plan: p.Plan.Name, MaxTimeout: int64(p.Plan.MaxTimeout / time.Second), MemoryMB: p.Plan.MemoryMB,
+		Sessions: p.Plan.Sessions, MaxSessions: p.Plan.MaxSessions,
+	}}
+	for i, rt := range rts {
+		out.Runtimes[i] = wire.RuntimeOf(rt)
+	}
+	writeJSON(w, http.StatusOK, out)
 	return nil
 }

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/sandboxapi/sandboxapi/store"
+
+	"github.com/sandboxapi/sandboxapi/api/wire"
 )
 
 func networkJSON(n int) string {
@@ -71,10 +73,7 @@ func FuzzReadNetwork(f *testing.F) {
 		if len(domains) > keep || more < 0 {
 			t.Fatalf("kept %d of %d asked, %d more", len(domains), keep, more)
 		}
-		var want struct {
-			Enabled        bool     `json:"enabled"`
-			AllowedDomains []string `json:"allowed_domains"`
-		}
+		var want wire.Network // the block as the API writes it and the store keeps it
 		if json.Unmarshal([]byte(raw), &want) != nil || !strings.HasPrefix(strings.TrimSpace(raw), "{") {
 			return
 		}

@@ -20,6 +20,8 @@ import (
 	"time"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/sandboxapi/sandboxapi/internal/httperr"
 )
 
 // authHeaders are copied from an MCP HTTP request onto the API calls it
@@ -218,23 +220,27 @@ func (c *client) call(ctx context.Context, hdr http.Header, method, path string,
 	return nil
 }
 
+// maxRetryAfter bounds the Retry-After a reply can make a tool report
+// (a larger number of seconds would overflow a time.Duration).
+const maxRetryAfter = 24 * time.Hour
+
+// decodeError reads an error reply: the API's envelope (internal/httperr),
+// or, from something else on the way (a proxy's HTML page), a code made
+// from the status and the start of the body as the message.
 func decodeError(rep apiReply) *APIError {
-	var eb struct {
-		Error struct {
-			Code      string `json:"code"`
-			Message   string `json:"message"`
-			RequestID string `json:"request_id"`
-		} `json:"error"`
-	}
+	var eb httperr.Body
 	e := &APIError{Status: rep.status}
 	if json.Unmarshal(rep.body, &eb) == nil && eb.Error.Code != "" {
 		e.Code, e.Message, e.RequestID = eb.Error.Code, eb.Error.Message, eb.Error.RequestID
 	} else {
 		e.Code = strings.ReplaceAll(strings.ToLower(http.StatusText(rep.status)), " ", "_")
-		e.Message = strings.TrimSpace(string(truncate(rep.body, 300)))
+		if e.Code == "" {
+			e.Code = "http_" + strconv.Itoa(rep.status)
+		}
+		e.Message = strings.TrimSpace(strings.ToValidUTF8(string(truncate(rep.body, 300)), ""))
 	}
-	if s, err := strconv.Atoi(rep.header.Get("Retry-After")); err == nil && s > 0 {
-		e.RetryAfter = time.Duration(s) * time.Second
+	if s, err := strconv.Atoi(strings.TrimSpace(rep.header.Get("Retry-After"))); err == nil && s > 0 {
+		e.RetryAfter = min(time.Duration(min(s, int(maxRetryAfter/time.Second)))*time.Second, maxRetryAfter)
 	}
 	return e
 }
@@ -285,13 +291,6 @@ func headersOf(req *sdk.CallToolRequest) http.Header {
 
 // errorJSON renders e as the API's error body.
 func errorJSON(e *APIError) []byte {
-	type payload struct {
-		Code      string `json:"code"`
-		Message   string `json:"message"`
-		RequestID string `json:"request_id,omitempty"`
-	}
-	b, _ := json.Marshal(struct {
-		Error payload `json:"error"`
-	}{payload{e.Code, e.Message, e.RequestID}})
+	b, _ := json.Marshal(httperr.Body{Error: httperr.Payload{Code: e.Code, Message: e.Message, RequestID: e.RequestID}})
 	return append(b, '\n')
 }

@@ -18,6 +18,11 @@ import (
 	"time"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/sandboxapi/sandboxapi/internal/httperr"
+	"github.com/sandboxapi/sandboxapi/internal/sandbox"
+
+	"github.com/sandboxapi/sandboxapi/api/wire"
 )
 
 // fakeAPI is a stand-in for the REST API: it checks the key like the API
@@ -47,43 +52,39 @@ func (f *fakeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	switch r.Method + " " + r.URL.Path {
 	case "GET /v1/runtimes":
-		writeJSONBody(w, 200, map[string]any{
-			"runtimes": []map[string]any{{"language": "python3", "aliases": []string{"python", "py"}, "version": "3.13", "compiled": false},
-				{"language": "go", "aliases": []string{"golang"}, "version": "1.24", "compiled": true}},
-			"limits": map[string]any{"plan": "BASIC", "max_timeout": 30, "memory_mb": 256, "sessions": false, "max_sessions": 0},
+		writeJSONBody(w, 200, wire.RuntimeList{
+			Runtimes: []wire.Runtime{{Language: "python3", Aliases: []string{"python", "py"}, Version: "3.13"},
+				{Language: "go", Aliases: []string{"golang"}, Version: "1.24", Compiled: true}},
+			Limits: wire.Limits{Plan: "BASIC", MaxTimeout: 30, MemoryMB: 256},
 		})
 	case "POST /v1/execute":
-		var body struct {
-			Language string   `json:"language"`
-			Code     string   `json:"code"`
-			Stdin    string   `json:"stdin"`
-			Timeout  *float64 `json:"timeout"`
-		}
+		var body wire.ExecuteRequest
 		if err := json.NewDecoder(r.Body).Decode(&body); err != nil {
 			writeErr(w, 400, "invalid_json", "malformed JSON", 0)
 			return
 		}
-		f.execute(w, r, body.Language, body.Code, body.Stdin, body.Timeout)
-	case "POST /v1/packages/check":
-		var body struct {
-			Manager  string   `json:"manager"`
-			Packages []string `json:"packages"`
+		if body.Code == nil {
+			writeErr(w, 400, "invalid_request", "code is required", 0)
+			return
 		}
+		f.execute(w, r, body.Language, *body.Code, body.Stdin, body.Timeout)
+	case "POST /v1/packages/check":
+		var body wire.PackagesRequest
 		_ = json.NewDecoder(r.Body).Decode(&body)
-		var out []map[string]any
+		out := wire.PackageVerdicts{Manager: body.Manager}
 		for _, p := range body.Packages {
 			if strings.HasPrefix(p, "debug") {
-				out = append(out, map[string]any{"spec": p, "name": "debug", "version": "4.3.7", "available": true, "status": "admitted",
-					"versions": []string{"4.3.7"}, "osv": "clean", "install": "debug@4.3.7", "stripped": []string{"dependencies"}, "dependencies": map[string]string{"ms": "^2.1.3"}})
+				out.Results = append(out.Results, wire.PackageVerdict{Spec: p, Name: "debug", Version: "4.3.7", Available: true, Status: "admitted",
+					Versions: []string{"4.3.7"}, OSV: "clean", Install: "debug@4.3.7", Stripped: []string{"dependencies"}, Dependencies: map[string]string{"ms": "^2.1.3"}})
 			} else if strings.HasPrefix(p, "requests") {
-				out = append(out, map[string]any{"spec": p, "name": "requests", "version": "2.32.3", "available": true, "status": "admitted",
-					"versions": []string{"2.31.0", "2.32.3"}, "osv": "clean", "install": "requests==2.32.3"})
+				out.Results = append(out.Results, wire.PackageVerdict{Spec: p, Name: "requests", Version: "2.32.3", Available: true, Status: "admitted",
+					Versions: []string{"2.31.0", "2.32.3"}, OSV: "clean", Install: "requests==2.32.3"})
 			} else {
-				out = append(out, map[string]any{"spec": p, "name": p, "available": false, "status": "not_found", "versions": []string{}, "osv": "unknown",
-					"reasons": []string{"not in the mirror"}})
+				out.Results = append(out.Results, wire.PackageVerdict{Spec: p, Name: p, Status: "not_found", Versions: []string{}, OSV: "unknown",
+					Reasons: []string{"not in the mirror"}})
 			}
 		}
-		writeJSONBody(w, 200, map[string]any{"manager": body.Manager, "results": out})
+		writeJSONBody(w, 200, out)
 	default:
 		writeErr(w, 404, "no_route", "no route", 0)
 	}
@@ -134,13 +135,13 @@ func (f *fakeAPI) execute(w http.ResponseWriter, r *http.Request, lang, code, st
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = strings.NewReader(stdin), &stdout, &stderr
 	start := time.Now()
 	err := cmd.Run()
-	res := map[string]any{"stdout": stdout.String(), "stderr": stderr.String(), "exit_code": cmd.ProcessState.ExitCode(),
-		"signal": "", "status": "ok", "duration_ms": time.Since(start).Milliseconds(), "truncated": false}
+	res := wire.ExecuteResult{Stdout: stdout.String(), Stderr: stderr.String(), ExitCode: cmd.ProcessState.ExitCode(),
+		Status: sandbox.StatusOK, DurationMS: time.Since(start).Milliseconds()}
 	switch {
 	case ctx.Err() != nil:
-		res["status"], res["signal"] = "timeout", "SIGKILL"
+		res.Status, res.Signal = sandbox.StatusTimeout, "SIGKILL"
 	case err != nil:
-		res["status"] = "error"
+		res.Status = sandbox.StatusError
 	}
 	writeJSONBody(w, 200, res)
 }
@@ -149,7 +150,7 @@ func writeErr(w http.ResponseWriter, status int, code, msg string, retry time.Du
 	if retry > 0 {
 		w.Header().Set("Retry-After", "7")
 	}
-	writeJSONBody(w, status, map[string]any{"error": map[string]any{"code": code, "message": msg, "request_id": "rid1"}})
+	writeJSONBody(w, status, httperr.Body{Error: httperr.Payload{Code: code, Message: msg, RequestID: "rid1"}})
 }
 
 func writeJSONBody(w http.ResponseWriter, status int, v any) {

@@ -32,69 +32,25 @@ type ExecuteInput struct {
 // the tool leaves out the execution id and resume time (capResult).
 type ExecuteResult = wire.ExecuteResult
 
-// executeBody is the body of POST /v1/execute.
-type executeBody struct {
-	Language string   `json:"language"`
-	Code     string   `json:"code"`
-	Stdin    string   `json:"stdin,omitempty"`
-	Timeout  *float64 `json:"timeout,omitempty"`
-}
-
 // RuntimesInput is list_runtimes' (empty) input.
 type RuntimesInput struct{}
 
-// Runtime is one language the server runs.
-type Runtime struct {
-	Language string   `json:"language"`
-	Aliases  []string `json:"aliases,omitempty"`
-	Version  string   `json:"version"`
-	Compiled bool     `json:"compiled"`
-}
-
-// Limits are the caller's plan limits.
-type Limits struct {
-	Plan        string `json:"plan"`
-	MaxTimeout  int64  `json:"max_timeout" jsonschema:"largest timeout in seconds"`
-	MemoryMB    int64  `json:"memory_mb"`
-	Sessions    bool   `json:"sessions" jsonschema:"whether the plan has stateful sessions (REST API only)"`
-	MaxSessions int    `json:"max_sessions"`
-}
-
-// RuntimesResult is list_runtimes' output.
-type RuntimesResult struct {
-	Runtimes []Runtime `json:"runtimes"`
-	Limits   Limits    `json:"limits"`
-}
-
-// PackagesInput is check_packages' input.
-type PackagesInput struct {
-	Manager  string   `json:"manager" jsonschema:"pip or npm"`
-	Packages []string `json:"packages" jsonschema:"package specs: NAME or NAME==VERSION for pip, NAME or NAME@VERSION for npm"`
-}
-
-// PackageVerdict is what the mirror says about one requested package.
-type PackageVerdict struct {
-	Spec        string   `json:"spec" jsonschema:"the spec as asked"`
-	Name        string   `json:"name"`
-	Version     string   `json:"version,omitempty" jsonschema:"the version looked up: the one asked for, else the newest admitted"`
-	Available   bool     `json:"available" jsonschema:"true when the mirror serves it and an install would succeed"`
-	Status      string   `json:"status" jsonschema:"admitted, refused, quarantined, removed, not_found or invalid"`
-	Versions    []string `json:"versions,omitempty" jsonschema:"admitted versions, oldest first"`
-	OSV         string   `json:"osv" jsonschema:"clean, accepted (known advisories accepted by the operator), vulnerable or unknown"`
-	Advisories  []string `json:"advisories,omitempty" jsonschema:"OSV ids that matched"`
-	Reasons     []string `json:"reasons,omitempty"`
-	OSVSnapshot string   `json:"osv_snapshot,omitempty"`
-	Install     string   `json:"install,omitempty" jsonschema:"the exact spec to install"`
-	Stripped    []string `json:"stripped,omitempty" jsonschema:"what the mirror took out of the published package (npm install scripts, dependency fields); empty when served as published"`
-	// Dependencies are npm packages to install in the same request.
-	Dependencies map[string]string `json:"dependencies,omitempty" jsonschema:"npm packages it needs installed with it (name to version range): list them in the same install"`
-}
-
-// PackagesResult is check_packages' output.
-type PackagesResult struct {
-	Manager string           `json:"manager"`
-	Results []PackageVerdict `json:"results"`
-}
+// The tools' results and the check_packages input are the REST API's own
+// shapes (package wire), so what a tool returns is what the API sent.
+type (
+	// Runtime is one language the server runs.
+	Runtime = wire.Runtime
+	// Limits are the caller's plan limits.
+	Limits = wire.Limits
+	// RuntimesResult is list_runtimes' output.
+	RuntimesResult = wire.RuntimeList
+	// PackagesInput is check_packages' input, sent as the API's body.
+	PackagesInput = wire.PackagesRequest
+	// PackageVerdict is what the mirror says about one requested package.
+	PackageVerdict = wire.PackageVerdict
+	// PackagesResult is check_packages' output.
+	PackagesResult = wire.PackageVerdicts
+)
 
 type tools struct{ c *client }
 
@@ -161,7 +117,7 @@ func (t *tools) run(ctx context.Context, req *sdk.CallToolRequest, in ExecuteInp
 	if in.Timeout < 0 {
 		return ExecuteResult{}, errors.New("timeout must be a positive number of seconds")
 	}
-	body := executeBody{Language: in.Language, Code: in.Code, Stdin: in.Stdin}
+	body := wire.ExecuteRequest{Language: in.Language, Code: &in.Code, Stdin: in.Stdin}
 	if in.Timeout > 0 {
 		body.Timeout = &in.Timeout
 	}

@@ -1,7 +1,11 @@
-// Package wire holds the JSON shapes of the REST API's replies that
-// clients decode: package api writes them, and mcp, bench and the
-// end-to-end tests read them. It is a leaf (no I/O); the shapes are the
-// contract of api/openapi.json, so a field changes here and there together.
+// Package wire is the single definition of every JSON request and reply
+// the REST API exchanges: package api decodes the requests and writes the
+// replies, and mcp, bench and the tests (the console's and the end-to-end
+// ones) send and read them. It is a leaf (types and pure conversions, no I/O); the shapes
+// are the contract of api/openapi.json, whose component schemas a test in
+// package api checks against these types field by field, so a field
+// changes here and there together. The error envelope is
+// internal/httperr's Body.
 package wire
 
 import (

@@ -9,6 +9,7 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -24,7 +25,31 @@ var services = []string{"api", "executor", "egress", "mirror", "installer", "rea
 var shared = map[string]string{
 	"store":         "the one database: every service's tables and migrations live there (docs/architecture.md); services read and write through it, and it imports none of them",
 	"egress/policy": "the allow-list grammar and IP vetting, a leaf without I/O (the role of smokescreen's acl/v1): the API validates a session's network request with the same rules the proxy enforces",
-	"api/wire":      "the JSON the API sends, shared with mcp and the benchmarks as the API's small client package so that they decode what the server encodes",
+	"api/wire":      "the single definition of every request and reply of the API, shared with mcp, the benchmarks and the tests so that they send and decode what the server does",
+}
+
+// leaves are the shared packages that do no I/O (types, pure functions),
+// so that any service, mcp included, may import them without taking on a
+// file, socket or process; leafIO keeps them so, through every package of
+// the module they import.
+var leaves = map[string]string{
+	"egress/policy": "the allow-list grammar and IP vetting: pure functions over names and addresses",
+	"api/wire":      "the API's JSON shapes and their conversions from the sandbox types",
+}
+
+// ioPackages are the standard packages that reach files, sockets,
+// processes or the process's own output; a path ending in "/" is a
+// prefix.
+var ioPackages = []string{"os", "os/", "io", "io/fs", "io/ioutil", "bufio", "net", "net/http", "net/http/", "net/rpc", "net/smtp",
+	"database/sql", "database/sql/", "syscall", "log", "log/slog", "log/syslog", "path/filepath", "debug/buildinfo", "plugin", "unsafe"}
+
+func isIOPackage(path string) bool {
+	for _, p := range ioPackages {
+		if path == p || (strings.HasSuffix(p, "/") && strings.HasPrefix(path, p)) {
+			return true
+		}
+	}
+	return false
 }
 
 // testOnly are packages that hold process-wide state on purpose, each
@@ -475,6 +500,47 @@ func sharedImports(m *module) (bad []string) {
 	return bad
 }
 
+// leafIO lists the I/O packages that a leaf imports, itself or through
+// the module's packages it imports.
+func leafIO(m *module, leaves map[string]string) (bad []string) {
+	for _, leaf := range slices.Sorted(maps.Keys(leaves)) {
+		if m.pkgs[leaf] == nil {
+			bad = append(bad, fmt.Sprintf("leaf package %s does not exist; drop it from the list", leaf))
+			continue
+		}
+		seen := map[string]bool{leaf: true}
+		queue := []string{leaf}
+		for len(queue) > 0 {
+			dir := queue[0]
+			queue = queue[1:]
+			p := m.pkgs[dir]
+			if p == nil {
+				continue
+			}
+			for _, name := range slices.Sorted(maps.Keys(p.files)) {
+				for _, is := range p.files[name].Imports {
+					path, _ := strconv.Unquote(is.Path.Value)
+					if rel, ok := strings.CutPrefix(path, m.path+"/"); ok {
+						if !seen[rel] {
+							seen[rel] = true
+							queue = append(queue, rel)
+						}
+						continue
+					}
+					if isIOPackage(path) {
+						via := ""
+						if dir != leaf {
+							via = " through " + dir
+						}
+						bad = append(bad, fmt.Sprintf("%s: leaf package %s imports %s%s; a leaf does no I/O", m.pos(is), leaf, path, via))
+					}
+				}
+			}
+		}
+	}
+	return bad
+}
+
 // TestArchitecture runs every check over the module.
 func TestArchitecture(t *testing.T) {
 	m := loadModule(t, "../..")
@@ -488,6 +554,7 @@ func TestArchitecture(t *testing.T) {
 		{"errors are classified by type", errorText, "classify it with errors.Is or errors.As"},
 		{"test-only packages stay in tests", testOnlyImports, "move the state into a struct"},
 		{"shared packages are leaves", sharedImports, "keep the shared package free of services"},
+		{"leaf packages do no I/O", func(m *module) []string { return leafIO(m, leaves) }, "keep the I/O in the service and pass the leaf plain values"},
 	}
 	for _, c := range checks {
 		t.Run(c.name, func(t *testing.T) {
@@ -510,6 +577,7 @@ func TestChecksCatchViolations(t *testing.T) {
 		"mutableVars":    mutableVars(m),
 		"serviceImports": serviceImports(m),
 		"errorText":      errorText(m),
+		"leafIO":         leafIO(m, map[string]string{"api/wire": "a leaf in name only", "gone": "no such package"}),
 	}
 	want := map[string][]string{
 		"mutableVars": {
@@ -533,6 +601,11 @@ func TestChecksCatchViolations(t *testing.T) {
 			"api/state.go:31: strings.Contains on the text of an error",
 			"api/state.go:34: comparing the text of an error",
 			"api/state.go:37: switching on the text of an error",
+		},
+		"leafIO": {
+			"api/wire/wire.go:5: leaf package api/wire imports net/http;",
+			"internal/disk/disk.go:4: leaf package api/wire imports os through internal/disk;",
+			"leaf package gone does not exist",
 		},
 	}
 	for name, lines := range want {

@@ -29,6 +29,10 @@
 //     the module (and for bench/egress, a module of its own), and each
 //     row's imports are the package's non-test imports of ours as go list
 //     gives them (docmap_test.go).
+//   - The shared leaves (egress/policy, api/wire) do no I/O: neither they
+//     nor any package of the module they import, followed through, imports
+//     os, io, net, net/http, log, database/sql or the like, so that mcp
+//     may take the API's shapes from api/wire without taking on api.
 //   - Errors are classified with errors.Is/As only: no comparing, switching
 //     on or searching (strings.Contains, HasPrefix, ...) the text of
 //     x.Error().

@@ -1,0 +1,53 @@
+package wire
+
+import "github.com/sandboxapi/sandboxapi/internal/sandbox"
+
+// Network is the network block of a session request (and of a session):
+// whether the sandbox may reach the egress proxy, and the hosts it may
+// reach through it. The executor carries it typed, so it is declared
+// beside the sandbox types.
+type Network = sandbox.NetworkRequest
+
+// File is one file of a stateless execute, written before the code runs.
+type File struct {
+	Path    string `json:"path"`
+	Content string `json:"content"`
+}
+
+// ExecuteRequest is the body of POST /v1/execute and (without Language
+// and Files, which the server refuses there) of
+// POST /v1/sessions/{id}/execute. Code is a pointer so that a missing
+// code tells apart from an empty one; the omitempty tags only shorten
+// what a client sends.
+type ExecuteRequest struct {
+	Language string            `json:"language,omitempty"`
+	Code     *string           `json:"code"`
+	Stdin    string            `json:"stdin,omitempty"`
+	Timeout  *float64          `json:"timeout,omitempty"`
+	Env      map[string]string `json:"env,omitempty"`
+	Stream   bool              `json:"stream,omitempty"`
+	Files    []File            `json:"files,omitempty"`
+}
+
+// CreateSessionRequest is the body of POST /v1/sessions.
+type CreateSessionRequest struct {
+	Language string   `json:"language"`
+	IdleTTL  *float64 `json:"idle_ttl,omitempty"`
+	Network  *Network `json:"network,omitempty"`
+}
+
+// ForkRequest is the optional body of POST /v1/sessions/{id}/fork: an
+// empty field keeps the source session's value.
+type ForkRequest struct {
+	Language string   `json:"language,omitempty"`
+	Network  *Network `json:"network,omitempty"`
+}
+
+// PackagesRequest is the body of POST /v1/packages/check
+// (CheckPackagesRequest in the OpenAPI document) and of
+// POST /v1/sessions/{id}/install (InstallRequest): a manager and the
+// package specs. The MCP tool check_packages takes it as its input.
+type PackagesRequest struct {
+	Manager  string   `json:"manager" jsonschema:"pip or npm"`
+	Packages []string `json:"packages" jsonschema:"package specs: NAME or NAME==VERSION for pip, NAME or NAME@VERSION for npm"`
+}
