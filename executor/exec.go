@@ -520,7 +520,7 @@ func (e *Executor) lost(ctx context.Context, id string, res Result, waitErr erro
 		e.move(s, StateFailed)
 	}
 	e.mu.Unlock()
-	if err := e.store.SetSessionState(context.WithoutCancel(ctx), id, string(StateFailed), "sandbox lost", false); ok && errors.Is(err, store.ErrNotOwner) {
+	if err := e.store.SetSessionState(context.WithoutCancel(ctx), id, StateFailed, "sandbox lost", false); ok && errors.Is(err, store.ErrNotOwner) {
 		return res, e.notOwner(ctx, s, err)
 	}
 	oom := hostOOM(e.cgroupName(id))

@@ -28,7 +28,13 @@ func TestSessionTransitions(t *testing.T) {
 		{StateHibernated, StateRunning, true},
 		{StateHibernated, StateEnding, true},
 		{StateHibernated, StateCreating, false},
-		{StateCreating, StateHibernated, false},
+		{StateCreating, StateHibernated, true},  // a fork's copy is made hibernated
+		{StateRunning, StateHibernating, false}, // store-only states are never held
+		{StateHibernated, StateResuming, false},
+		{StateHibernating, StateHibernated, false},
+		{StateResuming, StateRunning, false},
+		{StateHibernated, StateHibernated, false},
+		{StateRunning, StateEnded, true}, // a row the node cannot serve is ended
 		{StateEnding, StateHibernated, false},
 		{StateFailed, StateHibernated, false},
 	}

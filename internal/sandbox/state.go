@@ -48,6 +48,17 @@ func (ss StateSet) Has(st State) bool {
 	return false
 }
 
+// Without returns the states of ss that are not in drop, in ss's order.
+func (ss StateSet) Without(drop StateSet) StateSet {
+	out := make(StateSet, 0, len(ss))
+	for _, s := range ss {
+		if !drop.Has(s) {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
 // The named sets of states. The store's SQL state lists are rendered from
 // them (store/states.go), so a state added here is counted there.
 var (
