@@ -130,7 +130,7 @@ func (f *faultEnv) leftovers(t *testing.T, id string) []string {
 		}
 		for _, c := range cs {
 			if c.ID == id {
-				out = append(out, "sandbox "+id+" ("+c.Status+")")
+				out = append(out, "sandbox "+id+" ("+string(c.Status)+")")
 			}
 		}
 		dir := f.e.dir(id)

@@ -34,7 +34,7 @@ func held(t *testing.T, e *Executor, id string) []string {
 	}
 	for _, c := range cs {
 		if c.ID == id {
-			out = append(out, "sandbox "+c.Status)
+			out = append(out, "sandbox "+string(c.Status))
 		}
 	}
 	for _, p := range rootProcesses(e.runsc.root) {

@@ -431,7 +431,7 @@ func (e *Executor) reconcile(ctx context.Context) error {
 	// other servers on the host (other nodes of a cluster) have theirs.
 	own := map[string]bool{}
 	for _, c := range containers {
-		runningC[c.ID] = c.Status == "running"
+		runningC[c.ID] = c.Status == containerRunning
 		own[c.ID] = true
 	}
 	for _, id := range e.SandboxIDs() {
