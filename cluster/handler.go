@@ -279,7 +279,7 @@ func (h *handler) serveSession(w http.ResponseWriter, r *http.Request, id string
 			}
 			return
 		}
-		if st := sandbox.State(o.Session.State); st == sandbox.StateEnded || st == sandbox.StateFailed {
+		if sandbox.DoneStates.Has(o.Session.State) {
 			h.local(w, r)
 			return
 		}

@@ -151,7 +151,7 @@ func (n *Node) ListSessions(ctx context.Context, owner string, local []sandbox.S
 			continue
 		}
 		nw, _ := sandbox.ParseNetworkRequest([]byte(r.Network))
-		out = append(out, sandbox.Session{ID: r.ID, Owner: r.KeyID, Language: r.Language, State: sandbox.State(r.State),
+		out = append(out, sandbox.Session{ID: r.ID, Owner: r.KeyID, Language: r.Language, State: r.State,
 			IdleTTL: r.IdleTTL, Network: nw, CreatedAt: r.CreatedAt, LastUsedAt: r.LastUsedAt, HibernatedAt: r.HibernatedAt,
 			ForkedFrom: r.ParentID, DiskBytes: r.DiskBytes})
 	}

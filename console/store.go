@@ -55,7 +55,7 @@ func (s StoreSessions) toConsole(r store.SessionRow, names map[string]string) Se
 
 func toConsoleSession(r store.SessionRow, names map[string]string) Session {
 	enabled, domains, more := readNetwork(r.Network, MaxShownDomains)
-	return Session{ID: r.ID, KeyID: r.KeyID, KeyName: names[r.KeyID], Language: r.Language, State: r.State,
+	return Session{ID: r.ID, KeyID: r.KeyID, KeyName: names[r.KeyID], Language: r.Language, State: string(r.State),
 		NetworkEnabled: enabled, AllowedDomains: domains, MoreDomains: more, CreatedAt: r.CreatedAt, LastUsedAt: r.LastUsedAt,
 		EndedAt: r.EndedAt, EndReason: r.EndReason}
 }

@@ -122,7 +122,7 @@ func (e *Executor) Adopt(ctx context.Context, id string) (Session, error) {
 	if r.Node != e.store.Node() {
 		return Session{}, fmt.Errorf("adopting session %s (owner %q): %w", id, r.Node, ErrSessionMoved)
 	}
-	if r.State == string(StateEnded) {
+	if r.State == StateEnded {
 		return Session{}, ErrNotFound
 	}
 	rt, err := e.rt.Lookup(r.Language)
@@ -135,13 +135,11 @@ func (e *Executor) Adopt(ctx context.Context, id string) (Session, error) {
 		// Shared storage that does not answer is not a lost session.
 		return Session{}, fmt.Errorf("adopting session %s: %w", id, ierr)
 	}
-	switch r.State {
-	case string(StateRunning), string(StateHibernated), storeHibernating, storeResuming:
-	default:
+	if !sandbox.HomeStates.Has(r.State) {
 		ierr = fmt.Errorf("state %s", r.State) // caught in creation or in its end
 	}
 	if ierr != nil {
-		if err := e.store.SetSessionState(ctx, id, string(StateEnded), "sandbox lost", true); errors.Is(err, store.ErrNotOwner) {
+		if err := e.store.SetSessionState(ctx, id, StateEnded, "sandbox lost", true); errors.Is(err, store.ErrNotOwner) {
 			return Session{}, fmt.Errorf("adopting session %s: %w", id, ErrSessionMoved)
 		} else if err != nil {
 			return Session{}, fmt.Errorf("ending lost session %s: %w", id, err)
@@ -157,7 +155,7 @@ func (e *Executor) Adopt(ctx context.Context, id string) (Session, error) {
 	s := newSession(r.ID, r.KeyID, rt, r.IdleTTL, r.CreatedAt, storedNetwork(r.Network))
 	s.state, s.parent, s.diskBytes = StateHibernated, r.ParentID, size
 	s.hibernatedAt, s.lastUsed = now, now
-	if r.State == string(StateHibernated) {
+	if r.State == StateHibernated {
 		// Cleanly hibernated (or handed over): its idle clock goes on.
 		s.hibernatedAt, s.lastUsed = r.HibernatedAt, r.LastUsedAt
 	} else if err := e.store.SetSessionHibernated(ctx, id, now, now); errors.Is(err, store.ErrNotOwner) {
@@ -461,7 +459,7 @@ func (e *Executor) goneErr(ctx context.Context, s *session) error {
 		return fmt.Errorf("session %s: %w", s.id, ErrNotFound)
 	case err != nil:
 		e.log.WarnContext(ctx, "reading the row of a session let go of", "session", s.id, "err", err)
-	case r.State == string(StateEnded) || r.State == string(StateFailed) || !r.EndedAt.IsZero():
+	case sandbox.DoneStates.Has(r.State) || !r.EndedAt.IsZero():
 		return fmt.Errorf("session %s: %w", s.id, ErrNotFound)
 	}
 	return fmt.Errorf("session %s: %w", s.id, ErrSessionMoved)

@@ -235,7 +235,7 @@ func TestClusterFenceThenTakeover(t *testing.T) {
 	if _, err := os.Stat(img); err != nil {
 		t.Fatalf("the fence touched the image: %v", err)
 	}
-	if r, err := c.st.GetSession(context.Background(), s.ID); err != nil || r.Node != "a" || r.State != string(StateRunning) {
+	if r, err := c.st.GetSession(context.Background(), s.ID); err != nil || r.Node != "a" || r.State != StateRunning {
 		t.Fatalf("the fence wrote to the store: %+v %v", r, err)
 	}
 
@@ -321,7 +321,7 @@ func TestClusterStateWriteAfterClaim(t *testing.T) {
 	if _, err := os.Stat(img); err != nil {
 		t.Fatalf("the image went with a delete that was not b's: %v", err)
 	}
-	if r, _ := c.st.GetSession(context.Background(), s.ID); r.State == string(StateEnded) {
+	if r, _ := c.st.GetSession(context.Background(), s.ID); r.State == StateEnded {
 		t.Fatalf("row ended by a node that did not own it: %+v", r)
 	}
 }
@@ -334,7 +334,7 @@ func TestClusterAdoptWithoutImage(t *testing.T) {
 	ctx := context.Background()
 	now := time.Now()
 	id := newID("sess_")
-	if err := c.st.ForNode("a").InsertSession(ctx, store.SessionRow{ID: id, KeyID: "k1", Language: "python3", State: string(StateHibernated),
+	if err := c.st.ForNode("a").InsertSession(ctx, store.SessionRow{ID: id, KeyID: "k1", Language: "python3", State: StateHibernated,
 		Network: "{}", IdleTTL: time.Minute, CreatedAt: now, LastUsedAt: now, DiskBytes: 64 << 20}); err != nil {
 		t.Fatal(err)
 	}
@@ -346,7 +346,7 @@ func TestClusterAdoptWithoutImage(t *testing.T) {
 		t.Fatalf("adopt: %v, want ErrSessionLost", err)
 	}
 	r, err := c.st.GetSession(ctx, id)
-	if err != nil || r.State != string(StateEnded) || r.EndReason != "sandbox lost" {
+	if err != nil || r.State != StateEnded || r.EndReason != "sandbox lost" {
 		t.Fatalf("row after a lost adopt: %+v %v", r, err)
 	}
 	if b.Has(id) {
@@ -406,7 +406,7 @@ func TestClusterStopHandsOver(t *testing.T) {
 	}
 	for _, id := range ids {
 		r, err := c.st.GetSession(ctx, id)
-		if err != nil || r.Node != "" || r.State != string(StateHibernated) {
+		if err != nil || r.Node != "" || r.State != StateHibernated {
 			t.Fatalf("row after stop: %+v %v", r, err)
 		}
 		if h := hostHolds(a, id); len(h) > 0 {
@@ -741,7 +741,7 @@ func TestClusterFenceDuringCall(t *testing.T) {
 		t.Fatal("the call in flight did not end with the fence")
 	}
 	r, err := c.st.GetSession(ctx, s.ID)
-	if err != nil || r.Node != "a" || r.State != string(StateRunning) {
+	if err != nil || r.Node != "a" || r.State != StateRunning {
 		t.Fatalf("row after the fence: %+v %v", r, err)
 	}
 	if h := hostHolds(a, s.ID); len(h) > 0 {
@@ -766,7 +766,7 @@ func TestClusterReconcileKeepsUnreadableImage(t *testing.T) {
 	ctx := context.Background()
 	now := time.Now()
 	id := newID("sess_")
-	if err := c.st.ForNode("a").InsertSession(ctx, store.SessionRow{ID: id, KeyID: "k1", Language: "python3", State: string(StateHibernated),
+	if err := c.st.ForNode("a").InsertSession(ctx, store.SessionRow{ID: id, KeyID: "k1", Language: "python3", State: StateHibernated,
 		Network: "{}", IdleTTL: time.Minute, CreatedAt: now, LastUsedAt: now, DiskBytes: 64 << 20}); err != nil {
 		t.Fatal(err)
 	}
@@ -783,7 +783,7 @@ func TestClusterReconcileKeepsUnreadableImage(t *testing.T) {
 	}
 	a := c.start(t, "a", cfg)
 	r, err := c.st.GetSession(ctx, id)
-	if err != nil || r.State != string(StateHibernated) || r.Node != "a" {
+	if err != nil || r.State != StateHibernated || r.Node != "a" {
 		t.Fatalf("row after a start that could not read the image: %+v %v", r, err)
 	}
 	if _, err := os.Lstat(imgDir); err != nil {
@@ -830,7 +830,7 @@ func TestClusterEndOrphan(t *testing.T) {
 		t.Fatal(err)
 	}
 	r, err := c.st.GetSession(ctx, s.ID)
-	if err != nil || r.State != string(StateEnded) || r.EndReason != "idle (owner node gone)" || r.Node != "b" {
+	if err != nil || r.State != StateEnded || r.EndReason != "idle (owner node gone)" || r.Node != "b" {
 		t.Fatalf("row after EndOrphan: %+v %v", r, err)
 	}
 	if n, err := c.st.SessionSlots(ctx, "k1"); err != nil || n != 0 {
@@ -859,7 +859,7 @@ func TestClusterEndOrphanWithoutImage(t *testing.T) {
 	ctx := context.Background()
 	now := time.Now().Add(-2 * time.Hour)
 	id := newID("sess_")
-	if err := c.st.ForNode("a").InsertSession(ctx, store.SessionRow{ID: id, KeyID: "k1", Language: "python3", State: string(StateHibernated),
+	if err := c.st.ForNode("a").InsertSession(ctx, store.SessionRow{ID: id, KeyID: "k1", Language: "python3", State: StateHibernated,
 		Network: "{}", IdleTTL: time.Minute, CreatedAt: now, LastUsedAt: now, DiskBytes: 64 << 20}); err != nil {
 		t.Fatal(err)
 	}
@@ -878,7 +878,7 @@ func TestClusterEndOrphanWithoutImage(t *testing.T) {
 		t.Fatal(err)
 	}
 	r, err := c.st.GetSession(ctx, id)
-	if err != nil || r.State != string(StateEnded) || r.EndReason != "sandbox lost" {
+	if err != nil || r.State != StateEnded || r.EndReason != "sandbox lost" {
 		t.Fatalf("row after EndOrphan: %+v %v", r, err)
 	}
 	if n, err := c.st.SessionSlots(ctx, "k1"); err != nil || n != 0 {

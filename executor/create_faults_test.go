@@ -130,7 +130,7 @@ func (f *faultEnv) leftovers(t *testing.T, id string) []string {
 		}
 		for _, c := range cs {
 			if c.ID == id {
-				out = append(out, "sandbox "+id+" ("+c.Status+")")
+				out = append(out, "sandbox "+id+" ("+string(c.Status)+")")
 			}
 		}
 		dir := f.e.dir(id)
@@ -164,8 +164,8 @@ func (f *faultEnv) leftovers(t *testing.T, id string) []string {
 		case errors.Is(err, store.ErrNotFound):
 		case err != nil:
 			t.Fatalf("reading row: %v", err)
-		case row.State == string(StateCreating) || row.State == string(StateRunning):
-			out = append(out, "store row "+row.State)
+		case row.State == StateCreating || row.State == StateRunning:
+			out = append(out, "store row "+string(row.State))
 		}
 	}
 	if ents, err := os.ReadDir("/var/run/netns"); err == nil {
@@ -338,7 +338,7 @@ func TestCreateSessionFaultAtEveryStep(t *testing.T) {
 				switch {
 				case before && !errors.Is(err, store.ErrNotFound):
 					t.Fatalf("a row exists for a create that failed before its insert: %+v %v", row, err)
-				case !before && (err != nil || row.State != string(StateFailed) || row.EndedAt.IsZero()):
+				case !before && (err != nil || row.State != StateFailed || row.EndedAt.IsZero()):
 					t.Fatalf("row %+v (%v), want failed and ended", row, err)
 				}
 			}
@@ -422,7 +422,7 @@ func TestCreateSessionNetworkWithoutEgress(t *testing.T) {
 	if live != 0 {
 		t.Fatalf("%d capacity slots taken", live)
 	}
-	rows, err := e.store.SessionsInStates(ctx, string(StateCreating))
+	rows, err := e.store.SessionsInStates(ctx, StateCreating)
 	if err != nil || len(rows) != 0 {
 		t.Fatalf("rows left creating: %+v %v", rows, err)
 	}

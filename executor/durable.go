@@ -24,15 +24,11 @@ import (
 //	resume:    row resuming -> mount, network, sandbox -> row running
 //	fork:      child row creating -> copy of the image -> child row hibernated
 //
-// reconcile (executor.go) serves rows in running, hibernating, hibernated
-// and resuming as hibernated when their image exists (adopting a running
-// sandbox as before), and ends rows in creating.
-
-// Store states of the transitions above (never shown to clients).
-const (
-	storeHibernating = "hibernating"
-	storeResuming    = "resuming"
-)
+// Hibernating and resuming are store-only states (sandbox.State.StoreOnly):
+// in memory the session goes from running to hibernated and back in one
+// move. reconcile (executor.go) serves rows in sandbox.HomeStates
+// (running, hibernating, hibernated, resuming) as hibernated when their
+// image exists (adopting a running sandbox as before), and ends the rest.
 
 // The fault-hook steps of hibernate, resume and fork (tests only).
 const (
@@ -99,7 +95,7 @@ func (e *Executor) hibernate(ctx context.Context, s *session, reason string) err
 		return fmt.Errorf("%w: %s", ErrBadState, st)
 	}
 	start := time.Now()
-	if err := e.store.SetSessionState(ctx, s.id, storeHibernating, "", false); err != nil {
+	if err := e.store.SetSessionState(ctx, s.id, StateHibernating, "", false); err != nil {
 		return e.notOwner(ctx, s, err)
 	}
 	if err := e.fault(stepHibernateStore, s.id); err != nil {
@@ -215,7 +211,7 @@ func (e *Executor) resume(ctx context.Context, s *session) (took time.Duration, 
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.cfg.CreateTimeout)
 	defer cancel()
 	id, dir := s.id, e.dir(s.id)
-	if err := e.store.SetSessionState(ctx, id, storeResuming, "", false); err != nil {
+	if err := e.store.SetSessionState(ctx, id, StateResuming, "", false); err != nil {
 		return 0, e.notOwner(ctx, s, err)
 	}
 	cu.Add("store row", func(ctx context.Context) error {
@@ -295,7 +291,7 @@ func (e *Executor) resume(ctx context.Context, s *session) (took time.Duration, 
 	if err := e.fault(stepResumeRunsc, id); err != nil {
 		return 0, err
 	}
-	if err := e.store.SetSessionState(ctx, id, string(StateRunning), "", false); err != nil {
+	if err := e.store.SetSessionState(ctx, id, StateRunning, "", false); err != nil {
 		return 0, e.notOwner(ctx, s, err)
 	}
 	e.mu.Lock()
@@ -394,13 +390,13 @@ func (e *Executor) ForkSession(ctx context.Context, id string, spec ForkSpec) (_
 	start := time.Now()
 	childID := newID("sess_")
 	h := e.home(childID)
-	row := store.SessionRow{ID: childID, KeyID: spec.Owner, Language: rt.Name, State: string(StateCreating), Network: string(network.JSON()),
+	row := store.SessionRow{ID: childID, KeyID: spec.Owner, Language: rt.Name, State: StateCreating, Network: string(network.JSON()),
 		IdleTTL: src.idleTTL, CreatedAt: start, LastUsedAt: start, DiskBytes: size, ParentID: id}
 	if err := e.store.InsertSession(ctx, row); err != nil {
 		return Session{}, err
 	}
 	cu.Add("store row", func(ctx context.Context) error {
-		return e.store.SetSessionState(ctx, childID, string(StateFailed), "fork failed", true)
+		return e.store.SetSessionState(ctx, childID, StateFailed, "fork failed", true)
 	})
 	if err := e.fault(stepForkInsert, childID); err != nil {
 		return Session{}, err

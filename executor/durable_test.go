@@ -34,7 +34,7 @@ func held(t *testing.T, e *Executor, id string) []string {
 	}
 	for _, c := range cs {
 		if c.ID == id {
-			out = append(out, "sandbox "+c.Status)
+			out = append(out, "sandbox "+string(c.Status))
 		}
 	}
 	for _, p := range rootProcesses(e.runsc.root) {
@@ -107,7 +107,7 @@ func TestHibernateAndResume(t *testing.T) {
 				}
 			}
 			row, err := f.st.GetSession(ctx, s.ID)
-			if err != nil || row.State != string(StateHibernated) || row.HibernatedAt.IsZero() {
+			if err != nil || row.State != StateHibernated || row.HibernatedAt.IsZero() {
 				t.Fatalf("store row: %+v %v", row, err)
 			}
 			// Idempotent.
@@ -518,7 +518,7 @@ func TestForkFaults(t *testing.T) {
 		if _, err := os.Stat(e.dir(child)); !os.IsNotExist(err) {
 			t.Fatalf("child folder: %v", err)
 		}
-		if row, err := st.GetSession(context.Background(), child); err != nil || (row.State != string(StateFailed) && row.State != string(StateEnded)) {
+		if row, err := st.GetSession(context.Background(), child); err != nil || (row.State != StateFailed && row.State != StateEnded) {
 			t.Fatalf("child row: %+v %v", row, err)
 		}
 		if n := e.CountSessions("k1"); n != 1 {

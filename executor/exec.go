@@ -508,11 +508,11 @@ func (e *Executor) lost(ctx context.Context, id string, res Result, waitErr erro
 	st, err := e.runsc.state(context.WithoutCancel(ctx), id)
 	// A sandbox killed from outside takes a moment to die (many threads):
 	// look again briefly before deciding that it lives.
-	for i := 0; err == nil && st.Status == "running" && i < 10; i++ {
+	for i := 0; err == nil && st.Status == containerRunning && i < 10; i++ {
 		time.Sleep(100 * time.Millisecond)
 		st, err = e.runsc.state(context.WithoutCancel(ctx), id)
 	}
-	if err == nil && st.Status == "running" {
+	if err == nil && st.Status == containerRunning {
 		return res, fmt.Errorf("running code: no result from the sandbox: %v", waitErr)
 	}
 	e.mu.Lock()
@@ -520,7 +520,7 @@ func (e *Executor) lost(ctx context.Context, id string, res Result, waitErr erro
 		e.move(s, StateFailed)
 	}
 	e.mu.Unlock()
-	if err := e.store.SetSessionState(context.WithoutCancel(ctx), id, string(StateFailed), "sandbox lost", false); ok && errors.Is(err, store.ErrNotOwner) {
+	if err := e.store.SetSessionState(context.WithoutCancel(ctx), id, StateFailed, "sandbox lost", false); ok && errors.Is(err, store.ErrNotOwner) {
 		return res, e.notOwner(ctx, s, err)
 	}
 	oom := hostOOM(e.cgroupName(id))

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/sandboxapi/sandboxapi/executor/guest"
+	"github.com/sandboxapi/sandboxapi/internal/sandbox"
 	"github.com/sandboxapi/sandboxapi/store"
 )
 
@@ -413,8 +414,7 @@ func installFile(src, dst string) error {
 // sessions whose home image is there as hibernated, ends the rest, and
 // removes sandboxes, homes and cgroups that belong to no session.
 func (e *Executor) reconcile(ctx context.Context) error {
-	rows, err := e.store.SessionsInStates(ctx, string(StateCreating), string(StateRunning), string(StateEnding), string(StateFailed),
-		string(StateHibernated), storeHibernating, storeResuming)
+	rows, err := e.store.SessionsInStates(ctx, sandbox.AllStates.Without(sandbox.EndedStates)...)
 	if err != nil {
 		return err
 	}
@@ -431,7 +431,7 @@ func (e *Executor) reconcile(ctx context.Context) error {
 	// other servers on the host (other nodes of a cluster) have theirs.
 	own := map[string]bool{}
 	for _, c := range containers {
-		runningC[c.ID] = c.Status == "running"
+		runningC[c.ID] = c.Status == containerRunning
 		own[c.ID] = true
 	}
 	for _, id := range e.SandboxIDs() {
@@ -455,7 +455,7 @@ func (e *Executor) reconcile(ctx context.Context) error {
 				size = fi.Size()
 			}
 		}
-		if r.State == string(StateRunning) && runningC[r.ID] && mounted(homeMount(dir)) && lerr == nil && (att != nil) == storedNetwork(r.Network).Enabled {
+		if r.State == StateRunning && runningC[r.ID] && mounted(homeMount(dir)) && lerr == nil && (att != nil) == storedNetwork(r.Network).Enabled {
 			s := newSession(r.ID, r.KeyID, rt, r.IdleTTL, r.CreatedAt, storedNetwork(r.Network))
 			s.state, s.hasSandbox, s.parent, s.diskBytes, s.hibernatedAt = StateRunning, true, r.ParentID, size, r.HibernatedAt
 			if att != nil {
@@ -477,8 +477,7 @@ func (e *Executor) reconcile(ctx context.Context) error {
 			e.log.InfoContext(ctx, "session adopted", "session", r.ID)
 			continue
 		}
-		switch r.State {
-		case string(StateRunning), string(StateHibernated), storeHibernating, storeResuming:
+		if sandbox.HomeStates.Has(r.State) {
 			_, serr := os.Stat(h.image())
 			if serr != nil && !errors.Is(serr, fs.ErrNotExist) {
 				// Shared storage that does not answer is not a lost
@@ -493,20 +492,20 @@ func (e *Executor) reconcile(ctx context.Context) error {
 				s := newSession(r.ID, r.KeyID, rt, r.IdleTTL, r.CreatedAt, storedNetwork(r.Network))
 				s.state, s.parent, s.diskBytes = StateHibernated, r.ParentID, size
 				s.hibernatedAt, s.lastUsed = time.Now(), time.Now()
-				if r.State == string(StateHibernated) {
+				if r.State == StateHibernated {
 					// Cleanly hibernated: its idle clock goes on.
 					s.hibernatedAt, s.lastUsed = r.HibernatedAt, r.LastUsedAt
 				}
 				e.sessions[r.ID] = s
 				e.disk += size
 				keepHome[r.ID] = true
-				if r.State != string(StateHibernated) {
+				if r.State != StateHibernated {
 					hibernated = append(hibernated, s)
 				}
 				continue
 			}
 		}
-		if err := e.store.SetSessionState(ctx, r.ID, string(StateEnded), "lost on restart", true); errors.Is(err, store.ErrNotOwner) {
+		if err := e.store.SetSessionState(ctx, r.ID, StateEnded, "lost on restart", true); errors.Is(err, store.ErrNotOwner) {
 			continue // claimed by another node meanwhile: its image is its own
 		} else if err != nil {
 			return err
@@ -622,7 +621,7 @@ func (e *Executor) dropOrphanHome(ctx context.Context, id string) error {
 	case errors.Is(err, store.ErrNotFound):
 	case err != nil:
 		return err // unsure whose it is: kept for the next start
-	case r.State != string(StateEnded) && r.Node != e.store.Node():
+	case r.State != StateEnded && r.Node != e.store.Node():
 		if err := unmountHome(h.dir); err != nil {
 			return err
 		}

@@ -139,7 +139,7 @@ func TestGoneErr(t *testing.T) {
 	now := time.Now()
 	insert := func(s *store.Store, id string) {
 		t.Helper()
-		if err := s.InsertSession(ctx, store.SessionRow{ID: id, KeyID: "k1", Language: "bash", State: string(StateRunning), CreatedAt: now, LastUsedAt: now}); err != nil {
+		if err := s.InsertSession(ctx, store.SessionRow{ID: id, KeyID: "k1", Language: "bash", State: StateRunning, CreatedAt: now, LastUsedAt: now}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -147,7 +147,7 @@ func TestGoneErr(t *testing.T) {
 	insert(a, "sess_mine")
 	insert(b, "sess_theirs")
 	insert(a, "sess_ended")
-	if err := a.SetSessionState(ctx, "sess_ended", string(StateEnded), "deleted", true); err != nil {
+	if err := a.SetSessionState(ctx, "sess_ended", StateEnded, "deleted", true); err != nil {
 		t.Fatal(err)
 	}
 	insert(st, "sess_single")

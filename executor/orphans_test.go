@@ -27,7 +27,7 @@ func TestCheckAliveSeesDeadSandboxes(t *testing.T) {
 	cases := []struct {
 		name string
 		in   containerState
-		want string
+		want containerStatus
 	}{
 		{name: "live process", in: containerState{Status: "running", Pid: os.Getpid()}, want: "running"},
 		{name: "zombie", in: containerState{Status: "running", Pid: zombie.Process.Pid}, want: "stopped"},

@@ -268,7 +268,7 @@ func TestClusterFenceWaitsForMount(t *testing.T) {
 		}
 	}
 	// Neither the Fence nor the resume's undo wrote the row after it.
-	if r, err := c.st.GetSession(ctx, s.ID); err != nil || r.State != storeResuming {
+	if r, err := c.st.GetSession(ctx, s.ID); err != nil || r.State != StateResuming {
 		t.Fatalf("row after the fence: %+v %v", r, err)
 	}
 	// a's own session again (its lease is back): files intact.
@@ -423,7 +423,7 @@ func TestClusterLostAfterReadopt(t *testing.T) {
 	}
 	time.Sleep(500 * time.Millisecond) // a teardown it may have started
 	r, err := c.st.GetSession(ctx, s.ID)
-	if err != nil || r.Node != "a" || r.State == string(StateFailed) || r.State == string(StateEnded) {
+	if err != nil || r.Node != "a" || r.State == StateFailed || r.State == StateEnded {
 		t.Fatalf("row after the old call: %+v %v", r, err)
 	}
 	if !a.Has(s.ID) {

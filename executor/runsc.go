@@ -118,10 +118,20 @@ func (r *runsc) destroy(ctx context.Context, id string) error {
 
 // containerState is one row of `runsc list --format json`.
 type containerState struct {
-	ID     string `json:"id"`
-	Pid    int    `json:"pid"`
-	Status string `json:"status"`
+	ID     string          `json:"id"`
+	Pid    int             `json:"pid"`
+	Status containerStatus `json:"status"`
 }
+
+// containerStatus is a container's status as runsc reports it (OCI
+// runtime states); not a session's state (sandbox.State).
+type containerStatus string
+
+// The container statuses the executor reads.
+const (
+	containerRunning containerStatus = "running"
+	containerStopped containerStatus = "stopped"
+)
 
 // list returns the containers under the root.
 func (r *runsc) list(ctx context.Context) ([]containerState, error) {
@@ -162,16 +172,16 @@ func (r *runsc) state(ctx context.Context, id string) (containerState, error) {
 // runsc probes with kill(pid, 0), which succeeds on a zombie, so a sandbox
 // killed from outside and not yet reaped still shows as running.
 func (c *containerState) checkAlive() {
-	if c.Status != "running" || c.Pid <= 0 {
+	if c.Status != containerRunning || c.Pid <= 0 {
 		return
 	}
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", c.Pid))
 	if err != nil {
-		c.Status = "stopped"
+		c.Status = containerStopped
 		return
 	}
 	// The state follows the command name, which is in parentheses.
 	if i := bytes.LastIndexByte(b, ')'); i >= 0 && i+2 < len(b) && (b[i+2] == 'Z' || b[i+2] == 'X') {
-		c.Status = "stopped"
+		c.Status = containerStopped
 	}
 }

@@ -188,12 +188,12 @@ func (e *Executor) CreateSession(ctx context.Context, spec SessionSpec) (_ Sessi
 	s := newSession(id, spec.Owner, rt, ttl, now, network)
 	s.state = StateCreating
 	s.diskBytes = size
-	row := store.SessionRow{ID: id, KeyID: spec.Owner, Language: rt.Name, State: string(StateCreating), Network: string(network.JSON()), IdleTTL: ttl, CreatedAt: now, LastUsedAt: now, DiskBytes: size}
+	row := store.SessionRow{ID: id, KeyID: spec.Owner, Language: rt.Name, State: StateCreating, Network: string(network.JSON()), IdleTTL: ttl, CreatedAt: now, LastUsedAt: now, DiskBytes: size}
 	if err := e.store.InsertSession(ctx, row); err != nil {
 		return Session{}, err
 	}
 	cu.Add("store row", func(ctx context.Context) error {
-		return e.store.SetSessionState(ctx, id, string(StateFailed), "create failed", true)
+		return e.store.SetSessionState(ctx, id, StateFailed, "create failed", true)
 	})
 	if err := e.fault(stepStoreInsert, id); err != nil {
 		return Session{}, err
@@ -225,7 +225,7 @@ func (e *Executor) CreateSession(ctx context.Context, spec SessionSpec) (_ Sessi
 			return Session{}, err
 		}
 	}
-	if err := e.store.SetSessionState(ctx, id, string(StateRunning), "", false); errors.Is(err, store.ErrNotOwner) {
+	if err := e.store.SetSessionState(ctx, id, StateRunning, "", false); errors.Is(err, store.ErrNotOwner) {
 		return Session{}, fmt.Errorf("session %s: %w", id, ErrSessionMoved)
 	} else if err != nil {
 		return Session{}, err
@@ -439,7 +439,7 @@ func (e *Executor) endSessionOf(ctx context.Context, s *session, reason string) 
 	e.move(s, StateEnding)
 	hadSandbox := s.hasSandbox
 	e.mu.Unlock()
-	if err := e.store.SetSessionState(ctx, id, string(StateEnding), reason, false); errors.Is(err, store.ErrNotOwner) {
+	if err := e.store.SetSessionState(ctx, id, StateEnding, reason, false); errors.Is(err, store.ErrNotOwner) {
 		// Its image is the new owner's: only what is on this host goes.
 		return e.notOwner(ctx, s, err)
 	}
@@ -476,7 +476,7 @@ func (e *Executor) endSessionOf(ctx context.Context, s *session, reason string) 
 	if !gone {
 		e.releaseDisk(s.diskBytes)
 	}
-	if err := e.store.SetSessionState(ctx, id, string(StateEnded), reason, true); err != nil {
+	if err := e.store.SetSessionState(ctx, id, StateEnded, reason, true); err != nil {
 		errs = append(errs, err)
 	}
 	if err := errors.Join(errs...); err != nil {

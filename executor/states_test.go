@@ -3,7 +3,11 @@ package executor
 import (
 	"os"
 	"path/filepath"
+	"regexp"
+	"strings"
 	"testing"
+
+	"github.com/sandboxapi/sandboxapi/internal/sandbox"
 )
 
 func TestSessionTransitions(t *testing.T) {
@@ -28,7 +32,13 @@ func TestSessionTransitions(t *testing.T) {
 		{StateHibernated, StateRunning, true},
 		{StateHibernated, StateEnding, true},
 		{StateHibernated, StateCreating, false},
-		{StateCreating, StateHibernated, false},
+		{StateCreating, StateHibernated, true},  // a fork's copy is made hibernated
+		{StateRunning, StateHibernating, false}, // store-only states are never held
+		{StateHibernated, StateResuming, false},
+		{StateHibernating, StateHibernated, false},
+		{StateResuming, StateRunning, false},
+		{StateHibernated, StateHibernated, false},
+		{StateRunning, StateEnded, true}, // a row the node cannot serve is ended
 		{StateEnding, StateHibernated, false},
 		{StateFailed, StateHibernated, false},
 	}
@@ -63,5 +73,47 @@ func TestCgroupOOM(t *testing.T) {
 		if got := cgroupOOM(root, id); got != want {
 			t.Errorf("cgroupOOM(%s) = %v, want %v", id, got, want)
 		}
+	}
+}
+
+// TestNoSessionStateLiterals reads the executor's source and fails on a
+// session state written out as a quoted string outside comments: the
+// executor names states by sandbox.State only (the store-only ones
+// included), so that no second spelling can drift from the type.
+func TestNoSessionStateLiterals(t *testing.T) {
+	t.Parallel()
+	states := map[string]bool{}
+	for _, s := range sandbox.AllStates {
+		states[string(s)] = true
+	}
+	quoted := regexp.MustCompile("[\"'`]([a-z_]+)[\"'`]")
+	files, err := filepath.Glob("*.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	checked := 0
+	for _, f := range files {
+		if strings.HasSuffix(f, "_test.go") {
+			continue
+		}
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		checked++
+		for i, line := range strings.Split(string(b), "\n") {
+			line, _, _ = strings.Cut(line, "//")
+			if strings.Contains(line, "containerStatus = ") {
+				continue // runsc's OCI statuses, another type (runsc.go)
+			}
+			for _, m := range quoted.FindAllStringSubmatch(line, -1) {
+				if states[m[1]] {
+					t.Errorf("%s:%d: session state %q written out: use sandbox.State (%s)", f, i+1, m[1], strings.TrimSpace(line))
+				}
+			}
+		}
+	}
+	if checked < 10 {
+		t.Fatalf("read only %d source files", checked)
 	}
 }

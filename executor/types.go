@@ -35,6 +35,11 @@ const (
 	StateFailed   = sandbox.StateFailed
 	// StateHibernated: no sandbox, home image kept; the next call resumes.
 	StateHibernated = sandbox.StateHibernated
+	// StateHibernating and StateResuming are only ever stored: the
+	// executor writes them before a hibernation or a resume, never holds
+	// them.
+	StateHibernating = sandbox.StateHibernating
+	StateResuming    = sandbox.StateResuming
 
 	StatusOK           = sandbox.StatusOK
 	StatusError        = sandbox.StatusError

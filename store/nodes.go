@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/sandboxapi/sandboxapi/internal/sandbox"
 )
 
 // Nodes of a cluster share one store. Each registers under its name and
@@ -184,7 +186,7 @@ func (s *Store) ClaimSession(ctx context.Context, id string, now time.Time) (pre
 		return "", false, fmt.Errorf("claiming session %s: %w", id, err)
 	}
 	defer tx.Rollback()
-	var state string
+	var state sandbox.State
 	err = tx.QueryRowContext(ctx, `SELECT node, state FROM sessions WHERE id = ?`+s.dialect.ForUpdate(), id).Scan(&prev, &state)
 	if errors.Is(err, sql.ErrNoRows) {
 		return "", false, ErrNotFound
@@ -192,8 +194,8 @@ func (s *Store) ClaimSession(ctx context.Context, id string, now time.Time) (pre
 	if err != nil {
 		return "", false, fmt.Errorf("claiming session %s: %w", id, err)
 	}
-	if prev == s.node || state == "ended" {
-		return prev, prev == s.node && state != "ended", nil
+	if prev == s.node || state == sandbox.StateEnded {
+		return prev, prev == s.node && state != sandbox.StateEnded, nil
 	}
 	if prev != "" {
 		var until int64
@@ -209,7 +211,8 @@ func (s *Store) ClaimSession(ctx context.Context, id string, now time.Time) (pre
 		return prev, false, fmt.Errorf("claiming session %s: %w", id, err)
 	}
 	// Executions the old owner left running never finish there.
-	if _, err := tx.ExecContext(ctx, `UPDATE executions SET state='failed', status='interrupted', ended_at=? WHERE session_id=? AND state='running'`, ms(now), id); err != nil {
+	if _, err := tx.ExecContext(ctx, `UPDATE executions SET state=?, status='interrupted', ended_at=? WHERE session_id=? AND state=?`,
+		string(sandbox.ExecFailed), ms(now), id, string(sandbox.ExecRunning)); err != nil {
 		return prev, false, fmt.Errorf("claiming session %s: %w", id, err)
 	}
 	if err := tx.Commit(); err != nil {
@@ -230,7 +233,7 @@ func (s *Store) ReleaseSessions(ctx context.Context) ([]string, error) {
 		return nil, fmt.Errorf("releasing sessions: %w", err)
 	}
 	defer tx.Rollback()
-	rows, err := tx.QueryContext(ctx, `SELECT id FROM sessions WHERE node = ? AND state <> 'ended'`+s.dialect.ForUpdate(), s.node)
+	rows, err := tx.QueryContext(ctx, `SELECT id FROM sessions WHERE node = ? AND `+stateNotIn("state", sandbox.EndedStates)+s.dialect.ForUpdate(), s.node)
 	if err != nil {
 		return nil, fmt.Errorf("releasing sessions: %w", err)
 	}
@@ -247,7 +250,7 @@ func (s *Store) ReleaseSessions(ctx context.Context) ([]string, error) {
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("releasing sessions: %w", err)
 	}
-	if _, err := tx.ExecContext(ctx, `UPDATE sessions SET node = '' WHERE node = ? AND state <> 'ended'`, s.node); err != nil {
+	if _, err := tx.ExecContext(ctx, `UPDATE sessions SET node = '' WHERE node = ? AND `+stateNotIn("state", sandbox.EndedStates), s.node); err != nil {
 		return nil, fmt.Errorf("releasing sessions: %w", err)
 	}
 	if err := tx.Commit(); err != nil {
@@ -256,10 +259,10 @@ func (s *Store) ReleaseSessions(ctx context.Context) ([]string, error) {
 	return ids, nil
 }
 
-// LiveSessionsOfKey lists the sessions of keyID that have not ended, on
-// every node.
+// LiveSessionsOfKey lists the sessions of keyID that are in none of
+// sandbox.DoneStates (not ended, not failed), on every node.
 func (s *Store) LiveSessionsOfKey(ctx context.Context, keyID string) ([]SessionRow, error) {
-	return s.querySessions(ctx, `SELECT `+sessionCols+` FROM sessions WHERE key_id = ? AND state NOT IN ('ended', 'failed') ORDER BY created_at`, keyID)
+	return s.querySessions(ctx, `SELECT `+sessionCols+` FROM sessions WHERE key_id = ? AND `+stateNotIn("state", sandbox.DoneStates)+` ORDER BY created_at`, keyID)
 }
 
 func boolInt(b bool) int {
@@ -281,7 +284,7 @@ func (s *Store) OrphanedIdleSessions(ctx context.Context, now time.Time, limit i
 	// unowned, or a registered node whose lease ran out.
 	rows, err := s.querySessions(ctx, `SELECT `+sessionCols+` FROM sessions
 		WHERE node IN (SELECT '' UNION SELECT name FROM nodes WHERE lease_until <= ?)
-		AND state <> 'ended' AND last_used_at + idle_ttl_ms < ?
+		AND `+stateNotIn("state", sandbox.EndedStates)+` AND last_used_at + idle_ttl_ms < ?
 		ORDER BY last_used_at, id LIMIT ?`, ms(now), ms(now), limit)
 	if err != nil {
 		return nil, fmt.Errorf("listing orphaned idle sessions: %w", err)

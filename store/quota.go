@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"strconv"
 	"time"
+
+	"github.com/sandboxapi/sandboxapi/internal/sandbox"
 )
 
 // Plan quotas that hold across every node sharing the store. Each check
@@ -21,12 +23,12 @@ import (
 //     while younger than PendingSlotTTL, so a node that dies between
 //     reserving and binding holds the slot for that long at most.
 //   - bound (bound = 1): bound to its session's row (BindSessionSlot). It
-//     counts while that row is in a live state (liveStates): hibernated
+//     counts while that row is in a slot state (sandbox.SlotStates): hibernated
 //     counts, ending, ended and failed do not.
 //
 // So whatever ends a session, on whatever node, and whether or not the
 // node lives to tidy up, the slot stops counting the moment the row
-// leaves the live states. The trigger session_slots_follow (migration 10)
+// leaves the slot states. The trigger session_slots_follow (migration 10)
 // deletes it in that same statement, and ReserveSessionSlot deletes any
 // row that no longer counts (a bind that raced the session's end, a
 // pending reservation of a node that died) before it counts.
@@ -37,22 +39,20 @@ import (
 // out; it is also how long a node that crashed mid-create keeps a slot.
 const PendingSlotTTL = 10 * time.Minute
 
-// liveStates are the session states that hold a slot: the executor's
-// creating, running and hibernated, and the store-only hibernating and
-// resuming it passes through.
-const liveStates = `'creating','running','hibernating','hibernated','resuming'`
-
 // slotCounts is the condition under which a row of session_slots counts;
-// its one argument is the oldest reserved_at a pending slot may have.
-const slotCounts = `((bound = 0 AND reserved_at >= ?) OR (bound <> 0 AND EXISTS (
-	SELECT 1 FROM sessions s WHERE s.id = session_slots.session_id AND s.state IN (` + liveStates + `))))`
+// its one argument is the oldest reserved_at a pending slot may have. A
+// bound slot counts while its session is in sandbox.SlotStates.
+var slotCounts = `((bound = 0 AND reserved_at >= ?) OR (bound <> 0 AND EXISTS (
+	SELECT 1 FROM sessions s WHERE s.id = session_slots.session_id AND ` + stateIn("s.state", sandbox.SlotStates) + `)))`
 
 // The trigger behind "a slot goes with its session": when a session row
-// leaves the live states (or is deleted), its bound slot is deleted in
-// the same statement, however the row was changed.
-const (
+// leaves the slot states (or is deleted), its bound slot is deleted in
+// the same statement, however the row was changed. The trigger is made
+// by a migration: a change to sandbox.SlotStates needs a new migration
+// that makes it again, or stores made before keep the old list.
+var (
 	slotsEndTriggerSQLite = `CREATE TRIGGER IF NOT EXISTS session_slots_follow AFTER UPDATE OF state ON sessions
-	WHEN NEW.state NOT IN (` + liveStates + `)
+	WHEN ` + stateNotIn("NEW.state", sandbox.SlotStates) + `
 	BEGIN DELETE FROM session_slots WHERE session_id = NEW.id; END;
 	CREATE TRIGGER IF NOT EXISTS session_slots_follow_delete AFTER DELETE ON sessions
 	BEGIN DELETE FROM session_slots WHERE session_id = OLD.id; END;`
@@ -60,7 +60,7 @@ const (
 	BEGIN
 		IF TG_OP = 'DELETE' THEN
 			DELETE FROM session_slots WHERE session_id = OLD.id;
-		ELSIF NEW.state NOT IN (` + liveStates + `) THEN
+		ELSIF ` + stateNotIn("NEW.state", sandbox.SlotStates) + ` THEN
 			DELETE FROM session_slots WHERE session_id = NEW.id;
 		END IF;
 		RETURN NULL;
@@ -70,7 +70,7 @@ const (
 	FOR EACH ROW EXECUTE FUNCTION session_slots_follow();`
 	// Sessions live when the store gains the rule hold their slots.
 	slotsBackfill = `INSERT INTO session_slots(key_id, session_id, node, reserved_at, bound)
-	SELECT key_id, id, '', created_at, 1 FROM sessions WHERE key_id <> '' AND state IN (` + liveStates + `)
+	SELECT key_id, id, '', created_at, 1 FROM sessions WHERE key_id <> '' AND ` + stateIn("state", sandbox.SlotStates) + `
 	ON CONFLICT (key_id, session_id) DO NOTHING;`
 )
 
@@ -175,7 +175,7 @@ func (s *Store) BindSessionSlot(ctx context.Context, keyID, slotID, sessionID st
 		}
 	}
 	if _, err := tx.ExecContext(ctx, `DELETE FROM session_slots WHERE session_id = ? AND NOT EXISTS (
-		SELECT 1 FROM sessions s WHERE s.id = ? AND s.state IN (`+liveStates+`))`, sessionID, sessionID); err != nil {
+		SELECT 1 FROM sessions s WHERE s.id = ? AND `+stateIn("s.state", sandbox.SlotStates)+`)`, sessionID, sessionID); err != nil {
 		return fmt.Errorf("binding session slot to %s: %w", sessionID, err)
 	}
 	if err := tx.Commit(); err != nil {

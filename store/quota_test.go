@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/sandboxapi/sandboxapi/internal/sandbox"
 )
 
 // TestSessionSlotsExactAcrossHandles: 50 parallel creates of one PRO key
@@ -310,7 +312,10 @@ func testSessionSlotsReconcile(t *testing.T, open opener) {
 		count(t, "kd", 0)
 	})
 	t.Run("backfill of live sessions", func(t *testing.T) {
-		for _, r := range []struct{ id, state string }{{"sess_e1", "running"}, {"sess_e2", "hibernated"}, {"sess_e3", "ended"}, {"sess_e4", "failed"}} {
+		for _, r := range []struct {
+			id    string
+			state sandbox.State
+		}{{"sess_e1", "running"}, {"sess_e2", "hibernated"}, {"sess_e3", "ended"}, {"sess_e4", "failed"}} {
 			if err := st.InsertSession(ctx, SessionRow{ID: r.id, KeyID: "ke", Language: "bash", State: r.state, Network: "{}", CreatedAt: now, LastUsedAt: now}); err != nil {
 				t.Fatal(err)
 			}
@@ -330,7 +335,7 @@ func TestSessionSlotsMigration(t *testing.T) {
 		st := open(t)
 		now := time.Now()
 		for _, r := range []struct{ id, state string }{{"sess_live", "running"}, {"sess_hib", "hibernated"}, {"sess_gone", "ended"}} {
-			if err := st.InsertSession(ctx, SessionRow{ID: r.id, KeyID: "k", Language: "bash", State: r.state, Network: "{}", CreatedAt: now, LastUsedAt: now}); err != nil {
+			if err := st.InsertSession(ctx, SessionRow{ID: r.id, KeyID: "k", Language: "bash", State: sandbox.State(r.state), Network: "{}", CreatedAt: now, LastUsedAt: now}); err != nil {
 				t.Fatal(err)
 			}
 		}

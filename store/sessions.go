@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/sandboxapi/sandboxapi/internal/sandbox"
 )
 
 // SessionRow is one session as persisted.
@@ -13,7 +15,7 @@ type SessionRow struct {
 	ID         string
 	KeyID      string
 	Language   string
-	State      string
+	State      sandbox.State
 	Network    string // JSON
 	IdleTTL    time.Duration
 	CreatedAt  time.Time
@@ -36,7 +38,7 @@ var ErrNotOwner = errors.New("session is owned by another node")
 // InsertSession records a new session, owned by the handle's node.
 func (s *Store) InsertSession(ctx context.Context, r SessionRow) error {
 	_, err := s.db.ExecContext(ctx, `INSERT INTO sessions(id, key_id, language, state, network, idle_ttl_ms, created_at, last_used_at, disk_bytes, parent_id, node)
-		VALUES (?,?,?,?,?,?,?,?,?,?,?)`, r.ID, r.KeyID, r.Language, r.State, r.Network, r.IdleTTL.Milliseconds(), ms(r.CreatedAt), ms(r.LastUsedAt), r.DiskBytes, r.ParentID, s.node)
+		VALUES (?,?,?,?,?,?,?,?,?,?,?)`, r.ID, r.KeyID, r.Language, string(r.State), r.Network, r.IdleTTL.Milliseconds(), ms(r.CreatedAt), ms(r.LastUsedAt), r.DiskBytes, r.ParentID, s.node)
 	if err != nil {
 		return fmt.Errorf("inserting session %s: %w", r.ID, err)
 	}
@@ -46,13 +48,13 @@ func (s *Store) InsertSession(ctx context.Context, r SessionRow) error {
 // SetSessionState moves a session the handle's node owns to state; ended
 // states record when and why. A session another node owns is left alone
 // (ErrNotOwner); one that does not exist is not an error.
-func (s *Store) SetSessionState(ctx context.Context, id, state, reason string, ended bool) error {
+func (s *Store) SetSessionState(ctx context.Context, id string, state sandbox.State, reason string, ended bool) error {
 	var res sql.Result
 	var err error
 	if ended {
-		res, err = s.db.ExecContext(ctx, `UPDATE sessions SET state=?, end_reason=?, ended_at=? WHERE id=? AND node=?`, state, reason, ms(time.Now()), id, s.node)
+		res, err = s.db.ExecContext(ctx, `UPDATE sessions SET state=?, end_reason=?, ended_at=? WHERE id=? AND node=?`, string(state), reason, ms(time.Now()), id, s.node)
 	} else {
-		res, err = s.db.ExecContext(ctx, `UPDATE sessions SET state=? WHERE id=? AND node=?`, state, id, s.node)
+		res, err = s.db.ExecContext(ctx, `UPDATE sessions SET state=? WHERE id=? AND node=?`, string(state), id, s.node)
 	}
 	if err != nil {
 		return fmt.Errorf("updating session %s: %w", id, err)
@@ -64,7 +66,8 @@ func (s *Store) SetSessionState(ctx context.Context, id, state, reason string, e
 // is gone and its home image is whole. lastUsed is kept for its idle TTL.
 // Like SetSessionState, only for a session the handle's node owns.
 func (s *Store) SetSessionHibernated(ctx context.Context, id string, at, lastUsed time.Time) error {
-	res, err := s.db.ExecContext(ctx, `UPDATE sessions SET state='hibernated', hibernated_at=?, last_used_at=? WHERE id=? AND node=?`, ms(at), ms(lastUsed), id, s.node)
+	res, err := s.db.ExecContext(ctx, `UPDATE sessions SET state=?, hibernated_at=?, last_used_at=? WHERE id=? AND node=?`,
+		string(sandbox.StateHibernated), ms(at), ms(lastUsed), id, s.node)
 	if err != nil {
 		return fmt.Errorf("updating session %s: %w", id, err)
 	}
@@ -87,7 +90,7 @@ func (s *Store) owned(ctx context.Context, res sql.Result, id string) error {
 
 // SessionsInStates lists the sessions the handle's node owns whose state
 // is one of states.
-func (s *Store) SessionsInStates(ctx context.Context, states ...string) ([]SessionRow, error) {
+func (s *Store) SessionsInStates(ctx context.Context, states ...sandbox.State) ([]SessionRow, error) {
 	if len(states) == 0 {
 		return nil, nil
 	}
@@ -95,7 +98,7 @@ func (s *Store) SessionsInStates(ctx context.Context, states ...string) ([]Sessi
 	args := make([]any, 0, len(states)+1)
 	args = append(args, s.node)
 	for _, st := range states {
-		args = append(args, st)
+		args = append(args, string(st))
 	}
 	return s.querySessions(ctx, q, args...)
 }
@@ -176,7 +179,7 @@ type ExecutionRow struct {
 // InsertExecution records an execution that is starting.
 func (s *Store) InsertExecution(ctx context.Context, r ExecutionRow) error {
 	_, err := s.db.ExecContext(ctx, `INSERT INTO executions(id, session_id, key_id, language, state, started_at, node) VALUES (?,?,?,?,?,?,?)`,
-		r.ID, r.SessionID, r.KeyID, r.Language, "running", ms(r.StartedAt), s.node)
+		r.ID, r.SessionID, r.KeyID, r.Language, string(sandbox.ExecRunning), ms(r.StartedAt), s.node)
 	if err != nil {
 		return fmt.Errorf("inserting execution %s: %w", r.ID, err)
 	}
@@ -197,7 +200,8 @@ func (s *Store) FinishExecution(ctx context.Context, id, state, status string, e
 // running as failed (used at start: whatever was running when the node's
 // last process died did not succeed).
 func (s *Store) FailRunningExecutions(ctx context.Context, reason string) (int64, error) {
-	res, err := s.db.ExecContext(ctx, `UPDATE executions SET state='failed', status=?, ended_at=? WHERE state='running' AND node=?`, reason, ms(time.Now()), s.node)
+	res, err := s.db.ExecContext(ctx, `UPDATE executions SET state=?, status=?, ended_at=? WHERE state=? AND node=?`,
+		string(sandbox.ExecFailed), reason, ms(time.Now()), string(sandbox.ExecRunning), s.node)
 	if err != nil {
 		return 0, fmt.Errorf("failing interrupted executions: %w", err)
 	}

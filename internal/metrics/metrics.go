@@ -20,6 +20,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/sandboxapi/sandboxapi/internal/sandbox"
 )
 
 const namespace = "sandboxapi"
@@ -356,8 +358,8 @@ func (c *scrapeCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	if f := c.homes.Load(); f != nil {
 		running, hibernated, committed, used := (*f)()
-		ch <- prometheus.MustNewConstMetric(c.byState, prometheus.GaugeValue, float64(running), "running")
-		ch <- prometheus.MustNewConstMetric(c.byState, prometheus.GaugeValue, float64(hibernated), "hibernated")
+		ch <- prometheus.MustNewConstMetric(c.byState, prometheus.GaugeValue, float64(running), string(sandbox.StateRunning))
+		ch <- prometheus.MustNewConstMetric(c.byState, prometheus.GaugeValue, float64(hibernated), string(sandbox.StateHibernated))
 		ch <- prometheus.MustNewConstMetric(c.homeDisk, prometheus.GaugeValue, float64(committed), "committed")
 		ch <- prometheus.MustNewConstMetric(c.homeDisk, prometheus.GaugeValue, float64(used), "used")
 	}

@@ -32,21 +32,6 @@ var (
 	ErrSessionMoved = errors.New("session moved to another node")
 )
 
-// State is a session's lifecycle state.
-type State string
-
-// Session states.
-const (
-	StateCreating State = "creating"
-	StateRunning  State = "running"
-	StateEnding   State = "ending"
-	StateEnded    State = "ended"
-	StateFailed   State = "failed"
-	// StateHibernated: the session has no sandbox; its home image, record
-	// and manifest are kept, and the next call resumes it.
-	StateHibernated State = "hibernated"
-)
-
 // Status is how an execution ended, as the guest reports it and clients
 // see it. It is not the stored execution's state (ExecState).
 type Status string
