@@ -434,12 +434,15 @@ func (c stressCall) readStream(body io.Reader, cancel context.CancelFunc) stress
 	case err != nil:
 		// Cut, though no one cut it: a failure, never tolerated (CI13
 		// saw one; it was let pass twice a run while its cause was
-		// unknown). Seen again in 2 of 21 runs beside three busy
-		// loops, both a worker's first or second call, owner b: node
-		// a logged the reply cut short with "read tcp a->b: use of
-		// closed network connection" (node a's own transport closed
-		// the connection while its call was live) and b logged only
-		// the forwarded call. What closes it is not found yet.
+		// unknown). The cause, found with a stack recorded on every
+		// close of node a's connections: node a's transport read the
+		// client's body once more past its Content-Length after the
+		// owner had it and had started its reply, found it closed by
+		// node a's server (which closes a body when a reply's headers
+		// are written) and closed the connection the reply streamed
+		// on. watchedBody now answers that read itself;
+		// TestForwardStreamOutlivesBodyClose holds the transport at
+		// that point.
 		return stressResult{failure: fmt.Sprintf("a stream no one cut ended with a read error: %v after %d of %d bytes", err, len(got), want.Len())}
 	case string(got) != want.String():
 		return stressResult{failure: fmt.Sprintf("stream of %d bytes differs from the %d written", len(got), want.Len())}

@@ -226,16 +226,42 @@ func (h *handler) fail(w http.ResponseWriter, r *http.Request, e replyError) {
 // that a call whose forward found no connection can be tried again. Close
 // does nothing: a transport closes the body even when it could not send
 // it, and the server closes the real one.
+//
+// Once the body has ended (its EOF, or its Content-Length read), Read
+// answers io.EOF itself and never reads the server's body again. The
+// transport reads once more past a body's Content-Length (to check that
+// it is not longer) after it has written the last byte to the owner; the
+// owner may answer at once, and the server closes the body of a call
+// whose reply has started (it consumes the rest when the reply's headers
+// are written). That late read then failed ("invalid Read on closed
+// Body"), the transport took it for a failed request write and closed
+// the connection while the owner's reply was streaming on it: a stream
+// no one cut ended with an unexpected EOF under load.
 type watchedBody struct {
 	rc   io.ReadCloser
 	read bool
+	left int64 // bytes the Content-Length still announces; -1: unknown
+	eof  bool
 	err  error // the first failed read (not the body's end)
 }
 
 func (b *watchedBody) Read(p []byte) (int, error) {
+	if b.eof || b.left == 0 {
+		b.eof = true
+		return 0, io.EOF
+	}
+	if b.left > 0 && int64(len(p)) > b.left {
+		p = p[:b.left]
+	}
 	n, err := b.rc.Read(p)
 	if n > 0 {
 		b.read = true
+		if b.left > 0 {
+			b.left -= int64(n)
+		}
+	}
+	if err == io.EOF {
+		b.eof = true
 	}
 	if err != nil && err != io.EOF && b.err == nil {
 		b.err = err
@@ -246,7 +272,10 @@ func (b *watchedBody) Read(p []byte) (int, error) {
 func (b *watchedBody) Close() error { return nil }
 
 func watch(r *http.Request) *watchedBody {
-	b := &watchedBody{rc: r.Body}
+	b := &watchedBody{rc: r.Body, left: -1}
+	if r.ContentLength > 0 {
+		b.left = r.ContentLength
+	}
 	if r.Body != nil && r.Body != http.NoBody {
 		r.Body = b
 	}

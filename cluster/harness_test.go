@@ -184,6 +184,8 @@ type nodeOpts struct {
 	server func(s *http.Server)
 	// log, when set, gets the node's lines.
 	log *slog.Logger
+	// trans, when set, is the node's Transport (Deps.Transport).
+	trans http.RoundTripper
 }
 
 // startNodeWith starts node name on st's database, free sandboxes free,
@@ -207,7 +209,7 @@ func startNodeWith(t *testing.T, st *store.Store, name string, free int, o nodeO
 	if o.conf != nil {
 		o.conf(&s)
 	}
-	n, err := New(s, Deps{Store: tn.st, Executor: tn.ex, Observer: tn.obs, Log: o.log, Now: func() time.Time { return time.Now().Add(time.Duration(tn.skew.Load())) }})
+	n, err := New(s, Deps{Store: tn.st, Executor: tn.ex, Observer: tn.obs, Log: o.log, Now: func() time.Time { return time.Now().Add(time.Duration(tn.skew.Load())) }, Transport: o.trans})
 	if err != nil {
 		t.Fatal(err)
 	}
