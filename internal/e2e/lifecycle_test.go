@@ -13,12 +13,15 @@ import (
 	"time"
 )
 
-// TestServeFailedStartUnwinds starts serve on a port already taken: the
+// TestServeFailedStartUnwinds starts serve where its listener cannot be
+// opened. On a port another program holds it stops before anything
+// starts (the instance check), naming the address and --listen. On a port
+// the probe cannot judge (out of range: no socket is made, no traffic) the
 // HTTP server, last to start, fails, and everything started before it
 // stops in reverse order (readiness, executor, then what opened while
-// wiring: mirror, usage writer, egress, store); the process exits non-zero
-// naming the listener, leaves no sandbox behind, and the next serve on
-// the same data dir starts.
+// wiring: mirror, usage writer, egress, store). Either way the process
+// exits non-zero naming the listener, leaves no sandbox behind, and the
+// next serve on the same data dir starts.
 func TestServeFailedStartUnwinds(t *testing.T) {
 	s := startServer(t, "")
 	key := s.key("PRO")
@@ -30,36 +33,49 @@ func TestServeFailedStartUnwinds(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer taken.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, s.bin, "serve", "--config", s.config, "--data-dir", s.dataDir, "--listen", taken.Addr().String())
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Run(); err == nil {
-		t.Fatalf("serve on a taken port exited 0:\n%s", out.String())
-	}
-	if !strings.Contains(out.String(), "listening on "+taken.Addr().String()) {
-		t.Errorf("the error does not name the listener:\n%s", tail(out.String(), 20))
-	}
-	var started, stopped []string
-	sc := bufio.NewScanner(bytes.NewReader(out.Bytes()))
-	for sc.Scan() {
-		var l struct{ Msg, Component string }
-		if json.Unmarshal(sc.Bytes(), &l) != nil {
-			continue
+	serve := func(listen string) (out string, started, stopped []string) {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, s.bin, "serve", "--config", s.config, "--data-dir", s.dataDir, "--listen", listen)
+		var b bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &b, &b
+		if err := cmd.Run(); err == nil {
+			t.Fatalf("serve on %s exited 0:\n%s", listen, b.String())
 		}
-		switch l.Msg {
-		case "started":
-			started = append(started, l.Component)
-		case "stopped":
-			stopped = append(stopped, l.Component)
+		sc := bufio.NewScanner(bytes.NewReader(b.Bytes()))
+		for sc.Scan() {
+			var l struct{ Msg, Component string }
+			if json.Unmarshal(sc.Bytes(), &l) != nil {
+				continue
+			}
+			switch l.Msg {
+			case "started":
+				started = append(started, l.Component)
+			case "stopped":
+				stopped = append(stopped, l.Component)
+			}
 		}
+		return b.String(), started, stopped
+	}
+
+	out, started, stopped := serve(taken.Addr().String())
+	if !strings.Contains(out, "listen address "+taken.Addr().String()+" is in use") || !strings.Contains(out, "--listen ADDR") {
+		t.Errorf("a taken port: the error does not name the listener and --listen:\n%s", tail(out, 20))
+	}
+	if len(started) != 0 || len(stopped) != 0 {
+		t.Errorf("a taken port: started %q, stopped %q; want nothing started", started, stopped)
+	}
+
+	bad := "127.0.0.1:99999"
+	out, started, stopped = serve(bad)
+	if !strings.Contains(out, "listening on "+bad) {
+		t.Errorf("the error does not name the listener:\n%s", tail(out, 20))
 	}
 	if want := []string{"executor", "installer", "readiness"}; !slices.Equal(started, want) {
 		t.Errorf("started %q, want %q", started, want)
 	}
 	if want := []string{"readiness", "installer", "executor", "mirror", "usage", "egress", "store"}; !slices.Equal(stopped, want) {
-		t.Errorf("stopped %q, want %q\n%s", stopped, want, tail(out.String(), 30))
+		t.Errorf("stopped %q, want %q\n%s", stopped, want, tail(out, 30))
 	}
 	if ids := warmIDs(s); len(ids) != 0 {
 		t.Errorf("sandboxes left after the failed start: %v", ids)
