@@ -3,11 +3,11 @@ package executor
 import (
 	"os"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"testing"
 
 	"github.com/sandboxapi/sandboxapi/internal/sandbox"
+	"github.com/sandboxapi/sandboxapi/internal/testenv"
 )
 
 func TestSessionTransitions(t *testing.T) {
@@ -86,34 +86,10 @@ func TestNoSessionStateLiterals(t *testing.T) {
 	for _, s := range sandbox.AllStates {
 		states[string(s)] = true
 	}
-	quoted := regexp.MustCompile("[\"'`]([a-z_]+)[\"'`]")
-	files, err := filepath.Glob("*.go")
-	if err != nil {
-		t.Fatal(err)
-	}
-	checked := 0
-	for _, f := range files {
-		if strings.HasSuffix(f, "_test.go") {
-			continue
+	for _, l := range testenv.QuotedWords(t, states, 10) {
+		if strings.Contains(l.Text, "containerStatus = ") {
+			continue // runsc's OCI statuses, another type (runsc.go)
 		}
-		b, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		checked++
-		for i, line := range strings.Split(string(b), "\n") {
-			line, _, _ = strings.Cut(line, "//")
-			if strings.Contains(line, "containerStatus = ") {
-				continue // runsc's OCI statuses, another type (runsc.go)
-			}
-			for _, m := range quoted.FindAllStringSubmatch(line, -1) {
-				if states[m[1]] {
-					t.Errorf("%s:%d: session state %q written out: use sandbox.State (%s)", f, i+1, m[1], strings.TrimSpace(line))
-				}
-			}
-		}
-	}
-	if checked < 10 {
-		t.Fatalf("read only %d source files", checked)
+		t.Errorf("%s:%d: session state %q written out: use sandbox.State (%s)", l.File, l.Line, l.Word, l.Text)
 	}
 }

@@ -1,13 +1,11 @@
 package store
 
 import (
-	"os"
-	"path/filepath"
-	"regexp"
 	"strings"
 	"testing"
 
 	"github.com/sandboxapi/sandboxapi/internal/sandbox"
+	"github.com/sandboxapi/sandboxapi/internal/testenv"
 )
 
 // TestNoStateLiteralsInSQL reads the store's source and fails on any
@@ -24,31 +22,8 @@ func TestNoStateLiteralsInSQL(t *testing.T) {
 	for _, s := range []sandbox.ExecState{sandbox.ExecRunning, sandbox.ExecDone, sandbox.ExecFailed} {
 		states[string(s)] = true
 	}
-	quoted := regexp.MustCompile(`'([a-z_]+)'|"([a-z_]+)"`)
-	files, err := filepath.Glob("*.go")
-	if err != nil {
-		t.Fatal(err)
-	}
-	checked := 0
-	for _, f := range files {
-		if strings.HasSuffix(f, "_test.go") {
-			continue
-		}
-		b, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		checked++
-		for i, line := range strings.Split(string(b), "\n") {
-			for _, m := range quoted.FindAllStringSubmatch(line, -1) {
-				if w := m[1] + m[2]; states[w] {
-					t.Errorf("%s:%d: state %q written out: use package sandbox's State (%s)", f, i+1, w, strings.TrimSpace(line))
-				}
-			}
-		}
-	}
-	if checked < 10 {
-		t.Fatalf("read only %d source files", checked)
+	for _, l := range testenv.QuotedWords(t, states, 10) {
+		t.Errorf("%s:%d: state %q written out: use package sandbox's State (%s)", l.File, l.Line, l.Word, l.Text)
 	}
 }
 
