@@ -3,14 +3,11 @@ package api
 import (
 	"context"
 	"encoding/json"
-	"io"
-	"log/slog"
 	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/sandboxapi/sandboxapi/configs"
 	"github.com/sandboxapi/sandboxapi/internal/httperr"
 	"github.com/sandboxapi/sandboxapi/internal/sandbox"
 
@@ -23,13 +20,7 @@ import (
 // not a 500; a call cancelled otherwise is not called draining.
 func TestShutdownInterruptAnswersDraining(t *testing.T) {
 	t.Parallel()
-	_, sb := newFakeServer(t)
-	plans, err := LoadPlans(configs.Plans)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := New(Config{MaxBodyBytes: 1 << 20, MaxCodeBytes: 1 << 16, MaxStdinBytes: 1 << 16, MaxIdleTTL: time.Hour},
-		Deps{Sandboxes: blockingSandboxes{sb}, Keys: fakeKeys{}, Plans: plans, Log: slog.New(slog.NewJSONHandler(io.Discard, nil))})
+	srv, _ := newFakeServerDeps(t, nil, func(d *Deps) { d.Sandboxes = blockingSandboxes{d.Sandboxes.(*fakeSandboxes)} })
 	req := httptest.NewRequest("POST", "/v1/sessions", strings.NewReader(`{"language":"bash"}`))
 	req.Header.Set("X-RapidAPI-Key", "key-PRO")
 	w := httptest.NewRecorder()

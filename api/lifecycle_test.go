@@ -4,14 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/sandboxapi/sandboxapi/configs"
 	"github.com/sandboxapi/sandboxapi/internal/sandbox"
 
 	"github.com/sandboxapi/sandboxapi/api/wire"
@@ -122,13 +120,7 @@ func TestForkAndHibernateRoutes(t *testing.T) {
 // executor's note before the reply's header is written.
 func TestResumeHeader(t *testing.T) {
 	t.Parallel()
-	_, sb := newFakeServer(t)
-	plans, err := LoadPlans(configs.Plans)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := New(Config{MaxBodyBytes: 1 << 20, MaxCodeBytes: 1 << 16, MaxStdinBytes: 1 << 16, MaxIdleTTL: time.Hour},
-		Deps{Sandboxes: resumingSandboxes{sb}, Keys: fakeKeys{}, Plans: plans, Log: slog.New(slog.NewJSONHandler(io.Discard, nil))})
+	srv, _ := newFakeServerDeps(t, nil, func(d *Deps) { d.Sandboxes = resumingSandboxes{d.Sandboxes.(*fakeSandboxes)} })
 	req := httptest.NewRequest("POST", "/v1/sessions", strings.NewReader(`{"language":"bash"}`))
 	req.Header.Set("X-RapidAPI-Key", "key-PRO")
 	w := httptest.NewRecorder()
@@ -160,13 +152,7 @@ func (r resumingSandboxes) Execute(ctx context.Context, owner, id string, req sa
 // X-Sandbox-Resumed: its headers wait for the resume, up to a heartbeat.
 func TestResumeHeaderWaitsForSlowResume(t *testing.T) {
 	t.Parallel()
-	_, sb := newFakeServer(t)
-	plans, err := LoadPlans(configs.Plans)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := New(Config{MaxBodyBytes: 1 << 20, MaxCodeBytes: 1 << 16, MaxStdinBytes: 1 << 16, MaxIdleTTL: time.Hour, StreamHeartbeat: 5 * time.Second},
-		Deps{Sandboxes: slowResumeSandboxes{sb}, Keys: fakeKeys{}, Plans: plans, Log: slog.New(slog.NewJSONHandler(io.Discard, nil))})
+	srv, _ := newFakeServerDeps(t, func(c *Config) { c.StreamHeartbeat = 5 * time.Second }, func(d *Deps) { d.Sandboxes = slowResumeSandboxes{d.Sandboxes.(*fakeSandboxes)} })
 	ts := httptest.NewServer(srv)
 	defer ts.Close()
 	post := func(path, body string) *http.Response {
