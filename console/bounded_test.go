@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -99,15 +98,7 @@ func FuzzReadNetwork(f *testing.F) {
 func TestConsoleSessionsBounded(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	st, err := store.Open(ctx, filepath.Join(t.TempDir(), "sandboxapi.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	now := time.Now().UTC().Truncate(time.Millisecond)
-	if err := st.InsertKey(ctx, store.KeyRow{ID: "key_a", Name: "alice", Plan: "ULTRA", Hash: "h", CreatedAt: now}); err != nil {
-		t.Fatal(err)
-	}
+	st, now := storeWithKey(t, "ULTRA")
 	const total = 120
 	big, huge := networkJSON(256), networkJSON(20000)
 	for i := range total {

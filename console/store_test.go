@@ -21,15 +21,7 @@ func (d fakeDisk) HomeUsage(id string) (int64, int64, bool) {
 // sessions only, usage summed over routes per key and day.
 func TestStoreSessions(t *testing.T) {
 	ctx := t.Context()
-	st, err := store.Open(ctx, filepath.Join(t.TempDir(), "sandboxapi.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	now := time.Now().UTC().Truncate(time.Millisecond)
-	if err := st.InsertKey(ctx, store.KeyRow{ID: "key_a", Name: "alice", Plan: "PRO", Hash: "h", CreatedAt: now}); err != nil {
-		t.Fatal(err)
-	}
+	st, now := storeWithKey(t, "PRO")
 	for _, r := range []store.SessionRow{
 		{ID: "sess_live", KeyID: "key_a", Language: "python3", State: "running", Network: `{"enabled":true,"allowed_domains":["pypi.org"]}`, CreatedAt: now, LastUsedAt: now},
 		{ID: "sess_done", KeyID: "key_a", Language: "bash", State: "ended", Network: `{}`, CreatedAt: now, LastUsedAt: now},
@@ -75,4 +67,20 @@ func TestStoreSessions(t *testing.T) {
 	if len(rows) != 1 || rows[0].KeyName != "alice" || rows[0].Requests != 2 || rows[0].Errors != 1 || rows[0].ExecMS != 5 {
 		t.Errorf("usage %+v", rows)
 	}
+}
+
+// storeWithKey opens a real SQLite store in a temporary folder holding one
+// key (key_a, "alice") of plan, and returns it with the time it used.
+func storeWithKey(t *testing.T, plan string) (*store.Store, time.Time) {
+	t.Helper()
+	st, err := store.Open(t.Context(), filepath.Join(t.TempDir(), "sandboxapi.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	now := time.Now().UTC().Truncate(time.Millisecond)
+	if err := st.InsertKey(t.Context(), store.KeyRow{ID: "key_a", Name: "alice", Plan: plan, Hash: "h", CreatedAt: now}); err != nil {
+		t.Fatal(err)
+	}
+	return st, now
 }
