@@ -11,18 +11,18 @@ import (
 // PythonEnv is what PEP 508 environment markers are evaluated against:
 // the session's Python. Extra is the extra being installed ("" for none).
 type PythonEnv struct {
-	PythonVersion        string // "3.13"
-	PythonFullVersion    string // "3.13.5"
-	ImplementationName   string // "cpython"
-	ImplementationVer    string // "3.13.5"
-	PlatformPythonImpl   string // "CPython"
-	SysPlatform          string // "linux"
-	PlatformSystem       string // "Linux"
-	PlatformMachine      string // "x86_64"
-	PlatformRelease      string
-	PlatformVersion      string
-	OSName               string // "posix"
-	Extra                string
+	PythonVersion      string // "3.13"
+	PythonFullVersion  string // "3.13.5"
+	ImplementationName string // "cpython"
+	ImplementationVer  string // "3.13.5"
+	PlatformPythonImpl string // "CPython"
+	SysPlatform        string // "linux"
+	PlatformSystem     string // "Linux"
+	PlatformMachine    string // "x86_64"
+	PlatformRelease    string
+	PlatformVersion    string
+	OSName             string // "posix"
+	Extra              string
 }
 
 // SessionPython is the Python of the runtime rootfs (Debian trixie on
