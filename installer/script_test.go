@@ -13,7 +13,7 @@ import (
 
 // hostPython returns the host's python3 for running install.py's functions
 // outside a sandbox, and a folder holding install.py.
-func hostPython(t *testing.T) (py, dir string) {
+func hostPython(t testing.TB) (py, dir string) {
 	t.Helper()
 	py = "/usr/bin/python3" // the rootfs' kind of python; pyenv shims are slow
 	if _, err := os.Stat(py); err != nil {
