@@ -69,7 +69,12 @@ func ParseEntry(list List, entry string) (Entry, error) {
 		a = a.Unmap()
 		return Entry{prefix: netip.PrefixFrom(a, a.BitLen())}, nil
 	}
-	if strings.Contains(entry, ":") && !strings.ContainsAny(entry, "*") && looksLikeV6(entry) {
+	if host, _, ok := strings.Cut(entry, ":"); ok && strings.Count(entry, ":") == 1 {
+		if _, err := netip.ParseAddr(host); err == nil {
+			return fail("contains a port (an entry allows every allowed port)")
+		}
+	}
+	if strings.Contains(entry, ":") && looksLikeV6(entry) {
 		return fail("not a valid IPv6 address")
 	}
 	p, err := ParsePattern(entry)
