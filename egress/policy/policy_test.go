@@ -172,9 +172,9 @@ func TestParseHostPort(t *testing.T) {
 func TestClassOf(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
-		name   string
-		addr   string
-		class  AddrClass // empty: public
+		name  string
+		addr  string
+		class AddrClass // empty: public
 	}{
 		{name: "public v4", addr: "93.184.216.34"},
 		{name: "public v6", addr: "2606:2800:220:1:248:1893:25c8:1946"},
@@ -249,12 +249,12 @@ func TestVetter(t *testing.T) {
 		ExtraAllowed: []netip.Prefix{netip.MustParsePrefix("127.0.0.2/32"), netip.MustParsePrefix("127.0.0.9/32"),
 			netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("::ffff:0:0/96")},
 		SandboxNets: []netip.Prefix{netip.MustParsePrefix("10.200.0.0/16"), netip.MustParsePrefix("10.201.0.0/16")},
-		Own:    func(a netip.Addr) bool { return a == own },
+		Own:         func(a netip.Addr) bool { return a == own },
 	}
 	tests := []struct {
-		name   string
-		addr   string
-		class  AddrClass
+		name  string
+		addr  string
+		class AddrClass
 	}{
 		{name: "extra allowed", addr: "127.0.0.2", class: ClassExtraAllowed},
 		{name: "extra allowed mapped", addr: "::ffff:127.0.0.2", class: ClassExtraAllowed},
