@@ -83,7 +83,7 @@ func CanonicalHost(s string) (string, error) {
 	}
 	ascii, err := profile.ToASCII(name)
 	if err != nil {
-		return "", hostErr(s, "not a valid IDNA name: "+err.Error())
+		return "", hostErr(s, "not a valid IDNA name") // idna errors quote the whole label
 	}
 	ascii = strings.ToLower(ascii)
 	// The punycode form must itself be a valid name (rejects labels that
