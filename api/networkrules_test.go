@@ -97,7 +97,9 @@ func TestNetworkAddressRulesAndDenied(t *testing.T) {
 			t.Parallel()
 			before := len(sb.ListSessions(t.Context(), "id-MEGA"))
 			code, _, body := create("key-MEGA", tc.network)
-			var doc struct{ Error struct{ Code, Message string } }
+			var doc struct {
+				Error struct{ Code, Message string }
+			}
 			_ = json.Unmarshal([]byte(body), &doc)
 			if code != 400 || doc.Error.Code != tc.code || !strings.Contains(doc.Error.Message, tc.names) {
 				t.Fatalf("create: %d %s, want 400 %s naming %s", code, body, tc.code, tc.names)
