@@ -29,6 +29,7 @@ func TestParseEntry(t *testing.T) {
 		{name: "mapped address unmapped", entry: "::ffff:203.0.113.7", want: "203.0.113.7", addr: true},
 		{name: "mapped prefix unmapped", entry: "::ffff:203.0.113.0/120", want: "203.0.113.0/24", addr: true},
 		{name: "mapped prefix too short", entry: "::ffff:0:0/95", wantErr: "host bits"},
+		{name: "mapped /96 is v4 /0", entry: "::ffff:0.0.0.0/96", want: "0.0.0.0/0", addr: true},
 		{name: "host bits set", entry: "203.0.113.7/24", wantErr: "host bits set (the network is 203.0.113.0/24)"},
 		{name: "v6 host bits set", entry: "2001:db8::1/64", wantErr: "host bits"},
 		{name: "prefix /33", entry: "203.0.113.0/33", wantErr: "not an IP address or CIDR"},

@@ -58,9 +58,8 @@ func ParseEntry(list List, entry string) (Entry, error) {
 			return fail("CIDR prefix has host bits set (the network is " + p.Masked().String() + ")")
 		}
 		if p.Addr().Is4In6() {
-			if p.Bits() < 96 {
-				return fail("IPv4-mapped prefix shorter than /96")
-			}
+			// Masked, so at least /96: a shorter prefix has host bits
+			// among the mapped form's ffff.
 			p = netip.PrefixFrom(p.Addr().Unmap(), p.Bits()-96)
 		}
 		return Entry{prefix: p}, nil
