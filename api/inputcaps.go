@@ -18,33 +18,51 @@ import (
 // egress configuration or capacity is asked: bad input is a 400 on every
 // server, whatever its plans and whether its egress is on.
 
-// maxDomainErrors is the most bad allowed_domains entries one error
-// message names; the rest are counted.
+// maxDomainErrors is the most bad allowed_domains (or denied) entries one
+// error message names; the rest are counted.
 const maxDomainErrors = 8
 
 // normalizeNetwork checks a request's network block against the caps and
-// the pattern syntax, and drops repeated allowed_domains entries in place
-// (the same name ignoring case and a trailing dot, or the same wildcard),
-// keeping the first spelling of each and their order. A nil block is
-// fine.
+// the entry syntax (domain patterns, IP addresses, CIDR prefixes), for
+// allowed_domains and denied alike, and drops repeated entries of each
+// list in place (the same canonical entry: a name ignoring case and a
+// trailing dot, the same wildcard, "1.2.3.4" and "1.2.3.4/32"), keeping
+// the first spelling of each and their order. A nil block is fine.
 func normalizeNetwork(n *NetworkRequest) error {
-	if n == nil || len(n.AllowedDomains) == 0 {
+	if n == nil {
 		return nil
 	}
-	if len(n.AllowedDomains) > sandbox.MaxAllowedDomains {
-		return apiErr(http.StatusBadRequest, "invalid_allowed_domains", "allowed_domains holds %d entries; at most %d are allowed",
-			len(n.AllowedDomains), sandbox.MaxAllowedDomains)
+	allowed, err := normalizeList(policy.ListAllowed, "invalid_allowed_domains", n.AllowedDomains)
+	if err != nil {
+		return err
+	}
+	denied, err := normalizeList(policy.ListDenied, "invalid_denied", n.Denied)
+	if err != nil {
+		return err
+	}
+	n.AllowedDomains, n.Denied = allowed, denied
+	return nil
+}
+
+// normalizeList is normalizeNetwork for one list; code is its error code.
+func normalizeList(list policy.List, code string, entries []string) ([]string, error) {
+	if len(entries) == 0 {
+		return entries, nil
+	}
+	if len(entries) > sandbox.MaxAllowedDomains {
+		return nil, &Error{Status: http.StatusBadRequest, Code: code,
+			Message: string(list) + " holds " + strconv.Itoa(len(entries)) + " entries; at most " + strconv.Itoa(sandbox.MaxAllowedDomains) + " are allowed"}
 	}
 	var bad []string
 	nbad := 0
-	seen := make(map[string]bool, len(n.AllowedDomains))
-	out := n.AllowedDomains[:0:0]
-	for _, entry := range n.AllowedDomains {
-		var p policy.Pattern
+	seen := make(map[policy.Entry]bool, len(entries))
+	out := entries[:0:0]
+	for _, entry := range entries {
+		var e policy.Entry
 		var err error
 		if len(entry) > sandbox.MaxDomainEntryBytes {
 			err = errors.New("over " + strconv.Itoa(sandbox.MaxDomainEntryBytes) + " bytes")
-		} else if p, err = policy.ParsePattern(entry); err != nil {
+		} else if e, err = policy.ParseEntry(list, entry); err != nil {
 			var pe *policy.PatternError
 			if errors.As(err, &pe) {
 				err = errors.New(pe.Reason)
@@ -57,20 +75,19 @@ func normalizeNetwork(n *NetworkRequest) error {
 			}
 			continue
 		}
-		if key := p.String(); !seen[key] {
-			seen[key] = true
+		if !seen[e] {
+			seen[e] = true
 			out = append(out, entry)
 		}
 	}
 	if nbad > 0 {
-		msg := "invalid allowed_domains entries: " + strings.Join(bad, "; ")
+		msg := "invalid " + string(list) + " entries: " + strings.Join(bad, "; ")
 		if nbad > len(bad) {
 			msg += "; and " + strconv.Itoa(nbad-len(bad)) + " more"
 		}
-		return &Error{Status: http.StatusBadRequest, Code: "invalid_allowed_domains", Message: msg}
+		return nil, &Error{Status: http.StatusBadRequest, Code: code, Message: msg}
 	}
-	n.AllowedDomains = out
-	return nil
+	return out, nil
 }
 
 // checkExecuteShape checks an execute's env and files against the caps.

@@ -29,6 +29,7 @@ func FuzzNormalizeNetwork(f *testing.F) {
 	f.Add("a.example.com", sandbox.MaxAllowedDomains)
 	f.Add("a.example.com", sandbox.MaxAllowedDomains+1)
 	f.Add("*\n*.com\n1.2.3.4\nexample.com:443\n\x00", 1)
+	f.Add("1.2.3.4\n1.2.3.4/32\n::ffff:1.2.3.4\n10.0.0.0/8\n1.2.3.4/24", 1)
 	f.Add(strings.Repeat("a", 300)+".com", 3)
 	f.Add("xn--bcher-kva.example\nbücher.example", 2)
 	f.Fuzz(func(t *testing.T, lines string, rep int) {
@@ -59,7 +60,7 @@ func FuzzNormalizeNetwork(f *testing.F) {
 			if len(e) > sandbox.MaxDomainEntryBytes {
 				t.Fatalf("entry of %d bytes accepted", len(e))
 			}
-			p, err := policy.ParsePattern(e)
+			p, err := policy.ParseEntry(policy.ListAllowed, e)
 			if err != nil {
 				t.Fatalf("kept %q, which does not parse: %v", e, err)
 			}
@@ -75,7 +76,7 @@ func FuzzNormalizeNetwork(f *testing.F) {
 			}
 		}
 		for _, e := range sent {
-			if p, err := policy.ParsePattern(e); err != nil || !seen[p.String()] {
+			if p, err := policy.ParseEntry(policy.ListAllowed, e); err != nil || !seen[p.String()] {
 				t.Fatalf("sent %q lost (%v): %q", e, err, got)
 			}
 		}

@@ -162,11 +162,17 @@ func (s *Server) checkLanguage(lang string) error {
 }
 
 // checkNetwork applies the plan to a network request and returns the
-// request the session gets (the zero value: no network).
+// request the session gets (the zero value: no network). Deny entries
+// only narrow what a session reaches, so every plan with network may send
+// them; allowed_domains (names or addresses) needs the plan's
+// allowed_domains.
 func (s *Server) checkNetwork(p *Principal, n *NetworkRequest) (NetworkRequest, error) {
 	if n == nil || !n.Enabled {
 		if n != nil && len(n.AllowedDomains) > 0 {
 			return NetworkRequest{}, apiErr(http.StatusBadRequest, "invalid_request", "allowed_domains needs network.enabled")
+		}
+		if n != nil && len(n.Denied) > 0 {
+			return NetworkRequest{}, apiErr(http.StatusBadRequest, "invalid_request", "denied needs network.enabled")
 		}
 		return NetworkRequest{}, nil
 	}
@@ -176,7 +182,11 @@ func (s *Server) checkNetwork(p *Principal, n *NetworkRequest) (NetworkRequest, 
 	if len(n.AllowedDomains) > 0 && !p.Plan.AllowedDomains {
 		return NetworkRequest{}, s.forbidden(p, "allowed_domains", func(pl *Plan) bool { return pl.AllowedDomains })
 	}
-	if _, err := policy.New(true, n.AllowedDomains); err != nil {
+	if _, err := policy.New(policy.Rules{Enabled: true, Allowed: n.AllowedDomains, Denied: n.Denied}); err != nil {
+		var pe *policy.PatternError
+		if errors.As(err, &pe) && pe.List == policy.ListDenied {
+			return NetworkRequest{}, apiErr(http.StatusBadRequest, "invalid_denied", "%v", err)
+		}
 		return NetworkRequest{}, apiErr(http.StatusBadRequest, "invalid_allowed_domains", "%v", err)
 	}
 	// Before the plan's session slot is taken: 503 network_unavailable.

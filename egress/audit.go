@@ -10,6 +10,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/sandboxapi/sandboxapi/egress/policy"
 )
 
 // Outcome is the result of one egress decision.
@@ -42,7 +44,8 @@ type Class string
 // Classes of decisions.
 const (
 	ClassAllowed         Class = "allowed"
-	ClassNotAllowed      Class = "not_allowed"      // host not in allowed_domains
+	ClassNotAllowed      Class = "not_allowed"      // host or address not in allowed_domains
+	ClassDenied          Class = "denied"           // matched a denied entry
 	ClassNetworkDisabled Class = "network_disabled" // the session has no network
 	ClassForbiddenAddr   Class = "forbidden_address"
 	ClassUnresolvable    Class = "unresolvable" // NXDOMAIN or no addresses
@@ -63,7 +66,7 @@ const (
 
 // Classes lists every Class (for metrics that pre-declare their labels
 // and for tests).
-var Classes = [...]Class{ClassAllowed, ClassNotAllowed, ClassNetworkDisabled, ClassForbiddenAddr, ClassUnresolvable,
+var Classes = [...]Class{ClassAllowed, ClassNotAllowed, ClassDenied, ClassNetworkDisabled, ClassForbiddenAddr, ClassUnresolvable,
 	ClassResolverFailure, ClassSNIMismatch, ClassNoSNI, ClassNotTLS, ClassTunnelLimit, ClassPendingLimit, ClassAuditCap,
 	ClassPlainHTTP, ClassUnknownSession, ClassStopped, ClassDialFailed, ClassError, ClassBadTarget}
 
@@ -88,18 +91,23 @@ func sessionErrClass(err error) Class {
 // session (see auditor): besides single decisions it then holds records
 // that stand for several, with Count > 1.
 type Decision struct {
-	Time      time.Time     `json:"time"`
-	Session   string        `json:"session"`
-	Mode      Mode          `json:"mode"`
-	Host      string        `json:"host"`
-	Port      uint16        `json:"port"`
-	Addr      netip.Addr    `json:"addr,omitzero"` // address dialled or refused
-	Outcome   Outcome       `json:"outcome"`
-	Reason    string        `json:"reason"`
-	Class     Class         `json:"-"`          // set with Outcome
-	BytesUp   int64         `json:"bytes_up"`   // sandbox to upstream
-	BytesDown int64         `json:"bytes_down"` // upstream to sandbox
-	Duration  time.Duration `json:"duration"`
+	Time    time.Time  `json:"time"`
+	Session string     `json:"session"`
+	Mode    Mode       `json:"mode"`
+	Host    string     `json:"host"`
+	Port    uint16     `json:"port"`
+	Addr    netip.Addr `json:"addr,omitzero"` // address dialled or refused
+	Outcome Outcome    `json:"outcome"`
+	Reason  string     `json:"reason"`
+	Class   Class      `json:"-"` // set with Outcome
+	// Rule is the session's entry that decided (`allowed_domains "x"`,
+	// `denied "y"`), empty when none did; AddrClass is the class of Addr
+	// as the policy saw it. Both come from the policy's typed decision.
+	Rule      string           `json:"rule,omitempty"`
+	AddrClass policy.AddrClass `json:"addr_class,omitempty"`
+	BytesUp   int64            `json:"bytes_up"`   // sandbox to upstream
+	BytesDown int64            `json:"bytes_down"` // upstream to sandbox
+	Duration  time.Duration    `json:"duration"`
 	// Count is how many decisions the record stands for: 0 or 1 for a
 	// single one. An aggregate (Summary false) is Count repeats of the
 	// same refusal (mode, host, port, address, outcome and reason) after
@@ -111,6 +119,11 @@ type Decision struct {
 	First   time.Time `json:"first,omitzero"`
 	Last    time.Time `json:"last,omitzero"`
 	Summary bool      `json:"summary,omitempty"`
+}
+
+// note records the rule and address class of a policy decision.
+func (d *Decision) note(pd policy.Decision) {
+	d.Rule, d.AddrClass = pd.Rule.String(), pd.Class
 }
 
 // ring keeps the last n decisions of a session. Guarded by auditor.mu.
@@ -355,6 +368,12 @@ func (a *auditor) emit(d Decision) {
 		slog.Int64("bytes_up", d.BytesUp),
 		slog.Int64("bytes_down", d.BytesDown),
 		slog.Duration("duration", d.Duration),
+	}
+	if d.Rule != "" {
+		attrs = append(attrs, slog.String("rule", d.Rule))
+	}
+	if d.AddrClass != "" {
+		attrs = append(attrs, slog.String("addr_class", string(d.AddrClass)))
 	}
 	if d.Addr.IsValid() {
 		attrs = append(attrs, slog.String("addr", d.Addr.String()))

@@ -34,7 +34,7 @@ func FuzzAnswerDNS(f *testing.F) {
 	p := &Proxy{log: discardLogger()}
 	s := &session{Session: Session{
 		ID: "fuzz", HostAddr: netip.MustParseAddr("10.9.0.1"), SandboxAddr: netip.MustParseAddr("10.9.0.2"),
-		Policy: policy.Policy{Enabled: true, Domains: policy.MustParsePatterns("*.allowed.test")},
+		Policy: policy.Policy{Enabled: true, Allow: policy.MustParseEntries(policy.ListAllowed, "*.allowed.test")},
 	}}
 	remote := &net.UDPAddr{IP: net.ParseIP("10.9.0.2"), Port: 5353}
 	f.Fuzz(func(t *testing.T, data []byte) {

@@ -37,7 +37,11 @@
 //
 // # Decisions
 //
-// Every CONNECT or transparent connection yields one Decision, kept in a
+// The proxy asks one question of the session's rules, policy.Vetter.Decide
+// (a host name alone before resolving it, then each address it resolved
+// to; an address target once), and records the typed answer's entry and
+// address class in the audit (Decision.Rule, Decision.AddrClass). Every
+// CONNECT or transparent connection yields one Decision, kept in a
 // per-session ring (Proxy.Decisions) and passed to Options.Observe.
 // Allowed tunnels are recorded when they close, with byte counts and
 // duration. What is logged (Info allow, Warn deny, Error failure) and

@@ -298,7 +298,7 @@ type testSession struct {
 func addSession(t testing.TB, p *Proxy, patterns ...string) testSession {
 	t.Helper()
 	host, sbx := testAddrs()
-	pol := policy.Policy{Enabled: true, Domains: policy.MustParsePatterns(patterns...)}
+	pol := policy.Policy{Enabled: true, Allow: policy.MustParseEntries(policy.ListAllowed, patterns...)}
 	s := Session{ID: fmt.Sprintf("sess-%s", host), HostAddr: host, SandboxAddr: sbx, Policy: pol}
 	ep, err := p.AddSession(context.Background(), s)
 	if err != nil {

@@ -107,7 +107,7 @@ func TestNetworkEndToEnd(t *testing.T) {
 		sess := Session{ID: att.SessionID, HostAddr: att.HostAddr, SandboxAddr: att.SandboxAddr}
 		sess.Policy.Enabled = true
 		if att == a {
-			sess.Policy.Domains = mustPatterns(t, "*.example.com")
+			sess.Policy.Allow = mustPatterns(t, "*.example.com")
 		}
 		if _, err := p.AddSession(context.Background(), sess); err != nil {
 			t.Fatal(err)
@@ -227,9 +227,9 @@ func TestNetworkReconcile(t *testing.T) {
 	}
 }
 
-func mustPatterns(t *testing.T, entries ...string) []policy.Pattern {
+func mustPatterns(t *testing.T, entries ...string) []policy.Entry {
 	t.Helper()
-	p, err := policy.ParsePatterns(entries)
+	p, err := policy.ParseEntries(policy.ListAllowed, entries)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -94,7 +94,7 @@ func ownAddressChild(t *testing.T, added netip.Addr) {
 	cfg.HandshakeTimeout = 2 * time.Second
 	p := newTestProxy(t, cfg)
 	sess := Session{ID: "own", HostAddr: netip.MustParseAddr("127.0.0.1"), SandboxAddr: netip.MustParseAddr("127.0.0.2"),
-		Policy: policy.Policy{Enabled: true, Domains: policy.MustParsePatterns("*.allowed.test")}}
+		Policy: policy.Policy{Enabled: true, Allow: policy.MustParseEntries(policy.ListAllowed, "*.allowed.test")}}
 	ep, err := p.AddSession(ctx, sess)
 	if err != nil {
 		t.Fatal(err)
@@ -119,7 +119,7 @@ func ownAddressChild(t *testing.T, added netip.Addr) {
 			c.Close()
 		}
 	}()
-	const want = reasonForbiddenAddr + " (" + policy.ReasonOwnAddress + ")"
+	want := reasonForbiddenAddr + " (" + policy.ClassOwn.Describe() + ")"
 
 	code, _ := rawConnect(t, s, s.SandboxAddr, fmt.Sprintf("own.allowed.test:%d", svcPort))
 	if d := lastDecision(t, p, s.ID); code != 403 || d.Outcome != OutcomeDeny || d.Reason != want || d.Addr != added {
@@ -146,7 +146,7 @@ func ownAddressChild(t *testing.T, added netip.Addr) {
 	if err := run(ctx, "", "ip", "addr", "del", added.String()+"/32", "dev", "lo"); err != nil {
 		t.Fatal(err)
 	}
-	if why, bad := p.vet.Check(added); bad {
-		t.Fatalf("removed address still refused: %s", why)
+	if c := p.vet.Class(added); !c.Dialable() {
+		t.Fatalf("removed address still refused: %s", c)
 	}
 }

@@ -138,7 +138,7 @@ func NewProxy(cfg Config, opts Options) (*Proxy, error) {
 	if pool, err := netip.ParsePrefix(cfg.Network.Pool); err == nil {
 		denied = append(denied, pool.Masked())
 	}
-	p.vet = policy.Vetter{ExtraAllowed: cfg.extraAllowed(), Denied: denied, Own: p.isOwn}
+	p.vet = policy.Vetter{ExtraAllowed: cfg.extraAllowed(), SandboxNets: denied, Own: p.isOwn}
 	p.gp = p.newGoproxy()
 	p.srv = &http.Server{
 		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -448,20 +448,22 @@ func (p *Proxy) track(s *session, t *tunnel) (untrack func()) {
 	}
 }
 
-// target is a vetted destination: the canonical host and the addresses it
-// resolved to, every one of them allowed.
+// target is a vetted destination: the CONNECT target and the addresses
+// to dial, every one of them allowed, each with its decision.
 type target struct {
-	hp    policy.HostPort
-	addrs []netip.Addr
+	t         policy.Target
+	addrs     []netip.Addr
+	decisions []policy.Decision // of addrs, index for index
 }
 
 // decideError carries the audit outcome of a refused connection.
 type decideError struct {
-	outcome Outcome
-	class   Class
-	reason  string
-	addr    netip.Addr
-	err     error
+	outcome  Outcome
+	class    Class
+	reason   string
+	addr     netip.Addr
+	decision policy.Decision // zero when the policy did not decide
+	err      error
 }
 
 func (e *decideError) Error() string { return e.reason }
@@ -475,36 +477,75 @@ const (
 	reasonDialing         = "dialing "
 )
 
-// decide applies the policy, resolves and vets every answer.
-func (p *Proxy) decide(ctx context.Context, s *session, hp policy.HostPort) (*target, string, *decideError) {
-	reason, ok := s.Policy.Allows(hp.Host)
-	if !ok {
-		class := ClassNotAllowed
-		if !s.Policy.Enabled {
-			class = ClassNetworkDisabled
-		}
-		return nil, "", &decideError{outcome: OutcomeDeny, class: class, reason: reason}
+// classOf maps a refusing policy decision to the audit's class.
+func classOf(d policy.Decision) Class {
+	switch d.Cause {
+	case policy.CauseNetworkDisabled:
+		return ClassNetworkDisabled
+	case policy.CauseDenied:
+		return ClassDenied
+	case policy.CauseForbiddenAddr:
+		return ClassForbiddenAddr
+	case policy.CauseNoTarget:
+		return ClassBadTarget
 	}
-	addrs, err := p.res.Resolve(ctx, hp.Host)
+	return ClassNotAllowed
+}
+
+// refusal is the decideError of a refusing decision on addr (zero: the
+// name alone).
+func refusal(d policy.Decision, addr netip.Addr, resolved bool) *decideError {
+	reason := d.String()
+	if resolved && d.Cause == policy.CauseForbiddenAddr {
+		reason = reasonForbiddenAddr + " (" + d.Class.Describe() + ")"
+	}
+	e := &decideError{outcome: OutcomeDeny, class: classOf(d), reason: reason, addr: addr, decision: d}
+	if d.Cause == policy.CauseForbiddenAddr {
+		e.err = ErrForbiddenAddr
+	}
+	return e
+}
+
+// decide applies the session's policy (policy.Vetter.Decide) to the
+// target: a host name first by itself, then for every address it
+// resolves to; an address target once.
+func (p *Proxy) decide(ctx context.Context, s *session, mode policy.Mode, t policy.Target, sni string) (*target, *decideError) {
+	args := policy.Args{Policy: s.Policy, Mode: mode, Host: t.Host, Addr: t.Addr, Port: t.Port, SNI: sni}
+	if t.Addr.IsValid() {
+		d := p.vet.Decide(args)
+		if !d.Allowed() {
+			return nil, refusal(d, t.Addr, false)
+		}
+		return &target{t: t, addrs: []netip.Addr{t.Addr}, decisions: []policy.Decision{d}}, nil
+	}
+	if d := p.vet.Decide(args); !d.Allowed() {
+		return nil, refusal(d, netip.Addr{}, false)
+	}
+	addrs, err := p.res.Resolve(ctx, t.Host)
 	if err != nil {
 		if errors.Is(err, ErrNXDomain) || errors.Is(err, ErrNoAddresses) {
-			return nil, "", &decideError{outcome: OutcomeDeny, class: ClassUnresolvable, reason: reasonResolving + err.Error(), err: err}
+			return nil, &decideError{outcome: OutcomeDeny, class: ClassUnresolvable, reason: reasonResolving + err.Error(), err: err}
 		}
-		return nil, "", &decideError{outcome: OutcomeError, class: ClassResolverFailure, reason: reasonResolverFailure + err.Error(), err: err}
+		return nil, &decideError{outcome: OutcomeError, class: ClassResolverFailure, reason: reasonResolverFailure + err.Error(), err: err}
 	}
-	for _, a := range addrs {
-		if why, bad := p.vet.Check(a); bad {
-			return nil, "", &decideError{outcome: OutcomeDeny, class: ClassForbiddenAddr, reason: reasonForbiddenAddr + " (" + why + ")", addr: a, err: ErrForbiddenAddr}
+	tgt := &target{t: t, addrs: addrs, decisions: make([]policy.Decision, len(addrs))}
+	for i, a := range addrs {
+		args.Addr = a
+		d := p.vet.Decide(args)
+		if !d.Allowed() {
+			return nil, refusal(d, a, true)
 		}
+		tgt.decisions[i] = d
 	}
-	return &target{hp: hp, addrs: addrs}, reason, nil
+	return tgt, nil
 }
 
 // dial connects to one of the vetted addresses; the dialer's control hook
-// re-checks the exact address right before connect(2).
-func (p *Proxy) dial(ctx context.Context, t *target) (net.Conn, netip.Addr, error) {
+// re-checks the exact address's class right before connect(2). It
+// returns the decision of the address it connected to.
+func (p *Proxy) dial(ctx context.Context, t *target) (net.Conn, policy.Decision, netip.Addr, error) {
 	var errs []error
-	for _, a := range t.addrs {
+	for i, a := range t.addrs {
 		pinned := a
 		d := net.Dialer{
 			Timeout: p.cfg.DialTimeout,
@@ -516,19 +557,19 @@ func (p *Proxy) dial(ctx context.Context, t *target) (net.Conn, netip.Addr, erro
 				if ap.Addr().Unmap() != pinned.Unmap() {
 					return fmt.Errorf("dialing %s instead of pinned %s: %w", ap.Addr(), pinned, ErrForbiddenAddr)
 				}
-				if why, bad := p.vet.Check(ap.Addr()); bad {
-					return fmt.Errorf("dialing %s (%s): %w", ap.Addr(), why, ErrForbiddenAddr)
+				if c := p.vet.Class(ap.Addr()); !c.Dialable() {
+					return fmt.Errorf("dialing %s (%s): %w", ap.Addr(), c.Describe(), ErrForbiddenAddr)
 				}
 				return nil
 			},
 		}
-		c, err := d.DialContext(ctx, "tcp", netip.AddrPortFrom(a, t.hp.Port).String())
+		c, err := d.DialContext(ctx, "tcp", netip.AddrPortFrom(a, t.t.Port).String())
 		if err == nil {
-			return c, a, nil
+			return c, t.decisions[i], a, nil
 		}
 		errs = append(errs, err)
 	}
-	return nil, netip.Addr{}, fmt.Errorf("%s%s: %w", reasonDialing, t.hp, errors.Join(errs...))
+	return nil, policy.Decision{}, netip.Addr{}, fmt.Errorf("%s%s: %w", reasonDialing, t.t, errors.Join(errs...))
 }
 
 func (p *Proxy) denyPlain(r *http.Request) {

@@ -75,14 +75,14 @@ func TestConnectHostile(t *testing.T) {
 		{name: "ula", target: hp("ula.evil.test"), code: 403, outcome: OutcomeDeny, reason: "unique local"},
 		{name: "v6 link-local", target: hp("ll6.evil.test"), code: 403, outcome: OutcomeDeny, reason: "link-local"},
 		{name: "v6 loopback", target: hp("loop6.evil.test"), code: 403, outcome: OutcomeDeny, reason: "loopback"},
-		{name: "AAAA mapped loopback", target: hp("mapped.evil.test"), code: 403, outcome: OutcomeDeny, reason: "IPv4-mapped loopback"},
-		{name: "AAAA mapped metadata", target: hp("mappedmeta.evil.test"), code: 403, outcome: OutcomeDeny, reason: "IPv4-mapped cloud metadata"},
+		{name: "AAAA mapped loopback", target: hp("mapped.evil.test"), code: 403, outcome: OutcomeDeny, reason: "(loopback)"},
+		{name: "AAAA mapped metadata", target: hp("mappedmeta.evil.test"), code: 403, outcome: OutcomeDeny, reason: "(cloud metadata)"},
 		{name: "IPv4-compatible", target: hp("compat.evil.test"), code: 403, outcome: OutcomeDeny, reason: "IPv4-compatible"},
 		{name: "NAT64", target: hp("nat64.evil.test"), code: 403, outcome: OutcomeDeny, reason: "NAT64"},
 		{name: "6to4", target: hp("sixtofour.evil.test"), code: 403, outcome: OutcomeDeny, reason: "(6to4)"},
 		{name: "Teredo", target: hp("teredo.evil.test"), code: 403, outcome: OutcomeDeny, reason: "Teredo"},
 		{name: "mixed public and metadata", target: hp("mixed.evil.test"), code: 403, outcome: OutcomeDeny, reason: "cloud metadata"},
-		{name: "public A with mapped AAAA", target: hp("mixed6.evil.test"), code: 403, outcome: OutcomeDeny, reason: "IPv4-mapped loopback"},
+		{name: "public A with mapped AAAA", target: hp("mixed6.evil.test"), code: 403, outcome: OutcomeDeny, reason: "(loopback)"},
 		{name: "CNAME to private name", target: hp("cname.evil.test"), code: 403, outcome: OutcomeDeny, reason: "loopback"},
 		{name: "CNAME needing a second query", target: hp("cnameext.evil.test"), code: 403, outcome: OutcomeDeny, reason: "cloud metadata"},
 		{name: "CNAME loop", target: hp("cnameloop.evil.test"), code: 502, outcome: OutcomeError, reason: "CNAME chain too long"},
@@ -93,8 +93,9 @@ func TestConnectHostile(t *testing.T) {
 		{name: "hex host", target: "0x7f000001:443", code: 403, outcome: OutcomeDeny, reason: "single-label"},
 		{name: "octal host", target: "0177.0.0.1:443", code: 403, outcome: OutcomeDeny, reason: "numeric host"},
 		{name: "short host", target: "127.1:443", code: 403, outcome: OutcomeDeny, reason: "numeric host"},
-		{name: "ip literal", target: "127.0.0.2:443", code: 403, outcome: OutcomeDeny, reason: "IP literal"},
-		{name: "bracketed v6", target: "[::1]:443", code: 403, outcome: OutcomeDeny, reason: "bracketed"},
+		{name: "ip literal needs an address rule", target: "127.0.0.2:443", code: 403, outcome: OutcomeDeny, reason: "address not in allowed_domains", class: "not_allowed"},
+		{name: "bracketed v6 needs an address rule", target: "[::1]:443", code: 403, outcome: OutcomeDeny, reason: "address not in allowed_domains", class: "not_allowed"},
+		{name: "bracketed v4", target: "[127.0.0.2]:443", code: 400, outcome: OutcomeDeny, reason: "malformed", class: "bad_target"},        // refused by net/http itself
 		{name: "bracketed name", target: "[ok.example.com]:443", code: 400, outcome: OutcomeDeny, reason: "malformed", class: "bad_target"}, // refused by net/http itself, audited on close
 		{name: "percent encoded", target: "ok.ex%61mple.com:443", code: 400, outcome: OutcomeDeny, reason: "malformed", class: "bad_target"},
 		{name: "NUL byte", target: "ok.example.com\x00.evil.test:443", code: 400, outcome: OutcomeDeny, reason: "malformed", class: "bad_target"},
@@ -158,7 +159,7 @@ func hostileClass(o Outcome, reason, class string) string {
 		return "resolver_failure"
 	case reason == "no addresses" || reason == "does not exist":
 		return "unresolvable"
-	case map[string]bool{"single-label": true, "numeric host": true, "IP literal": true, "bracketed": true, "missing port": true, "empty label": true}[reason],
+	case map[string]bool{"single-label": true, "numeric host": true, "missing port": true, "empty label": true}[reason],
 		strings.HasPrefix(reason, "port "):
 		return "bad_target"
 	}
@@ -199,10 +200,10 @@ func TestConnectToSandboxPool(t *testing.T) {
 		wantErr  bool     // NewProxy refuses the config
 		reason   string
 	}{
-		{name: "session pool, no extra", pool: "127.1.249.0/24", reason: policy.ReasonSandboxNetwork},
+		{name: "session pool, no extra", pool: "127.1.249.0/24", reason: policy.ClassSandboxNet.Describe()},
 		{name: "session pool under extra", pool: "127.1.249.0/24", extra: []string{"127.1.0.0/16"}, wantErr: true},
-		{name: "reserved pool under extra", extra: []string{"127.1.249.0/24"}, reserved: []string{"127.1.249.0/24"}, reason: policy.ReasonSandboxNetwork},
-		{name: "reserved bigger than extra", extra: []string{"127.1.249.0/30"}, reserved: []string{"127.1.0.0/16"}, reason: policy.ReasonSandboxNetwork},
+		{name: "reserved pool under extra", extra: []string{"127.1.249.0/24"}, reserved: []string{"127.1.249.0/24"}, reason: policy.ClassSandboxNet.Describe()},
+		{name: "reserved bigger than extra", extra: []string{"127.1.249.0/30"}, reserved: []string{"127.1.0.0/16"}, reason: policy.ClassSandboxNet.Describe()},
 		{name: "extra without reservation reaches it", extra: []string{"127.1.249.0/24"}, reason: ""},
 	}
 	for _, tt := range tests {

@@ -22,6 +22,7 @@ import (
 const (
 	ReasonSNIMismatch = "TLS SNI differs from CONNECT host"
 	ReasonNoSNI       = "TLS ClientHello without SNI"
+	ReasonBadSNI      = "TLS SNI is not a valid host name"
 	ReasonNotTLS      = "tunnel did not start with a TLS ClientHello"
 	ReasonTunnelLimit = "tunnel limit per session reached"
 )
@@ -64,16 +65,20 @@ func (p *Proxy) handleConnect(req *http.Request, client net.Conn, _ *goproxy.Pro
 	defer release()
 	settlePending(client)
 
-	hp, err := policy.ParseHostPort(req.RequestURI, p.cfg.AllowedPorts)
+	tg, err := policy.ParseTarget(req.RequestURI, p.cfg.AllowedPorts)
 	if err != nil {
 		finish(OutcomeDeny, ClassBadTarget, err.Error())
 		refuse(client, http.StatusForbidden, "bad CONNECT target")
 		return
 	}
-	d.Host, d.Port = hp.Host, hp.Port
-	tgt, reason, derr := p.decide(s.ctx, s, hp)
+	d.Host, d.Port = tg.Host, tg.Port
+	if tg.Addr.IsValid() {
+		d.Host = tg.Addr.String()
+	}
+	tgt, derr := p.decide(s.ctx, s, policy.ModeConnect, tg, "")
 	if derr != nil {
 		d.Addr = derr.addr
+		d.note(derr.decision)
 		code := http.StatusForbidden
 		if derr.outcome == OutcomeError {
 			code = http.StatusBadGateway
@@ -86,13 +91,14 @@ func (p *Proxy) handleConnect(req *http.Request, client net.Conn, _ *goproxy.Pro
 		refuse(client, code, public)
 		return
 	}
-	up, addr, err := p.dial(s.ctx, tgt)
+	up, pd, addr, err := p.dial(s.ctx, tgt)
 	if err != nil {
 		finish(OutcomeError, ClassDialFailed, err.Error())
 		refuse(client, http.StatusBadGateway, "upstream unreachable")
 		return
 	}
 	d.Addr = addr
+	d.note(pd)
 	// Track from here on so Stop and RemoveSession also close tunnels
 	// still waiting for their ClientHello.
 	t := &tunnel{client: client, upstream: up}
@@ -109,9 +115,25 @@ func (p *Proxy) handleConnect(req *http.Request, client net.Conn, _ *goproxy.Pro
 	switch {
 	case err != nil:
 		why, class = ReasonNotTLS+": "+err.Error(), ClassNotTLS
+	case tg.Addr.IsValid():
+		// An address target takes any server name (or none): the tunnel
+		// goes to the vetted address whatever the name says; a name on the
+		// deny list still refuses it.
+		if sni == "" {
+			break
+		}
+		name, err := policy.CanonicalHost(sni)
+		if err != nil {
+			why, class = fmt.Sprintf("%s (%q): %v", ReasonBadSNI, sni, err), ClassBadTarget
+			break
+		}
+		if again := p.vet.Decide(policy.Args{Policy: s.Policy, Mode: policy.ModeConnect, Addr: addr, Port: tg.Port, SNI: name}); !again.Allowed() {
+			d.note(again)
+			why, class = fmt.Sprintf("TLS SNI %q: %s", name, again), classOf(again)
+		}
 	case sni == "":
 		why, class = ReasonNoSNI, ClassNoSNI
-	case !sameHost(sni, hp.Host):
+	case !sameHost(sni, tg.Host):
 		why, class = fmt.Sprintf("%s (%q)", ReasonSNIMismatch, sni), ClassSNIMismatch
 	}
 	if why != "" {
@@ -120,7 +142,7 @@ func (p *Proxy) handleConnect(req *http.Request, client net.Conn, _ *goproxy.Pro
 		return
 	}
 	p.splice(s, t, hello, &d)
-	finish(OutcomeAllow, ClassAllowed, reason)
+	finish(OutcomeAllow, ClassAllowed, pd.String())
 }
 
 // splice forwards the already-read hello and then tunnels until done. The
@@ -197,25 +219,27 @@ func (p *Proxy) handleTransparent(s *session, client net.Conn) {
 		return
 	}
 	d.Host = host
-	tgt, reason, derr := p.decide(s.ctx, s, policy.HostPort{Host: host, Port: p.cfg.TransparentUpstreamPort})
+	tgt, derr := p.decide(s.ctx, s, policy.ModeTransparent, policy.Target{Host: host, Port: p.cfg.TransparentUpstreamPort}, "")
 	if derr != nil {
 		d.Addr = derr.addr
+		d.note(derr.decision)
 		finish(derr.outcome, derr.class, derr.reason)
 		client.Close()
 		return
 	}
-	up, addr, err := p.dial(s.ctx, tgt)
+	up, pd, addr, err := p.dial(s.ctx, tgt)
 	if err != nil {
 		finish(OutcomeError, ClassDialFailed, err.Error())
 		client.Close()
 		return
 	}
 	d.Addr = addr
+	d.note(pd)
 	t := &tunnel{client: client, upstream: up}
 	untrack := p.track(s, t)
 	defer untrack()
 	p.splice(s, t, hello, &d)
-	finish(OutcomeAllow, ClassAllowed, reason)
+	finish(OutcomeAllow, ClassAllowed, pd.String())
 }
 
 type dnsCloser struct{ srv *dns.Server }
@@ -297,7 +321,7 @@ func (p *Proxy) answerDNS(s *session, w dns.ResponseWriter, r *dns.Msg) {
 	host, err := policy.CanonicalHost(strings.TrimSuffix(q.Name, "."))
 	allowed := false
 	if err == nil {
-		_, allowed = s.Policy.Allows(host)
+		allowed = p.vet.Decide(policy.Args{Policy: s.Policy, Mode: policy.ModeTransparent, Host: host, Port: p.cfg.TransparentUpstreamPort}).Allowed()
 	}
 	p.log.Debug("egress dns", slog.String("session", s.ID), slog.String("name", q.Name),
 		slog.String("type", dns.TypeToString[q.Qtype]), slog.Bool("allowed", allowed))

@@ -74,7 +74,7 @@ func (s *Sessions) stateFile(id string) string { return filepath.Join(s.dir, id+
 
 // policyFor builds the proxy policy of a session's network request.
 func policyFor(req sandbox.NetworkRequest) (policy.Policy, error) {
-	pol, err := policy.New(req.Enabled, req.AllowedDomains)
+	pol, err := policy.New(policy.Rules{Enabled: req.Enabled, Allowed: req.AllowedDomains, Denied: req.Denied})
 	if err != nil {
 		return policy.Policy{}, fmt.Errorf("building egress policy: %w", err)
 	}

@@ -45,6 +45,8 @@ func TestSessionPolicy(t *testing.T) {
 		{name: "list", raw: `{"enabled":true,"allowed_domains":["*.example.com"]}`, allows: "a.example.com", denies: "example.com"},
 		{name: "disabled", raw: `{"enabled":false}`, denies: "example.org"},
 		{name: "bad entry", raw: `{"enabled":true,"allowed_domains":["*"]}`, wantErr: true},
+		{name: "denied wins", raw: `{"enabled":true,"allowed_domains":["*.example.com"],"denied":["evil.example.com"]}`, allows: "a.example.com", denies: "evil.example.com"},
+		{name: "bad denied entry", raw: `{"enabled":true,"denied":["10.0.0.1/8"]}`, wantErr: true},
 		{name: "not json", raw: `{`, wantErr: true},
 	}
 	for _, tc := range cases {
@@ -58,12 +60,12 @@ func TestSessionPolicy(t *testing.T) {
 				t.Fatalf("err = %v, want error %v", err, tc.wantErr)
 			}
 			if tc.allows != "" {
-				if _, ok := pol.Allows(tc.allows); !ok {
+				if !(policy.Vetter{}).Decide(policy.Args{Policy: pol, Host: tc.allows}).Allowed() {
 					t.Errorf("%s denied", tc.allows)
 				}
 			}
 			if tc.denies != "" {
-				if _, ok := pol.Allows(tc.denies); ok {
+				if (policy.Vetter{}).Decide(policy.Args{Policy: pol, Host: tc.denies}).Allowed() {
 					t.Errorf("%s allowed", tc.denies)
 				}
 			}

@@ -81,7 +81,7 @@ func run(mib, runs, setups int) error {
 	sbx := netip.MustParseAddr("127.1.0.2")
 	ep, err := p.AddSession(context.Background(), egress.Session{
 		ID: "bench", HostAddr: netip.MustParseAddr("127.1.0.1"), SandboxAddr: sbx,
-		Policy: policy.Policy{Enabled: true, Domains: policy.MustParsePatterns("*.example.com")},
+		Policy: policy.Policy{Enabled: true, Allow: policy.MustParseEntries(policy.ListAllowed, "*.example.com")},
 	})
 	if err != nil {
 		return err

@@ -83,7 +83,7 @@ func CanonicalHost(s string) (string, error) {
 	}
 	ascii, err := profile.ToASCII(name)
 	if err != nil {
-		return "", hostErr(s, "not a valid IDNA name: "+err.Error())
+		return "", hostErr(s, "not a valid IDNA name") // idna errors quote the whole label
 	}
 	ascii = strings.ToLower(ascii)
 	// The punycode form must itself be a valid name (rejects labels that
@@ -162,42 +162,100 @@ var DefaultPorts = []uint16{443}
 // ParseHostPort parses the authority of a CONNECT request ("host:port")
 // strictly: the port is required, decimal, without sign or leading zeros,
 // and must be in allowedPorts (DefaultPorts when empty); the host must pass
-// CanonicalHost, so IP literals in any form and "[v6]" are rejected.
+// CanonicalHost, so IP literals in any form and "[v6]" are rejected (see
+// ParseTarget for a target that may be an address).
 func ParseHostPort(s string, allowedPorts []uint16) (HostPort, error) {
-	if strings.IndexByte(s, 0) >= 0 {
-		return HostPort{}, hostErr(s, "NUL byte")
+	hostPart, port, err := splitPort(s, allowedPorts)
+	if err != nil {
+		return HostPort{}, err
 	}
-	if strings.HasPrefix(s, "[") {
+	if strings.HasPrefix(hostPart, "[") {
 		return HostPort{}, hostErr(s, "bracketed literal")
-	}
-	i := strings.LastIndexByte(s, ':')
-	if i < 0 {
-		return HostPort{}, hostErr(s, "missing port")
-	}
-	hostPart, portPart := s[:i], s[i+1:]
-	if !isDigits(portPart) || len(portPart) > 5 || (len(portPart) > 1 && portPart[0] == '0') {
-		return HostPort{}, hostErr(s, "bad port")
-	}
-	p, err := strconv.ParseUint(portPart, 10, 16)
-	if err != nil || p == 0 {
-		return HostPort{}, hostErr(s, "bad port")
-	}
-	if len(allowedPorts) == 0 {
-		allowedPorts = DefaultPorts
-	}
-	ok := false
-	for _, ap := range allowedPorts {
-		if ap == uint16(p) {
-			ok = true
-			break
-		}
-	}
-	if !ok {
-		return HostPort{}, hostErr(s, fmt.Sprintf("port %d not allowed", p))
 	}
 	host, err := CanonicalHost(hostPart)
 	if err != nil {
 		return HostPort{}, err
 	}
-	return HostPort{Host: host, Port: uint16(p)}, nil
+	return HostPort{Host: host, Port: port}, nil
+}
+
+// Target is a CONNECT destination: a canonical host name or an address,
+// and a port. Exactly one of Host and Addr is set in a parsed Target.
+type Target struct {
+	Host string     // canonical (see CanonicalHost); "" for an address
+	Addr netip.Addr // unmapped, without zone; zero for a host name
+	Port uint16
+}
+
+// String returns host:port, with brackets around an IPv6 address.
+func (t Target) String() string {
+	if t.Addr.IsValid() {
+		return netip.AddrPortFrom(t.Addr, t.Port).String()
+	}
+	return HostPort{Host: t.Host, Port: t.Port}.String()
+}
+
+// ParseTarget parses the authority of a CONNECT request as ParseHostPort
+// does, but also takes an IP address: dotted-decimal IPv4 ("1.2.3.4:443")
+// or bracketed IPv6 ("[2001:db8::1]:443"). An IPv4-mapped IPv6 address is
+// its IPv4 address. Zones, a bracketed IPv4 address or name, and the
+// numeric host forms that only some parsers read as IPv4 (octal, hex,
+// "127.1", a bare integer) are rejected.
+func ParseTarget(s string, allowedPorts []uint16) (Target, error) {
+	hostPart, port, err := splitPort(s, allowedPorts)
+	if err != nil {
+		return Target{}, err
+	}
+	if inner, ok := strings.CutPrefix(hostPart, "["); ok {
+		inner, ok = strings.CutSuffix(inner, "]")
+		a, err := netip.ParseAddr(inner)
+		switch {
+		case !ok || err != nil || strings.ContainsAny(inner, "[]"):
+			return Target{}, hostErr(s, "bracketed literal that is not an IPv6 address")
+		case a.Zone() != "":
+			return Target{}, hostErr(s, "zoned address")
+		case !a.Is6():
+			return Target{}, hostErr(s, "bracketed IPv4 address")
+		}
+		return Target{Addr: a.Unmap(), Port: port}, nil
+	}
+	if a, err := netip.ParseAddr(hostPart); err == nil && a.Is4() {
+		return Target{Addr: a, Port: port}, nil
+	}
+	host, err := CanonicalHost(hostPart)
+	if err != nil {
+		return Target{}, err
+	}
+	return Target{Host: host, Port: port}, nil
+}
+
+// splitPort splits host:port at the last colon and checks the port.
+func splitPort(s string, allowedPorts []uint16) (string, uint16, error) {
+	if strings.IndexByte(s, 0) >= 0 {
+		return "", 0, hostErr(s, "NUL byte")
+	}
+	i := strings.LastIndexByte(s, ':')
+	if i < 0 || (strings.HasPrefix(s, "[") && !strings.HasSuffix(s[:i], "]")) {
+		if strings.HasPrefix(s, "[") {
+			return "", 0, hostErr(s, "bracketed literal without port")
+		}
+		return "", 0, hostErr(s, "missing port")
+	}
+	hostPart, portPart := s[:i], s[i+1:]
+	if !isDigits(portPart) || len(portPart) > 5 || (len(portPart) > 1 && portPart[0] == '0') {
+		return "", 0, hostErr(s, "bad port")
+	}
+	p, err := strconv.ParseUint(portPart, 10, 16)
+	if err != nil || p == 0 {
+		return "", 0, hostErr(s, "bad port")
+	}
+	if len(allowedPorts) == 0 {
+		allowedPorts = DefaultPorts
+	}
+	for _, ap := range allowedPorts {
+		if ap == uint16(p) {
+			return hostPart, uint16(p), nil
+		}
+	}
+	return "", 0, hostErr(s, fmt.Sprintf("port %d not allowed", p))
 }

@@ -9,18 +9,23 @@ import (
 )
 
 // ErrInvalidPattern is wrapped by every error about a malformed
-// allowed_domains entry.
-var ErrInvalidPattern = errors.New("invalid allowed_domains entry")
+// allowed_domains or denied entry.
+var ErrInvalidPattern = errors.New("invalid network rule entry")
 
-// PatternError names the bad allowed_domains entry and why it was rejected.
-// It wraps ErrInvalidPattern.
+// PatternError names the bad entry, its list and why it was rejected. It
+// wraps ErrInvalidPattern.
 type PatternError struct {
+	List   List // ListAllowed when empty
 	Entry  string
 	Reason string
 }
 
 func (e *PatternError) Error() string {
-	return fmt.Sprintf("invalid allowed_domains entry %q: %s", e.Entry, e.Reason)
+	list := e.List
+	if list == "" {
+		list = ListAllowed
+	}
+	return fmt.Sprintf("invalid %s entry %q: %s", list, e.Entry, e.Reason)
 }
 
 // Unwrap returns ErrInvalidPattern.
@@ -126,51 +131,4 @@ func (p Pattern) matchCanonical(h string) bool {
 		return h == p.base
 	}
 	return len(h) > len(p.base)+1 && strings.HasSuffix(h, p.base) && h[len(h)-len(p.base)-1] == '.'
-}
-
-// Policy is a session's egress policy. The zero value denies everything.
-// With Enabled and no Domains, any public host is allowed (IP vetting still
-// applies). It is a plain value, safe for concurrent reads.
-type Policy struct {
-	Enabled bool
-	Domains []Pattern
-}
-
-// New builds the policy of a session from its request: network enabled or
-// not, and the allowed_domains entries (none: any public host). The error
-// joins a *PatternError for every bad entry (a 400 for the client).
-func New(enabled bool, allowedDomains []string) (Policy, error) {
-	d, err := ParsePatterns(allowedDomains)
-	if err != nil {
-		return Policy{}, err
-	}
-	if len(d) == 0 {
-		d = nil
-	}
-	return Policy{Enabled: enabled, Domains: d}, nil
-}
-
-// Deny reasons returned by Policy.Allows.
-const (
-	ReasonNetworkDisabled = "network disabled for session"
-	ReasonNotAllowed      = "host not in allowed_domains"
-	ReasonAllowedAny      = "network enabled, no allowed_domains list"
-	ReasonAllowedPattern  = "matched allowed_domains entry "
-)
-
-// Allows reports whether the canonical host h may be reached, with a reason
-// suitable for the audit log.
-func (p Policy) Allows(h string) (reason string, ok bool) {
-	if !p.Enabled {
-		return ReasonNetworkDisabled, false
-	}
-	if len(p.Domains) == 0 {
-		return ReasonAllowedAny, true
-	}
-	for _, d := range p.Domains {
-		if d.matchCanonical(h) {
-			return ReasonAllowedPattern + d.String(), true
-		}
-	}
-	return ReasonNotAllowed, false
 }

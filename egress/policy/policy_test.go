@@ -121,31 +121,6 @@ func TestPatternMatch(t *testing.T) {
 	}
 }
 
-func TestPolicyAllows(t *testing.T) {
-	t.Parallel()
-	tests := []struct {
-		name   string
-		policy Policy
-		host   string
-		want   bool
-	}{
-		{name: "zero value denies", policy: Policy{}, host: "example.com", want: false},
-		{name: "enabled no list allows any", policy: Policy{Enabled: true}, host: "example.org", want: true},
-		{name: "listed", policy: Policy{Enabled: true, Domains: MustParsePatterns("*.example.com")}, host: "a.example.com", want: true},
-		{name: "not listed", policy: Policy{Enabled: true, Domains: MustParsePatterns("*.example.com")}, host: "example.org", want: false},
-		{name: "disabled with list", policy: Policy{Domains: MustParsePatterns("example.com")}, host: "example.com", want: false},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
-			reason, got := tt.policy.Allows(tt.host)
-			if got != tt.want || reason == "" {
-				t.Fatalf("Allows(%q) = %q, %v; want %v with a reason", tt.host, reason, got, tt.want)
-			}
-		})
-	}
-}
-
 func TestParseHostPort(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
@@ -194,78 +169,74 @@ func TestParseHostPort(t *testing.T) {
 	}
 }
 
-func TestForbidden(t *testing.T) {
+func TestClassOf(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
-		name   string
-		addr   string
-		reason string // empty: allowed
+		name  string
+		addr  string
+		class AddrClass // empty: public
 	}{
 		{name: "public v4", addr: "93.184.216.34"},
 		{name: "public v6", addr: "2606:2800:220:1:248:1893:25c8:1946"},
-		{name: "loopback", addr: "127.0.0.1", reason: "loopback"},
-		{name: "loopback other", addr: "127.255.0.9", reason: "loopback"},
-		{name: "private 10", addr: "10.1.2.3", reason: "private"},
-		{name: "private 172", addr: "172.31.255.255", reason: "private"},
+		{name: "loopback", addr: "127.0.0.1", class: ClassLoopback},
+		{name: "loopback other", addr: "127.255.0.9", class: ClassLoopback},
+		{name: "private 10", addr: "10.1.2.3", class: ClassPrivate},
+		{name: "private 172", addr: "172.31.255.255", class: ClassPrivate},
 		{name: "not private 172.32", addr: "172.32.0.1"},
-		{name: "private 192.168", addr: "192.168.1.1", reason: "private"},
-		{name: "metadata", addr: "169.254.169.254", reason: "cloud metadata"},
-		{name: "link-local", addr: "169.254.1.1", reason: "link-local"},
-		{name: "cgnat", addr: "100.64.0.1", reason: "carrier-grade NAT"},
-		{name: "cgnat end", addr: "100.127.255.255", reason: "carrier-grade NAT"},
-		{name: "multicast", addr: "224.0.0.1", reason: "multicast"},
-		{name: "unspecified", addr: "0.0.0.0", reason: "unspecified"},
-		{name: "zero net", addr: "0.1.2.3", reason: "this network"},
-		{name: "broadcast", addr: "255.255.255.255", reason: "broadcast"},
-		{name: "benchmarking", addr: "198.19.0.1", reason: "benchmarking"},
-		{name: "doc 1", addr: "192.0.2.1", reason: "documentation"},
-		{name: "doc 2", addr: "198.51.100.1", reason: "documentation"},
-		{name: "doc 3", addr: "203.0.113.1", reason: "documentation"},
-		{name: "reserved", addr: "240.0.0.1", reason: "reserved"},
-		{name: "v6 unspecified", addr: "::", reason: "unspecified"},
-		{name: "v6 loopback", addr: "::1", reason: "loopback"},
-		{name: "ula", addr: "fd12::1", reason: "unique local"},
-		{name: "v6 link-local", addr: "fe80::1", reason: "link-local"},
-		{name: "v6 zoned", addr: "fe80::1%eth0", reason: "zoned"},
-		{name: "v6 multicast", addr: "ff02::1", reason: "multicast"},
-		{name: "mapped loopback", addr: "::ffff:127.0.0.1", reason: "IPv4-mapped loopback"},
-		{name: "mapped metadata", addr: "::ffff:169.254.169.254", reason: "IPv4-mapped cloud metadata"},
+		{name: "private 192.168", addr: "192.168.1.1", class: ClassPrivate},
+		{name: "metadata", addr: "169.254.169.254", class: ClassMetadata},
+		{name: "link-local", addr: "169.254.1.1", class: ClassLinkLocal},
+		{name: "cgnat", addr: "100.64.0.1", class: ClassCGNAT},
+		{name: "cgnat end", addr: "100.127.255.255", class: ClassCGNAT},
+		{name: "multicast", addr: "224.0.0.1", class: ClassMulticast},
+		{name: "unspecified", addr: "0.0.0.0", class: ClassUnspecified},
+		{name: "zero net", addr: "0.1.2.3", class: ClassThisNetwork},
+		{name: "broadcast", addr: "255.255.255.255", class: ClassBroadcast},
+		{name: "benchmarking", addr: "198.19.0.1", class: ClassBenchmarking},
+		{name: "doc 1", addr: "192.0.2.1", class: ClassDocumentation},
+		{name: "doc 2", addr: "198.51.100.1", class: ClassDocumentation},
+		{name: "doc 3", addr: "203.0.113.1", class: ClassDocumentation},
+		{name: "reserved", addr: "240.0.0.1", class: ClassReserved},
+		{name: "v6 unspecified", addr: "::", class: ClassUnspecified},
+		{name: "v6 loopback", addr: "::1", class: ClassLoopback},
+		{name: "ula", addr: "fd12::1", class: ClassUniqueLocal},
+		{name: "v6 link-local", addr: "fe80::1", class: ClassLinkLocal},
+		{name: "v6 zoned", addr: "fe80::1%eth0", class: ClassInvalid},
+		{name: "v6 multicast", addr: "ff02::1", class: ClassMulticast},
+		{name: "mapped loopback", addr: "::ffff:127.0.0.1", class: ClassLoopback},
+		{name: "mapped metadata", addr: "::ffff:169.254.169.254", class: ClassMetadata},
 		{name: "mapped public", addr: "::ffff:93.184.216.34"},
-		{name: "compatible", addr: "::127.0.0.1", reason: "IPv4-compatible"},
-		{name: "compatible public", addr: "::93.184.216.34", reason: "IPv4-compatible"},
-		{name: "nat64", addr: "64:ff9b::7f00:1", reason: "NAT64"},
-		{name: "nat64 public", addr: "64:ff9b::5db8:d822", reason: "NAT64"},
-		{name: "local nat64", addr: "64:ff9b:1::1", reason: "local-use NAT64"},
-		{name: "6to4 loopback", addr: "2002:7f00:1::1", reason: "6to4"},
-		{name: "6to4 metadata", addr: "2002:a9fe:a9fe::1", reason: "6to4"},
-		{name: "6to4 public", addr: "2002:5db8:d822::1", reason: "6to4"},
-		{name: "6to4 first", addr: "2002::", reason: "6to4"},
-		{name: "6to4 last", addr: "2002:ffff:ffff:ffff:ffff:ffff:ffff:ffff", reason: "6to4"},
+		{name: "compatible", addr: "::127.0.0.1", class: ClassV4Compatible},
+		{name: "compatible public", addr: "::93.184.216.34", class: ClassV4Compatible},
+		{name: "nat64", addr: "64:ff9b::7f00:1", class: ClassNAT64},
+		{name: "nat64 public", addr: "64:ff9b::5db8:d822", class: ClassNAT64},
+		{name: "local nat64", addr: "64:ff9b:1::1", class: ClassLocalNAT64},
+		{name: "6to4 loopback", addr: "2002:7f00:1::1", class: Class6to4},
+		{name: "6to4 metadata", addr: "2002:a9fe:a9fe::1", class: Class6to4},
+		{name: "6to4 public", addr: "2002:5db8:d822::1", class: Class6to4},
+		{name: "6to4 first", addr: "2002::", class: Class6to4},
+		{name: "6to4 last", addr: "2002:ffff:ffff:ffff:ffff:ffff:ffff:ffff", class: Class6to4},
 		{name: "after 6to4", addr: "2003::1"},
 		{name: "public 2001 outside the IETF block", addr: "2001:200::1"},
-		{name: "teredo", addr: "2001:0:4136:e378:8000:63bf:3fff:fdd2", reason: "Teredo"},
-		{name: "teredo first", addr: "2001::", reason: "Teredo"},
-		{name: "teredo last", addr: "2001:0:ffff:ffff:ffff:ffff:ffff:ffff", reason: "Teredo"},
-		{name: "nat64 first", addr: "64:ff9b::", reason: "NAT64"},
-		{name: "nat64 last", addr: "64:ff9b::ffff:ffff", reason: "NAT64"},
-		{name: "local nat64 last", addr: "64:ff9b:1:ffff:ffff:ffff:ffff:ffff", reason: "local-use NAT64"},
-		{name: "v6 documentation", addr: "2001:db8::1", reason: "documentation"},
-		{name: "v6 reserved", addr: "4000::1", reason: "not global unicast"},
-		{name: "aws v6 metadata", addr: "fd00:ec2::254", reason: "cloud metadata"},
+		{name: "teredo", addr: "2001:0:4136:e378:8000:63bf:3fff:fdd2", class: ClassTeredo},
+		{name: "teredo first", addr: "2001::", class: ClassTeredo},
+		{name: "teredo last", addr: "2001:0:ffff:ffff:ffff:ffff:ffff:ffff", class: ClassTeredo},
+		{name: "nat64 first", addr: "64:ff9b::", class: ClassNAT64},
+		{name: "nat64 last", addr: "64:ff9b::ffff:ffff", class: ClassNAT64},
+		{name: "local nat64 last", addr: "64:ff9b:1:ffff:ffff:ffff:ffff:ffff", class: ClassLocalNAT64},
+		{name: "v6 documentation", addr: "2001:db8::1", class: ClassDocumentation},
+		{name: "v6 reserved", addr: "4000::1", class: ClassNotGlobal},
+		{name: "aws v6 metadata", addr: "fd00:ec2::254", class: ClassMetadata},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			a := netip.MustParseAddr(tt.addr)
-			reason, bad := Forbidden(a)
-			if tt.reason == "" {
-				if bad {
-					t.Fatalf("Forbidden(%s) = %q, want allowed", a, reason)
-				}
-				return
+			want := tt.class
+			if want == "" {
+				want = ClassPublic
 			}
-			if !bad || !strings.Contains(reason, tt.reason) {
-				t.Fatalf("Forbidden(%s) = %q, %v; want %q", a, reason, bad, tt.reason)
+			if got := ClassOf(netip.MustParseAddr(tt.addr)); got != want {
+				t.Fatalf("ClassOf(%s) = %q, want %q", tt.addr, got, want)
 			}
 		})
 	}
@@ -277,34 +248,36 @@ func TestVetter(t *testing.T) {
 	v := Vetter{
 		ExtraAllowed: []netip.Prefix{netip.MustParsePrefix("127.0.0.2/32"), netip.MustParsePrefix("127.0.0.9/32"),
 			netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("::ffff:0:0/96")},
-		Denied: []netip.Prefix{netip.MustParsePrefix("10.200.0.0/16"), netip.MustParsePrefix("10.201.0.0/16")},
-		Own:    func(a netip.Addr) bool { return a == own },
+		SandboxNets: []netip.Prefix{netip.MustParsePrefix("10.200.0.0/16"), netip.MustParsePrefix("10.201.0.0/16")},
+		Own:         func(a netip.Addr) bool { return a == own },
 	}
 	tests := []struct {
-		name   string
-		addr   string
-		reason string
+		name  string
+		addr  string
+		class AddrClass
 	}{
-		{name: "extra allowed", addr: "127.0.0.2"},
-		{name: "extra allowed mapped", addr: "::ffff:127.0.0.2"},
-		{name: "rest of loopback", addr: "127.0.0.3", reason: "loopback"},
-		{name: "own beats extra", addr: "127.0.0.9", reason: ReasonOwnAddress},
-		{name: "own mapped", addr: "::ffff:127.0.0.9", reason: ReasonOwnAddress},
-		{name: "extra allowed private", addr: "10.1.2.3"},
-		{name: "another session's sandbox", addr: "10.200.7.2", reason: ReasonSandboxNetwork},
-		{name: "another session's host side", addr: "10.200.7.1", reason: ReasonSandboxNetwork},
-		{name: "pool first", addr: "10.200.0.0", reason: ReasonSandboxNetwork},
-		{name: "pool last", addr: "10.200.255.255", reason: ReasonSandboxNetwork},
-		{name: "installer pool", addr: "10.201.0.2", reason: ReasonSandboxNetwork},
-		{name: "pool mapped", addr: "::ffff:10.200.7.2", reason: ReasonSandboxNetwork},
-		{name: "next to pool", addr: "10.202.0.2"},
+		{name: "extra allowed", addr: "127.0.0.2", class: ClassExtraAllowed},
+		{name: "extra allowed mapped", addr: "::ffff:127.0.0.2", class: ClassExtraAllowed},
+		{name: "rest of loopback", addr: "127.0.0.3", class: ClassLoopback},
+		{name: "own beats extra", addr: "127.0.0.9", class: ClassOwn},
+		{name: "own mapped", addr: "::ffff:127.0.0.9", class: ClassOwn},
+		{name: "extra allowed private", addr: "10.1.2.3", class: ClassExtraAllowed},
+		{name: "another session's sandbox", addr: "10.200.7.2", class: ClassSandboxNet},
+		{name: "another session's host side", addr: "10.200.7.1", class: ClassSandboxNet},
+		{name: "pool first", addr: "10.200.0.0", class: ClassSandboxNet},
+		{name: "pool last", addr: "10.200.255.255", class: ClassSandboxNet},
+		{name: "installer pool", addr: "10.201.0.2", class: ClassSandboxNet},
+		{name: "pool mapped", addr: "::ffff:10.200.7.2", class: ClassSandboxNet},
+		{name: "next to pool", addr: "10.202.0.2", class: ClassExtraAllowed},
+		{name: "public", addr: "93.184.216.34", class: ClassPublic},
+		{name: "zoned", addr: "fe80::1%eth0", class: ClassInvalid},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			reason, bad := v.Check(netip.MustParseAddr(tt.addr))
-			if (tt.reason == "") == bad || !strings.Contains(reason, tt.reason) {
-				t.Fatalf("Check(%s) = %q, %v; want %q", tt.addr, reason, bad, tt.reason)
+			got := v.Class(netip.MustParseAddr(tt.addr))
+			if got != tt.class || got.Dialable() != (tt.class == ClassExtraAllowed || tt.class == ClassPublic) {
+				t.Fatalf("Class(%s) = %q, want %q", tt.addr, got, tt.class)
 			}
 		})
 	}
@@ -312,17 +285,22 @@ func TestVetter(t *testing.T) {
 
 func TestNew(t *testing.T) {
 	t.Parallel()
-	p, err := New(true, []string{"*.Example.com", "api.example.org"})
-	if err != nil || !p.Enabled || len(p.Domains) != 2 {
+	p, err := New(Rules{Enabled: true, Allowed: []string{"*.Example.com", "api.example.org", "203.0.113.0/24"}, Denied: []string{"bad.example.com"}})
+	if err != nil || !p.Enabled || len(p.Allow) != 3 || len(p.Deny) != 1 {
 		t.Fatalf("New = %+v, %v", p, err)
 	}
-	if _, ok := p.Allows("a.example.com"); !ok {
-		t.Fatal("wildcard not applied")
+	if d := (Vetter{}).Decide(Args{Policy: p, Host: "a.example.com"}); !d.Allowed() || d.Rule.Entry != "*.example.com" {
+		t.Fatalf("wildcard not applied: %+v", d)
 	}
-	if _, err := New(true, []string{"ok.example.com", "*"}); !errors.Is(err, ErrInvalidPattern) {
-		t.Fatalf("New with bad entry: %v", err)
+	_, err = New(Rules{Enabled: true, Allowed: []string{"ok.example.com", "*"}, Denied: []string{"10.0.0.1/8"}})
+	var pe *PatternError
+	if !errors.Is(err, ErrInvalidPattern) || !errors.As(err, &pe) || pe.List != ListAllowed {
+		t.Fatalf("New with bad entries: %v", err)
 	}
-	if p, err := New(true, nil); err != nil || p.Domains != nil {
-		t.Fatalf("New without list = %+v, %v", p, err)
+	if !strings.Contains(err.Error(), `invalid denied entry "10.0.0.1/8"`) || !strings.Contains(err.Error(), `invalid allowed_domains entry "*"`) {
+		t.Fatalf("error %q does not name both bad entries with their lists", err)
+	}
+	if p, err := New(Rules{Enabled: true}); err != nil || p.Allow != nil || p.Deny != nil {
+		t.Fatalf("New without lists = %+v, %v", p, err)
 	}
 }

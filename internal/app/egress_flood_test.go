@@ -86,7 +86,7 @@ func TestEgressAuditFloodBounded(t *testing.T) {
 	defer p.Stop(ctx)
 	host, sbx := netip.MustParseAddr("127.77.3.1"), netip.MustParseAddr("127.77.3.2")
 	ep, err := p.AddSession(ctx, egress.Session{ID: id, HostAddr: host, SandboxAddr: sbx,
-		Policy: policy.Policy{Enabled: true, Domains: policy.MustParsePatterns("*.allowed.test")}})
+		Policy: policy.Policy{Enabled: true, Allow: policy.MustParseEntries(policy.ListAllowed, "*.allowed.test")}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,11 +15,12 @@ import (
 const (
 	// MaxLanguageBytes bounds a language name or alias.
 	MaxLanguageBytes = 64
-	// MaxAllowedDomains bounds network.allowed_domains, as sent (before
-	// duplicates are dropped).
+	// MaxAllowedDomains bounds network.allowed_domains, and apart from it
+	// network.denied, as sent (before duplicates are dropped).
 	MaxAllowedDomains = 256
-	// MaxDomainEntryBytes bounds one allowed_domains entry: "*." and a
-	// 253-byte name with its trailing dot.
+	// MaxDomainEntryBytes bounds one allowed_domains or denied entry: "*."
+	// and a 253-byte name with its trailing dot (addresses and CIDR
+	// prefixes are shorter).
 	MaxDomainEntryBytes = 256
 	// MaxEnvVars, MaxEnvNameBytes and MaxEnvBytes bound an execute's env:
 	// the number of variables, one name, and names plus values in all.

@@ -9,6 +9,9 @@ import "encoding/json"
 type NetworkRequest struct {
 	Enabled        bool     `json:"enabled"`
 	AllowedDomains []string `json:"allowed_domains,omitempty"`
+	// Denied are domain patterns, addresses and CIDR prefixes the
+	// session may never reach; they win over AllowedDomains.
+	Denied []string `json:"denied,omitempty"`
 }
 
 // ParseNetworkRequest decodes a stored network block. Empty input is a
