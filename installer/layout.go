@@ -249,8 +249,11 @@ func (t tree) shadowsNothing(ctx context.Context, rs *ranges, loc string, p *pla
 		if !ok || !under(path, loc) && path != loc {
 			continue
 		}
-		if r := t.resolve(path, name); r != nil && under(r.path, loc) && r.path != childPath(loc, name) {
-			continue // finds a copy below loc: unchanged
+		r := t.resolve(path, name)
+		if r == nil || under(r.path, loc) && r.path != childPath(loc, name) {
+			// Not placed yet (its turn comes, and it nests if need be),
+			// or finds a copy below loc: unchanged.
+			continue
 		}
 		_, known, err := rs.versions(ctx, name, rng)
 		if err != nil || !slices.Contains(known, p.a.Version) {
