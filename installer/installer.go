@@ -98,7 +98,8 @@ type Config struct {
 	Port uint16 `yaml:"port"`
 	// Timeout bounds one install.
 	Timeout Duration `yaml:"timeout"`
-	// MaxPackages bounds one request.
+	// MaxPackages bounds one request: packages listed, or a lockfile's
+	// entries (at most the API's cap, 256).
 	MaxPackages int `yaml:"max_packages"`
 	// MaxUnpackedBytes and MaxEntries bound one npm package once unpacked.
 	MaxUnpackedBytes int64 `yaml:"max_unpacked_bytes"`
@@ -113,7 +114,7 @@ type Config struct {
 // DefaultConfig returns the defaults.
 func DefaultConfig() Config {
 	return Config{
-		Port: 3141, Timeout: Duration(2 * time.Minute), MaxPackages: 32,
+		Port: 3141, Timeout: Duration(2 * time.Minute), MaxPackages: sandbox.MaxPackages,
 		MaxUnpackedBytes: 256 << 20, MaxEntries: 20000,
 		Pool: "10.201.0.0/16", Table: "sandboxapi_install", Prefix: "sbi",
 	}
@@ -128,8 +129,8 @@ func (c Config) Validate() error {
 	if c.Timeout <= 0 {
 		errs = append(errs, errors.New("installer.timeout: must be positive"))
 	}
-	if c.MaxPackages < 1 {
-		errs = append(errs, errors.New("installer.max_packages: must be at least 1"))
+	if c.MaxPackages < 1 || c.MaxPackages > sandbox.MaxPackages {
+		errs = append(errs, fmt.Errorf("installer.max_packages: must be 1 to %d", sandbox.MaxPackages))
 	}
 	if c.MaxUnpackedBytes <= 0 || c.MaxEntries <= 0 {
 		errs = append(errs, errors.New("installer: max_unpacked_bytes and max_entries must be positive"))
