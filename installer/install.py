@@ -127,6 +127,55 @@ def fetch(url, size_limit):
     return data
 
 
+# What a package's package.json loses when it is extracted into a session
+# (the mirror serves it as published): the scripts npm would run on
+# install, and the dependency fields (the installer lays out and checks
+# dependencies itself; nothing in the session resolves them). Other
+# scripts ("test", "prepare", ...) never run for an installed package.
+LIFECYCLE_SCRIPTS = ("preinstall", "install", "postinstall", "preuninstall", "uninstall", "postuninstall")
+STRIPPED_FIELDS = ("dependencies", "optionalDependencies", "peerDependencies", "peerDependenciesMeta",
+                   "bundleDependencies", "bundledDependencies", "gypfile", "_hasShrinkwrap", "hasInstallScript")
+
+
+def strip_manifest(path):
+    """Rewrites the extracted package.json at path without lifecycle
+    scripts and dependency fields; a file with none of them stays as it
+    is. Returns what was removed."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+            fail("package.json is not a regular file")
+        raw = f.read()
+    try:
+        man = json.loads(raw)
+    except (ValueError, RecursionError) as e:
+        fail("package.json: %s" % e)
+    if not isinstance(man, dict):
+        fail("package.json is not an object")
+    removed = []
+    if "scripts" in man:
+        scripts = man["scripts"]
+        if not isinstance(scripts, dict):
+            del man["scripts"]
+            removed.append("scripts")
+        else:
+            for s in LIFECYCLE_SCRIPTS:
+                if s in scripts:
+                    del scripts[s]
+                    removed.append("scripts." + s)
+            if not scripts:
+                del man["scripts"]
+    for f in STRIPPED_FIELDS:
+        if f in man:
+            del man[f]
+            removed.append(f)
+    if removed:
+        fd = os.open(path, os.O_WRONLY | os.O_TRUNC | os.O_NOFOLLOW)
+        with os.fdopen(fd, "wb") as out:
+            out.write((json.dumps(man, indent=2, sort_keys=True, ensure_ascii=False) + "\n").encode("utf-8"))
+    return removed
+
+
 def extract_npm(data, dest, limits):
     count = 0
     total = 0
@@ -174,6 +223,10 @@ def extract_npm(data, dest, limits):
                         fail("short entry %r" % name)
                     out.write(chunk)
                     left -= len(chunk)
+    manifest = os.path.join(dest, "package.json")
+    if not os.path.isfile(manifest) or os.path.islink(manifest):
+        fail("package.json missing")
+    strip_manifest(manifest)
 
 
 def pip_argv(stage, req):

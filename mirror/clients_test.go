@@ -122,7 +122,11 @@ func TestRealNPMAgainstMirror(t *testing.T) {
 	if _, err := m.AddNPMTarball(ctx, data, "testdata", nil); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := m.AddNPMTarball(ctx, npmFixture(t, "@acme/hello", "1.0.0"), "test", nil); err != nil {
+	hello := buildTarball(t, []tarEntry{
+		{name: "package/package.json", body: `{"name": "@acme/hello", "version": "1.0.0", "main": "index.js", "scripts": {"test": "node test.js"}, "devDependencies": {"mocha": "*"}}`},
+		{name: "package/index.js", body: "module.exports = function hello() { return 'hello from @acme/hello'; };\n"},
+	})
+	if _, err := m.AddNPMTarball(ctx, hello, "test", nil); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := m.AddNPMTarball(ctx, npmFixture(t, "axios", "1.5.0"), "test", nil); err == nil {
@@ -145,14 +149,8 @@ func TestRealNPMAgainstMirror(t *testing.T) {
 	}
 	var man map[string]any
 	json.Unmarshal(b, &man)
-	if s, _ := man["scripts"].(map[string]any); s["postinstall"] != nil || man["dependencies"] != nil {
-		t.Errorf("installed manifest still has scripts/deps: %s", b)
-	}
-	if _, err := os.Stat(filepath.Join(proj, "node_modules", "@acme", "hello", "binding.gyp")); err == nil {
-		t.Error("binding.gyp installed")
-	}
-	if _, err := os.Stat(filepath.Join(proj, "node_modules", "left-pad")); err == nil {
-		t.Error("a stripped dependency was installed")
+	if s, _ := man["scripts"].(map[string]any); s["test"] != "node test.js" {
+		t.Errorf("installed manifest is not the published one: %s", b)
 	}
 	got, err := run(t, proj, clientEnv(home), node, "-e", "console.log(require('is-number')(5), require('@acme/hello')())")
 	if err != nil || strings.TrimSpace(got) != "true hello from @acme/hello" {
@@ -161,5 +159,98 @@ func TestRealNPMAgainstMirror(t *testing.T) {
 	out, err = run(t, proj, clientEnv(home), npm, append(base, "axios@1.5.0")...)
 	if err == nil {
 		t.Errorf("npm installed refused axios@1.5.0:\n%s", out)
+	}
+}
+
+// publicTree serves, on a loopback registry, the packages of
+// testdata/npm/tree: debug@4.3.7 with ms@2.1.3, and @types/debug@4.1.12
+// with @types/ms@2.1.0, each tarball as registry.npmjs.org published it.
+// tree/package-lock.json was made by the real npm against
+// registry.npmjs.org (`npm install --package-lock-only debug@4.3.7
+// @types/debug@4.1.12`).
+func publicTree(t *testing.T) *npmRegistry {
+	t.Helper()
+	reg := newNPMRegistry(t)
+	reg.addRecorded(t, "debug", "4.3.7")
+	reg.addRecorded(t, "ms", "2.1.3")
+	for name, file := range map[string]string{"@types/debug@4.1.12": "types-debug-4.1.12.tgz", "@types/ms@2.1.0": "types-ms-2.1.0.tgz"} {
+		b, err := os.ReadFile(filepath.Join("testdata", "npm", "tree", file))
+		if err != nil {
+			t.Fatal(err)
+		}
+		n, v, _ := strings.Cut(name[1:], "@")
+		reg.add("@"+n, v, regVersion{tarball: b, time: "2024-02-23T22:24:36.921Z"})
+	}
+	return reg
+}
+
+// TestRealNPMClientsPublicTree: a tree admitted through the mirror's own
+// lockfile path (`mirror add --lockfile`) serves real npm clients as the
+// public registry would: `npm ci` with the public lockfile passes (every
+// integrity is the registry's), and `npm install debug` without a
+// lockfile brings ms along from the packument's dependencies.
+func TestRealNPMClientsPublicTree(t *testing.T) {
+	t.Parallel()
+	npm := needTool(t, "npm")
+	node := needTool(t, "node")
+	ctx := context.Background()
+	reg := publicTree(t)
+	m := newTestMirror(t, true)
+	m.cfg.NPMRegistryURL = reg.URL
+	lock, err := os.ReadFile("testdata/npm/tree/package-lock.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	jobs, err := LockfileJobs(lock, "https://registry.npmjs.org")
+	if err != nil || len(jobs) != 4 {
+		t.Fatalf("lockfile jobs %v, %v", jobs, err)
+	}
+	for _, row := range m.AddAll(ctx, jobs, nil) {
+		if row.Outcome != OutcomeAdmitted {
+			t.Fatalf("%s@%s: %s %s", row.Name, row.Version, row.Outcome, row.Detail)
+		}
+	}
+	srv := serveMirror(t, m)
+	registry := srv.URL + "/mirror/npm/"
+	home := t.TempDir()
+	env := clientEnv(home)
+
+	ci := filepath.Join(home, "ci")
+	os.MkdirAll(ci, 0o755)
+	for _, f := range []string{"package.json", "package-lock.json"} {
+		b, _ := os.ReadFile(filepath.Join("testdata", "npm", "tree", f))
+		os.WriteFile(filepath.Join(ci, f), b, 0o644)
+	}
+	out, err := run(t, ci, env, npm, "ci", "--registry", registry, "--cache", filepath.Join(home, "cache-ci"), "--no-audit", "--no-fund")
+	if err != nil {
+		t.Fatalf("npm ci with the public lockfile: %v\n%s", err, out)
+	}
+	for _, p := range []string{"debug", "ms", "@types/debug", "@types/ms"} {
+		if _, err := os.Stat(filepath.Join(ci, "node_modules", p, "package.json")); err != nil {
+			t.Errorf("npm ci did not install %s: %v", p, err)
+		}
+	}
+	got, err := run(t, ci, env, node, "-e", "const d = require('debug'); console.log(typeof d, require('ms')('1h'))")
+	if err != nil || strings.TrimSpace(got) != "function 3600000" {
+		t.Errorf("after npm ci: %q, %v", got, err)
+	}
+
+	plain := filepath.Join(home, "plain")
+	os.MkdirAll(plain, 0o755)
+	os.WriteFile(filepath.Join(plain, "package.json"), []byte(`{"name":"plain","version":"1.0.0","private":true}`), 0o644)
+	out, err = run(t, plain, env, npm, "install", "debug", "@types/debug", "--registry", registry, "--cache", filepath.Join(home, "cache-plain"), "--no-audit", "--no-fund")
+	if err != nil {
+		t.Fatalf("npm install debug from the mirror: %v\n%s", err, out)
+	}
+	for _, p := range []string{"ms", "@types/ms"} {
+		b, err := os.ReadFile(filepath.Join(plain, "node_modules", p, "package.json"))
+		if err != nil {
+			t.Errorf("npm install debug left %s out: %v\n%s", p, err, out)
+			continue
+		}
+		// The installed copy is the published one, byte for byte.
+		if !strings.Contains(string(b), `"name": "`+p+`"`) && !strings.Contains(string(b), `"name":"`+p+`"`) {
+			t.Errorf("%s: %s", p, b)
+		}
 	}
 }

@@ -1,7 +1,8 @@
 // Package mirror is the curated cache of pip wheels and npm tarballs that
 // sandboxes install from. Artifacts are admitted only after archive safety
 // checks and an OSV check against a local database; npm tarballs are
-// re-packed without lifecycle scripts and dependency metadata. Admitted
+// served as published (the installer strips lifecycle scripts and
+// dependency fields when it extracts them into a session). Admitted
 // artifacts are stored by sha256 under the store dir, indexed in the
 // sandboxapi store (mirror_* tables, made by the store's migrations), and served as a PEP 503/691 simple index
 // and npm packuments by Handler.
@@ -37,7 +38,8 @@ type Artifact struct {
 	Name     string  `json:"name"` // as published (METADATA Name, package.json name)
 	Version  string  `json:"version"`
 	Filename string  `json:"filename"`
-	// SHA256 is the hex sha256 of the stored (for npm: re-packed) file.
+	// SHA256 is the hex sha256 of the stored file (npm: the published
+	// tarball, or its re-pack when Stripped is not empty).
 	SHA256 string `json:"sha256"`
 	// Integrity is "sha512-<base64>" of the stored file; Shasum its sha1
 	// hex (npm clients still read it).
@@ -54,15 +56,17 @@ type Artifact struct {
 	OSVSnapshot    string   `json:"osv_snapshot"`              // the snapshot the artifact was last judged against
 	MetadataSHA256 string   `json:"metadata_sha256,omitempty"` // wheels: sha256 of .dist-info/METADATA (PEP 658)
 	RequiresPython string   `json:"requires_python,omitempty"`
-	UpstreamSHA256 string   `json:"upstream_sha256,omitempty"` // npm: sha256 of the tarball before re-packing
+	UpstreamSHA256 string   `json:"upstream_sha256,omitempty"` // npm: sha256 of the published tarball
 	Source         string   `json:"source"`                    // "file:" path or upstream URL, without userinfo, query or fragment
-	// Stripped lists what admission took out of the published file
-	// (npm: "scripts.postinstall", "dependencies", ...); empty when the
-	// mirror serves it byte for byte as published.
+	// Stripped lists why the stored file differs from the published one
+	// (npm: an archive re-packed for data its checks did not read; files
+	// admitted by older versions of the mirror, which took out
+	// "scripts.postinstall", "dependencies", ...); empty when the mirror
+	// serves it byte for byte as published.
 	Stripped []string `json:"stripped,omitempty"`
 	// Dependencies are what an npm package needs installed next to it
-	// (name -> npm range), as published; the mirror serves them in no
-	// manifest, the installer checks them.
+	// (name -> npm range), as published less those bundled in the
+	// tarball; the installer checks them.
 	Dependencies map[string]string `json:"dependencies,omitempty"`
 	// PublishedAt is the upstream registry's publish time of this version
 	// (zero when unknown, e.g. a local file).
@@ -70,7 +74,7 @@ type Artifact struct {
 	CreatedAt   time.Time `json:"created_at"`
 	UpdatedAt   time.Time `json:"updated_at"`
 
-	manifest string // npm: sanitised package.json
+	manifest string // npm: package.json as published (as re-packed for older rows)
 }
 
 // Mirror is the service. Build it with New; the zero value is not usable.
@@ -379,7 +383,7 @@ func (m *Mirror) addNPM(ctx context.Context, data []byte, source string, accept 
 	c.a.PublishedAt = published
 	c.blob = p.Tarball
 	if len(p.Removed) > 0 {
-		m.log.InfoContext(ctx, "mirror sanitised npm package", "name", p.Name, "version", p.Version, "removed", p.Removed)
+		m.log.InfoContext(ctx, "mirror re-packed npm package", "name", p.Name, "version", p.Version, "removed", p.Removed)
 	}
 	return m.admit(ctx, c, accept)
 }

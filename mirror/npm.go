@@ -24,26 +24,6 @@ import (
 // npmMTime is the fixed mtime of re-packed entries (the one npm pack uses).
 var npmMTime = time.Date(1985, 10, 26, 8, 15, 0, 0, time.UTC)
 
-// lifecycleScripts are the package.json scripts npm runs on its own when
-// it installs a package from a registry. They are removed; other scripts
-// ("test", "prepare", "prepublishOnly", ...) never run for an installed
-// package, only when a user asks for them by name or packs the package
-// from its source, so they stay and the tarball can stay as published.
-var lifecycleScripts = []string{
-	"preinstall", "install", "postinstall",
-	"preuninstall", "uninstall", "postuninstall",
-}
-
-// strippedFields are package.json fields removed from the manifest:
-// dependency metadata (kept in the catalogue instead: the installer checks
-// that a request brings what a package needs) and node-gyp hints.
-// devDependencies stay: npm never installs them for a dependency.
-var strippedFields = []string{
-	"dependencies", "optionalDependencies", "peerDependencies", "peerDependenciesMeta",
-	"bundleDependencies", "bundledDependencies",
-	"gypfile", "_hasShrinkwrap", "hasInstallScript",
-}
-
 // nativeTools are programs whose use in an install script, or presence as
 // a dependency, means the package builds native code when installed.
 var nativeTools = []string{
@@ -51,37 +31,40 @@ var nativeTools = []string{
 	"prebuildify", "node-waf", "napi", "make", "cmake", "gcc", "g++", "cc", "clang", "cargo", "go build",
 }
 
-// NPMPackage is a sanitised npm package ready to store.
+// NPMPackage is a checked npm package ready to store.
 type NPMPackage struct {
 	Name    string
 	Version string
-	// Manifest is the sanitised package.json as written into Tarball.
+	// Manifest is package.json as published (served in the packument).
 	Manifest []byte
-	// Tarball is the deterministic re-pack.
+	// Tarball is the published file, byte for byte, unless the archive
+	// holds something the checks did not read (see Removed).
 	Tarball []byte
 	// Integrity is "sha512-<base64>" of Tarball; Shasum its sha1 hex.
 	Integrity string
 	Shasum    string
-	// Removed lists what sanitising took out ("scripts.postinstall",
-	// "dependencies", ...). When it is empty, Tarball is the input itself,
-	// byte for byte, so lockfiles made against the public registry keep
-	// their integrity.
+	// Removed lists why the archive was re-packed (data after its end,
+	// odd top folders, special mode bits). When it is empty, Tarball is
+	// the input itself, byte for byte, so lockfiles made against the
+	// public registry keep their integrity. package.json is never
+	// changed: lifecycle scripts and dependency fields are removed when
+	// the installer extracts the package into a session.
 	Removed []string
 	// Dependencies are the manifest's "dependencies" (name -> range),
 	// less those bundled in the tarball.
 	Dependencies map[string]string
 }
 
-// SanitizeNPM checks an npm tarball and, when something must go, re-packs
-// it. It refuses links, devices and other non-regular entries, unsafe or
-// duplicate names, oversize content, a missing or malformed package.json,
-// and packages that cannot work without a native build (see nativeBuild).
-// When package.json has no install-time scripts or dependency fields and
-// the archive holds nothing unread, the tarball is kept byte for byte.
-// Otherwise the re-pack holds regular files only, under "package/",
-// sorted, with fixed mtimes, owners and modes (0644, or 0755 when
-// executable), gzip without name or time, and package.json without
-// lifecycle scripts and dependency fields.
+// SanitizeNPM checks an npm tarball. It refuses links, devices and other
+// non-regular entries, unsafe or duplicate names, oversize content, a
+// missing or malformed package.json, and packages that cannot work
+// without a native build (see nativeBuild). The tarball is kept byte for
+// byte, package.json with its scripts and dependency fields included,
+// unless the archive holds something the checks did not read or npm
+// could read differently: then the re-pack holds regular files only,
+// under "package/", sorted, with fixed mtimes, owners and modes (0644, or
+// 0755 when executable), gzip without name or time, and the same
+// package.json.
 func SanitizeNPM(data []byte, l Limits) (*NPMPackage, error) {
 	if int64(len(data)) > l.MaxArtifactBytes {
 		return nil, refusef("tarball is %d bytes, over the %d byte limit", len(data), l.MaxArtifactBytes)
@@ -207,27 +190,22 @@ func SanitizeNPM(data []byte, l Limits) (*NPMPackage, error) {
 	if manifest == nil {
 		return nil, refusef("package.json missing")
 	}
-	clean, err := sanitizeManifest(manifest, pkg, files, l)
-	if err != nil {
+	if err := checkManifest(manifest, pkg, files, l); err != nil {
 		return nil, err
 	}
-	pkg.Manifest = clean
-	if len(pkg.Removed) == 0 && len(unusual) == 0 {
-		pkg.Manifest = manifest
+	pkg.Manifest = manifest
+	if len(unusual) == 0 {
 		pkg.Tarball = data
 		pkg.Integrity, pkg.Shasum = npmDigests(data)
 		return pkg, nil
 	}
-	pkg.Removed = append(pkg.Removed, unusual...)
+	pkg.Removed = unusual
 	sort.Slice(entries, func(i, j int) bool { return entries[i].name < entries[j].name })
 	var buf bytes.Buffer
 	gw, _ := gzip.NewWriterLevel(&buf, gzip.BestCompression)
 	tw := tar.NewWriter(gw)
 	for _, e := range entries {
 		b := e.data
-		if e.name == "package.json" {
-			b = clean
-		}
 		mode := int64(0o644)
 		if e.exec {
 			mode = 0o755
@@ -276,60 +254,30 @@ func npmDigests(b []byte) (integrity, shasum string) {
 	return "sha512-" + base64.StdEncoding.EncodeToString(s512[:]), hex.EncodeToString(s1[:])
 }
 
-// sanitizeManifest removes lifecycle scripts and dependency fields and
-// re-encodes package.json with sorted keys. files are the tarball's paths
-// (relative to the package folder). A package that needs a native build
-// is refused.
-func sanitizeManifest(b []byte, pkg *NPMPackage, files map[string]bool, l Limits) ([]byte, error) {
+// checkManifest reads package.json's name, version and dependencies into
+// pkg; files are the tarball's paths (relative to the package folder). A
+// package that needs a native build is refused. The manifest itself is
+// not changed.
+func checkManifest(b []byte, pkg *NPMPackage, files map[string]bool, l Limits) error {
 	var m map[string]json.RawMessage
 	if err := json.Unmarshal(b, &m); err != nil {
-		return nil, refusef("package.json: %v", err)
+		return refusef("package.json: %v", err)
 	}
 	if err := json.Unmarshal(m["name"], &pkg.Name); err != nil || !ValidName(NPM, pkg.Name) {
-		return nil, refusef("package.json: missing or bad name")
+		return refusef("package.json: missing or bad name")
 	}
 	if err := json.Unmarshal(m["version"], &pkg.Version); err != nil || !ValidVersion(NPM, pkg.Version) {
-		return nil, refusef("package.json: missing or bad version")
+		return refusef("package.json: missing or bad version")
 	}
 	if why := nativeBuild(m, files); len(why) > 0 {
-		return nil, refusef("needs a native build or an install script that builds, which the mirror never runs: %s", strings.Join(why, "; "))
+		return refusef("needs a native build or an install script that builds, which the mirror never runs: %s", strings.Join(why, "; "))
 	}
 	deps, err := dependencies(m, files, l)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	pkg.Dependencies = deps
-	if raw, ok := m["scripts"]; ok {
-		var scripts map[string]json.RawMessage
-		if err := json.Unmarshal(raw, &scripts); err != nil {
-			// Not an object: npm would ignore it, we drop it.
-			delete(m, "scripts")
-			pkg.Removed = append(pkg.Removed, "scripts")
-		} else {
-			for _, s := range lifecycleScripts {
-				if _, ok := scripts[s]; ok {
-					delete(scripts, s)
-					pkg.Removed = append(pkg.Removed, "scripts."+s)
-				}
-			}
-			if len(scripts) == 0 {
-				delete(m, "scripts")
-			} else {
-				m["scripts"], _ = json.Marshal(scripts)
-			}
-		}
-	}
-	for _, f := range strippedFields {
-		if _, ok := m[f]; ok {
-			delete(m, f)
-			pkg.Removed = append(pkg.Removed, f)
-		}
-	}
-	out, err := json.MarshalIndent(m, "", "  ")
-	if err != nil {
-		return nil, refusef("package.json: %v", err)
-	}
-	return append(out, '\n'), nil
+	return nil
 }
 
 var nativeToolRE = func() *regexp.Regexp {

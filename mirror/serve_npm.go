@@ -14,8 +14,14 @@ const (
 )
 
 // abbreviatedFields are the manifest fields kept in an abbreviated
-// packument (what npm needs to install).
-var abbreviatedFields = []string{"name", "version", "bin", "directories", "engines", "os", "cpu", "libc", "deprecated", "funding", "license", "acceptDependencies"}
+// packument (what npm needs to install), as the public registry keeps them.
+var abbreviatedFields = []string{"name", "version", "bin", "directories", "engines", "os", "cpu", "libc", "deprecated", "funding", "license", "acceptDependencies",
+	"dependencies", "optionalDependencies", "peerDependencies", "peerDependenciesMeta", "bundleDependencies", "bundledDependencies", "devDependencies",
+	"_hasShrinkwrap", "hasInstallScript"}
+
+// installScripts are the scripts npm runs when it installs a package from
+// a registry; a packument says "hasInstallScript" when one is present.
+var installScripts = []string{"preinstall", "install", "postinstall"}
 
 // parseNPMPath splits the part after /mirror/npm/ into a package name and,
 // for tarball requests, a file name. It accepts "name", "@scope%2fname",
@@ -94,6 +100,15 @@ func packument(as []Artifact, base string, abbrev bool) ([]byte, error) {
 		if err := json.Unmarshal([]byte(a.manifest), &man); err != nil {
 			return nil, fmt.Errorf("decoding manifest of %s: %w", a.Filename, err)
 		}
+		// Files admitted before the mirror served npm tarballs as
+		// published were re-packed without their dependency fields; the
+		// catalogue kept the dependencies, so clients still learn them.
+		if _, ok := man["dependencies"]; !ok && len(a.Dependencies) > 0 {
+			man["dependencies"], _ = json.Marshal(a.Dependencies)
+		}
+		if _, ok := man["hasInstallScript"]; !ok && hasInstallScript(man) {
+			man["hasInstallScript"] = json.RawMessage("true")
+		}
 		if abbrev {
 			keep := map[string]json.RawMessage{}
 			for _, f := range abbreviatedFields {
@@ -148,6 +163,21 @@ func packument(as []Artifact, base string, abbrev bool) ([]byte, error) {
 		doc["time"] = times
 	}
 	return json.Marshal(doc)
+}
+
+// hasInstallScript reports whether a manifest has a script npm runs on
+// install.
+func hasInstallScript(man map[string]json.RawMessage) bool {
+	var scripts map[string]json.RawMessage
+	if json.Unmarshal(man["scripts"], &scripts) != nil {
+		return false
+	}
+	for _, s := range installScripts {
+		if _, ok := scripts[s]; ok {
+			return true
+		}
+	}
+	return false
 }
 
 func (m *Mirror) serveNPMTarball(w http.ResponseWriter, r *http.Request, name, file string) {

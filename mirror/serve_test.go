@@ -123,22 +123,32 @@ func TestPackument(t *testing.T) {
 		if err := json.Unmarshal([]byte(full.body), &doc); err != nil || doc.Name != "@acme/hello" || doc.DistTags["latest"] != "1.0.0" || len(doc.Versions) != 2 {
 			t.Errorf("%s: %+v %v", p, full, err)
 		}
-		for _, bad := range []string{"postinstall", "preinstall", "dependencies", "left-pad", "gypfile"} {
-			if strings.Contains(full.body, bad) {
-				t.Errorf("packument mentions %s", bad)
+		// As published: the full packument holds every field of
+		// package.json, scripts and dependency fields included, and
+		// flags the install scripts as the public registry does.
+		var v map[string]json.RawMessage
+		json.Unmarshal(doc.Versions["1.0.0"], &v)
+		for _, f := range []string{"scripts", "dependencies", "optionalDependencies", "peerDependencies", "bundleDependencies", "devDependencies"} {
+			if v[f] == nil {
+				t.Errorf("%s: packument lacks %s: %s", p, f, doc.Versions["1.0.0"])
 			}
+		}
+		if string(v["hasInstallScript"]) != "true" || string(v["dependencies"]) != `{"left-pad": "^1.0.0"}` && string(v["dependencies"]) != `{"left-pad":"^1.0.0"}` {
+			t.Errorf("%s: hasInstallScript %s, dependencies %s", p, v["hasInstallScript"], v["dependencies"])
 		}
 		if !strings.Contains(full.body, `"tarball":"`+srv.URL+`/mirror/npm/@acme/hello/-/hello-1.0.0.tgz"`) || !strings.Contains(full.body, a.Integrity) {
 			t.Errorf("dist missing: %s", full.body)
 		}
 	}
 	ab := get(t, srv.URL+"/mirror/npm/@acme%2fhello", "application/vnd.npm.install-v1+json; q=1.0, application/json; q=0.8, */*")
-	if ab.ct != npmAbbreviated || strings.Contains(ab.body, `"readme"`) || strings.Contains(ab.body, `"scripts"`) || !strings.Contains(ab.body, `"bin"`) {
+	if ab.ct != npmAbbreviated || strings.Contains(ab.body, `"readme"`) || strings.Contains(ab.body, `"scripts"`) || !strings.Contains(ab.body, `"bin"`) ||
+		!strings.Contains(ab.body, `"dependencies":{"left-pad":"^1.0.0"}`) || !strings.Contains(ab.body, `"peerDependencies":{"react":"*"}`) ||
+		!strings.Contains(ab.body, `"hasInstallScript":true`) {
 		t.Errorf("abbreviated = %+v", ab)
 	}
 	tb := get(t, srv.URL+a.URLPath, "")
-	if tb.code != 200 || int64(len(tb.body)) != a.Size {
-		t.Errorf("tarball = %d", tb.code)
+	if tb.code != 200 || int64(len(tb.body)) != a.Size || tb.body != string(npmFixture(t, "@acme/hello", "1.0.0")) {
+		t.Errorf("tarball = %d, not the published bytes", tb.code)
 	}
 	if r := get(t, srv.URL+"/mirror/npm/left-pad", ""); r.code != 404 {
 		t.Errorf("unknown = %d", r.code)

@@ -11,7 +11,6 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -112,6 +111,17 @@ func (r *npmRegistry) serve(w http.ResponseWriter, req *http.Request) {
 	json.NewEncoder(w).Encode(map[string]any{"name": name, "dist-tags": map[string]string{"latest": latest}, "versions": versions, "time": times})
 }
 
+// mustDigest is the registry integrity of testdata/npm/file.
+func mustDigest(t testing.TB, file string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("testdata", "npm", file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	integ, _ := npmDigests(b)
+	return integ
+}
+
 func newerSemver(a, b string) bool {
 	as := []Artifact{{Version: a}, {Version: b}}
 	sortByVersion(NPM, as)
@@ -162,9 +172,9 @@ func TestNPMCIWithPublicLockfile(t *testing.T) {
 }
 
 // TestAddNPMKeepsDependenciesAndPublishTime: debug@4.3.7 as published
-// depends on ms@^2.1.3. The served manifest loses the field, the catalogue
-// keeps it, what was taken out is listed, and the packument's time is
-// upstream's publish time, not the admission time.
+// depends on ms@^2.1.3. The mirror serves it as published (the registry's
+// integrity), the catalogue and the packument list the dependency, and the
+// packument's time is upstream's publish time, not the admission time.
 func TestAddNPMKeepsDependenciesAndPublishTime(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -176,7 +186,7 @@ func TestAddNPMKeepsDependenciesAndPublishTime(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if a.Dependencies["ms"] != "^2.1.3" || len(a.Dependencies) != 1 || !slices.Contains(a.Stripped, "dependencies") {
+	if a.Dependencies["ms"] != "^2.1.3" || len(a.Dependencies) != 1 || len(a.Stripped) != 0 || a.SHA256 != a.UpstreamSHA256 {
 		t.Fatalf("dependencies %v, stripped %v", a.Dependencies, a.Stripped)
 	}
 	published := time.Date(2024, 9, 12, 19, 26, 2, 94e6, time.UTC)
@@ -185,7 +195,7 @@ func TestAddNPMKeepsDependenciesAndPublishTime(t *testing.T) {
 	}
 	// Read back from the store.
 	l, err := m.Lookup(ctx, NPM, "debug", "4.3.7")
-	if err != nil || l.Dependencies["ms"] != "^2.1.3" || !l.PublishedAt.Equal(published) || !slices.Contains(l.Stripped, "dependencies") {
+	if err != nil || l.Dependencies["ms"] != "^2.1.3" || !l.PublishedAt.Equal(published) || len(l.Stripped) != 0 {
 		t.Fatalf("stored: %+v, %v", l, err)
 	}
 	srv := serveMirror(t, m)
@@ -202,8 +212,11 @@ func TestAddNPMKeepsDependenciesAndPublishTime(t *testing.T) {
 	if doc.Time["4.3.7"] != published.Format(time.RFC3339Nano) {
 		t.Errorf("packument time %q, want upstream's %s", doc.Time["4.3.7"], published.Format(time.RFC3339Nano))
 	}
-	if doc.Versions["4.3.7"]["dependencies"] != nil {
-		t.Errorf("packument serves dependencies: %v", doc.Versions["4.3.7"])
+	if deps, _ := doc.Versions["4.3.7"]["dependencies"].(map[string]any); deps["ms"] != "^2.1.3" || len(deps) != 1 {
+		t.Errorf("packument dependencies: %v", doc.Versions["4.3.7"])
+	}
+	if dist, _ := doc.Versions["4.3.7"]["dist"].(map[string]any); dist["integrity"] != a.Integrity || a.Integrity != mustDigest(t, "debug-4.3.7.tgz") {
+		t.Errorf("integrity %v, want the published file's %s", dist["integrity"], a.Integrity)
 	}
 	admitted, known, err := m.Satisfying(ctx, "debug", "^4.3.0")
 	if err != nil || strings.Join(admitted, ",") != "4.3.7" || strings.Join(known, ",") != "4.3.7" {
@@ -292,7 +305,8 @@ func TestSanitizeNPMByteForByte(t *testing.T) {
 		{name: "second gzip member", data: twoMembers.Bytes(), removed: "data after the gzip stream"},
 		{name: "data after the tar end", data: afterTar, removed: "data after the end of the tar archive"},
 		{name: "setuid bit", data: setuid, removed: "mode 4755 of x"},
-		{name: "dependencies", data: plainNPM(t, "d", "1.0.0", `, "dependencies": {"ms": "^2.1.3"}`), removed: "dependencies"},
+		{name: "dependencies", data: plainNPM(t, "d", "1.0.0", `, "dependencies": {"ms": "^2.1.3"}`), same: true},
+		{name: "install script", data: plainNPM(t, "d", "1.0.0", `, "scripts": {"postinstall": "node thanks.js"}`), same: true},
 		{name: "types top folder", data: buildTarball(t, []tarEntry{{name: "node/package.json", body: `{"name":"@types/node","version":"1.0.0"}`}, {name: "node/index.d.ts", body: "export {};"}}), same: true},
 		{name: "two top folders", data: buildTarball(t, []tarEntry{{name: "node/package.json", body: `{"name":"@types/node","version":"1.0.0"}`}, {name: "package/index.d.ts", body: "x"}}), removed: "not the archive's one plain top folder"},
 		{name: "dot slash", data: buildTarball(t, []tarEntry{{name: "./package/package.json", body: `{"name":"dot","version":"1.0.0"}`}}), removed: "not the archive's one plain top folder"},
