@@ -271,6 +271,8 @@ func (t tree) shadowsNothing(ctx context.Context, rs *ranges, loc string, p *pla
 func checkTree(ctx context.Context, rs *ranges, t tree) ([]requirement, error) {
 	var rej []sandbox.PackageRejection
 	var reqs []requirement
+	// A package placed twice is reported once.
+	seenReq, seenRej := map[[3]string]bool{}, map[string]bool{}
 	for _, path := range slices.Sorted(maps.Keys(t)) {
 		n := t[path]
 		var missing []sandbox.MissingDependency
@@ -285,11 +287,13 @@ func checkTree(ctx context.Context, rs *ranges, t tree) ([]requirement, error) {
 			case r != nil && slices.Contains(known, r.p.a.Version):
 			case r != nil:
 				missing = append(missing, sandbox.MissingDependency{Name: dep, Range: rng, MirrorVersions: admitted, Requested: r.p.a.Version})
-			default:
+			case !seenReq[[3]string{n.p.requested, dep, rng}]:
+				seenReq[[3]string{n.p.requested, dep, rng}] = true
 				reqs = append(reqs, requirement{By: n.p.requested, Name: dep, Range: rng, Versions: known, admitted: admitted})
 			}
 		}
-		if len(missing) > 0 {
+		if len(missing) > 0 && !seenRej[n.p.requested] {
+			seenRej[n.p.requested] = true
 			rej = append(rej, missingRejection(n.p.requested, missing, false))
 		}
 	}
