@@ -175,6 +175,19 @@ func layoutTree(ctx context.Context, rs *ranges, plan []planned) (tree, []planne
 	for k := range plan {
 		order = append(order, &plan[k])
 	}
+	// placeTop puts p at the top, or records a conflict when another
+	// version is there.
+	placeTop := func(p *planned) bool {
+		top := childPath("", p.a.Name)
+		if other := t[top]; other != nil {
+			conflicts = append(conflicts, sandbox.PackageRejection{Package: p.requested, Status: "conflict",
+				Reason: fmt.Sprintf("%s@%s and %s@%s both belong at the top of node_modules: no package of the request uses %s, so drop one of them",
+					p.a.Name, p.a.Version, other.p.a.Name, other.p.a.Version, p.a.Version)})
+			return false
+		}
+		place(top, p)
+		return true
+	}
 	slices.SortStableFunc(order, func(a, b *planned) int {
 		if wanted[a] != wanted[b] {
 			if wanted[b] {
@@ -184,18 +197,21 @@ func layoutTree(ctx context.Context, rs *ranges, plan []planned) (tree, []planne
 		}
 		return strings.Compare(a.a.Name, b.a.Name)
 	})
+	// Every root goes to the top before any dependency is placed, so a
+	// dependency never takes a root's place.
 	for _, p := range order {
-		if placed[p] {
+		if wanted[p] {
+			break
+		}
+		placeTop(p)
+	}
+	if err := run(); err != nil {
+		return nil, nil, err
+	}
+	for _, p := range order {
+		if !wanted[p] || placed[p] || !placeTop(p) {
 			continue
 		}
-		top := childPath("", p.a.Name)
-		if other := t[top]; other != nil {
-			conflicts = append(conflicts, sandbox.PackageRejection{Package: p.requested, Status: "conflict",
-				Reason: fmt.Sprintf("%s@%s and %s@%s both belong at the top of node_modules: no package of the request needs %s, so drop one of them",
-					p.a.Name, p.a.Version, other.p.a.Name, other.p.a.Version, p.a.Version)})
-			continue
-		}
-		place(top, p)
 		if err := run(); err != nil {
 			return nil, nil, err
 		}

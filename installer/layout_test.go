@@ -89,6 +89,12 @@ func TestLayoutTree(t *testing.T) {
 	if err != nil || len(reqs) != 0 || !maps.Equal(got, want) {
 		t.Fatalf("express-like: %v %v %v", got, reqs, err)
 	}
+	// A root keeps the top even when a dependency placed first would
+	// have taken it (express without debug: ms 2.0.0 is a root).
+	got, _, err = layout(t, c, "app@1.0.0", "ms@2.0.0", "ms@2.1.3", "send@0.19.0", "encodeurl@1.0.2", "encodeurl@2.0.0")
+	if err != nil || got["node_modules/ms"] != "ms@2.0.0" || got["node_modules/send/node_modules/ms"] != "ms@2.1.3" {
+		t.Fatalf("root ms: %v %v", got, err)
+	}
 	// A cycle has no root: the first name goes to the top.
 	if got, _, err := layout(t, c, "b@1.0.0", "a@1.0.0"); err != nil || !maps.Equal(got, map[string]string{"node_modules/a": "a@1.0.0", "node_modules/b": "b@1.0.0"}) {
 		t.Fatalf("cycle: %v %v", got, err)
