@@ -19,6 +19,7 @@ type requirement struct {
 	Range    string   `json:"range"`
 	Versions []string `json:"versions"` // every version the catalog knows that satisfies Range
 	admitted []string
+	pip      bool // a pip requirement (Range is a PEP 440 specifier)
 }
 
 // reasonNames is how many missing dependencies a rejection's reason spells
@@ -28,9 +29,18 @@ const reasonNames = 20
 // missingRejection says what spec needs and what to add to the request.
 // unchecked means the session's copies could not be checked.
 func missingRejection(spec string, missing []sandbox.MissingDependency, unchecked bool) sandbox.PackageRejection {
+	return missingRejectionFor(NPM, spec, missing, unchecked)
+}
+
+// missingRejectionFor is missingRejection for a manager's spelling of
+// requirements.
+func missingRejectionFor(m Manager, spec string, missing []sandbox.MissingDependency, unchecked bool) sandbox.PackageRejection {
 	parts := make([]string, 0, min(len(missing), reasonNames)+1)
 	for _, d := range missing[:min(len(missing), reasonNames)] {
 		s := d.Name + "@" + d.Range
+		if m == Pip {
+			s = d.Name + d.Range
+		}
 		switch {
 		case d.Requested != "":
 			s += " (the request names " + d.Requested + ", outside the range"
@@ -126,6 +136,10 @@ func missingFromJob(stdout string, reqs []requirement, log *slog.Logger) *sandbo
 	}
 	byPkg := map[string][]sandbox.MissingDependency{}
 	var order []string
+	mgr := NPM
+	if len(reqs) > 0 && reqs[0].pip {
+		mgr = Pip
+	}
 	for k, r := range reqs {
 		mark := rep.Requires[k]
 		if mark == markPresent {
@@ -145,7 +159,7 @@ func missingFromJob(stdout string, reqs []requirement, log *slog.Logger) *sandbo
 	}
 	rej := &sandbox.RejectedError{}
 	for _, by := range order {
-		rej.Packages = append(rej.Packages, missingRejection(by, byPkg[by], unchecked))
+		rej.Packages = append(rej.Packages, missingRejectionFor(mgr, by, byPkg[by], unchecked))
 	}
 	return rej
 }

@@ -173,4 +173,3 @@ install.extract_npm(open(sys.argv[2], "rb").read(), sys.argv[3], {"max_entries":
 		}
 	}
 }
-

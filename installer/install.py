@@ -487,6 +487,44 @@ PLAIN_VERSION = re.compile(r"[0-9A-Za-z.+-]{1,64}")
 REPORT_VERSIONS = 64
 
 
+def npm_installed(name):
+    """The version of name in the session's node_modules, or None."""
+    pj = os.path.join(LIVE["npm"], *name.split("/"), "package.json")
+    try:
+        fd = os.open(pj, os.O_RDONLY | os.O_NONBLOCK)
+        try:
+            if stat.S_ISREG(os.fstat(fd).st_mode):
+                return json.loads(os.read(fd, 1 << 20)).get("version")
+        finally:
+            os.close(fd)
+    except (OSError, ValueError, AttributeError, RecursionError):
+        return None
+    return None
+
+
+MAX_PIP_ENTRIES = 100000
+
+
+def pip_installed():
+    """Normalised name -> version of every distribution in the session's
+    pip folder, from its NAME-VERSION.dist-info folders (at most
+    MAX_PIP_ENTRIES entries are read)."""
+    out = {}
+    try:
+        with os.scandir(LIVE["pip"]) as it:
+            for n, e in enumerate(it):
+                if n >= MAX_PIP_ENTRIES:
+                    break
+                if not e.name.endswith(".dist-info"):
+                    continue
+                name, _, version = e.name[:-len(".dist-info")].rpartition("-")
+                if name and version:
+                    out[norm(name)] = version
+    except OSError:
+        pass
+    return out
+
+
 def check_requires(job):
     """Stops (exit 4, nothing changed) when a dependency the request does
     not bring is not in the session at a version the catalog lists. The
@@ -497,18 +535,12 @@ def check_requires(job):
     host knows each requirement's name, range and mirror versions."""
     marks = []
     installed = {}
+    pip_versions = pip_installed() if job["manager"] == "pip" else None
     for r in job.get("requires") or []:
-        pj = os.path.join(LIVE["npm"], *r["name"].split("/"), "package.json")
-        version = None
-        try:
-            fd = os.open(pj, os.O_RDONLY | os.O_NONBLOCK)
-            try:
-                if stat.S_ISREG(os.fstat(fd).st_mode):
-                    version = json.loads(os.read(fd, 1 << 20)).get("version")
-            finally:
-                os.close(fd)
-        except (OSError, ValueError, AttributeError, RecursionError):
-            version = None
+        if pip_versions is not None:
+            version = pip_versions.get(norm(r["name"]))
+        else:
+            version = npm_installed(r["name"])
         if isinstance(version, str) and version in r["versions"]:
             marks.append(".")
         elif isinstance(version, str):
@@ -543,8 +575,7 @@ def main():
     t0 = time.monotonic()
     check_isolated()
     job = json.load(open(sys.argv[1]))
-    if job["manager"] == "npm":
-        check_requires(job)
+    check_requires(job)
     os.umask(0o022)
     work = tempfile.mkdtemp(prefix="installer-", dir="/tmp")
     os.chdir(work)

@@ -50,6 +50,9 @@ type Artifact struct {
 	// Dependencies (npm) are what the package needs installed next to it:
 	// name -> npm range.
 	Dependencies map[string]string
+	// Requires (pip) are the wheel's Requires-Dist values as published
+	// (PEP 508, markers included).
+	Requires []string
 }
 
 // Catalog errors; Lookup wraps them.
@@ -71,6 +74,9 @@ type Catalog interface {
 	// (what a session can hold), oldest first. An uncheckable range wraps
 	// ErrRange.
 	Satisfying(ctx context.Context, name, rng string) (admitted, known []string, err error)
+	// Versions returns every version of name: those the mirror serves and
+	// every version it ever recorded, oldest first.
+	Versions(ctx context.Context, m Manager, name string) (admitted, known []string, err error)
 }
 
 // Endpoint is an installer network: a namespace whose only reachable
@@ -232,8 +238,8 @@ func (i *Installer) plan(ctx context.Context, req sandbox.InstallRequest) ([]pla
 	if len(rej) > 0 {
 		return nil, nil, &sandbox.RejectedError{Packages: rej}
 	}
-	if m != NPM {
-		return out, nil, nil
+	if m == Pip {
+		return i.checkPipRequirements(ctx, out)
 	}
 	rs := &ranges{cat: i.catalog}
 	t, out, err := layoutTree(ctx, rs, out)

@@ -112,6 +112,20 @@ func (f fakeCatalog) Satisfying(_ context.Context, name, rng string) (admitted, 
 	return admitted, known, nil
 }
 
+func (f fakeCatalog) Versions(_ context.Context, m Manager, name string) (admitted, known []string, err error) {
+	for k, a := range f {
+		if strings.HasPrefix(k, string(m)+":"+normName(m, name)+":") && k != string(m)+":"+normName(m, name)+":" && !slices.Contains(known, a.Version) {
+			known = append(known, a.Version)
+			if a.Status == "admitted" {
+				admitted = append(admitted, a.Version)
+			}
+		}
+	}
+	slices.Sort(known)
+	slices.Sort(admitted)
+	return admitted, known, nil
+}
+
 const hash = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
 
 // TestPlanDependencies: an npm request must bring what its packages need

@@ -147,13 +147,18 @@ func (c catalog) Lookup(ctx context.Context, m Manager, name, version string) (A
 		Stripped: a.Stripped, Dependencies: a.Dependencies}
 	switch {
 	case err == nil:
-		return out, nil
+		out.Requires, err = c.m.RequiresDist(ctx, a)
+		return out, err
 	case errors.Is(err, mirror.ErrNotFound):
 		return out, fmt.Errorf("%w: %v", ErrNotFound, err)
 	case errors.Is(err, mirror.ErrNotAdmitted):
 		return out, fmt.Errorf("%w: %v", ErrNotAdmitted, err)
 	}
 	return out, err
+}
+
+func (c catalog) Versions(ctx context.Context, m Manager, name string) ([]string, []string, error) {
+	return c.m.Versions(ctx, mirror.Manager(m), name)
 }
 
 func (c catalog) Satisfying(ctx context.Context, name, rng string) ([]string, []string, error) {

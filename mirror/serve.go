@@ -19,6 +19,8 @@ const Prefix = "/mirror/"
 //	/mirror/pypi/files/<sha256>/<file>[.metadata]
 //	/mirror/npm/<name>, /mirror/npm/@scope%2fname   packument (full or abbreviated)
 //	/mirror/npm/<name>/-/<file>.tgz            tarball
+//	/mirror/npm/-/v1/search?text=              npm search, from the catalogue
+//	/mirror/npm/-/npm/v1/security/advisories/bulk   npm audit (POST), from the OSV snapshot
 //
 // Only admitted artifacts appear anywhere. Safe for concurrent use.
 func (m *Mirror) Handler() http.Handler {
@@ -26,6 +28,9 @@ func (m *Mirror) Handler() http.Handler {
 }
 
 func (m *Mirror) serveHTTP(w http.ResponseWriter, r *http.Request) {
+	if rest, ok := strings.CutPrefix(r.URL.EscapedPath(), Prefix+"npm/"); ok && m.serveNPMAPI(w, r, rest) {
+		return
+	}
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		w.Header().Set("Allow", "GET, HEAD")
 		http.Error(w, "method not allowed", http.StatusMethodNotAllowed)

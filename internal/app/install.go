@@ -132,8 +132,17 @@ func (c mirrorCatalog) Lookup(ctx context.Context, m installer.Manager, name, ve
 		return out, fmt.Errorf("%w: %w", installer.ErrNotFound, err)
 	case errors.Is(err, mirror.ErrNotAdmitted):
 		return out, fmt.Errorf("%w: %w", installer.ErrNotAdmitted, err)
+	case err != nil:
+		return out, err
 	}
-	return out, err
+	if out.Requires, err = c.m.RequiresDist(ctx, a); err != nil {
+		return out, err
+	}
+	return out, nil
+}
+
+func (c mirrorCatalog) Versions(ctx context.Context, m installer.Manager, name string) ([]string, []string, error) {
+	return c.m.Versions(ctx, mirror.Manager(m), name)
 }
 
 func (c mirrorCatalog) Satisfying(ctx context.Context, name, rng string) ([]string, []string, error) {

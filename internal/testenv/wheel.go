@@ -18,11 +18,22 @@ import (
 // that hashes every file, as pip and the mirror check it.
 func BuildWheel(t testing.TB, name, version string) (string, []byte) {
 	t.Helper()
+	return BuildWheelRequires(t, name, version)
+}
+
+// BuildWheelRequires is BuildWheel with one Requires-Dist header per
+// requires entry (PEP 508 strings, markers included).
+func BuildWheelRequires(t testing.TB, name, version string, requires ...string) (string, []byte) {
+	t.Helper()
+	var reqs strings.Builder
+	for _, r := range requires {
+		reqs.WriteString("Requires-Dist: " + r + "\n")
+	}
 	dist := strings.ReplaceAll(name, "-", "_")
 	di := dist + "-" + version + ".dist-info"
 	files := map[string]string{
 		dist + "/__init__.py": fmt.Sprintf("VERSION = %q\n", version),
-		di + "/METADATA":      fmt.Sprintf("Metadata-Version: 2.1\nName: %s\nVersion: %s\nSummary: test\n\n", name, version),
+		di + "/METADATA":      fmt.Sprintf("Metadata-Version: 2.1\nName: %s\nVersion: %s\nSummary: test\n%s\n", name, version, reqs.String()),
 		di + "/WHEEL":         "Wheel-Version: 1.0\nGenerator: sandboxapi-test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
 	}
 	names := make([]string, 0, len(files))

@@ -13,6 +13,7 @@
 package osvdb
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"regexp"
@@ -40,6 +41,38 @@ type Record struct {
 	Aliases   []string   `json:"aliases,omitempty"`
 	Summary   string     `json:"summary,omitempty"`
 	Affected  []Affected `json:"affected"`
+	// Severity and DatabaseSpecific are read for reports (npm audit's
+	// severity, CVSS vector and CWE ids); matching ignores them.
+	Severity         []Severity       `json:"severity,omitempty"`
+	DatabaseSpecific DatabaseSpecific `json:"database_specific,omitzero"`
+}
+
+// Severity is one OSV severity entry (e.g. type CVSS_V3 and its vector).
+type Severity struct {
+	Type  string `json:"type"`
+	Score string `json:"score"`
+}
+
+// DatabaseSpecific holds the GitHub Advisory Database's fields that
+// reports show; other databases leave them empty.
+type DatabaseSpecific struct {
+	Severity string   `json:"severity,omitempty"` // LOW, MODERATE, HIGH, CRITICAL
+	CWEIDs   []string `json:"cwe_ids,omitempty"`
+}
+
+// UnmarshalJSON reads the fields above and ignores the rest, whatever
+// their type (database_specific is free-form in OSV).
+func (d *DatabaseSpecific) UnmarshalJSON(b []byte) error {
+	var raw struct {
+		Severity json.RawMessage `json:"severity"`
+		CWEIDs   json.RawMessage `json:"cwe_ids"`
+	}
+	if json.Unmarshal(b, &raw) != nil {
+		return nil
+	}
+	_ = json.Unmarshal(raw.Severity, &d.Severity)
+	_ = json.Unmarshal(raw.CWEIDs, &d.CWEIDs)
+	return nil
 }
 
 // Affected is one affected package entry.
@@ -181,6 +214,15 @@ func newDB(snap Snapshot, recs []*Record) *DB {
 		}
 	}
 	return db
+}
+
+// Records returns the advisories that name the package (not withdrawn),
+// whichever versions they affect; the caller must not change them.
+func (db *DB) Records(ecosystem, name string) []*Record {
+	if db == nil || db.byPkg == nil {
+		return nil
+	}
+	return db.byPkg[key(ecosystem, name)]
 }
 
 // Match returns the advisories that affect name at version in ecosystem,
