@@ -35,6 +35,10 @@ func (c listCatalog) Satisfying(_ context.Context, name, rng string) (admitted, 
 	return known, known, nil
 }
 
+func (c listCatalog) Versions(context.Context, Manager, string) (admitted, known []string, err error) {
+	return nil, nil, nil
+}
+
 // layout plans req against c and returns path -> name@version.
 func layout(t *testing.T, c listCatalog, pkgs ...string) (map[string]string, []requirement, error) {
 	t.Helper()
