@@ -417,9 +417,37 @@ def stage_npm(job, stage):
     import base64
     # Parents before the packages nested in them.
     todo = sorted(((npm_path(p), p) for p in job["packages"]), key=lambda x: (x[0].count("/node_modules/"), x[0]))
+    # Fetched in parallel (a tree is many small files), unpacked in order.
+    import encodings.idna  # noqa: F401 (imported before the threads, see stage_pip)
+    import urllib.request  # noqa: F401
+    datas, errors = {}, []
+    queue = list(range(len(todo)))
+
+    def work():
+        while True:
+            try:
+                k = queue.pop()
+            except IndexError:
+                return
+            p = todo[k][1]
+            if not SAFE_PATH.fullmatch(p["url_path"]):
+                errors.append("bad mirror path for %s" % p["name"])
+                return
+            try:
+                datas[k] = fetch(job["base_url"] + p["url_path"], p["size"])
+            except BaseException as e:  # fetch's fail() too: reported below
+                errors.append("%s: %s" % (p["name"], e))
+                return
+    threads = [threading.Thread(target=work, daemon=True) for _ in range(min(8, len(todo)))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        fail("fetching from the mirror: %s" % errors[0])
     names = []
-    for rel, p in todo:
-        data = fetch(job["base_url"] + p["url_path"], p["size"])
+    for k, (rel, p) in enumerate(todo):
+        data = datas.pop(k)
         if hashlib.sha256(data).hexdigest() != p["sha256"]:
             fail("%s: sha256 mismatch" % p["name"])
         if p.get("integrity"):
