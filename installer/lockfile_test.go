@@ -202,3 +202,32 @@ func FuzzParseLockfile(f *testing.F) {
 		}
 	})
 }
+
+// TestInstallScriptNPMPath: install.py checks each planned path again
+// before it writes (defence in depth behind parseLockfile): hostile paths
+// are refused, real ones accepted, and every top-level entry is the
+// package folder that holds the path.
+func TestInstallScriptNPMPath(t *testing.T) {
+	t.Parallel()
+	py, dir := hostPython(t)
+	cases := map[string]string{
+		"ms": "ms", "@s/a": "@s/a", "a/node_modules/b": "a", "@s/a/node_modules/@t/b": "@s/a", "send/node_modules/encodeurl": "send",
+		"../x": "", "a/../../x": "", "/etc": "", "a/node_modules/..": "", ".bin": "", "a//b": "", "a/": "", "a/lib/b": "",
+		"@s": "", "@s/..": "", "a\\b": "", "a\x00": "", "A": "", "node_modules/a": "", strings.Repeat("a/node_modules/", 40) + "a": "",
+	}
+	for path, top := range cases {
+		jb, _ := json.Marshal(map[string]any{"name": "x", "path": path})
+		out, err := runScript(t, py, dir, `import json
+try:
+    print("top:", install.npm_top(install.npm_path(json.loads(sys.argv[1]))))
+except install.Failure as e:
+    print("refused:", e)`, nil, string(jb))
+		want := "refused:"
+		if top != "" {
+			want = "top: " + top + "\n"
+		}
+		if err != nil || !strings.HasPrefix(out, want) {
+			t.Errorf("%q: err %v, out %q, want %q", path, err, out, want)
+		}
+	}
+}
