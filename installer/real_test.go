@@ -487,3 +487,70 @@ func TestRealPipTrimApplies(t *testing.T) {
 		t.Fatalf("trimmed %q (stderr %s)", got, res.Stderr)
 	}
 }
+
+// TestRealPipRequirements: a wheel declaring requirements with markers
+// (built here) is refused alone with 422 naming the one it needs on the
+// session's Python 3.13 on Linux x86_64, and nothing is installed; the
+// ones for Windows, old Pythons and an extra are not demanded. With its
+// requirement in the request, or already in the session, it installs.
+func TestRealPipRequirements(t *testing.T) {
+	r := newRig(t)
+	ctx := context.Background()
+	for _, w := range []struct {
+		name, version string
+		requires      []string
+	}{
+		{"needs-dep", "1.0", []string{"dep-a (>=1.1)", `pywin32-ctypes; sys_platform == "win32"`, `backport-x>=1; python_version < "3.8"`, `docs-tool; extra == "docs"`}},
+		{"dep-a", "1.0", nil},
+		{"dep-a", "1.2", nil},
+	} {
+		fn, b := testenv.BuildWheelRequires(t, w.name, w.version, w.requires...)
+		if _, err := r.mir.AddWheel(ctx, fn, b, "test", nil); err != nil {
+			t.Fatalf("admitting %s: %v", fn, err)
+		}
+	}
+	py := r.session(t, "python3")
+	_, err := r.inst.Install(ctx, r.owner, py, sandbox.InstallRequest{Manager: "pip", Packages: []string{"needs-dep==1.0"}}, 0)
+	var rej *sandbox.RejectedError
+	if !errors.As(err, &rej) || len(rej.Packages) != 1 || rej.Packages[0].Status != "missing_dependencies" {
+		t.Fatalf("needs-dep alone: %v", err)
+	}
+	md := rej.Packages[0].MissingDependencies
+	if len(md) != 1 || md[0].Name != "dep-a" || md[0].Range != ">=1.1" || strings.Join(md[0].MirrorVersions, ",") != "1.2" ||
+		!strings.Contains(rej.Packages[0].Reason, "dep-a>=1.1 (not in the request nor in the session; the mirror has 1.2)") {
+		t.Fatalf("missing: %+v", rej.Packages[0])
+	}
+	if res := r.run(t, py, "import importlib.util; print(importlib.util.find_spec('needs_dep') is None)"); res.Stdout != "True\n" {
+		t.Fatalf("a refused request installed something: %+v", res)
+	}
+	// The request names a version outside the range: refused before any job.
+	if _, err := r.inst.Install(ctx, r.owner, py, sandbox.InstallRequest{Manager: "pip", Packages: []string{"needs-dep==1.0", "dep-a==1.0"}}, 0); !errors.As(err, &rej) ||
+		rej.Packages[0].MissingDependencies[0].Requested != "1.0" {
+		t.Fatalf("dep-a 1.0: %v", err)
+	}
+	if _, err := r.inst.Install(ctx, r.owner, py, sandbox.InstallRequest{Manager: "pip", Packages: []string{"needs-dep==1.0", "dep-a==1.2"}}, 0); err != nil {
+		t.Fatalf("needs-dep with dep-a: %v", err)
+	}
+	if res := r.run(t, py, "import needs_dep, dep_a; print(needs_dep.VERSION, dep_a.VERSION)"); res.Stdout != "1.0 1.2\n" {
+		t.Fatalf("import after install: %+v", res)
+	}
+	// dep-a already in the session: needs-dep alone is enough; an older
+	// dep-a in the session is named with its version.
+	py2 := r.session(t, "python3")
+	if _, err := r.inst.Install(ctx, r.owner, py2, sandbox.InstallRequest{Manager: "pip", Packages: []string{"dep-a==1.0"}}, 0); err != nil {
+		t.Fatal(err)
+	}
+	_, err = r.inst.Install(ctx, r.owner, py2, sandbox.InstallRequest{Manager: "pip", Packages: []string{"needs-dep==1.0"}}, 0)
+	if !errors.As(err, &rej) || rej.Packages[0].MissingDependencies[0].Installed != "1.0" {
+		t.Fatalf("needs-dep over dep-a 1.0: %v", err)
+	}
+	if _, err := r.inst.Install(ctx, r.owner, py2, sandbox.InstallRequest{Manager: "pip", Packages: []string{"dep-a==1.2"}}, 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.inst.Install(ctx, r.owner, py2, sandbox.InstallRequest{Manager: "pip", Packages: []string{"needs-dep==1.0"}}, 0); err != nil {
+		t.Fatalf("needs-dep with dep-a in the session: %v", err)
+	}
+	if res := r.run(t, py2, "import needs_dep, dep_a; print(needs_dep.VERSION, dep_a.VERSION)"); res.Stdout != "1.0 1.2\n" {
+		t.Fatalf("second session: %+v", res)
+	}
+}
