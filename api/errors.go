@@ -44,6 +44,7 @@ var errorTable = []struct {
 	{sandbox.ErrNotFound, http.StatusNotFound, "not_found"},
 	{sandbox.ErrUnknownLanguage, http.StatusBadRequest, "unknown_language"},
 	{sandbox.ErrInvalid, http.StatusBadRequest, "invalid_request"},
+	{sandbox.ErrBadLockfile, http.StatusBadRequest, "invalid_lockfile"},
 	{sandbox.ErrTooLarge, http.StatusRequestEntityTooLarge, "too_large"},
 	{sandbox.ErrBadState, http.StatusConflict, "session_not_running"},
 	{sandbox.ErrLost, http.StatusGone, "sandbox_lost"},

@@ -91,6 +91,11 @@ func TestInputCaps(t *testing.T) {
 		{name: "install packages over the cap", route: "install", body: map[string]any{"manager": "pip", "packages": packagesOf(sandbox.MaxPackages + 1)}, status: 400, code: "invalid_request"},
 		{name: "install spec at its cap", route: "install", body: map[string]any{"manager": "pip", "packages": []string{long(sandbox.MaxPackageSpecBytes-4) + "==1"}}, status: 200},
 		{name: "install spec over its cap", route: "install", body: map[string]any{"manager": "pip", "packages": []string{long(100000)}}, status: 400, code: "invalid_request"},
+		{name: "install a lockfile", route: "install", body: map[string]any{"manager": "npm", "lockfile": map[string]any{"lockfileVersion": 3}}, status: 200},
+		{name: "install a lockfile with pip", route: "install", body: map[string]any{"manager": "pip", "lockfile": map[string]any{"lockfileVersion": 3}}, status: 400, code: "invalid_request"},
+		{name: "install a lockfile and packages", route: "install", body: map[string]any{"manager": "npm", "packages": []string{"ms"}, "lockfile": map[string]any{}}, status: 400, code: "invalid_request"},
+		{name: "install a lockfile that is not an object", route: "install", body: map[string]any{"manager": "npm", "lockfile": []string{"x"}}, status: 400, code: "invalid_lockfile"},
+		{name: "install neither packages nor lockfile", route: "install", body: map[string]any{"manager": "npm", "lockfile": nil}, status: 400, code: "invalid_request"},
 		{name: "check packages over the cap", route: "check", body: map[string]any{"manager": "pip", "packages": packagesOf(sandbox.MaxPackages + 1)}, status: 400, code: "invalid_request"},
 	}
 	for _, tc := range cases {

@@ -28,14 +28,25 @@ func (s *Server) mountInstaller(inst Installer, gate Gate) {
 
 func (s *Server) install(w http.ResponseWriter, r *http.Request, c *call, inst Installer, gate Gate) error {
 	p := principal(r.Context())
-	var req wire.PackagesRequest
+	var req wire.InstallRequest
 	if err := decodeJSON(r, &req); err != nil {
 		return err
 	}
 	if req.Manager != "pip" && req.Manager != "npm" {
 		return apiErr(http.StatusBadRequest, "invalid_request", "manager must be pip or npm")
 	}
-	if err := checkPackagesShape("install", req.Packages); err != nil {
+	var lockfile []byte
+	if len(req.Lockfile) > 0 && string(req.Lockfile) != "null" {
+		switch {
+		case req.Manager != "npm":
+			return apiErr(http.StatusBadRequest, "invalid_request", "a lockfile goes with manager npm")
+		case len(req.Packages) > 0:
+			return apiErr(http.StatusBadRequest, "invalid_request", "send packages or a lockfile, not both")
+		case req.Lockfile[0] != '{':
+			return apiErr(http.StatusBadRequest, "invalid_lockfile", "lockfile must be a package-lock.json object")
+		}
+		lockfile = req.Lockfile
+	} else if err := checkPackagesShape("install", req.Packages); err != nil {
 		return err
 	}
 	if !p.Plan.Sessions {
@@ -56,7 +67,7 @@ func (s *Server) install(w http.ResponseWriter, r *http.Request, c *call, inst I
 			Message: "installs are paused until every readiness check passes", Details: wire.NotReadyDetails{Checks: failing}}
 	}
 	started := time.Now()
-	reply, err := inst.Install(r.Context(), p.KeyID, id, sandbox.InstallRequest{Manager: req.Manager, Packages: req.Packages}, p.Plan.MaxTimeout)
+	reply, err := inst.Install(r.Context(), p.KeyID, id, sandbox.InstallRequest{Manager: req.Manager, Packages: req.Packages, Lockfile: lockfile}, p.Plan.MaxTimeout)
 	// A failed install has no reply to report its time; the sandbox was
 	// busy all the same, so meter the time it took.
 	c.execMillis = reply.DurationMS

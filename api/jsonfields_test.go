@@ -71,7 +71,7 @@ func FuzzUnknownFieldMatchesDecoder(f *testing.F) {
 	}
 	types := []reflect.Type{
 		reflect.TypeFor[*wire.ExecuteRequest](), reflect.TypeFor[*wire.CreateSessionRequest](),
-		reflect.TypeFor[*wire.ForkRequest](), reflect.TypeFor[*wire.PackagesRequest](), reflect.TypeFor[*wire.PackagesRequest](),
+		reflect.TypeFor[*wire.ForkRequest](), reflect.TypeFor[*wire.PackagesRequest](), reflect.TypeFor[*wire.InstallRequest](),
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
 		for _, typ := range types {

@@ -53,7 +53,7 @@ var wireSchemas = map[string]wireSchema{
 	"CheckPackagesRequest":  {typ: reflect.TypeFor[wire.PackagesRequest]()},
 	"PackageVerdict":        {typ: reflect.TypeFor[wire.PackageVerdict](), reply: true},
 	"PackageVerdicts":       {typ: reflect.TypeFor[wire.PackageVerdicts](), reply: true},
-	"InstallRequest":        {typ: reflect.TypeFor[wire.PackagesRequest]()},
+	"InstallRequest":        {typ: reflect.TypeFor[wire.InstallRequest]()},
 	"InstallReply":          {typ: reflect.TypeFor[wire.InstallReply](), reply: true},
 	"InstalledPackage":      {typ: reflect.TypeFor[wire.InstalledPackage](), reply: true},
 	"FileInfo":              {typ: reflect.TypeFor[wire.FileInfo](), reply: true},
@@ -86,7 +86,7 @@ var wireTypes = []reflect.Type{
 	reflect.TypeFor[wire.StreamChunk](), reflect.TypeFor[wire.FileInfo](), reflect.TypeFor[wire.FileListing](),
 	reflect.TypeFor[wire.InstallReply](), reflect.TypeFor[wire.InstalledPackage](), reflect.TypeFor[wire.InstallPhases](),
 	reflect.TypeFor[wire.PackageRejection](), reflect.TypeFor[wire.RejectedDetails](),
-	reflect.TypeFor[wire.PackageVerdict](), reflect.TypeFor[wire.PackageVerdicts](),
+	reflect.TypeFor[wire.PackageVerdict](), reflect.TypeFor[wire.PackageVerdicts](), reflect.TypeFor[wire.InstallRequest](),
 }
 
 // wireField is one field of a struct as encoding/json writes it.

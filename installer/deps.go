@@ -1,13 +1,10 @@
 package installer
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
-	"maps"
-	"slices"
 	"strconv"
 	"strings"
 
@@ -23,44 +20,6 @@ type requirement struct {
 	Versions []string `json:"versions"` // every version the catalog knows that satisfies Range
 	admitted []string
 	pip      bool // a pip requirement (Range is a PEP 440 specifier)
-}
-
-// checkDependencies refuses a request whose packages need a dependency
-// that the request names at a version outside the needed range, and
-// returns the dependencies the request does not name at all: the session
-// may already hold them (checked by the install job).
-func (i *Installer) checkDependencies(ctx context.Context, plan []planned) ([]planned, []requirement, error) {
-	inReq := map[string]string{}
-	for _, p := range plan {
-		inReq[normName(NPM, p.a.Name)] = p.a.Version
-	}
-	var rej []sandbox.PackageRejection
-	var reqs []requirement
-	for _, p := range plan {
-		var missing []sandbox.MissingDependency
-		for _, dep := range slices.Sorted(maps.Keys(p.a.Dependencies)) {
-			rng := p.a.Dependencies[dep]
-			admitted, known, err := i.catalog.Satisfying(ctx, dep, rng)
-			if err != nil && !errors.Is(err, ErrRange) {
-				return nil, nil, fmt.Errorf("checking %s's dependency %s@%s: %w", p.requested, dep, rng, err)
-			}
-			v, named := inReq[normName(NPM, dep)]
-			switch {
-			case named && slices.Contains(known, v):
-			case named:
-				missing = append(missing, sandbox.MissingDependency{Name: dep, Range: rng, MirrorVersions: nonNil(admitted), Requested: v})
-			default:
-				reqs = append(reqs, requirement{By: p.requested, Name: dep, Range: rng, Versions: nonNil(known), admitted: nonNil(admitted)})
-			}
-		}
-		if len(missing) > 0 {
-			rej = append(rej, missingRejection(p.requested, missing, false))
-		}
-	}
-	if len(rej) > 0 {
-		return nil, nil, &sandbox.RejectedError{Packages: rej}
-	}
-	return plan, reqs, nil
 }
 
 // reasonNames is how many missing dependencies a rejection's reason spells

@@ -394,23 +394,74 @@ def stage_pip(job, stage, work, timings):
     return os.listdir(stage)
 
 
+NPM_PART = r"(?:@[a-z0-9~][a-z0-9._~-]{0,100}/)?[a-z0-9~][a-z0-9._~-]{0,213}"
+NPM_PATH = re.compile(NPM_PART + r"(?:/node_modules/" + NPM_PART + r"){0,31}")
+
+
+def npm_path(p):
+    """Where p goes under node_modules: its planned path ("a",
+    "a/node_modules/@s/b"), refused unless it is a chain of package names."""
+    rel = p.get("path") or p["name"]
+    if len(rel) > 1024 or not NPM_PATH.fullmatch(rel) or any(x in ("", ".", "..") for x in rel.split("/")):
+        raise Failure("bad package path %r" % rel)
+    return rel
+
+
+def npm_top(rel):
+    """The top-level entry of node_modules that holds rel."""
+    parts = rel.split("/")
+    return "/".join(parts[:2]) if parts[0].startswith("@") else parts[0]
+
+
 def stage_npm(job, stage):
     import base64
+    # Parents before the packages nested in them.
+    todo = sorted(((npm_path(p), p) for p in job["packages"]), key=lambda x: (x[0].count("/node_modules/"), x[0]))
+    # Fetched in parallel (a tree is many small files), unpacked in order.
+    import encodings.idna  # noqa: F401 (imported before the threads, see stage_pip)
+    import urllib.request  # noqa: F401
+    datas, errors = {}, []
+    queue = list(range(len(todo)))
+
+    def work():
+        while True:
+            try:
+                k = queue.pop()
+            except IndexError:
+                return
+            p = todo[k][1]
+            if not SAFE_PATH.fullmatch(p["url_path"]):
+                errors.append("bad mirror path for %s" % p["name"])
+                return
+            try:
+                datas[k] = fetch(job["base_url"] + p["url_path"], p["size"])
+            except BaseException as e:  # fetch's fail() too: reported below
+                errors.append("%s: %s" % (p["name"], e))
+                return
+    threads = [threading.Thread(target=work, daemon=True) for _ in range(min(8, len(todo)))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        fail("fetching from the mirror: %s" % errors[0])
     names = []
-    for p in job["packages"]:
-        data = fetch(job["base_url"] + p["url_path"], p["size"])
+    for k, (rel, p) in enumerate(todo):
+        data = datas.pop(k)
         if hashlib.sha256(data).hexdigest() != p["sha256"]:
             fail("%s: sha256 mismatch" % p["name"])
         if p.get("integrity"):
             algo, _, want = p["integrity"].partition("-")
             if algo != "sha512" or base64.b64encode(hashlib.sha512(data).digest()).decode() != want:
                 fail("%s: integrity mismatch" % p["name"])
-        dest = os.path.join(stage, *p["name"].split("/"))
+        dest = os.path.join(stage, *rel.split("/"))
         if os.path.lexists(dest):
-            fail("%s listed twice" % p["name"])
+            fail("%s listed twice" % rel)
         os.makedirs(dest, 0o755)
         extract_npm(data, dest, job["limits"])
-        names.append(p["name"])
+        top = npm_top(rel)
+        if top not in names:
+            names.append(top)
     return names
 
 

@@ -104,7 +104,8 @@ type Config struct {
 	Port uint16 `yaml:"port"`
 	// Timeout bounds one install.
 	Timeout Duration `yaml:"timeout"`
-	// MaxPackages bounds one request.
+	// MaxPackages bounds one request: packages listed, or a lockfile's
+	// entries (at most the API's cap, 256).
 	MaxPackages int `yaml:"max_packages"`
 	// MaxUnpackedBytes and MaxEntries bound one npm package once unpacked.
 	MaxUnpackedBytes int64 `yaml:"max_unpacked_bytes"`
@@ -119,7 +120,7 @@ type Config struct {
 // DefaultConfig returns the defaults.
 func DefaultConfig() Config {
 	return Config{
-		Port: 3141, Timeout: Duration(2 * time.Minute), MaxPackages: 32,
+		Port: 3141, Timeout: Duration(2 * time.Minute), MaxPackages: sandbox.MaxPackages,
 		MaxUnpackedBytes: 256 << 20, MaxEntries: 20000,
 		Pool: "10.201.0.0/16", Table: "sandboxapi_install", Prefix: "sbi",
 	}
@@ -134,8 +135,8 @@ func (c Config) Validate() error {
 	if c.Timeout <= 0 {
 		errs = append(errs, errors.New("installer.timeout: must be positive"))
 	}
-	if c.MaxPackages < 1 {
-		errs = append(errs, errors.New("installer.max_packages: must be at least 1"))
+	if c.MaxPackages < 1 || c.MaxPackages > sandbox.MaxPackages {
+		errs = append(errs, fmt.Errorf("installer.max_packages: must be 1 to %d", sandbox.MaxPackages))
 	}
 	if c.MaxUnpackedBytes <= 0 || c.MaxEntries <= 0 {
 		errs = append(errs, errors.New("installer: max_unpacked_bytes and max_entries must be positive"))
@@ -175,19 +176,29 @@ func New(cfg Config, catalog Catalog, runner Runner, network Network, mirror htt
 	return &Installer{cfg: cfg, catalog: catalog, runner: runner, net: network, mirror: mirror, log: log}
 }
 
-// planned is one resolved package.
+// planned is one resolved package; path (npm) is where it goes
+// ("node_modules/a/node_modules/b").
 type planned struct {
 	requested string
 	resolved  bool
+	path      string
 	a         Artifact
 }
 
-// plan checks every requested package against the catalog. Any problem
-// rejects the whole request with a reason per package.
+// plan checks every requested package against the catalog and, for npm,
+// lays out the tree (or takes the lockfile's) and checks every
+// dependency. Any problem rejects the whole request with a reason per
+// package.
 func (i *Installer) plan(ctx context.Context, req sandbox.InstallRequest) ([]planned, []requirement, error) {
 	m := Manager(req.Manager)
 	if m != Pip && m != NPM {
 		return nil, nil, fmt.Errorf("%w: manager must be pip or npm", sandbox.ErrInvalid)
+	}
+	if req.Lockfile != nil {
+		if m != NPM || len(req.Packages) > 0 {
+			return nil, nil, fmt.Errorf("%w: a lockfile goes with manager npm and no packages", sandbox.ErrInvalid)
+		}
+		return i.planLockfile(ctx, req.Lockfile)
 	}
 	if len(req.Packages) == 0 {
 		return nil, nil, fmt.Errorf("%w: list at least one package", sandbox.ErrInvalid)
@@ -204,39 +215,24 @@ func (i *Installer) plan(ctx context.Context, req sandbox.InstallRequest) ([]pla
 			rej = append(rej, sandbox.PackageRejection{Package: spec, Status: "invalid", Reason: err.Error()})
 			continue
 		}
+		a, bad, err := i.lookup(ctx, m, spec, name, version)
+		if err != nil {
+			return nil, nil, err
+		}
+		if bad != nil {
+			rej = append(rej, *bad)
+			continue
+		}
+		// npm trees may hold two versions of one package; pip may not.
 		key := normName(m, name)
+		if m == NPM {
+			key += "@" + a.Version
+		}
 		if seen[key] {
 			rej = append(rej, sandbox.PackageRejection{Package: spec, Status: "invalid", Reason: "listed more than once"})
 			continue
 		}
 		seen[key] = true
-		a, err := i.catalog.Lookup(ctx, m, name, version)
-		switch {
-		case errors.Is(err, ErrNotFound):
-			rej = append(rej, sandbox.PackageRejection{Package: spec, Status: "missing", Reason: "not in the mirror"})
-			continue
-		case errors.Is(err, ErrNotAdmitted):
-			reason := a.Status
-			if len(a.Reasons) > 0 {
-				reason += ": " + strings.Join(a.Reasons, "; ")
-			}
-			rej = append(rej, sandbox.PackageRejection{Package: spec, Status: a.Status, Reason: reason})
-			continue
-		case err != nil:
-			return nil, nil, fmt.Errorf("looking up %s: %w", spec, err)
-		}
-		if m == Pip && (!strings.HasSuffix(a.Filename, ".whl") || !wheelFile.MatchString(a.Filename) || strings.Contains(a.Filename, "..")) {
-			rej = append(rej, sandbox.PackageRejection{Package: spec, Status: "not_a_wheel", Reason: "only wheels are installed: " + a.Filename})
-			continue
-		}
-		if m == NPM && !strings.HasSuffix(a.Filename, ".tgz") {
-			rej = append(rej, sandbox.PackageRejection{Package: spec, Status: "not_a_tarball", Reason: "not an npm tarball: " + a.Filename})
-			continue
-		}
-		if !validHex(a.SHA256, 64) || (m == NPM && !strings.HasPrefix(a.Integrity, "sha512-")) {
-			rej = append(rej, sandbox.PackageRejection{Package: spec, Status: "invalid", Reason: "the mirror has no usable hash for it"})
-			continue
-		}
 		out = append(out, planned{requested: spec, resolved: version == "", a: a})
 	}
 	if len(rej) > 0 {
@@ -245,7 +241,82 @@ func (i *Installer) plan(ctx context.Context, req sandbox.InstallRequest) ([]pla
 	if m == Pip {
 		return i.checkPipRequirements(ctx, out)
 	}
-	return i.checkDependencies(ctx, out)
+	rs := &ranges{cat: i.catalog}
+	t, out, err := layoutTree(ctx, rs, out)
+	if err != nil {
+		return nil, nil, err
+	}
+	reqs, err := checkTree(ctx, rs, t)
+	if err != nil {
+		return nil, nil, err
+	}
+	return out, reqs, nil
+}
+
+// planLockfile checks every package of a lockfile against the catalog
+// (admitted, and the integrity the lockfile pins equal to the mirror's)
+// and every dependency against the tree it lays out.
+func (i *Installer) planLockfile(ctx context.Context, data []byte) ([]planned, []requirement, error) {
+	entries, err := parseLockfile(data, i.cfg.MaxPackages)
+	if err != nil {
+		return nil, nil, err
+	}
+	var rej []sandbox.PackageRejection
+	var out []planned
+	for _, e := range entries {
+		a, bad, err := i.lookup(ctx, NPM, e.Path, e.Name, e.Version)
+		switch {
+		case err != nil:
+			return nil, nil, err
+		case bad != nil:
+			rej = append(rej, *bad)
+		case a.Integrity != e.Integrity:
+			rej = append(rej, sandbox.PackageRejection{Package: e.Path, Status: "integrity_mismatch",
+				Reason: fmt.Sprintf("the lockfile pins %s@%s to %.30s..., the mirror serves %.30s...", e.Name, e.Version, e.Integrity, a.Integrity)})
+		default:
+			out = append(out, planned{requested: e.Path, path: e.Path, a: a})
+		}
+	}
+	if len(rej) > 0 {
+		return nil, nil, &sandbox.RejectedError{Packages: rej}
+	}
+	t := tree{}
+	for k := range out {
+		t[out[k].path] = &treeNode{path: out[k].path, p: &out[k]}
+	}
+	reqs, err := checkTree(ctx, &ranges{cat: i.catalog}, t)
+	if err != nil {
+		return nil, nil, err
+	}
+	return out, reqs, nil
+}
+
+// lookup finds one package in the catalog; a package it cannot install
+// comes back as a rejection (an error only when the catalog fails).
+func (i *Installer) lookup(ctx context.Context, m Manager, spec, name, version string) (Artifact, *sandbox.PackageRejection, error) {
+	a, err := i.catalog.Lookup(ctx, m, name, version)
+	switch {
+	case errors.Is(err, ErrNotFound):
+		return a, &sandbox.PackageRejection{Package: spec, Status: "missing", Reason: "not in the mirror"}, nil
+	case errors.Is(err, ErrNotAdmitted):
+		reason := a.Status
+		if len(a.Reasons) > 0 {
+			reason += ": " + strings.Join(a.Reasons, "; ")
+		}
+		return a, &sandbox.PackageRejection{Package: spec, Status: a.Status, Reason: reason}, nil
+	case err != nil:
+		return a, nil, fmt.Errorf("looking up %s: %w", spec, err)
+	}
+	if m == Pip && (!strings.HasSuffix(a.Filename, ".whl") || !wheelFile.MatchString(a.Filename) || strings.Contains(a.Filename, "..")) {
+		return a, &sandbox.PackageRejection{Package: spec, Status: "not_a_wheel", Reason: "only wheels are installed: " + a.Filename}, nil
+	}
+	if m == NPM && !strings.HasSuffix(a.Filename, ".tgz") {
+		return a, &sandbox.PackageRejection{Package: spec, Status: "not_a_tarball", Reason: "not an npm tarball: " + a.Filename}, nil
+	}
+	if !validHex(a.SHA256, 64) || (m == NPM && !strings.HasPrefix(a.Integrity, "sha512-")) {
+		return a, &sandbox.PackageRejection{Package: spec, Status: "invalid", Reason: "the mirror has no usable hash for it"}, nil
+	}
+	return a, nil, nil
 }
 
 // Install puts the requested packages into owner's session, all or nothing.
@@ -280,6 +351,8 @@ func (i *Installer) Install(ctx context.Context, owner, sessionID string, req sa
 		Integrity string `json:"integrity,omitempty"`
 		URLPath   string `json:"url_path"`
 		Size      int64  `json:"size"`
+		// Path (npm) is where it goes under node_modules ("a/node_modules/b").
+		Path string `json:"path,omitempty"`
 	}
 	job := struct {
 		Manager  string           `json:"manager"`
@@ -290,7 +363,8 @@ func (i *Installer) Install(ctx context.Context, owner, sessionID string, req sa
 	}{Requires: reqs, Manager: req.Manager, BaseURL: base,
 		Limits: map[string]int64{"max_entries": int64(i.cfg.MaxEntries), "max_bytes": i.cfg.MaxUnpackedBytes}}
 	for _, p := range plan {
-		job.Packages = append(job.Packages, pkg{Name: p.a.Name, Version: p.a.Version, Filename: p.a.Filename, SHA256: p.a.SHA256, Integrity: p.a.Integrity, URLPath: p.a.URLPath, Size: p.a.Size})
+		job.Packages = append(job.Packages, pkg{Name: p.a.Name, Version: p.a.Version, Filename: p.a.Filename, SHA256: p.a.SHA256, Integrity: p.a.Integrity, URLPath: p.a.URLPath, Size: p.a.Size,
+			Path: strings.TrimPrefix(p.path, "node_modules/")})
 	}
 	jb, _ := json.Marshal(job)
 	// The installer's whole environment (install.py builds pip's own).
@@ -325,7 +399,7 @@ func (i *Installer) Install(ctx context.Context, owner, sessionID string, req sa
 		Phases: phases(netTime, jobTime, res)}
 	for _, p := range plan {
 		reply.Installed = append(reply.Installed, sandbox.InstalledPackage{Requested: p.requested, Name: p.a.Name, Version: p.a.Version,
-			Filename: p.a.Filename, SHA256: p.a.SHA256, Resolved: p.resolved, Stripped: p.a.Stripped})
+			Filename: p.a.Filename, SHA256: p.a.SHA256, Resolved: p.resolved, Path: p.path, Stripped: p.a.Stripped})
 	}
 	i.log.Info("install", "session", sessionID, "manager", req.Manager, "packages", len(plan), "ms", reply.DurationMS,
 		"network_ms", reply.Phases.Network, "sandbox_ms", reply.Phases.Sandbox, "startup_ms", reply.Phases.Startup,

@@ -1,6 +1,10 @@
 package wire
 
-import "github.com/sandboxapi/sandboxapi/internal/sandbox"
+import (
+	"encoding/json"
+
+	"github.com/sandboxapi/sandboxapi/internal/sandbox"
+)
 
 // Network is the network block of a session request (and of a session):
 // whether the sandbox may reach the egress proxy, and the hosts it may
@@ -44,10 +48,19 @@ type ForkRequest struct {
 }
 
 // PackagesRequest is the body of POST /v1/packages/check
-// (CheckPackagesRequest in the OpenAPI document) and of
-// POST /v1/sessions/{id}/install (InstallRequest): a manager and the
+// (CheckPackagesRequest in the OpenAPI document): a manager and the
 // package specs. The MCP tool check_packages takes it as its input.
 type PackagesRequest struct {
 	Manager  string   `json:"manager" jsonschema:"pip or npm"`
 	Packages []string `json:"packages" jsonschema:"package specs: NAME or NAME==VERSION for pip, NAME or NAME@VERSION for npm"`
+}
+
+// InstallRequest is the body of POST /v1/sessions/{id}/install: a manager
+// and either the package specs or, for npm, a package-lock.json
+// (lockfileVersion 2 or 3) whose packages are installed at the paths it
+// names.
+type InstallRequest struct {
+	Manager  string          `json:"manager" jsonschema:"pip or npm"`
+	Packages []string        `json:"packages,omitempty" jsonschema:"package specs: NAME or NAME==VERSION for pip, NAME or NAME@VERSION for npm"`
+	Lockfile json.RawMessage `json:"lockfile,omitempty" jsonschema:"npm only, instead of packages: a package-lock.json object (lockfileVersion 2 or 3)"`
 }

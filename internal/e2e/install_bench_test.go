@@ -157,3 +157,103 @@ func median(xs []float64) float64 {
 	slices.Sort(s)
 	return s[len(s)/2]
 }
+
+// BenchmarkInstallExpressTree compares installing express 4.21.2's tree
+// (72 packages from the public registry, admitted with `mirror add
+// --lockfile`) through the API from its package-lock.json with the host's
+// `npm ci --ignore-scripts --offline` of the same lockfile from a warm npm
+// cache, alternating the two; it reports the median ratio (goal: within
+// 2x).
+//
+//	go test ./internal/e2e -run '^$' -bench InstallExpressTree -benchtime 5x
+func BenchmarkInstallExpressTree(b *testing.B) {
+	if _, err := exec.LookPath("npm"); err != nil {
+		b.Skip("no npm on the host")
+	}
+	n := testenv.NewNet(b, 'x')
+	s := startServerB(b, fmt.Sprintf(`readiness:
+  interval: 1s
+  stale_after: 30s
+  topology_interval: 10m
+installer:
+  pool: %s
+  table: %s
+  prefix: %s
+`, n.Pool, n.Table, n.Prefix))
+	s.cliArgs([]string{"mirror", "osv", "import"}, filepath.Join(testenv.ModuleRoot(), "mirror", "testdata", "osv"))
+	lockPath, raw, _ := expressLockfile(b)
+	s.cliArgs([]string{"mirror", "add"}, "--lockfile", lockPath)
+	key := s.key("MEGA")
+	id := s.session(key, "javascript")
+	deadline := time.Now().Add(2 * time.Minute)
+	for s.do("GET", "/readyz", "", nil).status != 200 {
+		if time.Now().After(deadline) {
+			b.Fatal("server never ready")
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	dir := b.TempDir()
+	cache := filepath.Join(dir, "npm-cache")
+	runs := 0
+	// npm ci into a new folder; the first run (online) warms the cache.
+	host := func(b *testing.B, offline bool) time.Duration {
+		runs++
+		d := filepath.Join(dir, fmt.Sprintf("p%d", runs))
+		os.MkdirAll(d, 0o755)
+		for _, f := range []string{"package.json", "package-lock.json"} {
+			data, _ := os.ReadFile(filepath.Join(filepath.Dir(lockPath), f))
+			os.WriteFile(filepath.Join(d, f), data, 0o644)
+		}
+		args := []string{"ci", "--ignore-scripts", "--no-audit", "--no-fund", "--cache", cache, "--loglevel=error"}
+		if offline {
+			args = append(args, "--offline")
+		}
+		cmd := exec.Command("npm", args...)
+		cmd.Dir = d
+		t0 := time.Now()
+		if out, err := cmd.CombinedOutput(); err != nil {
+			b.Fatalf("host npm ci: %v %s", err, out)
+		}
+		return time.Since(t0)
+	}
+	host(b, false)
+	api := func(b *testing.B) (time.Duration, *phases) {
+		t0 := time.Now()
+		r := s.do("POST", "/v1/sessions/"+id+"/install", key, map[string]any{"manager": "npm", "lockfile": json.RawMessage(raw)})
+		el := time.Since(t0)
+		if r.status != 200 {
+			b.Fatalf("install: %d %.2000s", r.status, r.body)
+		}
+		var rep struct {
+			Phases *phases `json:"phases_ms"`
+		}
+		if err := json.Unmarshal(r.body, &rep); err != nil {
+			b.Fatalf("install reply: %v %s", err, r.body)
+		}
+		return el, rep.Phases
+	}
+	b.Run("paired", func(b *testing.B) {
+		var as, hs, rs []float64
+		var sum phases
+		for range b.N {
+			a, p := api(b)
+			h := host(b, true)
+			as, hs, rs = append(as, a.Seconds()), append(hs, h.Seconds()), append(rs, a.Seconds()/h.Seconds())
+			if p != nil {
+				sum.Network += p.Network
+				sum.Sandbox += p.Sandbox
+				sum.Startup += p.Startup
+				sum.Stage += p.Stage
+				sum.Commit += p.Commit
+			}
+		}
+		k := float64(b.N)
+		b.ReportMetric(median(as), "api-s")
+		b.ReportMetric(median(hs), "host-s")
+		b.ReportMetric(median(rs), "api/host")
+		fmt.Printf("InstallExpressTree paired (%d): median api %.3f s, host npm ci --offline %.3f s, api/host %.2fx (range %.2f-%.2f); "+
+			"api phases (mean ms): network %.0f, sandbox %.0f, startup %.0f, stage %.0f, commit %.0f; goal at most 2x\n",
+			b.N, median(as), median(hs), median(rs), slices.Min(rs), slices.Max(rs),
+			float64(sum.Network)/k, float64(sum.Sandbox)/k, float64(sum.Startup)/k, float64(sum.Stage)/k, float64(sum.Commit)/k)
+	})
+}

@@ -31,6 +31,10 @@ type Job struct {
 type InstallRequest struct {
 	Manager  string   `json:"manager"`
 	Packages []string `json:"packages"`
+	// Lockfile (npm) is a package-lock.json (lockfileVersion 2 or 3), as
+	// sent, in place of Packages: its packages are installed at the paths
+	// it names.
+	Lockfile []byte `json:"-"`
 }
 
 // InstalledPackage is one package an install put into a session.
@@ -43,6 +47,10 @@ type InstalledPackage struct {
 	// Resolved is true when the request named no version and the newest
 	// admitted one was chosen.
 	Resolved bool `json:"resolved"`
+	// Path (npm) is where the package went, relative to the home:
+	// "node_modules/a", or "node_modules/a/node_modules/b" for a copy
+	// nested under the package that needs it.
+	Path string `json:"path,omitempty"`
 	// Stripped lists what the mirror took out of the published package
 	// (npm: "scripts.postinstall", "dependencies", ...); empty when it was
 	// installed byte for byte as published.
@@ -76,7 +84,7 @@ type InstallPhases struct {
 type PackageRejection struct {
 	Package string `json:"package"`
 	Reason  string `json:"reason"`
-	Status  string `json:"status,omitempty"` // missing, refused, quarantined, removed, not_a_wheel, invalid, missing_dependencies
+	Status  string `json:"status,omitempty"` // missing, refused, quarantined, removed, not_a_wheel, invalid, missing_dependencies, conflict, integrity_mismatch
 	// MissingDependencies (status missing_dependencies) are what the
 	// package needs that neither the request nor the session has.
 	MissingDependencies []MissingDependency `json:"missing_dependencies,omitempty"`
@@ -117,4 +125,7 @@ var (
 	// ErrInstallFailed means the installer ran and failed; nothing was
 	// installed.
 	ErrInstallFailed = errors.New("install failed; nothing was installed")
+	// ErrBadLockfile means an install's lockfile is refused (400): a path
+	// outside node_modules, a package not from a registry, a bound passed.
+	ErrBadLockfile = errors.New("lockfile refused")
 )

@@ -32,8 +32,11 @@ const (
 	MaxFiles         = 64
 	MaxFilePathBytes = 255
 	// MaxPackages and MaxPackageSpecBytes bound an install's or a check's
-	// packages: how many, and one spec.
-	MaxPackages         = 100
+	// packages (or a lockfile's): how many, and one spec. 256 holds a real
+	// web project's whole npm tree (express 4 is 69 packages); the work of
+	// each package is already bounded (unpacked size and entries per
+	// package, the home's disk, the install's timeout).
+	MaxPackages         = 256
 	MaxPackageSpecBytes = 300
 	// MaxErrorEcho is the most bytes of a client's string an error
 	// message quotes back.

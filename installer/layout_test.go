@@ -1,0 +1,186 @@
+package installer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/sandboxapi/sandboxapi/internal/sandbox"
+)
+
+// listCatalog is a catalog whose ranges are lists of exact versions
+// ("1.0.0||2.0.0"); every package is admitted. Keys are "name@version".
+type listCatalog map[string]map[string]string
+
+func (c listCatalog) Lookup(_ context.Context, m Manager, name, version string) (Artifact, error) {
+	deps, ok := c[name+"@"+version]
+	if !ok {
+		return Artifact{}, ErrNotFound
+	}
+	return Artifact{Name: name, Version: version, Filename: name + "-" + version + ".tgz", SHA256: hash,
+		Integrity: "sha512-" + name + version, Status: "admitted", Dependencies: deps}, nil
+}
+
+func (c listCatalog) Satisfying(_ context.Context, name, rng string) (admitted, known []string, err error) {
+	for _, v := range strings.Split(rng, "||") {
+		if _, ok := c[name+"@"+v]; ok {
+			known = append(known, v)
+		}
+	}
+	slices.Sort(known)
+	return known, known, nil
+}
+
+func (c listCatalog) Versions(context.Context, Manager, string) (admitted, known []string, err error) {
+	return nil, nil, nil
+}
+
+// layout plans req against c and returns path -> name@version.
+func layout(t *testing.T, c listCatalog, pkgs ...string) (map[string]string, []requirement, error) {
+	t.Helper()
+	inst := New(DefaultConfig(), c, nil, nil, nil, nil)
+	plan, reqs, err := inst.plan(context.Background(), sandbox.InstallRequest{Manager: "npm", Packages: pkgs})
+	if err != nil {
+		return nil, nil, err
+	}
+	out := map[string]string{}
+	for _, p := range plan {
+		out[p.path] = p.a.Name + "@" + p.a.Version
+	}
+	return out, reqs, nil
+}
+
+// TestLayoutTree: the tree is npm's: hoisted where versions agree, nested
+// under the dependent where another version holds the top, deduplicated
+// when a copy above is in range; two versions wanted at the top are a
+// conflict; what the request lacks is left to the session check.
+func TestLayoutTree(t *testing.T) {
+	t.Parallel()
+	// An express-like tree: debug needs ms 2.0.0, send needs ms 2.1.3 and
+	// encodeurl 1, the root package encodeurl 2; both need debug.
+	c := listCatalog{
+		"app@1.0.0":       {"debug": "2.6.9", "encodeurl": "2.0.0", "send": "0.19.0"},
+		"debug@2.6.9":     {"ms": "2.0.0"},
+		"ms@2.0.0":        nil,
+		"ms@2.1.3":        nil,
+		"send@0.19.0":     {"debug": "2.6.9", "ms": "2.1.3", "encodeurl": "1.0.2"},
+		"encodeurl@1.0.2": nil,
+		"encodeurl@2.0.0": nil,
+		"a@1.0.0":         {"b": "1.0.0"},
+		"b@1.0.0":         {"a": "1.0.0"},
+		"c@1.0.0":         {"d": "1.0.0||2.0.0"},
+		"d@1.0.0":         nil,
+		"d@2.0.0":         nil,
+		"x@1.0.0":         {"y": "1.0.0", "z": "1.0.0"},
+		"y@1.0.0":         {"z": "2.0.0"},
+		"z@1.0.0":         nil,
+		"z@2.0.0":         nil,
+	}
+	got, reqs, err := layout(t, c, "app@1.0.0", "debug@2.6.9", "ms@2.0.0", "ms@2.1.3", "send@0.19.0", "encodeurl@1.0.2", "encodeurl@2.0.0")
+	want := map[string]string{
+		"node_modules/app":                         "app@1.0.0",
+		"node_modules/debug":                       "debug@2.6.9",
+		"node_modules/ms":                          "ms@2.0.0",
+		"node_modules/encodeurl":                   "encodeurl@2.0.0",
+		"node_modules/send":                        "send@0.19.0",
+		"node_modules/send/node_modules/ms":        "ms@2.1.3",
+		"node_modules/send/node_modules/encodeurl": "encodeurl@1.0.2",
+	}
+	if err != nil || len(reqs) != 0 || !maps.Equal(got, want) {
+		t.Fatalf("express-like: %v %v %v", got, reqs, err)
+	}
+	// A root keeps the top even when a dependency placed first would
+	// have taken it (express without debug: ms 2.0.0 is a root).
+	got, _, err = layout(t, c, "app@1.0.0", "ms@2.0.0", "ms@2.1.3", "send@0.19.0", "encodeurl@1.0.2", "encodeurl@2.0.0")
+	if err != nil || got["node_modules/ms"] != "ms@2.0.0" || got["node_modules/send/node_modules/ms"] != "ms@2.1.3" {
+		t.Fatalf("root ms: %v %v", got, err)
+	}
+	// A cycle has no root: the first name goes to the top.
+	if got, _, err := layout(t, c, "b@1.0.0", "a@1.0.0"); err != nil || !maps.Equal(got, map[string]string{"node_modules/a": "a@1.0.0", "node_modules/b": "b@1.0.0"}) {
+		t.Fatalf("cycle: %v %v", got, err)
+	}
+	// The newest version in range is picked; the other has no dependent
+	// and no room at the top.
+	_, _, err = layout(t, c, "c@1.0.0", "d@1.0.0", "d@2.0.0")
+	var rej *sandbox.RejectedError
+	if !errors.As(err, &rej) || len(rej.Packages) != 1 || rej.Packages[0].Status != "conflict" || rej.Packages[0].Package != "d@1.0.0" {
+		t.Fatalf("two roots of one name: %v", err)
+	}
+	if got, _, err := layout(t, c, "c@1.0.0", "d@2.0.0"); err != nil || got["node_modules/d"] != "d@2.0.0" {
+		t.Fatalf("range of two: %v %v", got, err)
+	}
+	// x needs z 1 at the top; y (under x's reach) needs z 2 nested in y.
+	got, _, err = layout(t, c, "x@1.0.0", "y@1.0.0", "z@1.0.0", "z@2.0.0")
+	if err != nil || !maps.Equal(got, map[string]string{"node_modules/x": "x@1.0.0", "node_modules/y": "y@1.0.0",
+		"node_modules/z": "z@1.0.0", "node_modules/y/node_modules/z": "z@2.0.0"}) {
+		t.Fatalf("nested under a hoisted dependency: %v %v", got, err)
+	}
+	// What the request lacks is a requirement on the session's top.
+	if _, reqs, err := layout(t, c, "send@0.19.0", "ms@2.1.3"); err != nil || len(reqs) != 2 || reqs[0].Name != "debug" || reqs[1].Name != "encodeurl" {
+		t.Fatalf("send without debug and encodeurl: %+v %v", reqs, err)
+	}
+	// A copy the tree holds out of range is refused at once.
+	_, _, err = layout(t, c, "debug@2.6.9", "ms@2.1.3")
+	if !errors.As(err, &rej) || rej.Packages[0].Status != "missing_dependencies" || rej.Packages[0].MissingDependencies[0].Requested != "2.1.3" {
+		t.Fatalf("ms out of range: %v", err)
+	}
+}
+
+// TestLayoutMatchesResolution: for random trees (a package and all it
+// reaches, two versions of many names), the layout succeeds and every dependency the layout
+// places resolves, as Node looks it up, to a copy in range.
+func TestLayoutMatchesResolution(t *testing.T) {
+	t.Parallel()
+	for seed := range 200 {
+		c := listCatalog{}
+		var req []string
+		r := uint32(seed*2654435761 + 1)
+		next := func(n int) int { r ^= r << 13; r ^= r >> 17; r ^= r << 5; return int(r % uint32(n)) }
+		for k := range 12 {
+			for _, v := range []string{"1.0.0", "2.0.0"} {
+				deps := map[string]string{}
+				for range next(4) {
+					d := next(12)
+					if d > k { // a DAG: only later names
+						deps[fmt.Sprintf("p%02d", d)] = []string{"1.0.0", "2.0.0"}[next(2)]
+					}
+				}
+				c[fmt.Sprintf("p%02d@%s", k, v)] = deps
+			}
+		}
+		// The request: p00@1.0.0 and everything it reaches.
+		seen := map[string]bool{}
+		var walk func(string)
+		walk = func(nv string) {
+			if seen[nv] {
+				return
+			}
+			seen[nv] = true
+			req = append(req, nv)
+			for d, v := range c[nv] {
+				walk(d + "@" + v)
+			}
+		}
+		walk("p00@1.0.0")
+		inst := New(DefaultConfig(), c, nil, nil, nil, nil)
+		plan, reqs, err := inst.plan(context.Background(), sandbox.InstallRequest{Manager: "npm", Packages: req})
+		if err != nil || len(reqs) != 0 {
+			t.Fatalf("seed %d: %v %+v", seed, err, reqs)
+		}
+		tr := tree{}
+		for k := range plan {
+			tr[plan[k].path] = &treeNode{path: plan[k].path, p: &plan[k]}
+		}
+		for path, n := range tr {
+			for dep, v := range n.p.a.Dependencies {
+				if got := tr.resolve(path, dep); got == nil || got.p.a.Version != v {
+					t.Fatalf("seed %d: %s needs %s@%s, finds %v", seed, path, dep, v, got)
+				}
+			}
+		}
+	}
+}
