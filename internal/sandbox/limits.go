@@ -21,6 +21,12 @@ const (
 	// MaxDomainEntryBytes bounds one allowed_domains entry: "*." and a
 	// 253-byte name with its trailing dot.
 	MaxDomainEntryBytes = 256
+	// MaxCredentials bounds network.credentials; MaxCredentialHeaderBytes
+	// and MaxCredentialValueBytes bound one credential's header name and
+	// value.
+	MaxCredentials           = 16
+	MaxCredentialHeaderBytes = 128
+	MaxCredentialValueBytes  = 8 << 10
 	// MaxEnvVars, MaxEnvNameBytes and MaxEnvBytes bound an execute's env:
 	// the number of variables, one name, and names plus values in all.
 	MaxEnvVars      = 64
