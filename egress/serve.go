@@ -1,6 +1,7 @@
 package egress
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -119,6 +120,11 @@ func (p *Proxy) handleConnect(req *http.Request, client net.Conn, _ *goproxy.Pro
 		t.close()
 		return
 	}
+	if hs := s.credentialsFor(hp.Host); hs != nil {
+		o, c, why := p.terminate(s, t, hello, hp.Host, hs, &d)
+		finish(o, c, cmp.Or(why, reason))
+		return
+	}
 	p.splice(s, t, hello, &d)
 	finish(OutcomeAllow, ClassAllowed, reason)
 }
@@ -214,6 +220,11 @@ func (p *Proxy) handleTransparent(s *session, client net.Conn) {
 	t := &tunnel{client: client, upstream: up}
 	untrack := p.track(s, t)
 	defer untrack()
+	if hs := s.credentialsFor(host); hs != nil {
+		o, c, why := p.terminate(s, t, hello, host, hs, &d)
+		finish(o, c, cmp.Or(why, reason))
+		return
+	}
 	p.splice(s, t, hello, &d)
 	finish(OutcomeAllow, ClassAllowed, reason)
 }
