@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -30,6 +31,9 @@ func (h Header) String() string { return h.Name + ": [redacted]" }
 
 // LogValue hides the value from slog.
 func (h Header) LogValue() slog.Value { return slog.StringValue(h.String()) }
+
+// MarshalJSON hides the value from any JSON encoding.
+func (h Header) MarshalJSON() ([]byte, error) { return json.Marshal(h.String()) }
 
 // Credentials are the headers the proxy sets on a session's requests, by
 // canonical host. Only the hosts named here have their TLS terminated by
