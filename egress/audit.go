@@ -364,6 +364,9 @@ func (a *auditor) emit(d Decision) {
 	if d.Addr.IsValid() {
 		attrs = append(attrs, slog.String("addr", d.Addr.String()))
 	}
+	if d.Credential {
+		attrs = append(attrs, slog.Bool("credential", true))
+	}
 	if !d.Last.IsZero() {
 		attrs = append(attrs, slog.Int("count", d.Count), slog.Time("first", d.First), slog.Time("last", d.Last))
 	}

@@ -76,6 +76,7 @@ func TestEgressCredentials(t *testing.T) {
 		}
 	})
 	t.Run("another allowed host gets no credential", func(t *testing.T) {
+		s.installCA(ultra, id, f)
 		res := s.run(ultra, id, `curl -sS --fail --max-time 30 -H 'Authorization: mine' https://www.allowed.test/headers`, caEnv)
 		o := res["stdout"].(string)
 		if exitCode(res) != 0 || strings.Contains(o, half1) || !strings.Contains(o, "Authorization: mine\n") {
@@ -141,11 +142,14 @@ print("hits:", hits)
 	}
 
 	for what, body := range map[string]string{
-		"GET session": string(s.do("GET", "/v1/sessions/"+id, ultra, nil).body),
+		"GET session":  string(s.do("GET", "/v1/sessions/"+id, ultra, nil).body),
 		"session list": string(s.do("GET", "/v1/sessions", ultra, nil).body),
-		"metrics":     string(s.do("GET", "/metrics", "", nil).body),
-		"server log":  s.logs.String(),
+		"metrics":      string(s.do("GET", "/metrics", "", nil).body),
+		"server log":   s.logs.String(),
 	} {
+		if what == "server log" && !strings.Contains(body, `"host":"api.allowed.test"`) || what == "server log" && !strings.Contains(body, `"credential":true`) {
+			t.Errorf("the log has no decision with the credential marked")
+		}
 		if strings.Contains(body, half1) || strings.Contains(body, half2) {
 			t.Errorf("%s holds the credential", what)
 		}
