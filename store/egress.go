@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"log/slog"
 	"time"
@@ -59,6 +60,22 @@ func (s *Store) InsertEgressDecisions(ctx context.Context, rows []EgressRow) err
 		}
 	}
 	return tx.Commit()
+}
+
+// addEgressCredential adds egress_decisions.credential on SQLite unless
+// a file made by an older step already has it.
+func addEgressCredential(ctx context.Context, tx *sql.Tx) error {
+	var n int
+	if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM pragma_table_info('egress_decisions') WHERE name = 'credential'`).Scan(&n); err != nil {
+		return fmt.Errorf("reading egress_decisions columns: %w", err)
+	}
+	if n > 0 {
+		return nil
+	}
+	if _, err := tx.ExecContext(ctx, `ALTER TABLE egress_decisions ADD COLUMN credential INTEGER NOT NULL DEFAULT 0`); err != nil {
+		return fmt.Errorf("adding egress_decisions.credential: %w", err)
+	}
+	return nil
 }
 
 // EgressDecisions returns the latest limit decisions of a session, oldest

@@ -312,8 +312,10 @@ var migrations = []migration{
 	` + slotsEndTriggerPostgres + `
 	` + slotsBackfill},
 	// An egress decision says whether the proxy added a session
-	// credential on its connection (never which value).
-	{sqlite: `ALTER TABLE egress_decisions ADD COLUMN credential INTEGER NOT NULL DEFAULT 0;`},
+	// credential on its connection (never which value). (SQLite has no ADD
+	// COLUMN IF NOT EXISTS: addEgressCredential adds it.)
+	{sqlite: `SELECT 1;`, fix: addEgressCredential,
+		postgres: `ALTER TABLE egress_decisions ADD COLUMN IF NOT EXISTS credential BIGINT NOT NULL DEFAULT 0;`},
 }
 
 // migrationLock is the PostgreSQL advisory lock key under which a node
