@@ -140,6 +140,14 @@ print("hits:", hits)
 	if exitCode(res) != 0 || !hasCred(res["stdout"].(string)) {
 		t.Fatalf("after resume: %s", out(res))
 	}
+	// A killed server: the restarted one adopts the running session and
+	// its proxy opens the credential from the egress state file again.
+	s.kill()
+	s.start()
+	res = s.run(ultra, id, clients["python requests"], nil)
+	if exitCode(res) != 0 || !hasCred(res["stdout"].(string)) {
+		t.Fatalf("after a restart: %s", out(res))
+	}
 
 	for what, body := range map[string]string{
 		"GET session":  string(s.do("GET", "/v1/sessions/"+id, ultra, nil).body),
