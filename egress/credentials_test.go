@@ -280,3 +280,41 @@ func TestCALeaf(t *testing.T) {
 		t.Fatal("CA without its constraints")
 	}
 }
+
+// TestSetCredentials: a live session's credentials change for the next
+// connection, and without any its hosts go back to the end-to-end tunnel.
+func TestSetCredentials(t *testing.T) {
+	t.Parallel()
+	f := sharedFakeNet(t)
+	p, ca, _ := credProxy(t, f, true)
+	s := credSession(t, p, Credentials{"api.example.com": {{Name: "Authorization", Value: "Bearer one"}}}, "*.example.com")
+	get := func() (string, string) {
+		c := sandboxClient(f, ca, s)
+		defer c.CloseIdleConnections()
+		resp, err := c.Get(fmt.Sprintf("https://api.example.com:%d/headers", f.httpsAP.Port()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return string(b), resp.TLS.PeerCertificates[0].Issuer.CommonName
+	}
+	if b, _ := get(); !strings.Contains(b, "Authorization: Bearer one\n") {
+		t.Fatalf("first: %q", b)
+	}
+	if err := p.SetCredentials(s.ID, Credentials{"api.example.com": {{Name: "Authorization", Value: "Bearer two"}}}); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := get(); !strings.Contains(b, "Authorization: Bearer two\n") || strings.Contains(b, "one") {
+		t.Fatalf("after the swap: %q", b)
+	}
+	if err := p.SetCredentials(s.ID, nil); err != nil {
+		t.Fatal(err)
+	}
+	if b, issuer := get(); strings.Contains(b, "Authorization") || issuer != "sandboxapi test CA" {
+		t.Fatalf("without credentials: %q issuer %s", b, issuer)
+	}
+	if err := p.SetCredentials("nope", nil); err == nil {
+		t.Fatal("unknown session accepted")
+	}
+}
