@@ -218,6 +218,10 @@ func (p *Proxy) forward(host string, hs []Header, client, upstream net.Conn) {
 			writeStatus(client, http.StatusMisdirectedRequest, "egress: Host differs from the TLS server name\n")
 			return
 		}
+		if trailerNames(req, hs) {
+			writeStatus(client, http.StatusBadRequest, "egress: a trailer may not carry a credential header\n")
+			return
+		}
 		if strings.EqualFold(req.Header.Get("Expect"), "100-continue") {
 			req.Header.Del("Expect")
 			if _, err := io.WriteString(client, "HTTP/1.1 100 Continue\r\n\r\n"); err != nil {
@@ -260,6 +264,20 @@ func (p *Proxy) forward(host string, hs []Header, client, upstream net.Conn) {
 			return
 		}
 	}
+}
+
+// trailerNames reports whether req announces a trailer under one of the
+// credential headers' names (which would reach the upstream after the
+// body, beside the credential).
+func trailerNames(req *http.Request, hs []Header) bool {
+	for k := range req.Trailer {
+		for _, h := range hs {
+			if strings.EqualFold(k, h.Name) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // relayRaw copies both ways after a protocol switch, starting with what

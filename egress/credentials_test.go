@@ -190,6 +190,7 @@ func TestCredentialHostile(t *testing.T) {
 	}{
 		{name: "host header for another name", upstreamCA: true, request: "GET /headers HTTP/1.1\r\nHost: ok.example.com\r\n\r\n", status: 421, class: ClassAllowed},
 		{name: "malformed request", upstreamCA: true, request: "GET /headers HTTP/1.1\r\nHost api.example.com\r\n\r\n", status: 400, class: ClassAllowed},
+		{name: "credential header as a trailer", upstreamCA: true, request: "POST /headers HTTP/1.1\r\nHost: api.example.com\r\nTransfer-Encoding: chunked\r\nTrailer: Authorization\r\n\r\n0\r\nAuthorization: Bearer mine\r\n\r\n", status: 400, class: ClassAllowed},
 		{name: "head too large", upstreamCA: true, request: "GET /headers HTTP/1.1\r\nHost: api.example.com\r\nX-Big: " + strings.Repeat("a", maxRequestHead) + "\r\n\r\n", status: 400, class: ClassAllowed},
 		{name: "upstream certificate not trusted", upstreamCA: false, request: "GET /headers HTTP/1.1\r\nHost: api.example.com\r\n\r\n", status: 502, class: ClassUpstreamTLS},
 	}
