@@ -41,6 +41,14 @@ func (c Credential) MarshalJSON() ([]byte, error) {
 	return json.Marshal(plain(c))
 }
 
+// String shows c without its value (sealed or not), so that printing a
+// request or a session never shows the secret (slog's text handler prints
+// with it; JSON encoding goes through MarshalJSON).
+func (c Credential) String() string { return c.Host + " " + c.Header + ": [redacted]" }
+
+// GoString is String, for %#v.
+func (c Credential) GoString() string { return c.String() }
+
 // SealContext is what c's value is sealed under besides the key: its
 // host and header, so that a sealed value moved to another host or header
 // does not open.
