@@ -29,6 +29,15 @@ const maxDomainErrors = 8
 // trailing dot, the same wildcard, "1.2.3.4" and "1.2.3.4/32"), keeping
 // the first spelling of each and their order. A nil block is fine.
 func normalizeNetwork(n *NetworkRequest) error {
+	if err := normalizeDomains(n); err != nil {
+		return err
+	}
+	return normalizeCredentials(n)
+}
+
+// normalizeDomains checks and de-duplicates allowed_domains and denied (see
+// normalizeNetwork).
+func normalizeDomains(n *NetworkRequest) error {
 	if n == nil {
 		return nil
 	}
@@ -88,6 +97,73 @@ func normalizeList(list policy.List, code string, entries []string) ([]string, e
 		return nil, &Error{Status: http.StatusBadRequest, Code: code, Message: msg}
 	}
 	return out, nil
+}
+
+// errCredentials is the 400 for a bad network.credentials list; the
+// message names the entry by index and never quotes a value.
+func errCredentials(format string, args ...any) error {
+	return apiErr(http.StatusBadRequest, "invalid_credentials", format, args...)
+}
+
+// normalizeCredentials checks a request's credentials: at most
+// sandbox.MaxCredentials, each for one exact host the session may reach
+// (allowed_domains, a wildcard match counts), a header name that is a
+// token and not one the proxy or HTTP framing owns, a value without
+// control bytes of at most sandbox.MaxCredentialValueBytes, one per host
+// and header. It writes the canonical host and header names in place. A
+// client cannot send a sealed value.
+func normalizeCredentials(n *NetworkRequest) error {
+	if n == nil || len(n.Credentials) == 0 {
+		return nil
+	}
+	if !n.Enabled {
+		return errCredentials("credentials need network.enabled")
+	}
+	if len(n.Credentials) > sandbox.MaxCredentials {
+		return errCredentials("credentials holds %d entries; at most %d are allowed", len(n.Credentials), sandbox.MaxCredentials)
+	}
+	pol, err := policy.New(policy.Rules{Enabled: true, Allowed: n.AllowedDomains, Denied: n.Denied})
+	if err != nil {
+		return apiErr(http.StatusBadRequest, "invalid_allowed_domains", "%v", err)
+	}
+	seen := make(map[[2]string]bool, len(n.Credentials))
+	out := make([]sandbox.Credential, len(n.Credentials))
+	for i, c := range n.Credentials {
+		if c.Sealed != "" {
+			return errCredentials("credentials[%d]: sealed is not accepted; send value", i)
+		}
+		if len(c.Host) > sandbox.MaxDomainEntryBytes {
+			return errCredentials("credentials[%d].host: over %d bytes", i, sandbox.MaxDomainEntryBytes)
+		}
+		if len(c.Header) > sandbox.MaxCredentialHeaderBytes {
+			return errCredentials("credentials[%d].header: over %d bytes", i, sandbox.MaxCredentialHeaderBytes)
+		}
+		if len(c.Value) > sandbox.MaxCredentialValueBytes {
+			return errCredentials("credentials[%d].value: over %d bytes", i, sandbox.MaxCredentialValueBytes)
+		}
+		host, err := pol.CheckCredentialHost(c.Host)
+		if err == nil {
+			c.Header, err = policy.CheckCredentialHeader(c.Header)
+		}
+		if err == nil {
+			err = policy.CheckCredentialValue(c.Value)
+		}
+		if err != nil {
+			var ce *policy.CredentialError
+			if errors.As(err, &ce) {
+				return errCredentials("credentials[%d].%s: %s", i, ce.Field, ce.Reason)
+			}
+			return errCredentials("credentials[%d]: invalid", i)
+		}
+		key := [2]string{host, c.Header}
+		if seen[key] {
+			return errCredentials("credentials[%d]: a second %s for %s", i, c.Header, host)
+		}
+		seen[key] = true
+		out[i] = sandbox.Credential{Host: host, Header: c.Header, Value: c.Value}
+	}
+	n.Credentials = out
+	return nil
 }
 
 // checkExecuteShape checks an execute's env and files against the caps.

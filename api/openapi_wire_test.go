@@ -37,6 +37,7 @@ var wireSchemas = map[string]wireSchema{
 	"CheckResult":           {typ: reflect.TypeFor[wire.CheckResult](), reply: true},
 	"Ready":                 {typ: reflect.TypeFor[wire.Ready](), reply: true},
 	"Network":               {typ: reflect.TypeFor[wire.Network]()},
+	"Credential":            {typ: reflect.TypeFor[wire.Credential](), notSent: map[string]string{"sealed": "the stored form: refused in requests (400), never in replies"}},
 	"File":                  {typ: reflect.TypeFor[wire.File]()},
 	"ExecuteRequest":        {typ: reflect.TypeFor[wire.ExecuteRequest]()},
 	"SessionExecuteRequest": {typ: reflect.TypeFor[wire.ExecuteRequest](), notSent: map[string]string{"language": "a session has its language: refused with 400", "files": "files go through PUT .../files: refused with 400"}},

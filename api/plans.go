@@ -13,11 +13,14 @@ import (
 
 // Plan is what a key may do.
 type Plan struct {
-	Name              string        `yaml:"-" json:"name"`
-	Sessions          bool          `yaml:"sessions" json:"sessions"`
-	MaxSessions       int           `yaml:"max_sessions" json:"max_sessions"`
-	Network           bool          `yaml:"network" json:"network"`
-	AllowedDomains    bool          `yaml:"allowed_domains" json:"allowed_domains"`
+	Name           string `yaml:"-" json:"name"`
+	Sessions       bool   `yaml:"sessions" json:"sessions"`
+	MaxSessions    int    `yaml:"max_sessions" json:"max_sessions"`
+	Network        bool   `yaml:"network" json:"network"`
+	AllowedDomains bool   `yaml:"allowed_domains" json:"allowed_domains"`
+	// Credentials lets sessions give network.credentials, headers the
+	// egress proxy adds for one host (it needs network).
+	Credentials       bool          `yaml:"credentials" json:"credentials"`
 	MaxTimeout        time.Duration `yaml:"max_timeout" json:"max_timeout_s"`
 	MemoryMB          int64         `yaml:"memory_mb" json:"memory_mb"` // per execution; 0: the executor's default
 	RequestsPerMinute int           `yaml:"requests_per_minute" json:"requests_per_minute"`
@@ -80,6 +83,9 @@ func LoadPlans(data []byte) (*Plans, error) {
 		}
 		if p.AllowedDomains && !p.Network {
 			errs = append(errs, fmt.Errorf("plans.%s: allowed_domains needs network", name))
+		}
+		if p.Credentials && !p.Network {
+			errs = append(errs, fmt.Errorf("plans.%s: credentials needs network", name))
 		}
 		ps.byName[p.Name] = p
 		ps.order = append(ps.order, p.Name)

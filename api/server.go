@@ -106,6 +106,9 @@ type Deps struct {
 	// Readiness makes /readyz report its checks (503 when any fails); nil
 	// is ready with no checks.
 	Readiness ReadinessReporter
+	// Credentials seals network.credentials values before a session is
+	// made; nil refuses credentials (503 network_unavailable).
+	Credentials CredentialSealer
 	// EgressLog serves the decisions of GET /v1/sessions/{id}/egress; nil
 	// answers from the live sessions alone, with no decisions.
 	EgressLog EgressLog
@@ -147,6 +150,7 @@ type Server struct {
 	ready     atomic.Bool
 	readiness ReadinessReporter // nil: ready with no checks
 	egressLog EgressLog         // nil: no decisions
+	sealer    CredentialSealer  // nil: credentials refused
 	ops       opsState          // observer and route registry (metrics.go)
 
 	// While the store cannot be reached: the keys it resolved lately, and
@@ -160,7 +164,7 @@ type Server struct {
 // New builds the server and mounts every route (routes).
 func New(cfg Config, d Deps) *Server {
 	s := &Server{cfg: cfg, sb: d.Sandboxes, keys: d.Keys, plans: d.Plans, meter: d.Meter, log: d.Log, mux: http.NewServeMux(),
-		readiness: d.Readiness, egressLog: d.EgressLog, build: d.Build}
+		readiness: d.Readiness, egressLog: d.EgressLog, sealer: d.Credentials, build: d.Build}
 	s.slots, s.rate = d.SessionSlots, d.RateTokens
 	s.keyCache = newKeyCache(cfg.KeyCacheTTL)
 	if s.slots == nil {

@@ -182,6 +182,9 @@ func (s *Server) checkNetwork(p *Principal, n *NetworkRequest) (NetworkRequest, 
 	if len(n.AllowedDomains) > 0 && !p.Plan.AllowedDomains {
 		return NetworkRequest{}, s.forbidden(p, "allowed_domains", func(pl *Plan) bool { return pl.AllowedDomains })
 	}
+	if len(n.Credentials) > 0 && !p.Plan.Credentials {
+		return NetworkRequest{}, s.forbidden(p, "credentials", func(pl *Plan) bool { return pl.Credentials })
+	}
 	if _, err := policy.New(policy.Rules{Enabled: true, Allowed: n.AllowedDomains, Denied: n.Denied}); err != nil {
 		var pe *policy.PatternError
 		if errors.As(err, &pe) && pe.List == policy.ListDenied {
@@ -190,10 +193,30 @@ func (s *Server) checkNetwork(p *Principal, n *NetworkRequest) (NetworkRequest, 
 		return NetworkRequest{}, apiErr(http.StatusBadRequest, "invalid_allowed_domains", "%v", err)
 	}
 	// Before the plan's session slot is taken: 503 network_unavailable.
-	if !s.sb.NetworkAvailable() {
+	if !s.sb.NetworkAvailable() || (len(n.Credentials) > 0 && s.sealer == nil) {
 		return NetworkRequest{}, sandbox.ErrNoNetwork
 	}
-	return *n, nil
+	out := *n
+	if len(n.Credentials) > 0 {
+		out.Credentials = make([]sandbox.Credential, len(n.Credentials))
+		for i, c := range n.Credentials {
+			if c.Value != "" {
+				sealed, err := s.sealer.Seal(c.Value, c.SealContext())
+				if err != nil {
+					return NetworkRequest{}, fmt.Errorf("sealing credential %d: %w", i, err)
+				}
+				c = sandbox.Credential{Host: c.Host, Header: c.Header, Sealed: sealed}
+			}
+			out.Credentials[i] = c
+		}
+	}
+	return out, nil
+}
+
+// CredentialSealer seals credential values for storage (see
+// internal/seal); serve passes the server's credentials key.
+type CredentialSealer interface {
+	Seal(plain, context string) (string, error)
 }
 
 func (s *Server) listSessions(w http.ResponseWriter, r *http.Request) error {

@@ -60,15 +60,17 @@ const (
 	ClassUnknownSession  Class = "unknown_session" // no session owns the source address
 	ClassStopped         Class = "stopped"         // the proxy is stopping
 	ClassDialFailed      Class = "dial_failed"
-	ClassError           Class = "error"      // something else failed
-	ClassBadTarget       Class = "bad_target" // a malformed or refused target
+	ClassError           Class = "error"        // something else failed
+	ClassBadTarget       Class = "bad_target"   // a malformed or refused target
+	ClassUpstreamTLS     Class = "upstream_tls" // the proxy's own TLS to the upstream failed (credentials)
+	ClassClientTLS       Class = "client_tls"   // the sandbox refused the proxy's certificate (credentials)
 )
 
 // Classes lists every Class (for metrics that pre-declare their labels
 // and for tests).
 var Classes = [...]Class{ClassAllowed, ClassNotAllowed, ClassDenied, ClassNetworkDisabled, ClassForbiddenAddr, ClassUnresolvable,
 	ClassResolverFailure, ClassSNIMismatch, ClassNoSNI, ClassNotTLS, ClassTunnelLimit, ClassPendingLimit, ClassAuditCap,
-	ClassPlainHTTP, ClassUnknownSession, ClassStopped, ClassDialFailed, ClassError, ClassBadTarget}
+	ClassPlainHTTP, ClassUnknownSession, ClassStopped, ClassDialFailed, ClassError, ClassBadTarget, ClassUpstreamTLS, ClassClientTLS}
 
 // sessionErrClass classes a refusal by the error of Proxy.sessionOf or
 // Proxy.acquire.
@@ -108,6 +110,9 @@ type Decision struct {
 	BytesUp   int64            `json:"bytes_up"`   // sandbox to upstream
 	BytesDown int64            `json:"bytes_down"` // upstream to sandbox
 	Duration  time.Duration    `json:"duration"`
+	// Credential is set when the proxy terminated the connection's TLS
+	// to add a session credential (its value is never recorded).
+	Credential bool `json:"credential,omitempty"`
 	// Count is how many decisions the record stands for: 0 or 1 for a
 	// single one. An aggregate (Summary false) is Count repeats of the
 	// same refusal (mode, host, port, address, outcome and reason) after
@@ -377,6 +382,9 @@ func (a *auditor) emit(d Decision) {
 	}
 	if d.Addr.IsValid() {
 		attrs = append(attrs, slog.String("addr", d.Addr.String()))
+	}
+	if d.Credential {
+		attrs = append(attrs, slog.Bool("credential", true))
 	}
 	if !d.Last.IsZero() {
 		attrs = append(attrs, slog.Int("count", d.Count), slog.Time("first", d.First), slog.Time("last", d.Last))

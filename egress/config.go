@@ -62,6 +62,17 @@ type Config struct {
 	// GET /v1/sessions/{id}/egress also after the session ended; older
 	// ones are pruned at start and hourly.
 	AuditRetention time.Duration `yaml:"audit_retention"`
+	// UpstreamCAFile, if set, is a PEM file of CA certificates that the
+	// proxy trusts besides the system's roots when it opens its own TLS to
+	// a host that has credentials (an operator's internal CA).
+	UpstreamCAFile string `yaml:"upstream_ca_file"`
+	// CredentialsKeyFile is the key (64 hex digits, mode 0600) that seals
+	// sessions' credential values at rest; empty: credentials.key in the
+	// data folder, generated on first start. CredentialsOldKeyFiles are
+	// keys replaced by it, still accepted for opening (rotation: see
+	// docs/security.md).
+	CredentialsKeyFile     string   `yaml:"credentials_key_file"`
+	CredentialsOldKeyFiles []string `yaml:"credentials_old_key_files"`
 	// Network configures the per-session netns and veth wiring.
 	Network NetworkConfig `yaml:"network"`
 }

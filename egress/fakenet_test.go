@@ -112,6 +112,17 @@ func startFakeNet() (*fakeNet, error) {
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintf(w, "hello %s", r.TLS.ServerName)
 	})
+	mux.HandleFunc("/headers", func(w http.ResponseWriter, r *http.Request) {
+		// Echoes the request's headers, one "Name: value" a line, and the
+		// body's length.
+		n, _ := io.Copy(io.Discard, r.Body)
+		for k, vs := range r.Header {
+			for _, v := range vs {
+				fmt.Fprintf(w, "%s: %s\n", k, v)
+			}
+		}
+		fmt.Fprintf(w, "body: %d\n", n)
+	})
 	mux.HandleFunc("/bytes", func(w http.ResponseWriter, r *http.Request) {
 		var n int64
 		fmt.Sscan(r.URL.Query().Get("n"), &n)

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -16,6 +17,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -51,6 +53,12 @@ type Options struct {
 	// Observe, if set, is called synchronously for every decision, also
 	// those the audit aggregates (e.g. for metrics). It must not block.
 	Observe func(Decision)
+	// CA is the per-server CA whose leaves terminate the sandbox's TLS to
+	// hosts that have credentials; nil: no session may have credentials.
+	CA *CA
+	// Credentials opens the sealed credential values of sessions'
+	// network requests (Sessions uses it); nil: no credentials.
+	Credentials Opener
 	// Reserved are further prefixes the proxy never dials, whatever
 	// extra_allowed_cidrs says, such as the installer networks' pool.
 	// Config.Network.Pool is always reserved.
@@ -67,6 +75,9 @@ type Session struct {
 	HostAddr    netip.Addr // proxy and DNS address seen by the sandbox
 	SandboxAddr netip.Addr // the sandbox's only source address
 	Policy      policy.Policy
+	// Credentials are the headers set on requests to their hosts, whose
+	// TLS the proxy terminates (see Proxy.SetCredentials).
+	Credentials Credentials
 }
 
 // Endpoints are the bound addresses of a session's listeners.
@@ -86,6 +97,7 @@ type session struct {
 	cancel    context.CancelFunc
 	listeners sync.WaitGroup
 	broken    []string // listeners that stopped serving; guarded by Proxy.mu
+	creds     atomic.Pointer[Credentials]
 }
 
 // Proxy is the egress proxy: per-session explicit CONNECT (built on
@@ -100,7 +112,9 @@ type Proxy struct {
 	audit    *auditor
 	gp       *goproxy.ProxyHttpServer
 	srv      *http.Server
-	localIPs *hostAddrs // the host's interface addresses, kept current
+	localIPs *hostAddrs     // the host's interface addresses, kept current
+	ca       *CA            // nil: no credentials
+	upRoots  *x509.CertPool // roots the proxy's own upstream TLS trusts
 
 	mu       sync.Mutex
 	stopped  bool
@@ -125,7 +139,13 @@ func NewProxy(cfg Config, opts Options) (*Proxy, error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
+	roots, err := upstreamRoots(cfg.UpstreamCAFile)
+	if err != nil {
+		return nil, fmt.Errorf("creating egress proxy: %w", err)
+	}
 	p := &Proxy{
+		ca:       opts.CA,
+		upRoots:  roots,
 		cfg:      cfg,
 		log:      logger,
 		res:      res,
@@ -227,7 +247,14 @@ func (p *Proxy) AddSession(ctx context.Context, s Session) (Endpoints, error) {
 		return Endpoints{}, fmt.Errorf("adding session %s: host address %s in use: %w", s.ID, s.HostAddr, ErrSessionExists)
 	}
 	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	if len(s.Credentials) > 0 && p.ca == nil {
+		p.mu.Unlock()
+		cancel()
+		return Endpoints{}, fmt.Errorf("adding session %s: %w: the proxy has no CA", s.ID, ErrCredentials)
+	}
 	sess := &session{Session: s, tunnels: map[*tunnel]struct{}{}, ctx: sctx, cancel: cancel}
+	sess.creds.Store(&s.Credentials)
+	sess.Session.Credentials = nil // held in creds only
 	p.sessions[s.ID] = sess
 	p.byHost[s.HostAddr] = sess
 	p.mu.Unlock()

@@ -1,6 +1,7 @@
 package egress
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -141,6 +142,12 @@ func (p *Proxy) handleConnect(req *http.Request, client net.Conn, _ *goproxy.Pro
 		t.close()
 		return
 	}
+	// Credentials are for host names: an address target never gets one.
+	if hs := s.credentialsFor(tg.Host); hs != nil && !tg.Addr.IsValid() {
+		o, c, why := p.terminate(s, t, hello, tg.Host, hs, &d)
+		finish(o, c, cmp.Or(why, pd.String()))
+		return
+	}
 	p.splice(s, t, hello, &d)
 	finish(OutcomeAllow, ClassAllowed, pd.String())
 }
@@ -238,6 +245,11 @@ func (p *Proxy) handleTransparent(s *session, client net.Conn) {
 	t := &tunnel{client: client, upstream: up}
 	untrack := p.track(s, t)
 	defer untrack()
+	if hs := s.credentialsFor(host); hs != nil {
+		o, c, why := p.terminate(s, t, hello, host, hs, &d)
+		finish(o, c, cmp.Or(why, pd.String()))
+		return
+	}
 	p.splice(s, t, hello, &d)
 	finish(OutcomeAllow, ClassAllowed, pd.String())
 }

@@ -26,6 +26,8 @@ type Sessions struct {
 	proxy *Proxy
 	dir   string
 	log   *slog.Logger
+	open  Opener // nil: sessions with credentials are refused
+	ca    *CA    // nil: no CA, the sandbox trusts the system's roots only
 }
 
 // NewSessions makes the sandbox network and the proxy (with opts) for
@@ -48,7 +50,7 @@ func NewSessions(cfg Config, opts Options, dir string) (*Sessions, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("creating egress state folder: %w", err)
 	}
-	return &Sessions{cfg: cfg, net: nw, proxy: proxy, dir: dir, log: logger}, nil
+	return &Sessions{cfg: cfg, net: nw, proxy: proxy, dir: dir, log: logger, open: opts.Credentials, ca: opts.CA}, nil
 }
 
 // Stop closes every session's proxy listeners and tunnels (see
@@ -92,6 +94,10 @@ func (s *Sessions) Attach(ctx context.Context, id string, req sandbox.NetworkReq
 	if err != nil {
 		return nil, err
 	}
+	creds, err := OpenCredentials(s.open, req)
+	if err != nil {
+		return nil, err
+	}
 	att, err := s.net.Setup(ctx, id)
 	if err != nil {
 		return nil, err
@@ -101,14 +107,47 @@ func (s *Sessions) Attach(ctx context.Context, id string, req sandbox.NetworkReq
 			_ = s.net.Teardown(context.WithoutCancel(ctx), id)
 		}
 	}()
-	if _, err := s.proxy.AddSession(ctx, Session{ID: id, HostAddr: att.HostAddr, SandboxAddr: att.SandboxAddr, Policy: pol}); err != nil {
+	if _, err := s.proxy.AddSession(ctx, Session{ID: id, HostAddr: att.HostAddr, SandboxAddr: att.SandboxAddr, Policy: pol, Credentials: creds}); err != nil {
 		return nil, err
 	}
 	if err := os.WriteFile(s.stateFile(id), req.JSON(), 0o600); err != nil {
 		_ = s.proxy.RemoveSession(context.WithoutCancel(ctx), id)
 		return nil, fmt.Errorf("recording egress session: %w", err)
 	}
-	return &sandbox.NetworkAttachment{NetnsPath: att.NetnsPath, Env: SandboxProxyEnv(att, s.cfg.ConnectPort), ResolvConf: att.ResolvConf()}, nil
+	out := &sandbox.NetworkAttachment{NetnsPath: att.NetnsPath, Env: SandboxProxyEnv(att, s.cfg.ConnectPort), ResolvConf: att.ResolvConf()}
+	if s.ca != nil {
+		out.CACert = string(s.ca.CertPEM())
+		out.Env = append(out.Env, SandboxCAEnv()...)
+	}
+	return out, nil
+}
+
+// SandboxCABundle is where the executor mounts the sandbox's trust store
+// (the rootfs's system bundle plus the proxy's CA) over the system one.
+const SandboxCABundle = "/etc/ssl/certs/ca-certificates.crt"
+
+// SandboxCAEnv points the usual TLS clients at SandboxCABundle: OpenSSL
+// and Go (SSL_CERT_FILE), curl, Python requests and Node, which ships its
+// own roots and adds these.
+func SandboxCAEnv() []string {
+	return []string{
+		"SSL_CERT_FILE=" + SandboxCABundle,
+		"CURL_CA_BUNDLE=" + SandboxCABundle,
+		"REQUESTS_CA_BUNDLE=" + SandboxCABundle,
+		"NODE_EXTRA_CA_CERTS=" + SandboxCABundle,
+	}
+}
+
+// SetCredentials opens the credentials of req and gives them to the live
+// session id's proxy: connections opened from then on use them. It is the
+// one place a running session's credentials change (a new network
+// request for it); the caller records req (its state file: see Attach).
+func (s *Sessions) SetCredentials(id string, req sandbox.NetworkRequest) error {
+	creds, err := OpenCredentials(s.open, req)
+	if err != nil {
+		return err
+	}
+	return s.proxy.SetCredentials(id, creds)
 }
 
 // SandboxProxyEnv is Attachment.ProxyEnv plus what pip, npm and plain-HTTP
@@ -182,7 +221,12 @@ func (s *Sessions) Reconcile(ctx context.Context, live []string) error {
 			errs = append(errs, fmt.Errorf("adopting network of session %s: %w", id, perr))
 			continue
 		}
-		_, aerr := s.proxy.AddSession(ctx, Session{ID: id, HostAddr: att.HostAddr, SandboxAddr: att.SandboxAddr, Policy: pol})
+		creds, perr := OpenCredentials(s.open, req)
+		if perr != nil {
+			errs = append(errs, fmt.Errorf("adopting network of session %s: %w", id, perr))
+			continue
+		}
+		_, aerr := s.proxy.AddSession(ctx, Session{ID: id, HostAddr: att.HostAddr, SandboxAddr: att.SandboxAddr, Policy: pol, Credentials: creds})
 		if aerr != nil && !errors.Is(aerr, ErrSessionExists) {
 			errs = append(errs, fmt.Errorf("adopting network of session %s: %w", id, aerr))
 			continue

@@ -124,11 +124,17 @@ func (t *tunnel) run(ctx context.Context, idle time.Duration) {
 	ended := make(chan struct{}, 2)
 	go func() { t.pipe(t.upstream, t.client, &t.up); ended <- struct{}{} }()
 	go func() { t.pipe(t.client, t.upstream, &t.down); ended <- struct{}{} }()
+	t.watch(ctx, idle, ended, 2)
+}
+
+// watch waits for open sends on ended, closing the tunnel when ctx is
+// done or no byte moved for idle (see run), and closes it at the end.
+func (t *tunnel) watch(ctx context.Context, idle time.Duration, ended <-chan struct{}, open int) {
 	watchdog := time.NewTicker(min(max(idle/4, time.Millisecond), maxIdleCheck))
 	defer watchdog.Stop()
 	moved, movedAt := t.moved(), time.Now()
 	done := ctx.Done()
-	for open := 2; open > 0; {
+	for open > 0 {
 		select {
 		case <-ended:
 			open--

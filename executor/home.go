@@ -331,7 +331,7 @@ func dropLocal(h home) error {
 		return os.RemoveAll(h.dir)
 	}
 	var errs []error
-	for _, name := range []string{"bundle", "network.json", "resolv.conf"} {
+	for _, name := range []string{"bundle", "network.json", "resolv.conf", "ca-certificates.crt"} {
 		if err := os.RemoveAll(filepath.Join(h.dir, name)); err != nil {
 			errs = append(errs, err)
 		}

@@ -53,6 +53,31 @@ func storedNetwork(raw string) sandbox.NetworkRequest {
 
 func attachmentFile(dir string) string { return filepath.Join(dir, "network.json") }
 func resolvFile(dir string) string     { return filepath.Join(dir, "resolv.conf") }
+func caBundleFile(dir string) string   { return filepath.Join(dir, "ca-certificates.crt") }
+
+// systemCABundle is the trust store of the rootfs, which the sandbox's
+// bundle extends.
+const systemCABundle = "etc/ssl/certs/ca-certificates.crt"
+
+// writeCABundle writes the sandbox's trust store beside the bundle: the
+// rootfs's system bundle plus the egress proxy's CA certificate (only the
+// certificate: its key never leaves the proxy's folder).
+func (e *Executor) writeCABundle(dir, caPEM string) error {
+	sys, err := os.ReadFile(filepath.Join(e.cfg.Rootfs, systemCABundle))
+	if err != nil && !os.IsNotExist(err) {
+		return fmt.Errorf("reading the rootfs's CA bundle: %w", err)
+	}
+	b := append(sys, '\n')
+	b = append(b, caPEM...)
+	tmp := caBundleFile(dir) + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o644); err != nil {
+		return fmt.Errorf("writing CA bundle: %w", err)
+	}
+	if err := os.Rename(tmp, caBundleFile(dir)); err != nil {
+		return fmt.Errorf("writing CA bundle: %w", err)
+	}
+	return nil
+}
 
 // attach sets up the session's network and records the attachment beside
 // the bundle, so a restarted server can adopt the session with it.
@@ -73,6 +98,13 @@ func (e *Executor) attach(ctx context.Context, id, dir string, req sandbox.Netwo
 	}
 	if err := os.WriteFile(resolvFile(dir), []byte(att.ResolvConf), 0o644); err != nil {
 		return att, fmt.Errorf("writing resolv.conf: %w", err)
+	}
+	if att.CACert != "" {
+		if err := e.writeCABundle(dir, att.CACert); err != nil {
+			return att, err
+		}
+	} else if err := os.Remove(caBundleFile(dir)); err != nil && !os.IsNotExist(err) {
+		return att, fmt.Errorf("removing CA bundle: %w", err)
 	}
 	if err := e.fault(stepNetworkRecord, id); err != nil {
 		return att, err

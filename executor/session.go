@@ -290,6 +290,9 @@ func (e *Executor) writeBundle(id, dir, netns string) (string, error) {
 	})
 	if netns != "" {
 		spec.Mounts = append(spec.Mounts, specs.Mount{Destination: "/etc/resolv.conf", Type: "bind", Source: resolvFile(dir), Options: []string{"rbind", "ro"}})
+		if _, err := os.Stat(caBundleFile(dir)); err == nil {
+			spec.Mounts = append(spec.Mounts, specs.Mount{Destination: "/" + systemCABundle, Type: "bind", Source: caBundleFile(dir), Options: []string{"rbind", "ro"}})
+		}
 	}
 	b, err := json.MarshalIndent(spec, "", "  ")
 	if err != nil {

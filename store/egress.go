@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"log/slog"
 	"time"
@@ -30,6 +31,9 @@ type EgressRow struct {
 	Count   int
 	Last    time.Time
 	Summary bool
+	// Credential marks a connection on which the proxy added a session
+	// credential.
+	Credential bool
 }
 
 // InsertEgressDecisions stores a batch of decisions in one transaction.
@@ -39,8 +43,8 @@ func (s *Store) InsertEgressDecisions(ctx context.Context, rows []EgressRow) err
 		return fmt.Errorf("starting egress batch: %w", err)
 	}
 	defer tx.Rollback()
-	stmt, err := tx.PrepareContext(ctx, `INSERT INTO egress_decisions(session_id, key_id, time, mode, host, port, addr, outcome, reason, bytes_up, bytes_down, duration_ms, count, last_time, summary)
-		VALUES (?, COALESCE(NULLIF(?, ''), (SELECT key_id FROM sessions WHERE id = ?), ''), ?,?,?,?,?,?,?,?,?,?,?,?,?)`)
+	stmt, err := tx.PrepareContext(ctx, `INSERT INTO egress_decisions(session_id, key_id, time, mode, host, port, addr, outcome, reason, bytes_up, bytes_down, duration_ms, count, last_time, summary, credential)
+		VALUES (?, COALESCE(NULLIF(?, ''), (SELECT key_id FROM sessions WHERE id = ?), ''), ?,?,?,?,?,?,?,?,?,?,?,?,?,?)`)
 	if err != nil {
 		return fmt.Errorf("preparing egress insert: %w", err)
 	}
@@ -51,18 +55,34 @@ func (s *Store) InsertEgressDecisions(ctx context.Context, rows []EgressRow) err
 			last = ms(r.Last)
 		}
 		if _, err := stmt.ExecContext(ctx, r.SessionID, r.KeyID, r.SessionID, ms(r.Time), r.Mode, r.Host, r.Port, r.Addr,
-			r.Outcome, r.Reason, r.BytesUp, r.BytesDown, r.DurationMS, max(r.Count, 1), last, r.Summary); err != nil {
+			r.Outcome, r.Reason, r.BytesUp, r.BytesDown, r.DurationMS, max(r.Count, 1), last, r.Summary, r.Credential); err != nil {
 			return fmt.Errorf("inserting egress decision: %w", err)
 		}
 	}
 	return tx.Commit()
 }
 
+// addEgressCredential adds egress_decisions.credential on SQLite unless
+// a file made by an older step already has it.
+func addEgressCredential(ctx context.Context, tx *sql.Tx) error {
+	var n int
+	if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM pragma_table_info('egress_decisions') WHERE name = 'credential'`).Scan(&n); err != nil {
+		return fmt.Errorf("reading egress_decisions columns: %w", err)
+	}
+	if n > 0 {
+		return nil
+	}
+	if _, err := tx.ExecContext(ctx, `ALTER TABLE egress_decisions ADD COLUMN credential INTEGER NOT NULL DEFAULT 0`); err != nil {
+		return fmt.Errorf("adding egress_decisions.credential: %w", err)
+	}
+	return nil
+}
+
 // EgressDecisions returns the latest limit decisions of a session, oldest
 // first (by time, then by insertion). The list is empty, not nil, when
 // there are none.
 func (s *Store) EgressDecisions(ctx context.Context, sessionID string, limit int) ([]EgressRow, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT session_id, key_id, time, mode, host, port, addr, outcome, reason, bytes_up, bytes_down, duration_ms, count, last_time, summary FROM (
+	rows, err := s.db.QueryContext(ctx, `SELECT session_id, key_id, time, mode, host, port, addr, outcome, reason, bytes_up, bytes_down, duration_ms, count, last_time, summary, credential FROM (
 			SELECT * FROM egress_decisions WHERE session_id = ? ORDER BY time DESC, id DESC LIMIT ?
 		) AS latest ORDER BY time, id`, sessionID, limit)
 	if err != nil {
@@ -74,7 +94,7 @@ func (s *Store) EgressDecisions(ctx context.Context, sessionID string, limit int
 		var r EgressRow
 		var at, last int64
 		if err := rows.Scan(&r.SessionID, &r.KeyID, &at, &r.Mode, &r.Host, &r.Port, &r.Addr, &r.Outcome, &r.Reason,
-			&r.BytesUp, &r.BytesDown, &r.DurationMS, &r.Count, &last, &r.Summary); err != nil {
+			&r.BytesUp, &r.BytesDown, &r.DurationMS, &r.Count, &last, &r.Summary, &r.Credential); err != nil {
 			return nil, fmt.Errorf("reading egress decision: %w", err)
 		}
 		r.Time = fromMS(at)

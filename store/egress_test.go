@@ -274,7 +274,7 @@ func TestEgressCountMigration(t *testing.T) {
 	ctx := context.Background()
 	st, path := openTestStore(t)
 	if _, err := st.DB().ExecContext(ctx, `ALTER TABLE egress_decisions DROP COLUMN count;
-		ALTER TABLE egress_decisions DROP COLUMN last_time; ALTER TABLE egress_decisions DROP COLUMN summary;
+		ALTER TABLE egress_decisions DROP COLUMN last_time; ALTER TABLE egress_decisions DROP COLUMN summary; ALTER TABLE egress_decisions DROP COLUMN credential;
 		ALTER TABLE sessions DROP COLUMN hibernated_at; ALTER TABLE sessions DROP COLUMN disk_bytes; ALTER TABLE sessions DROP COLUMN parent_id;
 		DROP TABLE session_installs; ALTER TABLE api_keys DROP COLUMN kind;
 		DROP TABLE nodes; DROP INDEX sessions_node_state; ALTER TABLE sessions DROP COLUMN node; ALTER TABLE executions DROP COLUMN node;

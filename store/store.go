@@ -311,6 +311,11 @@ var migrations = []migration{
 	ALTER TABLE rate_buckets ADD COLUMN IF NOT EXISTS granted BIGINT NOT NULL DEFAULT 0;
 	` + slotsEndTriggerPostgres + `
 	` + slotsBackfill},
+	// An egress decision says whether the proxy added a session
+	// credential on its connection (never which value). (SQLite has no ADD
+	// COLUMN IF NOT EXISTS: addEgressCredential adds it.)
+	{sqlite: `SELECT 1;`, fix: addEgressCredential,
+		postgres: `ALTER TABLE egress_decisions ADD COLUMN IF NOT EXISTS credential BIGINT NOT NULL DEFAULT 0;`},
 }
 
 // migrationLock is the PostgreSQL advisory lock key under which a node

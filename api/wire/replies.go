@@ -101,7 +101,7 @@ type Session struct {
 // whole seconds, the disk limit in MiB.
 func SessionOf(s sandbox.Session) Session {
 	j := Session{ID: s.ID, Language: s.Language, State: string(s.State), IdleTTL: int64(s.IdleTTL / time.Second),
-		Network: s.Network, CreatedAt: s.CreatedAt.UTC(), LastUsed: s.LastUsedAt.UTC(), ExpiresAt: s.ExpiresAt().UTC(),
+		Network: s.Network.Public(), CreatedAt: s.CreatedAt.UTC(), LastUsed: s.LastUsedAt.UTC(), ExpiresAt: s.ExpiresAt().UTC(),
 		ForkedFrom: s.ForkedFrom, DiskMB: s.DiskBytes >> 20}
 	if !s.HibernatedAt.IsZero() {
 		t := s.HibernatedAt.UTC()

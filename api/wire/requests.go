@@ -12,6 +12,9 @@ import (
 // beside the sandbox types.
 type Network = sandbox.NetworkRequest
 
+// Credential is one entry of Network.Credentials.
+type Credential = sandbox.Credential
+
 // File is one file of a stateless execute, written before the code runs.
 type File struct {
 	Path    string `json:"path"`

@@ -84,4 +84,7 @@ type EgressDecision struct {
 	First      *time.Time `json:"first,omitempty"`
 	Last       *time.Time `json:"last,omitempty"`
 	Summary    bool       `json:"summary,omitempty"`
+	// Credential is set when the proxy added a session credential on
+	// the connection.
+	Credential bool `json:"credential,omitempty"`
 }

@@ -18,6 +18,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/pem"
 	"flag"
 	"fmt"
 	"io"
@@ -28,6 +29,7 @@ import (
 	"net/http"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -62,7 +64,7 @@ func main() {
 type dialer func() (net.Conn, error)
 
 func run(mib, runs, setups int) error {
-	roots, upstream, dnsAddr, err := fakeInternet()
+	roots, upstreamPEM, upstream, dnsAddr, err := fakeInternet()
 	if err != nil {
 		return fmt.Errorf("starting fake internet: %w", err)
 	}
@@ -74,7 +76,24 @@ func run(mib, runs, setups int) error {
 	cfg.AllowedPorts = []uint16{upstream.Port()}
 	cfg.Resolvers = []string{dnsAddr}
 	cfg.ExtraAllowedCIDRs = []string{"127.0.0.2/32"}
-	p, err := egress.NewProxy(cfg, egress.Options{Logger: slog.New(slog.DiscardHandler)})
+	// The credential path: the proxy trusts the fake internet's
+	// certificate upstream and terminates the client's TLS with its CA.
+	dir, err := os.MkdirTemp("", "egressbench")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	cfg.UpstreamCAFile = filepath.Join(dir, "upstream.pem")
+	if err := os.WriteFile(cfg.UpstreamCAFile, upstreamPEM, 0o644); err != nil {
+		return err
+	}
+	ca, err := egress.LoadCA(filepath.Join(dir, "ca"))
+	if err != nil {
+		return err
+	}
+	proxyRoots := x509.NewCertPool()
+	proxyRoots.AddCert(ca.Certificate())
+	p, err := egress.NewProxy(cfg, egress.Options{Logger: slog.New(slog.DiscardHandler), CA: ca})
 	if err != nil {
 		return err
 	}
@@ -82,6 +101,15 @@ func run(mib, runs, setups int) error {
 	ep, err := p.AddSession(context.Background(), egress.Session{
 		ID: "bench", HostAddr: netip.MustParseAddr("127.1.0.1"), SandboxAddr: sbx,
 		Policy: policy.Policy{Enabled: true, Allow: policy.MustParseEntries(policy.ListAllowed, "*.example.com")},
+	})
+	if err != nil {
+		return err
+	}
+	credSbx := netip.MustParseAddr("127.1.0.6")
+	credEP, err := p.AddSession(context.Background(), egress.Session{
+		ID: "bench-cred", HostAddr: netip.MustParseAddr("127.1.0.5"), SandboxAddr: credSbx,
+		Policy:      policy.Policy{Enabled: true, Domains: policy.MustParsePatterns("*.example.com")},
+		Credentials: egress.Credentials{host: {{Name: "Authorization", Value: "Bearer bench"}}},
 	})
 	if err != nil {
 		return err
@@ -105,12 +133,14 @@ func run(mib, runs, setups int) error {
 	time.Sleep(200 * time.Millisecond)
 
 	paths := []struct {
-		name string
-		dial dialer
+		name  string
+		dial  dialer
+		roots *x509.CertPool // what the client trusts
 	}{
-		{"direct", func() (net.Conn, error) { return net.Dial("tcp", upstream.String()) }},
-		{"sandboxapi", connectVia(ep.Connect.String(), sbx, target)},
-		{"smokescreen v0.1.0", connectVia(ln.Addr().String(), netip.Addr{}, target)},
+		{"direct", func() (net.Conn, error) { return net.Dial("tcp", upstream.String()) }, roots},
+		{"sandboxapi", connectVia(ep.Connect.String(), sbx, target), roots},
+		{"sandboxapi, credential (proxy-terminated TLS)", connectVia(credEP.Connect.String(), credSbx, target), proxyRoots},
+		{"smokescreen v0.1.0", connectVia(ln.Addr().String(), netip.Addr{}, target), roots},
 	}
 	type row struct {
 		name       string
@@ -126,7 +156,7 @@ func run(mib, runs, setups int) error {
 			i := (k + r) % len(paths) // rotate the order too
 			pth := paths[i]
 			start, cpu0 := time.Now(), processCPU()
-			n, err := fetch(pth.dial, roots, int64(mib)<<20)
+			n, err := fetch(pth.dial, pth.roots, int64(mib)<<20)
 			if err != nil {
 				return fmt.Errorf("%s: %w", pth.name, err)
 			}
@@ -144,7 +174,7 @@ func run(mib, runs, setups int) error {
 				return fmt.Errorf("%s: %w", pth.name, err)
 			}
 			conn[i] = append(conn[i], time.Since(start))
-			tc := tls.Client(c, &tls.Config{ServerName: host, RootCAs: roots})
+			tc := tls.Client(c, &tls.Config{ServerName: host, RootCAs: pth.roots})
 			if err := tc.Handshake(); err != nil {
 				return fmt.Errorf("%s handshake: %w", pth.name, err)
 			}
@@ -222,7 +252,7 @@ func fetch(dial dialer, roots *x509.CertPool, n int64) (int64, error) {
 
 // fakeInternet starts an HTTPS server on 127.0.0.2 and a DNS server on
 // 127.0.0.1 answering *.example.com with it.
-func fakeInternet() (*x509.CertPool, netip.AddrPort, string, error) {
+func fakeInternet() (*x509.CertPool, []byte, netip.AddrPort, string, error) {
 	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	tmpl := &x509.Certificate{
 		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: host},
@@ -233,14 +263,14 @@ func fakeInternet() (*x509.CertPool, netip.AddrPort, string, error) {
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
 	if err != nil {
-		return nil, netip.AddrPort{}, "", err
+		return nil, nil, netip.AddrPort{}, "", err
 	}
 	cert, _ := x509.ParseCertificate(der)
 	roots := x509.NewCertPool()
 	roots.AddCert(cert)
 	ln, err := net.Listen("tcp", "127.0.0.2:0")
 	if err != nil {
-		return nil, netip.AddrPort{}, "", err
+		return nil, nil, netip.AddrPort{}, "", err
 	}
 	srv := &http.Server{
 		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -254,7 +284,7 @@ func fakeInternet() (*x509.CertPool, netip.AddrPort, string, error) {
 	go srv.ServeTLS(ln, "", "")
 	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
 	if err != nil {
-		return nil, netip.AddrPort{}, "", err
+		return nil, nil, netip.AddrPort{}, "", err
 	}
 	h := dns.HandlerFunc(func(w dns.ResponseWriter, r *dns.Msg) {
 		m := new(dns.Msg)
@@ -270,5 +300,5 @@ func fakeInternet() (*x509.CertPool, netip.AddrPort, string, error) {
 		w.WriteMsg(m)
 	})
 	go (&dns.Server{PacketConn: pc, Handler: h}).ActivateAndServe()
-	return roots, ln.Addr().(*net.TCPAddr).AddrPort(), pc.LocalAddr().String(), nil
+	return roots, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), ln.Addr().(*net.TCPAddr).AddrPort(), pc.LocalAddr().String(), nil
 }

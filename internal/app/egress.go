@@ -3,6 +3,7 @@ package app
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/netip"
 	"path/filepath"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"github.com/sandboxapi/sandboxapi/executor"
 	"github.com/sandboxapi/sandboxapi/internal/metrics"
 	"github.com/sandboxapi/sandboxapi/internal/sandbox"
+	"github.com/sandboxapi/sandboxapi/internal/seal"
 	"github.com/sandboxapi/sandboxapi/store"
 )
 
@@ -20,6 +22,7 @@ import (
 // while egress is off), the API's view of the audit trail and the func
 // that stops them.
 type egressParts struct {
+	keys     *seal.Keys // seals and opens credentials; nil while egress is off
 	sessions *egress.Sessions
 	trail    *egressTrail
 	stop     func()
@@ -69,13 +72,21 @@ func setupEgress(ctx context.Context, env *Env, ex *executor.Executor, st *store
 	if p, err := netip.ParsePrefix(env.Config.Installer.Pool); err == nil {
 		reserved = append(reserved, p.Masked())
 	}
-	opts := egress.Options{Logger: log, OnDecision: onDecision, Observe: observe, Reserved: reserved}
+	keys, err := seal.LoadKeys(credentialsKeyFile(env), ec.CredentialsOldKeyFiles)
+	if err != nil {
+		return nil, fmt.Errorf("loading the credentials key: %w", err)
+	}
+	ca, err := egress.LoadCA(filepath.Join(env.Config.DataDir, "egress-ca"))
+	if err != nil {
+		return nil, err
+	}
+	opts := egress.Options{Logger: log, OnDecision: onDecision, Observe: observe, Reserved: reserved, CA: ca, Credentials: keys}
 	sessions, err := egress.NewSessions(ec.Config, opts, filepath.Join(env.Config.DataDir, "egress"))
 	if err != nil {
 		return nil, err
 	}
 	ex.SetNetwork(sessions)
-	return &egressParts{sessions: sessions, trail: &egressTrail{st: st, w: trail}, stop: func() {
+	return &egressParts{keys: keys, sessions: sessions, trail: &egressTrail{st: st, w: trail}, stop: func() {
 		stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		defer cancel()
 		if err := sessions.Stop(stopCtx); err != nil {
@@ -84,6 +95,15 @@ func setupEgress(ctx context.Context, env *Env, ex *executor.Executor, st *store
 		trail.Close() // after the proxy: tunnels it closed report on the way out
 		stopPrune()
 	}}, nil
+}
+
+// credentialsKeyFile is egress.credentials_key_file, by default
+// credentials.key in the data folder.
+func credentialsKeyFile(env *Env) string {
+	if f := env.Config.Egress.CredentialsKeyFile; f != "" {
+		return f
+	}
+	return filepath.Join(env.Config.DataDir, "credentials.key")
 }
 
 // egressAudit returns the proxy's audit hooks (egress.AuditHooks):
@@ -123,7 +143,7 @@ func (t *egressTrail) EgressDecisions(ctx context.Context, sessionID string, lim
 	out := make([]wire.EgressDecision, 0, len(rows))
 	for _, r := range rows {
 		d := wire.EgressDecision{Time: r.Time, Mode: r.Mode, Host: r.Host, Port: uint16(r.Port), Addr: r.Addr, Outcome: r.Outcome,
-			Reason: r.Reason, BytesUp: r.BytesUp, BytesDown: r.BytesDown, DurationMS: r.DurationMS, Count: max(r.Count, 1), Summary: r.Summary}
+			Reason: r.Reason, BytesUp: r.BytesUp, BytesDown: r.BytesDown, DurationMS: r.DurationMS, Count: max(r.Count, 1), Summary: r.Summary, Credential: r.Credential}
 		if !r.Last.IsZero() {
 			first, last := r.Time, r.Last
 			d.First, d.Last = &first, &last
@@ -151,7 +171,7 @@ func (t *egressTrail) SessionOwner(ctx context.Context, sessionID string) (strin
 func egressRow(d egress.Decision) store.EgressRow {
 	r := store.EgressRow{SessionID: d.Session, Time: d.Time, Mode: string(d.Mode), Host: egress.ClipText(d.Host, egress.MaxAuditText), Port: int(d.Port),
 		Outcome: string(d.Outcome), Reason: egress.ClipText(d.Reason, egress.MaxAuditText), BytesUp: d.BytesUp, BytesDown: d.BytesDown,
-		DurationMS: d.Duration.Milliseconds(), Count: max(d.Count, 1), Summary: d.Summary}
+		DurationMS: d.Duration.Milliseconds(), Count: max(d.Count, 1), Summary: d.Summary, Credential: d.Credential}
 	if !d.Last.IsZero() {
 		r.Last = d.Last
 	}

@@ -139,7 +139,7 @@ func Serve(ctx context.Context, env *Env) error {
 		defer cancel()
 		return ex.Stop(ctx)
 	}})
-	srv := wireServices(ctx, env, g, wiring{plans: plans, ex: ex, st: st, mir: mir, front: front, usage: usage, trail: eg.trail, sessions: eg.sessions, m: m, build: build, node: node})
+	srv := wireServices(ctx, env, g, wiring{plans: plans, ex: ex, st: st, mir: mir, front: front, usage: usage, trail: eg.trail, sessions: eg.sessions, keys: eg.keys, m: m, build: build, node: node})
 	if node != nil {
 		// Another key's session, or a call the API will refuse, is the
 		// API's to answer here: nothing moves, no node is named.

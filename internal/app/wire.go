@@ -12,6 +12,7 @@ import (
 	"github.com/sandboxapi/sandboxapi/internal/buildinfo"
 	"github.com/sandboxapi/sandboxapi/internal/lifecycle"
 	"github.com/sandboxapi/sandboxapi/internal/metrics"
+	"github.com/sandboxapi/sandboxapi/internal/seal"
 	"github.com/sandboxapi/sandboxapi/mcp"
 	"github.com/sandboxapi/sandboxapi/mirror"
 	"github.com/sandboxapi/sandboxapi/store"
@@ -34,9 +35,19 @@ type wiring struct {
 	usage    *store.UsageWriter
 	trail    *egressTrail     // the API's view of the egress audit
 	sessions *egress.Sessions // nil when egress is off
+	keys     *seal.Keys       // nil when egress is off
 	m        *metrics.Metrics
 	build    buildinfo.Info
 	node     *cluster.Node // nil for a single node
+}
+
+// credentialSealer is the API's sealer: nil (credentials refused) while
+// egress is off.
+func credentialSealer(k *seal.Keys) api.CredentialSealer {
+	if k == nil {
+		return nil
+	}
+	return k
 }
 
 // wireServices builds the API with every dependency it serves (one field
@@ -65,25 +76,26 @@ func wireServices(ctx context.Context, env *Env, g *lifecycle.Group, w wiring) *
 		mcpAPI = w.node.Handler // MCP's calls for other nodes' sessions go there
 	}
 	srv := api.New(cfg.APIConfig(), api.Deps{
-		Sandboxes: sandboxes,
-		Keys:      storeKeys{w.st},
-		Plans:     w.plans,
-		Log:       env.Log,
-		Meter:     storeMeter{w.usage},
-		Observer:  w.m,
-		Build:     &build,
-		Readiness: ready,
-		EgressLog: trail,
-		Usage:     storeUsage{st: w.st, w: w.usage},
-		Files:     w.ex,
-		Lifecycle: w.ex,
-		SBOMs:     sbomSource{st: w.st, mir: w.mir},
-		Installer: inst,
-		Gate:      ready,
-		Packages:  mirrorPackages{w.mir},
-		Mirror:    w.m.InstrumentMirror(w.front.handler),
-		Metrics:   w.m.Handler(),
-		Console:   newConsole(env, ready, w.mir, w.st, w.ex),
+		Sandboxes:   sandboxes,
+		Keys:        storeKeys{w.st},
+		Plans:       w.plans,
+		Log:         env.Log,
+		Meter:       storeMeter{w.usage},
+		Observer:    w.m,
+		Build:       &build,
+		Readiness:   ready,
+		EgressLog:   trail,
+		Credentials: credentialSealer(w.keys),
+		Usage:       storeUsage{st: w.st, w: w.usage},
+		Files:       w.ex,
+		Lifecycle:   w.ex,
+		SBOMs:       sbomSource{st: w.st, mir: w.mir},
+		Installer:   inst,
+		Gate:        ready,
+		Packages:    mirrorPackages{w.mir},
+		Mirror:      w.m.InstrumentMirror(w.front.handler),
+		Metrics:     w.m.Handler(),
+		Console:     newConsole(env, ready, w.mir, w.st, w.ex),
 		MCP: func(h http.Handler) http.Handler {
 			return mcp.NewHTTPHandler(mcpAPI(h), mcp.Options{Version: Version, Logger: env.Log, DefaultTimeout: cfg.Limits.DefaultTimeout.D()})
 		},

@@ -142,6 +142,15 @@ func startFakeInternet(t *testing.T) *fakeInternet {
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintf(w, "hello %s from %s\n", r.TLS.ServerName, r.Context().Value(http.LocalAddrContextKey))
 	})
+	mux.HandleFunc("/headers", func(w http.ResponseWriter, r *http.Request) {
+		// Echoes the request's headers, one "Name: value" a line.
+		for k, vs := range r.Header {
+			for _, v := range vs {
+				fmt.Fprintf(w, "%s: %s\n", k, v)
+			}
+		}
+		fmt.Fprintf(w, "served-name: %s\n", r.TLS.ServerName)
+	})
 	var lns []net.Listener
 	var pc net.PacketConn
 	var dnsLn net.Listener

@@ -22,6 +22,12 @@ const (
 	// and a 253-byte name with its trailing dot (addresses and CIDR
 	// prefixes are shorter).
 	MaxDomainEntryBytes = 256
+	// MaxCredentials bounds network.credentials; MaxCredentialHeaderBytes
+	// and MaxCredentialValueBytes bound one credential's header name and
+	// value.
+	MaxCredentials           = 16
+	MaxCredentialHeaderBytes = 128
+	MaxCredentialValueBytes  = 8 << 10
 	// MaxEnvVars, MaxEnvNameBytes and MaxEnvBytes bound an execute's env:
 	// the number of variables, one name, and names plus values in all.
 	MaxEnvVars      = 64
