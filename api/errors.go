@@ -46,6 +46,7 @@ var errorTable = []struct {
 	{sandbox.ErrInvalid, http.StatusBadRequest, "invalid_request"},
 	{sandbox.ErrTooLarge, http.StatusRequestEntityTooLarge, "too_large"},
 	{sandbox.ErrBadState, http.StatusConflict, "session_not_running"},
+	{sandbox.ErrNetworkNotAttached, http.StatusConflict, "network_not_attached"},
 	{sandbox.ErrLost, http.StatusGone, "sandbox_lost"},
 	{sandbox.ErrSessionLost, http.StatusGone, "sandbox_lost"},
 	{sandbox.ErrSessionMoved, http.StatusServiceUnavailable, "session_moved"},

@@ -16,6 +16,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -78,6 +79,9 @@ type Endpoints struct {
 
 type session struct {
 	Session
+	// live is the policy in force once SetPolicy has replaced
+	// Session.Policy (nil until then); read it through rules.
+	live      atomic.Pointer[policy.Policy]
 	ep        Endpoints
 	closers   []io.Closer
 	tunnels   map[*tunnel]struct{}
@@ -433,13 +437,69 @@ func (p *Proxy) acquire(s *session) (release func(), err error) {
 	}, nil
 }
 
+// rules is the session's policy in force: the latest SetPolicy's, or the
+// one it was added with.
+func (s *session) rules() policy.Policy {
+	if pol := s.live.Load(); pol != nil {
+		return *pol
+	}
+	return s.Policy
+}
+
+// stillAllowed reports whether pol lets an open tunnel to hp go on: the
+// same question decide asks of a new connection's host.
+func stillAllowed(pol policy.Policy, hp policy.HostPort) bool {
+	_, ok := pol.Allows(hp.Host)
+	return ok
+}
+
+// ReasonPolicyChanged ends the reason of an allowed tunnel that a change
+// of the session's policy closed.
+const ReasonPolicyChanged = "; closed: the session's allow-list no longer allows this host"
+
+// SetPolicy replaces the policy of a live session: every connection
+// decided from now on is held to pol, and every open tunnel (explicit or
+// transparent) to a host pol does not allow is closed before it returns.
+// A connection decided under the old policy that is still being set up
+// is checked again when its tunnel is tracked (track), so none slips
+// through. It returns how many tunnels it closed; an unknown session is
+// ErrUnknownSession.
+func (p *Proxy) SetPolicy(id string, pol policy.Policy) (closed int, err error) {
+	p.mu.Lock()
+	s := p.sessions[id]
+	if s == nil {
+		p.mu.Unlock()
+		return 0, fmt.Errorf("setting policy of session %s: %w", id, ErrUnknownSession)
+	}
+	s.live.Store(&pol)
+	var doomed []*tunnel
+	for t := range s.tunnels {
+		if !stillAllowed(pol, t.target) {
+			doomed = append(doomed, t)
+		}
+	}
+	p.mu.Unlock()
+	for _, t := range doomed {
+		t.revoke()
+	}
+	return len(doomed), nil
+}
+
+// track registers t with its session, so that Stop, RemoveSession and
+// SetPolicy can close it, and closes it at once when the session is gone
+// or its policy no longer allows t's target (changed while t was being
+// decided and dialled).
 func (p *Proxy) track(s *session, t *tunnel) (untrack func()) {
 	p.mu.Lock()
 	s.tunnels[t] = struct{}{}
 	dead := s.ctx.Err() != nil
+	revoked := !stillAllowed(s.rules(), t.target)
 	p.mu.Unlock()
-	if dead {
+	switch {
+	case dead:
 		t.close()
+	case revoked:
+		t.revoke()
 	}
 	return func() {
 		p.mu.Lock()
@@ -477,10 +537,11 @@ const (
 
 // decide applies the policy, resolves and vets every answer.
 func (p *Proxy) decide(ctx context.Context, s *session, hp policy.HostPort) (*target, string, *decideError) {
-	reason, ok := s.Policy.Allows(hp.Host)
+	pol := s.rules()
+	reason, ok := pol.Allows(hp.Host)
 	if !ok {
 		class := ClassNotAllowed
-		if !s.Policy.Enabled {
+		if !pol.Enabled {
 			class = ClassNetworkDisabled
 		}
 		return nil, "", &decideError{outcome: OutcomeDeny, class: class, reason: reason}

@@ -95,7 +95,7 @@ func (p *Proxy) handleConnect(req *http.Request, client net.Conn, _ *goproxy.Pro
 	d.Addr = addr
 	// Track from here on so Stop and RemoveSession also close tunnels
 	// still waiting for their ClientHello.
-	t := &tunnel{client: client, upstream: up}
+	t := &tunnel{client: client, upstream: up, target: hp}
 	untrack := p.track(s, t)
 	defer untrack()
 	if _, err := io.WriteString(client, "HTTP/1.1 200 Connection established\r\n\r\n"); err != nil {
@@ -133,6 +133,9 @@ func (p *Proxy) splice(s *session, t *tunnel, hello []byte, d *Decision) {
 	t.up.Add(int64(len(hello)))
 	t.run(s.ctx, p.cfg.IdleTimeout)
 	d.BytesUp, d.BytesDown = t.up.Load(), t.down.Load()
+	if t.revoked.Load() {
+		d.Reason += ReasonPolicyChanged
+	}
 }
 
 // serveTransparent accepts TLS connections that the in-sandbox DNS sent
@@ -211,7 +214,7 @@ func (p *Proxy) handleTransparent(s *session, client net.Conn) {
 		return
 	}
 	d.Addr = addr
-	t := &tunnel{client: client, upstream: up}
+	t := &tunnel{client: client, upstream: up, target: tgt.hp}
 	untrack := p.track(s, t)
 	defer untrack()
 	p.splice(s, t, hello, &d)
@@ -297,7 +300,7 @@ func (p *Proxy) answerDNS(s *session, w dns.ResponseWriter, r *dns.Msg) {
 	host, err := policy.CanonicalHost(strings.TrimSuffix(q.Name, "."))
 	allowed := false
 	if err == nil {
-		_, allowed = s.Policy.Allows(host)
+		_, allowed = s.rules().Allows(host)
 	}
 	p.log.Debug("egress dns", slog.String("session", s.ID), slog.String("name", q.Name),
 		slog.String("type", dns.TypeToString[q.Qtype]), slog.Bool("allowed", allowed))

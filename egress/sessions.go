@@ -111,6 +111,58 @@ func (s *Sessions) Attach(ctx context.Context, id string, req sandbox.NetworkReq
 	return &sandbox.NetworkAttachment{NetnsPath: att.NetnsPath, Env: SandboxProxyEnv(att, s.cfg.ConnectPort), ResolvConf: att.ResolvConf()}, nil
 }
 
+// Update replaces the network request of a session Attach served, while
+// its sandbox runs: the state file records the new request first (so a
+// restarted server serves it), then the proxy holds every new connection
+// to it and closes the open tunnels it no longer allows (Proxy.SetPolicy).
+// A request with network disabled keeps the session's namespace and
+// listeners, refusing everything; a later Update may enable it again. A
+// request that builds no policy, or a session not served here
+// (ErrUnknownSession), changes nothing.
+func (s *Sessions) Update(ctx context.Context, id string, req sandbox.NetworkRequest) error {
+	if strings.ContainsAny(id, `/\`) || id == "" || id[0] == '.' {
+		return fmt.Errorf("updating network: %w %q", ErrBadSessionID, id)
+	}
+	pol, err := policyFor(req)
+	if err != nil {
+		return err
+	}
+	file := s.stateFile(id)
+	old, err := os.ReadFile(file)
+	if errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("updating network of session %s: %w", id, ErrUnknownSession)
+	} else if err != nil {
+		return fmt.Errorf("updating network of session %s: reading its record: %w", id, err)
+	}
+	if err := writeFileAtomic(file, req.JSON()); err != nil {
+		return fmt.Errorf("updating network of session %s: %w", id, err)
+	}
+	closed, err := s.proxy.SetPolicy(id, pol)
+	if err != nil {
+		if rerr := writeFileAtomic(file, old); rerr != nil {
+			err = errors.Join(err, rerr)
+		}
+		return err
+	}
+	s.log.InfoContext(ctx, "egress policy changed", "session", id, "enabled", req.Enabled,
+		"allowed_domains", len(req.AllowedDomains), "tunnels_closed", closed)
+	return nil
+}
+
+// writeFileAtomic replaces file with b (mode 0600) by a rename, so a crash
+// leaves the old content or the new, never a part.
+func writeFileAtomic(file string, b []byte) error {
+	tmp := file + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+		return fmt.Errorf("writing egress session record: %w", err)
+	}
+	if err := os.Rename(tmp, file); err != nil {
+		_ = os.Remove(tmp)
+		return fmt.Errorf("replacing egress session record: %w", err)
+	}
+	return nil
+}
+
 // SandboxProxyEnv is Attachment.ProxyEnv plus what pip, npm and plain-HTTP
 // clients read. Plain HTTP goes to the proxy too, which refuses it with a
 // clear 403 instead of a silent timeout.

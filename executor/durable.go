@@ -118,7 +118,7 @@ func (e *Executor) hibernate(ctx context.Context, s *session, reason string) err
 		if err := e.destroy(ctx, s.id); err != nil {
 			errs = append(errs, err)
 		}
-		if e.net != nil && s.network.Enabled {
+		if e.net != nil && e.networkHeld(s) {
 			if err := e.net.Detach(ctx, s.id); err != nil {
 				errs = append(errs, err)
 			}
@@ -341,7 +341,9 @@ func (e *Executor) ForkSession(ctx context.Context, id string, spec ForkSpec) (_
 	if err != nil {
 		return Session{}, err
 	}
-	network := src.network
+	e.mu.Lock()
+	network := src.network // changed under e.mu (UpdateSessionNetwork)
+	e.mu.Unlock()
 	if spec.Network != nil {
 		network = *spec.Network
 	}

@@ -449,7 +449,7 @@ func (e *Executor) endSessionOf(ctx context.Context, s *session, reason string) 
 		if err := e.destroy(ctx, id); err != nil {
 			errs = append(errs, err)
 		}
-		if e.net != nil && s.network.Enabled {
+		if e.net != nil && e.networkHeld(s) {
 			if err := e.net.Detach(ctx, id); err != nil {
 				errs = append(errs, err)
 			}
