@@ -120,7 +120,7 @@ func (p *Proxy) handleConnect(req *http.Request, client net.Conn, _ *goproxy.Pro
 		return
 	}
 	p.splice(s, t, hello, &d)
-	finish(OutcomeAllow, ClassAllowed, reason)
+	finish(OutcomeAllow, ClassAllowed, reason+t.endNote())
 }
 
 // splice forwards the already-read hello and then tunnels until done. The
@@ -133,9 +133,6 @@ func (p *Proxy) splice(s *session, t *tunnel, hello []byte, d *Decision) {
 	t.up.Add(int64(len(hello)))
 	t.run(s.ctx, p.cfg.IdleTimeout)
 	d.BytesUp, d.BytesDown = t.up.Load(), t.down.Load()
-	if t.revoked.Load() {
-		d.Reason += ReasonPolicyChanged
-	}
 }
 
 // serveTransparent accepts TLS connections that the in-sandbox DNS sent
@@ -218,7 +215,7 @@ func (p *Proxy) handleTransparent(s *session, client net.Conn) {
 	untrack := p.track(s, t)
 	defer untrack()
 	p.splice(s, t, hello, &d)
-	finish(OutcomeAllow, ClassAllowed, reason)
+	finish(OutcomeAllow, ClassAllowed, reason+t.endNote())
 }
 
 type dnsCloser struct{ srv *dns.Server }

@@ -114,6 +114,15 @@ func (t *tunnel) revoke() {
 	t.close()
 }
 
+// endNote is what the audit adds to the reason of an allowed tunnel: why
+// the proxy closed it, if a policy change did.
+func (t *tunnel) endNote() string {
+	if t.revoked.Load() {
+		return ReasonPolicyChanged
+	}
+	return ""
+}
+
 func (t *tunnel) close() {
 	t.once.Do(func() {
 		t.client.Close()
