@@ -69,7 +69,7 @@ store_e2e=(
   TestFaultMirrorServiceStopped TestConcurrentDeleteNotFound TestUploadCutByKillLeavesNothing
   TestInstallNPMNeedsDependencies TestInstallNPMMissingDependenciesNamed TestInstallWheelAndNPMIntoSession
   TestInstallRefusalsAreAllOrNothing TestInstallGateFailsClosed TestMCP TestMetricsCountMirrorCatalogue
-  TestSecretsStayHiddenServe TestInputCapsAndBoundedConsole TestBadInputGetsClearErrors
+  TestSecretsStayHiddenServe TestInputCapsAndBoundedConsole TestBadInputGetsClearErrors TestLiveAllowList
 )
 # A name that no longer names a test fails here instead of silently
 # running nothing.
