@@ -159,7 +159,7 @@ func (e *Executor) hibernate(ctx context.Context, s *session, reason string) err
 	}
 	e.mu.Lock()
 	e.move(s, StateHibernated)
-	s.hibernatedAt, s.netEnv = now, nil
+	s.hibernatedAt, s.netEnv, s.netAttached = now, nil, false
 	e.mu.Unlock()
 	if err := errors.Join(errs...); err != nil {
 		e.log.WarnContext(ctx, "hibernating session", "session", s.id, "err", err)
@@ -300,7 +300,7 @@ func (e *Executor) resume(ctx context.Context, s *session) (took time.Duration, 
 		return 0, fmt.Errorf("session %s: %w", id, ErrSessionMoved)
 	}
 	e.move(s, StateRunning)
-	s.hasSandbox, s.netEnv = true, netEnv
+	s.hasSandbox, s.netEnv, s.netAttached = true, netEnv, netns != ""
 	e.mu.Unlock()
 	cu.Release()
 	e.endMount(id, mount)

@@ -462,7 +462,7 @@ func (e *Executor) reconcile(ctx context.Context) error {
 			s := newSession(r.ID, r.KeyID, rt, r.IdleTTL, r.CreatedAt, storedNetwork(r.Network))
 			s.state, s.hasSandbox, s.parent, s.diskBytes, s.hibernatedAt = StateRunning, true, r.ParentID, size, r.HibernatedAt
 			if att != nil {
-				s.netEnv = att.Env
+				s.netEnv, s.netAttached = att.Env, true
 			}
 			s.lastUsed = time.Now() // the idle clock restarts with the server
 			e.sessions[r.ID] = s

@@ -36,7 +36,7 @@ func (e *Executor) UpdateSessionNetwork(ctx context.Context, owner, id string, n
 	s.life.Lock()
 	defer s.life.Unlock()
 	e.mu.Lock()
-	st, gone, attached, before := s.state, s.gone, s.netEnv != nil, s.network
+	st, gone, attached, before := s.state, s.gone, s.netAttached, s.network
 	e.mu.Unlock()
 	if gone {
 		return Session{}, before, e.goneErr(ctx, s)
@@ -81,5 +81,5 @@ func (e *Executor) UpdateSessionNetwork(ctx context.Context, owner, id string, n
 func (e *Executor) networkHeld(s *session) bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return s.network.Enabled || s.netEnv != nil
+	return s.network.Enabled || s.netAttached
 }
