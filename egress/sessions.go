@@ -243,6 +243,10 @@ func (s *Sessions) Reconcile(ctx context.Context, live []string) error {
 	}
 	if ents, derr := os.ReadDir(s.dir); derr == nil {
 		for _, e := range ents {
+			if strings.HasSuffix(e.Name(), ".json.tmp") { // an Update cut short
+				_ = os.Remove(filepath.Join(s.dir, e.Name()))
+				continue
+			}
 			id, ok := strings.CutSuffix(e.Name(), ".json")
 			if ok && !keep[id] {
 				_ = os.Remove(filepath.Join(s.dir, e.Name()))
