@@ -47,6 +47,7 @@ var errorTable = []struct {
 	{sandbox.ErrBadLockfile, http.StatusBadRequest, "invalid_lockfile"},
 	{sandbox.ErrTooLarge, http.StatusRequestEntityTooLarge, "too_large"},
 	{sandbox.ErrBadState, http.StatusConflict, "session_not_running"},
+	{sandbox.ErrNetworkNotAttached, http.StatusConflict, "network_not_attached"},
 	{sandbox.ErrLost, http.StatusGone, "sandbox_lost"},
 	{sandbox.ErrSessionLost, http.StatusGone, "sandbox_lost"},
 	{sandbox.ErrSessionMoved, http.StatusServiceUnavailable, "session_moved"},

@@ -118,6 +118,8 @@ type Deps struct {
 	Files Files
 	// Lifecycle enables POST /v1/sessions/{id}/hibernate and .../fork.
 	Lifecycle Lifecycle
+	// Network enables PATCH /v1/sessions/{id}/network.
+	Network SessionNetwork
 	// SBOMs enables GET /v1/sessions/{id}/sbom.
 	SBOMs SBOMs
 	// Installer enables POST /v1/sessions/{id}/install, which asks Gate
@@ -210,6 +212,9 @@ func (s *Server) routes(d Deps) {
 	}
 	if d.Lifecycle != nil {
 		s.mountLifecycle(d.Lifecycle)
+	}
+	if d.Network != nil {
+		s.mountNetwork(d.Network)
 	}
 	if d.SBOMs != nil {
 		s.mountSBOM(d.SBOMs)

@@ -228,6 +228,7 @@ func TestRoute(t *testing.T) {
 		{"GET", "/v1/sessions/s1", routeSession, "s1"},
 		{"POST", "/v1/sessions/s1/execute", routeSession, "s1"},
 		{"PUT", "/v1/sessions/s%201/files", routeSession, "s 1"},
+		{"PATCH", "/v1/sessions/s1/network", routeSession, "s1"},
 		{"GET", "/v1/sessionsx/s1", routeLocal, ""},
 		{"POST", "/v1/execute", routeLocal, ""},
 		{"GET", "/v1/sessions/%zz/x", routeLocal, ""},

@@ -397,11 +397,11 @@ func (n *Node) ownedByCaller(r *http.Request, keyID string) bool {
 	return ok && id != "" && id == keyID
 }
 
-// startsWork tells calls that start something (execute, upload, install,
-// fork, hibernate) from reads and deletes, which a draining node still
-// serves.
+// startsWork tells calls that start or change something (execute,
+// upload, install, fork, hibernate, a network change) from reads and
+// deletes, which a draining node still serves.
 func startsWork(r *http.Request) bool {
-	return r.Method == http.MethodPost || r.Method == http.MethodPut
+	return r.Method == http.MethodPost || r.Method == http.MethodPut || r.Method == http.MethodPatch
 }
 
 // serveOwned serves a call for a session this node owns, taking it in

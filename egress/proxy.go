@@ -98,6 +98,9 @@ type session struct {
 	listeners sync.WaitGroup
 	broken    []string // listeners that stopped serving; guarded by Proxy.mu
 	creds     atomic.Pointer[Credentials]
+	// live is the policy in force once SetPolicy has replaced
+	// Session.Policy (nil until then); read it through rules.
+	live atomic.Pointer[policy.Policy]
 }
 
 // Proxy is the egress proxy: per-session explicit CONNECT (built on
@@ -460,13 +463,70 @@ func (p *Proxy) acquire(s *session) (release func(), err error) {
 	}, nil
 }
 
+// rules is the session's policy in force: the latest SetPolicy's, or the
+// one it was added with.
+func (s *session) rules() policy.Policy {
+	if pol := s.live.Load(); pol != nil {
+		return *pol
+	}
+	return s.Policy
+}
+
+// stillAllowed reports whether pol lets the open tunnel t go on: the
+// decision a new connection to the same name, address and port would get.
+func (p *Proxy) stillAllowed(pol policy.Policy, t *tunnel) bool {
+	a := t.target
+	a.Policy = pol
+	return p.vet.Decide(a).Allowed()
+}
+
+// ReasonPolicyChanged ends the reason of an allowed tunnel that a change
+// of the session's policy closed.
+const ReasonPolicyChanged = "; closed: the session's allow-list no longer allows this host"
+
+// SetPolicy replaces the policy of a live session: every connection
+// decided from now on is held to pol, and every open tunnel (explicit or
+// transparent) whose target pol refuses is closed before it returns. A
+// connection decided under the old policy that is still being set up is
+// checked again when its tunnel is tracked (track), so none slips
+// through. It returns how many tunnels it closed; an unknown session is
+// ErrUnknownSession.
+func (p *Proxy) SetPolicy(id string, pol policy.Policy) (closed int, err error) {
+	p.mu.Lock()
+	s := p.sessions[id]
+	if s == nil {
+		p.mu.Unlock()
+		return 0, fmt.Errorf("setting policy of session %s: %w", id, ErrUnknownSession)
+	}
+	s.live.Store(&pol)
+	var doomed []*tunnel
+	for t := range s.tunnels {
+		if !p.stillAllowed(pol, t) {
+			doomed = append(doomed, t)
+		}
+	}
+	p.mu.Unlock()
+	for _, t := range doomed {
+		t.revoke()
+	}
+	return len(doomed), nil
+}
+
+// track registers t with its session, so that Stop, RemoveSession and
+// SetPolicy can close it, and closes it at once when the session is gone
+// or its policy no longer allows t's target (changed while t was being
+// decided and dialled).
 func (p *Proxy) track(s *session, t *tunnel) (untrack func()) {
 	p.mu.Lock()
 	s.tunnels[t] = struct{}{}
 	dead := s.ctx.Err() != nil
+	revoked := !p.stillAllowed(s.rules(), t)
 	p.mu.Unlock()
-	if dead {
+	switch {
+	case dead:
 		t.close()
+	case revoked:
+		t.revoke()
 	}
 	return func() {
 		p.mu.Lock()
@@ -537,7 +597,7 @@ func refusal(d policy.Decision, addr netip.Addr, resolved bool) *decideError {
 // target: a host name first by itself, then for every address it
 // resolves to; an address target once.
 func (p *Proxy) decide(ctx context.Context, s *session, mode policy.Mode, t policy.Target, sni string) (*target, *decideError) {
-	args := policy.Args{Policy: s.Policy, Mode: mode, Host: t.Host, Addr: t.Addr, Port: t.Port, SNI: sni}
+	args := policy.Args{Policy: s.rules(), Mode: mode, Host: t.Host, Addr: t.Addr, Port: t.Port, SNI: sni}
 	if t.Addr.IsValid() {
 		d := p.vet.Decide(args)
 		if !d.Allowed() {

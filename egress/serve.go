@@ -102,7 +102,7 @@ func (p *Proxy) handleConnect(req *http.Request, client net.Conn, _ *goproxy.Pro
 	d.note(pd)
 	// Track from here on so Stop and RemoveSession also close tunnels
 	// still waiting for their ClientHello.
-	t := &tunnel{client: client, upstream: up}
+	t := &tunnel{client: client, upstream: up, target: policy.Args{Mode: policy.ModeConnect, Host: tg.Host, Addr: addr, Port: tg.Port}}
 	untrack := p.track(s, t)
 	defer untrack()
 	if _, err := io.WriteString(client, "HTTP/1.1 200 Connection established\r\n\r\n"); err != nil {
@@ -128,7 +128,7 @@ func (p *Proxy) handleConnect(req *http.Request, client net.Conn, _ *goproxy.Pro
 			why, class = fmt.Sprintf("%s (%q): %v", ReasonBadSNI, sni, err), ClassBadTarget
 			break
 		}
-		if again := p.vet.Decide(policy.Args{Policy: s.Policy, Mode: policy.ModeConnect, Addr: addr, Port: tg.Port, SNI: name}); !again.Allowed() {
+		if again := p.vet.Decide(policy.Args{Policy: s.rules(), Mode: policy.ModeConnect, Addr: addr, Port: tg.Port, SNI: name}); !again.Allowed() {
 			d.note(again)
 			why, class = fmt.Sprintf("TLS SNI %q: %s", name, again), classOf(again)
 		}
@@ -145,11 +145,11 @@ func (p *Proxy) handleConnect(req *http.Request, client net.Conn, _ *goproxy.Pro
 	// Credentials are for host names: an address target never gets one.
 	if hs := s.credentialsFor(tg.Host); hs != nil && !tg.Addr.IsValid() {
 		o, c, why := p.terminate(s, t, hello, tg.Host, hs, &d)
-		finish(o, c, cmp.Or(why, pd.String()))
+		finish(o, c, cmp.Or(why, pd.String()+t.endNote()))
 		return
 	}
 	p.splice(s, t, hello, &d)
-	finish(OutcomeAllow, ClassAllowed, pd.String())
+	finish(OutcomeAllow, ClassAllowed, pd.String()+t.endNote())
 }
 
 // splice forwards the already-read hello and then tunnels until done. The
@@ -242,16 +242,16 @@ func (p *Proxy) handleTransparent(s *session, client net.Conn) {
 	}
 	d.Addr = addr
 	d.note(pd)
-	t := &tunnel{client: client, upstream: up}
+	t := &tunnel{client: client, upstream: up, target: policy.Args{Mode: policy.ModeTransparent, Host: host, Addr: addr, Port: p.cfg.TransparentUpstreamPort}}
 	untrack := p.track(s, t)
 	defer untrack()
 	if hs := s.credentialsFor(host); hs != nil {
 		o, c, why := p.terminate(s, t, hello, host, hs, &d)
-		finish(o, c, cmp.Or(why, pd.String()))
+		finish(o, c, cmp.Or(why, pd.String()+t.endNote()))
 		return
 	}
 	p.splice(s, t, hello, &d)
-	finish(OutcomeAllow, ClassAllowed, pd.String())
+	finish(OutcomeAllow, ClassAllowed, pd.String()+t.endNote())
 }
 
 type dnsCloser struct{ srv *dns.Server }
@@ -333,7 +333,7 @@ func (p *Proxy) answerDNS(s *session, w dns.ResponseWriter, r *dns.Msg) {
 	host, err := policy.CanonicalHost(strings.TrimSuffix(q.Name, "."))
 	allowed := false
 	if err == nil {
-		allowed = p.vet.Decide(policy.Args{Policy: s.Policy, Mode: policy.ModeTransparent, Host: host, Port: p.cfg.TransparentUpstreamPort}).Allowed()
+		allowed = p.vet.Decide(policy.Args{Policy: s.rules(), Mode: policy.ModeTransparent, Host: host, Port: p.cfg.TransparentUpstreamPort}).Allowed()
 	}
 	p.log.Debug("egress dns", slog.String("session", s.ID), slog.String("name", q.Name),
 		slog.String("type", dns.TypeToString[q.Qtype]), slog.Bool("allowed", allowed))

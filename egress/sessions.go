@@ -150,6 +150,55 @@ func (s *Sessions) SetCredentials(id string, req sandbox.NetworkRequest) error {
 	return s.proxy.SetCredentials(id, creds)
 }
 
+// Update replaces the network request of a session Attach served, while
+// its sandbox runs: the state file records the new request first (so a
+// restarted server serves it), then the proxy holds every new connection
+// to it and closes the open tunnels it no longer allows (Proxy.SetPolicy).
+// A request with network disabled keeps the session's namespace and
+// listeners, refusing everything; a later Update may enable it again. A
+// request that builds no policy, or a session not served here
+// (ErrUnknownSession), changes nothing.
+func (s *Sessions) Update(ctx context.Context, id string, req sandbox.NetworkRequest) error {
+	if strings.ContainsAny(id, `/\`) || id == "" || id[0] == '.' {
+		return fmt.Errorf("updating network: %w %q", ErrBadSessionID, id)
+	}
+	pol, err := policyFor(req)
+	if err != nil {
+		return err
+	}
+	creds, err := OpenCredentials(s.open, req)
+	if err != nil {
+		return err
+	}
+	file := s.stateFile(id)
+	old, err := os.ReadFile(file)
+	if errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("updating network of session %s: %w", id, ErrUnknownSession)
+	} else if err != nil {
+		return fmt.Errorf("updating network of session %s: reading its record: %w", id, err)
+	}
+	if err := writeFileAtomic(file, req.JSON(), 0o600); err != nil {
+		return fmt.Errorf("updating network of session %s: writing its record: %w", id, err)
+	}
+	// Credentials first: a connection the new policy allows must not be
+	// terminated with the old ones (SetPolicy closes those it refuses).
+	err = s.proxy.SetCredentials(id, creds)
+	closed := 0
+	if err == nil {
+		closed, err = s.proxy.SetPolicy(id, pol)
+	}
+	if err != nil {
+		if rerr := writeFileAtomic(file, old, 0o600); rerr != nil {
+			err = errors.Join(err, rerr)
+		}
+		return err
+	}
+	s.log.InfoContext(ctx, "egress policy changed", "session", id, "enabled", req.Enabled,
+		"allowed_domains", len(req.AllowedDomains), "denied", len(req.Denied),
+		"credentials", len(req.Credentials), "tunnels_closed", closed)
+	return nil
+}
+
 // SandboxProxyEnv is Attachment.ProxyEnv plus what pip, npm and plain-HTTP
 // clients read. Plain HTTP goes to the proxy too, which refuses it with a
 // clear 403 instead of a silent timeout.
@@ -235,6 +284,10 @@ func (s *Sessions) Reconcile(ctx context.Context, live []string) error {
 	}
 	if ents, derr := os.ReadDir(s.dir); derr == nil {
 		for _, e := range ents {
+			if strings.HasSuffix(e.Name(), ".json.tmp") { // an Update cut short
+				_ = os.Remove(filepath.Join(s.dir, e.Name()))
+				continue
+			}
 			id, ok := strings.CutSuffix(e.Name(), ".json")
 			if ok && !keep[id] {
 				_ = os.Remove(filepath.Join(s.dir, e.Name()))

@@ -12,6 +12,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/sandboxapi/sandboxapi/egress/policy"
 )
 
 // ErrNotTLS means the first bytes of a tunnel were not a TLS ClientHello.
@@ -93,13 +95,32 @@ var largePool = sync.Pool{New: func() any { b := make([]byte, largeBuf); return 
 const maxIdleCheck = 15 * time.Second
 
 // tunnel is one client<->upstream connection pair. Only client and
-// upstream need setting; run moves the bytes. up and down count the bytes
-// delivered each way and may be read at any time; close is idempotent and
-// safe from any goroutine.
+// upstream need setting (and target, the vetted destination, for a tunnel
+// a session tracks); run moves the bytes. up and down count the bytes
+// delivered each way and may be read at any time; close and revoke are
+// idempotent and safe from any goroutine.
 type tunnel struct {
 	client, upstream net.Conn
+	target           policy.Args // the vetted destination (Policy unset)
 	up, down         atomic.Int64
+	revoked          atomic.Bool // closed because the session's policy changed
 	once             sync.Once
+}
+
+// revoke closes the tunnel because its session's policy no longer allows
+// its target; the audit record says so.
+func (t *tunnel) revoke() {
+	t.revoked.Store(true)
+	t.close()
+}
+
+// endNote is what the audit adds to the reason of an allowed tunnel: why
+// the proxy closed it, if a policy change did.
+func (t *tunnel) endNote() string {
+	if t.revoked.Load() {
+		return ReasonPolicyChanged
+	}
+	return ""
 }
 
 func (t *tunnel) close() {

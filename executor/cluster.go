@@ -584,7 +584,7 @@ func (e *Executor) tidy(ctx context.Context, ss []*session) error {
 			if err := e.runsc.destroy(ctx, s.id); err != nil {
 				serrs = append(serrs, err)
 			}
-			if e.net != nil && s.network.Enabled {
+			if e.net != nil && e.networkHeld(s) {
 				if err := e.net.Detach(ctx, s.id); err != nil {
 					serrs = append(serrs, err)
 				}

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -25,6 +26,9 @@ import (
 type realNetwork struct {
 	n            *egress.Network
 	detachPanics bool
+	mu           sync.Mutex
+	updates      map[string][]sandbox.NetworkRequest // by Update, per session
+	updateErr    error                               // what Update returns
 }
 
 func (r *realNetwork) Attach(ctx context.Context, id string, _ sandbox.NetworkRequest) (*Attachment, error) {
@@ -41,6 +45,17 @@ func (r *realNetwork) Detach(ctx context.Context, id string) error {
 		panic("detach panics after teardown")
 	}
 	return err
+}
+
+// Update records the session's new request (no proxy here to hold it).
+func (r *realNetwork) Update(ctx context.Context, id string, n sandbox.NetworkRequest) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.updates == nil {
+		r.updates = map[string][]sandbox.NetworkRequest{}
+	}
+	r.updates[id] = append(r.updates[id], n)
+	return r.updateErr
 }
 
 func (r *realNetwork) Reconcile(ctx context.Context, live []string) error {

@@ -118,7 +118,7 @@ func (e *Executor) hibernate(ctx context.Context, s *session, reason string) err
 		if err := e.destroy(ctx, s.id); err != nil {
 			errs = append(errs, err)
 		}
-		if e.net != nil && s.network.Enabled {
+		if e.net != nil && e.networkHeld(s) {
 			if err := e.net.Detach(ctx, s.id); err != nil {
 				errs = append(errs, err)
 			}
@@ -159,7 +159,7 @@ func (e *Executor) hibernate(ctx context.Context, s *session, reason string) err
 	}
 	e.mu.Lock()
 	e.move(s, StateHibernated)
-	s.hibernatedAt, s.netEnv = now, nil
+	s.hibernatedAt, s.netEnv, s.netAttached = now, nil, false
 	e.mu.Unlock()
 	if err := errors.Join(errs...); err != nil {
 		e.log.WarnContext(ctx, "hibernating session", "session", s.id, "err", err)
@@ -300,7 +300,7 @@ func (e *Executor) resume(ctx context.Context, s *session) (took time.Duration, 
 		return 0, fmt.Errorf("session %s: %w", id, ErrSessionMoved)
 	}
 	e.move(s, StateRunning)
-	s.hasSandbox, s.netEnv = true, netEnv
+	s.hasSandbox, s.netEnv, s.netAttached = true, netEnv, netns != ""
 	e.mu.Unlock()
 	cu.Release()
 	e.endMount(id, mount)
@@ -341,7 +341,9 @@ func (e *Executor) ForkSession(ctx context.Context, id string, spec ForkSpec) (_
 	if err != nil {
 		return Session{}, err
 	}
-	network := src.network
+	e.mu.Lock()
+	network := src.network // changed under e.mu (UpdateSessionNetwork)
+	e.mu.Unlock()
 	if spec.Network != nil {
 		network = *spec.Network
 	}

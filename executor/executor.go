@@ -455,11 +455,14 @@ func (e *Executor) reconcile(ctx context.Context) error {
 				size = fi.Size()
 			}
 		}
-		if r.State == StateRunning && runningC[r.ID] && mounted(homeMount(dir)) && lerr == nil && (att != nil) == storedNetwork(r.Network).Enabled {
+		// A sandbox with network attached is adopted whatever its row
+		// asks now (a change may have disabled it: the proxy refuses all);
+		// one without is adopted only if its row asks for none.
+		if r.State == StateRunning && runningC[r.ID] && mounted(homeMount(dir)) && lerr == nil && (att != nil || !storedNetwork(r.Network).Enabled) {
 			s := newSession(r.ID, r.KeyID, rt, r.IdleTTL, r.CreatedAt, storedNetwork(r.Network))
 			s.state, s.hasSandbox, s.parent, s.diskBytes, s.hibernatedAt = StateRunning, true, r.ParentID, size, r.HibernatedAt
 			if att != nil {
-				s.netEnv = att.Env
+				s.netEnv, s.netAttached = att.Env, true
 			}
 			s.lastUsed = time.Now() // the idle clock restarts with the server
 			e.sessions[r.ID] = s

@@ -18,6 +18,10 @@ type Network interface {
 	// Attach prepares the namespace for session id with the session's
 	// network request.
 	Attach(ctx context.Context, id string, network sandbox.NetworkRequest) (*Attachment, error)
+	// Update replaces the network request of a session Attach served
+	// (its sandbox runs): new connections are held to it at once, and
+	// open ones it no longer allows are closed.
+	Update(ctx context.Context, id string, network sandbox.NetworkRequest) error
 	// Detach removes everything Attach made; unknown ids are fine.
 	Detach(ctx context.Context, id string) error
 	// Reconcile removes namespaces, links and rules of sessions not in live.

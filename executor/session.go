@@ -48,6 +48,9 @@ type session struct {
 	ended  bool
 	job    string   // the install job sandbox that has its home mounted, if any
 	netEnv []string // proxy variables when the session has network
+	// netAttached: the sandbox runs in a network namespace of the
+	// session's (its network request may have been disabled since).
+	netAttached bool
 	// resumes counts the resumes done; resumeTook is the latest's time.
 	// waiters are the calls waiting for the lock, told of a resume when
 	// it is done (each waited for it).
@@ -205,7 +208,7 @@ func (e *Executor) CreateSession(ctx context.Context, spec SessionSpec) (_ Sessi
 		if err != nil {
 			return Session{}, err
 		}
-		netns, s.netEnv = att.NetnsPath, att.Env
+		netns, s.netEnv, s.netAttached = att.NetnsPath, att.Env, true
 	}
 	if !warm {
 		bundle, err := e.writeBundle(id, dir, netns)
@@ -452,7 +455,7 @@ func (e *Executor) endSessionOf(ctx context.Context, s *session, reason string) 
 		if err := e.destroy(ctx, id); err != nil {
 			errs = append(errs, err)
 		}
-		if e.net != nil && s.network.Enabled {
+		if e.net != nil && e.networkHeld(s) {
 			if err := e.net.Detach(ctx, id); err != nil {
 				errs = append(errs, err)
 			}

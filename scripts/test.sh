@@ -69,7 +69,7 @@ store_e2e=(
   TestFaultMirrorServiceStopped TestConcurrentDeleteNotFound TestUploadCutByKillLeavesNothing
   TestInstallNPMNeedsDependencies TestInstallNPMMissingDependenciesNamed TestInstallPipMissingRequirementsNamed TestInstallWheelAndNPMIntoSession
   TestInstallRefusalsAreAllOrNothing TestInstallGateFailsClosed TestMCP TestMetricsCountMirrorCatalogue
-  TestSecretsStayHiddenServe TestInputCapsAndBoundedConsole TestBadInputGetsClearErrors TestInstallNPMExpressTree
+  TestSecretsStayHiddenServe TestInputCapsAndBoundedConsole TestBadInputGetsClearErrors TestInstallNPMExpressTree TestLiveAllowList
 )
 # A name that no longer names a test fails here instead of silently
 # running nothing.

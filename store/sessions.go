@@ -74,6 +74,18 @@ func (s *Store) SetSessionHibernated(ctx context.Context, id string, at, lastUse
 	return s.owned(ctx, res, id)
 }
 
+// SetSessionNetwork records a session's new network request (its JSON)
+// for a session the handle's node owns; like SetSessionState, another
+// node's session is left alone (ErrNotOwner) and a missing one is not an
+// error.
+func (s *Store) SetSessionNetwork(ctx context.Context, id, network string) error {
+	res, err := s.db.ExecContext(ctx, `UPDATE sessions SET network=? WHERE id=? AND node=?`, network, id, s.node)
+	if err != nil {
+		return fmt.Errorf("updating network of session %s: %w", id, err)
+	}
+	return s.owned(ctx, res, id)
+}
+
 // owned turns an update that changed no row into ErrNotOwner when the
 // session exists under another node.
 func (s *Store) owned(ctx context.Context, res sql.Result, id string) error {

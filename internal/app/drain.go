@@ -8,7 +8,7 @@ import (
 	"github.com/sandboxapi/sandboxapi/internal/httperr"
 )
 
-// drainGate refuses new work once shutdown has begun: POST and PUT
+// drainGate refuses new work once shutdown has begun: POST, PUT and PATCH
 // requests to the API and MCP get 503 "draining" with Retry-After, so a
 // client retries elsewhere, while reads, deletes, probes, metrics and the
 // mirror keep working until the listener closes. Calls already running are
@@ -40,10 +40,11 @@ func (d *drainGate) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	d.next.ServeHTTP(w, r)
 }
 
-// isNewWork tells requests that start something (sessions, executes,
-// uploads, installs, MCP calls) from those that only read or free.
+// isNewWork tells requests that start or change something (sessions,
+// executes, uploads, installs, network changes, MCP calls) from those that
+// only read or free.
 func isNewWork(r *http.Request) bool {
-	if r.Method != http.MethodPost && r.Method != http.MethodPut {
+	if r.Method != http.MethodPost && r.Method != http.MethodPut && r.Method != http.MethodPatch {
 		return false
 	}
 	p := r.URL.Path

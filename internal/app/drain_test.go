@@ -18,6 +18,7 @@ func TestDrainGate(t *testing.T) {
 		{"POST", "/v1/sessions/sess_x/execute", true},
 		{"POST", "/v1/sessions/sess_x/install", true},
 		{"PUT", "/v1/sessions/sess_x/files", true},
+		{"PATCH", "/v1/sessions/sess_x/network", true},
 		{"POST", "/mcp", true},
 		{"GET", "/v1/sessions", false},
 		{"GET", "/v1/sessions/sess_x/files", false},
@@ -70,6 +71,7 @@ func TestDrainGateOnClusterNode(t *testing.T) {
 	}{
 		{"POST", "/v1/sessions/sess_x/execute", false},
 		{"PUT", "/v1/sessions/sess_x/files", false},
+		{"PATCH", "/v1/sessions/sess_x/network", false},
 		{"POST", "/v1/sessions/sess_x/install", false},
 		{"POST", "/v1/sessions", true},
 		{"POST", "/v1/sessions/", true},

@@ -30,6 +30,10 @@ var (
 	// one served it; this node has let go of it, and the call may be
 	// retried (it reaches the new owner).
 	ErrSessionMoved = errors.New("session moved to another node")
+	// ErrNetworkNotAttached: a running session's sandbox was started
+	// without network, so network cannot be enabled while it runs; it can
+	// while the session is hibernated (the resume attaches it).
+	ErrNetworkNotAttached = errors.New("the session's sandbox runs without network: hibernate the session, then change its network (the next call resumes it with the new network)")
 )
 
 // Status is how an execution ended, as the guest reports it and clients
