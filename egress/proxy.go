@@ -499,17 +499,20 @@ func (p *Proxy) SetPolicy(id string, pol policy.Policy) (closed int, err error) 
 		return 0, fmt.Errorf("setting policy of session %s: %w", id, ErrUnknownSession)
 	}
 	s.live.Store(&pol)
-	var doomed []*tunnel
+	open := make([]*tunnel, 0, len(s.tunnels))
 	for t := range s.tunnels {
-		if !p.stillAllowed(pol, t) {
-			doomed = append(doomed, t)
-		}
+		open = append(open, t)
 	}
 	p.mu.Unlock()
-	for _, t := range doomed {
-		t.revoke()
+	// Decided outside p.mu: the address check takes it (isOwn). A tunnel
+	// tracked after the unlock reads pol itself (track).
+	for _, t := range open {
+		if !p.stillAllowed(pol, t) {
+			t.revoke()
+			closed++
+		}
 	}
-	return len(doomed), nil
+	return closed, nil
 }
 
 // track registers t with its session, so that Stop, RemoveSession and
@@ -520,8 +523,9 @@ func (p *Proxy) track(s *session, t *tunnel) (untrack func()) {
 	p.mu.Lock()
 	s.tunnels[t] = struct{}{}
 	dead := s.ctx.Err() != nil
-	revoked := !p.stillAllowed(s.rules(), t)
+	pol := s.rules() // a SetPolicy after the unlock finds t among the tunnels
 	p.mu.Unlock()
+	revoked := !dead && !p.stillAllowed(pol, t) // outside p.mu: isOwn takes it
 	switch {
 	case dead:
 		t.close()
