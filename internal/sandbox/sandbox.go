@@ -17,8 +17,11 @@ var (
 	ErrLost            = errors.New("sandbox was lost")
 	ErrNotStarted      = errors.New("executor not started")
 	ErrUnknownLanguage = errors.New("unknown language")
-	ErrTooLarge        = errors.New("too large")
-	ErrNoNetwork       = errors.New("network access is not available on this server")
+	// ErrUnsupportedVersion: the language has no such version here; the
+	// error's text lists the versions present.
+	ErrUnsupportedVersion = errors.New("unsupported version")
+	ErrTooLarge           = errors.New("too large")
+	ErrNoNetwork          = errors.New("network access is not available on this server")
 	// ErrNoStorage: the host's disk budget for homes (executor.max_disk)
 	// cannot hold another home; nothing was made.
 	ErrNoStorage = errors.New("insufficient storage for another session home")
@@ -172,12 +175,25 @@ type Result struct {
 	ResumedMS int64
 }
 
-// Runtime describes one language for clients.
+// Runtime describes one language for clients: Version is its default
+// version, Versions all of them (newest first).
 type Runtime struct {
-	Language string   `json:"language"`
-	Aliases  []string `json:"aliases"`
-	Version  string   `json:"version"`
-	Compiled bool     `json:"compiled"`
+	Language string           `json:"language"`
+	Aliases  []string         `json:"aliases"`
+	Version  string           `json:"version"`
+	Compiled bool             `json:"compiled"`
+	Versions []RuntimeVersion `json:"versions"`
+}
+
+// RuntimeVersion is one version of a language: the exact version, the
+// series it is listed under in the runtimes file, whether it is the
+// default and its upstream end of life (YYYY-MM-DD, empty: none
+// announced).
+type RuntimeVersion struct {
+	Version string `json:"version"`
+	Series  string `json:"series"`
+	Default bool   `json:"default"`
+	EOL     string `json:"eol,omitempty"`
 }
 
 type resumeNoteKey struct{}
