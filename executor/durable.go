@@ -333,11 +333,15 @@ func (e *Executor) ForkSession(ctx context.Context, id string, spec ForkSpec) (_
 		src.busy--
 		e.mu.Unlock()
 	}()
-	lang := spec.Language
+	// A fork keeps its source's version unless it asks for a language.
+	lang, version := spec.Language, spec.Version
 	if lang == "" {
 		lang = src.runtime.Name
+		if version == "" {
+			version = src.runtime.Series
+		}
 	}
-	rt, err := e.rt.Lookup(lang)
+	rt, err := e.rt.LookupVersion(lang, version)
 	if err != nil {
 		return Session{}, err
 	}
@@ -390,7 +394,7 @@ func (e *Executor) ForkSession(ctx context.Context, id string, spec ForkSpec) (_
 	start := time.Now()
 	childID := newID("sess_")
 	h := e.home(childID)
-	row := store.SessionRow{ID: childID, KeyID: spec.Owner, Language: rt.Name, State: StateCreating, Network: string(network.JSON()),
+	row := store.SessionRow{ID: childID, KeyID: spec.Owner, Language: rt.Name, Version: rt.Series, State: StateCreating, Network: string(network.JSON()),
 		IdleTTL: src.idleTTL, CreatedAt: start, LastUsedAt: start, DiskBytes: size, ParentID: id}
 	if err := e.store.InsertSession(ctx, row); err != nil {
 		return Session{}, err

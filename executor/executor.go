@@ -447,7 +447,7 @@ func (e *Executor) reconcile(ctx context.Context) error {
 		dir := h.dir
 		// A fork that crashed may have left its source frozen.
 		thawHome(dir)
-		rt, lerr := e.rt.Lookup(r.Language)
+		rt, lerr := e.rt.LookupVersion(r.Language, r.Version)
 		att := loadAttachment(dir)
 		size := r.DiskBytes
 		if size <= 0 {

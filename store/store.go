@@ -311,6 +311,9 @@ var migrations = []migration{
 	ALTER TABLE rate_buckets ADD COLUMN IF NOT EXISTS granted BIGINT NOT NULL DEFAULT 0;
 	` + slotsEndTriggerPostgres + `
 	` + slotsBackfill},
+	// A session keeps the version of its language it was created with (the
+	// series of the runtimes file, "22"; empty: the default of the day).
+	{sqlite: `ALTER TABLE sessions ADD COLUMN runtime_version TEXT NOT NULL DEFAULT '';`},
 }
 
 // migrationLock is the PostgreSQL advisory lock key under which a node

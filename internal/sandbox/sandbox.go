@@ -96,9 +96,12 @@ const (
 // SessionSpec asks for a new session.
 type SessionSpec struct {
 	Language string
-	IdleTTL  time.Duration // 0: the default
-	Owner    string        // key id; sessions are visible only to their owner
-	Network  NetworkRequest
+	// Version picks the language's version ("22": the newest 22.x
+	// present; empty: the default); the session keeps it.
+	Version string
+	IdleTTL time.Duration // 0: the default
+	Owner   string        // key id; sessions are visible only to their owner
+	Network NetworkRequest
 	// DiskBytes is the size of the session's home (its disk limit); 0:
 	// the executor's default.
 	DiskBytes int64
@@ -108,14 +111,19 @@ type SessionSpec struct {
 type ForkSpec struct {
 	Owner    string
 	Language string
-	Network  *NetworkRequest // nil: the source's
+	// Version applies with Language (empty: the source's version when the
+	// language is the source's, else the default).
+	Version string
+	Network *NetworkRequest // nil: the source's
 }
 
 // Session is a snapshot of one session.
 type Session struct {
-	ID         string
-	Owner      string
-	Language   string
+	ID       string
+	Owner    string
+	Language string
+	// Version is the exact version the session runs ("22.23.5").
+	Version    string
 	State      State
 	IdleTTL    time.Duration
 	Network    NetworkRequest
@@ -140,6 +148,7 @@ type File struct {
 // ExecRequest is one execute call.
 type ExecRequest struct {
 	Language string // stateless execute only
+	Version  string // stateless execute only; empty: the default
 	Code     string
 	Stdin    []byte
 	Timeout  time.Duration // 0: the default
