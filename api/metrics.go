@@ -166,7 +166,7 @@ func (o observedSandboxes) observe(lang string, res sandbox.Result, err error, d
 	if obs == nil {
 		return
 	}
-	if errors.Is(err, sandbox.ErrNotFound) || errors.Is(err, sandbox.ErrUnknownLanguage) || errors.Is(err, sandbox.ErrInvalid) {
+	if errors.Is(err, sandbox.ErrNotFound) || errors.Is(err, sandbox.ErrUnknownLanguage) || errors.Is(err, sandbox.ErrUnsupportedVersion) || errors.Is(err, sandbox.ErrInvalid) {
 		return // not an execution
 	}
 	status := res.Status

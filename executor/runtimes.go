@@ -22,9 +22,6 @@ import (
 // call runs.
 const basePath = "/usr/local/bin:/usr/bin:/bin"
 
-// maxVersionLen bounds a requested version (it is echoed in errors).
-const maxVersionLen = 32
-
 // Runtime is one language at one version, as the executor runs it: its
 // steps and environment with the version's placeholders filled in.
 type Runtime struct {
@@ -395,33 +392,28 @@ func (rs *Runtimes) LookupVersion(name, version string) (*Runtime, error) {
 }
 
 func (l *language) pick(version string) (*Runtime, error) {
-	version = strings.TrimSpace(version)
-	if version == "" {
-		return l.def, nil
+	v, err := sandbox.PickVersion(l.name, l.described(), version)
+	if err != nil {
+		return nil, err
 	}
-	if len(version) <= maxVersionLen {
-		// versions are newest first
-		for _, v := range l.versions {
-			if matchesVersion(v.Version, version) || matchesVersion(v.Series, version) {
-				return v, nil
-			}
+	for _, r := range l.versions {
+		if r.Series == v.Series {
+			return r, nil
 		}
 	}
-	shown := version
-	if len(shown) > maxVersionLen {
-		shown = shown[:maxVersionLen] + "..."
-	}
-	present := make([]string, len(l.versions))
-	for i, v := range l.versions {
-		present[i] = v.Version
-	}
-	return nil, fmt.Errorf("%w: %s has no version %q; present: %s", ErrUnsupportedVersion, l.name, shown, strings.Join(present, ", "))
+	return nil, fmt.Errorf("%w: %s %s", ErrUnsupportedVersion, l.name, v.Series) // not reached
 }
 
-// matchesVersion reports whether have is want or starts with want and a
-// dot.
-func matchesVersion(have, want string) bool {
-	return have == want || (strings.HasPrefix(have, want) && have[len(want)] == '.')
+// described is the language's versions for clients, newest first.
+func (l *language) described() []sandbox.RuntimeVersion {
+	out := make([]sandbox.RuntimeVersion, len(l.versions))
+	for i, v := range l.versions {
+		out[i] = sandbox.RuntimeVersion{Version: v.Version, Series: v.Series, Default: v.Default}
+		if !v.EOL.IsZero() {
+			out[i].EOL = v.EOL.Format(time.DateOnly)
+		}
+	}
+	return out
 }
 
 // compareVersions orders dotted versions by their numeric parts (then as
@@ -557,14 +549,7 @@ func (e *Executor) RuntimeList() []sandbox.Runtime {
 		if aliases == nil {
 			aliases = []string{}
 		}
-		r := sandbox.Runtime{Language: l.name, Aliases: aliases, Version: l.def.Version, Compiled: l.def.Compiled}
-		for _, v := range l.versions {
-			rv := sandbox.RuntimeVersion{Version: v.Version, Series: v.Series, Default: v.Default}
-			if !v.EOL.IsZero() {
-				rv.EOL = v.EOL.Format(time.DateOnly)
-			}
-			r.Versions = append(r.Versions, rv)
-		}
+		r := sandbox.Runtime{Language: l.name, Aliases: aliases, Version: l.def.Version, Compiled: l.def.Compiled, Versions: l.described()}
 		out = append(out, r)
 	}
 	return out
