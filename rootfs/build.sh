@@ -47,7 +47,10 @@ for i in "${!RT_LANG[@]}"; do
   go:*)
     dir=$(cd / && GOFLAGS= GOTOOLCHAIN=local go mod download -json "${src#go:}" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
     [ -d "$dir" ] || { echo "go mod download ${src#go:} failed" >&2; exit 1; }
-    mkdir -p "$r$prefix" && cp -a "$dir/." "$r$prefix/" && chmod -R u+w,go-w "$r$prefix" ;;
+    # The module cache holds files without execute bits (as the go
+    # command's own toolchain switch finds them): the commands get theirs.
+    mkdir -p "$r$prefix" && cp -a "$dir/." "$r$prefix/" && chmod -R u+w,go-w,a+rX "$r$prefix"
+    find "$r$prefix/bin" "$r$prefix/pkg/tool" -type f -exec chmod 755 {} + ;;
   *) echo "unknown source $src" >&2; exit 1 ;;
   esac
 done
@@ -292,7 +295,6 @@ for i in "${!RT_LANG[@]}"; do
   esac
 done
 rm -f "$r/opt/sandboxapi/java/Run.java" "$r/opt/sandboxapi/java/Sample.java" "$r/opt/go-std/gobuild.go"
-umount "$r/proc"
 # No identity of the build host: debootstrap copies its /etc/hostname and
 # /etc/resolv.conf into the tree, and every sandbox would read them. The
 # sandbox's own name (the OCI spec's hostname is the same), loopback hosts,
@@ -319,6 +321,7 @@ for i in "${!RT_LANG[@]}"; do
 done
 [ -z "$last" ] || json+="}"
 printf '{\n%s\n}\n' "$json" > "$tmp/versions.json"
+umount "$r/proc"
 cp "$here/recipe.conf" "$tmp/recipe.conf"
 cp "$plan" "$tmp/plan.sh"
 rm -rf "$out"
