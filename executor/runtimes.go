@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -369,6 +370,21 @@ func pathOf(env []string) string {
 		}
 	}
 	return ""
+}
+
+// Path is the folders of PATH when r runs, in order.
+func (r Runtime) Path() []string { return strings.Split(pathOfEnv(r.Env), ":") }
+
+// Programs are the commands r's steps start that come from the rootfs
+// (not the program built from the code).
+func (r Runtime) Programs() []string {
+	var out []string
+	for _, step := range [][]string{r.Compile, r.Run} {
+		if len(step) > 0 && !strings.Contains(step[0], "{dir}") && !slices.Contains(out, step[0]) {
+			out = append(out, step[0])
+		}
+	}
+	return out
 }
 
 // Lookup finds a language's default version by name or alias, ignoring
