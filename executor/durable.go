@@ -185,6 +185,11 @@ func (e *Executor) resume(ctx context.Context, s *session) (took time.Duration, 
 	if st == StateRunning {
 		return 0, nil
 	}
+	if s.runtime.unavailable != nil {
+		// Its version left the runtimes file: the session and its home
+		// stay (a rootfs with the version back serves it again).
+		return 0, fmt.Errorf("session %s: %w", s.id, s.runtime.unavailable)
+	}
 	if st != StateHibernated {
 		return 0, fmt.Errorf("%w: %s", ErrBadState, st)
 	}

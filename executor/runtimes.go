@@ -48,6 +48,16 @@ type Runtime struct {
 	// EOL is the upstream end of life (zero: none announced).
 	EOL      time.Time
 	Compiled bool
+	// unavailable is set on the runtime of a session whose version the
+	// runtimes file no longer lists (ErrUnsupportedVersion): it cannot
+	// start a sandbox.
+	unavailable error
+}
+
+// unavailableRuntime stands for the version series of lang that a stored
+// session names and the table lacks (err says which are present).
+func unavailableRuntime(lang, series string, err error) *Runtime {
+	return &Runtime{Name: lang, Series: series, Version: series, unavailable: err}
 }
 
 // languageSpec is one language of runtimes.yaml.
