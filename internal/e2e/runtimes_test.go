@@ -3,6 +3,7 @@ package e2e
 import (
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -293,5 +294,51 @@ func TestAddALanguageInTheRuntimesFile(t *testing.T) {
 	checkMain(t, "session", s.do("POST", "/v1/sessions/"+id+"/execute", key, map[string]any{"code": code, "stdin": "shout\n"}), "5.")
 	if f := s.do("GET", "/v1/sessions/"+id+"/files?path=out.txt", key, nil); f.status != 200 || string(f.body) != "written" {
 		t.Fatalf("get out.txt: %d %q", f.status, f.body)
+	}
+}
+
+// A session whose version leaves the runtimes file (an operator removed
+// it before its sessions ended) is not lost at the restart: its calls
+// answer 400 unsupported_version naming the versions present, and with
+// the version back it runs again, its files kept.
+func TestSessionWhoseVersionLeftTheRuntimesFile(t *testing.T) {
+	s := startServer(t, "executor:\n  warm_pool: 0\n  home_size: 64M\n")
+	key := s.key("MEGA")
+	id := s.sessionWith(key, map[string]any{"language": "javascript", "version": "22"})
+	s.exec(key, id, `require("fs").writeFileSync("/home/sandbox/kept", "yes")`)
+
+	without := regexp.MustCompile(`(?m)^      - version: "22"\n(        .*\n)+`).ReplaceAllString(string(configs.Runtimes), "")
+	if without == string(configs.Runtimes) {
+		t.Fatal("the runtimes file has no javascript 22 entry to remove")
+	}
+	file := filepath.Join(t.TempDir(), "runtimes.yaml")
+	if err := os.WriteFile(file, []byte(without), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	orig, err := os.ReadFile(s.config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	setConfig := func(b []byte) {
+		if err := os.WriteFile(s.config, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.stop()
+	setConfig([]byte(strings.Replace(string(orig), "executor:\n", "executor:\n  runtimes_file: "+file+"\n", 1)))
+	s.start()
+	r := s.do("POST", "/v1/sessions/"+id+"/execute", key, map[string]any{"code": "console.log(1)"})
+	if r.status != 400 || r.errCode(t) != "unsupported_version" || !strings.Contains(string(r.body), "present: 26.") {
+		t.Fatalf("execute without its version: %d %s", r.status, r.body)
+	}
+	if g := s.do("GET", "/v1/sessions/"+id, key, nil); g.status != 200 || g.json(t)["state"] == "ended" {
+		t.Fatalf("the session after the restart: %d %s", g.status, g.body)
+	}
+	s.stop()
+	setConfig(orig)
+	s.start()
+	out := s.exec(key, id, `console.log(require("fs").readFileSync("/home/sandbox/kept", "utf8"), process.versions.node.split(".")[0])`)
+	if out["stdout"] != "yes 22\n" {
+		t.Fatalf("with its version back: %v", out)
 	}
 }
