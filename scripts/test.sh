@@ -70,6 +70,7 @@ store_e2e=(
   TestInstallNPMNeedsDependencies TestInstallNPMMissingDependenciesNamed TestInstallWheelAndNPMIntoSession
   TestInstallRefusalsAreAllOrNothing TestInstallGateFailsClosed TestMCP TestMetricsCountMirrorCatalogue
   TestSecretsStayHiddenServe TestInputCapsAndBoundedConsole TestBadInputGetsClearErrors
+  TestSessionKeepsItsVersion TestSessionWhoseVersionLeftTheRuntimesFile
 )
 # A name that no longer names a test fails here instead of silently
 # running nothing.
