@@ -227,3 +227,19 @@ func repeat(s string, n int) string {
 	}
 	return out
 }
+
+// addRuntimeVersion adds sessions.runtime_version on SQLite unless a
+// store rolled back by hand still has it.
+func addRuntimeVersion(ctx context.Context, tx *sql.Tx) error {
+	var n int
+	if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM pragma_table_info('sessions') WHERE name = 'runtime_version'`).Scan(&n); err != nil {
+		return fmt.Errorf("reading sessions columns: %w", err)
+	}
+	if n > 0 {
+		return nil
+	}
+	if _, err := tx.ExecContext(ctx, `ALTER TABLE sessions ADD COLUMN runtime_version TEXT NOT NULL DEFAULT ''`); err != nil {
+		return fmt.Errorf("adding sessions.runtime_version: %w", err)
+	}
+	return nil
+}

@@ -313,7 +313,9 @@ var migrations = []migration{
 	` + slotsBackfill},
 	// A session keeps the version of its language it was created with (the
 	// series of the runtimes file, "22"; empty: the default of the day).
-	{sqlite: `ALTER TABLE sessions ADD COLUMN runtime_version TEXT NOT NULL DEFAULT '';`},
+	// (SQLite has no ADD COLUMN IF NOT EXISTS: addRuntimeVersion adds it.)
+	{sqlite: `SELECT 1`, fix: addRuntimeVersion,
+		postgres: `ALTER TABLE sessions ADD COLUMN IF NOT EXISTS runtime_version TEXT NOT NULL DEFAULT '';`},
 }
 
 // migrationLock is the PostgreSQL advisory lock key under which a node
