@@ -51,3 +51,31 @@ func TestLookPathUsesTheRequestsPath(t *testing.T) {
 		}
 	}
 }
+
+// FuzzLookPath: whatever the name and PATH, the answer is the name itself
+// or an absolute, executable file of that name in one of PATH's absolute
+// folders; never a panic.
+func FuzzLookPath(f *testing.F) {
+	dir := f.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "node"), nil, 0o755); err != nil {
+		f.Fatal(err)
+	}
+	f.Add("node", dir)
+	f.Add("node", "rel:"+dir)
+	f.Add("../node", dir)
+	f.Add("", "")
+	f.Add("node", "::"+dir+"/..//")
+	f.Fuzz(func(t *testing.T, name, path string) {
+		got := lookPath(name, []string{"PATH=" + path})
+		if got == name {
+			return
+		}
+		if !filepath.IsAbs(got) || filepath.Base(got) != name {
+			t.Fatalf("lookPath(%q, %q) = %q", name, path, got)
+		}
+		fi, err := os.Stat(got)
+		if err != nil || !fi.Mode().IsRegular() || fi.Mode()&0o111 == 0 {
+			t.Fatalf("lookPath(%q, %q) = %q, not an executable file", name, path, got)
+		}
+	})
+}
