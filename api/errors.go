@@ -43,6 +43,7 @@ var errorTable = []struct {
 }{
 	{sandbox.ErrNotFound, http.StatusNotFound, "not_found"},
 	{sandbox.ErrUnknownLanguage, http.StatusBadRequest, "unknown_language"},
+	{sandbox.ErrUnsupportedVersion, http.StatusBadRequest, "unsupported_version"},
 	{sandbox.ErrInvalid, http.StatusBadRequest, "invalid_request"},
 	{sandbox.ErrBadLockfile, http.StatusBadRequest, "invalid_lockfile"},
 	{sandbox.ErrTooLarge, http.StatusRequestEntityTooLarge, "too_large"},

@@ -55,7 +55,7 @@ func (s *Server) fork(w http.ResponseWriter, r *http.Request, l Lifecycle) error
 		return err
 	}
 	if strings.TrimSpace(req.Language) != "" {
-		if err := s.checkLanguage(req.Language); err != nil {
+		if err := s.checkRuntime(req.Language, req.Version); err != nil {
 			return err
 		}
 	}
@@ -66,7 +66,7 @@ func (s *Server) fork(w http.ResponseWriter, r *http.Request, l Lifecycle) error
 	if _, err := s.sb.GetSession(r.Context(), p.KeyID, id); err != nil {
 		return err
 	}
-	spec := sandbox.ForkSpec{Owner: p.KeyID, Language: strings.TrimSpace(req.Language)}
+	spec := sandbox.ForkSpec{Owner: p.KeyID, Language: strings.TrimSpace(req.Language), Version: req.Version}
 	if req.Network != nil {
 		network, err := s.checkNetwork(p, req.Network)
 		if err != nil {

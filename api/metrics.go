@@ -130,7 +130,7 @@ func (s *Server) ReadinessByCheck() map[string]bool {
 	}
 	_, checks := s.readiness.Checks(context.Background(), false)
 	for _, c := range checks {
-		out[c.Name] = c.Status == "pass"
+		out[c.Name] = c.Status == "pass" || c.Status == "warn" // a warning passes
 	}
 	return out
 }
@@ -166,7 +166,7 @@ func (o observedSandboxes) observe(lang string, res sandbox.Result, err error, d
 	if obs == nil {
 		return
 	}
-	if errors.Is(err, sandbox.ErrNotFound) || errors.Is(err, sandbox.ErrUnknownLanguage) || errors.Is(err, sandbox.ErrInvalid) {
+	if errors.Is(err, sandbox.ErrNotFound) || errors.Is(err, sandbox.ErrUnknownLanguage) || errors.Is(err, sandbox.ErrUnsupportedVersion) || errors.Is(err, sandbox.ErrInvalid) {
 		return // not an execution
 	}
 	status := res.Status

@@ -9,6 +9,7 @@ import (
 	"math"
 	"net/http"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -105,7 +106,7 @@ func (s *Server) createSession(w http.ResponseWriter, r *http.Request) error {
 	if err := normalizeNetwork(req.Network); err != nil {
 		return err
 	}
-	if err := s.checkLanguage(req.Language); err != nil {
+	if err := s.checkRuntime(req.Language, req.Version); err != nil {
 		return err
 	}
 	ttl, err := seconds("idle_ttl", req.IdleTTL)
@@ -127,7 +128,7 @@ func (s *Server) createSession(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	defer sl.done(r.Context())
-	sess, err := s.sb.CreateSession(r.Context(), sandbox.SessionSpec{Language: req.Language, IdleTTL: ttl, Owner: p.KeyID, Network: network,
+	sess, err := s.sb.CreateSession(r.Context(), sandbox.SessionSpec{Language: req.Language, Version: req.Version, IdleTTL: ttl, Owner: p.KeyID, Network: network,
 		DiskBytes: p.Plan.SessionDiskMB << 20})
 	if err != nil {
 		return err
@@ -159,6 +160,25 @@ func (s *Server) checkLanguage(lang string) error {
 		}
 	}
 	return apiErr(http.StatusBadRequest, "unknown_language", "unknown language %s; GET /v1/runtimes lists them", sandbox.Quote(lang))
+}
+
+// checkRuntime is checkLanguage, then a 400 unsupported_version (listing
+// the versions present) for a version the language lacks.
+func (s *Server) checkRuntime(lang, version string) error {
+	if err := s.checkLanguage(lang); err != nil {
+		return err
+	}
+	if version == "" {
+		return nil
+	}
+	name := strings.ToLower(strings.TrimSpace(lang))
+	for _, rt := range s.sb.RuntimeList() {
+		if strings.EqualFold(rt.Language, name) || slices.ContainsFunc(rt.Aliases, func(a string) bool { return strings.EqualFold(a, name) }) {
+			_, err := sandbox.PickVersion(rt.Language, rt.Versions, version)
+			return err
+		}
+	}
+	return nil
 }
 
 // checkNetwork applies the plan to a network request and returns the
@@ -279,7 +299,7 @@ func (s *Server) execRequest(p *Principal, req *wire.ExecuteRequest) (sandbox.Ex
 	if timeout == 0 {
 		timeout = s.defaultTimeout(p.Plan)
 	}
-	return sandbox.ExecRequest{Language: req.Language, Code: *req.Code, Stdin: []byte(req.Stdin), Timeout: timeout,
+	return sandbox.ExecRequest{Language: req.Language, Version: req.Version, Code: *req.Code, Stdin: []byte(req.Stdin), Timeout: timeout,
 		MemoryBytes: p.Plan.MemoryMB << 20, Env: req.Env}, nil
 }
 
@@ -302,8 +322,8 @@ func (s *Server) executeInSession(w http.ResponseWriter, r *http.Request, c *cal
 	if err := decodeJSON(r, &req); err != nil {
 		return err
 	}
-	if req.Language != "" || len(req.Files) > 0 {
-		return apiErr(http.StatusBadRequest, "invalid_request", "language and files belong to POST /v1/execute; a session has its language")
+	if req.Language != "" || req.Version != "" || len(req.Files) > 0 {
+		return apiErr(http.StatusBadRequest, "invalid_request", "language, version and files belong to POST /v1/execute; a session has its language and version")
 	}
 	ereq, err := s.execRequest(p, &req)
 	if err != nil {
@@ -543,7 +563,7 @@ func (s *Server) executeStateless(w http.ResponseWriter, r *http.Request, c *cal
 	if err := decodeJSON(r, &req); err != nil {
 		return err
 	}
-	if err := s.checkLanguage(req.Language); err != nil {
+	if err := s.checkRuntime(req.Language, req.Version); err != nil {
 		return err
 	}
 	ereq, err := s.execRequest(p, &req)

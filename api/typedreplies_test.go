@@ -66,7 +66,7 @@ func TestTypedRepliesKeepTheirKeys(t *testing.T) {
 		{name: "session list", method: "GET", path: "/v1/sessions", key: "key-PRO", status: 200,
 			keys: "sessions,sessions[]." + strings.ReplaceAll(session, ",", ",sessions[].")},
 		{name: "runtimes", method: "GET", path: "/v1/runtimes", key: "key-PRO", status: 200,
-			keys: "runtimes,runtimes[].language,runtimes[].aliases,runtimes[].version,runtimes[].compiled," +
+			keys: "runtimes,runtimes[].language,runtimes[].aliases,runtimes[].version,runtimes[].compiled,runtimes[].versions," +
 				"limits,limits.plan,limits.max_timeout,limits.memory_mb,limits.sessions,limits.max_sessions"},
 		{name: "packages", method: "POST", path: "/v1/packages/check", key: "key-PRO", body: `{"manager":"pip","packages":["x"]}`, status: 200,
 			keys: "manager,results,results[].spec,results[].name,results[].available,results[].status,results[].versions,results[].osv,results[].reasons"},

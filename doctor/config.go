@@ -1,5 +1,7 @@
 package doctor
 
+import "time"
+
 // Config is what doctor checks, in the config file's words (the field
 // comments name the setting). The caller fills it from the loaded config
 // (internal/cli does): doctor depends on the things it checks, not on the
@@ -21,6 +23,21 @@ type Config struct {
 	EgressEnabled bool   // egress.enabled: netns and nft are required
 
 	TLS TLS // tls
+
+	// Runtimes are the runtimes file's languages at each version: what
+	// the rootfs must hold and when each one's upstream support ends.
+	Runtimes []Runtime
+}
+
+// Runtime is one language at one version of the runtimes file.
+type Runtime struct {
+	Language string
+	Version  string // as the runtimes file lists it ("22")
+	// Path is the version's PATH; Programs the commands its steps start
+	// (absolute, or looked up on Path), all inside the rootfs.
+	Path     []string
+	Programs []string
+	EOL      time.Time // zero: none announced
 }
 
 // TLS is the tls section as doctor checks it.

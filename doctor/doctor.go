@@ -57,6 +57,7 @@ func checks() []doctorCheck {
 		{"platform", checkPlatform},
 		{"cgroups", checkCgroups},
 		{"rootfs", checkRootfs},
+		{"runtimes", checkRuntimes},
 		{"guest", checkGuest},
 		{"netns", checkNetns},
 		{"nft", checkNft},
@@ -243,12 +244,10 @@ func contains(list []string, s string) bool {
 	return false
 }
 
-// rootfsBinaries are paths every runtime needs, relative to the rootfs.
+// rootfsBinaries are paths every rootfs holds whatever its languages,
+// relative to the rootfs (each language's are checked by checkRuntimes).
 func rootfsBinaries() []string {
-	return []string{
-		"bin/sh", "usr/bin/bash", "usr/bin/python3", "usr/bin/node", "usr/local/bin/esbuild",
-		"usr/bin/go", "usr/bin/java", "usr/bin/gcc", "usr/bin/g++",
-	}
+	return []string{"bin/sh", "usr/bin/bash"}
 }
 
 // checkRootfs: a complete build is found, its binaries are there, its
@@ -276,12 +275,78 @@ func checkRootfs(ctx context.Context, cfg *Config) Result {
 	if err != nil || !bytes.Contains(passwd, []byte("\nsandbox:x:1000:")) {
 		return fail(fix, "%s has no sandbox user (uid 1000)", dir)
 	}
-	var v map[string]string
 	b, err := os.ReadFile(versions)
+	var v map[string]json.RawMessage
 	if err != nil || json.Unmarshal(b, &v) != nil || len(v) == 0 {
 		return warn(fix, "%s: no readable versions.json; /v1/runtimes will show no versions", dir)
 	}
-	return ok("%s (%d runtimes, python3 %s)", dir, len(v), v["python3"])
+	return ok("%s (%d languages)", dir, len(v))
+}
+
+// checkRuntimes: the rootfs holds every language and version of the
+// runtimes file (its versions file lists each, and each one's commands
+// are there); a version past its upstream end of life is a warning.
+func checkRuntimes(ctx context.Context, cfg *Config) Result {
+	const rebuild = "rebuild the rootfs from the runtimes file: `sandboxapi rootfs build`, then restart (docs/operations.md)"
+	dir, versions, err := rootfs.Find(cfg.Rootfs, "")
+	if err != nil {
+		return fail(rebuild, "no rootfs: %v", err)
+	}
+	var have map[string]map[string]string
+	if b, err := os.ReadFile(versions); err != nil || json.Unmarshal(b, &have) != nil {
+		return fail(rebuild, "%s has no versions per language (a rootfs built before versions could be chosen)", versions)
+	}
+	var missing []string
+	for _, r := range cfg.Runtimes {
+		if have[r.Language][r.Version] == "" {
+			missing = append(missing, r.Language+" "+r.Version)
+			continue
+		}
+		for _, p := range r.Programs {
+			if !inRootfs(dir, p, r.Path) {
+				missing = append(missing, fmt.Sprintf("%s %s: %s", r.Language, r.Version, p))
+			}
+		}
+	}
+	if len(missing) > 0 {
+		return fail(rebuild, "%s lacks %s", dir, strings.Join(missing, ", "))
+	}
+	if len(cfg.Runtimes) == 0 {
+		return fail("check the runtimes file: `sandboxapi validate`", "no runtimes file loaded")
+	}
+	if past := PastEOL(cfg.Runtimes, have, time.Now()); len(past) > 0 {
+		return warn("move to a supported release: change its entry in the runtimes file, `sandboxapi rootfs build`, rolling restart (docs/operations.md)",
+			"past upstream end of life: %s", strings.Join(past, ", "))
+	}
+	return ok("%d versions of %d languages, none past end of life", len(cfg.Runtimes), len(have))
+}
+
+// PastEOL describes the runtimes whose upstream end of life is before
+// now's day, with the exact versions in have (language -> version ->
+// exact).
+func PastEOL(rs []Runtime, have map[string]map[string]string, now time.Time) []string {
+	var past []string
+	for _, r := range rs {
+		if !r.EOL.IsZero() && now.After(r.EOL.Add(24*time.Hour)) {
+			past = append(past, fmt.Sprintf("%s %s %s (end of life %s)", r.Language, r.Version, have[r.Language][r.Version], r.EOL.Format(time.DateOnly)))
+		}
+	}
+	return past
+}
+
+// inRootfs reports whether program is in the rootfs at dir: an absolute
+// path as it is, a bare name in one of path's folders (a symlink counts).
+func inRootfs(dir, program string, path []string) bool {
+	if strings.HasPrefix(program, "/") {
+		_, err := os.Lstat(filepath.Join(dir, program))
+		return err == nil
+	}
+	for _, p := range path {
+		if _, err := os.Lstat(filepath.Join(dir, p, program)); err == nil {
+			return true
+		}
+	}
+	return false
 }
 
 // checkGuest: the in-sandbox helper binary is where the executor looks.

@@ -125,7 +125,7 @@ func (e *Executor) Adopt(ctx context.Context, id string) (Session, error) {
 	if r.State == StateEnded {
 		return Session{}, ErrNotFound
 	}
-	rt, err := e.rt.Lookup(r.Language)
+	rt, err := e.rt.LookupVersion(r.Language, r.Version)
 	if err != nil {
 		return Session{}, fmt.Errorf("adopting session %s: %w", id, err)
 	}

@@ -185,6 +185,11 @@ func (e *Executor) resume(ctx context.Context, s *session) (took time.Duration, 
 	if st == StateRunning {
 		return 0, nil
 	}
+	if s.runtime.unavailable != nil {
+		// Its version left the runtimes file: the session and its home
+		// stay (a rootfs with the version back serves it again).
+		return 0, fmt.Errorf("session %s: %w", s.id, s.runtime.unavailable)
+	}
 	if st != StateHibernated {
 		return 0, fmt.Errorf("%w: %s", ErrBadState, st)
 	}
@@ -333,11 +338,15 @@ func (e *Executor) ForkSession(ctx context.Context, id string, spec ForkSpec) (_
 		src.busy--
 		e.mu.Unlock()
 	}()
-	lang := spec.Language
+	// A fork keeps its source's version unless it asks for a language.
+	lang, version := spec.Language, spec.Version
 	if lang == "" {
 		lang = src.runtime.Name
+		if version == "" {
+			version = src.runtime.Series
+		}
 	}
-	rt, err := e.rt.Lookup(lang)
+	rt, err := e.rt.LookupVersion(lang, version)
 	if err != nil {
 		return Session{}, err
 	}
@@ -392,7 +401,7 @@ func (e *Executor) ForkSession(ctx context.Context, id string, spec ForkSpec) (_
 	start := time.Now()
 	childID := newID("sess_")
 	h := e.home(childID)
-	row := store.SessionRow{ID: childID, KeyID: spec.Owner, Language: rt.Name, State: StateCreating, Network: string(network.JSON()),
+	row := store.SessionRow{ID: childID, KeyID: spec.Owner, Language: rt.Name, Version: rt.Series, State: StateCreating, Network: string(network.JSON()),
 		IdleTTL: src.idleTTL, CreatedAt: start, LastUsedAt: start, DiskBytes: size, ParentID: id}
 	if err := e.store.InsertSession(ctx, row); err != nil {
 		return Session{}, err

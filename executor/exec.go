@@ -186,16 +186,14 @@ func (e *Executor) releaseSession(s *session) {
 
 func (e *Executor) baseEnv(rt *Runtime, netEnv []string, extra map[string]string) []string {
 	env := []string{
-		"PATH=/usr/local/bin:/usr/bin:/bin",
 		"HOME=" + HomeDir,
 		"USER=sandbox",
 		"LANG=C.UTF-8",
 		"TMPDIR=/tmp",
-		"PYTHONPATH=" + HomeDir + "/.local/python",
-		"PYTHONDONTWRITEBYTECODE=1",
-		"NODE_PATH=" + HomeDir + "/node_modules",
-		"PIP_CONFIG_FILE=/dev/null",
 	}
+	// Every language's environment, then the language's at its version
+	// (PATH with the version's folders first), from the runtimes file.
+	env = append(env, e.rt.Env()...)
 	env = append(env, rt.Env...)
 	env = append(env, netEnv...)
 	for k, v := range extra {

@@ -447,7 +447,12 @@ func (e *Executor) reconcile(ctx context.Context) error {
 		dir := h.dir
 		// A fork that crashed may have left its source frozen.
 		thawHome(dir)
-		rt, lerr := e.rt.Lookup(r.Language)
+		rt, lerr := e.rt.LookupVersion(r.Language, r.Version)
+		if errors.Is(lerr, ErrUnsupportedVersion) {
+			// Kept, hibernated: its calls say why it cannot run.
+			e.log.WarnContext(ctx, "session's runtime version is no longer installed", "session", r.ID, "language", r.Language, "version", r.Version, "err", lerr)
+			rt, lerr = unavailableRuntime(r.Language, r.Version, lerr), nil
+		}
 		att := loadAttachment(dir)
 		size := r.DiskBytes
 		if size <= 0 {
@@ -458,7 +463,7 @@ func (e *Executor) reconcile(ctx context.Context) error {
 		// A sandbox with network attached is adopted whatever its row
 		// asks now (a change may have disabled it: the proxy refuses all);
 		// one without is adopted only if its row asks for none.
-		if r.State == StateRunning && runningC[r.ID] && mounted(homeMount(dir)) && lerr == nil && (att != nil || !storedNetwork(r.Network).Enabled) {
+		if r.State == StateRunning && runningC[r.ID] && mounted(homeMount(dir)) && lerr == nil && rt.unavailable == nil && (att != nil || !storedNetwork(r.Network).Enabled) {
 			s := newSession(r.ID, r.KeyID, rt, r.IdleTTL, r.CreatedAt, storedNetwork(r.Network))
 			s.state, s.hasSandbox, s.parent, s.diskBytes, s.hibernatedAt = StateRunning, true, r.ParentID, size, r.HibernatedAt
 			if att != nil {

@@ -104,12 +104,10 @@ func (e *Executor) prepareWarm() (warmSandbox, error) {
 	return warmSandbox{id: id, gen: gen}, nil
 }
 
-// warmUpArgv starts the interpreters once. A fresh sandbox's kernel has
-// none of the rootfs's files cached: its first python3 start takes about
-// twice as long as later ones, its first node start about 200 ms more.
-var warmUpArgv = []string{"/bin/sh", "-c", "python3 -c pass; node -e 0"}
-
-// warmUp runs warmUpArgv in a pool sandbox before anyone has it, as the
+// warmUp starts the interpreters once: each default version's warm-up
+// command of the runtimes file. A fresh sandbox's kernel has none of the
+// rootfs's files cached: its first python3 start takes about twice as
+// long as later ones, its first node start about 200 ms more. It runs them in a pool sandbox before anyone has it, as the
 // sandbox user in /, so a caller's first run finds the files cached. It
 // writes nothing (the sandbox stays fresh) and every process it started
 // is gone when it returns; a failure only costs the speed-up.
@@ -117,7 +115,7 @@ func (e *Executor) warmUp(id string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	res, err := e.guestRun(ctx, id, &guest.Request{
-		Argv: warmUpArgv, Env: []string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=" + HomeDir, "LANG=C.UTF-8"},
+		Argv: []string{"/bin/sh", "-c", e.rt.WarmUp()}, Env: []string{"PATH=" + basePath, "HOME=" + HomeDir, "LANG=C.UTF-8"},
 		Cwd: "/", UID: SandboxUID, GID: SandboxUID, TimeoutMS: 10_000, MaxProcs: uint64(e.cfg.Pids),
 	}, nil, nil)
 	if err != nil || res.Status != StatusOK {

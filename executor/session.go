@@ -69,7 +69,7 @@ func newSession(id, owner string, rt *Runtime, ttl time.Duration, created time.T
 }
 
 func (s *session) snapshot() Session {
-	return Session{ID: s.id, Owner: s.owner, Language: s.runtime.Name, State: s.state, IdleTTL: s.idleTTL,
+	return Session{ID: s.id, Owner: s.owner, Language: s.runtime.Name, Version: s.runtime.Version, State: s.state, IdleTTL: s.idleTTL,
 		Network: s.network, CreatedAt: s.createdAt, LastUsedAt: s.lastUsed, HibernatedAt: s.hibernatedAt,
 		ForkedFrom: s.parent, DiskBytes: s.diskBytes}
 }
@@ -111,7 +111,7 @@ func (e *Executor) fault(step createStep, id string) error {
 // it fails at any step, also when a step or an undo panics: the panic is
 // returned as a *PanicError.
 func (e *Executor) CreateSession(ctx context.Context, spec SessionSpec) (_ Session, err error) {
-	rt, err := e.rt.Lookup(spec.Language)
+	rt, err := e.rt.LookupVersion(spec.Language, spec.Version)
 	if err != nil {
 		return Session{}, err
 	}
@@ -191,7 +191,7 @@ func (e *Executor) CreateSession(ctx context.Context, spec SessionSpec) (_ Sessi
 	s := newSession(id, spec.Owner, rt, ttl, now, network)
 	s.state = StateCreating
 	s.diskBytes = size
-	row := store.SessionRow{ID: id, KeyID: spec.Owner, Language: rt.Name, State: StateCreating, Network: string(network.JSON()), IdleTTL: ttl, CreatedAt: now, LastUsedAt: now, DiskBytes: size}
+	row := store.SessionRow{ID: id, KeyID: spec.Owner, Language: rt.Name, Version: rt.Series, State: StateCreating, Network: string(network.JSON()), IdleTTL: ttl, CreatedAt: now, LastUsedAt: now, DiskBytes: size}
 	if err := e.store.InsertSession(ctx, row); err != nil {
 		return Session{}, err
 	}

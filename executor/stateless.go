@@ -21,7 +21,7 @@ const (
 // ExecuteStateless runs code in a fresh sandbox (a warm one when ready)
 // that is destroyed afterwards; nothing survives the call.
 func (e *Executor) ExecuteStateless(ctx context.Context, owner string, req ExecRequest) (Result, error) {
-	rt, err := e.rt.Lookup(req.Language)
+	rt, err := e.rt.LookupVersion(req.Language, req.Version)
 	if err != nil {
 		return Result{}, err
 	}

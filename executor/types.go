@@ -14,14 +14,15 @@ type (
 
 // Re-exported for callers and tests of this package.
 var (
-	ErrNotFound        = sandbox.ErrNotFound
-	ErrBadState        = sandbox.ErrBadState
-	ErrCapacity        = sandbox.ErrCapacity
-	ErrInvalid         = sandbox.ErrInvalid
-	ErrLost            = sandbox.ErrLost
-	ErrNotStarted      = sandbox.ErrNotStarted
-	ErrUnknownLanguage = sandbox.ErrUnknownLanguage
-	ErrNoStorage       = sandbox.ErrNoStorage
+	ErrNotFound           = sandbox.ErrNotFound
+	ErrBadState           = sandbox.ErrBadState
+	ErrCapacity           = sandbox.ErrCapacity
+	ErrInvalid            = sandbox.ErrInvalid
+	ErrLost               = sandbox.ErrLost
+	ErrNotStarted         = sandbox.ErrNotStarted
+	ErrUnknownLanguage    = sandbox.ErrUnknownLanguage
+	ErrUnsupportedVersion = sandbox.ErrUnsupportedVersion
+	ErrNoStorage          = sandbox.ErrNoStorage
 )
 
 // ForkSpec asks for a copy of a session.

@@ -7,6 +7,8 @@
 package mcp
 
 import (
+	"github.com/sandboxapi/sandboxapi/api/wire"
+
 	"bytes"
 	"context"
 	"encoding/json"
@@ -56,6 +58,9 @@ type Options struct {
 	// DefaultTimeout is the server's limits.default_timeout, stated as the
 	// default of the tools' timeout; zero means 30 s.
 	DefaultTimeout time.Duration
+	// Runtimes are the server's languages (the runtimes file): execute_code's
+	// schema names them and their versions. Nil leaves both free text.
+	Runtimes []wire.Runtime
 }
 
 // backend sends one API call and returns the reply.
@@ -277,7 +282,7 @@ func newServer(c *client, o Options) *sdk.Server {
 	if def <= 0 {
 		def = defaultTimeoutSeconds
 	}
-	registerTools(s, c, def)
+	registerTools(s, c, def, o.Runtimes)
 	return s
 }
 

@@ -2,9 +2,11 @@ package mcp
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/google/jsonschema-go/jsonschema"
 
+	"github.com/sandboxapi/sandboxapi/api/wire"
 	"github.com/sandboxapi/sandboxapi/internal/sandbox"
 )
 
@@ -64,8 +66,54 @@ func timeoutSchema(p *jsonschema.Schema, def float64) {
 func ptr[T any](v T) *T { return &v }
 
 // executeInputSchema is execute_code's input schema.
-func executeInputSchema(defTimeout float64) *jsonschema.Schema {
-	return schemaFor[ExecuteInput](func(p map[string]*jsonschema.Schema) { timeoutSchema(p["timeout"], defTimeout) })
+// With the server's runtimes, language is an enum of their names and
+// aliases, and version's description lists each language's versions.
+func executeInputSchema(defTimeout float64, runtimes []wire.Runtime) *jsonschema.Schema {
+	return schemaFor[ExecuteInput](func(p map[string]*jsonschema.Schema) {
+		timeoutSchema(p["timeout"], defTimeout)
+		if len(runtimes) == 0 {
+			return
+		}
+		var names []any
+		var per []string
+		var versions []any
+		for _, rt := range runtimes {
+			names = append(names, rt.Language)
+			for _, a := range rt.Aliases {
+				names = append(names, a)
+			}
+			var vs []string
+			for _, v := range rt.Versions {
+				d := v.Version
+				if v.Series != v.Version {
+					d = v.Series + " (" + v.Version + ")"
+				}
+				if v.Default {
+					d += " default"
+				}
+				vs = append(vs, d)
+				versions = append(versions, v.Series)
+			}
+			per = append(per, rt.Language+": "+strings.Join(vs, ", "))
+		}
+		p["language"].Enum = names
+		p["language"].Description = "language name or alias: " + strings.Join(runtimeNames(runtimes), ", ")
+		p["version"].Description += ". Versions: " + strings.Join(per, "; ")
+		p["version"].Examples = versions
+		p["version"].MaxLength = ptr(sandbox.MaxVersionBytes)
+	})
+}
+
+// runtimeNames are the runtimes' names, each with its aliases.
+func runtimeNames(runtimes []wire.Runtime) []string {
+	out := make([]string, len(runtimes))
+	for i, rt := range runtimes {
+		out[i] = rt.Language
+		if len(rt.Aliases) > 0 {
+			out[i] += " (" + strings.Join(rt.Aliases, ", ") + ")"
+		}
+	}
+	return out
 }
 
 func testsInputSchema(defTimeout float64) *jsonschema.Schema {

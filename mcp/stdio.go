@@ -1,6 +1,8 @@
 package mcp
 
 import (
+	"github.com/sandboxapi/sandboxapi/api/wire"
+
 	"context"
 	"errors"
 	"fmt"
@@ -25,13 +27,18 @@ func ServeStdio(ctx context.Context, t sdk.Transport, o Options) error {
 	if err != nil {
 		return err
 	}
-	if err := c.call(ctx, nil, "GET", "/v1/runtimes", nil, nil); err != nil {
+	// The server's languages and versions go into execute_code's schema.
+	var list wire.RuntimeList
+	if err := c.call(ctx, nil, "GET", "/v1/runtimes", nil, &list); err != nil {
 		var ae *APIError
 		if errors.As(err, &ae) && (ae.Status == http.StatusUnauthorized || ae.Status == http.StatusForbidden) {
 			return fmt.Errorf("%w by %s: %v", ErrKeyRefused, o.BaseURL, ae)
 		}
 		// The server may come up later; tool calls will report it.
 		c.log.Warn("sandboxapi not reachable at start", "url", o.BaseURL, "err", err)
+	}
+	if o.Runtimes == nil {
+		o.Runtimes = list.Runtimes
 	}
 	return newServer(c, o).Run(ctx, t)
 }

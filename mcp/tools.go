@@ -22,7 +22,8 @@ const textCap = 32 << 10
 
 // ExecuteInput is the execute_code tool's input.
 type ExecuteInput struct {
-	Language string  `json:"language" jsonschema:"language name or alias, e.g. python3, javascript, typescript, go, java, c, cpp, bash (see list_runtimes)"`
+	Language string  `json:"language" jsonschema:"language name or alias (see list_runtimes)"`
+	Version  string  `json:"version,omitempty" jsonschema:"version of the language: 22 picks the newest 22.x present; absent: the default (see list_runtimes)"`
 	Code     string  `json:"code" jsonschema:"the complete program source"`
 	Stdin    string  `json:"stdin,omitempty" jsonschema:"standard input for the program"`
 	Timeout  float64 `json:"timeout,omitempty" jsonschema:"wall-clock limit in seconds, at most your plan's max_timeout (see list_runtimes)"`
@@ -54,7 +55,7 @@ type (
 
 type tools struct{ c *client }
 
-func registerTools(s *sdk.Server, c *client, defTimeout float64) {
+func registerTools(s *sdk.Server, c *client, defTimeout float64, runtimes []wire.Runtime) {
 	t := &tools{c: c}
 	f, tr := false, true
 	sdk.AddTool(s, &sdk.Tool{
@@ -65,7 +66,7 @@ func registerTools(s *sdk.Server, c *client, defTimeout float64) {
 			"java: the source is saved as Main.java, so the class with main must be named Main (`public class Main`) " +
 			"(any other public class name fails to compile). " +
 			"Errors such as an unknown language, a timeout over your plan's limit or an exhausted quota come back as tool errors.",
-		InputSchema:  executeInputSchema(defTimeout),
+		InputSchema:  executeInputSchema(defTimeout, runtimes),
 		OutputSchema: executeOutputSchema(),
 		Annotations:  &sdk.ToolAnnotations{DestructiveHint: &f, OpenWorldHint: &f},
 	}, t.execute)
@@ -117,7 +118,7 @@ func (t *tools) run(ctx context.Context, req *sdk.CallToolRequest, in ExecuteInp
 	if in.Timeout < 0 {
 		return ExecuteResult{}, errors.New("timeout must be a positive number of seconds")
 	}
-	body := wire.ExecuteRequest{Language: in.Language, Code: &in.Code, Stdin: in.Stdin}
+	body := wire.ExecuteRequest{Language: in.Language, Version: in.Version, Code: &in.Code, Stdin: in.Stdin}
 	if in.Timeout > 0 {
 		body.Timeout = &in.Timeout
 	}

@@ -30,8 +30,9 @@ func (a rawAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func TestMCPResultsAreTheAPIReplies(t *testing.T) {
 	t.Parallel()
 	api := rawAPI{
-		"GET /v1/runtimes": `{"runtimes":[{"language":"python3","aliases":["python","py"],"version":"3.13","compiled":false},` +
-			`{"language":"bash","aliases":null,"version":"5.2","compiled":false}],` +
+		"GET /v1/runtimes": `{"runtimes":[{"language":"python3","aliases":["python","py"],"version":"3.13.5","compiled":false,` +
+			`"versions":[{"version":"3.13.5","series":"3.13","default":true,"eol":"2029-10-31"}]},` +
+			`{"language":"bash","aliases":null,"version":"5.2","compiled":false,"versions":[{"version":"5.2","series":"5.2","default":true}]}],` +
 			`"limits":{"plan":"PRO","max_timeout":60,"memory_mb":512,"sessions":true,"max_sessions":2}}`,
 		"POST /v1/packages/check": `{"manager":"pip","results":[` +
 			`{"spec":"nothere","name":"nothere","available":false,"status":"not_found","versions":[],"osv":"unknown","reasons":["not in the mirror"]},` +

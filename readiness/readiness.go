@@ -76,7 +76,16 @@ const (
 	StatusFail    Status = "fail"
 	StatusPending Status = "pending" // never ran: counts as failure
 	StatusStale   Status = "stale"   // last result too old: counts as failure
+	// StatusWarn passes: something the operator should act on that does
+	// not stop the server's work (a runtime past its end of life).
+	StatusWarn Status = "warn"
 )
+
+// Warning is an error a check returns to pass with a warning (StatusWarn,
+// its text the detail) instead of failing.
+type Warning struct{ Msg string }
+
+func (w *Warning) Error() string { return w.Msg }
 
 // Func is one check: nil error means pass; detail describes what was seen
 // either way.
@@ -91,8 +100,8 @@ type Result struct {
 	DurationMS int64     `json:"duration_ms"`
 }
 
-// OK reports whether r is a pass.
-func (r Result) OK() bool { return r.Status == StatusPass }
+// OK reports whether r is a pass (with or without a warning).
+func (r Result) OK() bool { return r.Status == StatusPass || r.Status == StatusWarn }
 
 // Report is every check's last result.
 type Report struct {
@@ -346,6 +355,11 @@ func (c *Checker) runOne(ctx context.Context, name string, fn Func) (res Result)
 	// mirror's serve_url, a client error naming it) is shown without
 	// userinfo or query values.
 	res.Detail = redact.Text(o.detail)
+	if w := (*Warning)(nil); errors.As(o.err, &w) {
+		res.Status, res.Detail = StatusWarn, redact.Text(w.Msg)
+		c.log.Warn("readiness check warns", "check", name, "detail", res.Detail)
+		return res
+	}
 	if o.err != nil {
 		res.Detail = redact.Text(o.err.Error())
 		if o.detail != "" {
@@ -381,7 +395,7 @@ func (c *Checker) view(ch *check, now time.Time) Result {
 	r := ch.last
 	// A result may be as old as the check's own interval plus the time
 	// its next run may take, plus StaleAfter.
-	if limit := c.cfg.StaleAfter.D() + ch.every + c.cfg.Timeout.D()*time.Duration(min(ch.every, 1)); r.Status == StatusPass && now.Sub(r.LastRun) > limit {
+	if limit := c.cfg.StaleAfter.D() + ch.every + c.cfg.Timeout.D()*time.Duration(min(ch.every, 1)); r.OK() && now.Sub(r.LastRun) > limit {
 		r.Status = StatusStale
 		r.Detail = fmt.Sprintf("last result is %s old (limit %s): %s", now.Sub(r.LastRun).Round(time.Millisecond), limit, r.Detail)
 	}

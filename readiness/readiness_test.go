@@ -423,3 +423,21 @@ func TestFailClosesUntilNextRun(t *testing.T) {
 		t.Fatalf("gate after verification: %v (runs %d)", ok, runs.Load())
 	}
 }
+
+// A check that returns a Warning passes as warn, with its text: the
+// server stays ready and installs stay open.
+func TestWarningPasses(t *testing.T) {
+	t.Parallel()
+	c := New(testConfig(), nil)
+	c.Register("runtimes", func(context.Context) (string, error) {
+		return "ignored", fmt.Errorf("checking: %w", &Warning{Msg: "node 22 past end of life"})
+	})
+	c.Register("other", func(context.Context) (string, error) { return "", nil })
+	rep := c.RunAll(context.Background())
+	if !rep.Ready || rep.Checks[1].Status != StatusWarn || rep.Checks[1].Detail != "node 22 past end of life" {
+		t.Fatalf("%+v", rep)
+	}
+	if ok, failing := c.Ready(context.Background()); !ok || len(failing) != 0 {
+		t.Fatalf("gate: %v %+v", ok, failing)
+	}
+}

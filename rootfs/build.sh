@@ -1,44 +1,68 @@
 #!/usr/bin/env bash
 # Builds the shared, read-only runtime rootfs with debootstrap, cached by the
 # content hash of this script and recipe.conf. Prints the rootfs folder.
-#   rootfs/build.sh [CACHE_DIR]    (default /var/cache/sandboxapi/rootfs)
+#   rootfs/build.sh [CACHE_DIR [PLAN]]    (default /var/cache/sandboxapi/rootfs)
+# PLAN is the part of the recipe that configs/runtimes.yaml makes (every
+# language's packages and versions: `sandboxapi rootfs plan`); run from a
+# checkout without one, it is made with `go run`.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 cache=${1:-${SANDBOXAPI_ROOTFS_CACHE:-/var/cache/sandboxapi/rootfs}}
-hash=$(cat "$here/build.sh" "$here/recipe.conf" | sha256sum | cut -c1-16)
+plan=${2:-}
+if [ -z "$plan" ]; then
+  plan=$(mktemp)
+  (cd "$here/.." && go run ./cmd/sandboxapi rootfs plan) > "$plan"
+fi
+hash=$(cat "$here/build.sh" "$here/recipe.conf" "$plan" | sha256sum | cut -c1-16)
 out="$cache/$hash"
 if [ -f "$out/.complete" ]; then echo "$out"; exit 0; fi
 # shellcheck source=/dev/null
 . "$here/recipe.conf"
+# shellcheck source=/dev/null
+. "$plan"
 command -v debootstrap >/dev/null || { echo "debootstrap missing: apt-get install debootstrap" >&2; exit 1; }
 mkdir -p "$cache"
 tmp=$(mktemp -d "$cache/.build-XXXXXX")
 trap 'umount -R "$tmp/rootfs/proc" 2>/dev/null || true; rm -rf "$tmp"' EXIT
 echo "building rootfs $hash (debootstrap $SUITE, about a minute or more)" >&2
-pkgs=$(echo "$PACKAGES" | tr ' ' ',')
+pkgs=$(echo "$PACKAGES $RUNTIME_PACKAGES" | tr ' ' ',')
 debootstrap --variant="$VARIANT" --include="$pkgs" "$SUITE" "$tmp/rootfs" "$MIRROR" >"$tmp/debootstrap.log" 2>&1 || {
   tail -30 "$tmp/debootstrap.log" >&2; exit 1; }
 r="$tmp/rootfs"
 chroot "$r" /usr/sbin/groupadd -g "$SANDBOX_UID" sandbox
 chroot "$r" /usr/sbin/useradd -u "$SANDBOX_UID" -g "$SANDBOX_UID" -d /home/sandbox -M -s /bin/bash sandbox
 mkdir -p "$r/home/sandbox" "$r/opt/sandboxapi/bin" && chown "$SANDBOX_UID:$SANDBOX_UID" "$r/home/sandbox"
-# TypeScript is bundled by esbuild from the npm registry at a pinned version,
-# installed with the host's npm (the rootfs has no npm).
-mkdir -p "$r/opt/esbuild"
-npm install --silent --no-audit --no-fund --prefix "$r/opt/esbuild" "esbuild@$ESBUILD_VERSION" >&2
-ln -s /opt/esbuild/node_modules/.bin/esbuild "$r/usr/local/bin/esbuild"
 rm -rf "$r"/var/cache/apt/archives/*.deb "$r"/var/lib/apt/lists/*
-# Warm Go's build cache for the standard library once, so a session's first
-# Go program does not compile the runtime (copied into a session on first use).
+# Versions that do not come from Debian, fetched on the host with the
+# ecosystem's own client, which checks what it fetched: npm packages
+# against the registry's integrity hash, Go toolchains against the Go
+# checksum database (sum.golang.org).
+for i in "${!RT_LANG[@]}"; do
+  src=${RT_SOURCE[$i]} prefix=${RT_PREFIX[$i]}
+  case "$src" in
+  debian) ;;
+  npm:*)
+    mkdir -p "$r$prefix"
+    npm install --silent --no-audit --no-fund --prefix "$r$prefix" "${src#npm:}" >&2 ;;
+  go:*)
+    dir=$(cd / && GOFLAGS= GOTOOLCHAIN=local go mod download -json "${src#go:}" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
+    [ -d "$dir" ] || { echo "go mod download ${src#go:} failed" >&2; exit 1; }
+    # The module cache holds files without execute bits (as the go
+    # command's own toolchain switch finds them): the commands get theirs.
+    mkdir -p "$r$prefix" && cp -a "$dir/." "$r$prefix/" && chmod -R u+w,go-w,a+rX "$r$prefix"
+    find "$r$prefix/bin" "$r$prefix/pkg/tool" -type f -exec chmod 755 {} + ;;
+  *) echo "unknown source $src" >&2; exit 1 ;;
+  esac
+done
+# Compiled languages near their toolchains' floor: each step below is a
+# speed-up that configs/runtimes.yaml's steps use, run for every version
+# whose entry names it (prepare), with that version's PATH.
 mount -t proc proc "$r/proc"
-chroot "$r" /bin/sh -c 'mkdir -p /tmp/w && cd /tmp/w && printf "package main\nimport (\"fmt\"; \"os\"; \"strings\"; \"bufio\"; \"sort\"; \"strconv\"; \"math\")\nfunc main(){ fmt.Println(strings.ToUpper(\"x\"), os.Args, sort.IntsAreSorted(nil), strconv.Itoa(1), math.Pi, bufio.MaxScanTokenSize) }\n" > main.go && GOCACHE=/opt/go-cache GOROOT=/usr/lib/go HOME=/tmp go build -o /tmp/w/m main.go && rm -rf /tmp/w' >&2
-umount "$r/proc"
-# Compiled languages near their toolchains' floor (issue 18): each step
-# below is a speed-up that the runtimes in configs/runtimes.yaml use.
-mount -t proc proc "$r/proc"
+# inroot SERIES PATH SCRIPT: runs SCRIPT in the rootfs with a version's PATH.
+inroot() { chroot "$r" /usr/bin/env -i HOME=/tmp LANG=C.UTF-8 SERIES="$1" PATH="$2" /bin/sh -c "$3" >&2; }
 # Java: one JVM compiles and runs (sandboxapi.Run, the javac API in
 # process), started from a class-data archive of the compiler's classes
-# dumped by a representative run.
+# dumped by a representative run, one per JVM.
 mkdir -p "$r/opt/sandboxapi/java"
 cat > "$r/opt/sandboxapi/java/Run.java" <<'JAVA'
 package sandboxapi;
@@ -128,8 +152,7 @@ public final class Run {
     }
 }
 JAVA
-chroot "$r" /bin/sh -c 'set -e; cd /opt/sandboxapi/java && mkdir c && javac -d c Run.java && jar --create --file run.jar -C c . && rm -rf c Run.java' >&2
-chroot "$r" /bin/sh -c 'set -e; mkdir -p /tmp/j && cd /tmp/j && cat > Main.java && java -XX:ArchiveClassesAtExit=/opt/sandboxapi/java/run.jsa -Xss8m -XX:+UseSerialGC -XX:TieredStopAtLevel=1 -XX:-UsePerfData -cp /opt/sandboxapi/java/run.jar sandboxapi.Run /tmp/j </dev/null >/dev/null && cd / && rm -rf /tmp/j && chmod 644 /opt/sandboxapi/java/run.jsa' >&2 <<'JAVA'
+cat > "$r/opt/sandboxapi/java/Sample.java" <<'JAVA'
 import java.io.*;
 import java.util.*;
 import java.util.stream.*;
@@ -148,17 +171,25 @@ public class Main {
     }
 }
 JAVA
+prepare_java() {
+  inroot "$1" "$2" 'set -e; d=/opt/sandboxapi/java/$SERIES; mkdir -p $d/c && javac -d $d/c /opt/sandboxapi/java/Run.java && jar --create --file $d/run.jar -C $d/c . && rm -rf $d/c
+    mkdir -p /tmp/j && cp /opt/sandboxapi/java/Sample.java /tmp/j/Main.java && cd /tmp/j && java -XX:ArchiveClassesAtExit=$d/run.jsa -Xss8m -XX:+UseSerialGC -XX:TieredStopAtLevel=1 -XX:-UsePerfData -cp $d/run.jar sandboxapi.Run /tmp/j </dev/null >/dev/null && cd / && rm -rf /tmp/j && chmod 644 $d/run.jsa'
+}
 # C++: precompiled headers for the standard headers programs start with,
 # beside each header, for the runtime's flags: g++ takes a .gch it finds
 # where it finds the header when the flags match, and the header otherwise.
-for h in iostream bits/stdc++.h; do
-  chroot "$r" /bin/sh -c 'set -e; p=$(printf "#include <%s>\n" "$1" | g++ -O2 -std=gnu++20 -x c++ -fsyntax-only -H - 2>&1 | sed -n "1s/^\. //p"); g++ -O2 -std=gnu++20 -x c++-header "$p" -o "$p.gch"' sh "$h" >&2
-done
-# Go: the whole standard library prebuilt (without cgo) and an import
-# config naming each package's archive, so sbx-go-build compiles and links
-# a standard-library-only program without the go command.
+prepare_cpp() {
+  for h in iostream bits/stdc++.h; do
+    inroot "$1" "$2" 'set -e; p=$(printf "#include <%s>\n" "'"$h"'" | g++ -O2 -std=gnu++20 -x c++ -fsyntax-only -H - 2>&1 | sed -n "1s/^\. //p"); g++ -O2 -std=gnu++20 -x c++-header "$p" -o "$p.gch"'
+  done
+}
+# Go: the build cache warmed with the standard library (go build reads it
+# for programs with other imports), the whole standard library prebuilt
+# (without cgo) and an import config naming each package's archive, so
+# sbx-go-build compiles and links a standard-library-only program without
+# the go command; one of each per version. sbx-go-build itself is built
+# once, by the default version.
 mkdir -p "$r/opt/go-std"
-chroot "$r" /bin/sh -c 'CGO_ENABLED=0 GOCACHE=/opt/go-cache GOROOT=/usr/lib/go HOME=/tmp GO111MODULE=off GOTOOLCHAIN=local GOFLAGS= go list -export -deps -f "{{if .Export}}packagefile {{.ImportPath}}={{.Export}}{{end}}" std > /opt/go-std/importcfg' >&2
 cat > "$r/opt/go-std/gobuild.go" <<'GO'
 // sbx-go-build compiles one Go file into a program. A program whose
 // imports are all in the standard library is compiled and linked directly
@@ -246,8 +277,24 @@ func run(name string, argv []string) {
 	os.Exit(1)
 }
 GO
-chroot "$r" /bin/sh -c 'set -e; cd /opt/go-std && GOCACHE=/tmp/gocache GOROOT=/usr/lib/go HOME=/tmp GO111MODULE=off GOTOOLCHAIN=local CGO_ENABLED=0 go build -o /usr/local/bin/sbx-go-build gobuild.go && rm -rf /tmp/gocache gobuild.go' >&2
-umount "$r/proc"
+prepare_go() {
+  inroot "$1" "$2" 'set -e; export GOROOT=$(go env GOROOT) GOCACHE=/opt/go-cache/$SERIES GO111MODULE=off GOTOOLCHAIN=local GOFLAGS=
+    mkdir -p /tmp/w /opt/go-std/$SERIES && cd /tmp/w && printf "package main\nimport (\"fmt\"; \"os\"; \"strings\"; \"bufio\"; \"sort\"; \"strconv\"; \"math\")\nfunc main(){ fmt.Println(strings.ToUpper(\"x\"), os.Args, sort.IntsAreSorted(nil), strconv.Itoa(1), math.Pi, bufio.MaxScanTokenSize) }\n" > main.go && go build -o /tmp/w/m main.go && cd / && rm -rf /tmp/w
+    CGO_ENABLED=0 go list -export -deps -f "{{if .Export}}packagefile {{.ImportPath}}={{.Export}}{{end}}" std > /opt/go-std/$SERIES/importcfg'
+  if [ "$3" = 1 ]; then
+    inroot "$1" "$2" 'set -e; cd /opt/go-std && GOCACHE=/tmp/gocache GO111MODULE=off GOTOOLCHAIN=local CGO_ENABLED=0 go build -o /usr/local/bin/sbx-go-build gobuild.go && rm -rf /tmp/gocache'
+  fi
+}
+for i in "${!RT_LANG[@]}"; do
+  case "${RT_PREPARE[$i]}" in
+  "") ;;
+  java) prepare_java "${RT_SERIES[$i]}" "${RT_PATH[$i]}" ;;
+  cpp) prepare_cpp "${RT_SERIES[$i]}" "${RT_PATH[$i]}" ;;
+  go) prepare_go "${RT_SERIES[$i]}" "${RT_PATH[$i]}" "${RT_DEFAULT[$i]}" ;;
+  *) echo "unknown prepare step ${RT_PREPARE[$i]}" >&2; exit 1 ;;
+  esac
+done
+rm -f "$r/opt/sandboxapi/java/Run.java" "$r/opt/sandboxapi/java/Sample.java" "$r/opt/go-std/gobuild.go"
 # No identity of the build host: debootstrap copies its /etc/hostname and
 # /etc/resolv.conf into the tree, and every sandbox would read them. The
 # sandbox's own name (the OCI spec's hostname is the same), loopback hosts,
@@ -260,21 +307,23 @@ rm -f "$r/etc/resolv.conf" "$r/etc/machine-id" "$r/var/lib/dbus/machine-id" "$r/
 : > "$r/etc/resolv.conf"
 : > "$r/etc/machine-id"
 chmod 0644 "$r/etc/hostname" "$r/etc/hosts" "$r/etc/resolv.conf" "$r/etc/machine-id"
-# Versions are read from the built tree, never typed by hand.
-v() { chroot "$r" /bin/sh -c "$1" 2>&1 | head -1 | tr -d '"\\' ; }
-cat > "$tmp/versions.json" <<JSON
-{
-  "python3": "$(v 'python3 --version' | awk '{print $2}')",
-  "javascript": "$(v 'node --version' | tr -d v)",
-  "typescript": "esbuild $(v 'esbuild --version') on node $(v 'node --version' | tr -d v)",
-  "go": "$(head -1 "$r/usr/lib/go/VERSION" | sed 's/^go//')",
-  "java": "$(sed -n 's/^JAVA_VERSION="\(.*\)"/\1/p' "$r/usr/lib/jvm/default-java/release")",
-  "c": "$(v 'gcc -dumpfullversion')",
-  "cpp": "$(v 'g++ -dumpfullversion')",
-  "bash": "$(v 'bash --version' | awk '{print $4}')"
-}
-JSON
+# Versions are read from the built tree, never typed by hand: language ->
+# version as the runtimes file lists it -> exact version.
+json=""
+last=""
+for i in "${!RT_LANG[@]}"; do
+  lang=${RT_LANG[$i]}
+  got=$(chroot "$r" /usr/bin/env -i PATH="${RT_PATH[$i]}" /bin/sh -c "${RT_PROBE[$i]}" 2>&1 | head -1 | tr -cd 'A-Za-z0-9.+~_-')
+  [ -n "$got" ] || { echo "probe of $lang ${RT_SERIES[$i]} printed nothing" >&2; exit 1; }
+  if [ "$lang" = "$last" ]; then json+=", "; else [ -z "$last" ] || json+=$'},\n'; json+="  \"$lang\": {"; fi
+  json+="\"${RT_SERIES[$i]}\": \"$got\""
+  last=$lang
+done
+[ -z "$last" ] || json+="}"
+printf '{\n%s\n}\n' "$json" > "$tmp/versions.json"
+umount "$r/proc"
 cp "$here/recipe.conf" "$tmp/recipe.conf"
+cp "$plan" "$tmp/plan.sh"
 rm -rf "$out"
 mv "$tmp" "$out.partial" && mv "$out.partial" "$out"
 trap - EXIT

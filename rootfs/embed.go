@@ -19,9 +19,10 @@ var buildScript []byte
 //go:embed recipe.conf
 var recipe []byte
 
-// Build runs the build script (a no-op when the recipe's hash is cached)
-// and returns the build folder.
-func Build(ctx context.Context, cache string, progress io.Writer) (string, error) {
+// Build runs the build script with plan, the part of the recipe the
+// runtimes file makes (a no-op when the hash of recipe and plan is
+// cached), and returns the build folder.
+func Build(ctx context.Context, cache string, plan []byte, progress io.Writer) (string, error) {
 	dir, err := os.MkdirTemp("", "sandboxapi-rootfs-")
 	if err != nil {
 		return "", fmt.Errorf("creating recipe folder: %w", err)
@@ -33,7 +34,10 @@ func Build(ctx context.Context, cache string, progress io.Writer) (string, error
 	if err := os.WriteFile(filepath.Join(dir, "recipe.conf"), recipe, 0o644); err != nil {
 		return "", fmt.Errorf("writing recipe: %w", err)
 	}
-	cmd := exec.CommandContext(ctx, "bash", filepath.Join(dir, "build.sh"), cache)
+	if err := os.WriteFile(filepath.Join(dir, "plan.sh"), plan, 0o644); err != nil {
+		return "", fmt.Errorf("writing plan: %w", err)
+	}
+	cmd := exec.CommandContext(ctx, "bash", filepath.Join(dir, "build.sh"), cache, filepath.Join(dir, "plan.sh"))
 	var out strings.Builder
 	cmd.Stdout, cmd.Stderr = &out, progress
 	if err := cmd.Run(); err != nil {

@@ -12,9 +12,12 @@ import (
 
 // SessionRow is one session as persisted.
 type SessionRow struct {
-	ID         string
-	KeyID      string
-	Language   string
+	ID       string
+	KeyID    string
+	Language string
+	// Version is the language's version as the runtimes file lists it
+	// ("22"; empty: the default).
+	Version    string
 	State      sandbox.State
 	Network    string // JSON
 	IdleTTL    time.Duration
@@ -37,8 +40,8 @@ var ErrNotOwner = errors.New("session is owned by another node")
 
 // InsertSession records a new session, owned by the handle's node.
 func (s *Store) InsertSession(ctx context.Context, r SessionRow) error {
-	_, err := s.db.ExecContext(ctx, `INSERT INTO sessions(id, key_id, language, state, network, idle_ttl_ms, created_at, last_used_at, disk_bytes, parent_id, node)
-		VALUES (?,?,?,?,?,?,?,?,?,?,?)`, r.ID, r.KeyID, r.Language, string(r.State), r.Network, r.IdleTTL.Milliseconds(), ms(r.CreatedAt), ms(r.LastUsedAt), r.DiskBytes, r.ParentID, s.node)
+	_, err := s.db.ExecContext(ctx, `INSERT INTO sessions(id, key_id, language, runtime_version, state, network, idle_ttl_ms, created_at, last_used_at, disk_bytes, parent_id, node)
+		VALUES (?,?,?,?,?,?,?,?,?,?,?,?)`, r.ID, r.KeyID, r.Language, r.Version, string(r.State), r.Network, r.IdleTTL.Milliseconds(), ms(r.CreatedAt), ms(r.LastUsedAt), r.DiskBytes, r.ParentID, s.node)
 	if err != nil {
 		return fmt.Errorf("inserting session %s: %w", r.ID, err)
 	}
@@ -147,12 +150,12 @@ func (s *Store) GetSession(ctx context.Context, id string) (SessionRow, error) {
 type scanner interface{ Scan(...any) error }
 
 // sessionCols are the columns scanSession reads, in its order.
-const sessionCols = `id, key_id, language, state, network, idle_ttl_ms, created_at, last_used_at, COALESCE(ended_at,0), end_reason, COALESCE(hibernated_at,0), disk_bytes, parent_id, node`
+const sessionCols = `id, key_id, language, runtime_version, state, network, idle_ttl_ms, created_at, last_used_at, COALESCE(ended_at,0), end_reason, COALESCE(hibernated_at,0), disk_bytes, parent_id, node`
 
 func scanSession(sc scanner) (SessionRow, error) {
 	var r SessionRow
 	var ttl, created, used, ended, hib int64
-	if err := sc.Scan(&r.ID, &r.KeyID, &r.Language, &r.State, &r.Network, &ttl, &created, &used, &ended, &r.EndReason, &hib, &r.DiskBytes, &r.ParentID, &r.Node); err != nil {
+	if err := sc.Scan(&r.ID, &r.KeyID, &r.Language, &r.Version, &r.State, &r.Network, &ttl, &created, &used, &ended, &r.EndReason, &hib, &r.DiskBytes, &r.ParentID, &r.Node); err != nil {
 		if errors.Is(err, sql.ErrNoRows) {
 			return r, err
 		}
@@ -235,4 +238,20 @@ func repeat(s string, n int) string {
 		out += s
 	}
 	return out
+}
+
+// addRuntimeVersion adds sessions.runtime_version on SQLite unless a
+// store rolled back by hand still has it.
+func addRuntimeVersion(ctx context.Context, tx *sql.Tx) error {
+	var n int
+	if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM pragma_table_info('sessions') WHERE name = 'runtime_version'`).Scan(&n); err != nil {
+		return fmt.Errorf("reading sessions columns: %w", err)
+	}
+	if n > 0 {
+		return nil
+	}
+	if _, err := tx.ExecContext(ctx, `ALTER TABLE sessions ADD COLUMN runtime_version TEXT NOT NULL DEFAULT ''`); err != nil {
+		return fmt.Errorf("adding sessions.runtime_version: %w", err)
+	}
+	return nil
 }

@@ -316,6 +316,11 @@ var migrations = []migration{
 	// COLUMN IF NOT EXISTS: addEgressCredential adds it.)
 	{sqlite: `SELECT 1;`, fix: addEgressCredential,
 		postgres: `ALTER TABLE egress_decisions ADD COLUMN IF NOT EXISTS credential BIGINT NOT NULL DEFAULT 0;`},
+	// A session keeps the version of its language it was created with (the
+	// series of the runtimes file, "22"; empty: the default of the day).
+	// (SQLite has no ADD COLUMN IF NOT EXISTS: addRuntimeVersion adds it.)
+	{sqlite: `SELECT 1`, fix: addRuntimeVersion,
+		postgres: `ALTER TABLE sessions ADD COLUMN IF NOT EXISTS runtime_version TEXT NOT NULL DEFAULT '';`},
 }
 
 // migrationLock is the PostgreSQL advisory lock key under which a node

@@ -50,18 +50,35 @@ type NotReadyDetails struct {
 	Checks []CheckResult `json:"checks"`
 }
 
-// Runtime is one language the server runs, as GET /v1/runtimes lists it.
+// Runtime is one language the server runs, as GET /v1/runtimes lists it:
+// Version is its default version, Versions every version (newest first).
 // Aliases is null for a language without any.
 type Runtime struct {
-	Language string   `json:"language"`
-	Aliases  []string `json:"aliases"`
-	Version  string   `json:"version"`
-	Compiled bool     `json:"compiled"`
+	Language string           `json:"language"`
+	Aliases  []string         `json:"aliases"`
+	Version  string           `json:"version"`
+	Compiled bool             `json:"compiled"`
+	Versions []RuntimeVersion `json:"versions"`
+}
+
+// RuntimeVersion is one version of a language: the exact version, the
+// series it is listed under (what "version" in a request usually names),
+// whether it is the default, and its upstream end of life (YYYY-MM-DD;
+// absent: none announced).
+type RuntimeVersion struct {
+	Version string `json:"version"`
+	Series  string `json:"series"`
+	Default bool   `json:"default"`
+	EOL     string `json:"eol,omitempty"`
 }
 
 // RuntimeOf is r as the API reports it.
 func RuntimeOf(r sandbox.Runtime) Runtime {
-	return Runtime{Language: r.Language, Aliases: r.Aliases, Version: r.Version, Compiled: r.Compiled}
+	vs := make([]RuntimeVersion, len(r.Versions))
+	for i, v := range r.Versions {
+		vs[i] = RuntimeVersion(v)
+	}
+	return Runtime{Language: r.Language, Aliases: r.Aliases, Version: r.Version, Compiled: r.Compiled, Versions: vs}
 }
 
 // Limits are the caller's plan limits, in GET /v1/runtimes.
@@ -85,6 +102,7 @@ type RuntimeList struct {
 type Session struct {
 	ID        string    `json:"id"`
 	Language  string    `json:"language"`
+	Version   string    `json:"version,omitempty"`
 	State     string    `json:"state"`
 	IdleTTL   int64     `json:"idle_ttl"`
 	Network   Network   `json:"network"`
@@ -100,7 +118,7 @@ type Session struct {
 // SessionOf is s as the API reports it: times in UTC, the idle TTL in
 // whole seconds, the disk limit in MiB.
 func SessionOf(s sandbox.Session) Session {
-	j := Session{ID: s.ID, Language: s.Language, State: string(s.State), IdleTTL: int64(s.IdleTTL / time.Second),
+	j := Session{ID: s.ID, Language: s.Language, Version: s.Version, State: string(s.State), IdleTTL: int64(s.IdleTTL / time.Second),
 		Network: s.Network.Public(), CreatedAt: s.CreatedAt.UTC(), LastUsed: s.LastUsedAt.UTC(), ExpiresAt: s.ExpiresAt().UTC(),
 		ForkedFrom: s.ForkedFrom, DiskMB: s.DiskBytes >> 20}
 	if !s.HibernatedAt.IsZero() {

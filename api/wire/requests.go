@@ -28,6 +28,7 @@ type File struct {
 // what a client sends.
 type ExecuteRequest struct {
 	Language string            `json:"language,omitempty"`
+	Version  string            `json:"version,omitempty"`
 	Code     *string           `json:"code"`
 	Stdin    string            `json:"stdin,omitempty"`
 	Timeout  *float64          `json:"timeout,omitempty"`
@@ -39,6 +40,7 @@ type ExecuteRequest struct {
 // CreateSessionRequest is the body of POST /v1/sessions.
 type CreateSessionRequest struct {
 	Language string   `json:"language"`
+	Version  string   `json:"version,omitempty"`
 	IdleTTL  *float64 `json:"idle_ttl,omitempty"`
 	Network  *Network `json:"network,omitempty"`
 }
@@ -47,6 +49,7 @@ type CreateSessionRequest struct {
 // empty field keeps the source session's value.
 type ForkRequest struct {
 	Language string   `json:"language,omitempty"`
+	Version  string   `json:"version,omitempty"`
 	Network  *Network `json:"network,omitempty"`
 }
 

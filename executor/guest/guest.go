@@ -406,7 +406,7 @@ func (l *limitedBuffer) bytes() []byte {
 // runOne runs argv as the user with the request's limits and reaps
 // everything it leaves behind.
 func (h *host) runOne(req *Request, argv []string, spawn spawnFunc, stdin io.Reader, stdout, stderr io.Writer) Result {
-	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd := exec.Command(lookPath(argv[0], req.Env), argv[1:]...)
 	cmd.Env = req.Env
 	cmd.Dir = req.Cwd
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -746,4 +746,30 @@ func validName(s string) bool {
 		}
 	}
 	return true
+}
+
+// lookPath finds a bare command name on the PATH of env (its last PATH,
+// as the program sees it), not the guest's own: a language's version puts
+// its folders first. A name with a slash, or one found nowhere, comes back
+// as it is (exec then says what is wrong).
+func lookPath(name string, env []string) string {
+	if name == "" || strings.Contains(name, "/") {
+		return name
+	}
+	path := ""
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, "PATH="); ok {
+			path = v
+		}
+	}
+	for _, dir := range filepath.SplitList(path) {
+		if !filepath.IsAbs(dir) {
+			continue // a relative folder would depend on the working folder
+		}
+		p := filepath.Join(dir, name)
+		if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0 {
+			return p
+		}
+	}
+	return name
 }

@@ -42,6 +42,7 @@ func wireInstall(ctx context.Context, env *Env, g *lifecycle.Group, ex *executor
 	log := env.Log.With("component", "installer")
 	icfg := env.Config.Installer
 	chk := readiness.New(env.Config.Readiness, env.Log.With("component", "readiness"))
+	chk.Register("runtimes", func(context.Context) (string, error) { return runtimesCheck(ex.RuntimeList(), time.Now()) })
 	nw, err := egress.NewServiceNetwork(ctx, icfg.Pool, icfg.Table, icfg.Prefix, icfg.Port, env.Log.With("component", "installer-network"))
 	if err != nil {
 		log.Error("installer network unavailable; installs stay closed", "err", err)

@@ -110,16 +110,45 @@ func rootfsCommand() *cli.Command {
 		Usage: "manage the runtime rootfs",
 		Subcommands: []*cli.Command{{
 			Name:  "build",
-			Usage: "build the Debian rootfs with debootstrap (cached by recipe hash)",
-			Flags: []cli.Flag{&cli.StringFlag{Name: "cache", Value: executor.DefaultRootfsCache, Usage: "build cache folder"}},
+			Usage: "build the Debian rootfs with debootstrap (cached by recipe hash), with every language and version of the runtimes file",
+			Flags: append(stateFlags(), &cli.StringFlag{Name: "cache", Value: executor.DefaultRootfsCache, Usage: "build cache folder"}),
 			Action: func(c *cli.Context) error {
-				dir, err := rootfs.Build(c.Context, c.String("cache"), c.App.ErrWriter)
+				plan, err := rootfsPlan(c)
+				if err != nil {
+					return err
+				}
+				dir, err := rootfs.Build(c.Context, c.String("cache"), plan, c.App.ErrWriter)
 				if err != nil {
 					return err
 				}
 				fmt.Fprintln(c.App.Writer, dir)
 				return nil
 			},
+		}, {
+			Name:  "plan",
+			Usage: "print the part of the rootfs recipe the runtimes file makes (rootfs/build.sh sources it)",
+			Flags: stateFlags(),
+			Action: func(c *cli.Context) error {
+				plan, err := rootfsPlan(c)
+				if err != nil {
+					return err
+				}
+				_, err = c.App.Writer.Write(plan)
+				return err
+			},
 		}},
 	}
+}
+
+// rootfsPlan is the build plan of the configured runtimes file.
+func rootfsPlan(c *cli.Context) ([]byte, error) {
+	env, err := loadEnv(c)
+	if err != nil {
+		return nil, err
+	}
+	rts, err := app.LoadRuntimes(env.Config, "")
+	if err != nil {
+		return nil, err
+	}
+	return rts.BuildPlan(), nil
 }

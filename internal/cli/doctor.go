@@ -6,6 +6,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/sandboxapi/sandboxapi/doctor"
+	"github.com/sandboxapi/sandboxapi/internal/app"
 	"github.com/sandboxapi/sandboxapi/internal/config"
 )
 
@@ -48,5 +49,20 @@ func doctorConfig(cfg *config.Config) *doctor.Config {
 			KeyFile:    cfg.TLS.KeyFile,
 			StorageDir: cfg.TLS.Storage(cfg.DataDir),
 		},
+		Runtimes: doctorRuntimes(cfg),
 	}
+}
+
+// doctorRuntimes is the runtimes file as doctor checks it (nil when it
+// does not load: validate says why).
+func doctorRuntimes(cfg *config.Config) []doctor.Runtime {
+	rts, err := app.LoadRuntimes(cfg, "")
+	if err != nil {
+		return nil
+	}
+	var out []doctor.Runtime
+	for _, r := range rts.Versions() {
+		out = append(out, doctor.Runtime{Language: r.Name, Version: r.Series, Path: r.Path(), Programs: r.Programs(), EOL: r.EOL})
+	}
+	return out
 }

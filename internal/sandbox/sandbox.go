@@ -17,8 +17,11 @@ var (
 	ErrLost            = errors.New("sandbox was lost")
 	ErrNotStarted      = errors.New("executor not started")
 	ErrUnknownLanguage = errors.New("unknown language")
-	ErrTooLarge        = errors.New("too large")
-	ErrNoNetwork       = errors.New("network access is not available on this server")
+	// ErrUnsupportedVersion: the language has no such version here; the
+	// error's text lists the versions present.
+	ErrUnsupportedVersion = errors.New("unsupported version")
+	ErrTooLarge           = errors.New("too large")
+	ErrNoNetwork          = errors.New("network access is not available on this server")
 	// ErrNoStorage: the host's disk budget for homes (executor.max_disk)
 	// cannot hold another home; nothing was made.
 	ErrNoStorage = errors.New("insufficient storage for another session home")
@@ -97,9 +100,12 @@ const (
 // SessionSpec asks for a new session.
 type SessionSpec struct {
 	Language string
-	IdleTTL  time.Duration // 0: the default
-	Owner    string        // key id; sessions are visible only to their owner
-	Network  NetworkRequest
+	// Version picks the language's version ("22": the newest 22.x
+	// present; empty: the default); the session keeps it.
+	Version string
+	IdleTTL time.Duration // 0: the default
+	Owner   string        // key id; sessions are visible only to their owner
+	Network NetworkRequest
 	// DiskBytes is the size of the session's home (its disk limit); 0:
 	// the executor's default.
 	DiskBytes int64
@@ -109,14 +115,19 @@ type SessionSpec struct {
 type ForkSpec struct {
 	Owner    string
 	Language string
-	Network  *NetworkRequest // nil: the source's
+	// Version applies with Language (empty: the source's version when the
+	// language is the source's, else the default).
+	Version string
+	Network *NetworkRequest // nil: the source's
 }
 
 // Session is a snapshot of one session.
 type Session struct {
-	ID         string
-	Owner      string
-	Language   string
+	ID       string
+	Owner    string
+	Language string
+	// Version is the exact version the session runs ("22.23.5").
+	Version    string
 	State      State
 	IdleTTL    time.Duration
 	Network    NetworkRequest
@@ -141,6 +152,7 @@ type File struct {
 // ExecRequest is one execute call.
 type ExecRequest struct {
 	Language string // stateless execute only
+	Version  string // stateless execute only; empty: the default
 	Code     string
 	Stdin    []byte
 	Timeout  time.Duration // 0: the default
@@ -176,12 +188,25 @@ type Result struct {
 	ResumedMS int64
 }
 
-// Runtime describes one language for clients.
+// Runtime describes one language for clients: Version is its default
+// version, Versions all of them (newest first).
 type Runtime struct {
-	Language string   `json:"language"`
-	Aliases  []string `json:"aliases"`
-	Version  string   `json:"version"`
-	Compiled bool     `json:"compiled"`
+	Language string           `json:"language"`
+	Aliases  []string         `json:"aliases"`
+	Version  string           `json:"version"`
+	Compiled bool             `json:"compiled"`
+	Versions []RuntimeVersion `json:"versions"`
+}
+
+// RuntimeVersion is one version of a language: the exact version, the
+// series it is listed under in the runtimes file, whether it is the
+// default and its upstream end of life (YYYY-MM-DD, empty: none
+// announced).
+type RuntimeVersion struct {
+	Version string `json:"version"`
+	Series  string `json:"series"`
+	Default bool   `json:"default"`
+	EOL     string `json:"eol,omitempty"`
 }
 
 type resumeNoteKey struct{}
