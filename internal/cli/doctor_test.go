@@ -45,7 +45,7 @@ func TestDoctorPassesOnThisHost(t *testing.T) {
 			t.Errorf("%s: %s %s (fix: %s)", r.Name, r.Status, r.Detail, r.Fix)
 		}
 	}
-	if got := strings.Join(names, ","); got != "build,runsc,platform,cgroups,rootfs,guest,netns,nft,disk,homes,store,tls" {
+	if got := strings.Join(names, ","); got != "build,runsc,platform,cgroups,rootfs,runtimes,guest,netns,nft,disk,homes,store,tls" {
 		t.Errorf("checks = %s", got)
 	}
 	var out, errw bytes.Buffer
