@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -74,7 +75,8 @@ func OpenCredentials(o Opener, req sandbox.NetworkRequest) (Credentials, error) 
 }
 
 // SetCredentials replaces the credentials of a live session; connections
-// opened from then on use them (those open keep theirs).
+// opened from then on use them, and open ones to a host whose credentials
+// changed are closed.
 func (p *Proxy) SetCredentials(id string, c Credentials) error {
 	p.mu.Lock()
 	s := p.sessions[id]
@@ -85,7 +87,25 @@ func (p *Proxy) SetCredentials(id string, c Credentials) error {
 	if len(c) > 0 && p.ca == nil {
 		return fmt.Errorf("setting credentials of %s: %w: the proxy has no CA", id, ErrCredentials)
 	}
-	s.creds.Store(&c)
+	prev := s.creds.Swap(&c)
+	// An open connection to a host whose credentials changed is closed: it
+	// would go on carrying the old value (a revoked key must stop at
+	// once), or, for a host that just gained one, go on without it.
+	var old Credentials
+	if prev != nil {
+		old = *prev
+	}
+	p.mu.Lock()
+	var doomed []*tunnel
+	for t := range s.tunnels {
+		if h := t.target.Host; h != "" && !slices.Equal(old[h], c[h]) {
+			doomed = append(doomed, t)
+		}
+	}
+	p.mu.Unlock()
+	for _, t := range doomed {
+		t.revoke()
+	}
 	return nil
 }
 

@@ -6,6 +6,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -13,11 +14,13 @@ import (
 	"net/http"
 	"net/netip"
 	"net/url"
+	"os"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/sandboxapi/sandboxapi/egress/policy"
+	"github.com/sandboxapi/sandboxapi/internal/sandbox"
 )
 
 const testSecret = "Bearer s3cret-value-never-in-the-sandbox"
@@ -312,6 +315,29 @@ func TestSetCredentials(t *testing.T) {
 	if b, _ := get(); !strings.Contains(b, "Authorization: Bearer two\n") || strings.Contains(b, "one") {
 		t.Fatalf("after the swap: %q", b)
 	}
+	// A keep-alive connection opened under a credential does not outlive
+	// its change: the proxy closes it, and the client's next request
+	// (on a new connection) carries the new value.
+	kept := sandboxClient(f, ca, s)
+	defer kept.CloseIdleConnections()
+	getKept := func() string {
+		resp, err := kept.Get(fmt.Sprintf("https://api.example.com:%d/headers", f.httpsAP.Port()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return string(b)
+	}
+	if b := getKept(); !strings.Contains(b, "Authorization: Bearer two\n") {
+		t.Fatalf("kept connection, first: %q", b)
+	}
+	if err := p.SetCredentials(s.ID, Credentials{"api.example.com": {{Name: "Authorization", Value: "Bearer three"}}}); err != nil {
+		t.Fatal(err)
+	}
+	if b := getKept(); !strings.Contains(b, "Authorization: Bearer three\n") || strings.Contains(b, "two") {
+		t.Fatalf("kept connection after a revocation: %q", b)
+	}
 	if err := p.SetCredentials(s.ID, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -320,5 +346,72 @@ func TestSetCredentials(t *testing.T) {
 	}
 	if err := p.SetCredentials("nope", nil); err == nil {
 		t.Fatal("unknown session accepted")
+	}
+}
+
+// plainOpener "opens" a sealed value by stripping its prefix: a seam for
+// tests of Sessions, which never see the server's key.
+type plainOpener struct{}
+
+func (plainOpener) Open(sealed, _ string) (string, error) {
+	v, ok := strings.CutPrefix(sealed, "sealed:")
+	if !ok {
+		return "", errors.New("not sealed")
+	}
+	return v, nil
+}
+
+// TestSessionsUpdateCredentials is PATCH's path for credentials: Update
+// opens the request's sealed values and the proxy adds the new ones at
+// once; a value that does not open changes nothing (record or proxy).
+func TestSessionsUpdateCredentials(t *testing.T) {
+	t.Parallel()
+	f := sharedFakeNet(t)
+	p, ca, logs := credProxy(t, f, true)
+	s := credSession(t, p, nil, "*.example.com")
+	ss := &Sessions{proxy: p, dir: t.TempDir(), log: discardLogger(), open: plainOpener{}}
+	first := sandbox.NetworkRequest{Enabled: true, AllowedDomains: []string{"*.example.com"}}
+	if err := os.WriteFile(ss.stateFile(s.ID), first.JSON(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	get := func() string {
+		c := sandboxClient(f, ca, s)
+		defer c.CloseIdleConnections()
+		resp, err := c.Get(fmt.Sprintf("https://api.example.com:%d/headers", f.httpsAP.Port()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return string(b)
+	}
+	if b := get(); strings.Contains(b, "Authorization") {
+		t.Fatalf("before the update: %q", b)
+	}
+	next := first
+	next.Credentials = []sandbox.Credential{{Host: "api.example.com", Header: "Authorization", Sealed: "sealed:Bearer patched"}}
+	if err := ss.Update(context.Background(), s.ID, next); err != nil {
+		t.Fatal(err)
+	}
+	if b := get(); !strings.Contains(b, "Authorization: Bearer patched\n") {
+		t.Fatalf("after the update: %q", b)
+	}
+	rec, _ := os.ReadFile(ss.stateFile(s.ID))
+	if strings.Contains(string(rec), "Bearer patched") && !strings.Contains(string(rec), "sealed:") {
+		t.Fatalf("record holds the clear value: %s", rec)
+	}
+	bad := first
+	bad.Credentials = []sandbox.Credential{{Host: "api.example.com", Header: "Authorization", Sealed: "garbage"}}
+	if err := ss.Update(context.Background(), s.ID, bad); !errors.Is(err, ErrCredentials) {
+		t.Fatalf("Update with a value that does not open = %v", err)
+	}
+	if b := get(); !strings.Contains(b, "Authorization: Bearer patched\n") {
+		t.Fatalf("a failed update changed the credentials: %q", b)
+	}
+	if rec2, _ := os.ReadFile(ss.stateFile(s.ID)); string(rec2) != string(rec) {
+		t.Fatalf("a failed update changed the record: %s", rec2)
+	}
+	if strings.Contains(logs.String(), "Bearer patched") {
+		t.Fatal("the value reached the proxy's log")
 	}
 }
