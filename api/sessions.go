@@ -581,14 +581,16 @@ func (s *Server) executeStateless(w http.ResponseWriter, r *http.Request, c *cal
 
 func (s *Server) listRuntimes(w http.ResponseWriter, r *http.Request) error {
 	p := principal(r.Context())
-	rts := s.sb.RuntimeList()
-	out := wire.RuntimeList{Runtimes: make([]wire.Runtime, len(rts)), Limits: wire.Limits{
+	rts := slices.Clone(s.sb.RuntimeList())
+	for i := range rts {
+		if rts[i].Versions == nil {
+			rts[i].Versions = []wire.RuntimeVersion{} // the document says array, never null
+		}
+	}
+	out := wire.RuntimeList{Runtimes: rts, Limits: wire.Limits{
 		Plan: p.Plan.Name, MaxTimeout: int64(p.Plan.MaxTimeout / time.Second), MemoryMB: p.Plan.MemoryMB,
 		Sessions: p.Plan.Sessions, MaxSessions: p.Plan.MaxSessions,
 	}}
-	for i, rt := range rts {
-		out.Runtimes[i] = wire.RuntimeOf(rt)
-	}
 	writeJSON(w, http.StatusOK, out)
 	return nil
 }

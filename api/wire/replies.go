@@ -51,35 +51,14 @@ type NotReadyDetails struct {
 }
 
 // Runtime is one language the server runs, as GET /v1/runtimes lists it:
-// Version is its default version, Versions every version (newest first).
-// Aliases is null for a language without any.
-type Runtime struct {
-	Language string           `json:"language"`
-	Aliases  []string         `json:"aliases"`
-	Version  string           `json:"version"`
-	Compiled bool             `json:"compiled"`
-	Versions []RuntimeVersion `json:"versions"`
-}
+// Version is its default version, Versions every version (newest first),
+// each with its series, whether it is the default and its upstream end of
+// life. Aliases is null for a language without any. The executor reports
+// the same shape, so it is defined once, in internal/sandbox.
+type Runtime = sandbox.Runtime
 
-// RuntimeVersion is one version of a language: the exact version, the
-// series it is listed under (what "version" in a request usually names),
-// whether it is the default, and its upstream end of life (YYYY-MM-DD;
-// absent: none announced).
-type RuntimeVersion struct {
-	Version string `json:"version"`
-	Series  string `json:"series"`
-	Default bool   `json:"default"`
-	EOL     string `json:"eol,omitempty"`
-}
-
-// RuntimeOf is r as the API reports it.
-func RuntimeOf(r sandbox.Runtime) Runtime {
-	vs := make([]RuntimeVersion, len(r.Versions))
-	for i, v := range r.Versions {
-		vs[i] = RuntimeVersion(v)
-	}
-	return Runtime{Language: r.Language, Aliases: r.Aliases, Version: r.Version, Compiled: r.Compiled, Versions: vs}
-}
+// RuntimeVersion is one version of a language (see Runtime).
+type RuntimeVersion = sandbox.RuntimeVersion
 
 // Limits are the caller's plan limits, in GET /v1/runtimes.
 type Limits struct {

@@ -6,14 +6,12 @@ import (
 	"time"
 
 	"github.com/sandboxapi/sandboxapi/api"
-	"github.com/sandboxapi/sandboxapi/api/wire"
 	"github.com/sandboxapi/sandboxapi/cluster"
 	"github.com/sandboxapi/sandboxapi/egress"
 	"github.com/sandboxapi/sandboxapi/executor"
 	"github.com/sandboxapi/sandboxapi/internal/buildinfo"
 	"github.com/sandboxapi/sandboxapi/internal/lifecycle"
 	"github.com/sandboxapi/sandboxapi/internal/metrics"
-	"github.com/sandboxapi/sandboxapi/internal/sandbox"
 	"github.com/sandboxapi/sandboxapi/internal/seal"
 	"github.com/sandboxapi/sandboxapi/mcp"
 	"github.com/sandboxapi/sandboxapi/mirror"
@@ -101,7 +99,7 @@ func wireServices(ctx context.Context, env *Env, g *lifecycle.Group, w wiring) *
 		Console:     newConsole(env, ready, w.mir, w.st, w.ex),
 		MCP: func(h http.Handler) http.Handler {
 			return mcp.NewHTTPHandler(mcpAPI(h), mcp.Options{Version: Version, Logger: env.Log, DefaultTimeout: cfg.Limits.DefaultTimeout.D(),
-				Runtimes: wireRuntimes(w.ex.RuntimeList())})
+				Runtimes: w.ex.RuntimeList()})
 		},
 		// Session slots are always the store's (exact on any number of
 		// nodes); the rate bucket is the store's on PostgreSQL (shared by
@@ -122,11 +120,3 @@ func storeRate(url string, st *store.Store) api.RateTokens {
 	return st
 }
 
-// wireRuntimes is the executor's languages as the API lists them.
-func wireRuntimes(list []sandbox.Runtime) []wire.Runtime {
-	out := make([]wire.Runtime, len(list))
-	for i, r := range list {
-		out[i] = wire.RuntimeOf(r)
-	}
-	return out
-}
