@@ -14,6 +14,8 @@ func FuzzConsoleRequest(f *testing.F) {
 		{"/console", "", "sk_admin"}, {"/console/mirror", "q=req&status=refused", "sk_admin"},
 		{"/console/sessions/sess_b", "", "sk_client"}, {"/console/sessions/../usage", "", "sk_admin"},
 		{"/console/mirror", "status=%00&q=%ff", "sk_admin"}, {"/console/login", "", ""}, {"/console/", "", "x"},
+		{"/console/mirror/pip/six", "page=2", "sk_admin"}, {"/console/mirror/npm/@s/x", "", "sk_admin"}, {"/console/mirror/pip/..%2fsix", "", "sk_admin"},
+		{"/console/mirror/pip/six", "", "sk_client"},
 	} {
 		f.Add(s[0], s[1], s[2])
 	}
@@ -35,8 +37,18 @@ func FuzzConsoleRequest(f *testing.F) {
 		if rec.Code >= 500 {
 			t.Fatalf("%s?%s: %d", path, query, rec.Code)
 		}
+		if rest, ok := strings.CutPrefix(strings.TrimSuffix(req.URL.Path, "/"), "/console/mirror/"); ok && rec.Code == 200 {
+			if m, name, _ := strings.Cut(rest, "/"); !validKey(m, name) {
+				t.Fatalf("%s: a package page for a name that is not one", path)
+			}
+		}
 		if key != "sk_admin" && rec.Code == 200 && !strings.HasSuffix(strings.TrimSuffix(req.URL.Path, "/"), "/login") {
 			t.Fatalf("%s with key %q: 200", path, key)
 		}
 	})
+}
+
+func validKey(manager, name string) bool {
+	_, ok := PackageKey(manager, name)
+	return ok
 }
