@@ -165,7 +165,8 @@ type Packages interface {
 	Package(ctx context.Context, manager, nameKey string, offset, limit, maxList int) (Package, error)
 }
 
-// Deps are what the console reads. Every field must be set.
+// Deps are what the console reads. Every field must be set but Packages
+// (without it, package pages are 404 pages).
 type Deps struct {
 	Admins    Admins
 	Readiness Readiness

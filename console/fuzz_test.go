@@ -52,3 +52,28 @@ func validKey(manager, name string) bool {
 	_, ok := PackageKey(manager, name)
 	return ok
 }
+
+// FuzzPackageKey: a name the package page accepts is a plain package
+// name (no path step, no markup, no control byte, bounded), and its key
+// is accepted again as itself.
+func FuzzPackageKey(f *testing.F) {
+	for _, s := range [][2]string{
+		{"pip", "Six"}, {"pip", "zope.interface"}, {"pip", "a__b..c"}, {"npm", "@scope/name"}, {"npm", "../x"},
+		{"npm", "a\x00b"}, {"pip", "<script>"}, {"npm", "@a/@b/c"}, {"cargo", "serde"}, {"npm", ""},
+	} {
+		f.Add(s[0], s[1])
+	}
+	f.Fuzz(func(t *testing.T, manager, name string) {
+		key, ok := PackageKey(manager, name)
+		if !ok {
+			return
+		}
+		if len(name) > 214 || strings.Count(name, "/") > 1 || strings.HasPrefix(name, ".") || strings.Contains(name, "/.") ||
+			strings.ContainsAny(name, "<>\"'&%\\ \x00\r\n") || key != strings.ToLower(key) {
+			t.Fatalf("PackageKey(%q, %q) = %q, accepted", manager, name, key)
+		}
+		if again, ok := PackageKey(manager, key); !ok || again != key {
+			t.Fatalf("the key %q of %q reads as %q, %v", key, name, again, ok)
+		}
+	})
+}
