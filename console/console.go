@@ -122,13 +122,58 @@ type Usage interface {
 	Usage(ctx context.Context, since time.Time) ([]UsageRow, error)
 }
 
-// Deps are what the console reads. Every field must be set.
+// PackageVersion is one catalogue entry of a package (one file of one
+// version).
+type PackageVersion struct {
+	Version, Filename, Status     string
+	Reasons, Advisories, Accepted []string
+	Stripped                      []string
+	OSVSnapshot                   string
+	UpdatedAt                     time.Time
+}
+
+// Dependent is a catalogued package version that depends on another.
+type Dependent struct{ Name, Version string }
+
+// Install is a session's latest install of a package.
+type Install struct {
+	SessionID, KeyID, Version, Filename string
+	InstalledAt                         time.Time
+}
+
+// Package is what the console shows of one package: one page of its
+// catalogue entries and capped lists of the rest. Names says how it was
+// catalogued (one normalised name, maybe several spellings).
+type Package struct {
+	Manager, Name  string
+	Names          []string
+	Versions       []PackageVersion
+	TotalVersions  int
+	Advisories     []string
+	MoreAdvisories bool
+	Dependents     []Dependent
+	MoreDependents bool
+	Installs       []Install
+}
+
+// Packages reads one package of the mirror catalogue.
+type Packages interface {
+	// Package returns the package whose normalised name is nameKey, with
+	// at most limit of its entries after skipping offset, at most
+	// maxList advisories, dependents and installing sessions (the most
+	// recent), or ErrNotFound when the catalogue has no entry of it.
+	Package(ctx context.Context, manager, nameKey string, offset, limit, maxList int) (Package, error)
+}
+
+// Deps are what the console reads. Every field must be set but Packages
+// (without it, package pages are 404 pages).
 type Deps struct {
 	Admins    Admins
 	Readiness Readiness
 	Catalogue Catalogue
 	Sessions  Sessions
 	Usage     Usage
+	Packages  Packages
 	// Now is the clock (time.Now when nil).
 	Now func() time.Time
 }
@@ -156,7 +201,7 @@ func New(d Deps, log *slog.Logger) *Console {
 		d.Now = time.Now
 	}
 	c := &Console{d: d, log: log, tmpl: map[string]*template.Template{}}
-	for _, page := range []string{"overview", "mirror", "sessions", "session", "usage", "login", "error"} {
+	for _, page := range []string{"overview", "mirror", "sessions", "session", "usage", "package", "login", "error"} {
 		c.tmpl[page] = template.Must(template.New("layout.html").Funcs(funcs).ParseFS(templateFS, "templates/layout.html", "templates/"+page+".html"))
 	}
 	return c
@@ -207,6 +252,8 @@ func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		c.overview(ctx, w, v)
 	case path == "/mirror":
 		c.mirror(ctx, w, r, v)
+	case strings.HasPrefix(path, "/mirror/"):
+		c.pkg(ctx, w, r, v, strings.TrimPrefix(path, "/mirror/"))
 	case path == "/sessions":
 		c.sessions(ctx, w, r, v)
 	case strings.HasPrefix(path, "/sessions/"):

@@ -78,9 +78,19 @@ func (fakeUsage) Usage(context.Context, time.Time) ([]UsageRow, error) {
 	return []UsageRow{{KeyID: "key_1", KeyName: "alice", Day: "2026-11-30", Requests: 40}, {KeyID: "key_2", Day: "2026-12-01", Requests: 10, Errors: 2}}, nil
 }
 
+type fakePackages struct{}
+
+func (fakePackages) Package(_ context.Context, manager, key string, _, _, _ int) (Package, error) {
+	if manager != "pip" || key != "six" {
+		return Package{}, ErrNotFound
+	}
+	return Package{Names: []string{"six"}, TotalVersions: 1, Versions: []PackageVersion{{Version: "1.16.0", Status: "admitted"}},
+		Installs: []Install{{SessionID: "sess_b", Version: "1.16.0"}}}, nil
+}
+
 func newTestConsole() *Console {
 	return New(Deps{Admins: fakeAdmins{}, Readiness: fakeReadiness{}, Catalogue: fakeCatalogue{}, Sessions: fakeSessions{}, Usage: fakeUsage{},
-		Now: func() time.Time { return now }}, nil)
+		Packages: fakePackages{}, Now: func() time.Time { return now }}, nil)
 }
 
 func get(t *testing.T, h http.Handler, path, key string) (*http.Response, string) {
@@ -111,7 +121,7 @@ func TestConsoleAuth(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			for _, p := range []string{"/console", "/console/mirror", "/console/sessions", "/console/sessions/sess_b", "/console/usage"} {
+			for _, p := range []string{"/console", "/console/mirror", "/console/sessions", "/console/sessions/sess_b", "/console/usage", "/console/mirror/pip/six"} {
 				resp, body := get(t, c, p, tt.key)
 				if resp.StatusCode != tt.status {
 					t.Fatalf("%s: %d, want %d", p, resp.StatusCode, tt.status)
@@ -137,7 +147,7 @@ func TestConsolePages(t *testing.T) {
 		want, not []string
 	}{
 		{"/console", 200, []string{"not ready", "firewall", "no nft", "88 days", "s1"}, nil},
-		{"/console/mirror", 200, []string{"six", "requests", "ms-2.1.3.tgz", "GHSA-9wx4-h78v-vm56", "stripped: dependencies", "3 of 3"}, []string{"<script>alert"}},
+		{"/console/mirror", 200, []string{`<a href="/console/mirror/pip/six">six</a>`, `href="/console/mirror/npm/ms"`, "requests", "ms-2.1.3.tgz", "GHSA-9wx4-h78v-vm56", "stripped: dependencies", "3 of 3"}, []string{"<script>alert"}},
 		{"/console/mirror?q=REQ", 200, []string{"requests", "1 of 3"}, []string{">six<"}},
 		{"/console/mirror?q=ghsa-xxxx", 200, []string{">ms<"}, []string{">six<", ">requests<"}},
 		{"/console/mirror?status=admitted", 200, []string{">six<"}, []string{">requests<", ">ms<"}},

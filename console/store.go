@@ -169,3 +169,57 @@ func (s StoreSessions) Usage(ctx context.Context, since time.Time) ([]UsageRow, 
 	}
 	return out, nil
 }
+
+// StorePackages serves the console's package pages from the store: the
+// mirror's catalogue rows, the npm dependencies recorded on them, and the
+// session installs the session SBOM is built from. Safe for concurrent
+// use.
+type StorePackages struct{ st *store.Store }
+
+var _ Packages = StorePackages{}
+
+// NewStorePackages reads st.
+func NewStorePackages(st *store.Store) StorePackages { return StorePackages{st: st} }
+
+// maxSpellings bounds the names one package was catalogued under that
+// its installs are looked up by.
+const maxSpellings = 20
+
+func (s StorePackages) Package(ctx context.Context, manager, nameKey string, offset, limit, maxList int) (Package, error) {
+	rows, total, err := s.st.MirrorPackage(ctx, manager, nameKey, offset, limit)
+	if err != nil {
+		return Package{}, err
+	}
+	if total == 0 {
+		return Package{}, ErrNotFound
+	}
+	p := Package{TotalVersions: total, Versions: make([]PackageVersion, 0, len(rows))}
+	for _, r := range rows {
+		p.Versions = append(p.Versions, PackageVersion{Version: r.Version, Filename: r.Filename, Status: r.Status, Reasons: r.Reasons,
+			Advisories: r.Advisories, Accepted: r.Accepted, Stripped: r.Stripped, OSVSnapshot: r.OSVSnapshot, UpdatedAt: r.UpdatedAt})
+	}
+	if p.Advisories, p.MoreAdvisories, err = s.st.MirrorPackageAdvisories(ctx, manager, nameKey, maxList); err != nil {
+		return Package{}, err
+	}
+	if p.Names, err = s.st.MirrorPackageNames(ctx, manager, nameKey, maxSpellings); err != nil {
+		return Package{}, err
+	}
+	if manager == "npm" && len(p.Names) > 0 {
+		refs, more, err := s.st.NPMDependents(ctx, p.Names[0], maxList)
+		if err != nil {
+			return Package{}, err
+		}
+		for _, r := range refs {
+			p.Dependents = append(p.Dependents, Dependent{Name: r.Name, Version: r.Version})
+		}
+		p.MoreDependents = more
+	}
+	installs, err := s.st.PackageInstalls(ctx, manager, p.Names, maxList)
+	if err != nil {
+		return Package{}, err
+	}
+	for _, r := range installs {
+		p.Installs = append(p.Installs, Install{SessionID: r.SessionID, KeyID: r.KeyID, Version: r.Version, Filename: r.Filename, InstalledAt: r.InstalledAt})
+	}
+	return p, nil
+}

@@ -27,6 +27,7 @@ func newConsole(env *Env, ready api.ReadinessReporter, mir *mirror.Mirror, st *s
 		Catalogue: consoleCatalogue{mir},
 		Sessions:  console.NewStoreSessions(st, disk),
 		Usage:     console.NewStoreSessions(st, nil),
+		Packages:  console.NewStorePackages(st),
 	}, env.Log.With("component", "console"))
 }
 
