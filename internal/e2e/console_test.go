@@ -223,6 +223,7 @@ func TestConsoleInChromium(t *testing.T) {
 		{"overview", "/console", "Readiness checks"},
 		{"mirror", "/console/mirror", "alpha-pkg"},
 		{"mirror-refused", "/console/mirror?status=refused", "GHSA-"},
+		{"package", "/console/mirror/pip/alpha-pkg", sess}, // the session that installed it
 		{"sessions", "/console/sessions", sess},
 		{"session", "/console/sessions/" + sess, "Egress decisions"},
 		{"usage", "/console/usage", "Per key and day"},
