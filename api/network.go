@@ -60,7 +60,9 @@ func (s *Server) patchNetwork(w http.ResponseWriter, r *http.Request, n SessionN
 	}
 	s.log.Info("session network changed", "request_id", requestID(r.Context()), "key_id", p.KeyID, "session", id,
 		"state", sess.State, "enabled_before", before.Enabled, "enabled", network.Enabled,
-		"allowed_domains_before", len(before.AllowedDomains), "allowed_domains", len(network.AllowedDomains))
+		"allowed_domains_before", len(before.AllowedDomains), "allowed_domains", len(network.AllowedDomains),
+		"denied_before", len(before.Denied), "denied", len(network.Denied),
+		"credentials_before", len(before.Credentials), "credentials", len(network.Credentials))
 	writeJSON(w, http.StatusOK, wire.SessionOf(sess))
 	return nil
 }
