@@ -128,7 +128,7 @@ func TestGuestRequestLimits(t *testing.T) {
 		t.Fatal(err)
 	}
 	goRT, _ := rts.Lookup("go")
-	e := &Executor{cfg: Config{MemoryBytes: 256 << 20, CompileTimeout: 60 * time.Second, DefaultTimeout: 10 * time.Second, MaxTimeout: 2 * time.Minute, Pids: 64}}
+	e := &Executor{rt: rts, cfg: Config{MemoryBytes: 256 << 20, CompileTimeout: 60 * time.Second, DefaultTimeout: 10 * time.Second, MaxTimeout: 2 * time.Minute, Pids: 64}}
 	tests := []struct {
 		name      string
 		timeout   time.Duration
