@@ -187,7 +187,38 @@ func LoadRuntimes(data []byte, versionsFile string) (*Runtimes, error) {
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
+	// Every language's default version is on every program's PATH, after
+	// the folders of the version the call runs: a bash program (or a
+	// Python one shelling out) finds node, go and java as it did when
+	// they lived in /usr/bin.
+	var defaults []string
+	for _, l := range rs.list {
+		if l.def != nil {
+			defaults = append(defaults, pathOf(l.def.Env))
+		}
+	}
+	for _, l := range rs.list {
+		for _, v := range l.versions {
+			v.Env = withPath(withoutPath(v.Env), joinDirs(pathOf(v.Env), defaults))
+		}
+	}
 	return rs, nil
+}
+
+// joinDirs is own followed by each of more's ":"-separated folders that
+// is not already there, in order.
+func joinDirs(own string, more []string) string {
+	var dirs []string
+	seen := map[string]bool{}
+	for _, list := range append([]string{own}, more...) {
+		for _, d := range strings.Split(list, ":") {
+			if d != "" && !seen[d] {
+				seen[d] = true
+				dirs = append(dirs, d)
+			}
+		}
+	}
+	return strings.Join(dirs, ":")
 }
 
 // parseVersionsFile reads a rootfs's versions.json: language -> series ->

@@ -54,8 +54,21 @@ func TestShippedRuntimesFile(t *testing.T) {
 	}
 	ts, _ := rs.Lookup("ts")
 	js, _ := rs.Lookup("js")
-	if p := pathOfEnv(ts.Env); !strings.HasPrefix(p, "/opt/esbuild/") || !strings.Contains(p, ":"+pathOf(js.Env)+":") {
-		t.Errorf("typescript PATH %s, want esbuild's then the default node's (%s)", p, pathOf(js.Env))
+	if p := pathOfEnv(ts.Env); !strings.HasPrefix(p, "/opt/esbuild/") || !strings.Contains(p, ":"+js.Path()[0]+":") {
+		t.Errorf("typescript PATH %s, want esbuild's then the default node's (%s)", p, js.Path()[0])
+	}
+	// Every program finds every language's default on PATH, after its
+	// own version's folders: bash runs node and go, node 22 runs its own
+	// node first.
+	sh, _ := rs.Lookup("bash")
+	for _, want := range []string{"/opt/node/26/node_modules/.bin", "/opt/go/1.26/bin"} {
+		if !slices.Contains(sh.Path(), want) {
+			t.Errorf("bash PATH %v lacks %s", sh.Path(), want)
+		}
+	}
+	if n22, _ := rs.LookupVersion("node", "22"); !slices.Contains(n22.Path(), "/opt/node/26/node_modules/.bin") ||
+		slices.Index(n22.Path(), "/opt/node/22/node_modules/.bin") > slices.Index(n22.Path(), "/opt/node/26/node_modules/.bin") {
+		t.Errorf("node 22 PATH %v: its own node first, then the defaults", n22.Path())
 	}
 	if w := rs.WarmUp(); !strings.Contains(w, "python3 -c pass") || !strings.Contains(w, "/opt/node/26/") {
 		t.Errorf("warm-up %q", w)

@@ -173,7 +173,10 @@ func exerciseMCPTools(t *testing.T, cs *sdk.ClientSession) {
 			args map[string]any
 			want string
 		}{
-			{"unknown language", map[string]any{"language": "cobol", "code": "x"}, "unknown_language"},
+			// The tool's schema enumerates the server's languages, so the
+			// MCP server refuses another before the API sees it, as a tool
+			// error that names the languages there are.
+			{"unknown language", map[string]any{"language": "cobol", "code": "x"}, "python3"},
 			{"timeout over the BASIC plan", map[string]any{"language": "python3", "code": "print(1)", "timeout": 100}, "at most 30 seconds on plan BASIC"},
 			{"timeout", map[string]any{"language": "python3", "code": "import time\ntime.sleep(20)", "timeout": 1}, "status timeout"},
 		}
