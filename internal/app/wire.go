@@ -119,4 +119,3 @@ func storeRate(url string, st *store.Store) api.RateTokens {
 	}
 	return st
 }
-
