@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"time"
 )
@@ -45,18 +46,7 @@ func (s *Store) SessionInstalls(ctx context.Context, sessionID string) ([]Instal
 	if err != nil {
 		return nil, fmt.Errorf("reading installs of %s: %w", sessionID, err)
 	}
-	defer rows.Close()
-	out := []InstallRow{}
-	for rows.Next() {
-		var r InstallRow
-		var at int64
-		if err := rows.Scan(&r.SessionID, &r.KeyID, &r.Manager, &r.Name, &r.Version, &r.Filename, &r.SHA256, &r.OSVSnapshot, &at); err != nil {
-			return nil, fmt.Errorf("reading install: %w", err)
-		}
-		r.InstalledAt = fromMS(at)
-		out = append(out, r)
-	}
-	return out, rows.Err()
+	return scanInstalls(rows)
 }
 
 // RecentSessions returns the latest limit sessions of every key, live or
@@ -69,4 +59,21 @@ func (s *Store) RecentSessions(ctx context.Context, limit int) ([]SessionRow, er
 // one page of the list.
 func (s *Store) RecentSessionsPage(ctx context.Context, offset, limit int) ([]SessionRow, error) {
 	return s.querySessions(ctx, `SELECT `+sessionCols+` FROM sessions ORDER BY created_at DESC, id LIMIT ? OFFSET ?`, limit, max(offset, 0))
+}
+
+// scanInstalls reads the rows of a query that selects session_installs'
+// columns in InstallRow's order, and closes them.
+func scanInstalls(rows *sql.Rows) ([]InstallRow, error) {
+	defer rows.Close()
+	out := []InstallRow{}
+	for rows.Next() {
+		var r InstallRow
+		var at int64
+		if err := rows.Scan(&r.SessionID, &r.KeyID, &r.Manager, &r.Name, &r.Version, &r.Filename, &r.SHA256, &r.OSVSnapshot, &at); err != nil {
+			return nil, fmt.Errorf("reading install: %w", err)
+		}
+		r.InstalledAt = fromMS(at)
+		out = append(out, r)
+	}
+	return out, rows.Err()
 }

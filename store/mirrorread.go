@@ -184,16 +184,5 @@ func (s *Store) PackageInstalls(ctx context.Context, manager string, names []str
 	if err != nil {
 		return nil, fmt.Errorf("reading installs of %s %s: %w", manager, names[0], err)
 	}
-	defer rows.Close()
-	out := []InstallRow{}
-	for rows.Next() {
-		var r InstallRow
-		var at int64
-		if err := rows.Scan(&r.SessionID, &r.KeyID, &r.Manager, &r.Name, &r.Version, &r.Filename, &r.SHA256, &r.OSVSnapshot, &at); err != nil {
-			return nil, fmt.Errorf("reading install: %w", err)
-		}
-		r.InstalledAt = fromMS(at)
-		out = append(out, r)
-	}
-	return out, rows.Err()
+	return scanInstalls(rows)
 }
