@@ -108,7 +108,7 @@ func run(mib, runs, setups int) error {
 	credSbx := netip.MustParseAddr("127.1.0.6")
 	credEP, err := p.AddSession(context.Background(), egress.Session{
 		ID: "bench-cred", HostAddr: netip.MustParseAddr("127.1.0.5"), SandboxAddr: credSbx,
-		Policy:      policy.Policy{Enabled: true, Domains: policy.MustParsePatterns("*.example.com")},
+		Policy:      policy.Policy{Enabled: true, Allow: policy.MustParseEntries(policy.ListAllowed, "*.example.com")},
 		Credentials: egress.Credentials{host: {{Name: "Authorization", Value: "Bearer bench"}}},
 	})
 	if err != nil {
