@@ -33,6 +33,26 @@ type ExecuteResult struct {
 	// ResumedMS is set when this call first resumed the hibernated
 	// session: how long the resume took.
 	ResumedMS int64 `json:"resumed_ms,omitempty" jsonschema:"how long resuming the hibernated session took, in milliseconds"`
+	// Results, Error and KernelRestarted are a kernel session's (a cell's
+	// rich outputs, its exception, and whether the kernel died and was
+	// started fresh since the last call: its variables are gone).
+	Results         []CellResult `json:"results,omitempty"`
+	Error           *CellError   `json:"error,omitempty"`
+	KernelRestarted bool         `json:"kernel_restarted,omitempty"`
+}
+
+// CellResult is one rich output of a kernel cell: a Jupyter MIME bundle.
+type CellResult struct {
+	Type         string         `json:"type"` // execute_result or display_data
+	IsMainResult bool           `json:"is_main_result"`
+	Data         map[string]any `json:"data"` // MIME type -> value: text/plain, text/html, image/png (base64 string), image/svg+xml, application/json (object), text/markdown
+}
+
+// CellError is the exception a kernel cell raised.
+type CellError struct {
+	Name      string   `json:"name"`
+	Value     string   `json:"value"`
+	Traceback []string `json:"traceback"`
 }
 
 // ExecuteResultOf is r as the API reports it.
