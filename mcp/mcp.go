@@ -63,34 +63,42 @@ type Options struct {
 	Runtimes []wire.Runtime
 }
 
-// backend sends one API call and returns the reply.
+// backend sends one API call and returns the reply, reading at most limit
+// bytes of its body.
 type backend interface {
-	roundTrip(req *http.Request) (apiReply, error)
+	roundTrip(req *http.Request, limit int64) (apiReply, error)
 }
 
 type apiReply struct {
 	status int
 	header http.Header
 	body   []byte
+	// over says the reply's body was longer than the call's limit; body
+	// then holds its first limit bytes.
+	over bool
 }
 
 // handlerBackend calls an http.Handler in process.
 type handlerBackend struct{ h http.Handler }
 
-func (b handlerBackend) roundTrip(req *http.Request) (apiReply, error) {
-	rec := &recorder{header: http.Header{}}
+func (b handlerBackend) roundTrip(req *http.Request, limit int64) (apiReply, error) {
+	rec := &recorder{header: http.Header{}, limit: limit}
 	b.h.ServeHTTP(rec, req)
 	if rec.status == 0 {
 		rec.status = http.StatusOK
 	}
-	return apiReply{status: rec.status, header: rec.header, body: rec.body.Bytes()}, nil
+	return apiReply{status: rec.status, header: rec.header, body: rec.body.Bytes(), over: rec.over}, nil
 }
 
 // recorder is the minimal http.ResponseWriter an in-process call needs.
+// Past limit bytes it keeps nothing more and fails the handler's writes,
+// so a handler copying a large file stops.
 type recorder struct {
 	header http.Header
 	status int
 	body   bytes.Buffer
+	limit  int64
+	over   bool
 }
 
 func (r *recorder) Header() http.Header { return r.header }
@@ -105,7 +113,9 @@ func (r *recorder) Write(p []byte) (int, error) {
 	if r.status == 0 {
 		r.status = http.StatusOK
 	}
-	if r.body.Len()+len(p) > maxReplyBytes {
+	if room := r.limit - int64(r.body.Len()); int64(len(p)) > room {
+		r.body.Write(p[:max(room, 0)])
+		r.over = true
 		return 0, errors.New("reply too large")
 	}
 	return r.body.Write(p)
@@ -118,17 +128,21 @@ type httpBackend struct {
 	client *http.Client
 }
 
-func (b httpBackend) roundTrip(req *http.Request) (apiReply, error) {
+func (b httpBackend) roundTrip(req *http.Request, limit int64) (apiReply, error) {
 	resp, err := b.client.Do(req)
 	if err != nil {
 		return apiReply{}, fmt.Errorf("calling sandboxapi: %w", err)
 	}
 	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, maxReplyBytes))
+	body, err := io.ReadAll(io.LimitReader(resp.Body, limit+1))
 	if err != nil {
 		return apiReply{}, fmt.Errorf("reading sandboxapi reply: %w", err)
 	}
-	return apiReply{status: resp.StatusCode, header: resp.Header, body: body}, nil
+	rep := apiReply{status: resp.StatusCode, header: resp.Header, body: body}
+	if int64(len(body)) > limit {
+		rep.body, rep.over = body[:limit], true
+	}
+	return rep, nil
 }
 
 // client is what the tools use to reach the API; it is safe for concurrent
@@ -152,10 +166,14 @@ func newClient(o Options) (*client, error) {
 	if !strings.HasPrefix(base, "http://") && !strings.HasPrefix(base, "https://") {
 		return nil, fmt.Errorf("sandboxapi url %q must start with http:// or https://", o.BaseURL)
 	}
-	hc := o.Client
-	if hc == nil {
-		hc = &http.Client{}
+	hc := &http.Client{}
+	if o.Client != nil {
+		c := *o.Client
+		hc = &c
 	}
+	// A redirect is never followed: the tools build every path themselves,
+	// and a 307 would send the call (method, body and key) elsewhere.
+	hc.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
 	return &client{be: httpBackend{hc}, base: base, key: o.Key, log: log}, nil
 }
 
@@ -166,11 +184,21 @@ type APIError struct {
 	Message    string
 	RequestID  string
 	RetryAfter time.Duration
+	// Details are the envelope's details as compact JSON, cut at
+	// maxDetailsBytes (an install's rejected packages, a gate's failing
+	// checks): what an agent needs to act on the refusal.
+	Details string
 }
+
+// maxDetailsBytes bounds the details an error carries into a tool's text.
+const maxDetailsBytes = 2000
 
 func (e *APIError) Error() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s (HTTP %d): %s", e.Code, e.Status, e.Message)
+	if e.Details != "" {
+		fmt.Fprintf(&b, "; details: %s", e.Details)
+	}
 	if e.RetryAfter > 0 {
 		fmt.Fprintf(&b, "; retry after %s", e.RetryAfter)
 	}
@@ -182,18 +210,55 @@ func (e *APIError) Error() string {
 
 // call sends method path with body (JSON-encoded unless nil) and decodes a
 // 2xx reply into out. hdr holds the caller's auth headers (may be nil).
+// path is escaped and may carry a query.
 func (c *client) call(ctx context.Context, hdr http.Header, method, path string, body, out any) error {
-	var rd io.Reader = http.NoBody
+	r := request{method: method, path: path}
 	if body != nil {
 		b, err := json.Marshal(body)
 		if err != nil {
 			return fmt.Errorf("encoding request: %w", err)
 		}
-		rd = bytes.NewReader(b)
+		r.body, r.contentType = bytes.NewReader(b), "application/json"
 	}
-	req, err := http.NewRequestWithContext(ctx, method, c.base+path, rd)
+	rep, err := c.send(ctx, hdr, r)
 	if err != nil {
-		return fmt.Errorf("building request: %w", err)
+		return err
+	}
+	if rep.over {
+		return fmt.Errorf("the %s %s reply is over %d bytes", method, path, maxReplyBytes)
+	}
+	if out == nil {
+		return nil
+	}
+	if err := json.Unmarshal(rep.body, out); err != nil {
+		return fmt.Errorf("decoding %s %s reply: %w", method, path, err)
+	}
+	return nil
+}
+
+// request is one API call as send takes it.
+type request struct {
+	method string
+	// path is escaped and may carry a query ("/v1/sessions/ID/files?path=%2Fx").
+	path        string
+	contentType string
+	// body is nil for none; a *bytes.Reader or *strings.Reader gives the
+	// request its Content-Length, which the files API checks first.
+	body io.Reader
+	// limit bounds the reply's body (0: maxReplyBytes).
+	limit int64
+}
+
+// send makes one API call and returns a 2xx reply, or the API's error as
+// an *APIError. hdr holds the caller's auth headers (may be nil).
+func (c *client) send(ctx context.Context, hdr http.Header, r request) (apiReply, error) {
+	body := r.body
+	if body == nil {
+		body = http.NoBody
+	}
+	req, err := http.NewRequestWithContext(ctx, r.method, c.base+r.path, body)
+	if err != nil {
+		return apiReply{}, fmt.Errorf("building request: %w", err)
 	}
 	for _, h := range authHeaders {
 		for _, v := range hdr.Values(h) {
@@ -203,26 +268,24 @@ func (c *client) call(ctx context.Context, hdr http.Header, method, path string,
 	if c.key != "" {
 		req.Header.Set("Authorization", "Bearer "+c.key)
 	}
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
+	if r.contentType != "" {
+		req.Header.Set("Content-Type", r.contentType)
 	}
 	req.Header.Set("Accept", "application/json")
 	req.Header.Set("User-Agent", "sandboxapi-mcp")
 	req.RemoteAddr = "127.0.0.1:0"
-	rep, err := c.be.roundTrip(req)
+	limit := r.limit
+	if limit <= 0 {
+		limit = maxReplyBytes
+	}
+	rep, err := c.be.roundTrip(req, limit)
 	if err != nil {
-		return err
+		return apiReply{}, err
 	}
 	if rep.status < 200 || rep.status > 299 {
-		return decodeError(rep)
+		return apiReply{}, decodeError(rep)
 	}
-	if out == nil {
-		return nil
-	}
-	if err := json.Unmarshal(rep.body, out); err != nil {
-		return fmt.Errorf("decoding %s %s reply: %w", method, path, err)
-	}
-	return nil
+	return rep, nil
 }
 
 // maxRetryAfter bounds the Retry-After a reply can make a tool report
@@ -237,6 +300,11 @@ func decodeError(rep apiReply) *APIError {
 	e := &APIError{Status: rep.status}
 	if json.Unmarshal(rep.body, &eb) == nil && eb.Error.Code != "" {
 		e.Code, e.Message, e.RequestID = eb.Error.Code, eb.Error.Message, eb.Error.RequestID
+		if eb.Error.Details != nil {
+			if d, err := json.Marshal(eb.Error.Details); err == nil {
+				e.Details = strings.ToValidUTF8(string(truncate(d, maxDetailsBytes)), "")
+			}
+		}
 	} else {
 		e.Code = strings.ReplaceAll(strings.ToLower(http.StatusText(rep.status)), " ", "_")
 		if e.Code == "" {

@@ -71,37 +71,44 @@ func ptr[T any](v T) *T { return &v }
 func executeInputSchema(defTimeout float64, runtimes []wire.Runtime) *jsonschema.Schema {
 	return schemaFor[ExecuteInput](func(p map[string]*jsonschema.Schema) {
 		timeoutSchema(p["timeout"], defTimeout)
-		if len(runtimes) == 0 {
-			return
-		}
-		var names []any
-		var per []string
-		var versions []any
-		for _, rt := range runtimes {
-			names = append(names, rt.Language)
-			for _, a := range rt.Aliases {
-				names = append(names, a)
-			}
-			var vs []string
-			for _, v := range rt.Versions {
-				d := v.Version
-				if v.Series != v.Version {
-					d = v.Series + " (" + v.Version + ")"
-				}
-				if v.Default {
-					d += " default"
-				}
-				vs = append(vs, d)
-				versions = append(versions, v.Series)
-			}
-			per = append(per, rt.Language+": "+strings.Join(vs, ", "))
-		}
-		p["language"].Enum = names
-		p["language"].Description = "language name or alias: " + strings.Join(runtimeNames(runtimes), ", ")
-		p["version"].Description += ". Versions: " + strings.Join(per, "; ")
-		p["version"].Examples = versions
-		p["version"].MaxLength = ptr(sandbox.MaxVersionBytes)
+		languageSchema(p, runtimes)
 	})
+}
+
+// languageSchema makes p's language an enum of the runtimes' names and
+// aliases and lists each one's versions in version's description (both
+// stay free text without runtimes).
+func languageSchema(p map[string]*jsonschema.Schema, runtimes []wire.Runtime) {
+	if len(runtimes) == 0 {
+		return
+	}
+	var names []any
+	var per []string
+	var versions []any
+	for _, rt := range runtimes {
+		names = append(names, rt.Language)
+		for _, a := range rt.Aliases {
+			names = append(names, a)
+		}
+		var vs []string
+		for _, v := range rt.Versions {
+			d := v.Version
+			if v.Series != v.Version {
+				d = v.Series + " (" + v.Version + ")"
+			}
+			if v.Default {
+				d += " default"
+			}
+			vs = append(vs, d)
+			versions = append(versions, v.Series)
+		}
+		per = append(per, rt.Language+": "+strings.Join(vs, ", "))
+	}
+	p["language"].Enum = names
+	p["language"].Description = "language name or alias: " + strings.Join(runtimeNames(runtimes), ", ")
+	p["version"].Description += ". Versions: " + strings.Join(per, "; ")
+	p["version"].Examples = versions
+	p["version"].MaxLength = ptr(sandbox.MaxVersionBytes)
 }
 
 // runtimeNames are the runtimes' names, each with its aliases.
@@ -149,3 +156,73 @@ func packagesOutputSchema() *jsonschema.Schema {
 
 // maxPackages bounds one check_packages call (the API's own bound).
 const maxPackages = 100
+
+// The session tools' schemas. Every one names its session with a
+// session_id that is one path segment (sessionPattern).
+
+func sessionIDSchema(p map[string]*jsonschema.Schema) {
+	p["session_id"].Pattern = sessionIDPattern
+}
+
+// sessionPathSchema is the input schema of a tool that takes a session id
+// and, if T has one, a path.
+func sessionPathSchema[T any]() *jsonschema.Schema {
+	return schemaFor[T](func(p map[string]*jsonschema.Schema) {
+		sessionIDSchema(p)
+		if path := p["path"]; path != nil {
+			path.MinLength = ptr(1)
+		}
+	})
+}
+
+// createSessionInputSchema is POST /v1/sessions' body as create_session
+// takes it: language and version as execute_code states them, and the
+// network block without credentials (createSession refuses them).
+func createSessionInputSchema(runtimes []wire.Runtime) *jsonschema.Schema {
+	return schemaFor[CreateSessionInput](func(p map[string]*jsonschema.Schema) {
+		p["language"].Description = "language name or alias (see list_runtimes)"
+		p["version"].Description = "version of the language: 22 picks the newest 22.x present; absent: the default (see list_runtimes)"
+		languageSchema(p, runtimes)
+		p["idle_ttl"].Description = "seconds without a call after which the session ends (absent: the server's default)"
+		p["idle_ttl"].ExclusiveMinimum = ptr(0.0)
+		p["kernel"].Description = "true: executes run as cells of one long-lived interpreter (python3), so variables stay and rich results (plots) come back"
+		n := p["network"]
+		n.Description = "network access through the egress proxy, if your plan allows it: enabled, and allowed_domains (exact hosts or *.example.com) and denied"
+		delete(n.Properties, "credentials")
+	})
+}
+
+func sessionOutputSchema() *jsonschema.Schema { return schemaFor[SessionResult](nil) }
+
+func sessionExecuteInputSchema(defTimeout float64) *jsonschema.Schema {
+	return schemaFor[SessionExecuteInput](func(p map[string]*jsonschema.Schema) {
+		sessionIDSchema(p)
+		timeoutSchema(p["timeout"], defTimeout)
+	})
+}
+
+func installInputSchema() *jsonschema.Schema {
+	return schemaFor[InstallInput](func(p map[string]*jsonschema.Schema) {
+		sessionIDSchema(p)
+		p["manager"].Enum = managers
+		p["packages"].MaxItems = ptr(maxPackages)
+		// A package-lock.json object; its Go type (raw JSON) says nothing.
+		p["lockfile"] = &jsonschema.Schema{Type: "object", Description: p["lockfile"].Description}
+	})
+}
+
+func writeFileInputSchema() *jsonschema.Schema {
+	return schemaFor[WriteFileInput](func(p map[string]*jsonschema.Schema) {
+		sessionIDSchema(p)
+		p["path"].MinLength = ptr(1)
+		p["encoding"].Enum = []any{"utf-8", "base64"}
+		p["encoding"].Default = []byte(`"utf-8"`)
+	})
+}
+
+func listFilesInputSchema() *jsonschema.Schema {
+	return schemaFor[ListFilesInput](func(p map[string]*jsonschema.Schema) {
+		sessionIDSchema(p)
+		p["dir"].Default = []byte(`"` + defaultDir + `"`)
+	})
+}

@@ -94,6 +94,7 @@ func registerTools(s *sdk.Server, c *client, defTimeout float64, runtimes []wire
 		OutputSchema: packagesOutputSchema(),
 		Annotations:  &sdk.ToolAnnotations{ReadOnlyHint: true, IdempotentHint: true, OpenWorldHint: &tr},
 	}, t.checkPackages)
+	registerSessionTools(s, t, defTimeout, runtimes)
 }
 
 func (t *tools) execute(ctx context.Context, req *sdk.CallToolRequest, in ExecuteInput) (*sdk.CallToolResult, ExecuteResult, error) {
@@ -161,10 +162,12 @@ func describeExecution(r ExecuteResult) string {
 	return b.String()
 }
 
-// capResult keeps the fields of the tool's output schema and cuts each stream of the structured result at textCap, as the
-// text is cut, and marks it truncated.
+// capResult keeps the fields of the tool's output schema and cuts each
+// stream, and each text value of a kernel's results, of the structured
+// result at textCap, as the text is cut, and marks it truncated.
 func capResult(r ExecuteResult) ExecuteResult {
 	r.ExecutionID, r.ResumedMS = "", 0 // not in the tool's output schema
+	r = capResults(r)
 	for _, p := range []*string{&r.Stdout, &r.Stderr} {
 		if len(*p) > textCap {
 			*p = strings.ToValidUTF8((*p)[:textCap], "")
