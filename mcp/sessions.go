@@ -85,7 +85,7 @@ type InstallInput struct {
 // WriteFileInput is write_file's input.
 type WriteFileInput struct {
 	SessionID string `json:"session_id" jsonschema:"the session's id"`
-	Path      string `json:"path" jsonschema:"absolute path in the session's home, e.g. /home/sandbox/data.csv"`
+	Path      string `json:"path" jsonschema:"a path in the session's home: absolute (/home/sandbox/data.csv) or relative to the home (data.csv)"`
 	Content   string `json:"content" jsonschema:"the file's content: text, or with encoding base64 the bytes in standard base64"`
 	Encoding  string `json:"encoding,omitempty" jsonschema:"utf-8 (content is the text) or base64 (content is the bytes)"`
 }
@@ -93,7 +93,7 @@ type WriteFileInput struct {
 // ReadFileInput is read_file's input.
 type ReadFileInput struct {
 	SessionID string `json:"session_id" jsonschema:"the session's id"`
-	Path      string `json:"path" jsonschema:"absolute path of a file in the session's home, e.g. /home/sandbox/out.txt"`
+	Path      string `json:"path" jsonschema:"a file in the session's home: absolute (/home/sandbox/out.txt) or relative to the home (out.txt)"`
 }
 
 // FileContent is read_file's output. The REST API answers a file with its
@@ -111,7 +111,7 @@ type FileContent struct {
 // ListFilesInput is list_files' input.
 type ListFilesInput struct {
 	SessionID string `json:"session_id" jsonschema:"the session's id"`
-	Dir       string `json:"dir,omitempty" jsonschema:"absolute path of a folder in the session's home"`
+	Dir       string `json:"dir,omitempty" jsonschema:"a folder in the session's home: absolute or relative to the home"`
 }
 
 // EndSessionResult is end_session's output.

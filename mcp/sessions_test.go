@@ -132,12 +132,28 @@ func (a *sessionAPI) list(w http.ResponseWriter, r *http.Request) {
 	writeJSONBody(w, 200, out)
 }
 
-// filePath is the executor's check in miniature: absolute, clean, in the home.
+// filePath is the guest's path check in miniature: a path under the home,
+// absolute or relative to it, without ".." or NUL.
 func filePath(p string) (string, bool) {
-	if !strings.HasPrefix(p, "/") || path.Clean(p) != p || (p != home && !strings.HasPrefix(p, home+"/")) {
+	if p == "" || strings.ContainsRune(p, 0) {
 		return "", false
 	}
-	return p, true
+	var comps []string
+	for _, c := range strings.Split(p, "/") {
+		if c != "" && c != "." {
+			comps = append(comps, c)
+		}
+	}
+	if strings.HasPrefix(p, "/") {
+		if len(comps) < 2 || comps[0] != "home" || comps[1] != "sandbox" {
+			return "", false
+		}
+		comps = comps[2:]
+	}
+	if slices.Contains(comps, "..") {
+		return "", false
+	}
+	return path.Join(append([]string{home}, comps...)...), true
 }
 
 func (a *sessionAPI) putFile(w http.ResponseWriter, r *http.Request, _ string, files map[string][]byte) {
@@ -433,7 +449,7 @@ func TestMCPSessionHostileInput(t *testing.T) {
 		t.Fatal("POST /v1/execute was called")
 	}
 
-	for _, p := range []string{"/etc/passwd", home + "/../../etc/passwd", "../x", "relative.txt", home + "/a/../../root"} {
+	for _, p := range []string{"/etc/passwd", home + "/../../etc/passwd", "../x", home + "es/x", "//etc/passwd", "a/../b", "x\x00y", home + "/a/../../root"} {
 		toolError(t, call(t, cs, "write_file", map[string]any{"session_id": id, "path": p, "content": "x"}), "invalid_request (HTTP 400)")
 		toolError(t, call(t, cs, "read_file", map[string]any{"session_id": id, "path": p}), "invalid_request (HTTP 400)")
 		toolError(t, call(t, cs, "list_files", map[string]any{"session_id": id, "dir": p}), "invalid_request (HTTP 400)")

@@ -127,7 +127,7 @@ func exerciseMCPTools(t *testing.T, cs *sdk.ClientSession) {
 		}
 	}
 	slices.Sort(names)
-	if want := []string{"check_packages", "execute_code", "list_runtimes", "run_tests"}; !slices.Equal(names, want) {
+	if want := mcpTools; !slices.Equal(names, want) {
 		t.Fatalf("tools %v, want %v", names, want)
 	}
 
@@ -397,7 +397,7 @@ func TestMCPInspectorCLI(t *testing.T) {
 		names = append(names, tool.Name)
 	}
 	slices.Sort(names)
-	if want := []string{"check_packages", "execute_code", "list_runtimes", "run_tests"}; !slices.Equal(names, want) {
+	if want := mcpTools; !slices.Equal(names, want) {
 		t.Fatalf("tools %v, want %v", names, want)
 	}
 
