@@ -325,8 +325,8 @@ func truncate(b []byte, n int) []byte {
 	return b
 }
 
-// NewServer returns an MCP server with the four tools registered. It fails
-// only on a bad BaseURL.
+// NewServer returns an MCP server with the tools registered (the four
+// stateless ones and the session tools). It fails only on a bad BaseURL.
 func NewServer(o Options) (*sdk.Server, error) {
 	c, err := newClient(o)
 	if err != nil {
@@ -344,7 +344,9 @@ func newServer(c *client, o Options) *sdk.Server {
 		Logger: o.Logger,
 		Instructions: "Run untrusted code in gVisor sandboxes. Call list_runtimes first for languages and your plan's limits; " +
 			"execute_code runs one program statelessly; run_tests grades code against Python or JavaScript tests; " +
-			"check_packages tells whether the curated mirror holds a pip or npm package.",
+			"check_packages tells whether the curated mirror holds a pip or npm package. " +
+			"For state across calls, create_session makes a session (kernel: true keeps Python variables and returns plots as images); " +
+			"execute_in_session, install_packages, write_file, read_file and list_files work in it, and end_session deletes it.",
 	})
 	def := o.DefaultTimeout.Seconds()
 	if def <= 0 {

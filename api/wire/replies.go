@@ -65,7 +65,7 @@ type Limits struct {
 	Plan        string `json:"plan"`
 	MaxTimeout  int64  `json:"max_timeout" jsonschema:"largest timeout in seconds"`
 	MemoryMB    int64  `json:"memory_mb"`
-	Sessions    bool   `json:"sessions" jsonschema:"whether the plan has stateful sessions (REST API only)"`
+	Sessions    bool   `json:"sessions" jsonschema:"whether the plan has stateful sessions (create_session)"`
 	MaxSessions int    `json:"max_sessions"`
 }
 
