@@ -1,6 +1,7 @@
 package mcp
 
 import (
+	"bytes"
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -326,7 +327,7 @@ func (t *tools) writeFile(ctx context.Context, req *sdk.CallToolRequest, in Writ
 		return nil, FileInfo{}, fmt.Errorf("encoding %s is neither utf-8 nor base64", sandbox.Quote(in.Encoding))
 	}
 	rep, err := t.c.send(ctx, headersOf(req), request{method: "PUT", path: path + "?path=" + url.QueryEscape(in.Path),
-		contentType: "application/octet-stream", body: strings.NewReader(string(data))})
+		contentType: "application/octet-stream", body: bytes.NewReader(data)})
 	if err != nil {
 		return nil, FileInfo{}, err
 	}
