@@ -19,13 +19,16 @@ func TestDecodeError(t *testing.T) {
 		retryAfter string
 		wantCode   string
 		wantMsg    string
+		wantDetail string
 		wantRID    string
 		wantRetry  time.Duration
 	}{
 		{name: "envelope", status: 429, body: `{"error":{"code":"rate_limited","message":"slow down","request_id":"r1"}}`, retryAfter: "7",
 			wantCode: "rate_limited", wantMsg: "slow down", wantRID: "r1", wantRetry: 7 * time.Second},
 		{name: "envelope with details", status: 422, body: `{"error":{"code":"packages_rejected","message":"m","details":{"packages":[{"package":"x"}]}}}`,
-			wantCode: "packages_rejected", wantMsg: "m"},
+			wantCode: "packages_rejected", wantMsg: "m", wantDetail: `{"packages":[{"package":"x"}]}`},
+		{name: "long details cut", status: 422, body: `{"error":{"code":"c","message":"m","details":"` + strings.Repeat("d", 3000) + `"}}`,
+			wantCode: "c", wantMsg: "m", wantDetail: `"` + strings.Repeat("d", maxDetailsBytes-1)},
 		{name: "envelope without a code", status: 400, body: `{"error":{"message":"m"}}`, wantCode: "bad_request", wantMsg: `{"error":{"message":"m"}}`},
 		{name: "code of the wrong type", status: 400, body: `{"error":{"code":5}}`, wantCode: "bad_request", wantMsg: `{"error":{"code":5}}`},
 		{name: "error as a string", status: 502, body: `{"error":"upstream"}`, wantCode: "bad_gateway", wantMsg: `{"error":"upstream"}`},
@@ -47,8 +50,8 @@ func TestDecodeError(t *testing.T) {
 				h.Set("Retry-After", tt.retryAfter)
 			}
 			e := decodeError(apiReply{status: tt.status, header: h, body: []byte(tt.body)})
-			if e.Status != tt.status || e.Code != tt.wantCode || e.Message != tt.wantMsg || e.RequestID != tt.wantRID || e.RetryAfter != tt.wantRetry {
-				t.Errorf("got %+v, want code %q message %q request %q retry %v", e, tt.wantCode, tt.wantMsg, tt.wantRID, tt.wantRetry)
+			if e.Status != tt.status || e.Code != tt.wantCode || e.Message != tt.wantMsg || e.RequestID != tt.wantRID || e.RetryAfter != tt.wantRetry || e.Details != tt.wantDetail {
+				t.Errorf("got %+v, want code %q message %q request %q retry %v details %q", e, tt.wantCode, tt.wantMsg, tt.wantRID, tt.wantRetry, tt.wantDetail)
 			}
 		})
 	}

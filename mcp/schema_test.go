@@ -68,6 +68,30 @@ func TestMCPSchemasStateTheRules(t *testing.T) {
 			t.Errorf("%s timeout: minimum %v default %v", name, p.Minimum, p.Default)
 		}
 	}
+	// Every session tool's session_id is one path segment; create_session
+	// takes no credentials; write_file's encoding is an enum.
+	type strProp struct {
+		Pattern    string         `json:"pattern"`
+		Enum       []any          `json:"enum"`
+		Properties map[string]any `json:"properties"`
+	}
+	strSchema := func(v any) map[string]strProp {
+		b, _ := json.Marshal(v)
+		var s struct{ Properties map[string]strProp }
+		_ = json.Unmarshal(b, &s)
+		return s.Properties
+	}
+	for _, name := range []string{"execute_in_session", "install_packages", "write_file", "read_file", "list_files", "end_session"} {
+		if p := strSchema(tools[name].InputSchema)["session_id"]; p.Pattern != sessionIDPattern {
+			t.Errorf("%s session_id pattern %q", name, p.Pattern)
+		}
+	}
+	if n := strSchema(tools["create_session"].InputSchema)["network"]; n.Properties["enabled"] == nil || n.Properties["credentials"] != nil {
+		t.Errorf("create_session network properties %v", n.Properties)
+	}
+	if e := strSchema(tools["write_file"].InputSchema)["encoding"].Enum; !slices.Equal(e, []any{"utf-8", "base64"}) {
+		t.Errorf("write_file encoding enum %v", e)
+	}
 	if d := tools["execute_code"].Description; !strings.Contains(d, "public class Main") {
 		t.Errorf("execute_code does not state the Java class-name rule: %s", d)
 	}

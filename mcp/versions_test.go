@@ -28,6 +28,11 @@ func TestExecuteSchemaListsVersions(t *testing.T) {
 	if slices.Contains(s.Required, "version") {
 		t.Error("version is required")
 	}
+	// create_session states the same languages and versions.
+	cs := createSessionInputSchema(rts)
+	if !slices.Equal(cs.Properties["language"].Enum, lang.Enum) || cs.Properties["version"].Description != ver.Description {
+		t.Errorf("create_session language %v, version %q", cs.Properties["language"].Enum, cs.Properties["version"].Description)
+	}
 	free := executeInputSchema(30, nil)
 	if free.Properties["language"].Enum != nil || free.Properties["version"] == nil {
 		t.Errorf("without runtimes: %+v", free.Properties)
