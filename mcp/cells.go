@@ -36,6 +36,9 @@ const (
 	// maxImageBytes bounds one image (decoded): the largest image the
 	// common assistants' models take is about 5 MB.
 	maxImageBytes = 5 << 20
+	// maxCellText bounds the text of one reply: each stream and result
+	// is cut at textCap, and a cell may display many results.
+	maxCellText = 8 * textCap
 )
 
 // cellContent is the content of an execute reply for a reader: a kernel
@@ -49,7 +52,7 @@ func cellContent(r ExecuteResult) *sdk.CallToolResult {
 			"variables, imports and data of earlier cells are gone\n")
 	}
 	if r.Error != nil && r.Status == sandbox.StatusError {
-		fmt.Fprintf(&b, "status error: the cell raised %s in %d ms", r.Error.Name, r.DurationMS)
+		fmt.Fprintf(&b, "status error: the cell raised %s in %d ms", capText(stripANSI(r.Error.Name)), r.DurationMS)
 		if r.Truncated {
 			b.WriteString("\n(output truncated at the cap)")
 		}
@@ -80,13 +83,17 @@ func cellContent(r ExecuteResult) *sdk.CallToolResult {
 		}
 	}
 	if r.Error != nil {
-		fmt.Fprintf(&b, "\n--- error ---\n%s: %s", r.Error.Name, r.Error.Value)
+		fmt.Fprintf(&b, "\n--- error ---\n%s: %s", stripANSI(r.Error.Name), capText(stripANSI(r.Error.Value)))
 		if tb := stripANSI(strings.Join(r.Error.Traceback, "\n")); tb != "" {
 			b.WriteString("\n")
 			b.WriteString(capText(tb))
 		}
 	}
-	return &sdk.CallToolResult{Content: append([]sdk.Content{&sdk.TextContent{Text: b.String()}}, images...)}
+	text := b.String()
+	if len(text) > maxCellText {
+		text = strings.ToValidUTF8(text[:maxCellText], "") + fmt.Sprintf("\n[... %d more bytes cut; every result is in the structured result]", len(text)-maxCellText)
+	}
+	return &sdk.CallToolResult{Content: append([]sdk.Content{&sdk.TextContent{Text: text}}, images...)}
 }
 
 // bundleText is the first text type of a bundle, capped.
@@ -183,7 +190,10 @@ func stripSpace(s string) string {
 // tracebacks to colour them.
 var ansiSeq = regexp.MustCompile(`\x1b\[[0-?]*[ -/]*[@-~]`)
 
-func stripANSI(s string) string { return ansiSeq.ReplaceAllString(s, "") }
+// stripANSI removes the escape sequences, and any lone escape left.
+func stripANSI(s string) string {
+	return strings.ReplaceAll(ansiSeq.ReplaceAllString(s, ""), "\x1b", "")
+}
 
 // capText cuts s at textCap, saying so.
 func capText(s string) string {
