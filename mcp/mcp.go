@@ -49,7 +49,8 @@ type Options struct {
 	// own headers are used instead.
 	Key string
 	// Client sends remote calls; nil means a client without a timeout
-	// (calls end with their context).
+	// (calls end with their context). A copy of it is used, which follows
+	// no redirect.
 	Client *http.Client
 	// Version is reported to MCP clients.
 	Version string
