@@ -190,6 +190,17 @@ func mcpSessionRoundTrip(t *testing.T, cs *sdk.ClientSession) {
 			t.Fatalf("list_files %q: %v %s", p, res.IsError, mcpText(res))
 		}
 	}
+	// A symlink the program planted is not followed, either way.
+	mcpOK(t, mcpCall(t, cs, "execute_in_session", map[string]any{"session_id": id, "code": "import os\nos.symlink('/etc/passwd', '/home/sandbox/pw')"}), &out)
+	for tool, args := range map[string]map[string]any{
+		"read_file":  {"session_id": id, "path": "pw"},
+		"write_file": {"session_id": id, "path": "pw", "content": "pwned"},
+	} {
+		res := mcpCall(t, cs, tool, args)
+		if !res.IsError || !strings.Contains(mcpText(res), "symlink_refused (HTTP 409)") {
+			t.Fatalf("%s through a symlink: %v %s", tool, res.IsError, mcpText(res))
+		}
+	}
 	// Content over limits.max_file_bytes: the API's 413; the file is not made.
 	res = mcpCall(t, cs, "write_file", map[string]any{"session_id": id, "path": "big.txt", "content": strings.Repeat("x", mcpMaxFile+1)})
 	if !res.IsError || !strings.Contains(mcpText(res), "too_large (HTTP 413)") {
