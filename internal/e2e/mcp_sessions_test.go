@@ -3,6 +3,7 @@ package e2e
 import (
 	"bytes"
 	"encoding/base64"
+	"image"
 	"image/png"
 	"slices"
 	"strings"
@@ -157,6 +158,17 @@ func mcpSessionRoundTrip(t *testing.T, cs *sdk.ClientSession) {
 	mcpOK(t, mcpCall(t, cs, "read_file", map[string]any{"session_id": id, "path": "data/b.bin"}), &fc)
 	if fc.Encoding != "base64" || fc.Content != pic {
 		t.Fatalf("read_file binary: %+v", fc)
+	}
+
+	// An image file comes back as image content, byte for byte.
+	var img bytes.Buffer
+	if err := png.Encode(&img, image.NewGray(image.Rect(0, 0, 3, 2))); err != nil {
+		t.Fatal(err)
+	}
+	mcpOK(t, mcpCall(t, cs, "write_file", map[string]any{"session_id": id, "path": "plot.png", "content": base64.StdEncoding.EncodeToString(img.Bytes()), "encoding": "base64"}), &info)
+	res = mcpCall(t, cs, "read_file", map[string]any{"session_id": id, "path": "plot.png"})
+	if ic, ok := res.Content[len(res.Content)-1].(*sdk.ImageContent); res.IsError || !ok || ic.MIMEType != "image/png" || !bytes.Equal(ic.Data, img.Bytes()) {
+		t.Fatalf("read_file of a PNG: %v %#v", res.IsError, res.Content)
 	}
 
 	var l struct {
