@@ -120,7 +120,8 @@ func fsCode(kind string) connect.Code {
 	case "permission":
 		return connect.CodePermissionDenied
 	case "too_many":
-		return connect.CodeResourceExhausted
+		// Not ResourceExhausted: the SDK raises that as a RateLimitError.
+		return connect.CodeOutOfRange
 	}
 	return connect.CodeInternal
 }
