@@ -90,6 +90,9 @@ func (s fsService) fsop(ctx context.Context, a fsArgs) (*fsReply, error) {
 		if res.Status == "timeout" {
 			return nil, connect.NewError(connect.CodeDeadlineExceeded, errors.New("the file operation ran out of time"))
 		}
+		if res.Status == "output_limit" || res.Truncated {
+			return nil, connect.NewError(connect.CodeOutOfRange, errors.New("the answer is over the server's output limit: list a smaller folder or depth"))
+		}
 		return nil, connect.NewError(connect.CodeInternal, fmt.Errorf("the file operation failed in the sandbox (%s)", res.Status))
 	}
 	var out fsReply

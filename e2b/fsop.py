@@ -13,6 +13,9 @@ import stat
 import sys
 
 MAX_ENTRIES = 10000
+# The answer must fit the server's output limit (max_output_bytes, 1 MiB
+# by default): a listing stops short of it with a clear refusal.
+MAX_ANSWER_BYTES = 900 * 1024
 
 
 def name_of(getter, n):
@@ -60,6 +63,7 @@ def listing(root, depth):
     if not stat.S_ISDIR(st.st_mode):
         raise Refused("not_dir", root + " is not a directory")
     out = []
+    size = 0
     level = [root]
     for _ in range(depth):
         nxt = []
@@ -69,6 +73,9 @@ def listing(root, depth):
                     if len(out) >= MAX_ENTRIES:
                         raise Refused("too_many", "the listing holds more than %d entries" % MAX_ENTRIES)
                     e = entry(de.path, de.stat(follow_symlinks=False))
+                    size += len(json.dumps(e)) + 2
+                    if size > MAX_ANSWER_BYTES:
+                        raise Refused("too_many", "the listing is over %d KiB: list a smaller folder or depth" % (MAX_ANSWER_BYTES // 1024))
                     out.append(e)
                     if e["type"] == "dir":
                         nxt.append(de.path)
