@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -153,6 +154,30 @@ func TestE2BSDK(t *testing.T) {
 			time.Sleep(200 * time.Millisecond)
 		}
 	})
+}
+
+// TestE2BSDKCluster runs the SDK's script on a cluster of two nodes, with
+// the control plane on one node and sandbox traffic on the other: the
+// adapter's /v1 calls go through the cluster's handler to the session's
+// owner, and its records are the shared store's.
+func TestE2BSDKCluster(t *testing.T) {
+	sdk := e2bSDK(t)
+	c := startCluster(t, clusterOptions{nodes: 2})
+	key, other := c.key(t, "PRO"), c.key(t, "PRO")
+	for _, dir := range []struct{ api, sandbox int }{{0, 1}, {1, 0}} {
+		t.Run(fmt.Sprintf("api on %s, sandbox traffic on %s", c.names[dir.api], c.names[dir.sandbox]), func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+			defer cancel()
+			cmd := exec.CommandContext(ctx, "node", filepath.Join(testenv.ModuleRoot(), "internal", "e2e", "testdata", "e2b_sdk.cjs"))
+			cmd.Env = append(os.Environ(), "E2B_SDK="+sdk, "E2B_API_URL="+c.url(dir.api, "/e2b"), "E2B_SANDBOX_URL="+c.url(dir.sandbox, "/e2b/sandbox"),
+				"E2B_API_KEY="+key, "OTHER_KEY="+other, fmt.Sprintf("RUN=cluster-%d-%d", dir.api, time.Now().UnixNano()), "E2B_DOMAIN=invalid.example")
+			out, err := cmd.CombinedOutput()
+			if err != nil || !bytes.Contains(out, []byte("E2B SDK OK")) {
+				c.dumpLogs(t)
+				t.Fatalf("the SDK's script failed: %v\n%s", err, out)
+			}
+		})
+	}
 }
 
 // e2bDo sends one request to the E2B adapter with the key in X-API-Key.
