@@ -52,6 +52,15 @@ func (f *fakeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.calls = append(f.calls, r.Method+" "+r.URL.Path)
+	switch r.Header.Get("X-API-Key") {
+	case "sk_limited":
+		w.Header().Set("Retry-After", "7")
+		apiFail(w, http.StatusTooManyRequests, "rate_limited")
+		return
+	case "sk_busy":
+		apiFail(w, http.StatusServiceUnavailable, "no_capacity")
+		return
+	}
 	owner, ok := f.keys[r.Header.Get("X-API-Key")]
 	if !ok {
 		apiFail(w, http.StatusUnauthorized, "unauthenticated")
@@ -260,6 +269,12 @@ func TestControlPlaneRefusals(t *testing.T) {
 	} {
 		wantE2BError(t, c.name, g.json("POST", "/e2b/v2/sandboxes", c.key, c.body), c.status)
 	}
+	r := g.json("POST", "/e2b/v2/sandboxes", "sk_limited", map[string]any{})
+	wantE2BError(t, "rate limited", r, http.StatusTooManyRequests)
+	if r.hdr.Get("Retry-After") != "7" {
+		t.Errorf("rate limited: Retry-After %q, want the API's 7", r.hdr.Get("Retry-After"))
+	}
+	wantE2BError(t, "no capacity", g.json("GET", "/e2b/v2/sandboxes", "sk_busy", nil), http.StatusServiceUnavailable)
 	wantE2BError(t, "bad JSON", g.do("POST", "/e2b/v2/sandboxes", strings.NewReader("{nope"), map[string]string{"X-API-Key": "sk_a"}), http.StatusBadRequest)
 	wantE2BError(t, "fork", g.json("POST", "/e2b/sandboxes/x/fork", "sk_a", nil), http.StatusNotImplemented)
 	wantE2BError(t, "unknown route", g.json("GET", "/e2b/whatever", "sk_a", nil), http.StatusNotFound)

@@ -39,7 +39,8 @@ func e2bSDK(t *testing.T) string {
 
 // TestE2BSDK runs E2B's JavaScript SDK, unchanged, against the real server
 // (testdata/e2b_sdk.cjs: create, files, set timeout, list, pause then
-// connect, a wrong key, another key's sandbox, kill), then checks what the
+// connect, a wrong key, another key's sandbox, kill, the plan's quota as
+// the SDK's RateLimitError), then checks what the
 // adapter must keep across a restart and that its calls were metered.
 func TestE2BSDK(t *testing.T) {
 	sdk := e2bSDK(t)

@@ -6,7 +6,7 @@
 'use strict'
 const path = require('path')
 const e2b = require(path.join(process.env.E2B_SDK, 'e2b'))
-const { Sandbox, AuthenticationError, NotFoundError, FileNotFoundError, InvalidArgumentError, SandboxError } = e2b
+const { Sandbox, AuthenticationError, NotFoundError, FileNotFoundError, InvalidArgumentError, RateLimitError, SandboxError } = e2b
 
 const RUN = process.env.RUN
 const OTHER = process.env.OTHER_KEY
@@ -128,6 +128,15 @@ async function main() {
   check((await Sandbox.kill(sbx.sandboxId)) === false, 'a second kill answers false')
   await rejects(again.files.read('/home/user/newdir/hello2.txt'), SandboxError, 'a file of a killed sandbox')
   step('kill')
+
+  // The key's plan (PRO) holds two sandboxes at once: a third is the
+  // SDK's RateLimitError (quota_exceeded, 429). A short request timeout
+  // keeps the SDK from waiting out the Retry-After.
+  const first = await Sandbox.create('base', { metadata: { run: RUN + '-quota' } })
+  const second = await Sandbox.create('base', { metadata: { run: RUN + '-quota' } })
+  await rejects(Sandbox.create('base', { requestTimeoutMs: 2000 }), RateLimitError, 'a sandbox over the plan')
+  check((await first.kill()) && (await second.kill()), 'kill the quota sandboxes')
+  step('quota exceeded is a RateLimitError')
 
   console.log('E2B SDK OK')
 }
