@@ -94,3 +94,43 @@ func FuzzGuestPath(f *testing.F) {
 		}
 	})
 }
+
+// FuzzMetadataFilter: a list's metadata query never panics, and is either
+// refused as bad input (400) or parsed into pairs.
+func FuzzMetadataFilter(f *testing.F) {
+	for _, s := range []string{"a=b", "a%3Db%26c", "%zz", "a=b&a=c", "=", "&&", "k=%25"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, in string) {
+		m, err := metadataFilter(in)
+		if err != nil {
+			var ce *e2bError
+			if !errors.As(err, &ce) || ce.status != 400 {
+				t.Fatalf("metadataFilter(%q): %v is not a 400", in, err)
+			}
+			return
+		}
+		if in == "" && m != nil {
+			t.Fatalf("empty filter: %v", m)
+		}
+	})
+}
+
+// FuzzUnseal: only a sealing of the secret opens (no input is forged into
+// another value), and none panics. (Each fuzz worker seals its own seed:
+// the nonce differs, the plaintext does not.)
+func FuzzUnseal(f *testing.F) {
+	good, err := seal("sk_key", "sess", purposeKey, []byte("secret"))
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(good)
+	f.Add("")
+	f.Add("AAAA")
+	f.Fuzz(func(t *testing.T, in string) {
+		b, err := unseal("sk_key", "sess", purposeKey, in)
+		if err == nil && string(b) != "secret" {
+			t.Fatalf("%q opened to %q", in, b)
+		}
+	})
+}

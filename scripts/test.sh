@@ -76,7 +76,7 @@ store_e2e=(
   TestInstallNPMNeedsDependencies TestInstallNPMMissingDependenciesNamed TestInstallPipMissingRequirementsNamed TestInstallWheelAndNPMIntoSession
   TestInstallRefusalsAreAllOrNothing TestInstallGateFailsClosed TestMCP TestMetricsCountMirrorCatalogue
   TestSecretsStayHiddenServe TestInputCapsAndBoundedConsole TestBadInputGetsClearErrors TestInstallNPMExpressTree TestLiveAllowList
-  TestSessionKeepsItsVersion TestSessionWhoseVersionLeftTheRuntimesFile
+  TestSessionKeepsItsVersion TestSessionWhoseVersionLeftTheRuntimesFile TestE2BSDK
 )
 # A name that no longer names a test fails here instead of silently
 # running nothing.
