@@ -37,7 +37,8 @@ type Deps struct {
 	Now func() time.Time
 }
 
-// Handler serves E2B's API under Prefix. It is safe for concurrent use
+// Handler serves E2B's API under Prefix; build it with New (the zero
+// value serves nothing). It is safe for concurrent use
 // and holds nothing but its dependencies.
 type Handler struct {
 	api http.Handler

@@ -135,8 +135,14 @@ async function main() {
   const first = await Sandbox.create('base', { metadata: { run: RUN + '-quota' } })
   const second = await Sandbox.create('base', { metadata: { run: RUN + '-quota' } })
   await rejects(Sandbox.create('base', { requestTimeoutMs: 2000 }), RateLimitError, 'a sandbox over the plan')
+  // Pages as the SDK walks them (limit, x-next-token, nextToken).
+  const pager = Sandbox.list({ query: { metadata: { run: RUN + '-quota' } }, limit: 1 })
+  const p1 = await pager.nextItems()
+  check(p1.length === 1 && pager.hasNext, 'first page of one: ' + JSON.stringify(p1))
+  const p2 = await pager.nextItems()
+  check(p2.length === 1 && p2[0].sandboxId !== p1[0].sandboxId && !pager.hasNext, 'second and last page: ' + JSON.stringify(p2))
   check((await first.kill()) && (await second.kill()), 'kill the quota sandboxes')
-  step('quota exceeded is a RateLimitError')
+  step('quota exceeded is a RateLimitError; pages')
 
   console.log('E2B SDK OK')
 }
