@@ -37,9 +37,9 @@ type Deps struct {
 	Now func() time.Time
 }
 
-// Handler serves E2B's API under Prefix; build it with New (the zero
-// value serves nothing). It is safe for concurrent use
-// and holds nothing but its dependencies.
+// Handler serves E2B's API under Prefix. Build it with New: the zero
+// value is not usable. It is safe for concurrent use and holds nothing
+// but its dependencies.
 type Handler struct {
 	api http.Handler
 	rec Records
