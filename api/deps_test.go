@@ -30,6 +30,7 @@ func TestDepsMountRoutes(t *testing.T) {
 		{"metrics", func(d *Deps) { d.Metrics = ok }, []string{"GET /metrics"}},
 		{"console", func(d *Deps) { d.Console = ok }, []string{"/console", "/console/"}},
 		{"mcp", func(d *Deps) { d.MCP = func(http.Handler) http.Handler { return ok } }, []string{"/mcp"}},
+		{"e2b", func(d *Deps) { d.E2B = func(http.Handler) http.Handler { return ok } }, []string{"/e2b/"}},
 	}
 	bare, _ := newFakeServer(t)
 	for _, c := range cases {

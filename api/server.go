@@ -135,6 +135,9 @@ type Deps struct {
 	Console http.Handler
 	// MCP, given the API itself, returns the handler of /mcp.
 	MCP func(api http.Handler) http.Handler
+	// E2B, given the API itself, returns the handler of /e2b/ (the E2B
+	// adapter, a client of the API in process).
+	E2B func(api http.Handler) http.Handler
 }
 
 // Server serves the API. Build it with New; it is safe for concurrent use.
@@ -237,6 +240,9 @@ func (s *Server) routes(d Deps) {
 	}
 	if d.MCP != nil {
 		s.handle("/mcp", d.MCP(s))
+	}
+	if d.E2B != nil {
+		s.handle("/e2b/", d.E2B(s))
 	}
 }
 

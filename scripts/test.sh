@@ -45,6 +45,12 @@ if [ ! -x "$tools/redocly/node_modules/.bin/redocly" ]; then
   retry npm install --prefix "$tools/redocly" --no-audit --no-fund --loglevel=error @redocly/cli@2.77.0 >/dev/null
 fi
 export SANDBOXAPI_REDOCLY="$tools/redocly/node_modules/.bin/redocly"
+# E2B's JavaScript SDK, unchanged, for the E2B-compatible API's end-to-end
+# test (internal/e2e TestE2BSDK); pinned: docs/e2b.md names the version.
+if [ ! -f "$tools/e2b-2.51.0/node_modules/e2b/package.json" ]; then
+  retry npm install --prefix "$tools/e2b-2.51.0" --no-audit --no-fund --loglevel=error e2b@2.51.0 >/dev/null
+fi
+export SANDBOXAPI_E2B_SDK="$tools/e2b-2.51.0/node_modules"
 export PEBBLE="$tools/bin/pebble" SANDBOXAPI_REQUIRE_PEBBLE=1
 # The Kubernetes manifests' checks (internal/deploycheck): kubeconform, the
 # API's schemas from the k8s.io/kubernetes module, kustomize if no kubectl.
@@ -70,7 +76,7 @@ store_e2e=(
   TestInstallNPMNeedsDependencies TestInstallNPMMissingDependenciesNamed TestInstallPipMissingRequirementsNamed TestInstallWheelAndNPMIntoSession
   TestInstallRefusalsAreAllOrNothing TestInstallGateFailsClosed TestMCP TestMetricsCountMirrorCatalogue
   TestSecretsStayHiddenServe TestInputCapsAndBoundedConsole TestBadInputGetsClearErrors TestInstallNPMExpressTree TestLiveAllowList
-  TestSessionKeepsItsVersion TestSessionWhoseVersionLeftTheRuntimesFile
+  TestSessionKeepsItsVersion TestSessionWhoseVersionLeftTheRuntimesFile TestE2BSDK
 )
 # A name that no longer names a test fails here instead of silently
 # running nothing.

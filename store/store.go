@@ -321,6 +321,20 @@ var migrations = []migration{
 	// (SQLite has no ADD COLUMN IF NOT EXISTS: addRuntimeVersion adds it.)
 	{sqlite: `SELECT 1`, fix: addRuntimeVersion,
 		postgres: `ALTER TABLE sessions ADD COLUMN IF NOT EXISTS runtime_version TEXT NOT NULL DEFAULT '';`},
+	// Migration 16 of the plan (issue 25; renumbered at merge): what the
+	// E2B adapter keeps of its sandboxes (store/e2b.go), so that metadata,
+	// env vars and access tokens survive a restart and serve every node.
+	{sqlite: `CREATE TABLE IF NOT EXISTS e2b_sandboxes (
+		id TEXT PRIMARY KEY,
+		template TEXT NOT NULL,
+		metadata TEXT NOT NULL DEFAULT '{}',
+		sealed_env TEXT NOT NULL DEFAULT '',
+		token_hash TEXT NOT NULL,
+		sealed_token TEXT NOT NULL,
+		sealed_key TEXT NOT NULL,
+		end_at INTEGER NOT NULL,
+		created_at INTEGER NOT NULL
+	);`},
 }
 
 // migrationLock is the PostgreSQL advisory lock key under which a node

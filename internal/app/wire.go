@@ -7,6 +7,7 @@ import (
 
 	"github.com/sandboxapi/sandboxapi/api"
 	"github.com/sandboxapi/sandboxapi/cluster"
+	"github.com/sandboxapi/sandboxapi/e2b"
 	"github.com/sandboxapi/sandboxapi/egress"
 	"github.com/sandboxapi/sandboxapi/executor"
 	"github.com/sandboxapi/sandboxapi/internal/buildinfo"
@@ -100,6 +101,12 @@ func wireServices(ctx context.Context, env *Env, g *lifecycle.Group, w wiring) *
 		MCP: func(h http.Handler) http.Handler {
 			return mcp.NewHTTPHandler(mcpAPI(h), mcp.Options{Version: Version, Logger: env.Log, DefaultTimeout: cfg.Limits.DefaultTimeout.D(),
 				Runtimes: w.ex.RuntimeList()})
+		},
+		// The E2B adapter calls the API as MCP does: on a cluster node
+		// through the cluster's handler, so that its calls for another
+		// node's sessions go there.
+		E2B: func(h http.Handler) http.Handler {
+			return e2b.New(e2b.Deps{API: mcpAPI(h), Records: w.st, Log: env.Log})
 		},
 		// Session slots are always the store's (exact on any number of
 		// nodes); the rate bucket is the store's on PostgreSQL (shared by

@@ -1,0 +1,215 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sandboxapi/sandboxapi/internal/testenv"
+)
+
+// e2bSDK is the folder holding E2B's npm package e2b (node_modules), as
+// scripts/test.sh installs it, pinned; without it the test skips, or
+// fails when SANDBOXAPI_REQUIRE_CLIENTS=1.
+func e2bSDK(t *testing.T) string {
+	dir := os.Getenv("SANDBOXAPI_E2B_SDK")
+	if dir == "" {
+		dir = "/var/cache/sandboxapi/testtools/e2b-2.51.0/node_modules"
+	}
+	if _, err := os.Stat(filepath.Join(dir, "e2b", "package.json")); err != nil {
+		if os.Getenv("SANDBOXAPI_REQUIRE_CLIENTS") == "1" {
+			t.Fatalf("E2B's SDK is not installed at %s (npm install e2b@2.51.0; scripts/test.sh does)", dir)
+		}
+		t.Skipf("E2B's SDK is not installed at %s: set SANDBOXAPI_E2B_SDK", dir)
+	}
+	if _, err := exec.LookPath("node"); err != nil {
+		t.Fatalf("node is needed for E2B's SDK: %v", err)
+	}
+	return dir
+}
+
+// TestE2BSDK runs E2B's JavaScript SDK, unchanged, against the real server
+// (testdata/e2b_sdk.cjs: create, files, set timeout, list, pause then
+// connect, a wrong key, another key's sandbox, kill, the plan's quota as
+// the SDK's RateLimitError), then checks what the
+// adapter must keep across a restart and that its calls were metered.
+func TestE2BSDK(t *testing.T) {
+	sdk := e2bSDK(t)
+	s := startServer(t, "")
+	key, other := s.key("PRO"), s.key("PRO")
+	run := "run-" + strings.ReplaceAll(t.Name(), "/", "-") + "-" + time.Now().Format("150405.000")
+
+	t.Run("sdk", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, "node", filepath.Join(testenv.ModuleRoot(), "internal", "e2e", "testdata", "e2b_sdk.cjs"))
+		cmd.Env = append(os.Environ(), "E2B_SDK="+sdk, "E2B_API_URL="+s.url("/e2b"), "E2B_SANDBOX_URL="+s.url("/e2b/sandbox"),
+			"E2B_API_KEY="+key, "OTHER_KEY="+other, "RUN="+run, "E2B_DOMAIN=invalid.example")
+		out, err := cmd.CombinedOutput()
+		if err != nil || !bytes.Contains(out, []byte("E2B SDK OK")) {
+			t.Fatalf("the SDK's script failed: %v\n%s\nserver log:\n%s", err, out, tail(s.logs.String(), 60))
+		}
+		t.Logf("%s", out)
+	})
+
+	t.Run("records survive a restart", func(t *testing.T) {
+		var created struct {
+			SandboxID       string `json:"sandboxID"`
+			EnvdAccessToken string `json:"envdAccessToken"`
+		}
+		r := e2bDo(t, s, "POST", "/e2b/v2/sandboxes", key, map[string]any{"templateID": "code-interpreter-v1", "timeout": 300,
+			"metadata": map[string]string{"who": "restart"}, "envVars": map[string]string{"SECRET": "x"}}, nil)
+		if r.status != http.StatusCreated {
+			t.Fatalf("create: %d %s", r.status, r.body)
+		}
+		if err := json.Unmarshal(r.body, &created); err != nil || created.SandboxID == "" || created.EnvdAccessToken == "" {
+			t.Fatalf("create reply %s: %v", r.body, err)
+		}
+		sb := map[string]string{"E2b-Sandbox-Id": created.SandboxID, "E2b-Sandbox-Port": "49983", "X-Access-Token": created.EnvdAccessToken,
+			"Content-Type": "application/octet-stream"}
+		if r := e2bDo(t, s, "POST", "/e2b/sandbox/files?path=/home/user/kept.txt", "", []byte("kept"), sb); r.status != http.StatusOK {
+			t.Fatalf("upload: %d %s", r.status, r.body)
+		}
+		s.stop()
+		s.start()
+		r = e2bDo(t, s, "GET", "/e2b/sandboxes/"+created.SandboxID, key, nil, nil)
+		var info struct {
+			Metadata        map[string]string `json:"metadata"`
+			EnvdAccessToken string            `json:"envdAccessToken"`
+			TemplateID      string            `json:"templateID"`
+		}
+		if err := json.Unmarshal(r.body, &info); r.status != http.StatusOK || err != nil {
+			t.Fatalf("info after restart: %d %s", r.status, r.body)
+		}
+		if info.Metadata["who"] != "restart" || info.EnvdAccessToken != created.EnvdAccessToken || info.TemplateID != "code-interpreter-v1" {
+			t.Fatalf("info after restart: %s", r.body)
+		}
+		if r := e2bDo(t, s, "GET", "/e2b/sandbox/files?path=/home/user/kept.txt", "", nil, sb); r.status != http.StatusOK || string(r.body) != "kept" {
+			t.Fatalf("download after restart: %d %q", r.status, r.body)
+		}
+		// The token is the sandbox's only: a wrong one, another sandbox's
+		// id with it, or none is refused.
+		for name, h := range map[string]map[string]string{
+			"wrong token": {"E2b-Sandbox-Id": created.SandboxID, "X-Access-Token": created.EnvdAccessToken + "x"},
+			"no token":    {"E2b-Sandbox-Id": created.SandboxID},
+			"other id":    {"E2b-Sandbox-Id": "s_not_there", "X-Access-Token": created.EnvdAccessToken},
+			"no id":       {"X-Access-Token": created.EnvdAccessToken},
+		} {
+			r := e2bDo(t, s, "GET", "/e2b/sandbox/files?path=/home/user/kept.txt", "", nil, h)
+			if r.status == http.StatusOK || !strings.Contains(string(r.body), `"code"`) || bytes.Contains(r.body, []byte("kept")) {
+				t.Errorf("%s: %d %s", name, r.status, r.body)
+			}
+		}
+		if r := e2bDo(t, s, "DELETE", "/e2b/sandboxes/"+created.SandboxID, key, nil, nil); r.status != http.StatusNoContent {
+			t.Fatalf("kill: %d %s", r.status, r.body)
+		}
+	})
+
+	t.Run("errors are E2B's", func(t *testing.T) {
+		for _, c := range []struct {
+			method, path, key string
+			body              any
+			status            int
+		}{
+			{"GET", "/e2b/v2/sandboxes", "", nil, http.StatusUnauthorized},
+			{"GET", "/e2b/v2/sandboxes", "sk_nope", nil, http.StatusUnauthorized},
+			{"GET", "/e2b/sandboxes/s_missing", key, nil, http.StatusNotFound},
+			{"POST", "/e2b/v2/sandboxes", key, map[string]any{"templateID": "my-custom"}, http.StatusBadRequest},
+			{"POST", "/e2b/v2/sandboxes", key, map[string]any{"templateID": "base", "allow_internet_access": true}, http.StatusBadRequest},
+			{"POST", "/e2b/v2/sandboxes", key, []byte("{not json"), http.StatusBadRequest},
+			{"POST", "/e2b/sandboxes/s_missing/fork", key, map[string]any{}, http.StatusNotImplemented},
+			{"GET", "/e2b/nowhere", key, nil, http.StatusNotFound},
+		} {
+			r := e2bDo(t, s, c.method, c.path, c.key, c.body, nil)
+			var e struct {
+				Code    int    `json:"code"`
+				Message string `json:"message"`
+			}
+			if err := json.Unmarshal(r.body, &e); r.status != c.status || err != nil || e.Code != c.status || e.Message == "" {
+				t.Errorf("%s %s: %d %s, want %d in E2B's shape", c.method, c.path, r.status, r.body, c.status)
+			}
+		}
+	})
+
+	t.Run("calls are metered as /v1 requests", func(t *testing.T) {
+		deadline := time.Now().Add(15 * time.Second)
+		for {
+			r := s.do("GET", "/v1/usage", key, nil)
+			body := string(r.body)
+			if r.status == http.StatusOK && strings.Contains(body, "POST /v1/sessions") && strings.Contains(body, "PUT /v1/sessions/{id}/files") &&
+				strings.Contains(body, "POST /v1/sessions/{id}/execute") {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("usage does not show the E2B calls: %d %s", r.status, body)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	})
+}
+
+// TestE2BSDKCluster runs the SDK's script on a cluster of two nodes, with
+// the control plane on one node and sandbox traffic on the other: the
+// adapter's /v1 calls go through the cluster's handler to the session's
+// owner, and its records are the shared store's.
+func TestE2BSDKCluster(t *testing.T) {
+	sdk := e2bSDK(t)
+	c := startCluster(t, clusterOptions{nodes: 2})
+	key, other := c.key(t, "PRO"), c.key(t, "PRO")
+	for _, dir := range []struct{ api, sandbox int }{{0, 1}, {1, 0}} {
+		t.Run(fmt.Sprintf("api on %s, sandbox traffic on %s", c.names[dir.api], c.names[dir.sandbox]), func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+			defer cancel()
+			cmd := exec.CommandContext(ctx, "node", filepath.Join(testenv.ModuleRoot(), "internal", "e2e", "testdata", "e2b_sdk.cjs"))
+			cmd.Env = append(os.Environ(), "E2B_SDK="+sdk, "E2B_API_URL="+c.url(dir.api, "/e2b"), "E2B_SANDBOX_URL="+c.url(dir.sandbox, "/e2b/sandbox"),
+				"E2B_API_KEY="+key, "OTHER_KEY="+other, fmt.Sprintf("RUN=cluster-%d-%d", dir.api, time.Now().UnixNano()), "E2B_DOMAIN=invalid.example")
+			out, err := cmd.CombinedOutput()
+			if err != nil || !bytes.Contains(out, []byte("E2B SDK OK")) {
+				c.dumpLogs(t)
+				t.Fatalf("the SDK's script failed: %v\n%s", err, out)
+			}
+		})
+	}
+}
+
+// e2bDo sends one request to the E2B adapter with the key in X-API-Key.
+func e2bDo(t *testing.T, s *server, method, path, key string, body any, hdr map[string]string) reply {
+	t.Helper()
+	var rd io.Reader
+	switch b := body.(type) {
+	case nil:
+	case []byte:
+		rd = bytes.NewReader(b)
+	default:
+		enc, _ := json.Marshal(b)
+		rd = bytes.NewReader(enc)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, method, s.url(path), rd)
+	if key != "" {
+		req.Header.Set("X-API-Key", key)
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	for k, v := range hdr {
+		req.Header.Set(k, v)
+	}
+	resp, err := s.client().Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return reply{status: resp.StatusCode, header: resp.Header, body: b}
+}
