@@ -185,7 +185,7 @@ func agentInit() int {
 	_, _ = h.sweepHome(time.Now().Add(sweepBudget))
 	r := newReaper()
 	a := &agent{out: bufio.NewWriterSize(os.Stdout, 64<<10), reaper: r, host: h}
-	a.procs = newProcTable(r, a.procExited, spareFile)
+	a.procs = newProcTable(r.start, a.procExited, spareFile)
 	// A run's kill spares the background processes (procs.go).
 	h.kill = func(pid int) {
 		_ = syscall.Kill(-pid, syscall.SIGKILL)

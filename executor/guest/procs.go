@@ -194,8 +194,10 @@ func procErrf(code, format string, args ...any) error {
 // procTable is pid 1's table of background processes. Its zero value is
 // not usable (newProcTable); it is safe for concurrent use.
 type procTable struct {
-	reaper *reaper
-	onExit func(ProcInfo) // told of every process that ends
+	// startCmd starts a command and returns the channel of its exit
+	// status (pid 1's reaper; tests wait themselves).
+	startCmd func(*exec.Cmd) (<-chan syscall.WaitStatus, error)
+	onExit   func(ProcInfo) // told of every process that ends
 	// spareFile, if set, is rewritten with the sessions to spare whenever
 	// they change, for kills by guests that `runsc exec` started.
 	spareFile string
@@ -207,8 +209,8 @@ type procTable struct {
 	order []int // pids in start order
 }
 
-func newProcTable(r *reaper, onExit func(ProcInfo), spareFile string) *procTable {
-	return &procTable{reaper: r, onExit: onExit, spareFile: spareFile, procs: map[int]*proc{}}
+func newProcTable(startCmd func(*exec.Cmd) (<-chan syscall.WaitStatus, error), onExit func(ProcInfo), spareFile string) *procTable {
+	return &procTable{startCmd: startCmd, onExit: onExit, spareFile: spareFile, procs: map[int]*proc{}}
 }
 
 // proc is one background process; its fields after mu are guarded by it.
@@ -564,7 +566,7 @@ func (t *procTable) start(s *ProcStart) (ProcInfo, error) {
 			return ProcInfo{}, fmt.Errorf("limiting processes: %w", err)
 		}
 	}
-	exited, err := t.reaper.start(cmd)
+	exited, err := t.startCmd(cmd)
 	cleanup()
 	if err != nil {
 		t.mu.Unlock()
