@@ -211,14 +211,24 @@ func (e *Executor) procChannel(ctx context.Context, owner, id string) (*session,
 	return s, a, nil
 }
 
-// channelError turns a broken channel into the session's state: the
-// sandbox may be gone, which a later call finds out.
-func (e *Executor) channelError(ctx context.Context, id string, err error) error {
-	if errors.Is(err, errAgentChannel) {
-		e.log.WarnContext(ctx, "process call on a broken agent channel", "session", id, "err", err)
-		return fmt.Errorf("%w: the sandbox's agent channel failed", sandbox.ErrNoProcessChannel)
+// channelError says why a call's channel broke: the session ended (404)
+// or stopped running (hibernated, ending: 409) meanwhile, or its sandbox's
+// channel failed while it runs.
+func (e *Executor) channelError(ctx context.Context, s *session, err error) error {
+	if !errors.Is(err, errAgentChannel) {
+		return err
 	}
-	return err
+	e.mu.Lock()
+	gone, st := s.gone, s.state
+	e.mu.Unlock()
+	switch {
+	case gone:
+		return e.goneErr(ctx, s)
+	case st != StateRunning:
+		return fmt.Errorf("%w: %s", ErrBadState, st)
+	}
+	e.log.WarnContext(ctx, "process call on a broken agent channel", "session", s.id, "err", err)
+	return fmt.Errorf("%w: the sandbox's agent channel failed", sandbox.ErrNoProcessChannel)
 }
 
 // checkProcessSpec validates a start request and returns the timeout the
@@ -296,7 +306,7 @@ func (e *Executor) StartProcess(ctx context.Context, owner, id string, spec sand
 	start.Env = env
 	r, err := a.procCall(ctx, guest.ProcCall{Op: "start", Start: start})
 	if err != nil {
-		return sandbox.Process{}, e.channelError(ctx, id, err)
+		return sandbox.Process{}, e.channelError(ctx, s, err)
 	}
 	if r.Proc == nil {
 		return sandbox.Process{}, errors.New("guest started a process without describing it")
@@ -318,7 +328,7 @@ func (e *Executor) ListProcesses(ctx context.Context, owner, id string) ([]sandb
 	defer e.unuse(s)
 	r, err := a.procCall(ctx, guest.ProcCall{Op: "list"})
 	if err != nil {
-		return nil, e.channelError(ctx, id, err)
+		return nil, e.channelError(ctx, s, err)
 	}
 	out := make([]sandbox.Process, 0, len(r.Procs))
 	for i := range r.Procs {
@@ -380,7 +390,7 @@ func (e *Executor) procOp(ctx context.Context, owner, id string, c guest.ProcCal
 	defer e.unuse(s)
 	r, err := a.procCall(ctx, c)
 	if err != nil {
-		return nil, e.channelError(ctx, id, err)
+		return nil, e.channelError(ctx, s, err)
 	}
 	return r, nil
 }
@@ -418,7 +428,7 @@ func (e *Executor) ProcessOutput(ctx context.Context, owner, id string, pid int,
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
-			return e.channelError(ctx, id, err)
+			return e.channelError(ctx, s, err)
 		}
 		o := r.Output
 		if o == nil {

@@ -604,7 +604,7 @@ func (p *proc) closeAll() {
 		f.Close()
 	}
 	if p.stdin != nil {
-		p.stdin.w.Close()
+		p.stdin.stop() // its pump closes the pipe and ends
 	}
 }
 
