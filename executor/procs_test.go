@@ -3,6 +3,7 @@ package executor
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -300,5 +301,29 @@ func TestBackgroundProcessAfterRestart(t *testing.T) {
 	r = run(t, second, s.ID, "ps -eo user,args | grep -c '^sandbox *sleep 30$' || true; ps -eo user,args | grep -c '^sandbox *sleep 300$' || true", 0)
 	if got := strings.Fields(r.Stdout); len(got) != 2 || got[0] != "0" || got[1] != "1" {
 		t.Fatalf("after runs through runsc exec: run sleeps and background sleeps %q", r.Stdout)
+	}
+}
+
+// A fork bomb's run is killed whole, pass after pass, while the background
+// process's session is spared: the kill reads /proc and skips it.
+func TestForkBombBesideBackgroundProcess(t *testing.T) {
+	e, _ := startExecutor(t, func(c *Config) { c.WarmPool = 0 })
+	s := mustSession(t, e, "bash")
+	ctx := context.Background()
+	bg := startProc(t, e, s.ID, sandbox.ProcessSpec{Cmd: "bash", Args: []string{"-c", "sleep 300 & wait"}})
+	bomb := "f() { f | f & }; f\nSECONDS=0; while ((SECONDS < 2)); do :; done; echo done"
+	r, err := e.Execute(ctx, "k1", s.ID, ExecRequest{Code: bomb, Timeout: 20 * time.Second})
+	if err != nil {
+		t.Fatalf("fork bomb call: %v", err)
+	}
+	if p, err := e.GetProcess(ctx, "k1", s.ID, bg.PID); err != nil || p.State != sandbox.ProcessRunning {
+		t.Fatalf("background process after the fork bomb (%+v): %+v %v", r, p, err)
+	}
+	// Left of the user's: the background bash and its sleep, this call's
+	// shell, its ps and grep (and a subshell of the pipeline, maybe).
+	r = run(t, e, s.ID, "ps -eo user,comm | grep -c '^sandbox' || true; ps -eo user,args | grep -c '^sandbox *sleep 300$' || true", 0)
+	var users, sleeps int
+	if _, err := fmt.Sscanf(r.Stdout, "%d\n%d\n", &users, &sleeps); err != nil || users > 6 || sleeps != 1 {
+		t.Fatalf("after the fork bomb: user processes and background sleeps %q", r.Stdout)
 	}
 }

@@ -163,6 +163,11 @@ func killAll() error {
 	if spare := sparedFromFile(spareFile); spare != nil {
 		return killAllBut(func(pass func(func(int) bool)) { pass(spare) })
 	}
+	return killEvery()
+}
+
+// killEvery is killAll with nothing to spare: kill(-1) until none is left.
+func killEvery() error {
 	deadline := time.Now().Add(3 * time.Second)
 	for {
 		err := syscall.Kill(-1, syscall.SIGKILL)

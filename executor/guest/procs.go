@@ -437,6 +437,18 @@ func (t *procTable) sparedLocked(sid int) bool {
 // killRun ends every process but pid 1, the caller and the background
 // processes' sessions: a run's kill.
 func (t *procTable) killRun() error {
+	t.mu.Lock()
+	spare := false
+	for pid := range t.procs {
+		spare = spare || t.sparedLocked(pid)
+	}
+	if !spare {
+		// Nothing to spare: kill(-1), as before there were background
+		// processes (the lock keeps a start out until it is done).
+		defer t.mu.Unlock()
+		return killEvery()
+	}
+	t.mu.Unlock()
 	return killAllBut(func(pass func(spare func(sid int) bool)) {
 		t.mu.Lock()
 		defer t.mu.Unlock()
