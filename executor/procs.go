@@ -293,7 +293,7 @@ func (e *Executor) StartProcess(ctx context.Context, owner, id string, spec sand
 	defer e.unuse(s)
 	env := e.baseEnv(s.runtime, s.netEnv, spec.Env)
 	start := &guest.ProcStart{Argv: append([]string{spec.Cmd}, spec.Args...), Cwd: spec.Cwd, UID: SandboxUID, GID: SandboxUID,
-		MaxProcs: uint64(e.cfg.Pids), Stdin: spec.Stdin, Tag: spec.Tag, TimeoutMS: timeoutMS(timeout)}
+		MaxProcs: uint64(e.cfg.Pids), Stdin: spec.Stdin, Tag: spec.Tag, TimeoutMS: timeoutMS(timeout), MemoryBytes: e.cfg.MemoryBytes}
 	if start.Cwd == "" {
 		start.Cwd = HomeDir
 	}
@@ -463,7 +463,7 @@ func processOf(i *guest.ProcInfo) sandbox.Process {
 		return sandbox.Process{}
 	}
 	p := sandbox.Process{PID: i.PID, Tag: i.Tag, PTY: i.PTY, Stdin: i.Stdin, State: i.State, ExitCode: i.ExitCode,
-		Signal: i.Signal, TimedOut: i.TimedOut, StartedAt: i.StartedAt, EndedAt: i.EndedAt, OutputBytes: i.OutputBytes}
+		Signal: i.Signal, TimedOut: i.TimedOut, OOMKilled: i.OOMKilled, StartedAt: i.StartedAt, EndedAt: i.EndedAt, OutputBytes: i.OutputBytes}
 	if len(i.Argv) > 0 {
 		p.Cmd, p.Args = i.Argv[0], i.Argv[1:]
 	}

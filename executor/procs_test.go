@@ -327,3 +327,24 @@ func TestForkBombBesideBackgroundProcess(t *testing.T) {
 		t.Fatalf("after the fork bomb: user processes and background sleeps %q", r.Stdout)
 	}
 }
+
+// A background process that takes more memory than the sandbox may have is
+// killed (oom_killed) before the host's limit ends the sandbox; another
+// background process and the session go on.
+func TestBackgroundProcessOverMemory(t *testing.T) {
+	e, _ := startExecutor(t, func(c *Config) { c.WarmPool = 0 })
+	s := mustSession(t, e, "python3")
+	ctx := context.Background()
+	quiet := startProc(t, e, s.ID, sandbox.ProcessSpec{Cmd: "sleep", Args: []string{"300"}})
+	hog := startProc(t, e, s.ID, sandbox.ProcessSpec{Cmd: "python3", Args: []string{"-c", "import time\nx=[]\nwhile True:\n    x.append(bytearray(8<<20)); time.sleep(0.01)"}})
+	o := readProcess(t, e, s.ID, hog.PID, true, 2*time.Minute)
+	if o.exit == nil || !o.exit.OOMKilled || o.exit.Signal != "SIGKILL" {
+		t.Fatalf("memory hog ended as %+v", o.exit)
+	}
+	if p, err := e.GetProcess(ctx, "k1", s.ID, quiet.PID); err != nil || p.State != sandbox.ProcessRunning || p.OOMKilled {
+		t.Fatalf("the quiet process after the hog's kill: %+v %v", p, err)
+	}
+	if r := run(t, e, s.ID, "print('alive')", 0); r.Stdout != "alive\n" {
+		t.Fatalf("session after the hog: %+v", r)
+	}
+}

@@ -53,6 +53,7 @@ type Process struct {
 	ExitCode  *int       `json:"exit_code,omitempty"`
 	Signal    string     `json:"signal,omitempty"`
 	TimedOut  bool       `json:"timed_out,omitempty"`
+	OOMKilled bool       `json:"oom_killed,omitempty"`
 	StartedAt time.Time  `json:"started_at"`
 	EndedAt   *time.Time `json:"ended_at,omitempty"`
 	// OutputBytes is the offset after the last byte the process printed.
@@ -66,7 +67,7 @@ func ProcessOf(p sandbox.Process) Process {
 		args = []string{}
 	}
 	j := Process{ID: strconv.Itoa(p.PID), PID: p.PID, Tag: p.Tag, Cmd: p.Cmd, Args: args, PTY: p.PTY, Stdin: p.Stdin, State: p.State,
-		ExitCode: p.ExitCode, Signal: p.Signal, TimedOut: p.TimedOut, StartedAt: p.StartedAt.UTC(), OutputBytes: p.OutputBytes}
+		ExitCode: p.ExitCode, Signal: p.Signal, TimedOut: p.TimedOut, OOMKilled: p.OOMKilled, StartedAt: p.StartedAt.UTC(), OutputBytes: p.OutputBytes}
 	if !p.EndedAt.IsZero() {
 		t := p.EndedAt.UTC()
 		j.EndedAt = &t

@@ -116,6 +116,10 @@ type ProcStart struct {
 	Tag   string   `json:"tag,omitempty"`
 	// TimeoutMS kills the process once it has run that long; 0 never.
 	TimeoutMS int64 `json:"timeout_ms,omitempty"`
+	// MemoryBytes is the sandbox's memory limit: while background
+	// processes run, the one using the most memory is killed when the
+	// sandbox goes over it (before the host's limit kills the sandbox).
+	MemoryBytes int64 `json:"memory_bytes,omitempty"`
 }
 
 // ProcCall is one call of the host on the process table.
@@ -144,6 +148,7 @@ type ProcInfo struct {
 	ExitCode  *int      `json:"exit_code,omitempty"`
 	Signal    string    `json:"signal,omitempty"`
 	TimedOut  bool      `json:"timed_out,omitempty"`
+	OOMKilled bool      `json:"oom_killed,omitempty"`
 	StartedAt time.Time `json:"started_at"`
 	EndedAt   time.Time `json:"ended_at,omitzero"`
 	// OutputBytes is the offset after the last output byte (all the
@@ -204,9 +209,11 @@ type procTable struct {
 
 	// mu guards the table; it is also held across a start's fork and a
 	// kill's pass, so a kill never sees a new process before it is spared.
-	mu    sync.Mutex
-	procs map[int]*proc
-	order []int // pids in start order
+	mu       sync.Mutex
+	procs    map[int]*proc
+	order    []int // pids in start order
+	memLimit int64 // the latest start's MemoryBytes
+	watching bool  // the memory watch runs
 }
 
 func newProcTable(startCmd func(*exec.Cmd) (<-chan syscall.WaitStatus, error), onExit func(ProcInfo), spareFile string) *procTable {
@@ -228,6 +235,7 @@ type proc struct {
 	exited   bool
 	ws       syscall.WaitStatus
 	timedOut bool
+	oom      bool
 	ended    time.Time
 	stdin    *stdinQueue // nil: no stdin to write
 }
@@ -242,7 +250,7 @@ func (p *proc) infoLocked() ProcInfo {
 	i := ProcInfo{PID: p.pid, Tag: p.tag, Argv: p.argv, PTY: p.pty != nil, Stdin: p.stdin != nil && !p.stdin.isClosed(),
 		State: ProcRunning, StartedAt: p.start, OutputBytes: p.out.end}
 	if p.exited {
-		i.State, i.EndedAt, i.TimedOut, i.Stdin = ProcExited, p.ended, p.timedOut, false
+		i.State, i.EndedAt, i.TimedOut, i.OOMKilled, i.Stdin = ProcExited, p.ended, p.timedOut, p.oom, false
 		code := p.ws.ExitStatus()
 		if p.ws.Signaled() {
 			i.Signal = unix.SignalName(p.ws.Signal())
@@ -593,6 +601,13 @@ func (t *procTable) start(s *ProcStart) (ProcInfo, error) {
 	t.procs[p.pid] = p
 	t.order = append(t.order, p.pid)
 	t.writeSpareLocked()
+	if s.MemoryBytes > 0 {
+		t.memLimit = s.MemoryBytes
+		if !t.watching {
+			t.watching = true
+			go t.watchMemory()
+		}
+	}
 	t.mu.Unlock()
 
 	var wg sync.WaitGroup
@@ -1023,4 +1038,87 @@ func setWinSize(f *os.File, ws WinSize) error {
 		return fmt.Errorf("setting the terminal size: %w", ioErr)
 	}
 	return nil
+}
+
+// watchMemory runs while background processes do: when the sandbox uses
+// more than the limit, it kills the one (with its session) that uses the
+// most memory, unless the other processes (a run) use more: the run's own
+// watch kills it then. Without this the host's limit would end the whole
+// sandbox. Like a run's watch, it looks often only near the limit.
+func (t *procTable) watchMemory() {
+	wait := 5 * time.Millisecond
+	for {
+		time.Sleep(wait)
+		t.mu.Lock()
+		limit, running := t.memLimit, false
+		for pid := range t.procs {
+			running = running || t.sparedLocked(pid)
+		}
+		if !running {
+			t.watching = false
+			t.mu.Unlock()
+			return
+		}
+		t.mu.Unlock()
+		used, over := memCheck(limit)
+		wait = nextMemCheck(used, limit)
+		if over {
+			t.killLargest()
+			wait = 50 * time.Millisecond // the kill takes effect
+		}
+	}
+}
+
+// killLargest kills the running background process whose session holds
+// the most resident memory, if it holds more than the rest of the user's
+// processes together.
+func (t *procTable) killLargest() {
+	ps, err := listProcs()
+	if err != nil {
+		return
+	}
+	self := os.Getpid()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	bySession := map[int]int64{}
+	var others int64
+	for _, p := range ps {
+		if p.pid == self || p.pid == 1 || p.zombie {
+			continue
+		}
+		rss := residentBytes(p.pid)
+		if t.sparedLocked(p.sid) {
+			bySession[p.sid] += rss
+		} else {
+			others += rss
+		}
+	}
+	victim, most := 0, int64(0)
+	for sid, rss := range bySession {
+		if rss > most {
+			victim, most = sid, rss
+		}
+	}
+	if victim == 0 || most <= others {
+		return
+	}
+	p := t.procs[victim]
+	p.mu.Lock()
+	p.oom = true
+	p.mu.Unlock()
+	_ = syscall.Kill(victim, syscall.SIGKILL)
+}
+
+// residentBytes is a process's resident memory (/proc/<pid>/statm).
+func residentBytes(pid int) int64 {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/statm")
+	if err != nil {
+		return 0
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 2 {
+		return 0
+	}
+	pages, _ := strconv.ParseInt(f[1], 10, 64)
+	return pages * int64(os.Getpagesize())
 }

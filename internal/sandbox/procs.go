@@ -83,6 +83,7 @@ type Process struct {
 	ExitCode  *int // once exited
 	Signal    string
 	TimedOut  bool
+	OOMKilled bool // killed because the sandbox went over its memory limit
 	StartedAt time.Time
 	EndedAt   time.Time
 	// OutputBytes is the offset after its last output byte.
