@@ -117,7 +117,9 @@ func (s *Server) startProcess(w http.ResponseWriter, r *http.Request, ps Process
 	if err := decodeJSON(r, &req); err != nil {
 		return err
 	}
-	spec := sandbox.ProcessSpec{Cmd: req.Cmd, Args: req.Args, Env: req.Env, Cwd: req.Cwd, Stdin: req.Stdin, Tag: req.Tag}
+	p := principal(r.Context())
+	spec := sandbox.ProcessSpec{Cmd: req.Cmd, Args: req.Args, Env: req.Env, Cwd: req.Cwd, Stdin: req.Stdin, Tag: req.Tag,
+		MemoryBytes: p.Plan.MemoryMB << 20}
 	if req.Timeout != nil {
 		t := *req.Timeout
 		if math.IsNaN(t) || t <= 0 || t > math.MaxInt32 {
@@ -128,11 +130,11 @@ func (s *Server) startProcess(w http.ResponseWriter, r *http.Request, ps Process
 	if req.PTY != nil {
 		spec.PTY = &sandbox.TermSize{Cols: req.PTY.Cols, Rows: req.PTY.Rows}
 	}
-	p, err := ps.StartProcess(r.Context(), principal(r.Context()).KeyID, r.PathValue("id"), spec)
+	proc, err := ps.StartProcess(r.Context(), p.KeyID, r.PathValue("id"), spec)
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusCreated, wire.ProcessOf(p))
+	writeJSON(w, http.StatusCreated, wire.ProcessOf(proc))
 	return nil
 }
 

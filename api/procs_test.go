@@ -210,7 +210,7 @@ func TestProcessStdinAndStart(t *testing.T) {
 	if w.Code != http.StatusCreated {
 		t.Fatalf("start: %d %s", w.Code, w.Body)
 	}
-	if s := fp.spec; s.Cmd != "npm" || len(s.Args) != 2 || s.Timeout != 1500*time.Millisecond || s.PTY == nil || s.PTY.Cols != 80 || s.Tag != "dev" || s.Env["A"] != "b" || !s.Stdin {
+	if s := fp.spec; s.Cmd != "npm" || len(s.Args) != 2 || s.Timeout != 1500*time.Millisecond || s.PTY == nil || s.PTY.Cols != 80 || s.Tag != "dev" || s.Env["A"] != "b" || !s.Stdin || s.MemoryBytes <= 0 {
 		t.Fatalf("spec %+v", fp.spec)
 	}
 	for _, body := range []string{`{"cmd":"x","timeout":0}`, `{"cmd":"x","timeout":-2}`, `{"cmd":"x","timeout":1e300}`, `{"cmd":"x","pty":[]}`, `{"cmd":["x"]}`, `{"cmd":"x","bogus":1}`} {

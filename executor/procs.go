@@ -286,6 +286,10 @@ func (e *Executor) StartProcess(ctx context.Context, owner, id string, spec sand
 	if err != nil {
 		return sandbox.Process{}, err
 	}
+	mem, err := e.memoryLimit(spec.MemoryBytes)
+	if err != nil {
+		return sandbox.Process{}, err
+	}
 	s, a, err := e.procChannel(ctx, owner, id)
 	if err != nil {
 		return sandbox.Process{}, err
@@ -293,7 +297,7 @@ func (e *Executor) StartProcess(ctx context.Context, owner, id string, spec sand
 	defer e.unuse(s)
 	env := e.baseEnv(s.runtime, s.netEnv, spec.Env)
 	start := &guest.ProcStart{Argv: append([]string{spec.Cmd}, spec.Args...), Cwd: spec.Cwd, UID: SandboxUID, GID: SandboxUID,
-		MaxProcs: uint64(e.cfg.Pids), Stdin: spec.Stdin, Tag: spec.Tag, TimeoutMS: timeoutMS(timeout), MemoryBytes: e.cfg.MemoryBytes}
+		MaxProcs: uint64(e.cfg.Pids), Stdin: spec.Stdin, Tag: spec.Tag, TimeoutMS: timeoutMS(timeout), MemoryBytes: mem}
 	if start.Cwd == "" {
 		start.Cwd = HomeDir
 	}

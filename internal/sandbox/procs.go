@@ -69,6 +69,9 @@ type ProcessSpec struct {
 	// Timeout kills the process once it has run that long; 0 is the
 	// session's idle TTL. It may not exceed the longest idle TTL.
 	Timeout time.Duration
+	// MemoryBytes is the memory the sandbox may use while it runs (the
+	// plan's; 0 is the executor's limit, and nothing goes above it).
+	MemoryBytes int64
 }
 
 // Process is one background process of a session.
