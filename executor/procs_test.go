@@ -245,7 +245,7 @@ func TestBackgroundProcessKeepsSessionAlive(t *testing.T) {
 	e, _ := startExecutor(t, func(c *Config) { c.WarmPool = 0; c.DefaultIdleTTL = 2 * time.Second })
 	s := mustSession(t, e, "bash")
 	ctx := context.Background()
-	p := startProc(t, e, s.ID, sandbox.ProcessSpec{Cmd: "sleep", Args: []string{"300"}, Timeout: 6 * time.Second})
+	p := startProc(t, e, s.ID, sandbox.ProcessSpec{Cmd: "sleep", Args: []string{"300"}, Timeout: 10 * time.Second})
 	time.Sleep(4 * time.Second)
 	got, err := e.GetProcess(ctx, "k1", s.ID, p.PID)
 	if err != nil || got.State != sandbox.ProcessRunning {

@@ -18,23 +18,23 @@ type sseEvent struct {
 	data     map[string]any
 }
 
-// readSSE reads a stream's events until it ends.
-func (s *server) readSSE(t *testing.T, key, path string, timeout time.Duration) (int, []sseEvent) {
-	t.Helper()
+// readSSE reads a stream's events until it ends; the status alone when
+// it is not 200. Safe to call from any goroutine.
+func (s *server) readSSE(key, path string, timeout time.Duration) (int, []sseEvent, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	req, _ := http.NewRequestWithContext(ctx, "GET", s.url(path), nil)
 	req.Header.Set("X-RapidAPI-Key", key)
 	resp, err := s.client().Do(req)
 	if err != nil {
-		t.Fatalf("GET %s: %v", path, err)
+		return 0, nil, fmt.Errorf("GET %s: %w", path, err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return resp.StatusCode, nil
+		return resp.StatusCode, nil, nil
 	}
 	if ct := resp.Header.Get("Content-Type"); ct != "text/event-stream" {
-		t.Fatalf("output stream of type %q", ct)
+		return 0, nil, fmt.Errorf("output stream of type %q", ct)
 	}
 	var out []sseEvent
 	var ev sseEvent
@@ -54,14 +54,24 @@ func (s *server) readSSE(t *testing.T, key, path string, timeout time.Duration) 
 			ev.name = line[7:]
 		case strings.HasPrefix(line, "data: "):
 			if err := json.Unmarshal([]byte(line[6:]), &ev.data); err != nil {
-				t.Fatalf("event data %q: %v", line, err)
+				return 0, nil, fmt.Errorf("event data %q: %w", line, err)
 			}
 		}
 	}
 	if err := sc.Err(); err != nil {
-		t.Fatalf("reading %s: %v", path, err)
+		return 0, nil, fmt.Errorf("reading %s: %w", path, err)
 	}
-	return http.StatusOK, out
+	return http.StatusOK, out, nil
+}
+
+// mustSSE is readSSE on the test's goroutine, expecting a stream.
+func (s *server) mustSSE(t *testing.T, key, path string, timeout time.Duration) []sseEvent {
+	t.Helper()
+	st, evs, err := s.readSSE(key, path, timeout)
+	if err != nil || st != http.StatusOK {
+		t.Fatalf("GET %s: %d %v", path, st, err)
+	}
+	return evs
 }
 
 // outputOf joins the events' data per stream and returns the exit event.
@@ -111,11 +121,12 @@ func TestBackgroundProcessesAPI(t *testing.T) {
 	type result struct {
 		status int
 		evs    []sseEvent
+		err    error
 	}
 	followed := make(chan result, 1)
 	go func() {
-		st, evs := s.readSSE(t, key, procURL+"/output?follow=true", 2*time.Minute)
-		followed <- result{st, evs}
+		st, evs, err := s.readSSE(key, procURL+"/output?follow=true", 2*time.Minute)
+		followed <- result{st, evs, err}
 	}()
 	if r := s.do("POST", procURL+"/stdin", key, []byte("a\n")); r.status != http.StatusOK || r.json(t)["written"] != float64(2) {
 		t.Fatalf("stdin: %d %s", r.status, r.body)
@@ -128,8 +139,8 @@ func TestBackgroundProcessesAPI(t *testing.T) {
 		t.Fatalf("stdin eof: %d %s", r.status, r.body)
 	}
 	res := <-followed
-	if res.status != http.StatusOK {
-		t.Fatalf("output stream: %d", res.status)
+	if res.err != nil || res.status != http.StatusOK {
+		t.Fatalf("output stream: %d %v", res.status, res.err)
 	}
 	out, exit := outputOf(t, res.evs)
 	if out["stdout"] != "ready\ngot:a\ngot:b\n" || out["stderr"] != "bye\n" {
@@ -140,11 +151,11 @@ func TestBackgroundProcessesAPI(t *testing.T) {
 	}
 
 	// The finished process's output again, whole, and from an offset.
-	_, evs := s.readSSE(t, key, procURL+"/output", time.Minute)
+	evs := s.mustSSE(t, key, procURL+"/output", time.Minute)
 	if again, exit := outputOf(t, evs); again["stdout"] != out["stdout"] || exit == nil {
 		t.Fatalf("replayed output %q exit %v", again, exit)
 	}
-	_, evs = s.readSSE(t, key, procURL+"/output?from=6", time.Minute)
+	evs = s.mustSSE(t, key, procURL+"/output?from=6", time.Minute)
 	if rest, _ := outputOf(t, evs); !strings.HasPrefix(rest["stdout"], "got:a\n") || strings.Contains(rest["stdout"], "ready") {
 		t.Fatalf("output from 6: %q", rest)
 	}
@@ -173,7 +184,7 @@ func TestBackgroundProcessesAPI(t *testing.T) {
 	if r := s.do("POST", turl+"/stdin", key, []byte("\n")); r.status != http.StatusOK {
 		t.Fatalf("pty stdin: %d %s", r.status, r.body)
 	}
-	_, evs = s.readSSE(t, key, turl+"/output?follow=true", 2*time.Minute)
+	evs = s.mustSSE(t, key, turl+"/output?follow=true", 2*time.Minute)
 	if tout, exit := outputOf(t, evs); !strings.Contains(tout["pty"], "50 100") || exit == nil || exit["exit_code"] != float64(0) {
 		t.Fatalf("terminal output %q exit %v", tout, exit)
 	}
@@ -222,7 +233,7 @@ func TestBackgroundProcessesAPI(t *testing.T) {
 	if r := s.do("POST", surl+"/signal", key, map[string]any{"signal": "SIGKILL"}); r.status != http.StatusNoContent {
 		t.Fatalf("signal: %d %s", r.status, r.body)
 	}
-	_, evs = s.readSSE(t, key, surl+"/output?follow=true", time.Minute)
+	evs = s.mustSSE(t, key, surl+"/output?follow=true", time.Minute)
 	if _, exit := outputOf(t, evs); exit == nil || exit["signal"] != "SIGKILL" || exit["exit_code"] != float64(137) {
 		t.Fatalf("after SIGKILL: %v", exit)
 	}
