@@ -218,6 +218,10 @@ func (e *Executor) channelError(ctx context.Context, s *session, err error) erro
 	if !errors.Is(err, errAgentChannel) {
 		return err
 	}
+	// A hibernation or an end closes the channel while it holds life and
+	// before it records the new state: wait for it to finish.
+	s.life.Lock()
+	s.life.Unlock() //nolint:staticcheck // only waiting for the holder
 	e.mu.Lock()
 	gone, st := s.gone, s.state
 	e.mu.Unlock()

@@ -348,3 +348,38 @@ func TestBackgroundProcessOverMemory(t *testing.T) {
 		t.Fatalf("session after the hog: %+v", r)
 	}
 }
+
+// A hibernation stops the sandbox under a follower: its stream ends with
+// the session's state (409 session_not_running), not a hang; the next
+// process call resumes the session, as an execute would.
+func TestBackgroundProcessAcrossHibernation(t *testing.T) {
+	e, _ := startExecutor(t, func(c *Config) { c.WarmPool = 0 })
+	s := mustSession(t, e, "bash")
+	ctx := context.Background()
+	p := startProc(t, e, s.ID, sandbox.ProcessSpec{Cmd: "bash", Args: []string{"-c", "echo up; sleep 300"}})
+	waitOutput(t, e, s.ID, p.PID, sandbox.StreamStdout, "up")
+	ended := make(chan error, 1)
+	go func() {
+		fctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+		defer cancel()
+		ended <- e.ProcessOutput(fctx, "k1", s.ID, p.PID, 0, true, func(sandbox.ProcessEvent) error { return nil })
+	}()
+	time.Sleep(300 * time.Millisecond) // the follower waits in the guest
+	if _, err := e.HibernateSession(ctx, "k1", s.ID); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-ended:
+		if !errors.Is(err, ErrBadState) {
+			t.Fatalf("follower after hibernation: %v", err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("follower still waiting after the hibernation")
+	}
+	if _, err := e.ListProcesses(ctx, "k1", s.ID); err != nil {
+		t.Fatalf("list after hibernation: %v", err)
+	}
+	if got, err := e.GetSession(ctx, "k1", s.ID); err != nil || got.State != StateRunning {
+		t.Fatalf("session after the list: %+v %v", got, err)
+	}
+}
