@@ -61,6 +61,14 @@ var errorTable = []struct {
 	{sandbox.ErrNotDir, http.StatusConflict, "not_a_directory"},
 	{sandbox.ErrSymlink, http.StatusConflict, "symlink_refused"},
 	{sandbox.ErrPermission, http.StatusForbidden, "permission_denied"},
+	{sandbox.ErrProcessNotFound, http.StatusNotFound, "process_not_found"},
+	{sandbox.ErrProcessLimit, http.StatusConflict, "process_limit"},
+	{sandbox.ErrProcessNotRunning, http.StatusConflict, "process_not_running"},
+	{sandbox.ErrProcessNoStdin, http.StatusConflict, "process_stdin_closed"},
+	{sandbox.ErrProcessStdinFull, http.StatusConflict, "process_stdin_full"},
+	{sandbox.ErrProcessNotPTY, http.StatusConflict, "process_not_pty"},
+	{sandbox.ErrProcessStart, http.StatusBadRequest, "process_start_failed"},
+	{sandbox.ErrNoProcessChannel, http.StatusConflict, "process_channel_unavailable"},
 }
 
 // interrupted is the answer to a call whose context shutdown cancelled

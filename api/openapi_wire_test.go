@@ -63,18 +63,26 @@ var wireSchemas = map[string]wireSchema{
 	"ForkRequest":           {typ: reflect.TypeFor[wire.ForkRequest]()},
 	"CellResult":            {typ: reflect.TypeFor[wire.CellResult](), reply: true},
 	"CellError":             {typ: reflect.TypeFor[wire.CellError](), reply: true},
+	"StartProcessRequest":   {typ: reflect.TypeFor[wire.StartProcessRequest]()},
+	"TermSize":              {typ: reflect.TypeFor[wire.TermSize]()},
+	"SignalRequest":         {typ: reflect.TypeFor[wire.SignalRequest]()},
+	"Process":               {typ: reflect.TypeFor[wire.Process](), reply: true},
+	"ProcessList":           {typ: reflect.TypeFor[wire.ProcessList](), reply: true},
+	"StdinReply":            {typ: reflect.TypeFor[wire.StdinReply](), reply: true},
 }
 
 // wireNotComponents are wire types without a component schema of their
 // own, each with where the document describes it.
 var wireNotComponents = map[reflect.Type]string{
-	reflect.TypeFor[wire.Build]():            "inline in Health.build",
-	reflect.TypeFor[wire.Limits]():           "inline in RuntimeList.limits",
-	reflect.TypeFor[wire.InstallPhases]():    "inline in InstallReply.phases_ms",
-	reflect.TypeFor[wire.StreamChunk]():      "the stdout and stderr events of a stream, described in the execute responses' text",
-	reflect.TypeFor[wire.NotReadyDetails]():  "an install's 503 details (ErrorPayload.details is free-form), described in the response's text",
-	reflect.TypeFor[wire.RejectedDetails]():  "an install's 422 details, described in the response's text",
-	reflect.TypeFor[wire.PackageRejection](): "entries of RejectedDetails",
+	reflect.TypeFor[wire.Build]():              "inline in Health.build",
+	reflect.TypeFor[wire.Limits]():             "inline in RuntimeList.limits",
+	reflect.TypeFor[wire.InstallPhases]():      "inline in InstallReply.phases_ms",
+	reflect.TypeFor[wire.StreamChunk]():        "the stdout and stderr events of a stream, described in the execute responses' text",
+	reflect.TypeFor[wire.NotReadyDetails]():    "an install's 503 details (ErrorPayload.details is free-form), described in the response's text",
+	reflect.TypeFor[wire.RejectedDetails]():    "an install's 422 details, described in the response's text",
+	reflect.TypeFor[wire.PackageRejection]():   "entries of RejectedDetails",
+	reflect.TypeFor[wire.ProcessOutputChunk](): "the stdout, stderr and pty events of a process's output stream, described in its response's text",
+	reflect.TypeFor[wire.ProcessOutputGap]():   "the dropped event of a process's output stream, described in its response's text",
 }
 
 // wireTypes are the struct types package wire declares (or names), to
@@ -92,6 +100,9 @@ var wireTypes = []reflect.Type{
 	reflect.TypeFor[wire.PackageRejection](), reflect.TypeFor[wire.RejectedDetails](),
 	reflect.TypeFor[wire.PackageVerdict](), reflect.TypeFor[wire.PackageVerdicts](), reflect.TypeFor[wire.InstallRequest](),
 	reflect.TypeFor[wire.CellResult](), reflect.TypeFor[wire.CellError](),
+	reflect.TypeFor[wire.StartProcessRequest](), reflect.TypeFor[wire.TermSize](), reflect.TypeFor[wire.SignalRequest](),
+	reflect.TypeFor[wire.Process](), reflect.TypeFor[wire.ProcessList](), reflect.TypeFor[wire.StdinReply](),
+	reflect.TypeFor[wire.ProcessOutputChunk](), reflect.TypeFor[wire.ProcessOutputGap](),
 }
 
 // wireField is one field of a struct as encoding/json writes it.

@@ -118,6 +118,8 @@ type Deps struct {
 	Files Files
 	// Lifecycle enables POST /v1/sessions/{id}/hibernate and .../fork.
 	Lifecycle Lifecycle
+	// Processes enables /v1/sessions/{id}/processes and the routes under it.
+	Processes Processes
 	// Network enables PATCH /v1/sessions/{id}/network.
 	Network SessionNetwork
 	// SBOMs enables GET /v1/sessions/{id}/sbom.
@@ -218,6 +220,9 @@ func (s *Server) routes(d Deps) {
 	}
 	if d.Network != nil {
 		s.mountNetwork(d.Network)
+	}
+	if d.Processes != nil {
+		s.mountProcesses(d.Processes)
 	}
 	if d.SBOMs != nil {
 		s.mountSBOM(d.SBOMs)

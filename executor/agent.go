@@ -45,6 +45,7 @@ type agentConn struct {
 	failed error // why the reader stopped; guarded by sinkMu
 
 	streams streamTable
+	procs   procCalls // background process calls (procs.go)
 }
 
 // errAgentChannel marks a failure of the agent channel itself.
@@ -154,6 +155,12 @@ func (a *agentConn) readLoop() {
 			default:
 				sink.done <- agentOutcome{raw: p}
 			}
+		case guest.FrameProcReply, guest.FrameProcExit:
+			if err := a.procs.deliver(typ, p); err != nil {
+				a.fail(err)
+				a.close()
+				return
+			}
 		case guest.FrameFileResult, guest.FrameFileChunk, guest.FrameFileAbort, guest.FrameFileCredit:
 			if err := a.streams.deliver(typ, p); err != nil {
 				// A guest that breaks the stream protocol is not trusted
@@ -181,6 +188,7 @@ func (a *agentConn) fail(err error) {
 		sink.done <- agentOutcome{err: ferr}
 	}
 	a.streams.failAll(ferr)
+	a.procs.failAll(ferr)
 	a.close()
 }
 

@@ -699,6 +699,11 @@ func (e *Executor) reapIdle() {
 		if s.busy != 0 || (s.state != StateRunning && s.state != StateHibernated) {
 			continue
 		}
+		if s.state == StateRunning && e.processesActive(s.id, now) {
+			// A background process runs (until its own timeout at most):
+			// the session is in use, and stays unhibernated.
+			continue
+		}
 		switch {
 		case now.Sub(s.lastUsed) > s.idleTTL:
 			idle = append(idle, s)

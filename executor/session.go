@@ -38,6 +38,7 @@ type session struct {
 	lastUsed     time.Time
 	hibernatedAt time.Time
 	busy         int
+	live         bool // the sandbox holds memory (a kernel or background processes): hibernation checkpoints it
 	hasSandbox   bool // a sandbox is counted in Executor.live for it
 	// gone: let go of (another node owns it, or may: letGo) or ended
 	// (endSessionOf); nothing of this executor may touch its home, row

@@ -146,6 +146,9 @@ func (k *Checker) Reply(method, path string, status int, contentType string, bod
 	}
 	switch ct {
 	case "text/event-stream":
+		if strings.HasSuffix(p, "/processes/{pid}/output") {
+			return k.processEvents(body)
+		}
 		return k.events(body)
 	case "application/json":
 		if err := k.validate(media.Schema, body); err != nil {
@@ -202,6 +205,72 @@ func (k *Checker) events(body []byte) error {
 	}
 	if last != "result" && last != "error" {
 		return fmt.Errorf("stream ended with %q, want result or error", last)
+	}
+	return nil
+}
+
+// processEvents validates a process's output stream: output events
+// (stdout, stderr, pty: data and offset) and dropped events (dropped and
+// offset) with an id line each, at most one exit event (a Process) and
+// nothing after it, or an error event that ends it. A stream may end
+// without exit (a running process, without follow) and may be empty.
+func (k *Checker) processEvents(body []byte) error {
+	last := ""
+	for _, ev := range strings.Split(strings.TrimSpace(string(body)), "\n\n") {
+		if strings.TrimSpace(ev) == "" {
+			continue
+		}
+		var event, data string
+		hasID, comment := false, true
+		for _, line := range strings.Split(ev, "\n") {
+			if !strings.HasPrefix(line, ":") {
+				comment = false
+			}
+			if s, ok := strings.CutPrefix(line, "event: "); ok {
+				event = s
+			}
+			if s, ok := strings.CutPrefix(line, "data: "); ok {
+				data = s
+			}
+			if s, ok := strings.CutPrefix(line, "id: "); ok {
+				if _, err := strconv.ParseInt(s, 10, 64); err != nil {
+					return fmt.Errorf("event id %q is not an offset", s)
+				}
+				hasID = true
+			}
+		}
+		if comment {
+			continue
+		}
+		if last == "exit" || last == "error" {
+			return fmt.Errorf("event %q after %q", event, last)
+		}
+		last = event
+		switch event {
+		case "stdout", "stderr", "pty":
+			var d struct {
+				Data   *string
+				Offset *int64
+			}
+			if err := json.Unmarshal([]byte(data), &d); err != nil || d.Data == nil || d.Offset == nil || !hasID {
+				return fmt.Errorf("bad %s event %q", event, ev)
+			}
+		case "dropped":
+			var d struct{ Dropped, Offset *int64 }
+			if err := json.Unmarshal([]byte(data), &d); err != nil || d.Dropped == nil || d.Offset == nil || !hasID {
+				return fmt.Errorf("bad dropped event %q", ev)
+			}
+		case "exit":
+			if err := k.Schema("#/components/schemas/Process", []byte(data)); err != nil {
+				return fmt.Errorf("exit event: %w", err)
+			}
+		case "error":
+			if err := k.Schema("#/components/schemas/ErrorPayload", []byte(data)); err != nil {
+				return fmt.Errorf("error event: %w", err)
+			}
+		default:
+			return fmt.Errorf("unknown event %q", event)
+		}
 	}
 	return nil
 }

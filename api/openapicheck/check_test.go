@@ -16,6 +16,7 @@ func TestReply(t *testing.T) {
 	}
 	const okBody = `{"execution_id":"e1","stdout":"1\n","stderr":"","exit_code":0,"signal":"","status":"ok","duration_ms":3,"compile_ms":0,"run_ms":3,"truncated":false}`
 	const errBody = `{"error":{"code":"no_route","message":"no route","request_id":"r1"}}`
+	const procBody = `{"id":"7","pid":7,"cmd":"bash","args":[],"pty":true,"stdin":false,"state":"exited","exit_code":0,"started_at":"2026-01-01T00:00:00Z","ended_at":"2026-01-01T00:00:01Z","output_bytes":5}`
 	for _, tc := range []struct {
 		name, method, path, ct, body string
 		status                       int
@@ -34,6 +35,16 @@ func TestReply(t *testing.T) {
 		{name: "stream without result", method: "POST", path: "/v1/execute", status: 200, ct: "text/event-stream",
 			body: "event: stdout\ndata: {\"data\":\"1\\n\"}\n\n"},
 		{name: "path param", method: "GET", path: "/v1/sessions/sess_x", status: 404, ct: "application/json", body: errBody, ok: true},
+		{name: "process output", method: "GET", path: "/v1/sessions/sess_x/processes/7/output", status: 200, ct: "text/event-stream",
+			body: "id: 3\nevent: dropped\ndata: {\"dropped\":3,\"offset\":3}\n\nid: 5\nevent: pty\ndata: {\"data\":\"ab\",\"offset\":3}\n\n: keepalive\n\nevent: exit\ndata: " + procBody + "\n\n", ok: true},
+		{name: "process output still running", method: "GET", path: "/v1/sessions/sess_x/processes/7/output", status: 200, ct: "text/event-stream",
+			body: "id: 2\nevent: stdout\ndata: {\"data\":\"ab\",\"offset\":0}\n\n", ok: true},
+		{name: "process output chunk without id", method: "GET", path: "/v1/sessions/sess_x/processes/7/output", status: 200, ct: "text/event-stream",
+			body: "event: stdout\ndata: {\"data\":\"ab\",\"offset\":0}\n\n"},
+		{name: "process output after exit", method: "GET", path: "/v1/sessions/sess_x/processes/7/output", status: 200, ct: "text/event-stream",
+			body: "event: exit\ndata: " + procBody + "\n\nid: 2\nevent: stdout\ndata: {\"data\":\"ab\",\"offset\":0}\n\n"},
+		{name: "process exit not a process", method: "GET", path: "/v1/sessions/sess_x/processes/7/output", status: 200, ct: "text/event-stream",
+			body: "event: exit\ndata: {\"pid\":\"7\"}\n\n"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

@@ -185,6 +185,12 @@ func agentInit() int {
 	_, _ = h.sweepHome(time.Now().Add(sweepBudget))
 	r := newReaper()
 	a := &agent{out: bufio.NewWriterSize(os.Stdout, 64<<10), reaper: r, host: h}
+	a.procs = newProcTable(r.start, a.procExited, spareFile)
+	// A run's kill spares the background processes (procs.go).
+	h.kill = func(pid int) {
+		_ = syscall.Kill(-pid, syscall.SIGKILL)
+		_ = a.procs.killRun()
+	}
 	if _, err := fmt.Fprintf(os.Stdout, "%s%s\n", AgentHello, ProtocolVersion); err == nil {
 		a.serve(os.Stdin)
 	}
@@ -202,6 +208,7 @@ type agent struct {
 	reaper *reaper
 
 	files fileStreams
+	procs *procTable // background processes (procs.go)
 
 	mu      sync.Mutex
 	running bool
@@ -248,6 +255,8 @@ func (a *agent) serve(in io.Reader) {
 				continue
 			}
 			go a.run(&ar)
+		case FrameProcCall:
+			a.procCall(p)
 		case FrameFileOpen:
 			a.fileOpen(p)
 		case FrameFileData:
@@ -264,7 +273,7 @@ func (a *agent) serve(in io.Reader) {
 				a.kills.Add(1)
 				go func() {
 					defer a.kills.Done()
-					_ = killAll()
+					_ = a.killRun()
 				}()
 			}
 			a.mu.Unlock()
@@ -376,7 +385,50 @@ func (a *agent) spawn(cmd *exec.Cmd, stdin io.Reader, stdout, stderr io.Writer, 
 	ws := <-exited
 	// Whatever the program left behind dies with it, which also closes the
 	// last writers of its output pipes.
-	_ = killAll()
+	_ = a.killRun()
 	copies.Wait()
 	return ws, nil
+}
+
+// killRun ends a run's processes: every process but pid 1 and the
+// background processes (an agent in a test has no table: all but itself).
+func (a *agent) killRun() error {
+	if a.procs == nil {
+		return killAll()
+	}
+	return a.procs.killRun()
+}
+
+// procCall serves one call on the process table in a goroutine of its
+// own: a read may wait for output, and nothing may hold up the channel.
+func (a *agent) procCall(p []byte) {
+	var c ProcCall
+	if err := json.Unmarshal(p, &c); err != nil {
+		b, _ := json.Marshal(ProcReply{ID: c.ID, Code: ProcCodeInvalid, Error: "decoding process call: " + err.Error()})
+		a.send(FrameProcReply, b)
+		return
+	}
+	go func() {
+		var r ProcReply
+		func() {
+			defer func() {
+				if v := recover(); v != nil {
+					r = ProcReply{ID: c.ID, Error: fmt.Sprint("agent: ", v)}
+				}
+			}()
+			if a.procs == nil {
+				r = ProcReply{ID: c.ID, Error: "no process table"}
+				return
+			}
+			r = a.procs.serveCall(&c)
+		}()
+		b, _ := json.Marshal(r)
+		a.send(FrameProcReply, b)
+	}()
+}
+
+// procExited tells the host that a background process ended.
+func (a *agent) procExited(i ProcInfo) {
+	b, _ := json.Marshal(i)
+	a.send(FrameProcExit, b)
 }

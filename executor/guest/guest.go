@@ -121,7 +121,7 @@ func (h *host) timeoutOf(ms int64) time.Duration {
 
 // ProtocolVersion changes whenever the host-guest wire format does; the
 // executor refuses a guest binary of another version (a stale build).
-const ProtocolVersion = "9" // 8: inline_compile, compile_ms and run_ms; 9: file streams on the agent channel
+const ProtocolVersion = "10" // 8: inline_compile, compile_ms and run_ms; 9: file streams on the agent channel; 10: background processes
 
 // Main dispatches on the first argument: "init", "version", "kill", "run",
 // or a file mode ("put", "get", "list").
@@ -156,7 +156,18 @@ func Main(args []string) int {
 // killAll sends SIGKILL to every process the caller may signal (all but
 // itself and pid 1) until none is left: one pass can miss children a fork
 // bomb creates while the pass runs.
+//
+// Background processes' sessions are spared: pid 1 lists them in
+// spareFile, which a guest that `runsc exec` started reads here.
 func killAll() error {
+	if spare := sparedFromFile(spareFile); spare != nil {
+		return killAllBut(func(pass func(func(int) bool)) { pass(spare) })
+	}
+	return killEvery()
+}
+
+// killEvery is killAll with nothing to spare: kill(-1) until none is left.
+func killEvery() error {
 	deadline := time.Now().Add(3 * time.Second)
 	for {
 		err := syscall.Kill(-1, syscall.SIGKILL)

@@ -91,6 +91,7 @@ func wireServices(ctx context.Context, env *Env, g *lifecycle.Group, w wiring) *
 		Files:       w.ex,
 		Lifecycle:   w.ex,
 		Network:     w.ex,
+		Processes:   w.ex,
 		SBOMs:       sbomSource{st: w.st, mir: w.mir},
 		Installer:   inst,
 		Gate:        ready,

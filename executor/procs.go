@@ -1,0 +1,499 @@
+package executor
+
+// Background processes, host side: the calls of the API on a session's
+// processes go over the sandbox's agent channel to pid 1's process table
+// (executor/guest/procs.go). They do not take the session's lock, so a
+// process call neither waits for a run nor holds one up; they mark the
+// session busy for their length, as a file transfer does.
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"path"
+	"strings"
+	"sync"
+	"time"
+	"unicode"
+
+	"github.com/sandboxapi/sandboxapi/executor/guest"
+	"github.com/sandboxapi/sandboxapi/internal/sandbox"
+)
+
+// procCalls is the host end of the process calls on one agent channel:
+// the calls waiting for their reply, and the processes the guest reported
+// running (which keep the session from being idle). Its zero value is
+// ready; it is safe for concurrent use.
+type procCalls struct {
+	mu      sync.Mutex
+	next    uint64
+	waiting map[uint64]chan procOutcome
+	failed  error
+	// running maps the pid of each process started through this channel
+	// and not yet reported ended to its deadline.
+	running map[int]time.Time
+	// ended keeps the start times of processes whose end came before
+	// their start's reply (the guest sends both at once), so the reply
+	// does not count them running.
+	ended map[int]time.Time
+}
+
+type procOutcome struct {
+	reply *guest.ProcReply
+	err   error
+}
+
+// deliver hands a reply to its call, or records a process's end; a frame
+// that does not decode breaks the channel.
+func (c *procCalls) deliver(typ byte, p []byte) error {
+	switch typ {
+	case guest.FrameProcReply:
+		var r guest.ProcReply
+		if err := json.Unmarshal(p, &r); err != nil {
+			return fmt.Errorf("decoding process reply: %w", err)
+		}
+		c.mu.Lock()
+		ch := c.waiting[r.ID]
+		delete(c.waiting, r.ID)
+		c.mu.Unlock()
+		if ch != nil {
+			ch <- procOutcome{reply: &r}
+		}
+	case guest.FrameProcExit:
+		var i guest.ProcInfo
+		if err := json.Unmarshal(p, &i); err != nil {
+			return fmt.Errorf("decoding process end: %w", err)
+		}
+		c.mu.Lock()
+		if _, ok := c.running[i.PID]; ok {
+			delete(c.running, i.PID)
+		} else {
+			if c.ended == nil || len(c.ended) > 4*guest.MaxRunningProcs {
+				c.ended = map[int]time.Time{}
+			}
+			c.ended[i.PID] = i.StartedAt
+		}
+		c.mu.Unlock()
+	}
+	return nil
+}
+
+// started counts a process running until its end or deadline.
+func (c *procCalls) started(i *guest.ProcInfo, deadline time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if at, ok := c.ended[i.PID]; ok && at.Equal(i.StartedAt) {
+		delete(c.ended, i.PID)
+		return
+	}
+	if c.running == nil {
+		c.running = map[int]time.Time{}
+	}
+	c.running[i.PID] = deadline
+}
+
+// active reports whether a process started here runs (and its deadline
+// has not passed: the guest kills it then, and a lost end frame must not
+// keep the session alive for ever).
+func (c *procCalls) active(now time.Time) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, d := range c.running {
+		if now.Before(d) {
+			return true
+		}
+	}
+	return false
+}
+
+// failAll ends every waiting call with the channel's failure.
+func (c *procCalls) failAll(err error) {
+	c.mu.Lock()
+	if c.failed == nil {
+		c.failed = err
+	}
+	w := c.waiting
+	c.waiting = nil
+	c.running = nil
+	c.mu.Unlock()
+	for _, ch := range w {
+		ch <- procOutcome{err: err}
+	}
+}
+
+// procCall sends one call and waits for its reply.
+func (a *agentConn) procCall(ctx context.Context, c guest.ProcCall) (*guest.ProcReply, error) {
+	ch := make(chan procOutcome, 1)
+	a.procs.mu.Lock()
+	if a.procs.failed != nil {
+		err := a.procs.failed
+		a.procs.mu.Unlock()
+		return nil, err
+	}
+	a.procs.next++
+	c.ID = a.procs.next
+	if a.procs.waiting == nil {
+		a.procs.waiting = map[uint64]chan procOutcome{}
+	}
+	a.procs.waiting[c.ID] = ch
+	a.procs.mu.Unlock()
+	forget := func() {
+		a.procs.mu.Lock()
+		delete(a.procs.waiting, c.ID)
+		a.procs.mu.Unlock()
+	}
+	b, err := json.Marshal(c)
+	if err != nil {
+		forget()
+		return nil, fmt.Errorf("encoding process call: %w", err)
+	}
+	if err := a.send(guest.FrameProcCall, b); err != nil {
+		forget()
+		return nil, fmt.Errorf("%w: %w", errAgentChannel, err)
+	}
+	select {
+	case out := <-ch:
+		if out.err != nil {
+			return nil, out.err
+		}
+		return out.reply, replyError(out.reply)
+	case <-ctx.Done():
+		forget() // a late reply is dropped
+		return nil, ctx.Err()
+	case <-a.closed:
+		forget()
+		return nil, errAgentChannel
+	}
+}
+
+// replyError is the sentinel of a failed reply's code, with its message.
+func replyError(r *guest.ProcReply) error {
+	if r.Error == "" && r.Code == "" {
+		return nil
+	}
+	var s error
+	switch r.Code {
+	case guest.ProcCodeNotFound:
+		s = sandbox.ErrProcessNotFound
+	case guest.ProcCodeLimit:
+		s = sandbox.ErrProcessLimit
+	case guest.ProcCodeNotRunning:
+		s = sandbox.ErrProcessNotRunning
+	case guest.ProcCodeNoStdin:
+		s = sandbox.ErrProcessNoStdin
+	case guest.ProcCodeStdinFull:
+		s = sandbox.ErrProcessStdinFull
+	case guest.ProcCodeNotPTY:
+		s = sandbox.ErrProcessNotPTY
+	case guest.ProcCodeStart:
+		s = sandbox.ErrProcessStart
+	case guest.ProcCodeInvalid:
+		s = sandbox.ErrInvalid
+	default:
+		// The guest's own failure: not the caller's to read.
+		return fmt.Errorf("guest process call failed: %s", r.Error)
+	}
+	return fmt.Errorf("%w: %s", s, r.Error)
+}
+
+// procChannel checks owner's session (resuming it when hibernated, as a
+// file call does) and returns its agent channel, the session marked busy
+// (release it with unuse).
+func (e *Executor) procChannel(ctx context.Context, owner, id string) (*session, *agentConn, error) {
+	s, a, err := e.fileChannel(ctx, owner, id)
+	if err != nil {
+		return nil, nil, err
+	}
+	if a == nil {
+		return nil, nil, sandbox.ErrNoProcessChannel
+	}
+	return s, a, nil
+}
+
+// channelError says why a call's channel broke: the session ended (404)
+// or stopped running (hibernated, ending: 409) meanwhile, or its sandbox's
+// channel failed while it runs.
+func (e *Executor) channelError(ctx context.Context, s *session, err error) error {
+	if !errors.Is(err, errAgentChannel) {
+		return err
+	}
+	// A hibernation or an end closes the channel while it holds life and
+	// before it records the new state: wait for it to finish.
+	s.life.Lock()
+	s.life.Unlock() //nolint:staticcheck // only waiting for the holder
+	e.mu.Lock()
+	gone, st := s.gone, s.state
+	e.mu.Unlock()
+	switch {
+	case gone:
+		return e.goneErr(ctx, s)
+	case st != StateRunning:
+		return fmt.Errorf("%w: %s", ErrBadState, st)
+	}
+	e.log.WarnContext(ctx, "process call on a broken agent channel", "session", s.id, "err", err)
+	return fmt.Errorf("%w: the sandbox's agent channel failed", sandbox.ErrNoProcessChannel)
+}
+
+// checkProcessSpec validates a start request and returns the timeout the
+// process gets.
+func (e *Executor) checkProcessSpec(spec *sandbox.ProcessSpec, idleTTL time.Duration) (time.Duration, error) {
+	bad := func(format string, args ...any) (time.Duration, error) {
+		return 0, fmt.Errorf("%w: "+format, append([]any{sandbox.ErrInvalid}, args...)...)
+	}
+	if strings.TrimSpace(spec.Cmd) == "" || strings.ContainsRune(spec.Cmd, 0) {
+		return bad("cmd is required")
+	}
+	if len(spec.Args) > sandbox.MaxProcessArgs {
+		return bad("at most %d args", sandbox.MaxProcessArgs)
+	}
+	for _, a := range spec.Args {
+		if strings.ContainsRune(a, 0) {
+			return bad("an arg holds a NUL byte")
+		}
+	}
+	if err := CheckEnv(spec.Env); err != nil {
+		return 0, err
+	}
+	if spec.Cwd != "" && (!path.IsAbs(spec.Cwd) || strings.ContainsRune(spec.Cwd, 0)) {
+		return bad("cwd must be an absolute path")
+	}
+	if len(spec.Tag) > sandbox.MaxProcessTagLen || strings.IndexFunc(spec.Tag, func(r rune) bool { return !unicode.IsPrint(r) }) >= 0 {
+		return bad("tag must be at most %d printable characters", sandbox.MaxProcessTagLen)
+	}
+	if t := spec.PTY; t != nil && (t.Cols < 1 || t.Rows < 1 || t.Cols > sandbox.MaxTermSize || t.Rows > sandbox.MaxTermSize) {
+		return bad("pty cols and rows must be between 1 and %d", sandbox.MaxTermSize)
+	}
+	timeout := spec.Timeout
+	if timeout == 0 {
+		timeout = idleTTL
+	}
+	if timeout < 0 || timeout > e.cfg.MaxIdleTTL {
+		return bad("timeout must be between 1 and %d seconds", int(e.cfg.MaxIdleTTL.Seconds()))
+	}
+	return timeout, nil
+}
+
+// StartProcess starts a background process in owner's session.
+func (e *Executor) StartProcess(ctx context.Context, owner, id string, spec sandbox.ProcessSpec) (sandbox.Process, error) {
+	e.mu.Lock()
+	s, ok := e.sessions[id]
+	var ttl time.Duration
+	if ok {
+		ttl = s.idleTTL
+	}
+	e.mu.Unlock()
+	if !ok || s.owner != owner {
+		return sandbox.Process{}, ErrNotFound
+	}
+	timeout, err := e.checkProcessSpec(&spec, ttl)
+	if err != nil {
+		return sandbox.Process{}, err
+	}
+	mem, err := e.memoryLimit(spec.MemoryBytes)
+	if err != nil {
+		return sandbox.Process{}, err
+	}
+	s, a, err := e.procChannel(ctx, owner, id)
+	if err != nil {
+		return sandbox.Process{}, err
+	}
+	defer e.unuse(s)
+	env := e.baseEnv(s.runtime, s.netEnv, spec.Env)
+	start := &guest.ProcStart{Argv: append([]string{spec.Cmd}, spec.Args...), Cwd: spec.Cwd, UID: SandboxUID, GID: SandboxUID,
+		MaxProcs: uint64(e.cfg.Pids), Stdin: spec.Stdin, Tag: spec.Tag, TimeoutMS: timeoutMS(timeout), MemoryBytes: mem}
+	if start.Cwd == "" {
+		start.Cwd = HomeDir
+	}
+	if spec.PTY != nil {
+		start.PTY = &guest.WinSize{Cols: uint16(spec.PTY.Cols), Rows: uint16(spec.PTY.Rows)}
+		if _, set := spec.Env["TERM"]; !set {
+			env = append(env, "TERM=xterm-256color")
+		}
+	}
+	start.Env = env
+	r, err := a.procCall(ctx, guest.ProcCall{Op: "start", Start: start})
+	if err != nil {
+		return sandbox.Process{}, e.channelError(ctx, s, err)
+	}
+	if r.Proc == nil {
+		return sandbox.Process{}, errors.New("guest started a process without describing it")
+	}
+	a.procs.started(r.Proc, time.Now().Add(timeout))
+	e.mu.Lock()
+	s.live = true
+	e.mu.Unlock()
+	e.log.InfoContext(ctx, "process started", "session", id, "pid", r.Proc.PID, "tag", spec.Tag, "pty", spec.PTY != nil)
+	return processOf(r.Proc), nil
+}
+
+// ListProcesses lists the session's background processes, oldest first.
+func (e *Executor) ListProcesses(ctx context.Context, owner, id string) ([]sandbox.Process, error) {
+	s, a, err := e.procChannel(ctx, owner, id)
+	if err != nil {
+		return nil, err
+	}
+	defer e.unuse(s)
+	r, err := a.procCall(ctx, guest.ProcCall{Op: "list"})
+	if err != nil {
+		return nil, e.channelError(ctx, s, err)
+	}
+	out := make([]sandbox.Process, 0, len(r.Procs))
+	for i := range r.Procs {
+		out = append(out, processOf(&r.Procs[i]))
+	}
+	return out, nil
+}
+
+// GetProcess describes one background process.
+func (e *Executor) GetProcess(ctx context.Context, owner, id string, pid int) (sandbox.Process, error) {
+	r, err := e.procOp(ctx, owner, id, guest.ProcCall{Op: "get", PID: pid})
+	if err != nil {
+		return sandbox.Process{}, err
+	}
+	if r.Proc == nil {
+		return sandbox.Process{}, errors.New("guest answered without the process")
+	}
+	return processOf(r.Proc), nil
+}
+
+// WriteProcessStdin queues data for the process's stdin and, with eof,
+// closes it after them (a terminal gets ^D instead).
+func (e *Executor) WriteProcessStdin(ctx context.Context, owner, id string, pid int, data []byte, eof bool) (int, error) {
+	if len(data) > guest.ProcStdinBytes {
+		return 0, fmt.Errorf("%w: at most %d bytes of stdin per call", sandbox.ErrTooLarge, guest.ProcStdinBytes)
+	}
+	r, err := e.procOp(ctx, owner, id, guest.ProcCall{Op: "stdin", PID: pid, Data: data, EOF: eof})
+	if err != nil {
+		return 0, err
+	}
+	return r.Written, nil
+}
+
+// SignalProcess sends signal sig (a name such as "SIGTERM") to the process.
+func (e *Executor) SignalProcess(ctx context.Context, owner, id string, pid int, sig string) error {
+	n, ok := signalNumber(sig)
+	if !ok {
+		return fmt.Errorf("%w: unknown signal %q", sandbox.ErrInvalid, sig)
+	}
+	_, err := e.procOp(ctx, owner, id, guest.ProcCall{Op: "signal", PID: pid, Signal: n})
+	return err
+}
+
+// ResizeProcess sets the size of the process's terminal.
+func (e *Executor) ResizeProcess(ctx context.Context, owner, id string, pid int, size sandbox.TermSize) error {
+	if size.Cols < 1 || size.Rows < 1 || size.Cols > sandbox.MaxTermSize || size.Rows > sandbox.MaxTermSize {
+		return fmt.Errorf("%w: cols and rows must be between 1 and %d", sandbox.ErrInvalid, sandbox.MaxTermSize)
+	}
+	_, err := e.procOp(ctx, owner, id, guest.ProcCall{Op: "resize", PID: pid, Size: &guest.WinSize{Cols: uint16(size.Cols), Rows: uint16(size.Rows)}})
+	return err
+}
+
+// procOp runs one call on the session's process table.
+func (e *Executor) procOp(ctx context.Context, owner, id string, c guest.ProcCall) (*guest.ProcReply, error) {
+	s, a, err := e.procChannel(ctx, owner, id)
+	if err != nil {
+		return nil, err
+	}
+	defer e.unuse(s)
+	r, err := a.procCall(ctx, c)
+	if err != nil {
+		return nil, e.channelError(ctx, s, err)
+	}
+	return r, nil
+}
+
+// procReadWait is how long one read waits in the guest for output while
+// following; each read's call allows this plus procCallMargin.
+const (
+	procReadWait   = 15 * time.Second
+	procCallMargin = 10 * time.Second
+)
+
+// ProcessOutput streams the process's output from offset from to emit:
+// what is kept now and, with follow, what comes until the process ends or
+// ctx is done. The stream ends with an Exit event once the process has
+// ended and everything is out; without follow, a running process's stream
+// ends after what is kept now. An error from emit ends the stream.
+func (e *Executor) ProcessOutput(ctx context.Context, owner, id string, pid int, from int64, follow bool, emit func(sandbox.ProcessEvent) error) error {
+	s, a, err := e.procChannel(ctx, owner, id)
+	if err != nil {
+		return err
+	}
+	defer e.unuse(s)
+	if from < 0 {
+		from = 0
+	}
+	for {
+		wait := time.Duration(0)
+		if follow {
+			wait = procReadWait
+		}
+		cctx, cancel := context.WithTimeout(ctx, wait+procCallMargin)
+		r, err := a.procCall(cctx, guest.ProcCall{Op: "read", PID: pid, From: from, WaitMS: wait.Milliseconds()})
+		cancel()
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return e.channelError(ctx, s, err)
+		}
+		o := r.Output
+		if o == nil {
+			return errors.New("guest answered a read without output")
+		}
+		if o.Dropped > 0 {
+			if err := emit(sandbox.ProcessEvent{Dropped: o.Dropped, Offset: from + o.Dropped}); err != nil {
+				return err
+			}
+		}
+		for _, c := range o.Chunks {
+			if err := emit(sandbox.ProcessEvent{Stream: c.Stream, Offset: c.Offset, Data: c.Data}); err != nil {
+				return err
+			}
+		}
+		from = o.Next
+		if o.Done {
+			p := processOf(o.Proc)
+			return emit(sandbox.ProcessEvent{Offset: from, Exit: &p})
+		}
+		if !follow && len(o.Chunks) == 0 && o.Dropped == 0 {
+			return nil
+		}
+		// While following an exited process's remaining output, or after
+		// a wait that brought nothing, read again.
+	}
+}
+
+// processOf is the shared shape of a guest's process description.
+func processOf(i *guest.ProcInfo) sandbox.Process {
+	if i == nil {
+		return sandbox.Process{}
+	}
+	p := sandbox.Process{PID: i.PID, Tag: i.Tag, PTY: i.PTY, Stdin: i.Stdin, State: i.State, ExitCode: i.ExitCode,
+		Signal: i.Signal, TimedOut: i.TimedOut, OOMKilled: i.OOMKilled, StartedAt: i.StartedAt, EndedAt: i.EndedAt, OutputBytes: i.OutputBytes}
+	if len(i.Argv) > 0 {
+		p.Cmd, p.Args = i.Argv[0], i.Argv[1:]
+	}
+	return p
+}
+
+// signalNumbers are the signals a caller may send a process by name.
+var signalNumbers = map[string]int{
+	"SIGHUP": 1, "SIGINT": 2, "SIGQUIT": 3, "SIGKILL": 9, "SIGUSR1": 10, "SIGUSR2": 12,
+	"SIGTERM": 15, "SIGCONT": 18, "SIGSTOP": 19, "SIGTSTP": 20, "SIGWINCH": 28,
+}
+
+func signalNumber(name string) (int, bool) {
+	n, ok := signalNumbers[name]
+	return n, ok
+}
+
+// processesActive reports whether session id's sandbox runs a background
+// process whose deadline has not passed: such a session is not idle.
+func (e *Executor) processesActive(id string, now time.Time) bool {
+	e.agentsMu.Lock()
+	a := e.agents[id]
+	e.agentsMu.Unlock()
+	return a != nil && !a.broken() && a.procs.active(now)
+}
