@@ -61,6 +61,8 @@ var wireSchemas = map[string]wireSchema{
 	"FileInfo":              {typ: reflect.TypeFor[wire.FileInfo](), reply: true},
 	"FileListing":           {typ: reflect.TypeFor[wire.FileListing](), reply: true},
 	"ForkRequest":           {typ: reflect.TypeFor[wire.ForkRequest]()},
+	"CellResult":            {typ: reflect.TypeFor[wire.CellResult](), reply: true},
+	"CellError":             {typ: reflect.TypeFor[wire.CellError](), reply: true},
 }
 
 // wireNotComponents are wire types without a component schema of their
@@ -89,6 +91,7 @@ var wireTypes = []reflect.Type{
 	reflect.TypeFor[wire.InstallReply](), reflect.TypeFor[wire.InstalledPackage](), reflect.TypeFor[wire.InstallPhases](),
 	reflect.TypeFor[wire.PackageRejection](), reflect.TypeFor[wire.RejectedDetails](),
 	reflect.TypeFor[wire.PackageVerdict](), reflect.TypeFor[wire.PackageVerdicts](), reflect.TypeFor[wire.InstallRequest](),
+	reflect.TypeFor[wire.CellResult](), reflect.TypeFor[wire.CellError](),
 }
 
 // wireField is one field of a struct as encoding/json writes it.

@@ -118,6 +118,8 @@ type Deps struct {
 	Files Files
 	// Lifecycle enables POST /v1/sessions/{id}/hibernate and .../fork.
 	Lifecycle Lifecycle
+	// Kernels enables POST /v1/sessions/{id}/kernel/restart.
+	Kernels Kernels
 	// Network enables PATCH /v1/sessions/{id}/network.
 	Network SessionNetwork
 	// SBOMs enables GET /v1/sessions/{id}/sbom.
@@ -212,6 +214,9 @@ func (s *Server) routes(d Deps) {
 	}
 	if d.Lifecycle != nil {
 		s.mountLifecycle(d.Lifecycle)
+	}
+	if d.Kernels != nil {
+		s.mountKernels(d.Kernels)
 	}
 	if d.Network != nil {
 		s.mountNetwork(d.Network)

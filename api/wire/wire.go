@@ -33,14 +33,33 @@ type ExecuteResult struct {
 	// ResumedMS is set when this call first resumed the hibernated
 	// session: how long the resume took.
 	ResumedMS int64 `json:"resumed_ms,omitempty" jsonschema:"how long resuming the hibernated session took, in milliseconds"`
+	// Results, Error and KernelRestarted are a kernel session's: the
+	// cell's rich outputs (the last expression's value is the main
+	// result), the exception it raised, and whether the kernel was lost
+	// since the last reply (earlier variables are gone).
+	Results         []CellResult `json:"results,omitempty" jsonschema:"a kernel cell's rich outputs (Jupyter MIME bundles), in order"`
+	Error           *CellError   `json:"error,omitempty" jsonschema:"the exception a kernel cell raised"`
+	KernelRestarted bool         `json:"kernel_restarted,omitempty" jsonschema:"the kernel was lost since the last reply and a fresh one ran this cell: earlier variables are gone"`
 }
+
+// CellResult is one rich output of a kernel cell (a Jupyter MIME bundle):
+// type execute_result (the last expression's value, is_main_result true)
+// or display_data, and data from MIME type to value (text/plain,
+// text/html, text/markdown, image/svg+xml, image/png as base64,
+// application/json as a JSON value). It is also the data of a stream's
+// `display` event.
+type CellResult = sandbox.CellResult
+
+// CellError is the exception a kernel cell raised: its name, its value
+// and the traceback without ANSI colour codes.
+type CellError = sandbox.CellError
 
 // ExecuteResultOf is r as the API reports it.
 func ExecuteResultOf(r sandbox.Result) ExecuteResult {
 	return ExecuteResult{
 		ExecutionID: r.ExecutionID, Stdout: r.Stdout, Stderr: r.Stderr, ExitCode: r.ExitCode, Signal: r.Signal,
 		Status: r.Status, DurationMS: r.DurationMS, CompileMS: r.CompileMS, RunMS: r.RunMS, Truncated: r.Truncated,
-		ResumedMS: r.ResumedMS,
+		ResumedMS: r.ResumedMS, Results: r.Results, Error: r.Error, KernelRestarted: r.KernelRestarted,
 	}
 }
 

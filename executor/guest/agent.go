@@ -202,6 +202,7 @@ type agent struct {
 	reaper *reaper
 
 	files fileStreams
+	kern  kernelState // kernel.go
 
 	mu      sync.Mutex
 	running bool
@@ -256,6 +257,8 @@ func (a *agent) serve(in io.Reader) {
 			a.fileCancel(p)
 		case FrameFileWindow:
 			a.fileWindow(p)
+		case FrameKernelExec, FrameKernelInterrupt, FrameKernelRestart:
+			a.kernelFrame(typ, p)
 		case FrameKill:
 			seq, err := strconv.ParseUint(string(p), 10, 64)
 			a.mu.Lock()
