@@ -279,7 +279,7 @@ func (a *agent) kernelStart(req *KernelRequest) error {
 				return fmt.Errorf("the kernel did not start: %s", lastLine(errBuf.bytes()))
 			}
 			if m.T == "ready" {
-				br.kernel = m.PID
+				br.kernel = userPID(m.PID, req.UID)
 				return nil
 			}
 		case <-t.C:
@@ -287,6 +287,29 @@ func (a *agent) kernelStart(req *KernelRequest) error {
 			return errors.New("the kernel did not start in time")
 		}
 	}
+}
+
+// userPID is pid when it names a process of uid other than pid 1, else
+// 0. The bridge is the user's (its code can write its output), and the
+// guest signals the pid it names as root: a pid of root's (pid 1, a
+// `runsc exec` of the host's) must never be one.
+func userPID(pid, uid int) int {
+	return userPIDIn("/proc", pid, uid)
+}
+
+func userPIDIn(proc string, pid, uid int) int {
+	if pid <= 1 {
+		return 0
+	}
+	fi, err := os.Stat(proc + "/" + strconv.Itoa(pid))
+	if err != nil {
+		return 0
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok || int(st.Uid) != uid {
+		return 0
+	}
+	return pid
 }
 
 // lastLine is the last non-empty line of b (a Python traceback's last
@@ -405,7 +428,7 @@ func (a *agent) kernelCell(req *KernelRequest, intr <-chan struct{}) KernelResul
 			case "error":
 				res.Error = &KernelError{Name: m.Name, Value: m.Value, Traceback: m.Traceback}
 			case "ready":
-				br.kernel = m.PID
+				br.kernel = userPID(m.PID, req.UID)
 			case "done":
 				res.DurationMS = CeilMS(time.Since(start))
 				res.Truncated = m.Truncated
