@@ -256,18 +256,35 @@ func (a *agent) kernelStart(req *KernelRequest) error {
 	if err != nil {
 		return err
 	}
-	errBuf := &limitedBuffer{max: 8 << 10}
-	cmd.Stderr = errBuf
-	exited, err := a.reaper.start(cmd)
+	// A pipe of our own for stderr: with a plain Writer, os/exec would
+	// close its read end only in Wait, which the reaper makes us skip.
+	errR, errW, err := os.Pipe()
 	if err != nil {
+		return err
+	}
+	errBuf := &limitedBuffer{max: 8 << 10}
+	cmd.Stderr = errW
+	exited, err := a.reaper.start(cmd)
+	errW.Close()
+	if err != nil {
+		errR.Close()
+		stdin.Close()
+		stdout.Close()
 		return fmt.Errorf("starting the kernel bridge: %w", err)
 	}
+	go func() {
+		defer errR.Close()
+		_, _ = io.Copy(errBuf, errR)
+	}()
 	br := &bridge{pid: cmd.Process.Pid, stdin: stdin, msgs: make(chan bridgeMsg, 64), gone: make(chan struct{}), stderr: errBuf}
 	go func() {
 		<-exited
 		close(br.gone)
 	}()
-	go readBridge(stdout, br.msgs, int(limit)*2+64<<10)
+	go func() {
+		readBridge(stdout, br.msgs, int(limit)*2+64<<10)
+		stdout.Close() // os/exec closes it only in Wait
+	}()
 	a.kern.br = br
 	t := time.NewTimer(kernelStartTimeout)
 	defer t.Stop()
