@@ -178,6 +178,11 @@ func TestKernelCells(t *testing.T) {
 		if r.KernelRestarted {
 			t.Fatal("an asked-for restart is not reported as a lost kernel")
 		}
+		// The killed bridge's private folder went with the new one's start.
+		r = cell(t, e, s.ID, "import glob\nlen(glob.glob('/tmp/.sbx-kernel-*'))", kernelTimeout)
+		if mainText(r) != "1" {
+			t.Fatalf("kernel folders in /tmp after a restart: %+v", r)
+		}
 	})
 
 	t.Run("a hibernated session's next cell says the kernel restarted", func(t *testing.T) {
