@@ -114,7 +114,7 @@ func (e *Executor) kernelCell(ctx context.Context, s *session, req ExecRequest, 
 		res.ExitCode = 0
 	case StatusTimeout, StatusOOM:
 		res.ExitCode, res.Signal = 137, "SIGKILL"
-		if res.Status == StatusTimeout {
+		if res.Status == StatusTimeout && !kres.Died {
 			// An interrupted cell: the kernel and its state remain.
 			res.ExitCode, res.Signal = 130, "SIGINT"
 		}

@@ -217,6 +217,17 @@ func TestKernelDeathReported(t *testing.T) {
 		t.Fatalf("after os._exit: %+v", r)
 	}
 
+	// A cell that ignores the interrupt at its deadline loses its kernel.
+	cell(t, e, s.ID, "x = 3", kernelTimeout)
+	r = cell(t, e, s.ID, "import signal\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\nwhile True:\n    pass", 2*time.Second)
+	if r.Status != StatusTimeout || !r.KernelRestarted || r.Error == nil || r.Error.Name != "KernelDied" || r.Signal != "SIGKILL" {
+		t.Fatalf("a cell deaf to the interrupt: %+v", r)
+	}
+	r = cell(t, e, s.ID, "x", kernelTimeout)
+	if r.Error == nil || r.Error.Name != "NameError" || r.KernelRestarted {
+		t.Fatalf("after the deaf cell: %+v", r)
+	}
+
 	cell(t, e, s.ID, "x = 2", kernelTimeout)
 	// Past the executor's 256 MiB limit: the guest kills the kernel, never
 	// the sandbox.

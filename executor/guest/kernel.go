@@ -500,16 +500,20 @@ func cellTimeout(ms int64) time.Duration {
 	return time.Duration(ms) * time.Millisecond
 }
 
-// deadStatus is the status of a cell during which the kernel died: oom
-// when the guest killed it for memory, else error.
+// deadStatus is the status of a cell during which the kernel was lost:
+// oom when the guest killed it for memory, timeout when it ignored the
+// interrupt at its deadline (the bridge replaced it), else error.
 func deadStatus(why sandbox.KillReason) sandbox.Status {
-	if why == sandbox.KillOOM {
+	switch why {
+	case sandbox.KillOOM:
 		return sandbox.StatusOOM
+	case sandbox.KillTimeout:
+		return sandbox.StatusTimeout
 	}
 	return sandbox.StatusError
 }
 
 func deadKernelError() *KernelError {
-	return &KernelError{Name: "KernelDied", Value: "the kernel died while running this cell and was restarted: earlier variables are gone",
+	return &KernelError{Name: "KernelDied", Value: "the kernel was lost while running this cell and was restarted: earlier variables are gone",
 		Traceback: []string{}}
 }

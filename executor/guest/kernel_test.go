@@ -2,6 +2,7 @@ package guest
 
 import (
 	"bufio"
+	"bytes"
 	"io"
 	"os"
 	"path/filepath"
@@ -112,4 +113,30 @@ func TestLastLine(t *testing.T) {
 			t.Errorf("lastLine(%q) = %q, want %q", in, got, want)
 		}
 	}
+}
+
+// FuzzReadBridge feeds the guest's reader of the bridge's output (which
+// the user's code can write to) arbitrary bytes: it must end, and pass on
+// only lines within its cap.
+func FuzzReadBridge(f *testing.F) {
+	f.Add([]byte(`{"t":"ready","pid":7}` + "\n" + `{"t":"done"}` + "\n"))
+	f.Add([]byte(`{"t":"display","type":"display_data","data":{"image/png":"AAAA"}}`))
+	f.Add([]byte("\n\n\n{\x00}\n"))
+	f.Fuzz(func(t *testing.T, in []byte) {
+		const max = 64
+		msgs := make(chan bridgeMsg, 1)
+		go readBridge(bytes.NewReader(in), msgs, max)
+		for range msgs {
+		}
+		br := bufio.NewReaderSize(bytes.NewReader(in), 16)
+		for {
+			line, err := readLine(br, max)
+			if len(line) > max {
+				t.Fatalf("a line of %d bytes passed the %d cap", len(line), max)
+			}
+			if err != nil {
+				return
+			}
+		}
+	})
 }
