@@ -60,8 +60,12 @@ func (e *Executor) Execute(ctx context.Context, owner, id string, req ExecReques
 		res.ResumedMS = max(resumed.Milliseconds(), 1)
 	}
 	err = finish(&res, err)
-	e.log.InfoContext(ctx, "execution", "session", id, "execution", execID, "language", s.runtime.Name, "status", res.Status,
-		"exit_code", res.ExitCode, "duration_ms", res.DurationMS, "compile_ms", res.CompileMS, "run_ms", res.RunMS, "stdout_bytes", len(res.Stdout), "stderr_bytes", len(res.Stderr), "truncated", res.Truncated)
+	attrs := []any{"session", id, "execution", execID, "language", s.runtime.Name, "status", res.Status,
+		"exit_code", res.ExitCode, "duration_ms", res.DurationMS, "compile_ms", res.CompileMS, "run_ms", res.RunMS, "stdout_bytes", len(res.Stdout), "stderr_bytes", len(res.Stderr), "truncated", res.Truncated}
+	if s.kernel {
+		attrs = append(attrs, "kernel", true, "results", len(res.Results), "kernel_restarted", res.KernelRestarted)
+	}
+	e.log.InfoContext(ctx, "execution", attrs...)
 	return res, err
 }
 
