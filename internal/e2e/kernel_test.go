@@ -29,8 +29,8 @@ func kernelCell(t *testing.T, s *server, key, id, code string) wire.ExecuteResul
 
 // A kernel session through the real binary: state across cells, a plot
 // streamed as a display event, restart, the kernel flag kept across a
-// server restart (whose next cell says the kernel restarted), and the
-// refusals.
+// server restart and a crash (whose next cell says the kernel restarted),
+// and the refusals.
 func TestKernelSessionEndToEnd(t *testing.T) {
 	s := startServer(t, "")
 	key := s.key("PRO")
@@ -122,5 +122,17 @@ func TestKernelSessionEndToEnd(t *testing.T) {
 	}
 	if res := kernelCell(t, s, key, id, "print('again')"); !res.KernelRestarted || res.Stdout != "again\n" {
 		t.Fatalf("first cell after the server restart: %+v", res)
+	}
+	kernelCell(t, s, key, id, "z = 1")
+
+	// A crash (SIGKILL): the sandbox is not adopted without its agent
+	// channel; the session resumes with a fresh kernel and says so.
+	s.kill()
+	s.start()
+	if res := kernelCell(t, s, key, id, "'z' in globals()"); !res.KernelRestarted || len(res.Results) != 1 || res.Results[0].Data["text/plain"] != "False" {
+		t.Fatalf("first cell after the crash: %+v", res)
+	}
+	if res := kernelCell(t, s, key, id, "1"); res.KernelRestarted {
+		t.Fatalf("the restart reported twice: %+v", res)
 	}
 }
