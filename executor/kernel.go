@@ -104,8 +104,9 @@ func (e *Executor) kernelCell(ctx context.Context, s *session, req ExecRequest, 
 	// restart or a resume without its memory).
 	res.KernelRestarted = kres.Restarted || (kres.Started && used)
 	switch why := k.reason(); {
-	case stdout.truncated || stderr.truncated:
-		res.Status = StatusOutputLimit
+	case stdout.truncated || stderr.truncated || res.Status == StatusOutputLimit:
+		// Over the cap here, or one message over it in the guest.
+		res.Status, res.Truncated = StatusOutputLimit, true
 	case why == sandbox.KillTimeout:
 		res.Status = StatusTimeout
 	case why == sandbox.KillCancelled:
@@ -114,9 +115,9 @@ func (e *Executor) kernelCell(ctx context.Context, s *session, req ExecRequest, 
 	switch res.Status {
 	case StatusOK:
 		res.ExitCode = 0
-	case StatusTimeout, StatusOOM:
+	case StatusTimeout, StatusOOM, StatusOutputLimit:
 		res.ExitCode, res.Signal = 137, "SIGKILL"
-		if res.Status == StatusTimeout && !kres.Died {
+		if res.Status != StatusOOM && !kres.Died {
 			// An interrupted cell: the kernel and its state remain.
 			res.ExitCode, res.Signal = 130, "SIGINT"
 		}

@@ -151,6 +151,11 @@ func TestKernelCells(t *testing.T) {
 		if r.Status != StatusOutputLimit || !r.Truncated || int64(len(r.Stdout)) > 64<<10 {
 			t.Fatalf("flood: status %s truncated %v, %d bytes", r.Status, r.Truncated, len(r.Stdout))
 		}
+		// One message over the cap (cut in the guest) is over it too.
+		r = cell(t, e, s.ID, "print('w' * 300000)", kernelTimeout)
+		if r.Status != StatusOutputLimit || !r.Truncated || int64(len(r.Stdout)) > 64<<10 || len(r.Stdout) < 1000 {
+			t.Fatalf("one big print: status %s truncated %v, %d bytes", r.Status, r.Truncated, len(r.Stdout))
+		}
 		r = cell(t, e, s.ID, "x", kernelTimeout)
 		if r.Status != StatusOK || mainText(r) != "41" {
 			t.Fatalf("after the flood: %+v", r)

@@ -81,7 +81,7 @@ type KernelError struct {
 
 // KernelResult ends a cell or a restart.
 type KernelResult struct {
-	Status     sandbox.Status `json:"status"` // ok, error, timeout, oom, start_error
+	Status     sandbox.Status `json:"status"` // ok, error, timeout, oom, output_limit, start_error
 	Error      *KernelError   `json:"error,omitempty"`
 	DurationMS int64          `json:"duration_ms"`
 	// Started: this call started a kernel (none ran, or the last one was
@@ -110,6 +110,9 @@ type bridgeMsg struct {
 	Restarted bool           `json:"restarted"`
 	Died      bool           `json:"died"`
 	Truncated bool           `json:"truncated"`
+	// OutputLimit: one stream message was over the cap, and the bridge
+	// interrupted the cell.
+	OutputLimit bool `json:"output_limit"`
 }
 
 // bridge is a running kernel bridge.
@@ -167,7 +170,6 @@ func (a *agent) kernelFrame(typ byte, p []byte) {
 		k.current, k.interrupt = req.Seq, intr
 		k.imu.Unlock()
 		go func() {
-			defer k.mu.Unlock()
 			var res KernelResult
 			if typ == FrameKernelRestart {
 				res = a.kernelRestart(&req)
@@ -177,6 +179,9 @@ func (a *agent) kernelFrame(typ byte, p []byte) {
 			k.imu.Lock()
 			k.current, k.interrupt = 0, nil
 			k.imu.Unlock()
+			// Free before the reply goes out: the host sends the next
+			// cell as soon as it has this one's.
+			k.mu.Unlock()
 			a.kernelDone(res)
 		}()
 	}
@@ -459,6 +464,8 @@ func (a *agent) kernelCell(req *KernelRequest, intr <-chan struct{}) KernelResul
 					}
 				case why != sandbox.KillNone && why.Status() != "":
 					res.Status = why.Status()
+				case m.OutputLimit:
+					res.Status = sandbox.StatusOutputLimit
 				case res.Error != nil:
 					res.Status = sandbox.StatusError
 				default:

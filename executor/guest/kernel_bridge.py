@@ -8,7 +8,8 @@
 #        {"t": "stream", "name": "stdout"|"stderr", "text": "..."},
 #        {"t": "display", "type": "display_data"|"execute_result", "data": {...}},
 #        {"t": "error", "name": "...", "value": "...", "traceback": [...]},
-#        {"t": "done", "restarted": bool, "truncated": bool}
+#        {"t": "done", "restarted": bool, "died": bool, "truncated": bool,
+#         "output_limit": bool}
 # A kernel found dead (before or during a cell) is replaced at once and
 # the cell's "done" says restarted: the guest must never answer as if the
 # lost variables were still there. argv[1] caps one message's size.
@@ -182,7 +183,7 @@ def drain_shell():
 
 
 def run_cell(code):
-    restarted, truncated = False, False
+    restarted, truncated, over = False, False, False
     if not kernel.alive():
         kernel.restart()
         restarted = True
@@ -197,11 +198,11 @@ def run_cell(code):
         except queue.Empty:
             if not kernel.alive():
                 kernel.restart()
-                return True, truncated, True
+                return True, truncated, True, over
             if interrupted_at is not None and time.monotonic() - interrupted_at > INTERRUPT_GRACE:
                 # The cell ignores the interrupt: its kernel goes.
                 kernel.restart()
-                return True, truncated, True
+                return True, truncated, True, over
             continue
         if msg.get("parent_header", {}).get("msg_id") != msg_id:
             continue
@@ -217,10 +218,16 @@ def run_cell(code):
                    "traceback": content.get("traceback", [])}
         elif kind == "status" and content.get("execution_state") == "idle":
             drain_shell()
-            return restarted, truncated, False
+            return restarted, truncated, False, over
         if out is not None:
             out, cut = capped(out)
             truncated = truncated or cut
+            if cut and out["t"] == "stream" and not over:
+                # One message of output past the cap: the cell has printed
+                # too much, and stops as a run over its output cap does.
+                over = True
+                interrupted.set()
+                kernel.interrupt()
             emit(out)
 
 
@@ -234,8 +241,8 @@ def main():
                 break
             if req.get("op") != "execute":
                 continue
-            restarted, truncated, died = run_cell(req.get("code", ""))
-            emit({"t": "done", "restarted": restarted, "died": died, "truncated": truncated})
+            restarted, truncated, died, over = run_cell(req.get("code", ""))
+            emit({"t": "done", "restarted": restarted, "died": died, "truncated": truncated, "output_limit": over})
     finally:
         kernel.stop()
         shutil.rmtree(private, ignore_errors=True)
