@@ -49,6 +49,8 @@ var errorTable = []struct {
 	{sandbox.ErrTooLarge, http.StatusRequestEntityTooLarge, "too_large"},
 	{sandbox.ErrBadState, http.StatusConflict, "session_not_running"},
 	{sandbox.ErrNetworkNotAttached, http.StatusConflict, "network_not_attached"},
+	{sandbox.ErrKernelUnsupported, http.StatusBadRequest, "kernel_unsupported"},
+	{sandbox.ErrNoKernel, http.StatusConflict, "no_kernel"},
 	{sandbox.ErrLost, http.StatusGone, "sandbox_lost"},
 	{sandbox.ErrSessionLost, http.StatusGone, "sandbox_lost"},
 	{sandbox.ErrSessionMoved, http.StatusServiceUnavailable, "session_moved"},

@@ -120,6 +120,8 @@ type Deps struct {
 	Lifecycle Lifecycle
 	// Processes enables /v1/sessions/{id}/processes and the routes under it.
 	Processes Processes
+	// Kernels enables POST /v1/sessions/{id}/kernel/restart.
+	Kernels Kernels
 	// Network enables PATCH /v1/sessions/{id}/network.
 	Network SessionNetwork
 	// SBOMs enables GET /v1/sessions/{id}/sbom.
@@ -217,6 +219,9 @@ func (s *Server) routes(d Deps) {
 	}
 	if d.Lifecycle != nil {
 		s.mountLifecycle(d.Lifecycle)
+	}
+	if d.Kernels != nil {
+		s.mountKernels(d.Kernels)
 	}
 	if d.Network != nil {
 		s.mountNetwork(d.Network)

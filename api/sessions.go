@@ -109,6 +109,9 @@ func (s *Server) createSession(w http.ResponseWriter, r *http.Request) error {
 	if err := s.checkRuntime(req.Language, req.Version); err != nil {
 		return err
 	}
+	if req.Kernel && !s.kernelLanguage(req.Language) {
+		return sandbox.ErrKernelUnsupported
+	}
 	ttl, err := seconds("idle_ttl", req.IdleTTL)
 	if err != nil {
 		return err
@@ -129,7 +132,7 @@ func (s *Server) createSession(w http.ResponseWriter, r *http.Request) error {
 	}
 	defer sl.done(r.Context())
 	sess, err := s.sb.CreateSession(r.Context(), sandbox.SessionSpec{Language: req.Language, Version: req.Version, IdleTTL: ttl, Owner: p.KeyID, Network: network,
-		DiskBytes: p.Plan.SessionDiskMB << 20})
+		DiskBytes: p.Plan.SessionDiskMB << 20, Kernel: req.Kernel})
 	if err != nil {
 		return err
 	}
@@ -160,6 +163,19 @@ func (s *Server) checkLanguage(lang string) error {
 		}
 	}
 	return apiErr(http.StatusBadRequest, "unknown_language", "unknown language %s; GET /v1/runtimes lists them", sandbox.Quote(lang))
+}
+
+// kernelLanguage reports whether lang (a name or alias, as checkLanguage
+// matches it) is python3, the one language with a kernel; the executor
+// checks it again.
+func (s *Server) kernelLanguage(lang string) bool {
+	name := strings.ToLower(strings.TrimSpace(lang))
+	for _, rt := range s.sb.RuntimeList() {
+		if strings.EqualFold(rt.Language, name) || slices.ContainsFunc(rt.Aliases, func(a string) bool { return strings.EqualFold(a, name) }) {
+			return rt.Language == "python3"
+		}
+	}
+	return false
 }
 
 // checkRuntime is checkLanguage, then a 400 unsupported_version (listing
@@ -370,6 +386,11 @@ func (s *Server) replyExecution(w http.ResponseWriter, r *http.Request, c *call,
 		sw.mu.Lock()
 		defer sw.mu.Unlock()
 		sw.event(streamName, wire.StreamChunk{Data: string(p)})
+	}
+	ereq.OnDisplay = func(d sandbox.CellResult) {
+		sw.mu.Lock()
+		defer sw.mu.Unlock()
+		sw.event("display", d)
 	}
 	res, err := run(ctx, ereq)
 	sw.mu.Lock()

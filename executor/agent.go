@@ -55,6 +55,7 @@ var errAgentChannel = errors.New("guest agent channel failed")
 type runSink struct {
 	stdout, stderr io.Writer
 	done           chan agentOutcome // gets the result or the channel's failure
+	display        func([]byte)      // a kernel cell's rich outputs (kernel.go); nil: dropped
 }
 
 // agentPipeBytes is the capacity asked for the channel's pipes.
@@ -137,10 +138,10 @@ func (a *agentConn) readLoop() {
 			return
 		}
 		switch typ {
-		case guest.FrameStdout, guest.FrameStderr, guest.FrameResult:
+		case guest.FrameStdout, guest.FrameStderr, guest.FrameResult, guest.FrameKernelDisplay, guest.FrameKernelDone:
 			a.sinkMu.Lock()
 			sink := a.sink
-			if typ == guest.FrameResult {
+			if typ == guest.FrameResult || typ == guest.FrameKernelDone {
 				a.sink = nil
 			}
 			a.sinkMu.Unlock()
@@ -152,6 +153,10 @@ func (a *agentConn) readLoop() {
 				_, _ = sink.stdout.Write(p)
 			case guest.FrameStderr:
 				_, _ = sink.stderr.Write(p)
+			case guest.FrameKernelDisplay:
+				if sink.display != nil {
+					sink.display(p)
+				}
 			default:
 				sink.done <- agentOutcome{raw: p}
 			}

@@ -154,6 +154,7 @@ func (e *Executor) Adopt(ctx context.Context, id string) (Session, error) {
 	now := time.Now()
 	s := newSession(r.ID, r.KeyID, rt, r.IdleTTL, r.CreatedAt, storedNetwork(r.Network))
 	s.state, s.parent, s.diskBytes = StateHibernated, r.ParentID, size
+	s.kernel, s.kernelUsed = r.Kernel, r.Kernel // its kernel is lost: the next cell says so
 	s.hibernatedAt, s.lastUsed = now, now
 	if r.State == StateHibernated {
 		// Cleanly hibernated (or handed over): its idle clock goes on.

@@ -402,7 +402,7 @@ func (e *Executor) ForkSession(ctx context.Context, id string, spec ForkSpec) (_
 	childID := newID("sess_")
 	h := e.home(childID)
 	row := store.SessionRow{ID: childID, KeyID: spec.Owner, Language: rt.Name, Version: rt.Series, State: StateCreating, Network: string(network.JSON()),
-		IdleTTL: src.idleTTL, CreatedAt: start, LastUsedAt: start, DiskBytes: size, ParentID: id}
+		IdleTTL: src.idleTTL, CreatedAt: start, LastUsedAt: start, DiskBytes: size, ParentID: id, Kernel: src.kernel && rt.Name == kernelLanguage}
 	if err := e.store.InsertSession(ctx, row); err != nil {
 		return Session{}, err
 	}
@@ -450,6 +450,12 @@ func (e *Executor) ForkSession(ctx context.Context, id string, spec ForkSpec) (_
 	}
 	child := newSession(childID, spec.Owner, rt, src.idleTTL, start, network)
 	child.state, child.hibernatedAt, child.lastUsed, child.parent, child.diskBytes = StateHibernated, now, now, id, size
+	// A kernel session's child has a kernel too; it starts fresh (the
+	// parent's variables are not copied), which its first cell reports.
+	child.kernel = row.Kernel
+	e.mu.Lock()
+	child.kernelUsed = row.Kernel && src.kernelUsed
+	e.mu.Unlock()
 	e.mu.Lock()
 	if e.fences != gen {
 		e.mu.Unlock()

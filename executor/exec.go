@@ -60,8 +60,12 @@ func (e *Executor) Execute(ctx context.Context, owner, id string, req ExecReques
 		res.ResumedMS = max(resumed.Milliseconds(), 1)
 	}
 	err = finish(&res, err)
-	e.log.InfoContext(ctx, "execution", "session", id, "execution", execID, "language", s.runtime.Name, "status", res.Status,
-		"exit_code", res.ExitCode, "duration_ms", res.DurationMS, "compile_ms", res.CompileMS, "run_ms", res.RunMS, "stdout_bytes", len(res.Stdout), "stderr_bytes", len(res.Stderr), "truncated", res.Truncated)
+	attrs := []any{"session", id, "execution", execID, "language", s.runtime.Name, "status", res.Status,
+		"exit_code", res.ExitCode, "duration_ms", res.DurationMS, "compile_ms", res.CompileMS, "run_ms", res.RunMS, "stdout_bytes", len(res.Stdout), "stderr_bytes", len(res.Stderr), "truncated", res.Truncated}
+	if s.kernel {
+		attrs = append(attrs, "kernel", true, "results", len(res.Results), "kernel_restarted", res.KernelRestarted)
+	}
+	e.log.InfoContext(ctx, "execution", attrs...)
 	return res, err
 }
 
@@ -204,6 +208,9 @@ func (e *Executor) baseEnv(rt *Runtime, netEnv []string, extra map[string]string
 
 // runInSession runs the code in the session's sandbox.
 func (e *Executor) runInSession(ctx context.Context, s *session, req ExecRequest, timeout time.Duration) (Result, error) {
+	if s.kernel {
+		return e.kernelCell(ctx, s, req, timeout)
+	}
 	return e.guestRun(ctx, s.id, e.sessionRequest(s.runtime, s.netEnv, req, timeout), req.Stdin, req.OnOutput)
 }
 

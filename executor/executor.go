@@ -463,7 +463,10 @@ func (e *Executor) reconcile(ctx context.Context) error {
 		// A sandbox with network attached is adopted whatever its row
 		// asks now (a change may have disabled it: the proxy refuses all);
 		// one without is adopted only if its row asks for none.
-		if r.State == StateRunning && runningC[r.ID] && mounted(homeMount(dir)) && lerr == nil && rt.unavailable == nil && (att != nil || !storedNetwork(r.Network).Enabled) {
+		// A kernel session's sandbox is not adopted: its kernel needs the
+		// agent channel, which died with the server; it resumes with a
+		// fresh kernel (and says so).
+		if r.State == StateRunning && runningC[r.ID] && mounted(homeMount(dir)) && lerr == nil && rt.unavailable == nil && (att != nil || !storedNetwork(r.Network).Enabled) && !r.Kernel {
 			s := newSession(r.ID, r.KeyID, rt, r.IdleTTL, r.CreatedAt, storedNetwork(r.Network))
 			s.state, s.hasSandbox, s.parent, s.diskBytes, s.hibernatedAt = StateRunning, true, r.ParentID, size, r.HibernatedAt
 			if att != nil {
@@ -499,6 +502,8 @@ func (e *Executor) reconcile(ctx context.Context) error {
 			if serr == nil && lerr == nil {
 				s := newSession(r.ID, r.KeyID, rt, r.IdleTTL, r.CreatedAt, storedNetwork(r.Network))
 				s.state, s.parent, s.diskBytes = StateHibernated, r.ParentID, size
+				// Its kernel, if any, is lost: the next cell says so.
+				s.kernel, s.kernelUsed = r.Kernel, r.Kernel
 				s.hibernatedAt, s.lastUsed = time.Now(), time.Now()
 				if r.State == StateHibernated {
 					// Cleanly hibernated: its idle clock goes on.

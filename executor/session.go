@@ -58,6 +58,12 @@ type session struct {
 	resumes    uint64
 	resumeTook time.Duration
 	waiters    map[*resumeWaiter]struct{}
+
+	// kernel: executes are cells of one kernel (kernel.go). kernelUsed:
+	// the caller relies on the kernel's state (a cell ran in it), so a
+	// fresh kernel is reported (kernel_restarted).
+	kernel     bool
+	kernelUsed bool
 }
 
 // resumeWaiter is one call waiting for a session's lock: the context
@@ -72,7 +78,7 @@ func newSession(id, owner string, rt *Runtime, ttl time.Duration, created time.T
 func (s *session) snapshot() Session {
 	return Session{ID: s.id, Owner: s.owner, Language: s.runtime.Name, Version: s.runtime.Version, State: s.state, IdleTTL: s.idleTTL,
 		Network: s.network, CreatedAt: s.createdAt, LastUsedAt: s.lastUsed, HibernatedAt: s.hibernatedAt,
-		ForkedFrom: s.parent, DiskBytes: s.diskBytes}
+		ForkedFrom: s.parent, DiskBytes: s.diskBytes, Kernel: s.kernel}
 }
 
 func (e *Executor) dir(id string) string { return filepath.Join(e.sessionsDir(), id) }
@@ -115,6 +121,9 @@ func (e *Executor) CreateSession(ctx context.Context, spec SessionSpec) (_ Sessi
 	rt, err := e.rt.LookupVersion(spec.Language, spec.Version)
 	if err != nil {
 		return Session{}, err
+	}
+	if spec.Kernel && rt.Name != kernelLanguage {
+		return Session{}, ErrKernelUnsupported
 	}
 	ttl := spec.IdleTTL
 	if ttl == 0 {
@@ -192,7 +201,9 @@ func (e *Executor) CreateSession(ctx context.Context, spec SessionSpec) (_ Sessi
 	s := newSession(id, spec.Owner, rt, ttl, now, network)
 	s.state = StateCreating
 	s.diskBytes = size
-	row := store.SessionRow{ID: id, KeyID: spec.Owner, Language: rt.Name, Version: rt.Series, State: StateCreating, Network: string(network.JSON()), IdleTTL: ttl, CreatedAt: now, LastUsedAt: now, DiskBytes: size}
+	s.kernel = spec.Kernel
+	row := store.SessionRow{ID: id, KeyID: spec.Owner, Language: rt.Name, Version: rt.Series, State: StateCreating, Network: string(network.JSON()), IdleTTL: ttl, CreatedAt: now, LastUsedAt: now, DiskBytes: size,
+		Kernel: spec.Kernel}
 	if err := e.store.InsertSession(ctx, row); err != nil {
 		return Session{}, err
 	}

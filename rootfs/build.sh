@@ -25,10 +25,24 @@ mkdir -p "$cache"
 tmp=$(mktemp -d "$cache/.build-XXXXXX")
 trap 'umount -R "$tmp/rootfs/proc" 2>/dev/null || true; rm -rf "$tmp"' EXIT
 echo "building rootfs $hash (debootstrap $SUITE, about a minute or more)" >&2
-pkgs=$(echo "$PACKAGES $RUNTIME_PACKAGES" | tr ' ' ',')
+pkgs=$(echo "$PACKAGES" | tr ' ' ',')
 debootstrap --variant="$VARIANT" --include="$pkgs" "$SUITE" "$tmp/rootfs" "$MIRROR" >"$tmp/debootstrap.log" 2>&1 || {
   tail -30 "$tmp/debootstrap.log" >&2; exit 1; }
 r="$tmp/rootfs"
+# The languages' packages go in with apt, not debootstrap's --include:
+# debootstrap configures everything in one loop without apt's ordering,
+# and some packages (python3-zmq, which the Jupyter kernel needs) fail it.
+had_resolv=false
+if [ -e "$r/etc/resolv.conf" ] || [ -L "$r/etc/resolv.conf" ]; then mv "$r/etc/resolv.conf" "$tmp/resolv.conf.orig"; had_resolv=true; fi
+cp /etc/resolv.conf "$r/etc/resolv.conf"
+mount -t proc proc "$r/proc"
+# shellcheck disable=SC2086
+chroot "$r" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin DEBIAN_FRONTEND=noninteractive LANG=C.UTF-8 \
+  /bin/sh -c "apt-get update -q && apt-get install -y -q --no-install-recommends $RUNTIME_PACKAGES" >"$tmp/apt.log" 2>&1 || {
+  tail -30 "$tmp/apt.log" >&2; exit 1; }
+umount "$r/proc"
+rm -f "$r/etc/resolv.conf"
+if $had_resolv; then mv "$tmp/resolv.conf.orig" "$r/etc/resolv.conf"; fi
 chroot "$r" /usr/sbin/groupadd -g "$SANDBOX_UID" sandbox
 chroot "$r" /usr/sbin/useradd -u "$SANDBOX_UID" -g "$SANDBOX_UID" -d /home/sandbox -M -s /bin/bash sandbox
 mkdir -p "$r/home/sandbox" "$r/opt/sandboxapi/bin" && chown "$SANDBOX_UID:$SANDBOX_UID" "$r/home/sandbox"

@@ -32,6 +32,10 @@ type SessionRow struct {
 	// Node owns the session: its sandbox runs there, and only there may
 	// its state change ("" for a single node, or handed over to be claimed).
 	Node string
+	// Kernel: the session's executes run as cells of one long-lived
+	// kernel ("kernel": true at create), kept across restarts so that a
+	// session adopted again still runs cells (in a fresh kernel).
+	Kernel bool
 }
 
 // ErrNotOwner is returned by a session state change when the session is no
@@ -40,8 +44,8 @@ var ErrNotOwner = errors.New("session is owned by another node")
 
 // InsertSession records a new session, owned by the handle's node.
 func (s *Store) InsertSession(ctx context.Context, r SessionRow) error {
-	_, err := s.db.ExecContext(ctx, `INSERT INTO sessions(id, key_id, language, runtime_version, state, network, idle_ttl_ms, created_at, last_used_at, disk_bytes, parent_id, node)
-		VALUES (?,?,?,?,?,?,?,?,?,?,?,?)`, r.ID, r.KeyID, r.Language, r.Version, string(r.State), r.Network, r.IdleTTL.Milliseconds(), ms(r.CreatedAt), ms(r.LastUsedAt), r.DiskBytes, r.ParentID, s.node)
+	_, err := s.db.ExecContext(ctx, `INSERT INTO sessions(id, key_id, language, runtime_version, state, network, idle_ttl_ms, created_at, last_used_at, disk_bytes, parent_id, node, kernel)
+		VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)`, r.ID, r.KeyID, r.Language, r.Version, string(r.State), r.Network, r.IdleTTL.Milliseconds(), ms(r.CreatedAt), ms(r.LastUsedAt), r.DiskBytes, r.ParentID, s.node, boolInt(r.Kernel))
 	if err != nil {
 		return fmt.Errorf("inserting session %s: %w", r.ID, err)
 	}
@@ -150,17 +154,18 @@ func (s *Store) GetSession(ctx context.Context, id string) (SessionRow, error) {
 type scanner interface{ Scan(...any) error }
 
 // sessionCols are the columns scanSession reads, in its order.
-const sessionCols = `id, key_id, language, runtime_version, state, network, idle_ttl_ms, created_at, last_used_at, COALESCE(ended_at,0), end_reason, COALESCE(hibernated_at,0), disk_bytes, parent_id, node`
+const sessionCols = `id, key_id, language, runtime_version, state, network, idle_ttl_ms, created_at, last_used_at, COALESCE(ended_at,0), end_reason, COALESCE(hibernated_at,0), disk_bytes, parent_id, node, kernel`
 
 func scanSession(sc scanner) (SessionRow, error) {
 	var r SessionRow
-	var ttl, created, used, ended, hib int64
-	if err := sc.Scan(&r.ID, &r.KeyID, &r.Language, &r.Version, &r.State, &r.Network, &ttl, &created, &used, &ended, &r.EndReason, &hib, &r.DiskBytes, &r.ParentID, &r.Node); err != nil {
+	var ttl, created, used, ended, hib, kernel int64
+	if err := sc.Scan(&r.ID, &r.KeyID, &r.Language, &r.Version, &r.State, &r.Network, &ttl, &created, &used, &ended, &r.EndReason, &hib, &r.DiskBytes, &r.ParentID, &r.Node, &kernel); err != nil {
 		if errors.Is(err, sql.ErrNoRows) {
 			return r, err
 		}
 		return r, fmt.Errorf("reading session: %w", err)
 	}
+	r.Kernel = kernel != 0
 	r.setTimes(ttl, created, used, ended, hib)
 	return r, nil
 }
@@ -252,6 +257,22 @@ func addRuntimeVersion(ctx context.Context, tx *sql.Tx) error {
 	}
 	if _, err := tx.ExecContext(ctx, `ALTER TABLE sessions ADD COLUMN runtime_version TEXT NOT NULL DEFAULT ''`); err != nil {
 		return fmt.Errorf("adding sessions.runtime_version: %w", err)
+	}
+	return nil
+}
+
+// addSessionKernel adds sessions.kernel on SQLite unless a file made
+// between the column's addition and this migration's number has it.
+func addSessionKernel(ctx context.Context, tx *sql.Tx) error {
+	var n int
+	if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM pragma_table_info('sessions') WHERE name = 'kernel'`).Scan(&n); err != nil {
+		return fmt.Errorf("reading sessions columns: %w", err)
+	}
+	if n > 0 {
+		return nil
+	}
+	if _, err := tx.ExecContext(ctx, `ALTER TABLE sessions ADD COLUMN kernel INTEGER NOT NULL DEFAULT 0`); err != nil {
+		return fmt.Errorf("adding sessions.kernel: %w", err)
 	}
 	return nil
 }

@@ -321,6 +321,11 @@ var migrations = []migration{
 	// (SQLite has no ADD COLUMN IF NOT EXISTS: addRuntimeVersion adds it.)
 	{sqlite: `SELECT 1`, fix: addRuntimeVersion,
 		postgres: `ALTER TABLE sessions ADD COLUMN IF NOT EXISTS runtime_version TEXT NOT NULL DEFAULT '';`},
+	// Migration 14 of issue 24 (kernels; 13 and 15 are its processes' and
+	// checkpoints'): a session says whether its executes run as cells of
+	// a kernel, so a restart adopts it as a kernel session.
+	{sqlite: `SELECT 1`, fix: addSessionKernel,
+		postgres: `ALTER TABLE sessions ADD COLUMN IF NOT EXISTS kernel BIGINT NOT NULL DEFAULT 0;`},
 	// Migration 16 of the plan (issue 25; renumbered at merge): what the
 	// E2B adapter keeps of its sandboxes (store/e2b.go), so that metadata,
 	// env vars and access tokens survive a restart and serve every node.

@@ -163,8 +163,8 @@ func (k *Checker) Schema(ref string, body []byte) error {
 	return k.validate(map[string]any{"$ref": ref}, body)
 }
 
-// events validates a streamed execution: output events, then one result
-// or error event.
+// events validates a streamed execution: output events (stdout, stderr,
+// a kernel cell's display), then one result or error event.
 func (k *Checker) events(body []byte) error {
 	last := ""
 	for _, ev := range strings.Split(strings.TrimSpace(string(body)), "\n\n") {
@@ -190,6 +190,11 @@ func (k *Checker) events(body []byte) error {
 			var d struct{ Data *string }
 			if err := json.Unmarshal([]byte(data), &d); err != nil || d.Data == nil {
 				return fmt.Errorf("bad %s event %q", event, data)
+			}
+		case "display":
+			// A kernel cell's rich output, as it comes.
+			if err := k.Schema("#/components/schemas/CellResult", []byte(data)); err != nil {
+				return fmt.Errorf("display event: %w", err)
 			}
 		case "result":
 			if err := k.Schema("#/components/schemas/ExecResult", []byte(data)); err != nil {

@@ -92,6 +92,8 @@ type Session struct {
 	HibernatedAt *time.Time `json:"hibernated_at,omitempty"`
 	ForkedFrom   string     `json:"forked_from,omitempty"`
 	DiskMB       int64      `json:"disk_mb,omitempty"`
+	// Kernel: the session's executes run as cells of one kernel.
+	Kernel bool `json:"kernel,omitempty"`
 }
 
 // SessionOf is s as the API reports it: times in UTC, the idle TTL in
@@ -99,7 +101,7 @@ type Session struct {
 func SessionOf(s sandbox.Session) Session {
 	j := Session{ID: s.ID, Language: s.Language, Version: s.Version, State: string(s.State), IdleTTL: int64(s.IdleTTL / time.Second),
 		Network: s.Network.Public(), CreatedAt: s.CreatedAt.UTC(), LastUsed: s.LastUsedAt.UTC(), ExpiresAt: s.ExpiresAt().UTC(),
-		ForkedFrom: s.ForkedFrom, DiskMB: s.DiskBytes >> 20}
+		ForkedFrom: s.ForkedFrom, DiskMB: s.DiskBytes >> 20, Kernel: s.Kernel}
 	if !s.HibernatedAt.IsZero() {
 		t := s.HibernatedAt.UTC()
 		j.HibernatedAt = &t

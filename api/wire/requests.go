@@ -43,7 +43,9 @@ type CreateSessionRequest struct {
 	Version  string   `json:"version,omitempty"`
 	IdleTTL  *float64 `json:"idle_ttl,omitempty"`
 	Network  *Network `json:"network,omitempty"`
-	Kernel   bool     `json:"kernel,omitempty"`
+	// Kernel makes every execute a cell of one long-lived kernel
+	// (python3 only).
+	Kernel bool `json:"kernel,omitempty"`
 }
 
 // ForkRequest is the optional body of POST /v1/sessions/{id}/fork: an

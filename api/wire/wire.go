@@ -33,34 +33,33 @@ type ExecuteResult struct {
 	// ResumedMS is set when this call first resumed the hibernated
 	// session: how long the resume took.
 	ResumedMS int64 `json:"resumed_ms,omitempty" jsonschema:"how long resuming the hibernated session took, in milliseconds"`
-	// Results, Error and KernelRestarted are a kernel session's (a cell's
-	// rich outputs, its exception, and whether the kernel died and was
-	// started fresh since the last call: its variables are gone).
-	Results         []CellResult `json:"results,omitempty"`
-	Error           *CellError   `json:"error,omitempty"`
-	KernelRestarted bool         `json:"kernel_restarted,omitempty"`
+	// Results, Error and KernelRestarted are a kernel session's: the
+	// cell's rich outputs (the last expression's value is the main
+	// result), the exception it raised, and whether the kernel was lost
+	// since the last reply (earlier variables are gone).
+	Results         []CellResult `json:"results,omitempty" jsonschema:"a kernel cell's rich outputs (Jupyter MIME bundles), in order"`
+	Error           *CellError   `json:"error,omitempty" jsonschema:"the exception a kernel cell raised"`
+	KernelRestarted bool         `json:"kernel_restarted,omitempty" jsonschema:"the kernel was lost since the last reply and a fresh one ran this cell: earlier variables are gone"`
 }
 
-// CellResult is one rich output of a kernel cell: a Jupyter MIME bundle.
-type CellResult struct {
-	Type         string         `json:"type"` // execute_result or display_data
-	IsMainResult bool           `json:"is_main_result"`
-	Data         map[string]any `json:"data"` // MIME type -> value: text/plain, text/html, image/png (base64 string), image/svg+xml, application/json (object), text/markdown
-}
+// CellResult is one rich output of a kernel cell (a Jupyter MIME bundle):
+// type execute_result (the last expression's value, is_main_result true)
+// or display_data, and data from MIME type to value (text/plain,
+// text/html, text/markdown, image/svg+xml, image/png as base64,
+// application/json as a JSON value). It is also the data of a stream's
+// `display` event.
+type CellResult = sandbox.CellResult
 
-// CellError is the exception a kernel cell raised.
-type CellError struct {
-	Name      string   `json:"name"`
-	Value     string   `json:"value"`
-	Traceback []string `json:"traceback"`
-}
+// CellError is the exception a kernel cell raised: its name, its value
+// and the traceback without ANSI colour codes.
+type CellError = sandbox.CellError
 
 // ExecuteResultOf is r as the API reports it.
 func ExecuteResultOf(r sandbox.Result) ExecuteResult {
 	return ExecuteResult{
 		ExecutionID: r.ExecutionID, Stdout: r.Stdout, Stderr: r.Stderr, ExitCode: r.ExitCode, Signal: r.Signal,
 		Status: r.Status, DurationMS: r.DurationMS, CompileMS: r.CompileMS, RunMS: r.RunMS, Truncated: r.Truncated,
-		ResumedMS: r.ResumedMS,
+		ResumedMS: r.ResumedMS, Results: r.Results, Error: r.Error, KernelRestarted: r.KernelRestarted,
 	}
 }
 

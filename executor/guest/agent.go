@@ -208,7 +208,8 @@ type agent struct {
 	reaper *reaper
 
 	files fileStreams
-	procs *procTable // background processes (procs.go)
+	procs *procTable  // background processes (procs.go)
+	kern  kernelState // kernel.go
 
 	mu      sync.Mutex
 	running bool
@@ -265,6 +266,8 @@ func (a *agent) serve(in io.Reader) {
 			a.fileCancel(p)
 		case FrameFileWindow:
 			a.fileWindow(p)
+		case FrameKernelExec, FrameKernelInterrupt, FrameKernelRestart:
+			a.kernelFrame(typ, p)
 		case FrameKill:
 			seq, err := strconv.ParseUint(string(p), 10, 64)
 			a.mu.Lock()

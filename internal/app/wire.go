@@ -90,6 +90,7 @@ func wireServices(ctx context.Context, env *Env, g *lifecycle.Group, w wiring) *
 		Usage:       storeUsage{st: w.st, w: w.usage},
 		Files:       w.ex,
 		Lifecycle:   w.ex,
+		Kernels:     w.ex,
 		Network:     w.ex,
 		Processes:   w.ex,
 		SBOMs:       sbomSource{st: w.st, mir: w.mir},

@@ -33,6 +33,11 @@ var (
 	// one served it; this node has let go of it, and the call may be
 	// retried (it reaches the new owner).
 	ErrSessionMoved = errors.New("session moved to another node")
+	// ErrKernelUnsupported: a kernel session ("kernel": true) was asked
+	// for a language that has no kernel (python3 alone has one).
+	ErrKernelUnsupported = errors.New("kernel sessions are available for python3 only")
+	// ErrNoKernel: a kernel call on a session made without "kernel": true.
+	ErrNoKernel = errors.New("the session has no kernel (create it with \"kernel\": true)")
 	// ErrNetworkNotAttached: a running session's sandbox was started
 	// without network, so network cannot be enabled while it runs; it can
 	// while the session is hibernated (the resume attaches it).
@@ -109,6 +114,9 @@ type SessionSpec struct {
 	// DiskBytes is the size of the session's home (its disk limit); 0:
 	// the executor's default.
 	DiskBytes int64
+	// Kernel: every execute runs as a cell of one long-lived kernel
+	// (python3 only; ErrKernelUnsupported otherwise).
+	Kernel bool
 }
 
 // ForkSpec asks for a copy of a session. Empty fields keep the source's.
@@ -138,6 +146,7 @@ type Session struct {
 	HibernatedAt time.Time
 	ForkedFrom   string // the source session of a fork
 	DiskBytes    int64  // size of the home image (its disk limit)
+	Kernel       bool   // executes run as cells of one kernel
 }
 
 // ExpiresAt is when the session is reaped if it stays idle.
@@ -165,6 +174,31 @@ type ExecRequest struct {
 	// OnOutput, if set, receives output chunks ("stdout" or "stderr") as the
 	// program writes them; calls are serialised.
 	OnOutput func(stream string, p []byte)
+	// OnDisplay, if set, receives each rich output of a kernel cell as it
+	// comes (serialised with OnOutput); the result lists them all too.
+	OnDisplay func(CellResult)
+}
+
+// CellResult is one rich output of a kernel cell: a Jupyter MIME bundle.
+// The API reports it as is (wire.CellResult).
+type CellResult struct {
+	// Type is execute_result (the value of the cell's last expression)
+	// or display_data (display(), a plot).
+	Type         string `json:"type"`
+	IsMainResult bool   `json:"is_main_result"`
+	// Data maps a MIME type to its value: text/plain, text/html,
+	// text/markdown, image/svg+xml (strings), image/png (base64 string),
+	// application/json (a JSON value).
+	Data map[string]any `json:"data"`
+}
+
+// CellError is the exception a kernel cell raised (wire.CellError).
+type CellError struct {
+	Name  string `json:"name"`
+	Value string `json:"value"`
+	// Traceback is the formatted traceback, one entry a frame, ANSI
+	// colour codes removed.
+	Traceback []string `json:"traceback"`
 }
 
 // Result is the outcome of one execute. The API reports it as
@@ -186,6 +220,13 @@ type Result struct {
 	// ResumedMS is set when this call first resumed the hibernated
 	// session: how long the resume took.
 	ResumedMS int64
+	// Results are a kernel cell's rich outputs, in order; Error its
+	// exception. KernelRestarted: the kernel was lost (it died, or the
+	// sandbox was replaced without its memory) since the last reply, and
+	// a fresh one ran this cell: earlier variables are gone.
+	Results         []CellResult
+	Error           *CellError
+	KernelRestarted bool
 }
 
 // Runtime describes one language for clients: Version is its default

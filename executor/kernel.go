@@ -1,0 +1,281 @@
+package executor
+
+// Kernel sessions: a session made with Kernel runs every execute as a
+// cell of one long-lived IPython kernel in its sandbox, so variables,
+// imports and loaded data stay between calls. The guest runs the kernel
+// (executor/guest/kernel.go); this side sends cells over the agent
+// channel, caps what comes back (stream output like any run's, rich
+// outputs by their total size) and tells the caller when the kernel it
+// relied on was lost (KernelRestarted).
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"regexp"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/sandboxapi/sandboxapi/executor/guest"
+	"github.com/sandboxapi/sandboxapi/internal/sandbox"
+)
+
+// ErrKernelUnsupported and ErrNoKernel are sandbox's.
+var (
+	ErrKernelUnsupported = sandbox.ErrKernelUnsupported
+	ErrNoKernel          = sandbox.ErrNoKernel
+)
+
+// kernelLanguage is the one runtime with a kernel.
+const kernelLanguage = "python3"
+
+// kernelSlack is the host's margin past a cell's deadline: a cell may
+// first start its kernel (the guest's deadline counts from the cell's
+// start, after it; the guest waits up to 120 s for a start), and the
+// bridge replaces a kernel that ignores the interrupt at the deadline,
+// another start.
+const kernelSlack = 150 * time.Second
+
+// kernelRestartBudget bounds a restart (a kernel start) on the host.
+const kernelRestartBudget = 150 * time.Second
+
+// kernelMarkUsed records that the session's caller now relies on its
+// kernel's state (a cell ran in it). live says the sandbox holds memory
+// a plain restart would lose (hibernation checkpoints it).
+func (e *Executor) kernelMarkUsed(s *session, used bool) {
+	e.mu.Lock()
+	s.kernelUsed = used
+	s.live = true
+	e.mu.Unlock()
+}
+
+// kernelCell runs one execute of a kernel session as a cell. The caller
+// holds the session's lock.
+func (e *Executor) kernelCell(ctx context.Context, s *session, req ExecRequest, timeout time.Duration) (Result, error) {
+	if len(req.Stdin) > 0 {
+		return Result{}, fmt.Errorf("%w: a kernel cell reads no stdin", ErrInvalid)
+	}
+	a := e.agentFor(s.id)
+	if a == nil {
+		return Result{}, fmt.Errorf("%w: the sandbox has no agent channel for its kernel; hibernate the session and call again (a fresh kernel starts)", ErrBadState)
+	}
+	mem, _ := e.memoryLimit(req.MemoryBytes)
+	kreq := e.kernelRequest(s, req.Env)
+	kreq.Code, kreq.TimeoutMS, kreq.MemoryBytes = req.Code, timeoutMS(timeout), mem
+	results := &cellResults{max: e.cfg.MaxOutputBytes, onDisplay: req.OnDisplay}
+	start := time.Now()
+	out, k, stdout, stderr, err := e.kernelCall(ctx, s.id, a, guest.FrameKernelExec, kreq, time.Duration(kreq.TimeoutMS)*time.Millisecond+kernelSlack, req.OnOutput, results)
+	if err != nil {
+		return Result{}, err
+	}
+	stdout.mu.Lock()
+	res := Result{Stdout: stdout.buf.String(), Stderr: stderr.buf.String(), Truncated: stdout.truncated || stderr.truncated,
+		DurationMS: time.Since(start).Milliseconds()}
+	stdout.mu.Unlock()
+	var kres guest.KernelResult
+	if out.err != nil || json.Unmarshal(out.raw, &kres) != nil {
+		// The channel broke mid-cell: the sandbox may be gone with it.
+		if out.err == nil {
+			out.err = fmt.Errorf("%w: undecodable kernel result", errAgentChannel)
+		}
+		return e.lost(ctx, s.id, res, out.err)
+	}
+	if kres.Status == sandbox.StatusStartError {
+		e.log.WarnContext(ctx, "kernel did not start", "session", s.id, "err", kres.Message)
+		return res, fmt.Errorf("starting the kernel: %s", kres.Message)
+	}
+	results.mu.Lock()
+	res.Results, res.Truncated = results.list, res.Truncated || results.truncated || kres.Truncated
+	results.mu.Unlock()
+	if kres.DurationMS > 0 {
+		res.DurationMS = kres.DurationMS
+	}
+	res.RunMS = res.DurationMS
+	res.Status = kres.Status
+	if kres.Error != nil {
+		res.Error = &CellError{Name: kres.Error.Name, Value: stripANSI(kres.Error.Value), Traceback: stripAll(kres.Error.Traceback)}
+	}
+	e.mu.Lock()
+	used := s.kernelUsed
+	e.mu.Unlock()
+	// Lost since the last reply: the kernel died (now or between cells),
+	// or this sandbox is not the one whose kernel the caller used (a
+	// restart or a resume without its memory).
+	res.KernelRestarted = kres.Restarted || (kres.Started && used)
+	switch why := k.reason(); {
+	case stdout.truncated || stderr.truncated || res.Status == StatusOutputLimit:
+		// Over the cap here, or one message over it in the guest.
+		res.Status, res.Truncated = StatusOutputLimit, true
+	case why == sandbox.KillTimeout:
+		res.Status = StatusTimeout
+	case why == sandbox.KillCancelled:
+		return res, ctx.Err()
+	}
+	switch res.Status {
+	case StatusOK:
+		res.ExitCode = 0
+	case StatusTimeout, StatusOOM, StatusOutputLimit:
+		res.ExitCode, res.Signal = 137, "SIGKILL"
+		if res.Status != StatusOOM && !kres.Died {
+			// An interrupted cell: the kernel and its state remain.
+			res.ExitCode, res.Signal = 130, "SIGINT"
+		}
+	default:
+		res.ExitCode = 1
+	}
+	// The caller now relies on the kernel's state, unless the kernel died
+	// during this cell (the fresh one holds nothing of the caller's, and
+	// this reply said so).
+	e.kernelMarkUsed(s, !kres.Died)
+	return res, nil
+}
+
+// kernelRequest is the start part of a kernel request of session s.
+func (e *Executor) kernelRequest(s *session, env map[string]string) *guest.KernelRequest {
+	return &guest.KernelRequest{
+		Env: e.baseEnv(s.runtime, s.netEnv, env), Cwd: HomeDir, UID: SandboxUID, GID: SandboxUID,
+		MaxProcs: uint64(e.cfg.Pids), MaxMessageBytes: e.cfg.MaxOutputBytes,
+	}
+}
+
+// kernelCall sends one kernel frame and waits for its FrameKernelDone.
+// Stream output goes to captures (whose cap interrupts the cell), rich
+// outputs to results. A call past budget, or whose ctx ends, is
+// interrupted; one whose guest stops answering loses the channel.
+func (e *Executor) kernelCall(ctx context.Context, id string, a *agentConn, typ byte, kreq *guest.KernelRequest, budget time.Duration,
+	onOutput func(string, []byte), results *cellResults) (agentOutcome, *killer, *capture, *capture, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if err := a.ready(10 * time.Second); err != nil {
+		e.dropAgent(id)
+		return agentOutcome{}, nil, nil, nil, fmt.Errorf("%w: the guest agent does not answer: %v", ErrBadState, err)
+	}
+	a.seq++
+	kreq.Seq = a.seq
+	payload, err := json.Marshal(kreq)
+	if err != nil {
+		return agentOutcome{}, nil, nil, nil, fmt.Errorf("encoding kernel request: %w", err)
+	}
+	seq := strconv.FormatUint(kreq.Seq, 10)
+	k := &killer{}
+	k.do = func(sandbox.KillReason) { _ = a.send(guest.FrameKernelInterrupt, []byte(seq)) }
+	stdout, stderr := e.captures(onOutput, k)
+	done := make(chan agentOutcome, 1)
+	sink := &runSink{stdout: stdout, stderr: stderr, done: done}
+	if results != nil {
+		sink.display = func(p []byte) {
+			// Serialised with the stream output, in the order they came.
+			stdout.mu.Lock()
+			defer stdout.mu.Unlock()
+			results.add(p)
+		}
+	}
+	if !a.setSink(sink) {
+		e.dropAgent(id)
+		return agentOutcome{}, nil, nil, nil, fmt.Errorf("%w: the guest agent channel failed", ErrBadState)
+	}
+	if err := a.send(typ, payload); err != nil {
+		e.dropAgent(id)
+		return agentOutcome{}, nil, nil, nil, fmt.Errorf("%w: the guest agent channel failed: %v", ErrBadState, err)
+	}
+	out := awaitRun(ctx, done, k, budget, func() { e.dropAgent(id) })
+	k.seal()
+	if out.err != nil {
+		e.dropAgent(id)
+	}
+	return out, k, stdout, stderr, nil
+}
+
+// RestartKernel ends the kernel of owner's kernel session and starts a
+// fresh one: every variable is gone.
+func (e *Executor) RestartKernel(ctx context.Context, owner, id string) (Session, error) {
+	s, _, err := e.acquireResumed(ctx, owner, id)
+	if err != nil {
+		return Session{}, err
+	}
+	defer e.releaseSession(s)
+	if !s.kernel {
+		return Session{}, ErrNoKernel
+	}
+	a := e.agentFor(s.id)
+	if a == nil {
+		return Session{}, fmt.Errorf("%w: the sandbox has no agent channel for its kernel; hibernate the session and call again", ErrBadState)
+	}
+	out, _, _, _, err := e.kernelCall(ctx, s.id, a, guest.FrameKernelRestart, e.kernelRequest(s, nil), kernelRestartBudget, nil, nil)
+	if err != nil {
+		return Session{}, err
+	}
+	var kres guest.KernelResult
+	if out.err != nil || json.Unmarshal(out.raw, &kres) != nil {
+		if out.err == nil {
+			out.err = fmt.Errorf("%w: undecodable kernel result", errAgentChannel)
+		}
+		_, err := e.lost(ctx, s.id, Result{}, out.err)
+		return Session{}, err
+	}
+	if kres.Status != StatusOK {
+		return Session{}, fmt.Errorf("restarting the kernel: %s", kres.Message)
+	}
+	// Asked for: the caller knows its state is gone.
+	e.kernelMarkUsed(s, false)
+	e.log.InfoContext(ctx, "kernel restarted", "session", id, "ms", kres.DurationMS)
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return s.snapshot(), nil
+}
+
+// cellResults collects a cell's rich outputs up to max bytes (their JSON
+// size, together); an output past the cap is left out and marks the
+// result truncated. Guarded by the stream captures' lock.
+type cellResults struct {
+	mu        sync.Mutex
+	max       int64
+	size      int64
+	list      []CellResult
+	truncated bool
+	onDisplay func(CellResult)
+}
+
+// CellResult and CellError are sandbox's.
+type (
+	CellResult = sandbox.CellResult
+	CellError  = sandbox.CellError
+)
+
+func (c *cellResults) add(p []byte) {
+	var d guest.KernelDisplay
+	if json.Unmarshal(p, &d) != nil || d.Data == nil {
+		return
+	}
+	r := CellResult{Type: d.Type, IsMainResult: d.Type == "execute_result", Data: d.Data}
+	if r.Type != "execute_result" {
+		r.Type = "display_data"
+	}
+	c.mu.Lock()
+	if c.truncated || c.size+int64(len(p)) > c.max {
+		c.truncated = true
+		c.mu.Unlock()
+		return
+	}
+	c.size += int64(len(p))
+	c.list = append(c.list, r)
+	c.mu.Unlock()
+	if c.onDisplay != nil {
+		c.onDisplay(r)
+	}
+}
+
+// ansi matches the terminal colour and cursor sequences IPython puts in
+// tracebacks.
+var ansi = regexp.MustCompile(`\x1b\[[0-9;?]*[ -/]*[@-~]`)
+
+func stripANSI(s string) string { return ansi.ReplaceAllString(s, "") }
+
+func stripAll(lines []string) []string {
+	out := make([]string, len(lines))
+	for i, l := range lines {
+		out[i] = stripANSI(l)
+	}
+	return out
+}
