@@ -58,6 +58,9 @@ func (e *Executor) Execute(ctx context.Context, owner, id string, req ExecReques
 	res.ExecutionID = execID
 	if resumed > 0 {
 		res.ResumedMS = max(resumed.Milliseconds(), 1)
+		e.mu.Lock()
+		res.Memory = copyOutcome(s.memory) // that resume's (the lock is held: no other since)
+		e.mu.Unlock()
 	}
 	err = finish(&res, err)
 	e.log.InfoContext(ctx, "execution", "session", id, "execution", execID, "language", s.runtime.Name, "status", res.Status,

@@ -57,6 +57,16 @@ type session struct {
 	resumes    uint64
 	resumeTook time.Duration
 	waiters    map[*resumeWaiter]struct{}
+
+	live bool // the sandbox holds memory (a kernel or background processes): hibernation checkpoints it
+	// ckpt is the checkpoint a hibernated session's memory waits in
+	// (zero: none); memLost says why a live session hibernated without
+	// one (its next resume reports it).
+	ckpt    store.Checkpoint
+	memLost string
+	// memory is the outcome of the latest resume that had memory to bring
+	// back: reported on the calls that waited for it and in the view.
+	memory *sandbox.MemoryOutcome
 }
 
 // resumeWaiter is one call waiting for a session's lock: the context
@@ -71,7 +81,15 @@ func newSession(id, owner string, rt *Runtime, ttl time.Duration, created time.T
 func (s *session) snapshot() Session {
 	return Session{ID: s.id, Owner: s.owner, Language: s.runtime.Name, Version: s.runtime.Version, State: s.state, IdleTTL: s.idleTTL,
 		Network: s.network, CreatedAt: s.createdAt, LastUsedAt: s.lastUsed, HibernatedAt: s.hibernatedAt,
-		ForkedFrom: s.parent, DiskBytes: s.diskBytes}
+		ForkedFrom: s.parent, DiskBytes: s.diskBytes, Live: s.live, CheckpointBytes: s.ckpt.Bytes, Memory: copyOutcome(s.memory)}
+}
+
+func copyOutcome(m *sandbox.MemoryOutcome) *sandbox.MemoryOutcome {
+	if m == nil {
+		return nil
+	}
+	c := *m
+	return &c
 }
 
 func (e *Executor) dir(id string) string { return filepath.Join(e.sessionsDir(), id) }
@@ -480,7 +498,7 @@ func (e *Executor) endSessionOf(ctx context.Context, s *session, reason string) 
 	}
 	e.mu.Unlock()
 	if !gone {
-		e.releaseDisk(s.diskBytes)
+		e.releaseDisk(s.diskBytes + s.ckpt.Bytes) // the image went with the home's folder
 	}
 	if err := e.store.SetSessionState(ctx, id, StateEnded, reason, true); err != nil {
 		errs = append(errs, err)

@@ -32,6 +32,19 @@ type SessionRow struct {
 	// Node owns the session: its sandbox runs there, and only there may
 	// its state change ("" for a single node, or handed over to be claimed).
 	Node string
+	// Live: the session's sandbox holds memory (a kernel, background
+	// processes) that a plain restart would lose.
+	Live bool
+	// Checkpoint is the session's saved memory while it hibernates;
+	// zero: none.
+	Checkpoint Checkpoint
+}
+
+// Checkpoint is a runsc checkpoint image of a session's sandbox.
+type Checkpoint struct {
+	Path  string // relative to the homes folder ("<id>/checkpoint")
+	Bytes int64  // its size on disk
+	Runsc string // the runsc build that wrote it
 }
 
 // ErrNotOwner is returned by a session state change when the session is no
@@ -71,6 +84,28 @@ func (s *Store) SetSessionState(ctx context.Context, id string, state sandbox.St
 func (s *Store) SetSessionHibernated(ctx context.Context, id string, at, lastUsed time.Time) error {
 	res, err := s.db.ExecContext(ctx, `UPDATE sessions SET state=?, hibernated_at=?, last_used_at=? WHERE id=? AND node=?`,
 		string(sandbox.StateHibernated), ms(at), ms(lastUsed), id, s.node)
+	if err != nil {
+		return fmt.Errorf("updating session %s: %w", id, err)
+	}
+	return s.owned(ctx, res, id)
+}
+
+// SetSessionLive records whether a session's sandbox holds memory; like
+// SetSessionState, only for a session the handle's node owns.
+func (s *Store) SetSessionLive(ctx context.Context, id string, live bool) error {
+	res, err := s.db.ExecContext(ctx, `UPDATE sessions SET live=? WHERE id=? AND node=?`, boolInt(live), id, s.node)
+	if err != nil {
+		return fmt.Errorf("updating session %s: %w", id, err)
+	}
+	return s.owned(ctx, res, id)
+}
+
+// SetSessionCheckpoint records a session's checkpoint image (the zero
+// Checkpoint: none) and its live flag in one statement: a session that
+// lost its memory says so in the same write that forgets the image.
+func (s *Store) SetSessionCheckpoint(ctx context.Context, id string, live bool, c Checkpoint) error {
+	res, err := s.db.ExecContext(ctx, `UPDATE sessions SET live=?, checkpoint_path=?, checkpoint_bytes=?, checkpoint_runsc=? WHERE id=? AND node=?`,
+		boolInt(live), c.Path, c.Bytes, c.Runsc, id, s.node)
 	if err != nil {
 		return fmt.Errorf("updating session %s: %w", id, err)
 	}
@@ -150,18 +185,20 @@ func (s *Store) GetSession(ctx context.Context, id string) (SessionRow, error) {
 type scanner interface{ Scan(...any) error }
 
 // sessionCols are the columns scanSession reads, in its order.
-const sessionCols = `id, key_id, language, runtime_version, state, network, idle_ttl_ms, created_at, last_used_at, COALESCE(ended_at,0), end_reason, COALESCE(hibernated_at,0), disk_bytes, parent_id, node`
+const sessionCols = `id, key_id, language, runtime_version, state, network, idle_ttl_ms, created_at, last_used_at, COALESCE(ended_at,0), end_reason, COALESCE(hibernated_at,0), disk_bytes, parent_id, node, live, checkpoint_path, checkpoint_bytes, checkpoint_runsc`
 
 func scanSession(sc scanner) (SessionRow, error) {
 	var r SessionRow
-	var ttl, created, used, ended, hib int64
-	if err := sc.Scan(&r.ID, &r.KeyID, &r.Language, &r.Version, &r.State, &r.Network, &ttl, &created, &used, &ended, &r.EndReason, &hib, &r.DiskBytes, &r.ParentID, &r.Node); err != nil {
+	var ttl, created, used, ended, hib, live int64
+	if err := sc.Scan(&r.ID, &r.KeyID, &r.Language, &r.Version, &r.State, &r.Network, &ttl, &created, &used, &ended, &r.EndReason, &hib, &r.DiskBytes, &r.ParentID, &r.Node,
+		&live, &r.Checkpoint.Path, &r.Checkpoint.Bytes, &r.Checkpoint.Runsc); err != nil {
 		if errors.Is(err, sql.ErrNoRows) {
 			return r, err
 		}
 		return r, fmt.Errorf("reading session: %w", err)
 	}
 	r.setTimes(ttl, created, used, ended, hib)
+	r.Live = live != 0
 	return r, nil
 }
 

@@ -321,6 +321,15 @@ var migrations = []migration{
 	// (SQLite has no ADD COLUMN IF NOT EXISTS: addRuntimeVersion adds it.)
 	{sqlite: `SELECT 1`, fix: addRuntimeVersion,
 		postgres: `ALTER TABLE sessions ADD COLUMN IF NOT EXISTS runtime_version TEXT NOT NULL DEFAULT '';`},
+	// Migration 15 (issue 24; the lead renumbers at merge): live state. A
+	// session whose sandbox holds memory (live) hibernates into a runsc
+	// checkpoint beside its home: the image's path (relative to the homes
+	// folder; empty: none), its size on disk (counted against max_disk)
+	// and the runsc that wrote it (another runsc cannot read it).
+	{sqlite: `ALTER TABLE sessions ADD COLUMN live INTEGER NOT NULL DEFAULT 0;
+	ALTER TABLE sessions ADD COLUMN checkpoint_path TEXT NOT NULL DEFAULT '';
+	ALTER TABLE sessions ADD COLUMN checkpoint_bytes INTEGER NOT NULL DEFAULT 0;
+	ALTER TABLE sessions ADD COLUMN checkpoint_runsc TEXT NOT NULL DEFAULT '';`},
 }
 
 // migrationLock is the PostgreSQL advisory lock key under which a node
