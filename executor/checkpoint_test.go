@@ -96,7 +96,7 @@ echo "$tmp $proc"`
 	// The holder ends (its run's end kills what it left, this exec too),
 	// and its run's result goes to no one: let that frame pass before the
 	// next run's sink is set.
-	_, _ = e.runsc.run(ctx, "", "exec", id, "/bin/sh", "-c", `[ -f /tmp/holder.pid ] && kill -TERM "$(cat /tmp/holder.pid)"; rm -f /tmp/holder.pid; sleep 5`)
+	_, _ = e.runsc.run(ctx, "", "exec", id, "/bin/sh", "-c", `[ -f /tmp/holder.pid ] && { p=$(cat /tmp/holder.pid); rm -f /tmp/holder.pid; kill -TERM "$p"; }`)
 	time.Sleep(500 * time.Millisecond)
 	return strings.TrimSpace(string(out))
 }
