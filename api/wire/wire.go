@@ -33,15 +33,30 @@ type ExecuteResult struct {
 	// ResumedMS is set when this call first resumed the hibernated
 	// session: how long the resume took.
 	ResumedMS int64 `json:"resumed_ms,omitempty" jsonschema:"how long resuming the hibernated session took, in milliseconds"`
+	// MemoryRestored is set when the resume this call waited for had
+	// memory to bring back (live state): whether it did; never silent.
+	MemoryRestored   *bool  `json:"memory_restored,omitempty" jsonschema:"whether the resume restored the session's memory (present when it had memory to bring back)"`
+	MemoryLostReason string `json:"memory_lost_reason,omitempty" jsonschema:"why the session's memory could not be restored"`
 }
 
 // ExecuteResultOf is r as the API reports it.
 func ExecuteResultOf(r sandbox.Result) ExecuteResult {
-	return ExecuteResult{
+	out := ExecuteResult{
 		ExecutionID: r.ExecutionID, Stdout: r.Stdout, Stderr: r.Stderr, ExitCode: r.ExitCode, Signal: r.Signal,
 		Status: r.Status, DurationMS: r.DurationMS, CompileMS: r.CompileMS, RunMS: r.RunMS, Truncated: r.Truncated,
 		ResumedMS: r.ResumedMS,
 	}
+	out.MemoryRestored, out.MemoryLostReason = memoryOf(r.Memory)
+	return out
+}
+
+// memoryOf is a resume's memory outcome as the API spells it.
+func memoryOf(m *sandbox.MemoryOutcome) (*bool, string) {
+	if m == nil {
+		return nil, ""
+	}
+	restored := m.Restored
+	return &restored, m.Reason
 }
 
 // UsageTotal is one row of GET /v1/usage: a key's metered usage summed
