@@ -71,6 +71,7 @@ const (
 	stepCheckpointSaved    createStep = "checkpoint_saved"    // runsc wrote checkpoint.partial
 	stepCheckpointRecorded createStep = "checkpoint_recorded" // renamed, and the row names it
 	stepRestoreRunsc       createStep = "restore_runsc"       // runsc restore done, agent not yet greeted
+	stepForkCheckpoint     createStep = "fork_checkpoint"     // the child's image written, not yet recorded
 )
 
 // Why a session's memory was lost: what the reply and the session's view
@@ -290,6 +291,69 @@ func (a *agentConn) greet(timeout time.Duration) error {
 		}
 	})
 	return a.helloErr
+}
+
+// forkMemory gives a fork's child childID a copy of its source's memory:
+// a checkpoint of the running source (which goes on running), or a copy
+// of the hibernated source's image. The caller holds the source's lock
+// and life, and removes the child's home folder (and so the image) if
+// the fork fails later; the image's disk is counted here, and given back
+// by release. A source without memory gives nothing; a copy that fails
+// gives the reason the child's first resume reports.
+func (e *Executor) forkMemory(ctx context.Context, src *session, childID string) (ck store.Checkpoint, lost string, release func()) {
+	release = func() {}
+	e.mu.Lock()
+	live, had, sck, slost := src.live, src.hasSandbox, src.ckpt, src.memLost
+	e.mu.Unlock()
+	if !live {
+		return ck, slost, release
+	}
+	final := e.home(childID).checkpointDir()
+	partial := final + partialSuffix
+	err := func() error {
+		switch {
+		case had:
+			if err := os.Mkdir(partial, 0o700); err != nil {
+				return err
+			}
+			if _, err := e.runsc.run(ctx, "", "checkpoint", "--leave-running", "--image-path", partial, src.id); err != nil {
+				return err
+			}
+			meta, _ := json.Marshal(checkpointMetaFile{Runsc: e.runscBuild(), Guest: guest.ProtocolVersion, At: time.Now().UTC()})
+			if err := writeSynced(filepath.Join(partial, checkpointMeta), meta); err != nil {
+				return err
+			}
+		case sck.Path != "":
+			if err := runTool(ctx, "cp", "-a", "--reflink=auto", "--", filepath.Join(e.homesDir(), sck.Path), partial); err != nil {
+				return err
+			}
+		default:
+			return errors.New("no checkpoint")
+		}
+		return e.fault(stepForkCheckpoint, childID)
+	}()
+	if err == nil {
+		size := diskUsage(partial)
+		if err = e.reserveDisk(size); err == nil {
+			if err = os.Rename(partial, final); err == nil {
+				ck = store.Checkpoint{Path: checkpointRel(childID), Bytes: size, Runsc: e.runscBuild()}
+				if err = e.store.SetSessionCheckpoint(ctx, childID, true, ck); err == nil {
+					return ck, "", func() { e.releaseDisk(size) }
+				}
+			}
+			e.releaseDisk(size)
+		}
+	}
+	_ = os.RemoveAll(partial)
+	_ = os.RemoveAll(final)
+	if !had && sck.Path == "" {
+		return store.Checkpoint{}, slost, release
+	}
+	e.log.WarnContext(ctx, "copying memory into a fork failed: the child starts on its files", "session", childID, "from", src.id, "err", err)
+	if errors.Is(err, ErrNoStorage) {
+		return store.Checkpoint{}, lostNoDisk, release
+	}
+	return store.Checkpoint{}, lostSaveFailed, release
 }
 
 // dropCheckpoint removes s's checkpoint, gives its disk back and records

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -448,6 +449,47 @@ func TestLiveSurvivesRestart(t *testing.T) {
 			row, _ := st2.GetSession(context.Background(), s.ID)
 			if !row.Live || row.Checkpoint != (store.Checkpoint{}) {
 				t.Fatalf("store row: %+v", row)
+			}
+		})
+	}
+}
+
+// A fork of a live session, running or hibernated, restores a copy of
+// its memory into the child, and the two diverge from there.
+func TestLiveFork(t *testing.T) {
+	for _, hibernated := range []bool{false, true} {
+		t.Run(fmt.Sprintf("hibernated=%v", hibernated), func(t *testing.T) {
+			e, _ := startExecutor(t, func(c *Config) { c.WarmPool = 0 })
+			ctx := context.Background()
+			s := mustSession(t, e, "python3")
+			defer e.DeleteSession(ctx, "k1", s.ID)
+			tmpTok, _ := makeLive(t, e, s.ID, false)
+			if hibernated {
+				if _, err := e.HibernateSession(ctx, "k1", s.ID); err != nil {
+					t.Fatal(err)
+				}
+			}
+			c, err := e.ForkSession(ctx, s.ID, ForkSpec{Owner: "k1"})
+			if err != nil || !c.Live || c.CheckpointBytes <= 0 {
+				t.Fatalf("fork: %+v %v", c, err)
+			}
+			defer e.DeleteSession(ctx, "k1", c.ID)
+			r, err := e.Execute(ctx, "k1", c.ID, ExecRequest{Code: "print(open('/tmp/mem').read())\nopen('/tmp/mem','w').write('child')"})
+			if err != nil || r.Stdout != tmpTok+"\n" || r.Memory == nil || !r.Memory.Restored {
+				t.Fatalf("child's first call: %+v %v", r, err)
+			}
+			if left := checkpointLeft(e, c.ID); len(left) != 0 {
+				t.Fatalf("child's image left: %v", left)
+			}
+			r, err = e.Execute(ctx, "k1", s.ID, ExecRequest{Code: "print(open('/tmp/mem').read())"})
+			if err != nil || r.Stdout != tmpTok+"\n" {
+				t.Fatalf("source after the child wrote: %+v %v", r, err)
+			}
+			if hibernated && (r.Memory == nil || !r.Memory.Restored) {
+				t.Fatalf("source's resume: %+v", r)
+			}
+			if r := run(t, e, c.ID, "print(open('/tmp/mem').read())", 0); r.Stdout != "child\n" {
+				t.Fatalf("child: %+v", r)
 			}
 		})
 	}

@@ -453,6 +453,10 @@ func (e *Executor) ForkSession(ctx context.Context, id string, spec ForkSpec) (_
 	if err := os.MkdirAll(h.imgDir, 0o700); err != nil {
 		return Session{}, fmt.Errorf("creating home image folder: %w", err)
 	}
+	// Memory before files: the checkpoint pauses the source for its
+	// length, and no execute runs in it until the copy is done.
+	ck, memLost, releaseCk := e.forkMemory(ctx, src, childID)
+	cu.Add("checkpoint disk", func(context.Context) error { releaseCk(); return nil })
 	srcMnt := homeMount(e.dir(id))
 	frozen := false
 	if mounted(srcMnt) {
@@ -483,6 +487,7 @@ func (e *Executor) ForkSession(ctx context.Context, id string, spec ForkSpec) (_
 	}
 	child := newSession(childID, spec.Owner, rt, src.idleTTL, start, network)
 	child.state, child.hibernatedAt, child.lastUsed, child.parent, child.diskBytes = StateHibernated, now, now, id, size
+	child.live, child.ckpt, child.memLost = ck.Path != "", ck, memLost
 	e.mu.Lock()
 	if e.fences != gen {
 		e.mu.Unlock()
