@@ -155,6 +155,9 @@ func (e *Executor) saveMemory(ctx context.Context, s *session, leaveRunning bool
 		return ck, fmt.Errorf("%s: %w", lostSaveFailed, err)
 	}
 	took := time.Since(start)
+	if e.memTimed != nil {
+		e.memTimed("checkpoint", took)
+	}
 	meta, _ := json.Marshal(checkpointMetaFile{Runsc: e.runscBuild(), Guest: guest.ProtocolVersion, At: time.Now().UTC()})
 	if err := writeSynced(filepath.Join(partial, checkpointMeta), meta); err != nil {
 		return ck, fmt.Errorf("%s: %w", lostSaveFailed, err)
@@ -227,6 +230,9 @@ func (e *Executor) restoreMemory(ctx context.Context, s *session, bundle string,
 			network = "sandbox"
 		}
 		err := e.restoreWithAgent(ctx, s.id, bundle, network, dir)
+		if err == nil && e.memTimed != nil {
+			e.memTimed("restore", time.Since(start))
+		}
 		if err == nil {
 			e.log.InfoContext(ctx, "session memory restored", "session", s.id, "bytes", ck.Bytes, "ms", time.Since(start).Milliseconds())
 			return &sandbox.MemoryOutcome{Restored: true}

@@ -110,6 +110,9 @@ type Executor struct {
 	// createFault, when set (tests only), runs after each step of
 	// CreateSession; an error or panic from it fails creation there.
 	createFault func(step createStep, id string) error
+	// memTimed, when set (tests and benchmarks only), gets the time of
+	// each runsc checkpoint ("checkpoint") and restore ("restore").
+	memTimed func(op string, d time.Duration)
 
 	// execFileOps counts file calls that took the `runsc exec` path (tests
 	// check that the channel carried theirs).
