@@ -417,6 +417,10 @@ func TestLiveSurvivesRestart(t *testing.T) {
 			s := mustSession(t, first, "python3")
 			tmpTok, procTok := makeLive(t, first, s.ID, true)
 			if kill {
+				// A killed server's pipes close with it: the guest reads
+				// EOF and waits for a new channel (the executor in this
+				// test process would keep them open).
+				first.dropAgent(s.ID)
 				crash(first, st)
 			} else {
 				if err := first.Stop(context.Background()); err != nil {
