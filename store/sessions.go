@@ -292,3 +292,26 @@ func addRuntimeVersion(ctx context.Context, tx *sql.Tx) error {
 	}
 	return nil
 }
+
+// addLiveColumns adds the sessions' live-state columns (migration 15) on
+// SQLite, each unless the file has it already.
+func addLiveColumns(ctx context.Context, tx *sql.Tx) error {
+	for _, c := range []struct{ name, def string }{
+		{"live", "INTEGER NOT NULL DEFAULT 0"},
+		{"checkpoint_path", "TEXT NOT NULL DEFAULT ''"},
+		{"checkpoint_bytes", "INTEGER NOT NULL DEFAULT 0"},
+		{"checkpoint_runsc", "TEXT NOT NULL DEFAULT ''"},
+	} {
+		var n int
+		if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM pragma_table_info('sessions') WHERE name = ?`, c.name).Scan(&n); err != nil {
+			return fmt.Errorf("reading sessions columns: %w", err)
+		}
+		if n > 0 {
+			continue
+		}
+		if _, err := tx.ExecContext(ctx, `ALTER TABLE sessions ADD COLUMN `+c.name+` `+c.def); err != nil {
+			return fmt.Errorf("adding sessions.%s: %w", c.name, err)
+		}
+	}
+	return nil
+}
