@@ -183,7 +183,12 @@ func (e *Executor) saveMemory(ctx context.Context, s *session, leaveRunning bool
 		return ck, fmt.Errorf("%s: %w", lostSaveFailed, err)
 	}
 	syncDir(h.imgDir)
-	ck = store.Checkpoint{Path: checkpointRel(s.id), Bytes: size, Runsc: e.runscBuild()}
+	digest, err := stateDigest(final)
+	if err != nil {
+		_ = os.RemoveAll(final)
+		return ck, fmt.Errorf("%s: %w", lostSaveFailed, err)
+	}
+	ck = store.Checkpoint{Path: checkpointRel(s.id), Bytes: size, Runsc: e.runscBuild(), Digest: digest}
 	if err := e.store.SetSessionCheckpoint(ctx, s.id, true, ck); err != nil {
 		_ = os.RemoveAll(final)
 		return store.Checkpoint{}, err
@@ -222,6 +227,12 @@ func (e *Executor) restoreMemory(ctx context.Context, s *session, bundle string,
 		reason = lostOtherRunsc
 	case meta.Guest != guest.ProtocolVersion:
 		reason = lostOtherGuest
+	default:
+		// The state the sandbox kernel parses must be the one written
+		// (shared storage can hand back a torn or altered file).
+		if d, err := stateDigest(dir); err != nil || d != ck.Digest {
+			reason = lostUnreadable
+		}
 	}
 	if reason == "" {
 		start := time.Now()
@@ -342,8 +353,15 @@ func (e *Executor) forkMemory(ctx context.Context, src *session, childID string)
 		size := diskUsage(partial)
 		if err = e.reserveDisk(size); err == nil {
 			if err = os.Rename(partial, final); err == nil {
-				ck = store.Checkpoint{Path: checkpointRel(childID), Bytes: size, Runsc: e.runscBuild()}
-				if err = e.store.SetSessionCheckpoint(ctx, childID, true, ck); err == nil {
+				var digest string
+				if digest, err = stateDigest(final); err == nil && !had && digest != sck.Digest {
+					err = errors.New("the source's checkpoint changed while it was copied")
+				}
+				ck = store.Checkpoint{Path: checkpointRel(childID), Bytes: size, Runsc: e.runscBuild(), Digest: digest}
+				if err == nil {
+					err = e.store.SetSessionCheckpoint(ctx, childID, true, ck)
+				}
+				if err == nil {
 					return ck, "", func() { e.releaseDisk(size) }
 				}
 			}
@@ -429,6 +447,31 @@ func tidyCheckpoints(h home, ck store.Checkpoint, id string) {
 	if ck.Path != checkpointRel(id) {
 		_ = os.RemoveAll(h.checkpointDir())
 	}
+}
+
+// stateFiles are the files of a checkpoint that the sandbox kernel parses
+// on restore; pages.img is the application's memory, read as data.
+var stateFiles = [...]string{"checkpoint.img", "pages_meta.img"}
+
+// stateDigest is the SHA-256 of a checkpoint's state files, in order.
+func stateDigest(dir string) (string, error) {
+	h := sha256.New()
+	for _, name := range stateFiles {
+		f, err := os.Open(filepath.Join(dir, name))
+		if errors.Is(err, fs.ErrNotExist) && name != stateFiles[0] {
+			continue // no pages file: nothing to index
+		}
+		if err != nil {
+			return "", err
+		}
+		_, err = io.Copy(h, f)
+		f.Close()
+		if err != nil {
+			return "", err
+		}
+		h.Write([]byte{0})
+	}
+	return "sha256:" + hex.EncodeToString(h.Sum(nil)), nil
 }
 
 // diskUsage is the blocks the files under dir take.

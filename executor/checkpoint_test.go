@@ -225,8 +225,21 @@ func TestLiveRestoreFallsBack(t *testing.T) {
 		spoil  func(t *testing.T, dir string)
 		reason string
 	}{
-		{"corrupt", func(t *testing.T, dir string) {
-			if err := os.WriteFile(filepath.Join(dir, "checkpoint.img"), []byte("not a checkpoint"), 0o600); err != nil {
+		{"corrupt state", func(t *testing.T, dir string) {
+			// One byte changed: caught by the digest the row keeps.
+			p := filepath.Join(dir, "checkpoint.img")
+			b, err := os.ReadFile(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b[len(b)/2] ^= 0xff
+			if err := os.WriteFile(p, b, 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}, lostUnreadable},
+		{"truncated pages", func(t *testing.T, dir string) {
+			// Past the digest: runsc restore itself fails.
+			if err := os.Truncate(filepath.Join(dir, "pages.img"), 4096); err != nil {
 				t.Fatal(err)
 			}
 		}, lostRestoreFail},

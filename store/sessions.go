@@ -45,6 +45,9 @@ type Checkpoint struct {
 	Path  string // relative to the homes folder ("<id>/checkpoint")
 	Bytes int64  // its size on disk
 	Runsc string // the runsc build that wrote it
+	// Digest is the SHA-256 of the files the sandbox kernel parses on
+	// restore (its state and the pages' index), checked before a restore.
+	Digest string
 }
 
 // ErrNotOwner is returned by a session state change when the session is no
@@ -104,8 +107,8 @@ func (s *Store) SetSessionLive(ctx context.Context, id string, live bool) error 
 // Checkpoint: none) and its live flag in one statement: a session that
 // lost its memory says so in the same write that forgets the image.
 func (s *Store) SetSessionCheckpoint(ctx context.Context, id string, live bool, c Checkpoint) error {
-	res, err := s.db.ExecContext(ctx, `UPDATE sessions SET live=?, checkpoint_path=?, checkpoint_bytes=?, checkpoint_runsc=? WHERE id=? AND node=?`,
-		boolInt(live), c.Path, c.Bytes, c.Runsc, id, s.node)
+	res, err := s.db.ExecContext(ctx, `UPDATE sessions SET live=?, checkpoint_path=?, checkpoint_bytes=?, checkpoint_runsc=?, checkpoint_digest=? WHERE id=? AND node=?`,
+		boolInt(live), c.Path, c.Bytes, c.Runsc, c.Digest, id, s.node)
 	if err != nil {
 		return fmt.Errorf("updating session %s: %w", id, err)
 	}
@@ -185,13 +188,13 @@ func (s *Store) GetSession(ctx context.Context, id string) (SessionRow, error) {
 type scanner interface{ Scan(...any) error }
 
 // sessionCols are the columns scanSession reads, in its order.
-const sessionCols = `id, key_id, language, runtime_version, state, network, idle_ttl_ms, created_at, last_used_at, COALESCE(ended_at,0), end_reason, COALESCE(hibernated_at,0), disk_bytes, parent_id, node, live, checkpoint_path, checkpoint_bytes, checkpoint_runsc`
+const sessionCols = `id, key_id, language, runtime_version, state, network, idle_ttl_ms, created_at, last_used_at, COALESCE(ended_at,0), end_reason, COALESCE(hibernated_at,0), disk_bytes, parent_id, node, live, checkpoint_path, checkpoint_bytes, checkpoint_runsc, checkpoint_digest`
 
 func scanSession(sc scanner) (SessionRow, error) {
 	var r SessionRow
 	var ttl, created, used, ended, hib, live int64
 	if err := sc.Scan(&r.ID, &r.KeyID, &r.Language, &r.Version, &r.State, &r.Network, &ttl, &created, &used, &ended, &r.EndReason, &hib, &r.DiskBytes, &r.ParentID, &r.Node,
-		&live, &r.Checkpoint.Path, &r.Checkpoint.Bytes, &r.Checkpoint.Runsc); err != nil {
+		&live, &r.Checkpoint.Path, &r.Checkpoint.Bytes, &r.Checkpoint.Runsc, &r.Checkpoint.Digest); err != nil {
 		if errors.Is(err, sql.ErrNoRows) {
 			return r, err
 		}
@@ -301,6 +304,7 @@ func addLiveColumns(ctx context.Context, tx *sql.Tx) error {
 		{"checkpoint_path", "TEXT NOT NULL DEFAULT ''"},
 		{"checkpoint_bytes", "INTEGER NOT NULL DEFAULT 0"},
 		{"checkpoint_runsc", "TEXT NOT NULL DEFAULT ''"},
+		{"checkpoint_digest", "TEXT NOT NULL DEFAULT ''"},
 	} {
 		var n int
 		if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM pragma_table_info('sessions') WHERE name = ?`, c.name).Scan(&n); err != nil {

@@ -325,13 +325,15 @@ var migrations = []migration{
 	// session whose sandbox holds memory (live) hibernates into a runsc
 	// checkpoint beside its home: the image's path (relative to the homes
 	// folder; empty: none), its size on disk (counted against max_disk)
-	// and the runsc that wrote it (another runsc cannot read it).
+	// the runsc that wrote it (another runsc cannot read it) and the digest
+	// of the state runsc parses on restore.
 	// (SQLite has no ADD COLUMN IF NOT EXISTS: addLiveColumns adds them.)
 	{sqlite: `SELECT 1`, fix: addLiveColumns,
 		postgres: `ALTER TABLE sessions ADD COLUMN IF NOT EXISTS live BIGINT NOT NULL DEFAULT 0;
 	ALTER TABLE sessions ADD COLUMN IF NOT EXISTS checkpoint_path TEXT NOT NULL DEFAULT '';
 	ALTER TABLE sessions ADD COLUMN IF NOT EXISTS checkpoint_bytes BIGINT NOT NULL DEFAULT 0;
-	ALTER TABLE sessions ADD COLUMN IF NOT EXISTS checkpoint_runsc TEXT NOT NULL DEFAULT '';`},
+	ALTER TABLE sessions ADD COLUMN IF NOT EXISTS checkpoint_runsc TEXT NOT NULL DEFAULT '';
+	ALTER TABLE sessions ADD COLUMN IF NOT EXISTS checkpoint_digest TEXT NOT NULL DEFAULT '';`},
 }
 
 // migrationLock is the PostgreSQL advisory lock key under which a node
