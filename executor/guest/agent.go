@@ -8,8 +8,10 @@ package guest
 // host writes frames to its stdin and reads frames from its stdout. No
 // process in the sandbox but pid 1 holds either end: children get fresh
 // pipes, and /proc/1/fd is closed to the unprivileged user. When the host
-// goes away (EOF), pid 1 goes on as a plain init; the host falls back to
-// `runsc exec` for sandboxes it did not start itself (after a restart).
+// goes away (EOF), pid 1 goes on as a plain init that reads its stdin
+// again now and then: a restored checkpoint hands it a new channel, on
+// which the host asks for a hello (FrameHello). Until then the host falls
+// back to `runsc exec` for sandboxes it did not start itself.
 
 import (
 	"bufio"
