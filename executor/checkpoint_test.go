@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/sandboxapi/sandboxapi/executor/guest"
+	"github.com/sandboxapi/sandboxapi/internal/sandbox"
 	"github.com/sandboxapi/sandboxapi/store"
 )
 
@@ -509,5 +510,68 @@ func TestLiveFork(t *testing.T) {
 				t.Fatalf("child: %+v", r)
 			}
 		})
+	}
+}
+
+// A live session with network: its namespace goes with the hibernation
+// and egress.Sessions makes a new one for the resume (another path, a
+// fresh veth); the restore takes it, memory comes back, and the sandbox
+// has the same interfaces, addresses and routes as before.
+func TestLiveNetworkSession(t *testing.T) {
+	f := startFaultExecutor(t)
+	e, ctx := f.e, context.Background()
+	s, err := e.CreateSession(ctx, SessionSpec{Language: "python3", Owner: "k1", Network: sandbox.NetworkRequest{Enabled: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.DeleteSession(ctx, "k1", s.ID)
+	// Its interfaces with their addresses, and its routes.
+	netCheck := "import socket, fcntl, struct\n" +
+		"names = sorted(l.split(':')[0].strip() for l in open('/proc/net/dev').read().splitlines()[2:])\n" +
+		"def addr(n):\n" +
+		"    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n" +
+		"    try:\n" +
+		"        return socket.inet_ntoa(fcntl.ioctl(s.fileno(), 0x8915, struct.pack('256s', n.encode()))[20:24])\n" +
+		"    except OSError:\n" +
+		"        return '-'\n" +
+		"print([(n, addr(n)) for n in names], len(open('/proc/net/route').read().splitlines()))"
+	before := run(t, e, s.ID, netCheck, 0)
+	if before.Status != StatusOK || !strings.Contains(before.Stdout, ".") {
+		t.Fatalf("network before: %+v", before)
+	}
+	t.Logf("network: %s", before.Stdout)
+	tmpTok, _ := makeLive(t, e, s.ID, false)
+	h, err := e.HibernateSession(ctx, "k1", s.ID)
+	if err != nil || h.CheckpointBytes <= 0 {
+		t.Fatalf("hibernate: %+v %v", h, err)
+	}
+	if got := held(t, e, s.ID); len(got) != 0 {
+		t.Fatalf("a hibernated live session holds %v", got)
+	}
+	r := resumeOf(t, e, s.ID)
+	if r.Memory == nil || !r.Memory.Restored {
+		t.Fatalf("network session's memory: %+v", r.Memory)
+	}
+	if got := readMemory(t, e, s.ID); got != tmpTok+" -" {
+		t.Fatalf("memory after resume: %q", got)
+	}
+	if after := run(t, e, s.ID, netCheck, 0); after.Stdout != before.Stdout || after.Status != StatusOK {
+		t.Fatalf("network after the restore: %+v, before %+v", after, before)
+	}
+	// Packets cross the new veth: the host side (.1 of the sandbox's
+	// subnet) answers a connection, by accepting or refusing it.
+	reach := "import socket, fcntl, struct\n" +
+		"s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n" +
+		"ip = socket.inet_ntoa(fcntl.ioctl(s.fileno(), 0x8915, struct.pack('256s', b'eth0'))[20:24])\n" +
+		"host = ip.rsplit('.', 1)[0] + '.1'\n" +
+		"try:\n" +
+		"    socket.create_connection((host, 9), timeout=5).close()\n" +
+		"    print('answered')\n" +
+		"except ConnectionRefusedError:\n" +
+		"    print('answered')\n" +
+		"except OSError as ex:\n" +
+		"    print('silent', ex)"
+	if r := run(t, e, s.ID, reach, 30*time.Second); r.Stdout != "answered\n" {
+		t.Fatalf("the host side does not answer after the restore: %+v", r)
 	}
 }
