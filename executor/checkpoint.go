@@ -389,6 +389,11 @@ func (e *Executor) dropCheckpoint(ctx context.Context, s *session, live bool) er
 	s.live = live
 	e.mu.Unlock()
 	err := e.store.SetSessionCheckpoint(ctx, s.id, live, store.Checkpoint{})
+	if err == nil {
+		e.mu.Lock()
+		s.liveStored = live
+		e.mu.Unlock()
+	}
 	if ck.Path != "" {
 		if rerr := os.RemoveAll(filepath.Join(e.homesDir(), ck.Path)); rerr != nil {
 			err = errors.Join(err, rerr)
@@ -405,6 +410,7 @@ func (e *Executor) dropCheckpoint(ctx context.Context, s *session, live bool) er
 // against max_disk.
 func (s *session) servedHibernatedLive(r store.SessionRow, h home) int64 {
 	tidyCheckpoints(h, r.Checkpoint, r.ID)
+	s.liveStored = r.Live
 	if r.Checkpoint.Path != "" {
 		s.live, s.ckpt = true, r.Checkpoint
 		return r.Checkpoint.Bytes
@@ -438,6 +444,27 @@ func (e *Executor) regainLive(ss []*session) {
 			e.log.WarnContext(ctx, "regaining the agent channel of a live session", "session", s.id, "err", err)
 		}
 	}
+}
+
+// persistLive writes s's live flag to the store when a call changed it
+// (the kernel and process code set the field alone). The caller holds
+// s.lock. A failed write is tried again at the end of the next call.
+func (e *Executor) persistLive(s *session) {
+	e.mu.Lock()
+	live, stored, gone := s.live, s.liveStored, s.gone
+	e.mu.Unlock()
+	if live == stored || gone {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := e.store.SetSessionLive(ctx, s.id, live); err != nil {
+		e.log.WarnContext(ctx, "recording a session's live state", "session", s.id, "err", err)
+		return
+	}
+	e.mu.Lock()
+	s.liveStored = live
+	e.mu.Unlock()
 }
 
 // tidyCheckpoints removes, at start, what a crash left of checkpoints:

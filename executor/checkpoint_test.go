@@ -67,12 +67,19 @@ func makeLive(t *testing.T, e *Executor, id string, holder bool) (tmpToken, proc
 			}
 		}
 	}
+	// As the kernel and process code do: the field, under the lock of a
+	// call; the end of the call writes it to the store (persistLive).
+	ctx := context.Background()
+	s, err := e.acquire(ctx, "k1", id)
+	if err != nil {
+		t.Fatal(err)
+	}
 	e.mu.Lock()
-	s := e.sessions[id]
 	s.live = true
 	e.mu.Unlock()
-	if err := e.store.SetSessionLive(context.Background(), id, true); err != nil {
-		t.Fatal(err)
+	e.releaseSession(s)
+	if row, err := e.store.GetSession(ctx, id); err != nil || !row.Live {
+		t.Fatalf("live not recorded at the end of the call: %+v %v", row, err)
 	}
 	return tmpToken, procToken
 }

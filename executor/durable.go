@@ -179,6 +179,7 @@ func (e *Executor) hibernate(ctx context.Context, s *session, reason string) err
 	s.hibernatedAt, s.netEnv, s.netAttached = now, nil, false
 	if had && live {
 		s.ckpt, s.memLost, s.live = ck, memLost, ck.Path != ""
+		s.liveStored = s.live // SetSessionCheckpoint wrote it
 	}
 	e.mu.Unlock()
 	if err := errors.Join(errs...); err != nil {
@@ -488,6 +489,7 @@ func (e *Executor) ForkSession(ctx context.Context, id string, spec ForkSpec) (_
 	child := newSession(childID, spec.Owner, rt, src.idleTTL, start, network)
 	child.state, child.hibernatedAt, child.lastUsed, child.parent, child.diskBytes = StateHibernated, now, now, id, size
 	child.live, child.ckpt, child.memLost = ck.Path != "", ck, memLost
+	child.liveStored = child.live
 	e.mu.Lock()
 	if e.fences != gen {
 		e.mu.Unlock()

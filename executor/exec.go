@@ -180,6 +180,7 @@ func (e *Executor) acquireResumed(ctx context.Context, owner, id string) (*sessi
 }
 
 func (e *Executor) releaseSession(s *session) {
+	e.persistLive(s)
 	e.mu.Lock()
 	s.busy--
 	s.lastUsed = time.Now()

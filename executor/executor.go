@@ -496,7 +496,7 @@ func (e *Executor) reconcile(ctx context.Context) error {
 				// the crash interrupted ends at its own deadline, in the
 				// guest), and a checkpoint and restore gives it an agent
 				// channel again once the executor has started (regainLive).
-				s.live = true
+				s.live, s.liveStored = true, true
 				tidyCheckpoints(h, store.Checkpoint{}, r.ID)
 				if r.Checkpoint.Path != "" {
 					// Restored, then the server died before the row forgot

@@ -59,6 +59,11 @@ type session struct {
 	waiters    map[*resumeWaiter]struct{}
 
 	live bool // the sandbox holds memory (a kernel or background processes): hibernation checkpoints it
+	// liveStored is live as the store's row has it: a call that turned
+	// live on (a kernel or process started) is persisted when the call
+	// ends (persistLive), so that a restart after a kill of the server
+	// knows the sandbox it adopts holds memory.
+	liveStored bool
 	// ckpt is the checkpoint a hibernated session's memory waits in
 	// (zero: none); memLost says why a live session hibernated without
 	// one (its next resume reports it).
