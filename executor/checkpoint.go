@@ -219,6 +219,10 @@ func (e *Executor) restoreMemory(ctx context.Context, s *session, bundle string,
 	b, err := os.ReadFile(filepath.Join(dir, checkpointMeta))
 	var meta checkpointMetaFile
 	switch {
+	case ck.Path != checkpointRel(s.id):
+		// A row names only its own session's folder: anything else (a
+		// hand-edited or foreign row) is never handed to runsc.
+		reason = lostUnreadable
 	case errors.Is(err, fs.ErrNotExist):
 		reason = lostMissing
 	case err != nil || json.Unmarshal(b, &meta) != nil:
@@ -341,7 +345,10 @@ func (e *Executor) forkMemory(ctx context.Context, src *session, childID string)
 				return err
 			}
 		case sck.Path != "":
-			if err := runTool(ctx, "cp", "-a", "--reflink=auto", "--", filepath.Join(e.homesDir(), sck.Path), partial); err != nil {
+			if sck.Path != checkpointRel(src.id) {
+				return errors.New("the source's row names a checkpoint folder not its own")
+			}
+			if err := runTool(ctx, "cp", "-a", "--reflink=auto", "--", e.home(src.id).checkpointDir(), partial); err != nil {
 				return err
 			}
 		default:
@@ -395,7 +402,8 @@ func (e *Executor) dropCheckpoint(ctx context.Context, s *session, live bool) er
 		e.mu.Unlock()
 	}
 	if ck.Path != "" {
-		if rerr := os.RemoveAll(filepath.Join(e.homesDir(), ck.Path)); rerr != nil {
+		// The session's own folder, whatever the row named.
+		if rerr := os.RemoveAll(e.home(s.id).checkpointDir()); rerr != nil {
 			err = errors.Join(err, rerr)
 		}
 		e.releaseDisk(ck.Bytes)

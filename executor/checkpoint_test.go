@@ -261,6 +261,7 @@ func TestLiveRestoreFallsBack(t *testing.T) {
 				t.Fatal(err)
 			}
 		}, lostOtherRunsc},
+		{"row names another folder", nil, lostUnreadable},
 		{"meta unreadable", func(t *testing.T, dir string) {
 			if err := os.WriteFile(filepath.Join(dir, checkpointMeta), []byte(`{`), 0o600); err != nil {
 				t.Fatal(err)
@@ -280,7 +281,15 @@ func TestLiveRestoreFallsBack(t *testing.T) {
 			if err != nil || h.CheckpointBytes <= 0 {
 				t.Fatalf("hibernate: %+v %v", h, err)
 			}
-			tc.spoil(t, e.home(s.ID).checkpointDir())
+			if tc.spoil != nil {
+				tc.spoil(t, e.home(s.ID).checkpointDir())
+			} else {
+				// A row that names a folder not its own (another
+				// session's, or outside the homes): never given to runsc.
+				e.mu.Lock()
+				e.sessions[s.ID].ckpt.Path = filepath.Join("..", s.ID, checkpointFolder)
+				e.mu.Unlock()
+			}
 			r, err := e.Execute(ctx, "k1", s.ID, ExecRequest{Code: "import os\nprint(open('/home/sandbox/f').read(), os.path.exists('/tmp/mem'))"})
 			if err != nil || r.Stdout != "files False\n" {
 				t.Fatalf("resume on files: %+v %v", r, err)
