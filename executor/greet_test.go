@@ -24,7 +24,9 @@ func TestGreetNeedsTheNonce(t *testing.T) {
 		{"old hello first", func(n string) string {
 			return guest.AgentHello + guest.ProtocolVersion + "\n" + guest.AgentHello + "9\nnoise\n" + guest.AgentHello + guest.ProtocolVersion + " " + n + "\n"
 		}, true},
-		{"wrong nonce", func(n string) string { return guest.AgentHello + guest.ProtocolVersion + " " + strings.Repeat("0", len(n)) + "\n" }, false},
+		{"wrong nonce", func(n string) string {
+			return guest.AgentHello + guest.ProtocolVersion + " " + strings.Repeat("0", len(n)) + "\n"
+		}, false},
 		{"other protocol", func(n string) string { return guest.AgentHello + "9 " + n + "\n" }, false},
 		{"plain hello", func(string) string { return guest.AgentHello + guest.ProtocolVersion + "\n" }, false},
 		{"silent", func(string) string { return "" }, false},
