@@ -28,12 +28,22 @@ package executor
 //     their source, namespaces without their path): the home is mounted
 //     again (a new loop device at the same path, or a fork's own), and a
 //     network session gets a new netns from egress.Sessions.
-//   - The image is a folder: checkpoint.img (the kernel's state, about
-//     130 KiB for an idle sandbox), pages.img (memory) and pages_meta.img;
-//     runsc writes them 0644, so the folder is 0700 and lives in the
-//     session's own 0700 folder. A checkpoint of an idle sandbox took
-//     0.08-0.1 s, a restore 0.3-0.5 s; the benchmark in
-//     checkpoint_bench_test.go measures one holding 100 MiB.
+//   - The image is a folder (--image-path): checkpoint.img (the kernel's
+//     state, about 130 KiB for a bare shell, 5 MiB for an idle Python
+//     session), pages.img (memory) and pages_meta.img; runsc writes them
+//     0644, so the folder is 0700 and lives in the session's own 0700
+//     folder. A checkpoint of an idle sandbox took 0.08-0.1 s, a restore
+//     0.3-0.5 s; BenchmarkCheckpointRestore (checkpoint_bench_test.go):
+//     100 MiB held in Python, image 105 MiB, checkpoint 0.19-0.26 s and
+//     restore 0.66-0.72 s at p50.
+//   - runsc restore kills every process that `runsc exec` started (and
+//     their children: the origin is inherited), as it cannot restore
+//     them (runsc/boot/restore.go): memory that must survive lives in the
+//     guest's children. `checkpoint --leave-running` resumes the sandbox
+//     in place (same processes, same stdio): a fork uses it.
+//   - The network: the netns is recreated by egress.Sessions at the
+//     resume (another path, a new veth); the restored sandbox keeps its
+//     interfaces, addresses and routes (TestLiveNetworkSession).
 //
 // Crash safety (store first, as in durable.go):
 //
