@@ -591,3 +591,32 @@ func TestLiveNetworkSession(t *testing.T) {
 		t.Fatalf("the host side does not answer after the restore: %+v", r)
 	}
 }
+
+// hibernate_after checkpoints a live session too: idle, it hibernates
+// with its memory, and the next call has it back.
+func TestLiveHibernateAfter(t *testing.T) {
+	e, _ := startExecutor(t, func(c *Config) { c.WarmPool = 0; c.HibernateAfter = time.Second })
+	ctx := context.Background()
+	s := mustSession(t, e, "python3")
+	defer e.DeleteSession(ctx, "k1", s.ID)
+	tmpTok, _ := makeLive(t, e, s.ID, false)
+	for end := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		v, err := e.GetSession(ctx, "k1", s.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v.State == StateHibernated {
+			if !v.Live || v.CheckpointBytes <= 0 {
+				t.Fatalf("idle hibernation without a checkpoint: %+v", v)
+			}
+			break
+		}
+		if time.Now().After(end) {
+			t.Fatal("the idle session did not hibernate")
+		}
+	}
+	r, err := e.Execute(ctx, "k1", s.ID, ExecRequest{Code: "print(open('/tmp/mem').read())"})
+	if err != nil || r.Stdout != tmpTok+"\n" || r.Memory == nil || !r.Memory.Restored {
+		t.Fatalf("after the idle hibernation: %+v %v", r, err)
+	}
+}
