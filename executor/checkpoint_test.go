@@ -103,11 +103,28 @@ echo "$tmp $proc"`
 		t.Fatalf("reading memory: %v", err)
 	}
 	// The holder ends (its run's end kills what it left, this exec too),
-	// and its run's result goes to no one: let that frame pass before the
-	// next run's sink is set.
+	// and its run's result goes to the host with no call waiting for it.
 	_, _ = e.runsc.run(ctx, "", "exec", id, "/bin/sh", "-c", `[ -f /tmp/holder.pid ] && { p=$(cat /tmp/holder.pid); rm -f /tmp/holder.pid; kill -TERM "$p"; }`)
-	time.Sleep(500 * time.Millisecond)
+	waitAgentFree(t, e, id)
 	return strings.TrimSpace(string(out))
+}
+
+// waitAgentFree returns once a run of its own has its own result: the
+// guest answers runs in order, one result each, so every result before
+// it (the holder's, which a probe may have taken) has been delivered.
+func waitAgentFree(t *testing.T, e *Executor, id string) {
+	t.Helper()
+	for end := time.Now().Add(60 * time.Second); ; {
+		tok := token()
+		r, err := e.Execute(context.Background(), "k1", id, ExecRequest{Code: "print('" + tok + "')"})
+		if err == nil && r.Stdout == tok+"\n" {
+			return
+		}
+		if time.Now().After(end) {
+			t.Fatalf("the agent did not come free: %+v %v", r, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 // resumeOf resumes hibernated session id with an execute and returns its
