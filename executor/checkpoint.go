@@ -35,7 +35,7 @@ package executor
 //     folder. A checkpoint of an idle sandbox took 0.08-0.1 s, a restore
 //     0.3-0.5 s; BenchmarkCheckpointRestore (checkpoint_bench_test.go):
 //     100 MiB held in Python, image 105 MiB, checkpoint 0.19-0.26 s and
-//     restore 0.66-0.72 s at p50.
+//     restore 0.50-0.72 s at p50.
 //   - runsc restore kills every process that `runsc exec` started (and
 //     their children: the origin is inherited), as it cannot restore
 //     them (runsc/boot/restore.go): memory that must survive lives in the
