@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandboxapi/sandboxapi/configs"
 	"github.com/sandboxapi/sandboxapi/executor/guest"
 	"github.com/sandboxapi/sandboxapi/internal/sandbox"
 	"github.com/sandboxapi/sandboxapi/store"
@@ -635,5 +636,53 @@ func TestLiveHibernateAfter(t *testing.T) {
 	r, err := e.Execute(ctx, "k1", s.ID, ExecRequest{Code: "print(open('/tmp/mem').read())"})
 	if err != nil || r.Stdout != tmpTok+"\n" || r.Memory == nil || !r.Memory.Restored {
 		t.Fatalf("after the idle hibernation: %+v %v", r, err)
+	}
+}
+
+// In a cluster, a live session handed over at its node's stop is
+// restored by the node that takes it: the checkpoint lives beside the
+// home on the shared homes folder, and the row names it.
+func TestClusterLiveHandOver(t *testing.T) {
+	c := newCluster(t)
+	ctx := context.Background()
+	cfgA := c.nodeConfig(t)
+	rtA, err := LoadRuntimes(configs.Runtimes, cfgA.VersionsFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := New(cfgA, rtA, c.st.ForNode("a"), quietLog())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	b := c.start(t, "b", c.nodeConfig(t))
+	s, err := a.CreateSession(ctx, SessionSpec{Language: "python3", Owner: "k1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpTok, _ := makeLive(t, a, s.ID, false)
+	if err := a.Stop(ctx); err != nil {
+		t.Fatalf("stop: %v", err)
+	}
+	r, err := c.st.GetSession(ctx, s.ID)
+	if err != nil || r.Node != "" || r.State != StateHibernated || !r.Live || r.Checkpoint.Path == "" {
+		t.Fatalf("row after the hand-over: %+v %v", r, err)
+	}
+	c.claim(t, "b", s.ID)
+	v, err := b.Adopt(ctx, s.ID)
+	if err != nil || !v.Live || v.CheckpointBytes != r.Checkpoint.Bytes {
+		t.Fatalf("adopt: %+v %v", v, err)
+	}
+	res, err := b.Execute(ctx, "k1", s.ID, ExecRequest{Code: "print(open('/tmp/mem').read())"})
+	if err != nil || res.Stdout != tmpTok+"\n" || res.Memory == nil || !res.Memory.Restored {
+		t.Fatalf("on b: %+v %v", res, err)
+	}
+	if left := checkpointLeft(b, s.ID); len(left) != 0 {
+		t.Fatalf("image left on the shared homes: %v", left)
+	}
+	if err := b.DeleteSession(ctx, "k1", s.ID); err != nil {
+		t.Fatal(err)
 	}
 }
