@@ -20,7 +20,7 @@ import (
 // restores it for a new agent channel (the guest read EOF when the server
 // died), and the session says memory_restored. Then a hibernation saves
 // the memory (checkpoint_mb) and the resume brings it back, said on the
-// execute reply. Every reply is checked against api/openapi.json.
+// execute reply; so do a SIGTERM stop and start. Every reply is checked against api/openapi.json.
 func TestLiveSessionSurvivesKill(t *testing.T) {
 	s := startServer(t, "executor:\n  warm_pool: 0\n  home_size: 64M\n")
 	key := s.key("ULTRA")
@@ -62,6 +62,17 @@ func TestLiveSessionSurvivesKill(t *testing.T) {
 	}
 	if r := s.exec(key, id, "print(open('/tmp/mem').read())"); r["stdout"] != tok+"\n" {
 		t.Fatalf("memory after the kill: %v", r)
+	}
+
+	// SIGTERM: the stop hibernates the session into a checkpoint, the next
+	// start serves it hibernated, and its resume restores it.
+	s.stop()
+	s.start()
+	if v := s.do("GET", "/v1/sessions/"+id, key, nil).json(t); v["state"] != "hibernated" || v["live"] != true || v["checkpoint_mb"] == nil {
+		t.Fatalf("after a stop and start: %v", v)
+	}
+	if r := s.exec(key, id, "print(open('/tmp/mem').read())"); r["stdout"] != tok+"\n" || r["memory_restored"] != true {
+		t.Fatalf("memory after a stop and start: %v", r)
 	}
 
 	h := s.do("POST", "/v1/sessions/"+id+"/hibernate", key, nil)
