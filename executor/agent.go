@@ -210,6 +210,12 @@ func (a *agentConn) setSink(sink *runSink) bool {
 }
 
 func (a *agentConn) readHello(timeout time.Duration) error {
+	return a.readHelloWith(timeout, guest.ProtocolVersion)
+}
+
+// readHelloWith reads lines until the hello whose text after AgentHello
+// is want.
+func (a *agentConn) readHelloWith(timeout time.Duration, want string) error {
 	_ = a.r.SetReadDeadline(time.Now().Add(timeout))
 	defer a.r.SetReadDeadline(time.Time{})
 	for skipped := 0; skipped < 64<<10; {
@@ -218,10 +224,13 @@ func (a *agentConn) readHello(timeout time.Duration) error {
 			return fmt.Errorf("waiting for the guest agent: %w", err)
 		}
 		if v, ok := strings.CutPrefix(strings.TrimRight(line, "\n"), guest.AgentHello); ok {
-			if v != guest.ProtocolVersion {
-				return fmt.Errorf("guest agent speaks protocol %q, this server %q", v, guest.ProtocolVersion)
+			if v == want {
+				return nil
 			}
-			return nil
+			if want != guest.ProtocolVersion {
+				continue // an older hello, before the one asked for
+			}
+			return fmt.Errorf("guest agent speaks protocol %q, this server %q", v, guest.ProtocolVersion)
 		}
 		skipped += len(line)
 	}

@@ -156,6 +156,7 @@ func (e *Executor) Adopt(ctx context.Context, id string) (Session, error) {
 	s.state, s.parent, s.diskBytes = StateHibernated, r.ParentID, size
 	s.kernel, s.kernelUsed = r.Kernel, r.Kernel // its kernel is lost: the next cell says so
 	s.hibernatedAt, s.lastUsed = now, now
+	size += s.servedHibernatedLive(r, h)
 	if r.State == StateHibernated {
 		// Cleanly hibernated (or handed over): its idle clock goes on.
 		s.hibernatedAt, s.lastUsed = r.HibernatedAt, r.LastUsedAt
@@ -386,7 +387,7 @@ func (e *Executor) letGo(s *session) {
 		s.hasSandbox = false
 		e.live--
 	}
-	e.disk -= s.diskBytes
+	e.disk -= s.diskBytes + s.ckpt.Bytes
 }
 
 // mountOp is a mount of a session's home in progress (a resume).

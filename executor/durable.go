@@ -83,7 +83,7 @@ func (e *Executor) hibernate(ctx context.Context, s *session, reason string) err
 	s.life.Lock()
 	defer s.life.Unlock()
 	e.mu.Lock()
-	st, had, lastUsed, gone := s.state, s.hasSandbox, s.lastUsed, s.gone
+	st, had, lastUsed, gone, live := s.state, s.hasSandbox, s.lastUsed, s.gone, s.live
 	e.mu.Unlock()
 	if gone {
 		return e.goneErr(ctx, s)
@@ -112,6 +112,23 @@ func (e *Executor) hibernate(ctx context.Context, s *session, reason string) err
 	}
 	if err := moved(); err != nil {
 		return err
+	}
+	// A sandbox that holds memory is saved first (checkpoint.go); one
+	// that cannot be is hibernated as any other, and says why.
+	var ck store.Checkpoint
+	memLost := ""
+	if had && live {
+		var err error
+		if ck, err = e.saveMemory(ctx, s, false); err != nil {
+			memLost = lostSaveFailed
+			if errors.Is(err, ErrNoStorage) {
+				memLost = lostNoDisk
+			}
+			e.log.WarnContext(ctx, "saving session memory failed: hibernating on its files", "session", s.id, "err", err)
+			if err := e.store.SetSessionCheckpoint(ctx, s.id, false, store.Checkpoint{}); err != nil {
+				return e.notOwner(ctx, s, err)
+			}
+		}
 	}
 	var errs []error
 	if had {
@@ -160,6 +177,10 @@ func (e *Executor) hibernate(ctx context.Context, s *session, reason string) err
 	e.mu.Lock()
 	e.move(s, StateHibernated)
 	s.hibernatedAt, s.netEnv, s.netAttached = now, nil, false
+	if had && live {
+		s.ckpt, s.memLost, s.live = ck, memLost, ck.Path != ""
+		s.liveStored = s.live // SetSessionCheckpoint wrote it
+	}
 	e.mu.Unlock()
 	if err := errors.Join(errs...); err != nil {
 		e.log.WarnContext(ctx, "hibernating session", "session", s.id, "err", err)
@@ -289,8 +310,13 @@ func (e *Executor) resume(ctx context.Context, s *session) (took time.Duration, 
 		return 0, fmt.Errorf("session %s: %w", id, ErrSessionMoved)
 	}
 	cu.Add("sandbox", func(ctx context.Context) error { return e.destroy(ctx, id) })
-	if err := e.runSandbox(ctx, id, bundle, netns != ""); err != nil {
-		return 0, err
+	// Memory first (checkpoint.go): a restore that cannot be done leaves
+	// no sandbox, and the session starts on its files.
+	mem := e.restoreMemory(ctx, s, bundle, netns != "")
+	if mem == nil || !mem.Restored {
+		if err := e.runSandbox(ctx, id, bundle, netns != ""); err != nil {
+			return 0, err
+		}
 	}
 	sandboxTook := time.Since(tSandbox)
 	if err := e.fault(stepResumeRunsc, id); err != nil {
@@ -306,9 +332,17 @@ func (e *Executor) resume(ctx context.Context, s *session) (took time.Duration, 
 	}
 	e.move(s, StateRunning)
 	s.hasSandbox, s.netEnv, s.netAttached = true, netEnv, netns != ""
+	s.memory, s.memLost = mem, ""
 	e.mu.Unlock()
 	cu.Release()
 	e.endMount(id, mount)
+	if mem != nil {
+		// The image has served (or cannot): it goes, and the row says
+		// whether the session still holds memory.
+		if err := e.dropCheckpoint(ctx, s, mem.Restored); err != nil {
+			e.log.WarnContext(ctx, "removing the checkpoint of a resumed session", "session", id, "err", err)
+		}
+	}
 	took = time.Since(start)
 	e.log.InfoContext(ctx, "session resumed", "session", id, "ms", took.Milliseconds(), "mount_ms", mountTook.Milliseconds(),
 		"network_ms", netTook.Milliseconds(), "sandbox_ms", sandboxTook.Milliseconds())
@@ -420,6 +454,10 @@ func (e *Executor) ForkSession(ctx context.Context, id string, spec ForkSpec) (_
 	if err := os.MkdirAll(h.imgDir, 0o700); err != nil {
 		return Session{}, fmt.Errorf("creating home image folder: %w", err)
 	}
+	// Memory before files: the checkpoint pauses the source for its
+	// length, and no execute runs in it until the copy is done.
+	ck, memLost, releaseCk := e.forkMemory(ctx, src, childID)
+	cu.Add("checkpoint disk", func(context.Context) error { releaseCk(); return nil })
 	srcMnt := homeMount(e.dir(id))
 	frozen := false
 	if mounted(srcMnt) {
@@ -456,6 +494,8 @@ func (e *Executor) ForkSession(ctx context.Context, id string, spec ForkSpec) (_
 	e.mu.Lock()
 	child.kernelUsed = row.Kernel && src.kernelUsed
 	e.mu.Unlock()
+	child.live, child.ckpt, child.memLost = ck.Path != "", ck, memLost
+	child.liveStored = child.live
 	e.mu.Lock()
 	if e.fences != gen {
 		e.mu.Unlock()
@@ -508,6 +548,7 @@ func (e *Executor) DiskStats() (committed, used int64) {
 		if unix.Stat(e.home(id).image(), &st) == nil {
 			used += st.Blocks * 512
 		}
+		used += diskUsage(e.home(id).checkpointDir()) // a live session's saved memory
 	}
 	return committed, used
 }

@@ -58,6 +58,9 @@ func (e *Executor) Execute(ctx context.Context, owner, id string, req ExecReques
 	res.ExecutionID = execID
 	if resumed > 0 {
 		res.ResumedMS = max(resumed.Milliseconds(), 1)
+		e.mu.Lock()
+		res.Memory = copyOutcome(s.memory) // that resume's (the lock is held: no other since)
+		e.mu.Unlock()
 	}
 	err = finish(&res, err)
 	attrs := []any{"session", id, "execution", execID, "language", s.runtime.Name, "status", res.Status,
@@ -181,6 +184,7 @@ func (e *Executor) acquireResumed(ctx context.Context, owner, id string) (*sessi
 }
 
 func (e *Executor) releaseSession(s *session) {
+	e.persistLive(s)
 	e.mu.Lock()
 	s.busy--
 	s.lastUsed = time.Now()

@@ -97,12 +97,22 @@ type Executor struct {
 	fence   *fenceSwitch // the dead man's switch (cluster mode), nil else
 	hold    time.Time    // under mu: the last HoldUntil
 
+	// regain: live sessions adopted with their sandbox at start, which
+	// regainLive gives an agent channel again.
+	regain []*session
+
+	runscIDOnce sync.Once
+	runscID     string // runscBuild
+
 	agentsMu sync.Mutex
 	agents   map[string]*agentConn // sandbox id -> its guest agent channel
 
 	// createFault, when set (tests only), runs after each step of
 	// CreateSession; an error or panic from it fails creation there.
 	createFault func(step createStep, id string) error
+	// memTimed, when set (tests and benchmarks only), gets the time of
+	// each runsc checkpoint ("checkpoint") and restore ("restore").
+	memTimed func(op string, d time.Duration)
 
 	// execFileOps counts file calls that took the `runsc exec` path (tests
 	// check that the channel carried theirs).
@@ -227,7 +237,13 @@ func (e *Executor) Start(ctx context.Context) error {
 	}
 	e.mu.Lock()
 	e.started = true
+	regain := e.regain
+	e.regain = nil
 	e.mu.Unlock()
+	if len(regain) > 0 {
+		e.wg.Add(1)
+		go e.regainLive(regain)
+	}
 	e.wg.Add(1)
 	go e.reapLoop()
 	if e.cfg.WarmPool > 0 {
@@ -478,6 +494,24 @@ func (e *Executor) reconcile(ctx context.Context) error {
 			e.disk += size
 			keep[r.ID] = true
 			keepHome[r.ID] = true
+			if r.Live {
+				// Its memory is the session's: nothing is killed (a call
+				// the crash interrupted ends at its own deadline, in the
+				// guest), and a checkpoint and restore gives it an agent
+				// channel again once the executor has started (regainLive).
+				s.live, s.liveStored = true, true
+				tidyCheckpoints(h, store.Checkpoint{}, r.ID)
+				if r.Checkpoint.Path != "" {
+					// Restored, then the server died before the row forgot
+					// the image: the running sandbox is newer.
+					if err := e.store.SetSessionCheckpoint(ctx, r.ID, true, store.Checkpoint{}); err != nil {
+						return err
+					}
+				}
+				e.regain = append(e.regain, s)
+				e.log.InfoContext(ctx, "live session adopted", "session", r.ID)
+				continue
+			}
 			// A call the crash interrupted may still run its program; it
 			// is recorded failed below, so stop it before new calls come.
 			kctx, cancel := context.WithTimeout(ctx, 10*time.Second)
@@ -505,6 +539,7 @@ func (e *Executor) reconcile(ctx context.Context) error {
 				// Its kernel, if any, is lost: the next cell says so.
 				s.kernel, s.kernelUsed = r.Kernel, r.Kernel
 				s.hibernatedAt, s.lastUsed = time.Now(), time.Now()
+				e.disk += s.servedHibernatedLive(r, h)
 				if r.State == StateHibernated {
 					// Cleanly hibernated: its idle clock goes on.
 					s.hibernatedAt, s.lastUsed = r.HibernatedAt, r.LastUsedAt

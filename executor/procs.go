@@ -323,6 +323,9 @@ func (e *Executor) StartProcess(ctx context.Context, owner, id string, spec sand
 	e.mu.Lock()
 	s.live = true
 	e.mu.Unlock()
+	// Recorded now, not at the end of the next execute: a server killed
+	// before that must still find the process's sandbox live and keep it.
+	e.persistLive(s)
 	e.log.InfoContext(ctx, "process started", "session", id, "pid", r.Proc.PID, "tag", spec.Tag, "pty", spec.PTY != nil)
 	return processOf(r.Proc), nil
 }

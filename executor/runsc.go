@@ -62,7 +62,13 @@ func (r *runsc) run(ctx context.Context, network string, sub ...string) ([]byte,
 // stdin and stdout become the sandbox's own stdio (pid 1's); nil gives it
 // /dev/null.
 func (r *runsc) start(ctx context.Context, id, bundle, network string, stdin, stdout *os.File) error {
-	cmd := r.command(ctx, network, "run", "--detach", "--bundle", bundle, id)
+	return r.startCmd(ctx, id, network, []string{"run", "--detach", "--bundle", bundle, id}, stdin, stdout)
+}
+
+// startCmd runs a runsc command that leaves a detached sandbox holding
+// stdin and stdout as its stdio: run, or restore (checkpoint.go).
+func (r *runsc) startCmd(ctx context.Context, id, network string, sub []string, stdin, stdout *os.File) error {
+	cmd := r.command(ctx, network, sub...)
 	// The detached sandbox keeps its stdio for life, so runsc's own messages
 	// go to a file read afterwards, and the sandbox gets /dev/null.
 	logf, err := os.CreateTemp("", "runsc-run-")
@@ -81,7 +87,7 @@ func (r *runsc) start(ctx context.Context, id, bundle, network string, stdin, st
 	cmd.Args = append(cmd.Args[:1], append([]string{"--log", logf.Name()}, cmd.Args[1:]...)...)
 	if err := cmd.Run(); err != nil {
 		msg, _ := io.ReadAll(io.LimitReader(logf, 64<<10))
-		return fmt.Errorf("runsc run: %s: %w", lastLines(string(msg), 3), err)
+		return fmt.Errorf("runsc %s: %s: %w", sub[0], lastLines(string(msg), 3), err)
 	}
 	return nil
 }

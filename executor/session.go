@@ -64,6 +64,19 @@ type session struct {
 	// fresh kernel is reported (kernel_restarted).
 	kernel     bool
 	kernelUsed bool
+	// liveStored is live as the store's row has it: a call that turned
+	// live on (a kernel or process started) is persisted when the call
+	// ends (persistLive), so that a restart after a kill of the server
+	// knows the sandbox it adopts holds memory.
+	liveStored bool
+	// ckpt is the checkpoint a hibernated session's memory waits in
+	// (zero: none); memLost says why a live session hibernated without
+	// one (its next resume reports it).
+	ckpt    store.Checkpoint
+	memLost string
+	// memory is the outcome of the latest resume that had memory to bring
+	// back: reported on the calls that waited for it and in the view.
+	memory *sandbox.MemoryOutcome
 }
 
 // resumeWaiter is one call waiting for a session's lock: the context
@@ -78,7 +91,15 @@ func newSession(id, owner string, rt *Runtime, ttl time.Duration, created time.T
 func (s *session) snapshot() Session {
 	return Session{ID: s.id, Owner: s.owner, Language: s.runtime.Name, Version: s.runtime.Version, State: s.state, IdleTTL: s.idleTTL,
 		Network: s.network, CreatedAt: s.createdAt, LastUsedAt: s.lastUsed, HibernatedAt: s.hibernatedAt,
-		ForkedFrom: s.parent, DiskBytes: s.diskBytes, Kernel: s.kernel}
+		ForkedFrom: s.parent, DiskBytes: s.diskBytes, Kernel: s.kernel, Live: s.live, CheckpointBytes: s.ckpt.Bytes, Memory: copyOutcome(s.memory)}
+}
+
+func copyOutcome(m *sandbox.MemoryOutcome) *sandbox.MemoryOutcome {
+	if m == nil {
+		return nil
+	}
+	c := *m
+	return &c
 }
 
 func (e *Executor) dir(id string) string { return filepath.Join(e.sessionsDir(), id) }
@@ -492,7 +513,7 @@ func (e *Executor) endSessionOf(ctx context.Context, s *session, reason string) 
 	}
 	e.mu.Unlock()
 	if !gone {
-		e.releaseDisk(s.diskBytes)
+		e.releaseDisk(s.diskBytes + s.ckpt.Bytes) // the image went with the home's folder
 	}
 	if err := e.store.SetSessionState(ctx, id, StateEnded, reason, true); err != nil {
 		errs = append(errs, err)

@@ -6,7 +6,7 @@ import (
 	"time"
 )
 
-// A session's kernel flag is kept (migration 14): a restart adopts it as
+// A session's kernel flag is kept (migration 13): a restart adopts it as
 // a kernel session.
 func TestSessionKernelFlag(t *testing.T) {
 	eachBackend(t, func(t *testing.T, open opener) {

@@ -36,6 +36,22 @@ type SessionRow struct {
 	// kernel ("kernel": true at create), kept across restarts so that a
 	// session adopted again still runs cells (in a fresh kernel).
 	Kernel bool
+	// Live: the session's sandbox holds memory (a kernel, background
+	// processes) that a plain restart would lose.
+	Live bool
+	// Checkpoint is the session's saved memory while it hibernates;
+	// zero: none.
+	Checkpoint Checkpoint
+}
+
+// Checkpoint is a runsc checkpoint image of a session's sandbox.
+type Checkpoint struct {
+	Path  string // relative to the homes folder ("<id>/checkpoint")
+	Bytes int64  // its size on disk
+	Runsc string // the runsc build that wrote it
+	// Digest is the SHA-256 of the files the sandbox kernel parses on
+	// restore (its state and the pages' index), checked before a restore.
+	Digest string
 }
 
 // ErrNotOwner is returned by a session state change when the session is no
@@ -75,6 +91,28 @@ func (s *Store) SetSessionState(ctx context.Context, id string, state sandbox.St
 func (s *Store) SetSessionHibernated(ctx context.Context, id string, at, lastUsed time.Time) error {
 	res, err := s.db.ExecContext(ctx, `UPDATE sessions SET state=?, hibernated_at=?, last_used_at=? WHERE id=? AND node=?`,
 		string(sandbox.StateHibernated), ms(at), ms(lastUsed), id, s.node)
+	if err != nil {
+		return fmt.Errorf("updating session %s: %w", id, err)
+	}
+	return s.owned(ctx, res, id)
+}
+
+// SetSessionLive records whether a session's sandbox holds memory; like
+// SetSessionState, only for a session the handle's node owns.
+func (s *Store) SetSessionLive(ctx context.Context, id string, live bool) error {
+	res, err := s.db.ExecContext(ctx, `UPDATE sessions SET live=? WHERE id=? AND node=?`, boolInt(live), id, s.node)
+	if err != nil {
+		return fmt.Errorf("updating session %s: %w", id, err)
+	}
+	return s.owned(ctx, res, id)
+}
+
+// SetSessionCheckpoint records a session's checkpoint image (the zero
+// Checkpoint: none) and its live flag in one statement: a session that
+// lost its memory says so in the same write that forgets the image.
+func (s *Store) SetSessionCheckpoint(ctx context.Context, id string, live bool, c Checkpoint) error {
+	res, err := s.db.ExecContext(ctx, `UPDATE sessions SET live=?, checkpoint_path=?, checkpoint_bytes=?, checkpoint_runsc=?, checkpoint_digest=? WHERE id=? AND node=?`,
+		boolInt(live), c.Path, c.Bytes, c.Runsc, c.Digest, id, s.node)
 	if err != nil {
 		return fmt.Errorf("updating session %s: %w", id, err)
 	}
@@ -154,12 +192,13 @@ func (s *Store) GetSession(ctx context.Context, id string) (SessionRow, error) {
 type scanner interface{ Scan(...any) error }
 
 // sessionCols are the columns scanSession reads, in its order.
-const sessionCols = `id, key_id, language, runtime_version, state, network, idle_ttl_ms, created_at, last_used_at, COALESCE(ended_at,0), end_reason, COALESCE(hibernated_at,0), disk_bytes, parent_id, node, kernel`
+const sessionCols = `id, key_id, language, runtime_version, state, network, idle_ttl_ms, created_at, last_used_at, COALESCE(ended_at,0), end_reason, COALESCE(hibernated_at,0), disk_bytes, parent_id, node, live, checkpoint_path, checkpoint_bytes, checkpoint_runsc, checkpoint_digest, kernel`
 
 func scanSession(sc scanner) (SessionRow, error) {
 	var r SessionRow
-	var ttl, created, used, ended, hib, kernel int64
-	if err := sc.Scan(&r.ID, &r.KeyID, &r.Language, &r.Version, &r.State, &r.Network, &ttl, &created, &used, &ended, &r.EndReason, &hib, &r.DiskBytes, &r.ParentID, &r.Node, &kernel); err != nil {
+	var ttl, created, used, ended, hib, live, kernel int64
+	if err := sc.Scan(&r.ID, &r.KeyID, &r.Language, &r.Version, &r.State, &r.Network, &ttl, &created, &used, &ended, &r.EndReason, &hib, &r.DiskBytes, &r.ParentID, &r.Node,
+		&live, &r.Checkpoint.Path, &r.Checkpoint.Bytes, &r.Checkpoint.Runsc, &r.Checkpoint.Digest, &kernel); err != nil {
 		if errors.Is(err, sql.ErrNoRows) {
 			return r, err
 		}
@@ -167,6 +206,7 @@ func scanSession(sc scanner) (SessionRow, error) {
 	}
 	r.Kernel = kernel != 0
 	r.setTimes(ttl, created, used, ended, hib)
+	r.Live = live != 0
 	return r, nil
 }
 
@@ -273,6 +313,30 @@ func addSessionKernel(ctx context.Context, tx *sql.Tx) error {
 	}
 	if _, err := tx.ExecContext(ctx, `ALTER TABLE sessions ADD COLUMN kernel INTEGER NOT NULL DEFAULT 0`); err != nil {
 		return fmt.Errorf("adding sessions.kernel: %w", err)
+	}
+	return nil
+}
+
+// addLiveColumns adds the sessions' live-state columns (migration 14) on
+// SQLite, each unless the file has it already.
+func addLiveColumns(ctx context.Context, tx *sql.Tx) error {
+	for _, c := range []struct{ name, def string }{
+		{"live", "INTEGER NOT NULL DEFAULT 0"},
+		{"checkpoint_path", "TEXT NOT NULL DEFAULT ''"},
+		{"checkpoint_bytes", "INTEGER NOT NULL DEFAULT 0"},
+		{"checkpoint_runsc", "TEXT NOT NULL DEFAULT ''"},
+		{"checkpoint_digest", "TEXT NOT NULL DEFAULT ''"},
+	} {
+		var n int
+		if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM pragma_table_info('sessions') WHERE name = ?`, c.name).Scan(&n); err != nil {
+			return fmt.Errorf("reading sessions columns: %w", err)
+		}
+		if n > 0 {
+			continue
+		}
+		if _, err := tx.ExecContext(ctx, `ALTER TABLE sessions ADD COLUMN `+c.name+` `+c.def); err != nil {
+			return fmt.Errorf("adding sessions.%s: %w", c.name, err)
+		}
 	}
 	return nil
 }

@@ -321,12 +321,24 @@ var migrations = []migration{
 	// (SQLite has no ADD COLUMN IF NOT EXISTS: addRuntimeVersion adds it.)
 	{sqlite: `SELECT 1`, fix: addRuntimeVersion,
 		postgres: `ALTER TABLE sessions ADD COLUMN IF NOT EXISTS runtime_version TEXT NOT NULL DEFAULT '';`},
-	// Migration 14 of issue 24 (kernels; 13 and 15 are its processes' and
-	// checkpoints'): a session says whether its executes run as cells of
+	// Migration 13 (issue 24, kernels): a session says whether its executes run as cells of
 	// a kernel, so a restart adopts it as a kernel session.
 	{sqlite: `SELECT 1`, fix: addSessionKernel,
 		postgres: `ALTER TABLE sessions ADD COLUMN IF NOT EXISTS kernel BIGINT NOT NULL DEFAULT 0;`},
-	// Migration 16 of the plan (issue 25; renumbered at merge): what the
+	// Migration 14 (issue 24): live state. A
+	// session whose sandbox holds memory (live) hibernates into a runsc
+	// checkpoint beside its home: the image's path (relative to the homes
+	// folder; empty: none), its size on disk (counted against max_disk)
+	// the runsc that wrote it (another runsc cannot read it) and the digest
+	// of the state runsc parses on restore.
+	// (SQLite has no ADD COLUMN IF NOT EXISTS: addLiveColumns adds them.)
+	{sqlite: `SELECT 1`, fix: addLiveColumns,
+		postgres: `ALTER TABLE sessions ADD COLUMN IF NOT EXISTS live BIGINT NOT NULL DEFAULT 0;
+	ALTER TABLE sessions ADD COLUMN IF NOT EXISTS checkpoint_path TEXT NOT NULL DEFAULT '';
+	ALTER TABLE sessions ADD COLUMN IF NOT EXISTS checkpoint_bytes BIGINT NOT NULL DEFAULT 0;
+	ALTER TABLE sessions ADD COLUMN IF NOT EXISTS checkpoint_runsc TEXT NOT NULL DEFAULT '';
+	ALTER TABLE sessions ADD COLUMN IF NOT EXISTS checkpoint_digest TEXT NOT NULL DEFAULT '';`},
+	// Migration 15 (issue 25): what the
 	// E2B adapter keeps of its sandboxes (store/e2b.go), so that metadata,
 	// env vars and access tokens survive a restart and serve every node.
 	{sqlite: `CREATE TABLE IF NOT EXISTS e2b_sandboxes (

@@ -94,6 +94,15 @@ type Session struct {
 	DiskMB       int64      `json:"disk_mb,omitempty"`
 	// Kernel: the session's executes run as cells of one kernel.
 	Kernel bool `json:"kernel,omitempty"`
+	// Live: the sandbox holds memory that hibernation checkpoints.
+	Live bool `json:"live,omitempty"`
+	// CheckpointMB is the size of the checkpoint a hibernated live
+	// session waits in, rounded up to MiB.
+	CheckpointMB int64 `json:"checkpoint_mb,omitempty"`
+	// MemoryRestored and MemoryLostReason are the outcome of the latest
+	// resume that had memory to bring back.
+	MemoryRestored   *bool  `json:"memory_restored,omitempty"`
+	MemoryLostReason string `json:"memory_lost_reason,omitempty"`
 }
 
 // SessionOf is s as the API reports it: times in UTC, the idle TTL in
@@ -101,7 +110,8 @@ type Session struct {
 func SessionOf(s sandbox.Session) Session {
 	j := Session{ID: s.ID, Language: s.Language, Version: s.Version, State: string(s.State), IdleTTL: int64(s.IdleTTL / time.Second),
 		Network: s.Network.Public(), CreatedAt: s.CreatedAt.UTC(), LastUsed: s.LastUsedAt.UTC(), ExpiresAt: s.ExpiresAt().UTC(),
-		ForkedFrom: s.ForkedFrom, DiskMB: s.DiskBytes >> 20, Kernel: s.Kernel}
+		ForkedFrom: s.ForkedFrom, DiskMB: s.DiskBytes >> 20, Kernel: s.Kernel, Live: s.Live, CheckpointMB: (s.CheckpointBytes + 1<<20 - 1) >> 20}
+	j.MemoryRestored, j.MemoryLostReason = memoryOf(s.Memory)
 	if !s.HibernatedAt.IsZero() {
 		t := s.HibernatedAt.UTC()
 		j.HibernatedAt = &t

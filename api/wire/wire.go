@@ -40,6 +40,10 @@ type ExecuteResult struct {
 	Results         []CellResult `json:"results,omitempty" jsonschema:"a kernel cell's rich outputs (Jupyter MIME bundles), in order"`
 	Error           *CellError   `json:"error,omitempty" jsonschema:"the exception a kernel cell raised"`
 	KernelRestarted bool         `json:"kernel_restarted,omitempty" jsonschema:"the kernel was lost since the last reply and a fresh one ran this cell: earlier variables are gone"`
+	// MemoryRestored is set when the resume this call waited for had
+	// memory to bring back (live state): whether it did; never silent.
+	MemoryRestored   *bool  `json:"memory_restored,omitempty" jsonschema:"whether the resume restored the session's memory (present when it had memory to bring back)"`
+	MemoryLostReason string `json:"memory_lost_reason,omitempty" jsonschema:"why the session's memory could not be restored"`
 }
 
 // CellResult is one rich output of a kernel cell (a Jupyter MIME bundle):
@@ -56,11 +60,22 @@ type CellError = sandbox.CellError
 
 // ExecuteResultOf is r as the API reports it.
 func ExecuteResultOf(r sandbox.Result) ExecuteResult {
-	return ExecuteResult{
+	out := ExecuteResult{
 		ExecutionID: r.ExecutionID, Stdout: r.Stdout, Stderr: r.Stderr, ExitCode: r.ExitCode, Signal: r.Signal,
 		Status: r.Status, DurationMS: r.DurationMS, CompileMS: r.CompileMS, RunMS: r.RunMS, Truncated: r.Truncated,
 		ResumedMS: r.ResumedMS, Results: r.Results, Error: r.Error, KernelRestarted: r.KernelRestarted,
 	}
+	out.MemoryRestored, out.MemoryLostReason = memoryOf(r.Memory)
+	return out
+}
+
+// memoryOf is a resume's memory outcome as the API spells it.
+func memoryOf(m *sandbox.MemoryOutcome) (*bool, string) {
+	if m == nil {
+		return nil, ""
+	}
+	restored := m.Restored
+	return &restored, m.Reason
 }
 
 // UsageTotal is one row of GET /v1/usage: a key's metered usage summed

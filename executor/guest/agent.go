@@ -8,8 +8,10 @@ package guest
 // host writes frames to its stdin and reads frames from its stdout. No
 // process in the sandbox but pid 1 holds either end: children get fresh
 // pipes, and /proc/1/fd is closed to the unprivileged user. When the host
-// goes away (EOF), pid 1 goes on as a plain init; the host falls back to
-// `runsc exec` for sandboxes it did not start itself (after a restart).
+// goes away (EOF), pid 1 goes on as a plain init that reads its stdin
+// again now and then: a restored checkpoint hands it a new channel, on
+// which the host asks for a hello (FrameHello). Until then the host falls
+// back to `runsc exec` for sandboxes it did not start itself.
 
 import (
 	"bufio"
@@ -41,6 +43,11 @@ const (
 	FrameStdout byte = 'O'
 	FrameStderr byte = 'E'
 	FrameResult byte = 'X'
+	// FrameHello (host to guest; its payload a nonce) asks for the hello
+	// line again, with the nonce after the version: the host's first
+	// request on a channel it gave a restored sandbox (checkpoint.go),
+	// whose pid 1 wrote its first hello on a channel long gone.
+	FrameHello byte = 0x60
 )
 
 // AgentHello is the line pid 1 writes on its stdout before any frame, with
@@ -105,6 +112,21 @@ func readFrameInto(r io.Reader, max int, alloc func(typ byte, n int) []byte) (by
 		return 0, nil, fmt.Errorf("reading frame: %w", err)
 	}
 	return h[0], p, nil
+}
+
+// helloNonce is the nonce of a FrameHello as the hello line carries it:
+// at most 64 bytes of letters and digits, anything else dropped.
+func helloNonce(p []byte) string {
+	var b []byte
+	for _, c := range p {
+		if len(b) == 64 {
+			break
+		}
+		if c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' {
+			b = append(b, c)
+		}
+	}
+	return string(b)
 }
 
 // reaper is pid 1's only wait loop: it reaps every child and hands the
@@ -191,11 +213,27 @@ func agentInit() int {
 		_ = syscall.Kill(-pid, syscall.SIGKILL)
 		_ = a.procs.killRun()
 	}
-	if _, err := fmt.Fprintf(os.Stdout, "%s%s\n", AgentHello, ProtocolVersion); err == nil {
-		a.serve(os.Stdin)
+	if _, err := fmt.Fprintf(os.Stdout, "%s%s\n", AgentHello, ProtocolVersion); err != nil {
+		select {} // no host: a plain init (the reaper goes on)
 	}
-	select {} // the reaper goes on
+	// When the host goes (EOF: the server was stopped or killed), stdin is
+	// read again and again: a sandbox checkpointed now and restored later
+	// reads the restored sandbox's new stdin here, and the new host asks
+	// for a hello (FrameHello). Reading (not writing a hello) is what
+	// waits: a checkpoint that catches pid 1 inside a read restarts that
+	// read on the new channel too, so every path meets there.
+	for {
+		a.serve(os.Stdin)
+		time.Sleep(reconnectPoll)
+		a.wmu.Lock()
+		a.out = bufio.NewWriterSize(os.Stdout, 64<<10) // a failed bufio.Writer stays failed
+		a.wmu.Unlock()
+	}
 }
+
+// reconnectPoll is how often pid 1 reads a dead channel's stdin again
+// (each read ends at once with EOF until a restore gives it a new one).
+const reconnectPoll = 50 * time.Millisecond
 
 // sweepBudget bounds the sweep of stale staging files at the guest's
 // start, well inside the host's wait for the hello (10 s).
@@ -268,6 +306,13 @@ func (a *agent) serve(in io.Reader) {
 			a.fileWindow(p)
 		case FrameKernelExec, FrameKernelInterrupt, FrameKernelRestart:
 			a.kernelFrame(typ, p)
+		case FrameHello:
+			a.wmu.Lock()
+			a.out = bufio.NewWriterSize(os.Stdout, 64<<10)
+			if _, err := fmt.Fprintf(a.out, "%s%s %s\n", AgentHello, ProtocolVersion, helloNonce(p)); err == nil {
+				_ = a.out.Flush()
+			}
+			a.wmu.Unlock()
 		case FrameKill:
 			seq, err := strconv.ParseUint(string(p), 10, 64)
 			a.mu.Lock()

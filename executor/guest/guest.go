@@ -121,7 +121,7 @@ func (h *host) timeoutOf(ms int64) time.Duration {
 
 // ProtocolVersion changes whenever the host-guest wire format does; the
 // executor refuses a guest binary of another version (a stale build).
-const ProtocolVersion = "11" // 8: inline_compile, compile_ms and run_ms; 9: file streams on the agent channel; 10: background processes; 11: kernel frames
+const ProtocolVersion = "12" // 8: inline_compile, compile_ms and run_ms; 9: file streams on the agent channel; 10: background processes; 11: kernel frames; 12: FrameHello, the channel outlives its host (checkpoint and restore)
 
 // Main dispatches on the first argument: "init", "version", "kill", "run",
 // or a file mode ("put", "get", "list").

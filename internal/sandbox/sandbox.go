@@ -147,6 +147,15 @@ type Session struct {
 	ForkedFrom   string // the source session of a fork
 	DiskBytes    int64  // size of the home image (its disk limit)
 	Kernel       bool   // executes run as cells of one kernel
+	// Live: the session's sandbox holds memory (a kernel or background
+	// processes), which hibernation keeps in a checkpoint.
+	Live bool
+	// CheckpointBytes is the size of the checkpoint a hibernated session's
+	// memory waits in (0: none).
+	CheckpointBytes int64
+	// Memory is the outcome of the session's latest resume that had
+	// memory to bring back (nil: none yet).
+	Memory *MemoryOutcome
 }
 
 // ExpiresAt is when the session is reaped if it stays idle.
@@ -227,6 +236,21 @@ type Result struct {
 	Results         []CellResult
 	Error           *CellError
 	KernelRestarted bool
+	// Memory is set when the resume this call waited for had memory to
+	// bring back (the session hibernated into a checkpoint, or tried to):
+	// whether it did, and why not.
+	Memory *MemoryOutcome
+}
+
+// MemoryOutcome says whether a resume brought a session's memory back (a
+// runsc restore of its checkpoint) or started it on its files alone, and
+// why.
+type MemoryOutcome struct {
+	Restored bool
+	// Reason is why the memory was lost (empty when restored): the
+	// checkpoint could not be written, was missing, unreadable, from
+	// another runsc, or its restore failed.
+	Reason string
 }
 
 // Runtime describes one language for clients: Version is its default
