@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"image/png"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -190,18 +191,42 @@ func TestKernelCells(t *testing.T) {
 		}
 	})
 
-	t.Run("a hibernated session's next cell says the kernel restarted", func(t *testing.T) {
-		cell(t, e, s.ID, "y = 1", kernelTimeout)
+	t.Run("a hibernated session's kernel keeps its variables", func(t *testing.T) {
+		cell(t, e, s.ID, "y = 41", kernelTimeout)
+		h, err := e.HibernateSession(context.Background(), "k1", s.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if h.CheckpointBytes <= 0 {
+			t.Fatalf("a kernel session hibernated without a checkpoint: %+v", h)
+		}
+		r := cell(t, e, s.ID, "y + 1", kernelTimeout)
+		if r.Status != StatusOK || r.KernelRestarted || mainText(r) != "42" {
+			t.Fatalf("after hibernation: %+v", r)
+		}
+		if r.Memory == nil || !r.Memory.Restored {
+			t.Fatalf("the resume's reply does not say the memory came back: %+v", r.Memory)
+		}
+	})
+
+	t.Run("a kernel whose checkpoint is lost says it restarted, once", func(t *testing.T) {
+		cell(t, e, s.ID, "z = 1", kernelTimeout)
 		if _, err := e.HibernateSession(context.Background(), "k1", s.ID); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.RemoveAll(e.home(s.ID).checkpointDir()); err != nil {
 			t.Fatal(err)
 		}
 		r := cell(t, e, s.ID, "print('back')", kernelTimeout)
 		if r.Status != StatusOK || !r.KernelRestarted || r.Stdout != "back\n" {
-			t.Fatalf("after hibernation: %+v", r)
+			t.Fatalf("after a lost checkpoint: %+v", r)
 		}
-		r = cell(t, e, s.ID, "1", kernelTimeout)
-		if r.KernelRestarted {
-			t.Fatalf("reported twice: %+v", r)
+		if r.Memory == nil || r.Memory.Restored || r.Memory.Reason == "" {
+			t.Fatalf("the resume's reply does not say why the memory was lost: %+v", r.Memory)
+		}
+		r = cell(t, e, s.ID, "'z' in globals()", kernelTimeout)
+		if r.KernelRestarted || mainText(r) != "False" {
+			t.Fatalf("reported twice, or the variable survived: %+v", r)
 		}
 	})
 }
