@@ -13,6 +13,9 @@ var (
 	ErrNotDir       = errors.New("not a directory")
 	ErrSymlink      = errors.New("symbolic links are not followed")
 	ErrPermission   = errors.New("permission denied in the sandbox")
+	// ErrFileExists is a make-folder or move whose target is already
+	// there (or a folder that is not empty where an empty one would do).
+	ErrFileExists = errors.New("file exists")
 )
 
 // FileInfo describes one file in a session's home, as the sandbox sees it;
@@ -24,6 +27,9 @@ type FileInfo struct {
 	Mode    string    `json:"mode"` // octal permission bits, e.g. "0644"
 	ModTime time.Time `json:"mtime"`
 	Type    string    `json:"type"` // file, dir, symlink, fifo, socket, char_device, block_device
+	// Target is a symlink's text as stored, never resolved (stat, move and
+	// listings with a depth report it).
+	Target string `json:"target,omitempty"`
 }
 
 // Listing is one directory listing: its entries, sorted by name, and
