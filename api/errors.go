@@ -61,6 +61,7 @@ var errorTable = []struct {
 	{sandbox.ErrNotDir, http.StatusConflict, "not_a_directory"},
 	{sandbox.ErrSymlink, http.StatusConflict, "symlink_refused"},
 	{sandbox.ErrPermission, http.StatusForbidden, "permission_denied"},
+	{sandbox.ErrFileExists, http.StatusConflict, "file_exists"},
 }
 
 // interrupted is the answer to a call whose context shutdown cancelled

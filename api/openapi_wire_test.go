@@ -61,6 +61,8 @@ var wireSchemas = map[string]wireSchema{
 	"FileInfo":              {typ: reflect.TypeFor[wire.FileInfo](), reply: true},
 	"FileListing":           {typ: reflect.TypeFor[wire.FileListing](), reply: true},
 	"ForkRequest":           {typ: reflect.TypeFor[wire.ForkRequest]()},
+	"MakeDirRequest":        {typ: reflect.TypeFor[wire.MakeDirRequest]()},
+	"MoveRequest":           {typ: reflect.TypeFor[wire.MoveRequest]()},
 	"CellResult":            {typ: reflect.TypeFor[wire.CellResult](), reply: true},
 	"CellError":             {typ: reflect.TypeFor[wire.CellError](), reply: true},
 }
@@ -92,6 +94,7 @@ var wireTypes = []reflect.Type{
 	reflect.TypeFor[wire.PackageRejection](), reflect.TypeFor[wire.RejectedDetails](),
 	reflect.TypeFor[wire.PackageVerdict](), reflect.TypeFor[wire.PackageVerdicts](), reflect.TypeFor[wire.InstallRequest](),
 	reflect.TypeFor[wire.CellResult](), reflect.TypeFor[wire.CellError](),
+	reflect.TypeFor[wire.MakeDirRequest](), reflect.TypeFor[wire.MoveRequest](),
 }
 
 // wireField is one field of a struct as encoding/json writes it.
