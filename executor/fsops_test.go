@@ -3,6 +3,7 @@ package executor
 import (
 	"context"
 	"errors"
+	"io"
 	"strings"
 	"testing"
 	"time"
@@ -109,5 +110,107 @@ func testFSOps(t *testing.T, transport string) {
 	r := run(t, e, s.ID, "cat /tmp/outside/secret; ls /home/sandbox; head -1 /etc/passwd | cut -d: -f1", 30*time.Second)
 	if r.Stdout != "s\netcdir\nloop\nn\npw\nroot\n" {
 		t.Fatalf("after the operations: %q", r.Stdout)
+	}
+}
+
+// TestWatch: a watch in a real sandbox reports what code and the files
+// API change (inotify works in gVisor for changes made inside), follows
+// new folders when recursive, never reports the outside through a link,
+// is bounded per session, and ends when the folder goes and when the
+// session ends.
+func TestWatch(t *testing.T) {
+	e, _ := startExecutor(t)
+	s := mustSession(t, e, "bash")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if r := run(t, e, s.ID, "mkdir -p /home/sandbox/w /tmp/outside && ln -s /tmp/outside /home/sandbox/w/out", 30*time.Second); r.Status != StatusOK {
+		t.Fatalf("setup: %+v", r)
+	}
+	if _, err := e.Watch(ctx, "k1", s.ID, "w/out", true); !errors.Is(err, sandbox.ErrSymlink) {
+		t.Fatalf("watch through a link: %v", err)
+	}
+	if _, err := e.Watch(ctx, "k1", s.ID, "../etc", true); !errors.Is(err, sandbox.ErrInvalid) {
+		t.Fatalf("watch outside: %v", err)
+	}
+	w, err := e.Watch(ctx, "k1", s.ID, "w", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	want := map[string]bool{
+		"create /home/sandbox/w/a.txt": false, "create /home/sandbox/w/sub": false,
+		"create /home/sandbox/w/sub/deep.txt": false, "create /home/sandbox/w/put.txt": false,
+		"remove /home/sandbox/w/a.txt": false,
+	}
+	if r := run(t, e, s.ID, "cd /home/sandbox/w && echo a > a.txt && mkdir sub && sleep 0.5 && echo d > sub/deep.txt && echo x > /tmp/outside/x && rm a.txt", 30*time.Second); r.Status != StatusOK {
+		t.Fatalf("changes: %+v", r)
+	}
+	putFile(t, e, s.ID, "w/put.txt", []byte("p"))
+	var seen []string
+	for missing := len(want); missing > 0; {
+		evs, err := w.Next(ctx)
+		if err != nil {
+			t.Fatalf("next: %v (seen %v)", err, seen)
+		}
+		for _, ev := range evs {
+			k := ev.Op + " " + ev.Path
+			seen = append(seen, k)
+			if strings.Contains(ev.Path, "outside") || strings.Contains(ev.Path, ".sbx-") {
+				t.Fatalf("event %q", k)
+			}
+			if done, ok := want[k]; ok && !done {
+				want[k] = true
+				missing--
+			}
+		}
+	}
+	// Bounded: the watch above and three more; a fifth is refused.
+	var extra []sandbox.FileWatch
+	for i := 0; i < 3; i++ {
+		x, err := e.Watch(ctx, "k1", s.ID, "w", false)
+		if err != nil {
+			t.Fatalf("watch %d: %v", i+2, err)
+		}
+		extra = append(extra, x)
+	}
+	if _, err := e.Watch(ctx, "k1", s.ID, "w", false); !errors.Is(err, sandbox.ErrCapacity) {
+		t.Fatalf("a fifth watch: %v", err)
+	}
+	for _, x := range extra {
+		x.Close()
+	}
+	// Transfers still move while watches run.
+	putFile(t, e, s.ID, "w/after.txt", []byte("q"))
+	// The folder goes: the watch ends with io.EOF.
+	if err := e.Remove(ctx, "k1", s.ID, "w"); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		_, err := w.Next(ctx)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatalf("after the folder went: %v", err)
+		}
+	}
+	// The session ends: a watch of it ends too.
+	run(t, e, s.ID, "mkdir -p /home/sandbox/v", 30*time.Second)
+	v, err := e.Watch(ctx, "k1", s.ID, "v", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer v.Close()
+	if err := e.DeleteSession(ctx, "k1", s.ID); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		_, err := v.Next(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				t.Fatal("the watch outlived its session")
+			}
+			break
+		}
 	}
 }

@@ -222,7 +222,7 @@ func (a *agent) fileOpen(p []byte) {
 		a.files.m = map[uint32]*fstream{}
 	}
 	_, dup := a.files.m[op.Stream]
-	busy := len(a.files.m) >= MaxFileStreams
+	busy := len(a.files.m) >= MaxFileStreams+MaxWatches // the host keeps each below its own bound
 	if !dup && !busy {
 		a.files.m[op.Stream] = s
 	}
@@ -393,6 +393,9 @@ func (a *agent) serveStream(s *fstream, op *FileOpen) {
 			return
 		case "stat", "mkdir", "move", "remove", "list":
 			res, err = a.host.fsOp(op.Op, comps, op.FSArgs, op.Max, asUser)
+		case "watch":
+			a.serveWatch(s, comps, op.Recursive, asUser)
+			return
 		default:
 			err = failf(CodeInvalid, "unknown file operation %q", op.Op)
 		}

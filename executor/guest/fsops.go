@@ -36,6 +36,8 @@ type FSArgs struct {
 	// Depth is how many levels a list descends (0 and 1: the folder's
 	// own entries); at most MaxListDepth.
 	Depth int `json:"depth,omitempty"`
+	// Recursive makes a watch follow the folders below the watched one.
+	Recursive bool `json:"recursive,omitempty"`
 }
 
 const (

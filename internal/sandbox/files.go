@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"context"
 	"errors"
 	"time"
 )
@@ -38,4 +39,22 @@ type FileInfo struct {
 type Listing struct {
 	Entries   []FileInfo `json:"entries"`
 	Truncated bool       `json:"truncated"`
+}
+
+// FileEvent is one change under a watched folder of a session's home.
+type FileEvent struct {
+	// Path is the changed file's absolute path in the sandbox.
+	Path string `json:"path"`
+	// Op is create, write, remove, rename (moved away), chmod, or
+	// overflow (events were lost; Path is the watched folder).
+	Op string `json:"op"`
+}
+
+// FileWatch is a running watch of a folder in a session's home.
+type FileWatch interface {
+	// Next waits for the next events; io.EOF when the folder went, any
+	// other error when the sandbox stopped or ctx ended.
+	Next(ctx context.Context) ([]FileEvent, error)
+	// Close stops the watch.
+	Close() error
 }
