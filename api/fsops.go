@@ -2,8 +2,11 @@ package api
 
 import (
 	"context"
+	"errors"
+	"io"
 	"net/http"
 	"strconv"
+	"time"
 
 	"github.com/sandboxapi/sandboxapi/api/wire"
 	"github.com/sandboxapi/sandboxapi/internal/sandbox"
@@ -26,7 +29,14 @@ type FileOps interface {
 	Remove(ctx context.Context, owner, id, path string) error
 	// ListDepth lists a folder and the folders below it to depth levels.
 	ListDepth(ctx context.Context, owner, id, path string, depth int) (sandbox.Listing, error)
+	// Watch follows the changes under a folder until it is closed, the
+	// folder goes (io.EOF) or the sandbox stops.
+	Watch(ctx context.Context, owner, id, path string, recursive bool) (sandbox.FileWatch, error)
 }
+
+// maxWatchDuration bounds one watch request; a client that wants longer
+// watches again.
+const maxWatchDuration = time.Hour
 
 // maxListDepth bounds ?depth= (the guest's own bound, guest.MaxListDepth).
 const maxListDepth = 64
@@ -37,6 +47,7 @@ const maxListDepth = 64
 //	POST   /v1/sessions/{id}/files/mkdir {path, parents?} -> 201 file info
 //	POST   /v1/sessions/{id}/files/move {from, to, overwrite?} -> file info
 //	DELETE /v1/sessions/{id}/files?path=P             204
+//	GET    /v1/sessions/{id}/files/watch?path=P&recursive=B  SSE of changes
 //
 // and ?depth= on GET /v1/sessions/{id}/files?dir= (getFiles).
 func (s *Server) mountFileOps(f FileOps) {
@@ -82,6 +93,9 @@ func (s *Server) mountFileOps(f FileOps) {
 		writeJSON(w, http.StatusOK, info)
 		return nil
 	}))
+	s.handle("GET /v1/sessions/{id}/files/watch", s.authed(func(w http.ResponseWriter, r *http.Request) error {
+		return s.watchFiles(f, w, r)
+	}))
 	s.handle("DELETE /v1/sessions/{id}/files", s.authed(func(w http.ResponseWriter, r *http.Request) error {
 		_, path, err := fileQuery(r, "path")
 		if err != nil {
@@ -110,4 +124,71 @@ func listDepth(r *http.Request) (int, error) {
 		return 0, apiErr(http.StatusBadRequest, "invalid_request", "depth must be a whole number from 1 to %d", maxListDepth)
 	}
 	return d, nil
+}
+
+// watchFiles streams a watch as SSE: "start" once the watch runs, a
+// "change" (wire.FileEvent) per change, a keepalive comment while quiet,
+// and "end" (wire.WatchEnd) when the folder went, the watch ran for
+// maxWatchDuration, or "error" when the sandbox stopped. A refusal before
+// the watch runs (bad path, symlink, too many watches) is a JSON error.
+func (s *Server) watchFiles(f FileOps, w http.ResponseWriter, r *http.Request) error {
+	_, path, err := fileQuery(r, "path")
+	if err != nil {
+		return err
+	}
+	recursive := false
+	if vs, ok := r.URL.Query()["recursive"]; ok {
+		if len(vs) != 1 || (vs[0] != "true" && vs[0] != "false") {
+			return apiErr(http.StatusBadRequest, "invalid_request", "recursive must be true or false, once")
+		}
+		recursive = vs[0] == "true"
+	}
+	if _, ok := w.(http.Flusher); !ok {
+		return errors.New("streaming unsupported by the response writer")
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), maxWatchDuration)
+	defer cancel()
+	wt, err := f.Watch(ctx, principal(r.Context()).KeyID, r.PathValue("id"), path, recursive)
+	if err != nil {
+		return err
+	}
+	defer wt.Close()
+	sw := &sseWriter{w: w, rc: http.NewResponseController(w), timeout: s.streamWriteTimeout(), cancel: cancel, begin: time.Now()}
+	sw.mu.Lock()
+	sw.event("start", wire.WatchEnd{})
+	sw.mu.Unlock()
+	sw.startHeartbeat(s.streamHeartbeat(), s.streamHeartbeat())
+	finish := func(event string, v any) error {
+		sw.mu.Lock()
+		defer sw.mu.Unlock()
+		sw.stopHeartbeat()
+		defer sw.clearDeadline()
+		if v != nil {
+			sw.event(event, v)
+		}
+		return nil
+	}
+	for {
+		evs, err := wt.Next(ctx)
+		switch {
+		case errors.Is(err, io.EOF):
+			return finish("end", wire.WatchEnd{Reason: "removed"})
+		case r.Context().Err() != nil:
+			return finish("", nil) // the client left
+		case ctx.Err() != nil:
+			return finish("end", wire.WatchEnd{Reason: "timeout"})
+		case err != nil:
+			s.log.Info("watch ended", "request_id", requestID(r.Context()), "err", err)
+			return finish("error", errorPayload{Code: "sandbox_lost", Message: "the session's sandbox stopped; watch again", RequestID: requestID(r.Context())})
+		}
+		sw.mu.Lock()
+		for _, ev := range evs {
+			sw.event("change", ev)
+		}
+		failed := sw.err != nil
+		sw.mu.Unlock()
+		if failed {
+			return finish("", nil)
+		}
+	}
 }

@@ -202,3 +202,87 @@ func TestFileOpsRoutes(t *testing.T) {
 		t.Fatalf("deep listing: %v", r.body)
 	}
 }
+
+// fakeWatch sends its events in one batch, then ends as the folder went.
+type fakeWatch struct {
+	evs    []sandbox.FileEvent
+	closed chan struct{}
+}
+
+func (w *fakeWatch) Next(ctx context.Context) ([]sandbox.FileEvent, error) {
+	if w.evs != nil {
+		evs := w.evs
+		w.evs = nil
+		return evs, nil
+	}
+	return nil, io.EOF
+}
+
+func (w *fakeWatch) Close() error {
+	select {
+	case <-w.closed:
+	default:
+		close(w.closed)
+	}
+	return nil
+}
+
+func (f *fakeFiles) Watch(ctx context.Context, owner, id, path string, recursive bool) (sandbox.FileWatch, error) {
+	if err := f.check(owner, id, path); err != nil {
+		return nil, err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.lastWatch = &fakeWatch{evs: []sandbox.FileEvent{{Path: "/home/sandbox/" + path + "/x", Op: "create"}}, closed: make(chan struct{})}
+	return f.lastWatch, nil
+}
+
+// TestWatchRoute: a watch is an SSE stream (start, change, end) and is
+// closed at its end; refusals before it runs are JSON errors.
+func TestWatchRoute(t *testing.T) {
+	t.Parallel()
+	ff := &fakeFiles{files: map[string][]byte{}, max: 1 << 20}
+	srv, _ := newFakeServerDeps(t, nil, func(d *Deps) { d.Files = ff })
+	ts := httptest.NewServer(srv)
+	defer ts.Close()
+	get := func(q string) (*http.Response, string) {
+		req, _ := http.NewRequest("GET", ts.URL+"/v1/sessions/s1/files/watch?"+q, nil)
+		req.Header.Set("X-API-Key", "key-PRO")
+		resp, err := ts.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp, string(b)
+	}
+	resp, body := get("path=d&recursive=true")
+	want := "event: start\ndata: {}\n\nevent: change\ndata: {\"path\":\"/home/sandbox/d/x\",\"op\":\"create\"}\n\nevent: end\ndata: {\"reason\":\"removed\"}\n\n"
+	if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != "text/event-stream" || body != want {
+		t.Fatalf("watch: %d %v %q", resp.StatusCode, resp.Header, body)
+	}
+	ff.mu.Lock()
+	closed := ff.lastWatch.closed
+	ff.mu.Unlock()
+	select {
+	case <-closed:
+	default:
+		t.Fatal("the watch was not closed")
+	}
+	for _, c := range []struct {
+		q      string
+		status int
+		code   string
+	}{
+		{"path=sym", 409, "symlink_refused"},
+		{"path=../x", 400, "invalid_request"},
+		{"", 400, "invalid_request"},
+		{"path=d&recursive=yes", 400, "invalid_request"},
+		{"path=d&recursive=true&recursive=false", 400, "invalid_request"},
+	} {
+		resp, body := get(c.q)
+		if resp.StatusCode != c.status || !strings.Contains(body, `"code":"`+c.code+`"`) {
+			t.Errorf("%q: %d %s", c.q, resp.StatusCode, body)
+		}
+	}
+}

@@ -63,6 +63,8 @@ var wireSchemas = map[string]wireSchema{
 	"ForkRequest":           {typ: reflect.TypeFor[wire.ForkRequest]()},
 	"MakeDirRequest":        {typ: reflect.TypeFor[wire.MakeDirRequest]()},
 	"MoveRequest":           {typ: reflect.TypeFor[wire.MoveRequest]()},
+	"FileEvent":             {typ: reflect.TypeFor[wire.FileEvent](), reply: true},
+	"WatchEnd":              {typ: reflect.TypeFor[wire.WatchEnd](), reply: true},
 	"CellResult":            {typ: reflect.TypeFor[wire.CellResult](), reply: true},
 	"CellError":             {typ: reflect.TypeFor[wire.CellError](), reply: true},
 }
@@ -95,6 +97,7 @@ var wireTypes = []reflect.Type{
 	reflect.TypeFor[wire.PackageVerdict](), reflect.TypeFor[wire.PackageVerdicts](), reflect.TypeFor[wire.InstallRequest](),
 	reflect.TypeFor[wire.CellResult](), reflect.TypeFor[wire.CellError](),
 	reflect.TypeFor[wire.MakeDirRequest](), reflect.TypeFor[wire.MoveRequest](),
+	reflect.TypeFor[wire.FileEvent](), reflect.TypeFor[wire.WatchEnd](),
 }
 
 // wireField is one field of a struct as encoding/json writes it.
