@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -122,6 +123,15 @@ func (f *fakeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		_ = json.NewEncoder(w).Encode(map[string]any{"name": "x"})
 	case (strings.HasPrefix(sub, "files/") || sub == "files" && r.Method == http.MethodDelete) && f.fsFail.code != "":
 		httperr.Write(w, f.fsFail.status, httperr.Payload{Code: f.fsFail.code, Message: f.fsFail.msg})
+	case sub == "files/watch":
+		if strings.Contains(r.URL.Query().Get("path"), "sym") {
+			apiFail(w, http.StatusConflict, "symlink_refused")
+			return
+		}
+		dir := r.URL.Query().Get("path")
+		w.Header().Set("Content-Type", "text/event-stream")
+		_, _ = fmt.Fprintf(w, "event: start\ndata: {}\n\n: keepalive\n\nevent: change\ndata: {\"path\":\"%s/sub/x\",\"op\":\"create\"}\n\n"+
+			"event: change\ndata: {\"path\":\"%s\",\"op\":\"overflow\"}\n\nevent: end\ndata: {\"reason\":\"removed\"}\n\n", dir, dir)
 	case sub == "files/stat", sub == "files/mkdir", sub == "files/move":
 		_ = json.NewEncoder(w).Encode(wire.FileInfo{Name: "f", Path: "/home/sandbox/d/f", Size: 3, Mode: "0644",
 			ModTime: time.Unix(1700000000, 0).UTC(), Type: "file"})
@@ -626,5 +636,49 @@ func TestFilesystemRPC(t *testing.T) {
 	}
 	if after, _ := count(); after != before {
 		t.Fatalf("refused calls made %d files API calls", after-before)
+	}
+}
+
+// TestWatchDirRPC: WatchDir is a Connect server stream made of the files
+// API's watch events: start, a keepalive, the change with its name
+// relative to the folder (an overflow dropped), then the end; a refusal
+// before the watch runs is Connect's error.
+func TestWatchDirRPC(t *testing.T) {
+	t.Parallel()
+	g := newRig(t)
+	sb := g.create("sk_a", map[string]any{})
+	watch := func(body string) resp {
+		h := sandboxHeaders(sb.SandboxID, sb.EnvdAccessToken)
+		h["Content-Type"] = "application/connect+json"
+		env := make([]byte, 5, 5+len(body))
+		binary.BigEndian.PutUint32(env[1:], uint32(len(body)))
+		return g.do("POST", "/e2b/sandbox/filesystem.Filesystem/WatchDir", bytes.NewReader(append(env, body...)), h)
+	}
+	r := watch(`{"path":"/home/user/w","recursive":true}`)
+	if r.status != http.StatusOK {
+		t.Fatalf("watch: %d %s", r.status, r.body)
+	}
+	var msgs []string
+	for b := r.body; len(b) >= 5; {
+		n := int(binary.BigEndian.Uint32(b[1:5]))
+		if len(b) < 5+n {
+			t.Fatalf("a cut envelope: %q", r.body)
+		}
+		msgs = append(msgs, fmt.Sprintf("%d %s", b[0], b[5:5+n]))
+		b = b[5+n:]
+	}
+	want := []string{`0 {"start":{}}`, `0 {"keepalive":{}}`, `0 {"filesystem":{"name":"sub/x","type":"EVENT_TYPE_CREATE"}}`, `2 {}`}
+	if strings.Join(msgs, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("stream:\n%s\nwant:\n%s", strings.Join(msgs, "\n"), strings.Join(want, "\n"))
+	}
+	for _, c := range []struct{ body, code string }{
+		{`{"path":"/home/user/sym"}`, "invalid_argument"},
+		{`{"path":"/etc"}`, "invalid_argument"},
+		{`{"path":"/home/user/../x"}`, "invalid_argument"},
+	} {
+		r := watch(c.body)
+		if !strings.Contains(string(r.body), `"code":"`+c.code+`"`) {
+			t.Errorf("%s: %d %q", c.body, r.status, r.body)
+		}
 	}
 }
