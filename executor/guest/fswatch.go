@@ -48,8 +48,11 @@ const (
 	watchFlush = 50 * time.Millisecond
 )
 
+// watchMask has no IN_DONT_FOLLOW: the name given is /proc/self/fd/N,
+// a magic link to the descriptor's own folder that must be followed
+// (Linux refuses it as a link otherwise); nothing else is resolved.
 const watchMask = unix.IN_CREATE | unix.IN_DELETE | unix.IN_MODIFY | unix.IN_CLOSE_WRITE | unix.IN_MOVED_FROM |
-	unix.IN_MOVED_TO | unix.IN_ATTRIB | unix.IN_DELETE_SELF | unix.IN_MOVE_SELF | unix.IN_ONLYDIR | unix.IN_DONT_FOLLOW
+	unix.IN_MOVED_TO | unix.IN_ATTRIB | unix.IN_DELETE_SELF | unix.IN_MOVE_SELF | unix.IN_ONLYDIR
 
 // watchedDir is one folder a watch follows.
 type watchedDir struct {
