@@ -71,6 +71,7 @@ var errorTable = []struct {
 	{sandbox.ErrProcessNotPTY, http.StatusConflict, "process_not_pty"},
 	{sandbox.ErrProcessStart, http.StatusBadRequest, "process_start_failed"},
 	{sandbox.ErrNoProcessChannel, http.StatusConflict, "process_channel_unavailable"},
+	{sandbox.ErrFileExists, http.StatusConflict, "file_exists"},
 }
 
 // interrupted is the answer to a call whose context shutdown cancelled

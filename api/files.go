@@ -26,6 +26,7 @@ type Files interface {
 	List(ctx context.Context, owner, id, path string) (sandbox.Listing, error)
 	// MaxFileBytes is the largest upload or download.
 	MaxFileBytes() int64
+	FileOps
 }
 
 // mountFiles enables the files API:
@@ -42,6 +43,7 @@ func (s *Server) mountFiles(f Files) {
 	s.handle("GET /v1/sessions/{id}/files", s.authed(func(w http.ResponseWriter, r *http.Request) error {
 		return s.getFiles(f, w, r)
 	}))
+	s.mountFileOps(f)
 }
 
 // fileQuery returns the one query parameter name (path or dir) and its value.
@@ -95,8 +97,20 @@ func (s *Server) getFiles(f Files, w http.ResponseWriter, r *http.Request) error
 	if err != nil {
 		return err
 	}
+	if _, ok := r.URL.Query()["depth"]; ok && kind != "dir" {
+		return apiErr(http.StatusBadRequest, "invalid_request", "depth goes with dir, not path")
+	}
 	if kind == "dir" {
-		l, err := f.List(r.Context(), p.KeyID, id, value)
+		depth, err := listDepth(r)
+		if err != nil {
+			return err
+		}
+		var l sandbox.Listing
+		if depth == 0 {
+			l, err = f.List(r.Context(), p.KeyID, id, value)
+		} else {
+			l, err = f.ListDepth(r.Context(), p.KeyID, id, value, depth)
+		}
 		if err != nil {
 			return err
 		}

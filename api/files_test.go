@@ -27,6 +27,7 @@ type fakeFiles struct {
 	max   int64
 	// truncated is what List reports of every folder.
 	truncated bool
+	lastWatch *fakeWatch
 }
 
 var fakeFileErrors = map[string]error{

@@ -61,6 +61,10 @@ var wireSchemas = map[string]wireSchema{
 	"FileInfo":              {typ: reflect.TypeFor[wire.FileInfo](), reply: true},
 	"FileListing":           {typ: reflect.TypeFor[wire.FileListing](), reply: true},
 	"ForkRequest":           {typ: reflect.TypeFor[wire.ForkRequest]()},
+	"MakeDirRequest":        {typ: reflect.TypeFor[wire.MakeDirRequest]()},
+	"MoveRequest":           {typ: reflect.TypeFor[wire.MoveRequest]()},
+	"FileEvent":             {typ: reflect.TypeFor[wire.FileEvent](), reply: true},
+	"WatchEnd":              {typ: reflect.TypeFor[wire.WatchEnd](), reply: true},
 	"CellResult":            {typ: reflect.TypeFor[wire.CellResult](), reply: true},
 	"CellError":             {typ: reflect.TypeFor[wire.CellError](), reply: true},
 	"StartProcessRequest":   {typ: reflect.TypeFor[wire.StartProcessRequest]()},
@@ -103,6 +107,8 @@ var wireTypes = []reflect.Type{
 	reflect.TypeFor[wire.StartProcessRequest](), reflect.TypeFor[wire.TermSize](), reflect.TypeFor[wire.SignalRequest](),
 	reflect.TypeFor[wire.Process](), reflect.TypeFor[wire.ProcessList](), reflect.TypeFor[wire.StdinReply](),
 	reflect.TypeFor[wire.ProcessOutputChunk](), reflect.TypeFor[wire.ProcessOutputGap](),
+	reflect.TypeFor[wire.MakeDirRequest](), reflect.TypeFor[wire.MoveRequest](),
+	reflect.TypeFor[wire.FileEvent](), reflect.TypeFor[wire.WatchEnd](),
 }
 
 // wireField is one field of a struct as encoding/json writes it.

@@ -44,8 +44,9 @@
 //
 // Uploads and downloads are our files API (PUT and GET
 // /v1/sessions/{id}/files, streamed). Stat, make dir, move, remove and
-// list with depth run fsop.py inside the session through its execute
-// endpoint: the sandbox's kernel resolves every path as its unprivileged
-// user, so the host never touches a path the sandbox controls. E2B's home
+// list with depth are the files API's operations (files/stat, files/mkdir,
+// files/move, DELETE files, ?depth=), which the sandbox's pid 1 does as
+// its unprivileged user on its own symlink-refusing walk: the host never
+// touches a path the sandbox controls, and no execute is spent. E2B's home
 // /home/user is our /home/sandbox (paths.go); only the home is served.
 package e2b

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"net/http"
 
+	"connectrpc.com/connect"
+
 	"github.com/sandboxapi/sandboxapi/internal/reqid"
 	"github.com/sandboxapi/sandboxapi/store"
 )
@@ -73,3 +75,26 @@ type e2bError struct {
 func (e *e2bError) Error() string { return e.msg }
 
 func errf(status int, msg string) error { return &e2bError{status: status, msg: msg} }
+
+// fileCode is the Connect code of a files API error, so the SDK raises
+// its own: file_not_found is NotFound (FileNotFoundError), file_exists
+// AlreadyExists (makeDir answers false), a path the files API refuses
+// (symlink_refused, not_a_directory, not_regular_file, invalid_request)
+// InvalidArgument (InvalidArgumentError), a tree too large to remove or a
+// listing too long OutOfRange (not ResourceExhausted: the SDK raises that
+// as a RateLimitError); any other by its status.
+func fileCode(ae *apiError) connect.Code {
+	switch ae.Code {
+	case "file_not_found":
+		return connect.CodeNotFound
+	case "file_exists":
+		return connect.CodeAlreadyExists
+	case "symlink_refused", "not_a_directory", "not_regular_file", "invalid_request":
+		return connect.CodeInvalidArgument
+	case "permission_denied":
+		return connect.CodePermissionDenied
+	case "too_large":
+		return connect.CodeOutOfRange
+	}
+	return codeOfStatus(ae.Status)
+}

@@ -2,14 +2,12 @@ package e2b
 
 import (
 	"context"
-	_ "embed"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
-	"time"
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -20,48 +18,16 @@ import (
 )
 
 // envd's filesystem service. Stat, make dir, move, remove and list are
-// one execute each of fsop.py in the session (through /v1, so they are
-// rate-limited and metered as executes); watches are not served yet.
+// the files API's own operations (GET /v1/sessions/{id}/files/stat, POST
+// .../files/mkdir and .../files/move, DELETE .../files, GET .../files?dir=
+// &depth=), which the guest does inside the sandbox: no execute, no
+// process of the user touched; each is one /v1 call, so it is
+// rate-limited and metered as that call. Watches are not served yet.
 
-//go:embed fsop.py
-var fsopScript string
-
-// fsEnv is the variable fsop.py reads its arguments from.
-const fsEnv = "SBX_E2B_FS"
-
-// fsEntry is what fsop.py reports of one file.
-type fsEntry struct {
-	Name    string  `json:"name"`
-	Type    string  `json:"type"`
-	Path    string  `json:"path"`
-	Size    int64   `json:"size"`
-	Mode    uint32  `json:"mode"`
-	Perm    string  `json:"perm"`
-	Owner   string  `json:"owner"`
-	Group   string  `json:"group"`
-	MtimeNS int64   `json:"mtime_ns"`
-	Target  *string `json:"target,omitempty"`
-}
-
-// fsReply is fsop.py's answer.
-type fsReply struct {
-	Err     string    `json:"err"`
-	Msg     string    `json:"msg"`
-	Entry   *fsEntry  `json:"entry"`
-	Entries []fsEntry `json:"entries"`
-}
-
-type fsArgs struct {
-	Op    string `json:"op"`
-	Path  string `json:"path"`
-	Dest  string `json:"dest,omitempty"`
-	Depth uint32 `json:"depth,omitempty"`
-}
-
-// maxDepth bounds a listing's depth.
+// maxDepth bounds a listing's depth (the files API's own bound).
 const maxDepth = 64
 
-// fsService implements envd's Filesystem over the session's executes.
+// fsService implements envd's Filesystem over the files API.
 type fsService struct {
 	filesystemconnect.UnimplementedFilesystemHandler
 	h *Handler
@@ -69,64 +35,22 @@ type fsService struct {
 
 var _ filesystemconnect.FilesystemHandler = fsService{}
 
-// fsop runs one operation in the target's session.
-func (s fsService) fsop(ctx context.Context, a fsArgs) (*fsReply, error) {
+// filesCall makes one files API call on the target's session; uri is
+// below /v1/sessions/{id}/files.
+func (s fsService) filesCall(ctx context.Context, method, uri string, in, out any) error {
 	t := targetOf(ctx)
 	if t == nil {
-		return nil, connect.NewError(connect.CodeUnauthenticated, errors.New("no sandbox"))
+		return connect.NewError(connect.CodeUnauthenticated, errors.New("no sandbox"))
 	}
-	args, err := json.Marshal(a)
-	if err != nil {
-		return nil, connect.NewError(connect.CodeInternal, err)
+	if _, err := t.caller.call(method, "/v1/sessions/"+url.PathEscape(t.id)+"/files"+uri, in, out); err != nil {
+		return rpcError(err, t.id)
 	}
-	code := fsopScript
-	var res wire.ExecuteResult
-	if _, err := t.caller.call(http.MethodPost, "/v1/sessions/"+url.PathEscape(t.id)+"/execute",
-		wire.ExecuteRequest{Code: &code, Env: map[string]string{fsEnv: string(args)}}, &res); err != nil {
-		return nil, rpcError(err, t.id)
-	}
-	if res.Status != "ok" || res.Truncated {
-		s.h.log.Warn("e2b: file operation failed in the sandbox", "sandbox", t.id, "op", a.Op, "status", res.Status, "exit_code", res.ExitCode)
-		if res.Status == "timeout" {
-			return nil, connect.NewError(connect.CodeDeadlineExceeded, errors.New("the file operation ran out of time"))
-		}
-		if res.Status == "output_limit" || res.Truncated {
-			return nil, connect.NewError(connect.CodeOutOfRange, errors.New("the answer is over the server's output limit: list a smaller folder or depth"))
-		}
-		return nil, connect.NewError(connect.CodeInternal, fmt.Errorf("the file operation failed in the sandbox (%s)", res.Status))
-	}
-	var out fsReply
-	if err := json.Unmarshal([]byte(res.Stdout), &out); err != nil {
-		return nil, connect.NewError(connect.CodeInternal, errors.New("the file operation answered nothing readable"))
-	}
-	if out.Err != "" {
-		return nil, connect.NewError(fsCode(out.Err), errors.New(e2bMessage(out.Msg)))
-	}
-	return &out, nil
+	return nil
 }
 
 // e2bMessage maps the session's home back to E2B's in a message.
 func e2bMessage(msg string) string {
 	return strings.ReplaceAll(msg, ourHome, e2bHome)
-}
-
-// fsCode is the Connect code of an fsop.py refusal (the SDK's errors:
-// NotFound is FileNotFoundError, AlreadyExists makes makeDir answer false).
-func fsCode(kind string) connect.Code {
-	switch kind {
-	case "not_found":
-		return connect.CodeNotFound
-	case "exists":
-		return connect.CodeAlreadyExists
-	case "not_dir", "invalid":
-		return connect.CodeInvalidArgument
-	case "permission":
-		return connect.CodePermissionDenied
-	case "too_many":
-		// Not ResourceExhausted: the SDK raises that as a RateLimitError.
-		return connect.CodeOutOfRange
-	}
-	return connect.CodeInternal
 }
 
 // rpcError is the Connect error of a failed /v1 call (or of ours).
@@ -144,7 +68,7 @@ func rpcError(err error, id string) error {
 			// that was killed or timed out.
 			return connect.NewError(connect.CodeUnavailable, fmt.Errorf("sandbox %s is not running anymore", id))
 		}
-		return connect.NewError(codeOfStatus(ae.Status), errors.New(e2bMessage(ae.Message)))
+		return connect.NewError(fileCode(ae), errors.New(e2bMessage(ae.Message)))
 	}
 	return connect.NewError(connect.CodeInternal, errors.New("internal error"))
 }
@@ -171,18 +95,43 @@ func codeOfStatus(status int) connect.Code {
 	return connect.CodeInternal
 }
 
-func entryInfo(e fsEntry) *fspb.EntryInfo {
-	out := &fspb.EntryInfo{Name: e.Name, Path: e2bPath(e.Path), Size: e.Size, Mode: e.Mode, Permissions: e.Perm,
-		Owner: e.Owner, Group: e.Group, ModifiedTime: timestamppb.New(time.Unix(0, e.MtimeNS)), SymlinkTarget: e.Target}
-	switch e.Type {
+// entryInfo is envd's entry of a file the files API described. Owner and
+// group are E2B's user: every file of the home is the sandbox user's own
+// (code runs as no one else), and the API reports no owner.
+func entryInfo(fi wire.FileInfo) *fspb.EntryInfo {
+	perm, _ := strconv.ParseUint(fi.Mode, 8, 32)
+	out := &fspb.EntryInfo{Name: fi.Name, Path: e2bPath(fi.Path), Size: fi.Size, Mode: uint32(perm),
+		Permissions: permString(fi.Type, uint32(perm)), Owner: e2bUser, Group: e2bUser,
+		ModifiedTime: timestamppb.New(fi.ModTime)}
+	switch fi.Type {
 	case "file":
 		out.Type = fspb.FileType_FILE_TYPE_FILE
 	case "dir":
 		out.Type = fspb.FileType_FILE_TYPE_DIRECTORY
 	case "symlink":
 		out.Type = fspb.FileType_FILE_TYPE_SYMLINK
+		target := fi.Target
+		out.SymlinkTarget = &target
 	}
 	return out
+}
+
+// permString is ls's text of a mode ("drwxr-xr-x").
+func permString(typ string, perm uint32) string {
+	kind := map[string]byte{"dir": 'd', "symlink": 'l', "fifo": 'p', "socket": 's', "char_device": 'c', "block_device": 'b'}[typ]
+	if kind == 0 {
+		kind = '-'
+	}
+	const rwx = "rwxrwxrwx"
+	b := []byte{kind}
+	for i := 0; i < 9; i++ {
+		if perm&(1<<(8-i)) != 0 {
+			b = append(b, rwx[i])
+		} else {
+			b = append(b, '-')
+		}
+	}
+	return string(b)
 }
 
 func pathArg(p string) (string, error) {
@@ -206,31 +155,28 @@ func (s fsService) Stat(ctx context.Context, req *connect.Request[fspb.StatReque
 	if err != nil {
 		return nil, err
 	}
-	out, err := s.fsop(ctx, fsArgs{Op: "stat", Path: p})
-	if err != nil {
+	var fi wire.FileInfo
+	if err := s.filesCall(ctx, http.MethodGet, "/stat?path="+url.QueryEscape(p), nil, &fi); err != nil {
 		return nil, err
 	}
-	if out.Entry == nil {
-		return nil, connect.NewError(connect.CodeInternal, errors.New("stat answered no entry"))
-	}
-	return connect.NewResponse(&fspb.StatResponse{Entry: entryInfo(*out.Entry)}), nil
+	return connect.NewResponse(&fspb.StatResponse{Entry: entryInfo(fi)}), nil
 }
 
+// MakeDir makes the folder and the missing ones above it (envd does);
+// an existing path is AlreadyExists, which the SDK answers as false.
 func (s fsService) MakeDir(ctx context.Context, req *connect.Request[fspb.MakeDirRequest]) (*connect.Response[fspb.MakeDirResponse], error) {
 	p, err := pathArg(req.Msg.GetPath())
 	if err != nil {
 		return nil, err
 	}
-	out, err := s.fsop(ctx, fsArgs{Op: "mkdir", Path: p})
-	if err != nil {
+	var fi wire.FileInfo
+	if err := s.filesCall(ctx, http.MethodPost, "/mkdir", wire.MakeDirRequest{Path: p, Parents: true}, &fi); err != nil {
 		return nil, err
 	}
-	if out.Entry == nil {
-		return nil, connect.NewError(connect.CodeInternal, errors.New("make dir answered no entry"))
-	}
-	return connect.NewResponse(&fspb.MakeDirResponse{Entry: entryInfo(*out.Entry)}), nil
+	return connect.NewResponse(&fspb.MakeDirResponse{Entry: entryInfo(fi)}), nil
 }
 
+// Move replaces what is at the destination, as envd's rename does.
 func (s fsService) Move(ctx context.Context, req *connect.Request[fspb.MoveRequest]) (*connect.Response[fspb.MoveResponse], error) {
 	src, err := pathArg(req.Msg.GetSource())
 	if err != nil {
@@ -246,14 +192,11 @@ func (s fsService) Move(ctx context.Context, req *connect.Request[fspb.MoveReque
 	if err := notHome(dst, "replace"); err != nil {
 		return nil, err
 	}
-	out, err := s.fsop(ctx, fsArgs{Op: "move", Path: src, Dest: dst})
-	if err != nil {
+	var fi wire.FileInfo
+	if err := s.filesCall(ctx, http.MethodPost, "/move", wire.MoveRequest{From: src, To: dst, Overwrite: true}, &fi); err != nil {
 		return nil, err
 	}
-	if out.Entry == nil {
-		return nil, connect.NewError(connect.CodeInternal, errors.New("move answered no entry"))
-	}
-	return connect.NewResponse(&fspb.MoveResponse{Entry: entryInfo(*out.Entry)}), nil
+	return connect.NewResponse(&fspb.MoveResponse{Entry: entryInfo(fi)}), nil
 }
 
 func (s fsService) Remove(ctx context.Context, req *connect.Request[fspb.RemoveRequest]) (*connect.Response[fspb.RemoveResponse], error) {
@@ -264,12 +207,14 @@ func (s fsService) Remove(ctx context.Context, req *connect.Request[fspb.RemoveR
 	if err := notHome(p, "remove"); err != nil {
 		return nil, err
 	}
-	if _, err := s.fsop(ctx, fsArgs{Op: "remove", Path: p}); err != nil {
+	if err := s.filesCall(ctx, http.MethodDelete, "?path="+url.QueryEscape(p), nil, nil); err != nil {
 		return nil, err
 	}
 	return connect.NewResponse(&fspb.RemoveResponse{}), nil
 }
 
+// ListDir lists to the depth asked; a listing the files API cut short
+// (over 10000 entries) is refused rather than answered in part.
 func (s fsService) ListDir(ctx context.Context, req *connect.Request[fspb.ListDirRequest]) (*connect.Response[fspb.ListDirResponse], error) {
 	p, err := pathArg(req.Msg.GetPath())
 	if err != nil {
@@ -282,13 +227,17 @@ func (s fsService) ListDir(ctx context.Context, req *connect.Request[fspb.ListDi
 	if depth > maxDepth {
 		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("depth must be at most %d", maxDepth))
 	}
-	out, err := s.fsop(ctx, fsArgs{Op: "list", Path: p, Depth: depth})
-	if err != nil {
+	var l wire.FileListing
+	if err := s.filesCall(ctx, http.MethodGet, "?dir="+url.QueryEscape(p)+"&depth="+strconv.Itoa(int(depth)), nil, &l); err != nil {
 		return nil, err
 	}
-	entries := make([]*fspb.EntryInfo, 0, len(out.Entries))
-	for _, e := range out.Entries {
-		entries = append(entries, entryInfo(e))
+	if l.Truncated {
+		// Not ResourceExhausted: the SDK raises that as a RateLimitError.
+		return nil, connect.NewError(connect.CodeOutOfRange, errors.New("the listing holds more than 10000 entries: list a smaller folder or depth"))
+	}
+	entries := make([]*fspb.EntryInfo, 0, len(l.Entries))
+	for _, fi := range l.Entries {
+		entries = append(entries, entryInfo(fi))
 	}
 	return connect.NewResponse(&fspb.ListDirResponse{Entries: entries}), nil
 }

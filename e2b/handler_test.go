@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -30,8 +31,13 @@ type fakeAPI struct {
 	sessions map[string]*fakeSession
 	n        int
 	maxFile  int64
-	execOut  string // stdout of every execute
-	calls    []string
+	// fsFail, when its code is set, is every file operation's answer.
+	fsFail struct {
+		status    int
+		code, msg string
+		truncated bool // listings say they were cut short
+	}
+	calls []string
 }
 
 type fakeSession struct {
@@ -115,10 +121,27 @@ func (f *fakeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.files[r.URL.Query().Get("path")] = b
 		s.state = "running"
 		_ = json.NewEncoder(w).Encode(map[string]any{"name": "x"})
+	case (strings.HasPrefix(sub, "files/") || sub == "files" && r.Method == http.MethodDelete) && f.fsFail.code != "":
+		httperr.Write(w, f.fsFail.status, httperr.Payload{Code: f.fsFail.code, Message: f.fsFail.msg})
+	case sub == "files/watch":
+		if strings.Contains(r.URL.Query().Get("path"), "sym") {
+			apiFail(w, http.StatusConflict, "symlink_refused")
+			return
+		}
+		dir := r.URL.Query().Get("path")
+		w.Header().Set("Content-Type", "text/event-stream")
+		_, _ = fmt.Fprintf(w, "event: start\ndata: {}\n\n: keepalive\n\nevent: change\ndata: {\"path\":\"%s/sub/x\",\"op\":\"create\"}\n\n"+
+			"event: change\ndata: {\"path\":\"%s\",\"op\":\"overflow\"}\n\nevent: end\ndata: {\"reason\":\"removed\"}\n\n", dir, dir)
+	case sub == "files/stat", sub == "files/mkdir", sub == "files/move":
+		_ = json.NewEncoder(w).Encode(wire.FileInfo{Name: "f", Path: "/home/sandbox/d/f", Size: 3, Mode: "0644",
+			ModTime: time.Unix(1700000000, 0).UTC(), Type: "file"})
+	case sub == "files" && r.Method == http.MethodDelete:
+		w.WriteHeader(http.StatusNoContent)
 	case sub == "files" && r.Method == http.MethodGet:
 		s.state = "running"
 		if r.URL.Query().Has("dir") {
-			_ = json.NewEncoder(w).Encode(wire.FileListing{})
+			_ = json.NewEncoder(w).Encode(wire.FileListing{Truncated: f.fsFail.truncated, Entries: []wire.FileInfo{
+				{Name: "l", Path: "/home/sandbox/d/l", Mode: "0777", Type: "symlink", Target: "/etc"}}})
 			return
 		}
 		b, ok := s.files[r.URL.Query().Get("path")]
@@ -129,7 +152,7 @@ func (f *fakeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Length", fmt.Sprint(len(b)))
 		_, _ = w.Write(b)
 	case sub == "execute":
-		_ = json.NewEncoder(w).Encode(wire.ExecuteResult{Status: "ok", Stdout: f.execOut})
+		_ = json.NewEncoder(w).Encode(wire.ExecuteResult{Status: "ok"})
 	default:
 		apiFail(w, http.StatusNotFound, "no_route")
 	}
@@ -539,32 +562,60 @@ func TestFilesystemRPC(t *testing.T) {
 		h["Content-Type"] = "application/json"
 		return g.do("POST", "/e2b/sandbox/filesystem.Filesystem/"+method, strings.NewReader(body), h)
 	}
-	g.api.execOut = `{"entry":{"name":"f","type":"file","path":"/home/sandbox/d/f","size":3,"mode":420,"perm":"-rw-r--r--","owner":"sandbox","group":"sandbox","mtime_ns":1700000000000000000}}`
+	setFail := func(status int, code, msg string, truncated bool) {
+		g.api.mu.Lock()
+		g.api.fsFail.status, g.api.fsFail.code, g.api.fsFail.msg, g.api.fsFail.truncated = status, code, msg, truncated
+		g.api.mu.Unlock()
+	}
 	r := rpc("Stat", `{"path":"d/f"}`)
-	if r.status != 200 || !strings.Contains(string(r.body), `"path":"/home/user/d/f"`) || !strings.Contains(string(r.body), `"FILE_TYPE_FILE"`) {
+	if r.status != 200 || !strings.Contains(string(r.body), `"path":"/home/user/d/f"`) || !strings.Contains(string(r.body), `"FILE_TYPE_FILE"`) ||
+		!strings.Contains(string(r.body), `"permissions":"-rw-r--r--"`) || !strings.Contains(string(r.body), `"mode":420`) {
 		t.Fatalf("stat: %d %s", r.status, r.body)
 	}
-	g.api.execOut = `{"err":"not_found","msg":"/home/sandbox/x: no such file or directory"}`
-	r = rpc("Stat", `{"path":"x"}`)
-	if r.status != http.StatusNotFound || !strings.Contains(string(r.body), `"not_found"`) || !strings.Contains(string(r.body), "/home/user/x") {
-		t.Fatalf("stat of a missing file: %d %s", r.status, r.body)
+	r = rpc("ListDir", `{"path":"d","depth":3}`)
+	if r.status != 200 || !strings.Contains(string(r.body), `"symlinkTarget":"/etc"`) || !strings.Contains(string(r.body), `"permissions":"lrwxrwxrwx"`) {
+		t.Fatalf("list: %d %s", r.status, r.body)
 	}
-	g.api.execOut = `{"err":"exists","msg":"exists"}`
-	if r := rpc("MakeDir", `{"path":"d"}`); r.status != http.StatusConflict || !strings.Contains(string(r.body), `"already_exists"`) {
-		t.Fatalf("make dir of an existing one: %d %s", r.status, r.body)
-	}
-	g.api.execOut = "not json"
-	if r := rpc("Remove", `{"path":"d"}`); r.status != http.StatusInternalServerError {
-		t.Fatalf("garbage from the sandbox: %d %s", r.status, r.body)
-	}
-	g.api.mu.Lock()
-	execs := 0
-	for _, c := range g.api.calls {
-		if strings.HasSuffix(c, "/execute") {
-			execs++
+	for _, c := range []struct {
+		name, method, body string
+		status             int
+		code, apiCode      string
+	}{
+		{"stat of a missing file", "Stat", `{"path":"x"}`, http.StatusNotFound, "not_found", "file_not_found"},
+		{"make dir of an existing one", "MakeDir", `{"path":"d"}`, http.StatusConflict, "already_exists", "file_exists"},
+		{"move through a symlink", "Move", `{"source":"a","destination":"l/b"}`, http.StatusBadRequest, "invalid_argument", "symlink_refused"},
+		{"remove of a huge tree", "Remove", `{"path":"d"}`, http.StatusBadRequest, "out_of_range", "too_large"},
+		{"session gone", "Remove", `{"path":"d"}`, http.StatusServiceUnavailable, "unavailable", "not_found"},
+	} {
+		status := map[string]int{"file_not_found": 404, "file_exists": 409, "symlink_refused": 409, "too_large": 413, "not_found": 404}[c.apiCode]
+		setFail(status, c.apiCode, "/home/sandbox/x: "+c.apiCode, false)
+		r := rpc(c.method, c.body)
+		if r.status != c.status || !strings.Contains(string(r.body), `"`+c.code+`"`) ||
+			c.apiCode != "not_found" && !strings.Contains(string(r.body), "/home/user/x") {
+			t.Errorf("%s: %d %s, want %d %s", c.name, r.status, r.body, c.status, c.code)
 		}
 	}
-	g.api.mu.Unlock()
+	setFail(0, "", "", true)
+	if r := rpc("ListDir", `{"path":"d","depth":64}`); r.status != http.StatusBadRequest || !strings.Contains(string(r.body), `"out_of_range"`) {
+		t.Fatalf("a cut-short listing: %d %s", r.status, r.body)
+	}
+	count := func() (files, execs int) {
+		g.api.mu.Lock()
+		defer g.api.mu.Unlock()
+		for _, c := range g.api.calls {
+			switch {
+			case strings.HasSuffix(c, "/execute"):
+				execs++
+			case strings.Contains(c, "/files"):
+				files++
+			}
+		}
+		return files, execs
+	}
+	before, execs := count()
+	if execs != 0 {
+		t.Fatalf("file operations ran %d executes", execs)
+	}
 	for _, c := range []struct{ method, body string }{
 		{"Stat", `{"path":"/etc/passwd"}`},
 		{"ListDir", `{"path":"/home/user/../.."}`},
@@ -583,15 +634,51 @@ func TestFilesystemRPC(t *testing.T) {
 			t.Errorf("%s %s: %d %s, want invalid_argument", c.method, c.body, r.status, r.body)
 		}
 	}
-	g.api.mu.Lock()
-	after := 0
-	for _, c := range g.api.calls {
-		if strings.HasSuffix(c, "/execute") {
-			after++
-		}
+	if after, _ := count(); after != before {
+		t.Fatalf("refused calls made %d files API calls", after-before)
 	}
-	g.api.mu.Unlock()
-	if after != execs {
-		t.Fatalf("refused calls ran %d executes in the sandbox", after-execs)
+}
+
+// TestWatchDirRPC: WatchDir is a Connect server stream made of the files
+// API's watch events: start, a keepalive, the change with its name
+// relative to the folder (an overflow dropped), then the end; a refusal
+// before the watch runs is Connect's error.
+func TestWatchDirRPC(t *testing.T) {
+	t.Parallel()
+	g := newRig(t)
+	sb := g.create("sk_a", map[string]any{})
+	watch := func(body string) resp {
+		h := sandboxHeaders(sb.SandboxID, sb.EnvdAccessToken)
+		h["Content-Type"] = "application/connect+json"
+		env := make([]byte, 5, 5+len(body))
+		binary.BigEndian.PutUint32(env[1:], uint32(len(body)))
+		return g.do("POST", "/e2b/sandbox/filesystem.Filesystem/WatchDir", bytes.NewReader(append(env, body...)), h)
+	}
+	r := watch(`{"path":"/home/user/w","recursive":true}`)
+	if r.status != http.StatusOK {
+		t.Fatalf("watch: %d %s", r.status, r.body)
+	}
+	var msgs []string
+	for b := r.body; len(b) >= 5; {
+		n := int(binary.BigEndian.Uint32(b[1:5]))
+		if len(b) < 5+n {
+			t.Fatalf("a cut envelope: %q", r.body)
+		}
+		msgs = append(msgs, fmt.Sprintf("%d %s", b[0], b[5:5+n]))
+		b = b[5+n:]
+	}
+	want := []string{`0 {"start":{}}`, `0 {"keepalive":{}}`, `0 {"filesystem":{"name":"sub/x","type":"EVENT_TYPE_CREATE"}}`, `2 {}`}
+	if strings.Join(msgs, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("stream:\n%s\nwant:\n%s", strings.Join(msgs, "\n"), strings.Join(want, "\n"))
+	}
+	for _, c := range []struct{ body, code string }{
+		{`{"path":"/home/user/sym"}`, "invalid_argument"},
+		{`{"path":"/etc"}`, "invalid_argument"},
+		{`{"path":"/home/user/../x"}`, "invalid_argument"},
+	} {
+		r := watch(c.body)
+		if !strings.Contains(string(r.body), `"code":"`+c.code+`"`) {
+			t.Errorf("%s: %d %q", c.body, r.status, r.body)
+		}
 	}
 }

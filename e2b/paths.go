@@ -16,6 +16,8 @@ import (
 const (
 	e2bHome = "/home/user"
 	ourHome = "/home/sandbox"
+	// e2bUser is E2B's default user, the owner reported of every file.
+	e2bUser = "user"
 	// maxPathBytes bounds a path (Linux's PATH_MAX).
 	maxPathBytes = 4096
 )

@@ -428,11 +428,16 @@ func (e *Executor) unuse(s *session) {
 
 // openStream opens a file stream of op on the channel.
 func (e *Executor) openStream(ctx context.Context, a *agentConn, id, op string, comps []string, max int64) (*hostStream, error) {
+	return e.openStreamArgs(ctx, a, id, op, comps, max, guest.FSArgs{})
+}
+
+// openStreamArgs is openStream with an fs operation's arguments.
+func (e *Executor) openStreamArgs(ctx context.Context, a *agentConn, id, op string, comps []string, max int64, args guest.FSArgs) (*hostStream, error) {
 	st, err := a.streams.open(ctx, a)
 	if err != nil {
 		return nil, e.streamError(ctx, id, err)
 	}
-	b, err := json.Marshal(guest.FileOpen{Stream: st.id, Op: op, Path: guest.JoinHome(comps), Max: max, UID: SandboxUID, GID: SandboxUID})
+	b, err := json.Marshal(guest.FileOpen{Stream: st.id, Op: op, Path: guest.JoinHome(comps), Max: max, UID: SandboxUID, GID: SandboxUID, FSArgs: args})
 	if err == nil {
 		err = a.send(guest.FrameFileOpen, b)
 	}
@@ -534,7 +539,7 @@ func toFileInfo(g *guest.FileEntry, path string) FileInfo {
 		return FileInfo{Path: path}
 	}
 	return FileInfo{Name: g.Name, Path: path, Size: g.Size, Mode: fmt.Sprintf("%04o", g.Mode),
-		ModTime: time.Unix(0, g.MTimeNS).UTC(), Type: g.Type}
+		ModTime: time.Unix(0, g.MTimeNS).UTC(), Type: g.Type, Target: g.Target}
 }
 
 func errString(err error) string {
@@ -572,6 +577,8 @@ func (e *Executor) fileError(ctx context.Context, id string, res *guest.FileResu
 		sentinel = sandbox.ErrTooLarge
 	case guest.CodePermission:
 		sentinel = ErrPermission
+	case guest.CodeExists:
+		sentinel = sandbox.ErrFileExists
 	default:
 		return fmt.Errorf("file call in sandbox %s: %s: %s", id, res.Code, res.Error)
 	}
@@ -598,8 +605,13 @@ type fileLine struct {
 // startFileOp starts `guest <mode>` as the sandbox user; body (put only)
 // follows the header on stdin.
 func (e *Executor) startFileOp(ctx context.Context, id, mode string, comps []string, max int64, body io.Reader, wantStdout bool) (*fileOp, error) {
+	return e.startFileReq(ctx, id, mode, &guest.FileRequest{Path: guest.JoinHome(comps), Max: max}, body, wantStdout)
+}
+
+// startFileReq is startFileOp with the whole request (an fsop's included).
+func (e *Executor) startFileReq(ctx context.Context, id, mode string, req *guest.FileRequest, body io.Reader, wantStdout bool) (*fileOp, error) {
 	e.execFileOps.Add(1)
-	header, err := guest.EncodeFile(&guest.FileRequest{Path: guest.JoinHome(comps), Max: max})
+	header, err := guest.EncodeFile(req)
 	if err != nil {
 		return nil, fmt.Errorf("encoding file request: %w", err)
 	}

@@ -52,14 +52,18 @@ type streamTable struct {
 	failed error // the channel's failure: no new streams
 	slots  chan struct{}
 	init   sync.Once
+	// watches counts open watch streams, which take no transfer slot
+	// (at most guest.MaxWatches; fswatch.go).
+	watches int
 }
 
 // hostStream is one transfer. Fields below mu are guarded by it.
 type hostStream struct {
-	id  uint32
-	a   *agentConn
-	mu  sync.Mutex
-	cnd *sync.Cond
+	id      uint32
+	a       *agentConn
+	isWatch bool // a watch: no transfer slot (streamTable.watches)
+	mu      sync.Mutex
+	cnd     *sync.Cond
 
 	result *guest.FileResult
 	// download frames not yet read (payloads: stream id, then data), and
@@ -105,8 +109,11 @@ func (t *streamTable) close(s *hostStream) {
 	t.mu.Lock()
 	_, ok := t.m[s.id]
 	delete(t.m, s.id)
+	if ok && s.isWatch {
+		t.watches--
+	}
 	t.mu.Unlock()
-	if ok {
+	if ok && !s.isWatch {
 		<-t.slots
 	}
 }

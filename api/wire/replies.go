@@ -162,3 +162,14 @@ type FileListing struct {
 type RejectedDetails struct {
 	Packages []PackageRejection `json:"packages"`
 }
+
+// FileEvent is the data of a "change" event of
+// GET /v1/sessions/{id}/files/watch.
+type FileEvent = sandbox.FileEvent
+
+// WatchEnd is the data of a watch's "start" (empty) and "end" events.
+type WatchEnd struct {
+	// Reason is why the watch ended: removed (the folder went) or timeout
+	// (it ran for its hour).
+	Reason string `json:"reason,omitempty"`
+}

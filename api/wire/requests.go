@@ -73,3 +73,21 @@ type InstallRequest struct {
 	Packages []string        `json:"packages,omitempty" jsonschema:"package specs: NAME or NAME==VERSION for pip, NAME or NAME@VERSION for npm"`
 	Lockfile json.RawMessage `json:"lockfile,omitempty" jsonschema:"npm only, instead of packages: a package-lock.json object (lockfileVersion 2 or 3)"`
 }
+
+// MakeDirRequest is the body of POST /v1/sessions/{id}/files/mkdir.
+type MakeDirRequest struct {
+	Path string `json:"path"`
+	// Parents makes missing folders above Path too; Path itself must not
+	// exist either way (409 file_exists).
+	Parents bool `json:"parents,omitempty"`
+}
+
+// MoveRequest is the body of POST /v1/sessions/{id}/files/move.
+type MoveRequest struct {
+	From string `json:"from"`
+	To   string `json:"to"`
+	// Overwrite lets the move replace a file (or an empty folder, when
+	// From is a folder) at To; without it an existing To is 409
+	// file_exists.
+	Overwrite bool `json:"overwrite,omitempty"`
+}

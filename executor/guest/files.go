@@ -39,6 +39,9 @@ type FileRequest struct {
 	Path string `json:"path"`
 	// Max is the largest file in bytes (put, get) or the most entries (list).
 	Max int64 `json:"max"`
+	// Op and FSArgs are a `guest fsop`'s operation and arguments (fsops.go).
+	Op string `json:"op,omitempty"`
+	FSArgs
 }
 
 // Result codes of the file modes; "" is success.
@@ -62,6 +65,9 @@ type FileEntry struct {
 	Mode    uint32 `json:"mode"` // permission and setuid/setgid/sticky bits
 	MTimeNS int64  `json:"mtime_ns"`
 	Type    string `json:"type"` // file, dir, symlink, fifo, socket, char_device, block_device
+	// Target is a symlink's text, as stored (never resolved); stat, move
+	// and deep listings fill it.
+	Target string `json:"target,omitempty"`
 }
 
 // FileResult is the outcome of a file mode.
@@ -93,7 +99,7 @@ func failf(code, format string, args ...any) *fileFail {
 	return &fileFail{code: code, msg: fmt.Sprintf(format, args...)}
 }
 
-// fileMode runs one of put, get and list and reports on fd 3.
+// fileMode runs one of put, get, list and fsop and reports on fd 3.
 func fileMode(mode string) int {
 	h := newHost()
 	out := os.NewFile(3, "result")
@@ -144,6 +150,8 @@ func fileMode(mode string) int {
 		}
 	case "list":
 		res.Entries, res.Truncated, err = h.listDir(comps, int(req.Max))
+	case "fsop":
+		res, err = h.fsOp(req.Op, comps, req.FSArgs, req.Max, asIs)
 	default:
 		err = failf(CodeInvalid, "unknown file mode %q", mode)
 	}
@@ -205,6 +213,8 @@ func classify(what string, err error) *fileFail {
 		return failf(CodePermission, "%s: permission denied", what)
 	case errors.Is(err, unix.ENOSPC), errors.Is(err, unix.EDQUOT):
 		return failf(CodeNoSpace, "no space left in %s", Home)
+	case errors.Is(err, unix.ENOTEMPTY):
+		return failf(CodeExists, "%s is a folder that is not empty", what)
 	case errors.Is(err, unix.ENAMETOOLONG):
 		return failf(CodeInvalid, "%s: name too long", what)
 	}

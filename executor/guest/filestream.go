@@ -87,6 +87,9 @@ type FileOpen struct {
 	// UID and GID are the user the stream acts as; never root.
 	UID int `json:"uid"`
 	GID int `json:"gid"`
+	// FSArgs are the arguments of stat, mkdir, move, remove and a deep
+	// list (fsops.go).
+	FSArgs
 }
 
 // ErrStreamFrame is returned for a file frame too short to name its stream.
@@ -219,7 +222,7 @@ func (a *agent) fileOpen(p []byte) {
 		a.files.m = map[uint32]*fstream{}
 	}
 	_, dup := a.files.m[op.Stream]
-	busy := len(a.files.m) >= MaxFileStreams
+	busy := len(a.files.m) >= MaxFileStreams+MaxWatches // the host keeps each below its own bound
 	if !dup && !busy {
 		a.files.m[op.Stream] = s
 	}
@@ -388,12 +391,11 @@ func (a *agent) serveStream(s *fstream, op *FileOpen) {
 		case "get":
 			a.serveDownload(s, comps, op.Max, asUser)
 			return
-		case "list":
-			err = asUser(func() error {
-				var err error
-				res.Entries, res.Truncated, err = a.host.listDir(comps, int(op.Max))
-				return err
-			})
+		case "stat", "mkdir", "move", "remove", "list":
+			res, err = a.host.fsOp(op.Op, comps, op.FSArgs, op.Max, asUser)
+		case "watch":
+			a.serveWatch(s, comps, op.Recursive, asUser)
+			return
 		default:
 			err = failf(CodeInvalid, "unknown file operation %q", op.Op)
 		}

@@ -121,10 +121,10 @@ func (h *host) timeoutOf(ms int64) time.Duration {
 
 // ProtocolVersion changes whenever the host-guest wire format does; the
 // executor refuses a guest binary of another version (a stale build).
-const ProtocolVersion = "12" // 8: inline_compile, compile_ms and run_ms; 9: file streams on the agent channel; 10: background processes; 11: kernel frames; 12: FrameHello, the channel outlives its host (checkpoint and restore)
+const ProtocolVersion = "13" // 8: inline_compile, compile_ms and run_ms; 9: file streams on the agent channel; 10: background processes; 11: kernel frames; 12: FrameHello, the channel outlives its host (checkpoint and restore); 13: stat, mkdir, move, remove, deep list, watches (fsops.go, fswatch.go)
 
 // Main dispatches on the first argument: "init", "version", "kill", "run",
-// or a file mode ("put", "get", "list").
+// or a file mode ("put", "get", "list", "fsop").
 func Main(args []string) int {
 	if len(args) < 2 {
 		fmt.Fprintln(os.Stderr, "guest: usage: guest init|kill|run")
@@ -146,7 +146,7 @@ func Main(args []string) int {
 		return 0
 	case "run":
 		return run()
-	case "put", "get", "list":
+	case "put", "get", "list", "fsop":
 		return fileMode(args[1])
 	}
 	fmt.Fprintln(os.Stderr, "guest: unknown mode", args[1])

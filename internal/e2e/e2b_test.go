@@ -145,8 +145,15 @@ func TestE2BSDK(t *testing.T) {
 		for {
 			r := s.do("GET", "/v1/usage", key, nil)
 			body := string(r.body)
+			// File operations are the files API's own: none of them cost
+			// an execute (no E2B call runs one while commands are not served).
 			if r.status == http.StatusOK && strings.Contains(body, "POST /v1/sessions") && strings.Contains(body, "PUT /v1/sessions/{id}/files") &&
-				strings.Contains(body, "POST /v1/sessions/{id}/execute") {
+				strings.Contains(body, "GET /v1/sessions/{id}/files/stat") && strings.Contains(body, "POST /v1/sessions/{id}/files/mkdir") &&
+				strings.Contains(body, "POST /v1/sessions/{id}/files/move") && strings.Contains(body, "DELETE /v1/sessions/{id}/files") &&
+				strings.Contains(body, "GET /v1/sessions/{id}/files/watch") {
+				if strings.Contains(body, "/execute") {
+					t.Fatalf("E2B file calls ran executes: %s", body)
+				}
 				return
 			}
 			if time.Now().After(deadline) {

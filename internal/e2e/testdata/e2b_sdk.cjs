@@ -80,6 +80,22 @@ async function main() {
   check((await sbx.files.exists('/home/user/multi/a.txt')) === false, 'removed folder')
   step('makeDir, rename, remove')
 
+  // watchDir: a stream from the guest's inotify watch; files written
+  // through the SDK (commands are not served yet) show up as events,
+  // in subfolders too when recursive.
+  const events = []
+  const handle = await sbx.files.watchDir('/home/user/newdir', (ev) => events.push(ev), { recursive: true })
+  await sbx.files.write('/home/user/newdir/watched.txt', 'seen')
+  await sbx.files.write('/home/user/newdir/sub/deep.txt', 'deep')
+  const saw = (name) => events.some((e) => e.name === name && (e.type === 'create' || e.type === 'write'))
+  for (let i = 0; i < 200 && !(saw('watched.txt') && saw('sub/deep.txt')); i++) await new Promise((r) => setTimeout(r, 50))
+  await handle.stop()
+  check(saw('watched.txt'), 'watchDir saw the write: ' + JSON.stringify(events))
+  check(saw('sub/deep.txt'), 'a recursive watchDir saw the write below: ' + JSON.stringify(events))
+  check(!events.some((e) => e.name.includes('.sbx-upload')), 'no staging files in events: ' + JSON.stringify(events))
+  await rejects(sbx.files.watchDir('/etc', () => {}), InvalidArgumentError, 'watchDir outside the home')
+  step('watchDir')
+
   await rejects(sbx.files.read('/home/user/missing.txt'), FileNotFoundError, 'read of a missing file')
   await rejects(sbx.files.list('/etc'), InvalidArgumentError, 'a path outside the home')
   await rejects(sbx.files.remove('/home/user/../../etc/passwd'), InvalidArgumentError, 'a path that climbs out')

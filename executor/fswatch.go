@@ -1,0 +1,181 @@
+package executor
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"sync"
+
+	"github.com/sandboxapi/sandboxapi/executor/guest"
+	"github.com/sandboxapi/sandboxapi/internal/sandbox"
+)
+
+// Watches: the guest follows a folder of the home with inotify and sends
+// its changes on a stream of the agent channel (guest/fswatch.go). A
+// watch takes none of the four transfer slots (at most guest.MaxWatches
+// of its own per session, more are ErrCapacity), does not keep the
+// session busy (idle hibernation may stop the sandbox under it) and ends
+// with the sandbox: hibernation, the session's end, a lost sandbox. A
+// sandbox without a channel (adopted after a restart) has no watches.
+
+// maxWatchLine bounds one event line from the guest.
+const maxWatchLine = 16 << 10
+
+// Watch is a running watch. Next and Close may be called from different
+// goroutines; Next from one at a time.
+type Watch struct {
+	e   *Executor
+	id  string
+	st  *hostStream
+	dir string
+
+	partial []byte // an event line split across frames
+	once    sync.Once
+}
+
+var _ sandbox.FileWatch = (*Watch)(nil)
+
+// Watch starts watching the folder at path (recursive: and the folders
+// below it) in owner's session. The watch runs until Close, until the
+// folder goes (Next then answers io.EOF) or until the sandbox stops.
+func (e *Executor) Watch(ctx context.Context, owner, id, p string, recursive bool) (sandbox.FileWatch, error) {
+	comps, err := checkFilePath(p)
+	if err != nil {
+		return nil, err
+	}
+	s, a, err := e.fileChannel(ctx, owner, id)
+	if err != nil {
+		return nil, err
+	}
+	if a == nil {
+		return nil, fmt.Errorf("%w: the session's sandbox cannot be watched until it restarts", sandbox.ErrCapacity)
+	}
+	// Not busy while it runs: a watch does not keep a session awake.
+	e.unuse(s)
+	st, err := a.streams.openWatch(a)
+	if err != nil {
+		return nil, err
+	}
+	b, err := json.Marshal(guest.FileOpen{Stream: st.id, Op: "watch", Path: guest.JoinHome(comps), UID: SandboxUID, GID: SandboxUID,
+		FSArgs: guest.FSArgs{Recursive: recursive}})
+	if err == nil {
+		err = a.send(guest.FrameFileOpen, b)
+	}
+	if err != nil {
+		a.streams.close(st)
+		return nil, e.streamError(ctx, id, err)
+	}
+	res, err := st.awaitResult(ctx)
+	if err == nil {
+		err = e.fileError(ctx, id, res, nil, "")
+	} else {
+		err = e.streamError(ctx, id, err)
+	}
+	if err != nil {
+		_ = st.send(guest.FrameFileCancel, nil)
+		a.streams.close(st)
+		return nil, err
+	}
+	e.log.InfoContext(ctx, "file watch", "session", id, "path", guest.JoinHome(comps), "recursive", recursive)
+	return &Watch{e: e, id: id, st: st, dir: guest.JoinHome(comps)}, nil
+}
+
+// openWatch makes a watch stream, refusing one over guest.MaxWatches.
+func (t *streamTable) openWatch(a *agentConn) (*hostStream, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.failed != nil {
+		return nil, t.failed
+	}
+	if t.watches >= guest.MaxWatches {
+		return nil, fmt.Errorf("%w: at most %d watches per session", sandbox.ErrCapacity, guest.MaxWatches)
+	}
+	if t.m == nil {
+		t.m = map[uint32]*hostStream{}
+	}
+	t.nextID++
+	if t.nextID == 0 {
+		t.nextID = 1
+	}
+	s := &hostStream{id: t.nextID, a: a, isWatch: true}
+	s.cnd = sync.NewCond(&s.mu)
+	t.m[s.id] = s
+	t.watches++
+	return s, nil
+}
+
+// Next waits for the next events. io.EOF: the watched folder went; any
+// other error: the sandbox stopped, or ctx ended.
+func (w *Watch) Next(ctx context.Context) ([]sandbox.FileEvent, error) {
+	s := w.st
+	for {
+		stop := s.watch(ctx)
+		s.mu.Lock()
+		for len(s.data) == 0 && !s.eof && s.err == nil && ctx.Err() == nil {
+			s.cnd.Wait()
+		}
+		frames := s.data
+		s.data = nil
+		var n int64
+		for _, f := range frames {
+			n += int64(len(f) - 4)
+		}
+		s.buffered -= n
+		eof, serr := s.eof, s.err
+		s.mu.Unlock()
+		stop()
+		if len(frames) == 0 {
+			switch {
+			case serr != nil:
+				return nil, fmt.Errorf("watch of %s ended: %w", w.dir, serr)
+			case eof:
+				return nil, io.EOF
+			default:
+				return nil, ctx.Err()
+			}
+		}
+		if err := s.send(guest.FrameFileWindow, guest.CreditData(n)); err != nil {
+			return nil, fmt.Errorf("granting credit: %w", err)
+		}
+		var out []sandbox.FileEvent
+		for _, f := range frames {
+			w.partial = append(w.partial, f[4:]...)
+			recycleChunk(f)
+		}
+		for {
+			i := bytes.IndexByte(w.partial, '\n')
+			if i < 0 {
+				break
+			}
+			var ev guest.WatchEvent
+			if err := json.Unmarshal(w.partial[:i], &ev); err != nil {
+				return nil, fmt.Errorf("%w: a watch event: %v", errStreamProtocol, err)
+			}
+			w.partial = w.partial[i+1:]
+			p := w.dir
+			if ev.Name != "" {
+				p += "/" + ev.Name
+			}
+			out = append(out, sandbox.FileEvent{Path: p, Op: ev.Op})
+		}
+		if len(w.partial) > maxWatchLine {
+			return nil, fmt.Errorf("%w: a watch event over %d bytes", errStreamProtocol, maxWatchLine)
+		}
+		w.partial = append([]byte(nil), w.partial...)
+		if len(out) > 0 {
+			return out, nil
+		}
+	}
+}
+
+// Close stops the watch; safe to call more than once.
+func (w *Watch) Close() error {
+	w.once.Do(func() {
+		_ = w.st.send(guest.FrameFileCancel, nil)
+		w.st.a.streams.close(w.st)
+		w.e.log.Info("file watch ended", "session", w.id, "path", w.dir)
+	})
+	return nil
+}
