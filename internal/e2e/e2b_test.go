@@ -38,8 +38,8 @@ func e2bSDK(t *testing.T) string {
 }
 
 // TestE2BSDK runs E2B's JavaScript SDK, unchanged, against the real server
-// (testdata/e2b_sdk.cjs: create, files, set timeout, list, pause then
-// connect, a wrong key, another key's sandbox, kill, the plan's quota as
+// (testdata/e2b_sdk.cjs: create, files, commands and PTY
+// (e2b_sdk_commands.cjs), set timeout, list, pause then connect, a wrong key, another key's sandbox, kill, the plan's quota as
 // the SDK's RateLimitError), then checks what the
 // adapter must keep across a restart and that its calls were metered.
 func TestE2BSDK(t *testing.T) {
@@ -146,7 +146,8 @@ func TestE2BSDK(t *testing.T) {
 			r := s.do("GET", "/v1/usage", key, nil)
 			body := string(r.body)
 			if r.status == http.StatusOK && strings.Contains(body, "POST /v1/sessions") && strings.Contains(body, "PUT /v1/sessions/{id}/files") &&
-				strings.Contains(body, "POST /v1/sessions/{id}/execute") {
+				strings.Contains(body, "POST /v1/sessions/{id}/execute") &&
+				strings.Contains(body, "POST /v1/sessions/{id}/processes") && strings.Contains(body, "GET /v1/sessions/{id}/processes/{pid}/output") {
 				return
 			}
 			if time.Now().After(deadline) {
