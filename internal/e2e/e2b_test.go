@@ -20,7 +20,7 @@ import (
 // e2bSDK is the folder holding E2B's npm package e2b (node_modules), as
 // scripts/test.sh installs it, pinned; without it the test skips, or
 // fails when SANDBOXAPI_REQUIRE_CLIENTS=1.
-func e2bSDK(t *testing.T) string {
+func e2bSDK(t testing.TB) string {
 	dir := os.Getenv("SANDBOXAPI_E2B_SDK")
 	if dir == "" {
 		dir = "/var/cache/sandboxapi/testtools/e2b-2.51.0/node_modules"
