@@ -30,7 +30,7 @@ async function timed(f) {
 }
 
 async function main() {
-  const out = { sdkRun: [], apiExec: [], sdkCreate: [], apiCreate: [] }
+  const out = { sdkRun: [], apiExec: [], apiLogin: [], sdkCreate: [], apiCreate: [] }
   const sbx = await Sandbox.create('base', { timeoutMs: 600_000 })
   const sdkRun = async () => {
     const r = await sbx.commands.run('true')
@@ -40,14 +40,18 @@ async function main() {
     const r = await v1('POST', `/v1/sessions/${process.env.SESSION}/execute`, { code: 'true' })
     if (r.exit_code !== 0 || r.status !== 'ok') throw new Error('execute true: ' + JSON.stringify(r))
   }
-  for (let i = 0; i < 3; i++) { await sdkRun(); await apiExec() } // warm-up
+  // The process E2B's command is: bash as a login shell, whose
+  // /etc/profile starts two programs (id, run-parts).
+  const apiLogin = async () => {
+    const r = await v1('POST', `/v1/sessions/${process.env.SESSION}/execute`, { code: 'exec /bin/bash -l -c true' })
+    if (r.exit_code !== 0 || r.status !== 'ok') throw new Error('execute bash -l -c true: ' + JSON.stringify(r))
+  }
+  for (let i = 0; i < 3; i++) { await sdkRun(); await apiExec(); await apiLogin() } // warm-up
+  const sides = [[sdkRun, out.sdkRun], [apiExec, out.apiExec], [apiLogin, out.apiLogin]]
   for (let i = 0; i < rounds; i++) {
-    if (i % 2 === 0) {
-      out.sdkRun.push(await timed(sdkRun))
-      out.apiExec.push(await timed(apiExec))
-    } else {
-      out.apiExec.push(await timed(apiExec))
-      out.sdkRun.push(await timed(sdkRun))
+    for (let j = 0; j < sides.length; j++) {
+      const [f, into] = sides[(i + j) % sides.length] // rotate who goes first
+      into.push(await timed(f))
     }
   }
   await sbx.kill()
