@@ -34,6 +34,7 @@ type fakeProcs struct {
 	procs    map[int]wire.Process
 	events   map[int][]string // SSE events per pid ("event\ndata")
 	hold     map[int]bool     // a follow of this pid waits for its caller to leave
+	panics   map[int]any      // a follow of this pid panics with this after its events
 	startErr [2]string        // status, code of the next start
 	stdin    []string
 	signals  []string
@@ -44,7 +45,7 @@ type fakeProcs struct {
 }
 
 func newFakeProcs() *fakeProcs {
-	return &fakeProcs{fakeAPI: newFakeAPI(), procs: map[int]wire.Process{}, events: map[int][]string{}, hold: map[int]bool{}, nextPID: 100}
+	return &fakeProcs{fakeAPI: newFakeAPI(), procs: map[int]wire.Process{}, events: map[int][]string{}, hold: map[int]bool{}, panics: map[int]any{}, nextPID: 100}
 }
 
 func (f *fakeProcs) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -116,7 +117,7 @@ func (f *fakeProcs) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		f.mu.Unlock()
 		_ = json.NewEncoder(w).Encode(p)
 	case "output":
-		evs, hold := f.events[pid], f.hold[pid]
+		evs, hold, pv := f.events[pid], f.hold[pid], f.panics[pid]
 		f.streams++
 		f.mu.Unlock()
 		defer func() { f.mu.Lock(); f.streams--; f.mu.Unlock() }()
@@ -126,6 +127,9 @@ func (f *fakeProcs) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			name, data, _ := strings.Cut(ev, "\n")
 			fmt.Fprintf(w, "event: %s\ndata: %s\n\n", name, data)
 			w.(http.Flusher).Flush()
+		}
+		if pv != nil {
+			panic(pv)
 		}
 		if hold {
 			for {
@@ -661,5 +665,38 @@ func TestBasicUser(t *testing.T) {
 		if got := basicUser(c.in); got != c.want {
 			t.Errorf("basicUser(%q) = %q, want %q", c.in, got, c.want)
 		}
+	}
+}
+
+// TestProcessStreamPanics: a /v1 stream that panics under the adapter
+// (the cluster's reverse proxy aborts a stream whose reader has gone with
+// http.ErrAbortHandler) ends that stream, never the server.
+func TestProcessStreamPanics(t *testing.T) {
+	t.Parallel()
+	g := newProcRig(t)
+	ctx := context.Background()
+	g.api.procs[7] = wire.Process{PID: 7, State: "running"}
+	g.api.events[7] = []string{chunkJSON("stdout", "x"), exitJSON(0, "")}
+	g.api.panics[7] = http.ErrAbortHandler
+	g.api.procs[8] = wire.Process{PID: 8, State: "running"}
+	g.api.events[8] = []string{chunkJSON("stdout", "x")}
+	g.api.panics[8] = "boom"
+	cs, err := g.rpc.Connect(ctx, withSandbox(g.sb, connect.NewRequest(&procpb.ConnectRequest{Process: pidSel(7)})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	evs, err := collect[*procpb.ConnectResponse](cs)
+	if err != nil || len(evs) != 3 || evs[2].GetEnd() == nil {
+		t.Fatalf("an abort after the end: %v %v", evs, err)
+	}
+	cs, err = g.rpc.Connect(ctx, withSandbox(g.sb, connect.NewRequest(&procpb.ConnectRequest{Process: pidSel(8)})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := collect[*procpb.ConnectResponse](cs); connect.CodeOf(err) != connect.CodeInternal {
+		t.Fatalf("a panic before the end: %v, want internal", err)
+	}
+	if _, err := g.rpc.List(ctx, withSandbox(g.sb, connect.NewRequest(&procpb.ListRequest{}))); err != nil {
+		t.Fatalf("the server after the panics: %v", err)
 	}
 }

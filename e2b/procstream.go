@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"runtime/debug"
 	"strconv"
 	"sync"
 
@@ -51,8 +52,22 @@ func (s procService) follow(ctx context.Context, t *target, pid uint32, from int
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		defer pw.Close()
-		defer sw.headerOnce() // a handler that wrote nothing answered 200
+		defer func() {
+			// Off the server's goroutine, nothing else would catch a
+			// panic: a reverse proxy (the cluster's, forwarding to the
+			// session's node) aborts a stream whose reader left with
+			// http.ErrAbortHandler, which must not end the server.
+			v := recover()
+			if v != nil && v != http.ErrAbortHandler {
+				s.h.log.Error("e2b: panic in a process's output stream", "sandbox", t.id, "pid", pid, "panic", v, "stack", string(debug.Stack()))
+			}
+			sw.headerOnce() // a handler that wrote nothing answered 200
+			if v != nil {
+				pw.CloseWithError(errStreamAborted)
+				return
+			}
+			pw.Close()
+		}()
 		s.h.api.ServeHTTP(sw, req)
 	}()
 	defer func() {
@@ -113,8 +128,11 @@ func (s procService) follow(ctx context.Context, t *target, pid uint32, from int
 }
 
 // errFollowEnded closes the pipe under a /v1 stream the caller no longer
-// reads.
-var errFollowEnded = errors.New("the E2B caller stopped following the process")
+// reads; errStreamAborted is a /v1 stream that ended in a panic.
+var (
+	errFollowEnded   = errors.New("the E2B caller stopped following the process")
+	errStreamAborted = errors.New("the process's output stream was aborted")
+)
 
 // dispatch sends one /v1 stream event on; ended is true after the end.
 func (s procService) dispatch(event string, data []byte, send func(*procpb.ProcessEvent) error) (ended bool, err error) {
