@@ -12,7 +12,7 @@ async function until(cond, ms, what) {
 }
 
 module.exports = async function commands(sbx, e2b, { check, rejects, step }) {
-  const { CommandExitError, NotFoundError, SandboxError } = e2b
+  const { CommandExitError, NotFoundError, RateLimitError, SandboxError } = e2b
 
   const hi = await sbx.commands.run('echo hi')
   check(hi.exitCode === 0 && hi.stdout === 'hi\n' && hi.stderr === '', 'echo hi: ' + JSON.stringify(hi))
@@ -91,4 +91,17 @@ module.exports = async function commands(sbx, e2b, { check, rejects, step }) {
   const termErr = await rejects(term.wait(), CommandExitError, 'wait of a killed terminal')
   check(termErr.exitCode === -1, 'the terminal was killed: ' + JSON.stringify(termErr.result))
   step('pty create, sendInput, resize, kill')
+
+  // 16 running commands are a sandbox's most: the 17th is refused as
+  // the SDK's RateLimitError, and starts nothing.
+  const running = []
+  for (let i = 0; i < 16; i++) running.push(await sbx.commands.run('sleep 60', { background: true }))
+  await rejects(sbx.commands.run('sleep 60', { background: true }), RateLimitError, 'a 17th running command')
+  check((await sbx.commands.list()).length === 16, 'the refused command did not start')
+  for (const h of running) {
+    check((await h.kill()) === true, 'kill of a running command')
+    await rejects(h.wait(), CommandExitError, 'wait of a killed command')
+  }
+  check((await sbx.commands.list()).length === 0, 'none left running')
+  step('the process limit is a RateLimitError')
 }
