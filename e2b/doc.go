@@ -10,8 +10,8 @@
 //     sandbox named by E2b-Sandbox-Id and authenticated by its access
 //     token: envd's /health and /files and its Connect-RPC filesystem
 //     service (connectrpc.com/connect over code generated from envd's
-//     protos, e2b/gen.sh); its process service answers unimplemented
-//     until the processes work serves commands.
+//     protos, e2b/gen.sh), and its process service (commands and PTY)
+//     over the session's background processes (process.go).
 //
 // # Why a client of the API, not of the services
 //
@@ -32,6 +32,14 @@
 // the token sealed under one derived from the key (seal.go), so the
 // adapter acts as the sandbox's owner for exactly the calls that present
 // its token, and the store alone opens neither secret.
+//
+// # Commands
+//
+// A command is a background process of the session (POST
+// /v1/sessions/{id}/processes, /bin/bash -l -c CMD as E2B runs it), and
+// its events are the process's /v1 output stream read in process
+// (procstream.go) and sent on one by one as envd's; the adapter keeps no
+// table of its own, so any node serves any call of it.
 //
 // # State
 //

@@ -38,10 +38,7 @@ func (h *Handler) mountSandbox() {
 	opts := connect.WithReadMaxBytes(1 << 20)
 	fsPath, fsHandler := filesystemconnect.NewFilesystemHandler(fsService{h: h}, opts)
 	h.mux.Handle(p+fsPath, h.sandbox(true, http.StripPrefix(p, fsHandler)))
-	// Commands are the processes work's (issue 24): until then every
-	// process call is Connect's unimplemented, which the SDK raises as
-	// a SandboxError naming it.
-	procPath, procHandler := processconnect.NewProcessHandler(processconnect.UnimplementedProcessHandler{}, opts)
+	procPath, procHandler := processconnect.NewProcessHandler(procService{h: h}, opts)
 	h.mux.Handle(p+procPath, h.sandbox(true, http.StripPrefix(p, procHandler)))
 	h.mux.Handle(p+"/", h.sandbox(false, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "no route "+r.Method+" "+strings.TrimPrefix(r.URL.Path, SandboxPrefix)+" in the sandbox")

@@ -20,7 +20,7 @@ import (
 // e2bSDK is the folder holding E2B's npm package e2b (node_modules), as
 // scripts/test.sh installs it, pinned; without it the test skips, or
 // fails when SANDBOXAPI_REQUIRE_CLIENTS=1.
-func e2bSDK(t *testing.T) string {
+func e2bSDK(t testing.TB) string {
 	dir := os.Getenv("SANDBOXAPI_E2B_SDK")
 	if dir == "" {
 		dir = "/var/cache/sandboxapi/testtools/e2b-2.51.0/node_modules"
@@ -38,8 +38,8 @@ func e2bSDK(t *testing.T) string {
 }
 
 // TestE2BSDK runs E2B's JavaScript SDK, unchanged, against the real server
-// (testdata/e2b_sdk.cjs: create, files, set timeout, list, pause then
-// connect, a wrong key, another key's sandbox, kill, the plan's quota as
+// (testdata/e2b_sdk.cjs: create, files, commands and PTY
+// (e2b_sdk_commands.cjs), set timeout, list, pause then connect, a wrong key, another key's sandbox, kill, the plan's quota as
 // the SDK's RateLimitError), then checks what the
 // adapter must keep across a restart and that its calls were metered.
 func TestE2BSDK(t *testing.T) {
@@ -150,9 +150,10 @@ func TestE2BSDK(t *testing.T) {
 			if r.status == http.StatusOK && strings.Contains(body, "POST /v1/sessions") && strings.Contains(body, "PUT /v1/sessions/{id}/files") &&
 				strings.Contains(body, "GET /v1/sessions/{id}/files/stat") && strings.Contains(body, "POST /v1/sessions/{id}/files/mkdir") &&
 				strings.Contains(body, "POST /v1/sessions/{id}/files/move") && strings.Contains(body, "DELETE /v1/sessions/{id}/files") &&
-				strings.Contains(body, "GET /v1/sessions/{id}/files/watch") {
+				strings.Contains(body, "GET /v1/sessions/{id}/files/watch") &&
+				strings.Contains(body, "POST /v1/sessions/{id}/processes") && strings.Contains(body, "GET /v1/sessions/{id}/processes/{pid}/output") {
 				if strings.Contains(body, "/execute") {
-					t.Fatalf("E2B file calls ran executes: %s", body)
+					t.Fatalf("E2B file calls or commands ran executes: %s", body)
 				}
 				return
 			}
