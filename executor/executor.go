@@ -479,11 +479,14 @@ func (e *Executor) reconcile(ctx context.Context) error {
 		// A sandbox with network attached is adopted whatever its row
 		// asks now (a change may have disabled it: the proxy refuses all);
 		// one without is adopted only if its row asks for none.
-		// A kernel session's sandbox is not adopted: its kernel needs the
-		// agent channel, which died with the server; it resumes with a
-		// fresh kernel (and says so).
-		if r.State == StateRunning && runningC[r.ID] && mounted(homeMount(dir)) && lerr == nil && rt.unavailable == nil && (att != nil || !storedNetwork(r.Network).Enabled) && !r.Kernel {
+		// A kernel session's sandbox is adopted only when its row says it
+		// is live: its kernel needs the agent channel, which died with the
+		// server, and only a live session gets one back (regainLive).
+		// Otherwise it resumes with a fresh kernel (and says so).
+		if r.State == StateRunning && runningC[r.ID] && mounted(homeMount(dir)) && lerr == nil && rt.unavailable == nil && (att != nil || !storedNetwork(r.Network).Enabled) && (!r.Kernel || r.Live) {
 			s := newSession(r.ID, r.KeyID, rt, r.IdleTTL, r.CreatedAt, storedNetwork(r.Network))
+			// The guest's kernel goes on: the caller relies on it.
+			s.kernel, s.kernelUsed = r.Kernel, r.Kernel
 			s.state, s.hasSandbox, s.parent, s.diskBytes, s.hibernatedAt = StateRunning, true, r.ParentID, size, r.HibernatedAt
 			if att != nil {
 				s.netEnv, s.netAttached = att.Env, true

@@ -7,6 +7,8 @@ import (
 	"encoding/json"
 	"image/png"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -113,24 +115,41 @@ func TestKernelSessionEndToEnd(t *testing.T) {
 	}
 	kernelCell(t, s, key, id, "y = 1")
 
-	// A server restart (hibernation without memory here): the session is
-	// still a kernel session, and its next cell says its kernel is new.
+	// A server restart: the stop hibernates the session into a checkpoint
+	// and the next cell finds its variables in the restored kernel.
 	s.stop()
 	s.start()
 	if r := s.do("GET", "/v1/sessions/"+id, key, nil); r.status != http.StatusOK || r.json(t)["kernel"] != true {
 		t.Fatalf("after the server restart: %d %s", r.status, r.body)
 	}
-	if res := kernelCell(t, s, key, id, "print('again')"); !res.KernelRestarted || res.Stdout != "again\n" {
+	if res := kernelCell(t, s, key, id, "y + 1"); res.KernelRestarted || len(res.Results) != 1 || res.Results[0].Data["text/plain"] != "2" {
 		t.Fatalf("first cell after the server restart: %+v", res)
 	}
 	kernelCell(t, s, key, id, "z = 1")
 
-	// A crash (SIGKILL): the sandbox is not adopted without its agent
-	// channel; the session resumes with a fresh kernel and says so.
+	// A crash (SIGKILL): the sandbox outlives the server; the new server
+	// adopts it and regains its channel by a checkpoint and restore, so
+	// the kernel keeps its variables.
 	s.kill()
 	s.start()
-	if res := kernelCell(t, s, key, id, "'z' in globals()"); !res.KernelRestarted || len(res.Results) != 1 || res.Results[0].Data["text/plain"] != "False" {
+	if res := kernelCell(t, s, key, id, "'z' in globals()"); res.KernelRestarted || len(res.Results) != 1 || res.Results[0].Data["text/plain"] != "True" {
 		t.Fatalf("first cell after the crash: %+v", res)
+	}
+
+	// A checkpoint that cannot be restored: the session resumes on its
+	// files with a fresh kernel and says so, once.
+	if r := s.do("POST", "/v1/sessions/"+id+"/hibernate", key, nil); r.status != http.StatusOK {
+		t.Fatalf("hibernate: %d %s", r.status, r.body)
+	}
+	ckpt := filepath.Join(s.dataDir, "sessions", id, "checkpoint")
+	if _, err := os.Stat(ckpt); err != nil {
+		t.Fatalf("no checkpoint beside the home: %v", err)
+	}
+	if err := os.RemoveAll(ckpt); err != nil {
+		t.Fatal(err)
+	}
+	if res := kernelCell(t, s, key, id, "'z' in globals()"); !res.KernelRestarted || len(res.Results) != 1 || res.Results[0].Data["text/plain"] != "False" {
+		t.Fatalf("first cell after a lost checkpoint: %+v", res)
 	}
 	if res := kernelCell(t, s, key, id, "1"); res.KernelRestarted {
 		t.Fatalf("the restart reported twice: %+v", res)

@@ -90,12 +90,10 @@ func TestMCPSessions(t *testing.T) {
 		mcpOK(t, res, &sess)
 		defer mcpEnd(t, cs, sess.ID)
 		if !sess.Kernel {
-			// The kernel sessions of issue 24 come from another branch;
-			// until they are merged the server makes a plain session.
-			t.Skip("this server has no kernel sessions (its session reply does not say kernel: true)")
+			t.Fatalf("the session reply does not say kernel: true: %s", mcpText(res))
 		}
 		res = mcpCall(t, cs, "execute_in_session", map[string]any{"session_id": sess.ID,
-			"code": "import matplotlib\nmatplotlib.use('agg')\nimport matplotlib.pyplot as plt\nplt.plot([1, 2, 3], [1, 4, 9])\nplt.show()\n6 * 7"})
+			"code": "import matplotlib.pyplot as plt\nplt.plot([1, 2, 3], [1, 4, 9])\nplt.show()\n6 * 7"})
 		if res.IsError {
 			t.Fatalf("plot: %s", mcpText(res))
 		}
