@@ -376,10 +376,34 @@ func TestBackgroundProcessAcrossHibernation(t *testing.T) {
 	case <-time.After(time.Minute):
 		t.Fatal("follower still waiting after the hibernation")
 	}
-	if _, err := e.ListProcesses(ctx, "k1", s.ID); err != nil {
+	// The session was live (a process ran), so it hibernated into a
+	// checkpoint: the resume the list does restores the process itself.
+	list, err := e.ListProcesses(ctx, "k1", s.ID)
+	if err != nil {
 		t.Fatalf("list after hibernation: %v", err)
+	}
+	if len(list) != 1 || list[0].PID != p.PID || list[0].State != sandbox.ProcessRunning {
+		t.Fatalf("the process did not survive the hibernation: %+v", list)
 	}
 	if got, err := e.GetSession(ctx, "k1", s.ID); err != nil || got.State != StateRunning {
 		t.Fatalf("session after the list: %+v %v", got, err)
+	}
+	// It still takes signals and reports its end.
+	if err := e.SignalProcess(ctx, "k1", s.ID, p.PID, "SIGTERM"); err != nil {
+		t.Fatalf("signal after the resume: %v", err)
+	}
+	deadline := time.Now().Add(time.Minute)
+	for {
+		got, err := e.GetProcess(ctx, "k1", s.ID, p.PID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.State == sandbox.ProcessExited {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the process did not end after SIGTERM: %+v", got)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }
