@@ -77,6 +77,7 @@ store_e2e=(
   TestInstallRefusalsAreAllOrNothing TestInstallGateFailsClosed TestMCP TestMetricsCountMirrorCatalogue
   TestSecretsStayHiddenServe TestInputCapsAndBoundedConsole TestBadInputGetsClearErrors TestInstallNPMExpressTree TestLiveAllowList
   TestSessionKeepsItsVersion TestSessionWhoseVersionLeftTheRuntimesFile TestE2BSDK
+  TestLiveSessionSurvivesKill TestKernelSessionEndToEnd
 )
 # A name that no longer names a test fails here instead of silently
 # running nothing.
