@@ -325,3 +325,33 @@ func BenchmarkKernelCellVsProcess(b *testing.B) {
 	b.ReportMetric(float64(process.Microseconds())/float64(b.N), "process-µs/op")
 	b.ReportMetric(float64(kernel)/float64(process), "kernel/process")
 }
+
+// A fork of a kernel session gets the parent's variables (a restore of a
+// copy of its checkpoint); from there the two kernels diverge.
+func TestKernelFork(t *testing.T) {
+	e, _ := startExecutor(t)
+	ctx := context.Background()
+	parent := kernelSession(t, e)
+	defer e.DeleteSession(ctx, "k1", parent.ID)
+	cell(t, e, parent.ID, "x = 1\nimport numpy as np\na = np.arange(1000)", kernelTimeout)
+	child, err := e.ForkSession(ctx, parent.ID, ForkSpec{Owner: "k1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.DeleteSession(ctx, "k1", child.ID)
+	if !child.Kernel || !child.Live || child.CheckpointBytes <= 0 {
+		t.Fatalf("the fork is not a kernel session waiting in a checkpoint: %+v", child)
+	}
+	r := cell(t, e, child.ID, "x, int(a.sum())", kernelTimeout)
+	if r.Status != StatusOK || r.KernelRestarted || mainText(r) != "(1, 499500)" {
+		t.Fatalf("the fork's first cell: %+v", r)
+	}
+	cell(t, e, child.ID, "x = 2", kernelTimeout)
+	if r := cell(t, e, parent.ID, "x", kernelTimeout); mainText(r) != "1" || r.KernelRestarted {
+		t.Fatalf("the child's change reached the parent: %+v", r)
+	}
+	cell(t, e, parent.ID, "x = 3", kernelTimeout)
+	if r := cell(t, e, child.ID, "x", kernelTimeout); mainText(r) != "2" {
+		t.Fatalf("the parent's change reached the child: %+v", r)
+	}
+}
