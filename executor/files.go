@@ -317,22 +317,9 @@ func (e *Executor) List(ctx context.Context, owner, id, path string) (Listing, e
 }
 
 func (e *Executor) listStream(ctx context.Context, s *session, a *agentConn, id string, comps []string) (*guest.FileResult, error) {
-	defer e.unuse(s)
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	st, err := e.openStream(ctx, a, id, "list", comps, MaxListEntries)
-	if err != nil {
-		return nil, err
-	}
-	defer a.streams.close(st)
-	res, err := st.awaitResult(ctx)
-	if err != nil {
-		return nil, e.streamError(ctx, id, err)
-	}
-	if err := e.fileError(ctx, id, res, nil, ""); err != nil {
-		return nil, err
-	}
-	return res, nil
+	return e.fsStream(ctx, s, a, id, "list", comps, guest.FSArgs{}, MaxListEntries)
 }
 
 // listExec lists through `runsc exec` (the guest's list mode), holding the

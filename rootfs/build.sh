@@ -309,6 +309,26 @@ for i in "${!RT_LANG[@]}"; do
   esac
 done
 rm -f "$r/opt/sandboxapi/java/Run.java" "$r/opt/sandboxapi/java/Sample.java" "$r/opt/go-std/gobuild.go"
+# A login shell (`bash -l`, which is how E2B's SDK runs every command)
+# reads Debian's /etc/profile, which sets PATH anew: without this file
+# node, npm and go would be missing there. It puts back every language's
+# default version's folders, as the executor's PATH has them (a session on
+# another version gets its own folders first from the executor, but a
+# login shell sees the defaults).
+rt_dirs=""
+for i in "${!RT_LANG[@]}"; do
+  [ "${RT_DEFAULT[$i]}" = 1 ] || continue
+  IFS=: read -ra ds <<<"${RT_PATH[$i]}"
+  for d in "${ds[@]}"; do
+    case ":/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:$rt_dirs:" in
+    *":$d:"*) ;;
+    *) rt_dirs="${rt_dirs:+$rt_dirs:}$d" ;;
+    esac
+  done
+done
+mkdir -p "$r/etc/profile.d"
+printf '# Written by sandboxapi'"'"'s rootfs build (rootfs/build.sh): the default\n# version of every language on a login shell'"'"'s PATH.\nPATH="%s:$PATH"\nexport PATH\n' "$rt_dirs" > "$r/etc/profile.d/sandboxapi-runtimes.sh"
+chmod 0644 "$r/etc/profile.d/sandboxapi-runtimes.sh"
 # No identity of the build host: debootstrap copies its /etc/hostname and
 # /etc/resolv.conf into the tree, and every sandbox would read them. The
 # sandbox's own name (the OCI spec's hostname is the same), loopback hosts,

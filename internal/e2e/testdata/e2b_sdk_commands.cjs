@@ -18,6 +18,12 @@ module.exports = async function commands(sbx, e2b, { check, rejects, step }) {
   check(hi.exitCode === 0 && hi.stdout === 'hi\n' && hi.stderr === '', 'echo hi: ' + JSON.stringify(hi))
   step('commands.run foreground')
 
+  // A login shell (E2B runs every command as bash -l) still finds every
+  // language's default runtime: Debian's /etc/profile sets PATH anew.
+  const tools = await sbx.commands.run('node --version && go version && python3 --version && java -version 2>&1 | head -1')
+  check(/^v\d+\./.test(tools.stdout) && /go version go1\./.test(tools.stdout) && /Python 3\./.test(tools.stdout), 'runtimes on a login shell\'s PATH: ' + JSON.stringify(tools))
+  step('runtimes on PATH')
+
   const bad = await rejects(sbx.commands.run('echo out; echo oops >&2; exit 3'), CommandExitError, 'a non-zero exit')
   check(bad.exitCode === 3 && bad.stdout === 'out\n' && bad.stderr === 'oops\n', 'the exit error: ' + JSON.stringify(bad.result))
   check(/exit status 3/.test(bad.error), 'the exit error names the status: ' + bad.error)
