@@ -38,12 +38,21 @@ type fakeAPI struct {
 		truncated bool // listings say they were cut short
 	}
 	calls []string
+	// cell is what a kernel session's streamed execute writes (Server-
+	// Sent Events); block makes it then wait for the caller to leave and
+	// close left. code is the last cell's code.
+	cell     string
+	block    bool
+	left     chan struct{}
+	code     string
+	restarts int
 }
 
 type fakeSession struct {
-	owner string
-	state string
-	files map[string][]byte
+	owner  string
+	state  string
+	kernel bool
+	files  map[string][]byte
 }
 
 func newFakeAPI() *fakeAPI {
@@ -84,7 +93,7 @@ func (f *fakeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			}
 			f.n++
 			sid := fmt.Sprintf("sess_%03d", f.n)
-			f.sessions[sid] = &fakeSession{owner: owner, state: "running", files: map[string][]byte{}}
+			f.sessions[sid] = &fakeSession{owner: owner, state: "running", kernel: req.Kernel, files: map[string][]byte{}}
 			w.WriteHeader(http.StatusCreated)
 			_ = json.NewEncoder(w).Encode(wire.Session{ID: sid, Language: "python3", State: "running", IdleTTL: 300})
 		case http.MethodGet:
@@ -151,8 +160,27 @@ func (f *fakeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		w.Header().Set("Content-Length", fmt.Sprint(len(b)))
 		_, _ = w.Write(b)
+	case sub == "execute" && s.kernel && r.Header.Get("Accept") == "text/event-stream":
+		var req wire.ExecuteRequest
+		if err := json.NewDecoder(r.Body).Decode(&req); err != nil || req.Code == nil || !req.Stream {
+			apiFail(w, http.StatusBadRequest, "invalid_request")
+			return
+		}
+		f.code = *req.Code
+		w.Header().Set("Content-Type", "text/event-stream")
+		_, _ = io.WriteString(w, f.cell)
+		w.(http.Flusher).Flush()
+		if f.block {
+			<-r.Context().Done()
+			close(f.left)
+		}
 	case sub == "execute":
 		_ = json.NewEncoder(w).Encode(wire.ExecuteResult{Status: "ok"})
+	case sub == "kernel/restart" && !s.kernel:
+		apiFail(w, http.StatusConflict, "no_kernel")
+	case sub == "kernel/restart":
+		f.restarts++
+		_ = json.NewEncoder(w).Encode(wire.Session{ID: id, State: s.state, Kernel: true})
 	default:
 		apiFail(w, http.StatusNotFound, "no_route")
 	}

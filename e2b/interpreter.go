@@ -37,15 +37,29 @@ const (
 
 func (h *Handler) mountInterpreter() {
 	p := SandboxPrefix
-	h.ci.Handle("GET "+p+"/health", h.sandboxOn(interpreterPort, false, http.HandlerFunc(h.health)))
-	h.ci.Handle("POST "+p+"/execute", h.sandboxOn(interpreterPort, false, http.HandlerFunc(h.execute)))
-	h.ci.Handle("GET "+p+"/contexts", h.sandboxOn(interpreterPort, false, http.HandlerFunc(h.listContexts)))
-	h.ci.Handle("POST "+p+"/contexts", h.sandboxOn(interpreterPort, false, http.HandlerFunc(h.createContext)))
-	h.ci.Handle("POST "+p+"/contexts/{ctx}/restart", h.sandboxOn(interpreterPort, false, http.HandlerFunc(h.restartContext)))
-	h.ci.Handle("DELETE "+p+"/contexts/{ctx}", h.sandboxOn(interpreterPort, false, http.HandlerFunc(h.restartContext)))
-	h.ci.Handle(p+"/", h.sandboxOn(interpreterPort, false, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	h.ci.Handle("GET "+p+"/health", h.interpreter(h.health))
+	h.ci.Handle("POST "+p+"/execute", h.interpreter(h.execute))
+	h.ci.Handle("GET "+p+"/contexts", h.interpreter(h.listContexts))
+	h.ci.Handle("POST "+p+"/contexts", h.interpreter(h.createContext))
+	h.ci.Handle("POST "+p+"/contexts/{ctx}/restart", h.interpreter(h.restartContext))
+	h.ci.Handle("DELETE "+p+"/contexts/{ctx}", h.interpreter(h.restartContext))
+	h.ci.Handle(p+"/", h.interpreter(func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "no route "+r.Method+" "+strings.TrimPrefix(r.URL.Path, SandboxPrefix)+" in the code interpreter")
-	})))
+	}))
+}
+
+// interpreter authenticates port 49999's traffic and refuses it for a
+// sandbox without a kernel (base): /v1 would run its cells as fresh
+// processes, each forgetting the last, which is not what the SDK means.
+func (h *Handler) interpreter(f http.HandlerFunc) http.Handler {
+	return h.sandboxOn(interpreterPort, false, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		t := targetOf(r.Context())
+		if !templates[t.template].kernel {
+			writeError(w, http.StatusBadRequest, "sandbox "+t.id+" has no code interpreter: create it from the code-interpreter-v1 template")
+			return
+		}
+		f(w, r)
+	}))
 }
 
 // codeContext is the SDK's Context.
