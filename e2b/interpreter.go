@@ -277,6 +277,11 @@ func (h *Handler) cell(w http.ResponseWriter, r *http.Request, t *target, req *h
 	if ctx.Err() != nil {
 		return
 	}
+	if err := sc.Err(); err != nil {
+		h.log.Warn("e2b: reading a cell's stream", "sandbox", t.id, "err", err)
+		tr.fail("SandboxError", "reading the cell's output failed")
+		return
+	}
 	// The stream ended without a result: the session went away under it.
 	tr.fail("SandboxError", "sandbox "+t.id+" stopped serving the cell before it ended")
 }
