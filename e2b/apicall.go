@@ -191,6 +191,9 @@ const targetKey ctxKey = 0
 type target struct {
 	id     string
 	caller caller
+	// template is the sandbox's E2B template (the code interpreter
+	// serves only templates that make kernel sessions).
+	template string
 }
 
 func withTarget(ctx context.Context, t *target) context.Context {

@@ -41,12 +41,20 @@ const (
 	maxListLimit = 100
 )
 
-// templates maps E2B template ids onto our runtimes: both are a Python
-// session (code-interpreter's kernel is the Live state work's).
-var templates = map[string]string{
-	"base":                "python3",
-	"code-interpreter-v1": "python3",
-	"code-interpreter":    "python3",
+// templates maps E2B template ids onto our runtimes: all are a Python
+// session, and code-interpreter's is a kernel session (its port 49999 runs
+// cells on the session's kernel: interpreter.go).
+var templates = map[string]template{
+	"base":                {lang: "python3"},
+	"code-interpreter-v1": {lang: "python3", kernel: true},
+	"code-interpreter":    {lang: "python3", kernel: true},
+}
+
+// template is what an E2B template becomes: a session of this language,
+// a kernel session or not.
+type template struct {
+	lang   string
+	kernel bool
 }
 
 // createBody is E2B's NewSandbox. Fields sandboxapi cannot honour yet are
@@ -68,11 +76,14 @@ type createBody struct {
 
 // sandboxReply is E2B's Sandbox: the reply of create and connect.
 type sandboxReply struct {
-	TemplateID         string  `json:"templateID"`
-	SandboxID          string  `json:"sandboxID"`
-	ClientID           string  `json:"clientID"`
-	EnvdVersion        string  `json:"envdVersion"`
-	EnvdAccessToken    string  `json:"envdAccessToken"`
+	TemplateID      string `json:"templateID"`
+	SandboxID       string `json:"sandboxID"`
+	ClientID        string `json:"clientID"`
+	EnvdVersion     string `json:"envdVersion"`
+	EnvdAccessToken string `json:"envdAccessToken"`
+	// TrafficAccessToken is the access token again: @e2b/code-interpreter
+	// sends it (E2B-Traffic-Access-Token) on its context calls, which
+	// carry no X-Access-Token.
 	TrafficAccessToken *string `json:"trafficAccessToken"`
 	Domain             *string `json:"domain"`
 }
@@ -176,11 +187,11 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request, c caller) error
 	if b.TemplateID == "" {
 		b.TemplateID = "base"
 	}
-	lang, ok := templates[b.TemplateID]
+	tpl, ok := templates[b.TemplateID]
 	if !ok {
 		return errf(http.StatusBadRequest, fmt.Sprintf("template %q is not available: sandboxapi serves base and code-interpreter-v1 (custom templates are not supported)", b.TemplateID))
 	}
-	req := wire.CreateSessionRequest{Language: lang}
+	req := wire.CreateSessionRequest{Language: tpl.lang, Kernel: tpl.kernel}
 	if b.Timeout != nil {
 		ttl := float64(*b.Timeout)
 		req.IdleTTL = &ttl
@@ -203,7 +214,7 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request, c caller) error
 	if _, err := h.rec.PruneE2BSandboxes(r.Context()); err != nil {
 		h.log.Warn("e2b: pruning records of ended sandboxes", "err", err)
 	}
-	writeJSON(w, http.StatusCreated, sandboxReply{TemplateID: rec.Template, SandboxID: sess.ID, ClientID: clientID, EnvdVersion: envdVersion, EnvdAccessToken: token})
+	writeJSON(w, http.StatusCreated, sandboxReply{TemplateID: rec.Template, SandboxID: sess.ID, ClientID: clientID, EnvdVersion: envdVersion, EnvdAccessToken: token, TrafficAccessToken: &token})
 	return nil
 }
 
@@ -410,7 +421,8 @@ func (h *Handler) connect(w http.ResponseWriter, r *http.Request, c caller) erro
 	if err != nil {
 		return err
 	}
-	writeJSON(w, status, sandboxReply{TemplateID: rec.Template, SandboxID: id, ClientID: clientID, EnvdVersion: envdVersion, EnvdAccessToken: string(token)})
+	tok := string(token)
+	writeJSON(w, status, sandboxReply{TemplateID: rec.Template, SandboxID: id, ClientID: clientID, EnvdVersion: envdVersion, EnvdAccessToken: tok, TrafficAccessToken: &tok})
 	return nil
 }
 

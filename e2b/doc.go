@@ -11,7 +11,10 @@
 //     token: envd's /health and /files and its Connect-RPC filesystem
 //     service (connectrpc.com/connect over code generated from envd's
 //     protos, e2b/gen.sh), and its process service (commands and PTY)
-//     over the session's background processes (process.go).
+//     over the session's background processes (process.go); and, told
+//     apart by E2b-Sandbox-Port 49999, @e2b/code-interpreter's cells and
+//     contexts over the session's kernel (interpreter.go: a
+//     code-interpreter-v1 sandbox is a kernel session).
 //
 // # Why a client of the API, not of the services
 //

@@ -48,6 +48,13 @@ func (h *Handler) mountSandbox() {
 // sandbox authenticates sandbox traffic and puts its target in the
 // context. rpc says errors must be Connect's.
 func (h *Handler) sandbox(rpc bool, next http.Handler) http.Handler {
+	return h.sandboxOn(envdPort, rpc, next)
+}
+
+// sandboxOn is sandbox for the traffic of one port of the sandbox: envd's,
+// or the code interpreter's (interpreter.go), whose SDK sends the token in
+// E2B-Traffic-Access-Token on the calls where it sends no X-Access-Token.
+func (h *Handler) sandboxOn(servedPort string, rpc bool, next http.Handler) http.Handler {
 	ew := connect.NewErrorWriter()
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		fail := func(status int, code connect.Code, msg string) {
@@ -62,11 +69,14 @@ func (h *Handler) sandbox(rpc bool, next http.Handler) http.Handler {
 			fail(http.StatusBadRequest, connect.CodeInvalidArgument, "send the sandbox's id in E2b-Sandbox-Id")
 			return
 		}
-		if port := r.Header.Get("E2b-Sandbox-Port"); port != "" && port != envdPort {
-			fail(http.StatusBadGateway, connect.CodeUnavailable, fmt.Sprintf("port %s of the sandbox is not served: sandboxapi serves envd (%s) only", port, envdPort))
+		if port := r.Header.Get("E2b-Sandbox-Port"); port != servedPort && (port != "" || servedPort != envdPort) {
+			fail(http.StatusBadGateway, connect.CodeUnavailable, fmt.Sprintf("port %s of the sandbox is not served: sandboxapi serves envd (%s) and the code interpreter (%s) only", port, envdPort, interpreterPort))
 			return
 		}
 		token := r.Header.Get("X-Access-Token")
+		if token == "" {
+			token = r.Header.Get("E2B-Traffic-Access-Token")
+		}
 		rec, err := h.rec.E2BSandbox(r.Context(), id)
 		switch {
 		case errors.Is(err, store.ErrNotFound):
@@ -78,7 +88,7 @@ func (h *Handler) sandbox(rpc bool, next http.Handler) http.Handler {
 			fail(http.StatusServiceUnavailable, connect.CodeUnavailable, "the store cannot be reached; try again")
 			return
 		case token == "" || !tokenMatches(token, rec.TokenHash):
-			fail(http.StatusUnauthorized, connect.CodeUnauthenticated, "send the sandbox's access token in X-Access-Token")
+			fail(http.StatusUnauthorized, connect.CodeUnauthenticated, "send the sandbox's access token in X-Access-Token (or E2B-Traffic-Access-Token)")
 			return
 		}
 		key, err := unseal(token, id, purposeKey, rec.SealedKey)
@@ -93,7 +103,7 @@ func (h *Handler) sandbox(rpc bool, next http.Handler) http.Handler {
 			fail(http.StatusBadGateway, connect.CodeUnavailable, "sandbox "+id+" is not running: its timeout has passed")
 			return
 		}
-		next.ServeHTTP(w, r.WithContext(withTarget(r.Context(), &target{id: id, caller: c})))
+		next.ServeHTTP(w, r.WithContext(withTarget(r.Context(), &target{id: id, caller: c, template: rec.Template})))
 	})
 }
 

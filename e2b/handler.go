@@ -46,6 +46,7 @@ type Handler struct {
 	log *slog.Logger
 	clk func() time.Time
 	mux *http.ServeMux
+	ci  *http.ServeMux // port 49999: the code interpreter (interpreter.go)
 }
 
 // Prefix is where the adapter is mounted: E2B_API_URL=http://HOST:PORT/e2b
@@ -57,7 +58,7 @@ const (
 
 // New builds the handler of every path under Prefix.
 func New(d Deps) *Handler {
-	h := &Handler{api: d.API, rec: d.Records, log: d.Log, clk: d.Now, mux: http.NewServeMux()}
+	h := &Handler{api: d.API, rec: d.Records, log: d.Log, clk: d.Now, mux: http.NewServeMux(), ci: http.NewServeMux()}
 	if h.log == nil {
 		h.log = slog.New(slog.DiscardHandler)
 	}
@@ -108,6 +109,7 @@ func (h *Handler) routes() {
 		}))
 	}
 	h.mountSandbox()
+	h.mountInterpreter()
 	h.mux.Handle(p+"/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "no route "+r.Method+" "+r.URL.Path)
 	}))
@@ -121,6 +123,12 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		r.Header.Set("X-Request-Id", reqid.New())
 	}
 	w.Header().Set("X-Request-Id", r.Header.Get("X-Request-Id"))
+	// The code interpreter's paths (/execute, /contexts, /health) are
+	// told apart from envd's by the port the SDK names, not the path.
+	if r.Header.Get("E2b-Sandbox-Port") == interpreterPort && strings.HasPrefix(r.URL.Path, SandboxPrefix+"/") {
+		h.ci.ServeHTTP(w, r)
+		return
+	}
 	h.mux.ServeHTTP(w, r)
 }
 

@@ -38,12 +38,21 @@ type fakeAPI struct {
 		truncated bool // listings say they were cut short
 	}
 	calls []string
+	// cell is what a kernel session's streamed execute writes (Server-
+	// Sent Events); block makes it then wait for the caller to leave and
+	// close left. code is the last cell's code.
+	cell     string
+	block    bool
+	left     chan struct{}
+	code     string
+	restarts int
 }
 
 type fakeSession struct {
-	owner string
-	state string
-	files map[string][]byte
+	owner  string
+	state  string
+	kernel bool
+	files  map[string][]byte
 }
 
 func newFakeAPI() *fakeAPI {
@@ -84,7 +93,7 @@ func (f *fakeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			}
 			f.n++
 			sid := fmt.Sprintf("sess_%03d", f.n)
-			f.sessions[sid] = &fakeSession{owner: owner, state: "running", files: map[string][]byte{}}
+			f.sessions[sid] = &fakeSession{owner: owner, state: "running", kernel: req.Kernel, files: map[string][]byte{}}
 			w.WriteHeader(http.StatusCreated)
 			_ = json.NewEncoder(w).Encode(wire.Session{ID: sid, Language: "python3", State: "running", IdleTTL: 300})
 		case http.MethodGet:
@@ -151,8 +160,27 @@ func (f *fakeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		w.Header().Set("Content-Length", fmt.Sprint(len(b)))
 		_, _ = w.Write(b)
+	case sub == "execute" && s.kernel && r.Header.Get("Accept") == "text/event-stream":
+		var req wire.ExecuteRequest
+		if err := json.NewDecoder(r.Body).Decode(&req); err != nil || req.Code == nil || !req.Stream {
+			apiFail(w, http.StatusBadRequest, "invalid_request")
+			return
+		}
+		f.code = *req.Code
+		w.Header().Set("Content-Type", "text/event-stream")
+		_, _ = io.WriteString(w, f.cell)
+		w.(http.Flusher).Flush()
+		if f.block {
+			<-r.Context().Done()
+			close(f.left)
+		}
 	case sub == "execute":
 		_ = json.NewEncoder(w).Encode(wire.ExecuteResult{Status: "ok"})
+	case sub == "kernel/restart" && !s.kernel:
+		apiFail(w, http.StatusConflict, "no_kernel")
+	case sub == "kernel/restart":
+		f.restarts++
+		_ = json.NewEncoder(w).Encode(wire.Session{ID: id, State: s.state, Kernel: true})
 	default:
 		apiFail(w, http.StatusNotFound, "no_route")
 	}
@@ -526,7 +554,7 @@ func TestSandboxTraffic(t *testing.T) {
 		{"wrong token", sandboxHeaders(sb.SandboxID, sb.EnvdAccessToken+"0"), http.StatusUnauthorized},
 		{"another sandbox's token", sandboxHeaders(sb.SandboxID, other.EnvdAccessToken), http.StatusUnauthorized},
 		{"unknown sandbox", sandboxHeaders("sess_999", sb.EnvdAccessToken), http.StatusBadGateway},
-		{"code interpreter port", map[string]string{"E2b-Sandbox-Id": sb.SandboxID, "E2b-Sandbox-Port": "49999", "X-Access-Token": sb.EnvdAccessToken}, http.StatusBadGateway},
+		{"a port not served", map[string]string{"E2b-Sandbox-Id": sb.SandboxID, "E2b-Sandbox-Port": "8080", "X-Access-Token": sb.EnvdAccessToken}, http.StatusBadGateway},
 	} {
 		wantE2BError(t, c.name, g.do("GET", "/e2b/sandbox/files?path=z.txt", nil, c.hdr), c.status)
 	}
@@ -659,7 +687,13 @@ func TestWatchDirRPC(t *testing.T) {
 		if len(b) < 5+n {
 			t.Fatalf("a cut envelope: %q", r.body)
 		}
-		msgs = append(msgs, fmt.Sprintf("%d %s", b[0], b[5:5+n]))
+		// protojson varies its spacing from one build to another on
+		// purpose: compare the JSON, not its whitespace.
+		var msg bytes.Buffer
+		if err := json.Compact(&msg, b[5:5+n]); err != nil {
+			t.Fatalf("an envelope that is not JSON: %q", b[5:5+n])
+		}
+		msgs = append(msgs, fmt.Sprintf("%d %s", b[0], msg.Bytes()))
 		b = b[5+n:]
 	}
 	want := []string{`0 {"start":{}}`, `0 {"keepalive":{}}`, `0 {"filesystem":{"name":"sub/x","type":"EVENT_TYPE_CREATE"}}`, `2 {}`}

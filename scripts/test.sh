@@ -51,6 +51,12 @@ if [ ! -f "$tools/e2b-2.51.0/node_modules/e2b/package.json" ]; then
   retry npm install --prefix "$tools/e2b-2.51.0" --no-audit --no-fund --loglevel=error e2b@2.51.0 >/dev/null
 fi
 export SANDBOXAPI_E2B_SDK="$tools/e2b-2.51.0/node_modules"
+# @e2b/code-interpreter, unchanged, over the same e2b (internal/e2e
+# TestE2BCodeInterpreter); pinned: docs/e2b.md names the version.
+if [ ! -f "$tools/e2b-ci-2.8.0/node_modules/@e2b/code-interpreter/package.json" ]; then
+  retry npm install --prefix "$tools/e2b-ci-2.8.0" --no-audit --no-fund --loglevel=error @e2b/code-interpreter@2.8.0 e2b@2.51.0 >/dev/null
+fi
+export SANDBOXAPI_E2B_CI_SDK="$tools/e2b-ci-2.8.0/node_modules"
 export PEBBLE="$tools/bin/pebble" SANDBOXAPI_REQUIRE_PEBBLE=1
 # The Kubernetes manifests' checks (internal/deploycheck): kubeconform, the
 # API's schemas from the k8s.io/kubernetes module, kustomize if no kubectl.

@@ -221,3 +221,48 @@ func e2bDo(t *testing.T, s *server, method, path, key string, body any, hdr map[
 	b, _ := io.ReadAll(resp.Body)
 	return reply{status: resp.StatusCode, header: resp.Header, body: b}
 }
+
+// e2bCodeInterpreter is the folder holding @e2b/code-interpreter (and the
+// e2b it runs on), as scripts/test.sh installs it, pinned.
+func e2bCodeInterpreter(t testing.TB) string {
+	dir := os.Getenv("SANDBOXAPI_E2B_CI_SDK")
+	if dir == "" {
+		dir = "/var/cache/sandboxapi/testtools/e2b-ci-2.8.0/node_modules"
+	}
+	if _, err := os.Stat(filepath.Join(dir, "@e2b", "code-interpreter", "package.json")); err != nil {
+		if os.Getenv("SANDBOXAPI_REQUIRE_CLIENTS") == "1" {
+			t.Fatalf("@e2b/code-interpreter is not installed at %s (npm install @e2b/code-interpreter@2.8.0 e2b@2.51.0; scripts/test.sh does)", dir)
+		}
+		t.Skipf("@e2b/code-interpreter is not installed at %s: set SANDBOXAPI_E2B_CI_SDK", dir)
+	}
+	if _, err := exec.LookPath("node"); err != nil {
+		t.Fatalf("node is needed for E2B's SDK: %v", err)
+	}
+	return dir
+}
+
+// TestE2BCodeInterpreter runs @e2b/code-interpreter, unchanged, against
+// the real server (testdata/e2b_code_interpreter.cjs): its default
+// template, variables across cells, stdout callbacks, a plot as PNG, an
+// exception by name, contexts, the kernel kept across pause and connect,
+// a dead kernel reported, restart, kill.
+func TestE2BCodeInterpreter(t *testing.T) {
+	sdk := e2bCodeInterpreter(t)
+	s := startServer(t, "")
+	key := s.key("PRO")
+	run := "run-" + strings.ReplaceAll(t.Name(), "/", "-") + "-" + time.Now().Format("150405.000")
+	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "node", filepath.Join(testenv.ModuleRoot(), "internal", "e2e", "testdata", "e2b_code_interpreter.cjs"))
+	cmd.Env = append(os.Environ(), "E2B_CI_SDK="+sdk, "E2B_API_URL="+s.url("/e2b"), "E2B_SANDBOX_URL="+s.url("/e2b/sandbox"),
+		"E2B_API_KEY="+key, "RUN="+run, "E2B_DOMAIN=invalid.example")
+	out, err := cmd.CombinedOutput()
+	if err != nil || !bytes.Contains(out, []byte("E2B CODE INTERPRETER OK")) {
+		t.Fatalf("the SDK's script failed: %v\n%s\nserver log:\n%s", err, out, tail(s.logs.String(), 60))
+	}
+	t.Logf("%s", out)
+	// Nothing of the sandbox is left: the kill ended its session.
+	if r := s.do("GET", "/v1/sessions", key, nil); r.status != http.StatusOK || bytes.Contains(r.body, []byte(`"state":"running"`)) {
+		t.Fatalf("sessions after the kill: %d %s", r.status, r.body)
+	}
+}
