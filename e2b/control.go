@@ -131,10 +131,6 @@ func (b *createBody) check() error {
 		return errf(http.StatusBadRequest, "volume mounts are not supported by sandboxapi")
 	case b.IAM != nil && string(b.IAM) != "null":
 		return errf(http.StatusBadRequest, "iam tokens are not supported by sandboxapi")
-	case b.Network != nil && string(b.Network) != "null":
-		return errf(http.StatusBadRequest, "network rules are not supported by sandboxapi's E2B API yet: use /v1 sessions with network.allowed_domains")
-	case b.AllowInternetAccess != nil && *b.AllowInternetAccess:
-		return errf(http.StatusBadRequest, "internet access is not granted by sandboxapi: sandboxes have no network unless a /v1 session asks for allowed domains")
 	case b.AutoPause != nil && *b.AutoPause:
 		return errf(http.StatusBadRequest, "autoPause is not supported yet: a sandbox ends at its timeout (pause it explicitly with pause)")
 	case b.AutoResume != nil && string(b.AutoResume) != "null":
@@ -181,6 +177,11 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request, c caller) error
 		return errf(http.StatusBadRequest, fmt.Sprintf("template %q is not available: sandboxapi serves base and code-interpreter-v1 (custom templates are not supported)", b.TemplateID))
 	}
 	req := wire.CreateSessionRequest{Language: lang}
+	if net, err := b.network(); err != nil {
+		return err
+	} else if net.Enabled {
+		req.Network = &net
+	}
 	if b.Timeout != nil {
 		ttl := float64(*b.Timeout)
 		req.IdleTTL = &ttl
