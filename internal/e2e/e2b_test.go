@@ -239,7 +239,7 @@ func TestE2BSDKNetwork(t *testing.T) {
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "node", filepath.Join(testenv.ModuleRoot(), "internal", "e2e", "testdata", "e2b_sdk_network.cjs"))
 	cmd.Env = append(os.Environ(), "E2B_SDK="+sdk, "E2B_API_URL="+s.url("/e2b"), "E2B_SANDBOX_URL="+s.url("/e2b/sandbox"),
-		"E2B_API_KEY="+key, "FAKE_CA="+string(f.caPEM), "E2B_DOMAIN=invalid.example")
+		"E2B_API_KEY="+key, "PRO_KEY="+s.key("PRO"), "FAKE_CA="+string(f.caPEM), "E2B_DOMAIN=invalid.example")
 	out, err := cmd.CombinedOutput()
 	if err != nil || !bytes.Contains(out, []byte("E2B NETWORK OK")) {
 		t.Fatalf("the SDK's script failed: %v\n%s\nserver log:\n%s", err, out, tail(s.logs.String(), 80))

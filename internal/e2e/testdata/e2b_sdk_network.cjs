@@ -2,8 +2,9 @@
 // own JavaScript SDK, unchanged (TestE2BSDKNetwork), against the real
 // server, its egress proxy and the test's fake internet. Environment:
 // E2B_SDK, E2B_API_URL, E2B_SANDBOX_URL, E2B_API_KEY (a plan with
-// allowed_domains), FAKE_CA (the fake internet's CA, PEM). Prints one line
-// per step and "E2B NETWORK OK" at the end; any failure exits non-zero.
+// allowed_domains), PRO_KEY (a plan without), FAKE_CA (the fake
+// internet's CA, PEM). Prints one line per step and "E2B NETWORK OK" at
+// the end; any failure exits non-zero.
 'use strict'
 const path = require('path')
 const e2b = require(path.join(process.env.E2B_SDK, 'e2b'))
@@ -52,6 +53,10 @@ async function main() {
   const denyOnly = await rejects(Sandbox.create('base', { network: { denyOut: ['203.0.113.0/24'] } }), SandboxError, 'a deny-list alone')
   check(denyOnly.message.includes('allowOut'), 'the refusal says what to send: ' + denyOnly.message)
   step('internet access and a deny-list alone are refused')
+
+  const plan = await rejects(Sandbox.create('base', { apiKey: process.env.PRO_KEY, network: { allowOut: ['www.allowed.test'] } }), SandboxError, 'allowOut on a plan without allowed_domains')
+  check(plan.message.startsWith('403'), "the plan's refusal is the API's 403: " + plan.message)
+  step("the plan's refusal is the SDK's error")
 
   const sbx = await Sandbox.create('base', {
     network: { allowOut: ['www.allowed.test'], denyOut: [ALL_TRAFFIC] },
