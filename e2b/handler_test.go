@@ -666,7 +666,13 @@ func TestWatchDirRPC(t *testing.T) {
 		if len(b) < 5+n {
 			t.Fatalf("a cut envelope: %q", r.body)
 		}
-		msgs = append(msgs, fmt.Sprintf("%d %s", b[0], b[5:5+n]))
+		// protojson puts random white space in its output on purpose
+		// (so that no one compares it as text): compare it compacted.
+		var msg bytes.Buffer
+		if err := json.Compact(&msg, b[5:5+n]); err != nil {
+			t.Fatalf("a message that is not JSON: %q", b[5:5+n])
+		}
+		msgs = append(msgs, fmt.Sprintf("%d %s", b[0], msg.Bytes()))
 		b = b[5+n:]
 	}
 	want := []string{`0 {"start":{}}`, `0 {"keepalive":{}}`, `0 {"filesystem":{"name":"sub/x","type":"EVENT_TYPE_CREATE"}}`, `2 {}`}

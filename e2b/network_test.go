@@ -139,6 +139,8 @@ func TestCreateAndUpdateNetwork(t *testing.T) {
 		{"network": map[string]any{"denyOut": []string{"10.0.0.0/8"}}},
 		{"network": map[string]any{"allowOut": []string{"a.example.com"}, "allow_internet_access": true}},
 		{"network": "yes"},
+		{"network": map[string]any{"allowOut": []int{1}}},
+		{"network": map[string]any{"allowOut": "a.example.com"}},
 	} {
 		wantE2BError(t, fmt.Sprint(body), g.json("POST", "/e2b/v2/sandboxes", "sk_a", body), http.StatusBadRequest)
 	}
@@ -168,6 +170,9 @@ func TestCreateAndUpdateNetwork(t *testing.T) {
 		t.Fatalf("after narrowing (denyOut omitted: cleared): %+v", n)
 	}
 	wantE2BError(t, "update to internet", g.json("PUT", path, "sk_a", map[string]any{"allow_internet_access": true}), http.StatusBadRequest)
+	wantE2BError(t, "update not JSON", g.do("PUT", path, strings.NewReader("{nope"), map[string]string{"X-API-Key": "sk_a"}), http.StatusBadRequest)
+	wantE2BError(t, "update with rules", g.json("PUT", path, "sk_a", map[string]any{"allowOut": []string{"b.example.com"}, "rules": map[string]any{"b.example.com": []any{}}}), http.StatusBadRequest)
+	wantE2BError(t, "update without a key", g.json("PUT", path, "", map[string]any{}), http.StatusUnauthorized)
 	wantE2BError(t, "bad entry (the API's 400)", g.json("PUT", path, "sk_a", map[string]any{"allowOut": []string{"bad..example"}}), http.StatusBadRequest)
 	wantE2BError(t, "another key", g.json("PUT", path, "sk_b", map[string]any{"allowOut": []string{"b.example.com"}}), http.StatusNotFound)
 	wantE2BError(t, "unknown sandbox", g.json("PUT", "/e2b/sandboxes/sess_999/network", "sk_a", map[string]any{}), http.StatusNotFound)
