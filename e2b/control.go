@@ -93,6 +93,8 @@ type sandboxInfo struct {
 	EnvdAccessToken string            `json:"envdAccessToken,omitempty"`
 	Domain          *string           `json:"domain"`
 	VolumeMounts    []struct{}        `json:"volumeMounts"`
+	// Network is the session's allow-list in E2B's words (network.go).
+	Network *infoNetwork `json:"network,omitempty"`
 }
 
 // e2bState is E2B's state of one of our sessions: paused while it has no
@@ -292,7 +294,8 @@ func (h *Handler) info(sess wire.Session, rec store.E2BSandbox) sandboxInfo {
 	meta := map[string]string{}
 	_ = json.Unmarshal([]byte(rec.Metadata), &meta)
 	return sandboxInfo{TemplateID: rec.Template, SandboxID: sess.ID, ClientID: clientID, StartedAt: rec.CreatedAt, EndAt: rec.EndAt,
-		CPUCount: 1, DiskSizeMB: sess.DiskMB, Metadata: meta, State: e2bState(sess.State), EnvdVersion: envdVersion, VolumeMounts: []struct{}{}}
+		CPUCount: 1, DiskSizeMB: sess.DiskMB, Metadata: meta, State: e2bState(sess.State), EnvdVersion: envdVersion, VolumeMounts: []struct{}{},
+		Network: e2bNetwork(sess.Network)}
 }
 
 // get: GET /sandboxes/{id}.

@@ -122,3 +122,25 @@ func (b *createBody) network() (wire.Network, error) {
 	}
 	return ourNetwork(b.AllowInternetAccess, nb)
 }
+
+// infoNetwork is E2B's SandboxNetworkConfig as getInfo reports it.
+type infoNetwork struct {
+	AllowOut []string `json:"allowOut"`
+	DenyOut  []string `json:"denyOut"`
+}
+
+// e2bNetwork is a session's network in E2B's words: an allow-list is
+// allowOut with everything else denied (denyOut lists ALL_TRAFFIC after
+// the session's own denied entries, which is what the allow-list does); a
+// session a /v1 PATCH opened to every public host has no allowOut and
+// only its denied entries; no network is nil.
+func e2bNetwork(n wire.Network) *infoNetwork {
+	if !n.Enabled {
+		return nil
+	}
+	out := &infoNetwork{AllowOut: append([]string{}, n.AllowedDomains...), DenyOut: append([]string{}, n.Denied...)}
+	if len(out.AllowOut) > 0 {
+		out.DenyOut = append(out.DenyOut, "0.0.0.0/0")
+	}
+	return out
+}

@@ -155,6 +155,15 @@ func TestCreateAndUpdateNetwork(t *testing.T) {
 	if n := g.api.network(off.SandboxID); n.Enabled {
 		t.Fatalf("internet off made network %+v", n)
 	}
+	for id, want := range map[string]string{
+		a.SandboxID:   `"network":{"allowOut":["a.example.com"],"denyOut":["0.0.0.0/0"]}`,
+		off.SandboxID: "",
+	} {
+		r := g.json("GET", "/e2b/sandboxes/"+id, "sk_a", nil)
+		if r.status != http.StatusOK || want != "" && !strings.Contains(string(r.body), want) || want == "" && strings.Contains(string(r.body), `"network"`) {
+			t.Fatalf("info of %s: %d %s, want %s", id, r.status, r.body, want)
+		}
+	}
 
 	path := "/e2b/sandboxes/" + a.SandboxID + "/network"
 	if r := g.json("PUT", path, "sk_a", map[string]any{"allowOut": []string{"a.example.com", "b.example.com"}, "denyOut": []string{"203.0.113.7"}}); r.status != http.StatusNoContent {
@@ -197,5 +206,27 @@ func TestCreateAndUpdateNetwork(t *testing.T) {
 	}
 	if r := g.json("PUT", "/e2b/sandboxes/"+off.SandboxID+"/network", "sk_a", map[string]any{"allowOut": []string{"a.example.com"}}); r.status != http.StatusNoContent {
 		t.Fatalf("update while paused: %d %s", r.status, r.body)
+	}
+}
+
+// TestE2BNetwork: a session's network in E2B's words (getInfo).
+func TestE2BNetwork(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name string
+		in   wire.Network
+		want *infoNetwork
+	}{
+		{"off", wire.Network{}, nil},
+		{"allow-list", wire.Network{Enabled: true, AllowedDomains: []string{"a.example.com"}, Denied: []string{"203.0.113.7"}},
+			&infoNetwork{AllowOut: []string{"a.example.com"}, DenyOut: []string{"203.0.113.7", "0.0.0.0/0"}}},
+		{"every public host (a /v1 PATCH)", wire.Network{Enabled: true, Denied: []string{"203.0.113.7"}},
+			&infoNetwork{AllowOut: []string{}, DenyOut: []string{"203.0.113.7"}}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if got := e2bNetwork(c.in); !reflect.DeepEqual(got, c.want) {
+				t.Fatalf("got %+v, want %+v", got, c.want)
+			}
+		})
 	}
 }

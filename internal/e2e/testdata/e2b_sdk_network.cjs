@@ -67,6 +67,9 @@ async function main() {
   await sbx.files.write('/home/user/fake-ca.pem', process.env.FAKE_CA)
   check(await reaches(sbx, 'www.allowed.test'), 'the allowed host is reached')
   check(!(await reaches(sbx, 'api.allowed.test')), 'a host not in allowOut is refused')
+  const info = await sbx.getInfo()
+  check(info.network && JSON.stringify(info.network.allowOut) === '["www.allowed.test"]' && info.network.denyOut.includes(ALL_TRAFFIC),
+    'getInfo reports the allow-list: ' + JSON.stringify(info.network))
   step('create with allowOut')
 
   await sbx.updateNetwork({ allowOut: ['www.allowed.test', 'api.allowed.test'] })
