@@ -104,6 +104,8 @@ type sandboxInfo struct {
 	EnvdAccessToken string            `json:"envdAccessToken,omitempty"`
 	Domain          *string           `json:"domain"`
 	VolumeMounts    []struct{}        `json:"volumeMounts"`
+	// Network is the session's allow-list in E2B's words (network.go).
+	Network *infoNetwork `json:"network,omitempty"`
 }
 
 // e2bState is E2B's state of one of our sessions: paused while it has no
@@ -142,10 +144,6 @@ func (b *createBody) check() error {
 		return errf(http.StatusBadRequest, "volume mounts are not supported by sandboxapi")
 	case b.IAM != nil && string(b.IAM) != "null":
 		return errf(http.StatusBadRequest, "iam tokens are not supported by sandboxapi")
-	case b.Network != nil && string(b.Network) != "null":
-		return errf(http.StatusBadRequest, "network rules are not supported by sandboxapi's E2B API yet: use /v1 sessions with network.allowed_domains")
-	case b.AllowInternetAccess != nil && *b.AllowInternetAccess:
-		return errf(http.StatusBadRequest, "internet access is not granted by sandboxapi: sandboxes have no network unless a /v1 session asks for allowed domains")
 	case b.AutoPause != nil && *b.AutoPause:
 		return errf(http.StatusBadRequest, "autoPause is not supported yet: a sandbox ends at its timeout (pause it explicitly with pause)")
 	case b.AutoResume != nil && string(b.AutoResume) != "null":
@@ -192,6 +190,11 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request, c caller) error
 		return errf(http.StatusBadRequest, fmt.Sprintf("template %q is not available: sandboxapi serves base and code-interpreter-v1 (custom templates are not supported)", b.TemplateID))
 	}
 	req := wire.CreateSessionRequest{Language: tpl.lang, Kernel: tpl.kernel}
+	if net, err := b.network(); err != nil {
+		return err
+	} else if net.Enabled {
+		req.Network = &net
+	}
 	if b.Timeout != nil {
 		ttl := float64(*b.Timeout)
 		req.IdleTTL = &ttl
@@ -302,7 +305,8 @@ func (h *Handler) info(sess wire.Session, rec store.E2BSandbox) sandboxInfo {
 	meta := map[string]string{}
 	_ = json.Unmarshal([]byte(rec.Metadata), &meta)
 	return sandboxInfo{TemplateID: rec.Template, SandboxID: sess.ID, ClientID: clientID, StartedAt: rec.CreatedAt, EndAt: rec.EndAt,
-		CPUCount: 1, DiskSizeMB: sess.DiskMB, Metadata: meta, State: e2bState(sess.State), EnvdVersion: envdVersion, VolumeMounts: []struct{}{}}
+		CPUCount: 1, DiskSizeMB: sess.DiskMB, Metadata: meta, State: e2bState(sess.State), EnvdVersion: envdVersion, VolumeMounts: []struct{}{},
+		Network: e2bNetwork(sess.Network)}
 }
 
 // get: GET /sandboxes/{id}.

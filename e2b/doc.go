@@ -3,9 +3,12 @@
 // and what is not supported are in docs/e2b.md):
 //
 //   - the control plane under /e2b (E2B_API_URL=http://HOST:PORT/e2b):
-//     create, list, info, kill, set timeout, pause, connect; an E2B
-//     sandbox is a session of ours, its timeout the session's idle TTL
-//     and the record's end, pause a hibernation;
+//     create, list, info, kill, set timeout, pause, connect, fork,
+//     network update, metrics; an E2B sandbox is a session of ours, its
+//     timeout the session's idle TTL and the record's end, pause a
+//     hibernation, allowOut the session's allow-list (network.go: E2B's
+//     open internet is never given), a fork a /v1 fork with a record of
+//     its own (fork.go);
 //   - sandbox traffic under /e2b/sandbox (E2B_SANDBOX_URL), for the
 //     sandbox named by E2b-Sandbox-Id and authenticated by its access
 //     token: envd's /health and /files and its Connect-RPC filesystem

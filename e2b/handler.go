@@ -87,12 +87,12 @@ func (h *Handler) routes() {
 	h.mux.Handle("POST "+p+"/sandboxes/{id}/pause", h.control(h.pause))
 	h.mux.Handle("POST "+p+"/sandboxes/{id}/resume", h.control(h.connect))
 	h.mux.Handle("POST "+p+"/v2/sandboxes/{id}/connect", h.control(h.connect))
+	h.mux.Handle("POST "+p+"/sandboxes/{id}/fork", h.control(h.fork))
+	h.mux.Handle("PUT "+p+"/sandboxes/{id}/network", h.control(h.updateNetwork))
+	h.mux.Handle("GET "+p+"/sandboxes/{id}/metrics", h.control(h.metrics))
 	// What sandboxapi does not serve yet answers 501 in E2B's shape.
 	for _, route := range []struct{ pattern, what string }{
-		{"POST " + p + "/sandboxes/{id}/fork", "fork is not supported yet"},
-		{"PUT " + p + "/sandboxes/{id}/network", "network updates are not supported yet"},
-		{"GET " + p + "/sandboxes/{id}/metrics", "sandbox metrics are not supported yet"},
-		{"GET " + p + "/sandboxes/metrics", "sandbox metrics are not supported yet"},
+		{"GET " + p + "/sandboxes/metrics", "metrics of many sandboxes at once are not supported: ask each sandbox's"},
 		{"POST " + p + "/sandboxes/{id}/snapshots", "snapshots are not supported"},
 		{p + "/snapshots", "snapshots are not supported"},
 		{p + "/templates", "templates are not supported: use base or code-interpreter-v1"},

@@ -49,10 +49,11 @@ type fakeAPI struct {
 }
 
 type fakeSession struct {
-	owner  string
-	state  string
-	kernel bool
-	files  map[string][]byte
+	owner   string
+	state   string
+	kernel  bool
+	files   map[string][]byte
+	network wire.Network
 }
 
 func newFakeAPI() *fakeAPI {
@@ -94,6 +95,9 @@ func (f *fakeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			f.n++
 			sid := fmt.Sprintf("sess_%03d", f.n)
 			f.sessions[sid] = &fakeSession{owner: owner, state: "running", kernel: req.Kernel, files: map[string][]byte{}}
+			if req.Network != nil {
+				f.sessions[sid].network = *req.Network
+			}
 			w.WriteHeader(http.StatusCreated)
 			_ = json.NewEncoder(w).Encode(wire.Session{ID: sid, Language: "python3", State: "running", IdleTTL: 300})
 		case http.MethodGet:
@@ -114,10 +118,12 @@ func (f *fakeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	switch {
 	case sub == "" && r.Method == http.MethodGet:
-		_ = json.NewEncoder(w).Encode(wire.Session{ID: id, State: s.state})
+		_ = json.NewEncoder(w).Encode(wire.Session{ID: id, State: s.state, Network: s.network, DiskMB: 64})
 	case sub == "" && r.Method == http.MethodDelete:
 		delete(f.sessions, id)
 		w.WriteHeader(http.StatusNoContent)
+	case sub == "network" || sub == "fork":
+		f.networkOrFork(w, r, owner, id, sub)
 	case sub == "hibernate":
 		s.state = "hibernated"
 		_ = json.NewEncoder(w).Encode(wire.Session{ID: id, State: s.state})
@@ -307,7 +313,7 @@ func TestControlPlaneRefusals(t *testing.T) {
 		{"unknown key", "sk_nope", map[string]any{}, http.StatusUnauthorized},
 		{"custom template", "sk_a", map[string]any{"templateID": "mine"}, http.StatusBadRequest},
 		{"internet", "sk_a", map[string]any{"allow_internet_access": true}, http.StatusBadRequest},
-		{"network", "sk_a", map[string]any{"network": map[string]any{"allowOut": []string{"1.1.1.1"}}}, http.StatusBadRequest},
+		{"deny-list alone", "sk_a", map[string]any{"network": map[string]any{"denyOut": []string{"1.1.1.1"}}}, http.StatusBadRequest},
 		{"auto pause", "sk_a", map[string]any{"autoPause": true}, http.StatusBadRequest},
 		{"volumes", "sk_a", map[string]any{"volumeMounts": []any{map[string]string{"name": "v", "path": "/x"}}}, http.StatusBadRequest},
 		{"zero timeout", "sk_a", map[string]any{"timeout": 0}, http.StatusBadRequest},
@@ -327,7 +333,8 @@ func TestControlPlaneRefusals(t *testing.T) {
 	}
 	wantE2BError(t, "no capacity", g.json("GET", "/e2b/v2/sandboxes", "sk_busy", nil), http.StatusServiceUnavailable)
 	wantE2BError(t, "bad JSON", g.do("POST", "/e2b/v2/sandboxes", strings.NewReader("{nope"), map[string]string{"X-API-Key": "sk_a"}), http.StatusBadRequest)
-	wantE2BError(t, "fork", g.json("POST", "/e2b/sandboxes/x/fork", "sk_a", nil), http.StatusNotImplemented)
+	wantE2BError(t, "fork of no sandbox", g.json("POST", "/e2b/sandboxes/x/fork", "sk_a", nil), http.StatusNotFound)
+	wantE2BError(t, "metrics of many", g.json("GET", "/e2b/sandboxes/metrics", "sk_a", nil), http.StatusNotImplemented)
 	wantE2BError(t, "unknown route", g.json("GET", "/e2b/whatever", "sk_a", nil), http.StatusNotFound)
 	if n := len(g.api.sessions); n != 0 {
 		t.Fatalf("%d sessions made by refused creates", n)

@@ -126,7 +126,8 @@ func TestE2BSDK(t *testing.T) {
 			{"POST", "/e2b/v2/sandboxes", key, map[string]any{"templateID": "my-custom"}, http.StatusBadRequest},
 			{"POST", "/e2b/v2/sandboxes", key, map[string]any{"templateID": "base", "allow_internet_access": true}, http.StatusBadRequest},
 			{"POST", "/e2b/v2/sandboxes", key, []byte("{not json"), http.StatusBadRequest},
-			{"POST", "/e2b/sandboxes/s_missing/fork", key, map[string]any{}, http.StatusNotImplemented},
+			{"POST", "/e2b/sandboxes/s_missing/fork", key, map[string]any{}, http.StatusNotFound},
+			{"GET", "/e2b/sandboxes/metrics", key, nil, http.StatusNotImplemented},
 			{"GET", "/e2b/nowhere", key, nil, http.StatusNotFound},
 		} {
 			r := e2bDo(t, s, c.method, c.path, c.key, c.body, nil)
@@ -264,5 +265,41 @@ func TestE2BCodeInterpreter(t *testing.T) {
 	// Nothing of the sandbox is left: the kill ended its session.
 	if r := s.do("GET", "/v1/sessions", key, nil); r.status != http.StatusOK || bytes.Contains(r.body, []byte(`"state":"running"`)) {
 		t.Fatalf("sessions after the kill: %d %s", r.status, r.body)
+	}
+}
+
+// TestE2BSDKNetwork runs E2B's SDK (testdata/e2b_sdk_network.cjs) on a
+// server with egress on and the test's fake internet: create with
+// allowOut (the allowed host is reached, another refused), updateNetwork
+// widening then narrowing, internet access refused as the SDK's error,
+// fork (files, env vars, network kept) and getMetrics.
+func TestE2BSDKNetwork(t *testing.T) {
+	sdk := e2bSDK(t)
+	f := startFakeInternet(t)
+	ee := newEgressEnv(t)
+	s := startServer(t, ee.yaml(f))
+	sweepAfter(t, s)
+	key := s.key("ULTRA")
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "node", filepath.Join(testenv.ModuleRoot(), "internal", "e2e", "testdata", "e2b_sdk_network.cjs"))
+	cmd.Env = append(os.Environ(), "E2B_SDK="+sdk, "E2B_API_URL="+s.url("/e2b"), "E2B_SANDBOX_URL="+s.url("/e2b/sandbox"),
+		"E2B_API_KEY="+key, "PRO_KEY="+s.key("PRO"), "FAKE_CA="+string(f.caPEM), "E2B_DOMAIN=invalid.example")
+	out, err := cmd.CombinedOutput()
+	if err != nil || !bytes.Contains(out, []byte("E2B NETWORK OK")) {
+		t.Fatalf("the SDK's script failed: %v\n%s\nserver log:\n%s", err, out, tail(s.logs.String(), 80))
+	}
+	t.Logf("%s", out)
+	if left := ee.leftovers(t); len(left) > 0 {
+		// The server is still up: its sessions are killed, so their
+		// networks must be gone once it answered.
+		deadline := time.Now().Add(20 * time.Second)
+		for len(left) > 0 && time.Now().Before(deadline) {
+			time.Sleep(500 * time.Millisecond)
+			left = ee.leftovers(t)
+		}
+		if len(left) > 0 {
+			t.Fatalf("killed sandboxes left networks: %q", left)
+		}
 	}
 }
