@@ -188,6 +188,21 @@ func TestE2BSDKCluster(t *testing.T) {
 			}
 		})
 	}
+	// @e2b/code-interpreter too: its cells (port 49999) go through the
+	// node that did not create the sandbox, to the kernel on its owner.
+	t.Run(fmt.Sprintf("code interpreter, api on %s, sandbox traffic on %s", c.names[0], c.names[1]), func(t *testing.T) {
+		ci := e2bCodeInterpreter(t)
+		ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, "node", filepath.Join(testenv.ModuleRoot(), "internal", "e2e", "testdata", "e2b_code_interpreter.cjs"))
+		cmd.Env = append(os.Environ(), "E2B_CI_SDK="+ci, "E2B_API_URL="+c.url(0, "/e2b"), "E2B_SANDBOX_URL="+c.url(1, "/e2b/sandbox"),
+			"E2B_API_KEY="+key, fmt.Sprintf("RUN=cluster-ci-%d", time.Now().UnixNano()), "E2B_DOMAIN=invalid.example")
+		out, err := cmd.CombinedOutput()
+		if err != nil || !bytes.Contains(out, []byte("E2B CODE INTERPRETER OK")) {
+			c.dumpLogs(t)
+			t.Fatalf("the code interpreter's script failed: %v\n%s", err, out)
+		}
+	})
 }
 
 // e2bDo sends one request to the E2B adapter with the key in X-API-Key.
