@@ -193,15 +193,17 @@ func (v Vetter) Decide(a Args) Decision {
 		d.Cause = CauseNetworkDisabled
 		return d
 	}
-	if a.Host == "" && !a.Addr.IsValid() {
-		d.Cause = CauseNoTarget
-		return d
-	}
+	// A deny entry refuses whatever else is missing: a name the sandbox
+	// sent only in its TLS hello is still reported as denied.
 	for _, e := range a.Policy.Deny {
 		if e.matchHost(a.Host) || e.matchHost(a.SNI) || e.matchAddr(a.Addr) {
 			d.Cause, d.Rule = CauseDenied, Rule{List: ListDenied, Entry: e.String()}
 			return d
 		}
+	}
+	if a.Host == "" && !a.Addr.IsValid() {
+		d.Cause = CauseNoTarget
+		return d
 	}
 	allowed := CauseAllowed
 	if a.Host != "" {
