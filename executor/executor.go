@@ -4,8 +4,10 @@
 package executor
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/base32"
 	"errors"
 	"fmt"
@@ -406,6 +408,14 @@ func (e *Executor) hibernateAll(ctx context.Context, ids []string) []error {
 
 // installFile copies src to dst atomically with mode 0755.
 func installFile(src, dst string) error {
+	// The same bytes are left in place: a running sandbox has this file
+	// (the guest) open through its mount, and replacing it invalidates
+	// the sandbox's view of it, after which runsc cannot checkpoint that
+	// sandbox ("invalidated dentries can't be saved"): an adopted live
+	// session would lose its memory at its first hibernation.
+	if same, err := sameContent(src, dst); err == nil && same {
+		return nil
+	}
 	in, err := os.Open(src)
 	if err != nil {
 		return err
@@ -424,6 +434,29 @@ func installFile(src, dst string) error {
 		return err
 	}
 	return os.Rename(tmp, dst)
+}
+
+// sameContent says whether files a and b hold the same bytes.
+func sameContent(a, b string) (bool, error) {
+	sum := func(p string) (int64, []byte, error) {
+		f, err := os.Open(p)
+		if err != nil {
+			return 0, nil, err
+		}
+		defer f.Close()
+		h := sha256.New()
+		n, err := io.Copy(h, f)
+		return n, h.Sum(nil), err
+	}
+	na, ha, err := sum(a)
+	if err != nil {
+		return false, err
+	}
+	nb, hb, err := sum(b)
+	if err != nil {
+		return false, err
+	}
+	return na == nb && bytes.Equal(ha, hb), nil
 }
 
 // reconcile adopts sessions whose sandbox survived, serves the other

@@ -291,8 +291,11 @@ func TestBackgroundProcessAfterRestart(t *testing.T) {
 	st.Close()
 
 	second := openExecutor(t, cfg)
-	if _, err := second.ListProcesses(ctx, "k1", s.ID); !errors.Is(err, sandbox.ErrNoProcessChannel) {
-		t.Fatalf("processes of an adopted sandbox: %v", err)
+	// The adopted sandbox has no agent channel until the executor has
+	// checkpointed and restored it (regainLive, in the background): until
+	// then process calls say so; after, they list the process.
+	if l, err := second.ListProcesses(ctx, "k1", s.ID); err != nil && !errors.Is(err, sandbox.ErrNoProcessChannel) || err == nil && len(l) != 1 {
+		t.Fatalf("processes of an adopted sandbox: %+v %v", l, err)
 	}
 	r := run(t, second, s.ID, "sleep 30 & echo started", 0)
 	if r.Stdout != "started\n" {
@@ -301,6 +304,21 @@ func TestBackgroundProcessAfterRestart(t *testing.T) {
 	r = run(t, second, s.ID, "ps -eo user,args | grep -c '^sandbox *sleep 30$' || true; ps -eo user,args | grep -c '^sandbox *sleep 300$' || true", 0)
 	if got := strings.Fields(r.Stdout); len(got) != 2 || got[0] != "0" || got[1] != "1" {
 		t.Fatalf("after runs through runsc exec: run sleeps and background sleeps %q", r.Stdout)
+	}
+	// Once the channel is back, the process is there, running.
+	deadline := time.Now().Add(time.Minute)
+	for {
+		l, err := second.ListProcesses(ctx, "k1", s.ID)
+		if err == nil {
+			if len(l) != 1 || l[0].State != sandbox.ProcessRunning {
+				t.Fatalf("the background process after the restart: %+v", l)
+			}
+			break
+		}
+		if !errors.Is(err, sandbox.ErrNoProcessChannel) || time.Now().After(deadline) {
+			t.Fatalf("processes after the channel came back: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }
 
