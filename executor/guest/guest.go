@@ -417,6 +417,13 @@ func (l *limitedBuffer) bytes() []byte {
 // runOne runs argv as the user with the request's limits and reaps
 // everything it leaves behind.
 func (h *host) runOne(req *Request, argv []string, spawn spawnFunc, stdin io.Reader, stdout, stderr io.Writer) Result {
+	if req.MemoryBytes > 0 {
+		// The memory of a program just killed over the limit (the call
+		// before) is given back by the sandbox kernel a little later: a
+		// run started at once would be seen over the limit and killed as
+		// out of memory before its first line.
+		waitMemoryBelow(req.MemoryBytes, memReleaseWait)
+	}
 	cmd := exec.Command(lookPath(argv[0], req.Env), argv[1:]...)
 	cmd.Env = req.Env
 	cmd.Dir = req.Cwd
@@ -588,6 +595,22 @@ func (h *host) watch(req *Request, pid int, reason *atomic.Value, done <-chan st
 			}
 			tick.Reset(nextMemCheck(used, req.MemoryBytes))
 		}
+	}
+}
+
+// memReleaseWait bounds how long a run waits for memory still held by
+// the sandbox kernel to come back under the limit before it starts.
+const memReleaseWait = 2 * time.Second
+
+// waitMemoryBelow waits, at most max, until the sandbox's memory use is
+// not over limit.
+func waitMemoryBelow(limit int64, max time.Duration) {
+	end := time.Now().Add(max)
+	for {
+		if _, over := memCheck(limit); !over || time.Now().After(end) {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
 
