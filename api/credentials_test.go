@@ -2,6 +2,9 @@ package api
 
 import (
 	"encoding/json"
+	"log/slog"
+	"net/http/httptest"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -28,7 +31,9 @@ func cred(host, header, value string) map[string]string {
 
 // TestCredentialsHostile: credentials that would inject headers, steer
 // the proxy or reach a host the session may not are refused with 400
-// invalid_credentials, and the reply never quotes the value.
+// invalid_credentials, at create and through PATCH .../network alike;
+// the reply never quotes the value, no session is made and a PATCHed
+// session's network (and the executor) is left as it was.
 func TestCredentialsHostile(t *testing.T) {
 	t.Parallel()
 	api := []string{"api.example.test"}
@@ -78,29 +83,56 @@ func TestCredentialsHostile(t *testing.T) {
 		{"network disabled", map[string]any{"enabled": false, "credentials": []map[string]string{cred("api.example.test", "Authorization", "v")}}, "invalid_credentials"},
 	}
 	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			srv, sb := newFakeServerDeps(t, nil, func(d *Deps) { d.Credentials = testKeys(t) })
-			rec := send(t, srv, "POST", "/v1/sessions", mustJSON(map[string]any{"language": "python3", "network": tc.network}), map[string]string{"X-API-Key": "key-ULTRA"})
-			var doc struct {
-				Error struct{ Code, Message string }
-			}
-			_ = json.Unmarshal(rec.Body.Bytes(), &doc)
-			if rec.Code != 400 || doc.Error.Code != tc.code {
-				t.Fatalf("%d %s, want 400 %s", rec.Code, rec.Body, tc.code)
-			}
-			for _, secret := range []string{"Bearer", "evil.test", "vvvvvvvvvv"} {
-				if strings.Contains(doc.Error.Message, secret) && !strings.Contains(tc.name, "host") {
-					t.Fatalf("message quotes the value: %s", doc.Error.Message)
+		for _, verb := range []string{"create", "PATCH"} {
+			t.Run(verb+"/"+tc.name, func(t *testing.T) {
+				t.Parallel()
+				nw := &fakeNetworks{}
+				srv, sb := newFakeServerDeps(t, nil, func(d *Deps) { d.Credentials = testKeys(t); d.Network = nw })
+				nw.sb = sb
+				var rec *httptest.ResponseRecorder
+				var before sandbox.Session
+				if verb == "create" {
+					rec = send(t, srv, "POST", "/v1/sessions", mustJSON(map[string]any{"language": "python3", "network": tc.network}), map[string]string{"X-API-Key": "key-ULTRA"})
+				} else {
+					good := credNetwork(api, cred("api.example.test", "Authorization", "Bearer good"))
+					rec = send(t, srv, "POST", "/v1/sessions", mustJSON(map[string]any{"language": "python3", "network": good}), map[string]string{"X-API-Key": "key-ULTRA"})
+					var s struct{ ID string }
+					if err := json.Unmarshal(rec.Body.Bytes(), &s); rec.Code != 201 || err != nil {
+						t.Fatalf("create: %d %s", rec.Code, rec.Body)
+					}
+					before, _ = sb.GetSession(t.Context(), "id-ULTRA", s.ID)
+					rec = send(t, srv, "PATCH", "/v1/sessions/"+s.ID+"/network", mustJSON(tc.network), map[string]string{"X-API-Key": "key-ULTRA"})
 				}
-			}
-			if rec.Body.Len() > 1024 {
-				t.Fatalf("reply of %d bytes", rec.Body.Len())
-			}
-			if n := len(sb.ListSessions(t.Context(), "id-ULTRA")); n != 0 {
-				t.Fatalf("%d sessions made", n)
-			}
-		})
+				var doc struct {
+					Error struct{ Code, Message string }
+				}
+				_ = json.Unmarshal(rec.Body.Bytes(), &doc)
+				if rec.Code != 400 || doc.Error.Code != tc.code {
+					t.Fatalf("%d %s, want 400 %s", rec.Code, rec.Body, tc.code)
+				}
+				for _, secret := range []string{"Bearer", "evil.test", "vvvvvvvvvv"} {
+					if strings.Contains(doc.Error.Message, secret) && !strings.Contains(tc.name, "host") {
+						t.Fatalf("message quotes the value: %s", doc.Error.Message)
+					}
+				}
+				if rec.Body.Len() > 1024 {
+					t.Fatalf("reply of %d bytes", rec.Body.Len())
+				}
+				if verb == "create" {
+					if n := len(sb.ListSessions(t.Context(), "id-ULTRA")); n != 0 {
+						t.Fatalf("%d sessions made", n)
+					}
+					return
+				}
+				if nw.callCount() != 0 {
+					t.Fatalf("the executor was asked to change the network")
+				}
+				after, _ := sb.GetSession(t.Context(), "id-ULTRA", before.ID)
+				if !reflect.DeepEqual(before.Network, after.Network) {
+					t.Fatalf("network changed from %+v to %+v", before.Network, after.Network)
+				}
+			})
+		}
 	}
 }
 
@@ -150,5 +182,100 @@ func TestCredentialsSealed(t *testing.T) {
 	rec = send(t, nokey, "POST", "/v1/sessions", body, map[string]string{"X-API-Key": "key-ULTRA"})
 	if rec.Code != 503 {
 		t.Fatalf("no key: %d %s", rec.Code, rec.Body)
+	}
+}
+
+// TestPatchCredentials: PATCH .../network gives, replaces and removes a
+// session's credentials by the same rules as create: values reach the
+// executor sealed (bound to host and header) and are never in the reply
+// or the log line of the change; a plan without credentials is 403 and
+// a server without a key 503, the executor untouched.
+func TestPatchCredentials(t *testing.T) {
+	t.Parallel()
+	keys := testKeys(t)
+	nw := &fakeNetworks{}
+	logs := &syncBuffer{}
+	srv, sb := newFakeServerDeps(t, nil, func(d *Deps) {
+		d.Credentials = keys
+		d.Network = nw
+		d.Log = slog.New(slog.NewJSONHandler(logs, nil))
+	})
+	nw.sb = sb
+	ultra := map[string]string{"X-API-Key": "key-ULTRA"}
+	rec := send(t, srv, "POST", "/v1/sessions", mustJSON(map[string]any{"language": "python3", "network": credNetwork([]string{"*.example.test"})}), ultra)
+	var s struct{ ID string }
+	if err := json.Unmarshal(rec.Body.Bytes(), &s); rec.Code != 201 || err != nil {
+		t.Fatalf("create: %d %s", rec.Code, rec.Body)
+	}
+	stored := func() []sandbox.Credential {
+		t.Helper()
+		got, err := sb.GetSession(t.Context(), "id-ULTRA", s.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got.Network.Credentials
+	}
+
+	// Added: sealed for its host and header.
+	const secret = "Bearer patched-secret-5678"
+	rec = send(t, srv, "PATCH", "/v1/sessions/"+s.ID+"/network", mustJSON(credNetwork([]string{"*.example.test"},
+		cred("API.example.test", "x-api-key", secret), cred("b.example.test", "Authorization", "Basic other-secret"))), ultra)
+	if rec.Code != 200 || strings.Contains(rec.Body.String(), "secret") || strings.Contains(rec.Body.String(), "sealed") ||
+		!strings.Contains(rec.Body.String(), `"credentials":[{"host":"api.example.test","header":"X-Api-Key"},{"host":"b.example.test","header":"Authorization"}]`) {
+		t.Fatalf("PATCH add: %d %s", rec.Code, rec.Body)
+	}
+	c := stored()
+	if len(c) != 2 || c[0].Value != "" || c[0].Sealed == "" {
+		t.Fatalf("stored %+v", c)
+	}
+	if v, err := keys.Open(c[0].Sealed, c[0].SealContext()); err != nil || v != secret {
+		t.Fatalf("opened %q %v", v, err)
+	}
+	// Bound to host and header: the first value does not open as the second.
+	if _, err := keys.Open(c[0].Sealed, c[1].SealContext()); err == nil {
+		t.Fatal("a sealed value opened for another host and header")
+	}
+
+	// Replaced by a list without them: gone.
+	rec = send(t, srv, "PATCH", "/v1/sessions/"+s.ID+"/network", mustJSON(credNetwork([]string{"*.example.test"})), ultra)
+	if rec.Code != 200 || strings.Contains(rec.Body.String(), "credentials") {
+		t.Fatalf("PATCH remove: %d %s", rec.Code, rec.Body)
+	}
+	if c := stored(); len(c) != 0 {
+		t.Fatalf("still stored after removal: %+v", c)
+	}
+	if calls := nw.callCount(); calls != 2 {
+		t.Fatalf("%d executor calls, want 2", calls)
+	}
+	if l := logs.String(); strings.Contains(l, "secret") || !strings.Contains(l, `"credentials_before":2`) {
+		t.Fatalf("log: %s", l)
+	}
+
+	// A plan without credentials: 403 plan_forbidden, nothing changed.
+	rec = send(t, srv, "POST", "/v1/sessions", `{"language":"python3","network":{"enabled":true}}`, map[string]string{"X-API-Key": "key-PRO"})
+	var pro struct{ ID string }
+	if err := json.Unmarshal(rec.Body.Bytes(), &pro); rec.Code != 201 || err != nil {
+		t.Fatalf("PRO create: %d %s", rec.Code, rec.Body)
+	}
+	rec = send(t, srv, "PATCH", "/v1/sessions/"+pro.ID+"/network", mustJSON(map[string]any{"enabled": true,
+		"credentials": []map[string]string{cred("api.example.test", "Authorization", "x")}}), map[string]string{"X-API-Key": "key-PRO"})
+	if rec.Code != 403 || !strings.Contains(rec.Body.String(), "plan_forbidden") {
+		t.Fatalf("PRO PATCH: %d %s", rec.Code, rec.Body)
+	}
+	if calls := nw.callCount(); calls != 2 {
+		t.Fatalf("the executor was called for a refused PATCH (%d calls)", calls)
+	}
+
+	// A server without a credentials key: 503, the executor untouched.
+	nokeyNW := &fakeNetworks{}
+	nokey, nokeySB := newFakeServerDeps(t, nil, func(d *Deps) { d.Network = nokeyNW })
+	nokeyNW.sb = nokeySB
+	rec = send(t, nokey, "POST", "/v1/sessions", mustJSON(map[string]any{"language": "python3", "network": credNetwork([]string{"*.example.test"})}), ultra)
+	if err := json.Unmarshal(rec.Body.Bytes(), &s); rec.Code != 201 || err != nil {
+		t.Fatalf("create without a key: %d %s", rec.Code, rec.Body)
+	}
+	rec = send(t, nokey, "PATCH", "/v1/sessions/"+s.ID+"/network", mustJSON(credNetwork([]string{"*.example.test"}, cred("api.example.test", "Authorization", "x"))), ultra)
+	if rec.Code != 503 || nokeyNW.callCount() != 0 {
+		t.Fatalf("PATCH without a key: %d %s (%d executor calls)", rec.Code, rec.Body, nokeyNW.callCount())
 	}
 }
