@@ -54,6 +54,13 @@ func FuzzApplyCredentials(f *testing.F) {
 				t.Fatalf("header %s = %q, want %q as without the credential", k, g, w)
 			}
 		}
+		// Nothing but the credential is new: no header the value or the
+		// name could have smuggled in.
+		for k := range got.Header {
+			if _, ok := ref.Header[k]; !ok && !strings.EqualFold(k, canon) {
+				t.Fatalf("header %s = %q appeared with the credential", k, got.Header.Values(k))
+			}
+		}
 	})
 }
 
