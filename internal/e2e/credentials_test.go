@@ -16,7 +16,9 @@ import (
 // own verified TLS upstream (egress.upstream_ca_file holds the fake
 // internet's CA). Another allowed host gets no credential. The value is
 // nowhere the sandbox can look, nor in replies, the log, the metrics, the
-// audit or the data folder in the clear, and it survives a hibernation.
+// audit or the data folder in the clear, and it survives a hibernation
+// and a killed server. PATCH .../network removes, adds and replaces
+// credentials of the running session and of a hibernated one.
 func TestEgressCredentials(t *testing.T) {
 	f := startFakeInternet(t)
 	ee := newEgressEnv(t)
@@ -149,17 +151,92 @@ print("hits:", hits)
 		t.Fatalf("after a restart: %s", out(res))
 	}
 
+	// PATCH .../network changes the credentials of the running session
+	// (the next request has the change) and of a hibernated one (its
+	// resume has it), as it changes the allow-list.
+	other1, other2 := "e2e-other-"+randHex(6), randHex(6)+"-end"
+	otherSecret := other1 + other2
+	patchCreds := func(creds ...map[string]string) reply {
+		t.Helper()
+		if creds == nil {
+			creds = []map[string]string{}
+		}
+		r := s.do("PATCH", "/v1/sessions/"+id+"/network", ultra, map[string]any{
+			"enabled": true, "allowed_domains": []string{"*.allowed.test"}, "credentials": creds})
+		if r.status != http.StatusOK || strings.Contains(string(r.body), half1) || strings.Contains(string(r.body), other1) {
+			t.Fatalf("PATCH credentials: %d %s", r.status, r.body)
+		}
+		return r
+	}
+	// headers runs curl to host's /headers; plain trusts only the fake
+	// internet's CA (so it fails if the proxy terminates the TLS), else
+	// the session's own trust store.
+	headers := func(when, host string, plain bool) string {
+		t.Helper()
+		env := map[string]string(nil)
+		if plain {
+			env = caEnv
+		}
+		res := s.run(ultra, id, `curl -sS --fail --max-time 30 -H 'Authorization: mine' -H 'X-Api-Key: mine' https://`+host+`/headers`, env)
+		if exitCode(res) != 0 {
+			t.Fatalf("%s: curl %s: %s", when, host, out(res))
+		}
+		return res["stdout"].(string)
+	}
+	t.Run("PATCH on a running session", func(t *testing.T) {
+		s.installCA(ultra, id, f)
+		// Removed: api.allowed.test is tunnelled end to end again (its
+		// own certificate, which only the fake CA verifies) and gets
+		// what the sandbox sent.
+		if r := patchCreds(); strings.Contains(string(r.body), `"credentials"`) {
+			t.Fatalf("credentials still shown: %s", r.body)
+		}
+		if o := headers("removed", "api.allowed.test", true); strings.Contains(o, half1) || !strings.Contains(o, "Authorization: mine\n") {
+			t.Fatalf("after removal: %s", o)
+		}
+		// Added for another host under another header: that host gets it
+		// in place of the sandbox's value; api.allowed.test gets none.
+		r := patchCreds(map[string]string{"host": "www.allowed.test", "header": "x-api-key", "value": otherSecret})
+		if !strings.Contains(string(r.body), `"credentials":[{"host":"www.allowed.test","header":"X-Api-Key"}]`) {
+			t.Fatalf("PATCH add reply: %s", r.body)
+		}
+		if o := headers("added", "www.allowed.test", false); !strings.Contains(o, "X-Api-Key: "+otherSecret+"\n") || strings.Count(o, "X-Api-Key:") != 1 || !strings.Contains(o, "Authorization: mine\n") {
+			t.Fatalf("after adding: %s", o)
+		}
+		if o := headers("added", "api.allowed.test", true); strings.Contains(o, other1) || strings.Contains(o, half1) || !strings.Contains(o, "X-Api-Key: mine\n") {
+			t.Fatalf("a host without a credential: %s", o)
+		}
+	})
+	t.Run("PATCH on a hibernated session", func(t *testing.T) {
+		if r := s.do("POST", "/v1/sessions/"+id+"/hibernate", ultra, nil); r.status != 200 {
+			t.Fatalf("hibernate: %d %s", r.status, r.body)
+		}
+		r := patchCreds(map[string]string{"host": "api.allowed.test", "header": "Authorization", "value": secret})
+		if !strings.Contains(string(r.body), `"state":"hibernated"`) || !strings.Contains(string(r.body), `"credentials":[{"host":"api.allowed.test","header":"Authorization"}]`) {
+			t.Fatalf("PATCH a hibernated session: %s", r.body)
+		}
+		if o := headers("resumed", "api.allowed.test", false); !hasCred(o) || strings.Count(o, "Authorization:") != 1 {
+			t.Fatalf("after resume: %s", o)
+		}
+		if o := headers("resumed", "www.allowed.test", true); strings.Contains(o, other1) || !strings.Contains(o, "X-Api-Key: mine\n") {
+			t.Fatalf("a removed credential after resume: %s", o)
+		}
+	})
+
 	for what, body := range map[string]string{
 		"GET session":  string(s.do("GET", "/v1/sessions/"+id, ultra, nil).body),
 		"session list": string(s.do("GET", "/v1/sessions", ultra, nil).body),
+		"egress audit": string(s.do("GET", "/v1/sessions/"+id+"/egress", ultra, nil).body),
 		"metrics":      string(s.do("GET", "/metrics", "", nil).body),
 		"server log":   s.logs.String(),
 	} {
 		if what == "server log" && !strings.Contains(body, `"host":"api.allowed.test"`) || what == "server log" && !strings.Contains(body, `"credential":true`) {
 			t.Errorf("the log has no decision with the credential marked")
 		}
-		if strings.Contains(body, half1) || strings.Contains(body, half2) {
-			t.Errorf("%s holds the credential", what)
+		for _, part := range []string{half1, half2, other1, other2} {
+			if strings.Contains(body, part) {
+				t.Errorf("%s holds a credential", what)
+			}
 		}
 	}
 	// At rest: nothing under the data folder holds the value in the clear
@@ -171,8 +248,8 @@ print("hits:", hits)
 		if fi, err := d.Info(); err != nil || fi.Size() > 256<<20 {
 			return nil
 		}
-		if b, err := os.ReadFile(p); err == nil && strings.Contains(string(b), half1+half2) {
-			t.Errorf("%s holds the credential in the clear", p)
+		if b, err := os.ReadFile(p); err == nil && (strings.Contains(string(b), half1+half2) || strings.Contains(string(b), otherSecret)) {
+			t.Errorf("%s holds a credential in the clear", p)
 		}
 		return nil
 	})

@@ -131,6 +131,30 @@ func TestEgressAddressRules(t *testing.T) {
 		decisions(t, id, `matched allowed_domains \"`+web+`\"`, "address not in allowed_domains", "host not in allowed_domains")
 	})
 
+	// web is .2 and other .3 of the fake internet's /24: a /31 ending
+	// just below web allows neither, the /31 holding both allows both.
+	t.Run("cidr rule allows exactly its addresses", func(t *testing.T) {
+		below := netip.PrefixFrom(f.web.Prev().Prev(), 31).Masked()
+		pair := netip.PrefixFrom(f.web, 31).Masked()
+		if below.Contains(f.web) || !pair.Contains(f.web) || !pair.Contains(f.other) {
+			t.Fatalf("prefixes %s and %s do not split %s and %s as this test needs", below, pair, f.web, f.other)
+		}
+		id := s.networkSession(key, map[string]any{"enabled": true, "allowed_domains": []string{below.String()}})
+		s.installCA(key, id, f)
+		runChecks(t, id, []check{
+			{name: "next door to the prefix", code: curlTo("www.allowed.test", web), deny: true},
+			{name: "next door, other address", code: curlTo("www.allowed.test", other), deny: true},
+		})
+		decisions(t, id, "address not in allowed_domains")
+		id = s.networkSession(key, map[string]any{"enabled": true, "allowed_domains": []string{pair.String()}})
+		s.installCA(key, id, f)
+		runChecks(t, id, []check{
+			{name: "first of the pair", code: curlTo("www.allowed.test", web), want: "hello www.allowed.test from " + web},
+			{name: "second of the pair", code: curlTo("www.allowed.test", other), want: "hello www.allowed.test from " + other},
+		})
+		decisions(t, id, `matched allowed_domains \"`+pair.String()+`\"`)
+	})
+
 	t.Run("cidr rule with a denied address", func(t *testing.T) {
 		id := s.networkSession(key, map[string]any{"enabled": true, "allowed_domains": []string{f.prefix.String()}, "denied": []string{other + "/32"}})
 		r := s.do("GET", "/v1/sessions/"+id, key, nil)
