@@ -15,7 +15,7 @@
 # Why not ipykernel's own ZMQ kernel (it ran here before): in gVisor every
 # cell's six ZMQ messages cross four threads and two processes each, and
 # a cell of `x + 1` took 30 to 90 ms, against under 1 ms for the same
-# interpreter called directly (bench/kernel/celltime.py and inprocess.py).
+# interpreter called directly (bench/kernel/celltime.py times both).
 # A kernel that dies (os._exit, the memory limit, an interrupt ignored
 # past its grace) takes this process with it; the guest sees its output
 # end and starts a fresh one, saying so in the next reply. argv[1] caps
