@@ -13,7 +13,7 @@ import (
 )
 
 // kernelTimeout is a cell's timeout in these tests: the first cell starts
-// the kernel (jupyter_client and IPython in gVisor, on a host shared with
+// the kernel (an IPython start in gVisor, on a host shared with
 // other sandbox tests), which can take many seconds.
 const kernelTimeout = 60 * time.Second
 

@@ -1,6 +1,9 @@
-"""Times IPython cells through jupyter_client with no sandboxapi in the way:
-a kernel started here, `x + 1` executed 30 times, the p50 of the time from
-execute to the kernel's idle status (and to its first iopub message).
+"""Times IPython cells with no sandboxapi in the way, two ways in one run:
+through jupyter_client (an ipykernel process over ZeroMQ: `x + 1` executed
+30 times, the p50 of the time from execute to the kernel's idle status,
+and to its first iopub message), and IPython's interpreter called in
+process (InteractiveShell.run_cell, what the kernel bridge does since
+2026-12-02: the p50 of 30 cells).
 
 Run it where the cost is to be seen (figures in the session note of
 2026-12-02 came from these three):
@@ -52,3 +55,16 @@ for _ in range(20):
     tb.append(time.perf_counter()-t)
 tb.sort(); print("get_shell_msg(0) p50 ms", round(tb[10]*1000,2))
 km.shutdown_kernel(now=True)
+
+kc.stop_channels(); km.shutdown_kernel(now=True)
+import contextlib, io
+from IPython.core.interactiveshell import InteractiveShell
+sh = InteractiveShell.instance()
+sh.run_cell("x = 1")
+with contextlib.redirect_stdout(io.StringIO()):
+    for _ in range(3): sh.run_cell("x + 1")
+    ts = []
+    for _ in range(30):
+        t = time.perf_counter(); sh.run_cell("x + 1"); ts.append(time.perf_counter() - t)
+ts.sort()
+print("in-process run_cell p50 ms", round(ts[15] * 1000, 2))

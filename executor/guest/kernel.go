@@ -139,8 +139,8 @@ type kernelState struct {
 // defaultKernelMessage caps a bridge message when the host names no cap.
 const defaultKernelMessage = 1 << 20
 
-// kernelStartTimeout bounds a kernel's start (an import of jupyter_client
-// and an IPython start in gVisor take seconds on a loaded host).
+// kernelStartTimeout bounds a kernel's start (an IPython start in gVisor
+// takes seconds on a loaded host).
 const kernelStartTimeout = 120 * time.Second
 
 // kernelFrame handles one kernel frame from the host.

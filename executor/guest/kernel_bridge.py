@@ -1,21 +1,33 @@
 # The kernel bridge: the guest (pid 1) starts it as the sandbox user in a
-# kernel session (kernel.go). It starts one IPython kernel with
-# jupyter_client (its connection on 127.0.0.1 inside the sandbox, its
-# files in a private folder under /tmp), reads requests as JSON lines on
-# stdin and writes what the cell produced as JSON lines on stdout:
+# kernel session (kernel.go). It is the kernel: one IPython interpreter
+# (IPython's InteractiveShell, the interpreter ipykernel runs, with the
+# same display formatters, display hook, tracebacks and matplotlib inline
+# backend) that runs each cell in this process's main thread. It reads
+# requests as JSON lines on stdin and writes what a cell produced as JSON
+# lines on stdout:
 #   in:  {"op": "execute", "code": "..."} | {"op": "interrupt"}
-#   out: {"t": "ready", "pid": N} once a kernel is up (again),
+#   out: {"t": "ready", "pid": N} once the interpreter is up,
 #        {"t": "stream", "name": "stdout"|"stderr", "text": "..."},
 #        {"t": "display", "type": "display_data"|"execute_result", "data": {...}},
 #        {"t": "error", "name": "...", "value": "...", "traceback": [...]},
-#        {"t": "done", "restarted": bool, "died": bool, "truncated": bool,
+#        {"t": "done", "restarted": false, "died": false, "truncated": bool,
 #         "output_limit": bool}
-# A kernel found dead (before or during a cell) is replaced at once and
-# the cell's "done" says restarted: the guest must never answer as if the
-# lost variables were still there. argv[1] caps one message's size.
+# Why not ipykernel's own ZMQ kernel (it ran here before): in gVisor every
+# cell's six ZMQ messages cross four threads and two processes each, and
+# a cell of `x + 1` took 30 to 90 ms, against under 1 ms for the same
+# interpreter called directly (bench/kernel/celltime.py times both).
+# A kernel that dies (os._exit, the memory limit, an interrupt ignored
+# past its grace) takes this process with it; the guest sees its output
+# end and starts a fresh one, saying so in the next reply. argv[1] caps
+# one message's size.
+import builtins
+import codecs
+import fcntl
+import io
 import json
 import os
 import queue
+import select
 import shutil
 import signal
 import sys
@@ -24,37 +36,48 @@ import threading
 import time
 
 LIMIT = int(sys.argv[1]) if len(sys.argv) > 1 else 1 << 20
-# After an interrupt, the cell has this long to end before its kernel is
-# replaced (code in C that never checks for signals ignores SIGINT).
+# After an interrupt, the cell has this long to end before the kernel is
+# ended (code in C that never checks for signals ignores SIGINT).
 INTERRUPT_GRACE = float(os.environ.get("SANDBOXAPI_KERNEL_GRACE", "3"))
+# Stream output is sent at most this long after it was written (or at
+# once past FLUSH_BYTES), so a long cell's prints arrive as it runs.
+FLUSH_EVERY = 0.05
+FLUSH_BYTES = 64 << 10
 
-# The protocol keeps private copies of stdin and stdout (not inherited:
-# os.dup's are not), and fds 0 and 1 become /dev/null, so the kernel (which
-# inherits them) and the user's code writing to fd 1 cannot corrupt or
-# read the protocol. fd 2 stays: what reaches it is kept by the guest, a
-# little, for a start failure's message.
-proto_in = os.fdopen(os.dup(0), "r")
-proto_out = os.fdopen(os.dup(1), "w")
+# The protocol keeps private copies of stdin and stdout, and fd 0 becomes
+# /dev/null, so the user's code cannot read or corrupt the protocol. fds 1
+# and 2 become pipes this process reads (below): what programs the cell
+# starts, and C code, print there reaches the cell's output, as in
+# ipykernel. fd 2 stays the guest's until the interpreter is up: a start
+# failure's message goes there.
+proto_in = os.fdopen(os.dup(0), "r", encoding="utf-8", errors="replace")
+proto_out = os.fdopen(os.dup(1), "w", encoding="utf-8", errors="replace")
 _null = os.open(os.devnull, os.O_RDWR)
 os.dup2(_null, 0)
-os.dup2(_null, 1)
 os.close(_null)
 
+
+def capture_fd(fd):
+    r, w = os.pipe()
+    os.dup2(w, fd)
+    os.close(w)
+    fcntl.fcntl(r, fcntl.F_SETFL, fcntl.fcntl(r, fcntl.F_GETFL) | os.O_NONBLOCK)
+    return r
+
+
+fd_out = capture_fd(1)
+
 # One bridge runs at a time in a sandbox: the private folders of earlier
-# ones (killed with their kernel, by a restart or the memory limit) go.
+# ones (killed by a restart or the memory limit) go.
 PREFIX = ".sbx-kernel-"
 for old in os.listdir("/tmp"):
     if old.startswith(PREFIX):
         shutil.rmtree(os.path.join("/tmp", old), ignore_errors=True)
 private = tempfile.mkdtemp(prefix=PREFIX, dir="/tmp")
-# Nothing of the kernel's own bookkeeping lands in the session's home:
-# connection files, IPython's profile and history live here.
-os.environ["JUPYTER_RUNTIME_DIR"] = os.path.join(private, "runtime")
-os.environ["JUPYTER_DATA_DIR"] = os.path.join(private, "data")
+# Nothing of the interpreter's own bookkeeping lands in the session's
+# home: IPython's profile lives here, and no history is kept.
 os.environ["IPYTHONDIR"] = os.path.join(private, "ipython")
 os.environ.setdefault("MPLBACKEND", "module://matplotlib_inline.backend_inline")
-
-from jupyter_client import KernelManager  # noqa: E402
 
 out_lock = threading.Lock()
 
@@ -94,70 +117,250 @@ def capped(obj):
     return obj, True
 
 
-class Kernel:
+class Cell:
+    """The state of the cell running (if any), shared with the threads
+    that interrupt it or send its output."""
+
     def __init__(self):
-        self.km = None
-        self.kc = None
-        self.pid = 0
+        self.lock = threading.Lock()
+        self.running = False
+        self.number = 0
+        self.truncated = False
+        self.over = False
+        self.interrupted = False
 
-    def start(self):
-        self.km = KernelManager(kernel_name="python3")
-        # No history database (it would be written per cell), no jedi, and
-        # no pause after each cell (ipykernel sleeps 0.5 ms before its
-        # reply, a scheduler round in gVisor): a kernel here serves one
-        # session's cells, one at a time.
-        self.km.start_kernel(extra_arguments=["--HistoryManager.enabled=False", "--Completer.use_jedi=False", "--Kernel._execute_sleep=0"])
-        prov = getattr(self.km, "provisioner", None)
-        proc = getattr(prov, "process", None) or getattr(self.km, "kernel", None)
-        self.pid = getattr(proc, "pid", 0) or 0
-        self.kc = self.km.client()
-        self.kc.start_channels()
-        self.kc.wait_for_ready(timeout=120)
-        emit({"t": "ready", "pid": self.pid})
+    def begin(self):
+        with self.lock:
+            self.number += 1
+            self.running, self.truncated, self.over, self.interrupted = True, False, False, False
 
-    def alive(self):
-        try:
-            return self.km is not None and self.km.is_alive()
-        except Exception:
-            return False
-
-    def stop(self):
-        try:
-            if self.kc is not None:
-                self.kc.stop_channels()
-        except Exception:
-            pass
-        if self.pid:
-            try:
-                os.killpg(self.pid, signal.SIGKILL)
-            except Exception:
-                try:
-                    os.kill(self.pid, signal.SIGKILL)
-                except Exception:
-                    pass
-        try:
-            if self.km is not None:
-                self.km.shutdown_kernel(now=True)
-        except Exception:
-            pass
-        self.km, self.kc, self.pid = None, None, 0
-
-    def restart(self):
-        self.stop()
-        self.start()
+    def end(self):
+        with self.lock:
+            self.running = False
 
     def interrupt(self):
-        # SIGINT to the kernel alone: a KeyboardInterrupt in the cell.
-        if self.pid:
+        """KeyboardInterrupt in the running cell, and its kernel ended if
+        the cell is still running INTERRUPT_GRACE later."""
+        with self.lock:
+            if not self.running or self.interrupted:
+                return
+            self.interrupted = True
+            number = self.number
+        signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
+
+        def grace():
+            with self.lock:
+                if self.running and self.number == number:
+                    os.kill(os.getpid(), signal.SIGKILL)
+
+        t = threading.Timer(INTERRUPT_GRACE, grace)
+        t.daemon = True
+        t.start()
+
+
+cell = Cell()
+
+
+def on_sigint(signum, frame):
+    # Only a running cell is interrupted: a late signal between cells
+    # must not break the bridge's own loop.
+    if cell.running:
+        raise KeyboardInterrupt
+
+
+signal.signal(signal.SIGINT, on_sigint)
+
+
+def send(obj):
+    """Sends one message of the cell's, capped; stream output over the cap
+    interrupts the cell, as a run over its output cap is stopped."""
+    obj, cut = capped(obj)
+    if cut:
+        cell.truncated = True
+    # Sent before the interrupt: in the main thread, the KeyboardInterrupt
+    # comes at once and would lose the message.
+    emit(obj)
+    if cut and obj["t"] == "stream" and not cell.over:
+        cell.over = True
+        cell.interrupt()
+
+
+class Output:
+    """Stream output of the cell, from sys.stdout/sys.stderr and from fds
+    1 and 2, merged in order and sent in batches."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.pending = []  # [name, text]
+        self.size = 0
+        self.since = 0.0
+        self.wake_r, self.wake_w = os.pipe()
+        self.fds = {}  # read end -> (name, decoder)
+        self.fd_lock = threading.Lock()
+
+    def watch(self, fd, name):
+        self.fds[fd] = (name, codecs.getincrementaldecoder("utf-8")("replace"))
+
+    def write(self, name, text):
+        if not text:
+            return
+        with self.lock:
+            first = not self.pending
+            if self.pending and self.pending[-1][0] == name:
+                self.pending[-1][1] += text
+            else:
+                self.pending.append([name, text])
+            self.size += len(text)
+            if first:
+                self.since = time.monotonic()
+            full = self.size >= FLUSH_BYTES
+        if full:
+            self.flush()
+        elif first:
+            os.write(self.wake_w, b"w")
+
+    def flush(self):
+        with self.lock:
+            pending, self.pending, self.size = self.pending, [], 0
+            # Sent under the lock: two flushes never reorder output.
+            for name, text in pending:
+                send({"t": "stream", "name": name, "text": text})
+
+    def drain(self):
+        """Reads whatever fds 1 and 2 hold now."""
+        with self.fd_lock:
+            for fd in self.fds:
+                self.read_fd(fd)
+
+    def read_fd(self, fd):
+        name, dec = self.fds[fd]
+        while True:
             try:
-                os.kill(self.pid, signal.SIGINT)
-            except Exception:
-                pass
+                b = os.read(fd, 65536)
+            except BlockingIOError:
+                return
+            if not b:
+                return
+            self.write(name, dec.decode(b))
+
+    def pump(self):
+        """Reads fds 1 and 2 as data comes and sends what waits once it is
+        FLUSH_EVERY old; sleeps without a timeout when nothing waits."""
+        while True:
+            with self.lock:
+                wait = None
+                if self.pending:
+                    wait = max(0.0, FLUSH_EVERY - (time.monotonic() - self.since))
+            if wait == 0.0:
+                self.flush()
+                continue
+            ready, _, _ = select.select(list(self.fds) + [self.wake_r], [], [], wait)
+            if self.wake_r in ready:
+                os.read(self.wake_r, 4096)
+            with self.fd_lock:
+                for fd in ready:
+                    if fd in self.fds:
+                        self.read_fd(fd)
 
 
-kernel = Kernel()
+output = Output()
+output.watch(fd_out, "stdout")
+
+
+class Stream(io.TextIOBase):
+    """sys.stdout and sys.stderr of the cell's code."""
+
+    def __init__(self, name, fd):
+        self.name_, self.fd = name, fd
+
+    @property
+    def name(self):
+        return "<" + self.name_ + ">"
+
+    @property
+    def encoding(self):
+        return "utf-8"
+
+    def writable(self):
+        return True
+
+    def isatty(self):
+        return False
+
+    def fileno(self):
+        return self.fd
+
+    def write(self, s):
+        if not isinstance(s, str):
+            raise TypeError(f"write() argument must be str, not {type(s).__name__}")
+        output.write(self.name_, s)
+        return len(s)
+
+    def flush(self):
+        output.flush()
+
+
+def no_input(*args, **kwargs):
+    from IPython.core.error import StdinNotImplementedError
+
+    raise StdinNotImplementedError("input() was called, but a kernel cell reads no stdin")
+
+
+def make_shell():
+    from IPython.core.displayhook import DisplayHook
+    from IPython.core.displaypub import DisplayPublisher
+    from IPython.core.interactiveshell import InteractiveShell
+    from traitlets import Type
+    from traitlets.config import Config
+
+    class Publisher(DisplayPublisher):
+        def publish(self, data, metadata=None, source=None, *, transient=None, update=False, **kwargs):
+            output.flush()
+            send({"t": "display", "type": "display_data", "data": data})
+
+        def clear_output(self, wait=False):
+            pass  # a reply's outputs are a list: nothing is taken back
+
+    class Hook(DisplayHook):
+        def start_displayhook(self):
+            pass
+
+        def write_output_prompt(self):
+            pass
+
+        def write_format_data(self, format_dict, md_dict=None):
+            output.flush()
+            send({"t": "display", "type": "execute_result", "data": format_dict})
+
+        def finish_displayhook(self):
+            pass
+
+    class Shell(InteractiveShell):
+        displayhook_class = Type(Hook)
+        display_pub_class = Type(Publisher)
+
+        def _showtraceback(self, etype, evalue, stb):
+            output.flush()
+            name = getattr(etype, "__name__", str(etype))
+            send({"t": "error", "name": name, "value": str(evalue), "traceback": list(stb)})
+
+        def enable_gui(self, gui=None):
+            pass
+
+        def ask_exit(self):
+            # exit() or quit(): as in Jupyter, the kernel ends after this
+            # cell, and the next one finds a fresh kernel (and says so).
+            self.exit_now = True
+
+    cfg = Config()
+    cfg.HistoryManager.enabled = False
+    cfg.InteractiveShell.colors = "NoColor"
+    cfg.InteractiveShell.autoindent = False
+    cfg.Completer.use_jedi = False
+    return Shell.instance(config=cfg)
+
+
 requests = queue.Queue()
-interrupted = threading.Event()
 
 
 def read_stdin():
@@ -167,84 +370,53 @@ def read_stdin():
         except ValueError:
             continue
         if req.get("op") == "interrupt":
-            interrupted.set()
-            kernel.interrupt()
+            cell.interrupt()
         else:
             requests.put(req)
     requests.put(None)
 
 
-def drain_shell():
+def run_cell(shell, code):
+    cell.begin()
     try:
-        while True:
-            kernel.kc.get_shell_msg(timeout=0)
-    except Exception:
-        pass
-
-
-def run_cell(code):
-    restarted, truncated, over = False, False, False
-    if not kernel.alive():
-        kernel.restart()
-        restarted = True
-    interrupted.clear()
-    msg_id = kernel.kc.execute(code, store_history=True, allow_stdin=False, stop_on_error=False)
-    interrupted_at = None
-    while True:
-        if interrupted.is_set() and interrupted_at is None:
-            interrupted_at = time.monotonic()
-        try:
-            msg = kernel.kc.get_iopub_msg(timeout=0.05)
-        except queue.Empty:
-            if not kernel.alive():
-                kernel.restart()
-                return True, truncated, True, over
-            if interrupted_at is not None and time.monotonic() - interrupted_at > INTERRUPT_GRACE:
-                # The cell ignores the interrupt: its kernel goes.
-                kernel.restart()
-                return True, truncated, True, over
-            continue
-        if msg.get("parent_header", {}).get("msg_id") != msg_id:
-            continue
-        kind, content = msg["msg_type"], msg["content"]
-        out = None
-        if kind == "stream":
-            out = {"t": "stream", "name": content.get("name", "stdout"), "text": content.get("text", "")}
-        elif kind in ("display_data", "execute_result", "update_display_data"):
-            out = {"t": "display", "type": "execute_result" if kind == "execute_result" else "display_data",
-                   "data": content.get("data", {})}
-        elif kind == "error":
-            out = {"t": "error", "name": content.get("ename", ""), "value": content.get("evalue", ""),
-                   "traceback": content.get("traceback", [])}
-        elif kind == "status" and content.get("execution_state") == "idle":
-            drain_shell()
-            return restarted, truncated, False, over
-        if out is not None:
-            out, cut = capped(out)
-            truncated = truncated or cut
-            if cut and out["t"] == "stream" and not over:
-                # One message of output past the cap: the cell has printed
-                # too much, and stops as a run over its output cap does.
-                over = True
-                interrupted.set()
-                kernel.interrupt()
-            emit(out)
+        shell.run_cell(code, store_history=True)
+    except KeyboardInterrupt:
+        # Landed outside the user's code, in the interpreter's own steps.
+        output.flush()
+        send({"t": "error", "name": "KeyboardInterrupt", "value": "", "traceback": ["KeyboardInterrupt"]})
+    finally:
+        cell.end()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    output.drain()
+    output.flush()
 
 
 def main():
+    shell = make_shell()
+    # From here the interpreter is up: fd 2 joins the cell's output.
+    fd_err = capture_fd(2)
+    output.watch(fd_err, "stderr")
+    sys.stdout, sys.stderr = Stream("stdout", 1), Stream("stderr", 2)
+    builtins.input = no_input
+    threading.Thread(target=output.pump, daemon=True).start()
     threading.Thread(target=read_stdin, daemon=True).start()
+    emit({"t": "ready", "pid": os.getpid()})
     try:
-        kernel.start()
         while True:
-            req = requests.get()
+            try:
+                req = requests.get()
+            except KeyboardInterrupt:
+                continue
             if req is None:
                 break
             if req.get("op") != "execute":
                 continue
-            restarted, truncated, died, over = run_cell(req.get("code", ""))
-            emit({"t": "done", "restarted": restarted, "died": died, "truncated": truncated, "output_limit": over})
+            run_cell(shell, req.get("code", ""))
+            emit({"t": "done", "restarted": False, "died": False, "truncated": cell.truncated, "output_limit": cell.over})
+            if shell.exit_now:
+                break
     finally:
-        kernel.stop()
         shutil.rmtree(private, ignore_errors=True)
 
 
