@@ -184,3 +184,108 @@ func TestLayoutMatchesResolution(t *testing.T) {
 		}
 	}
 }
+
+// FuzzLayout: for any catalogue of six names with three versions each
+// (dependencies and ranges from the input) and any request of them, the
+// plan is either a rejection (422) or a tree where every path is a chain
+// of names under node_modules, every requested package is placed, and
+// every dependency of every placed copy resolves, as Node looks it up,
+// to a copy in range, or to nothing and is then a requirement on the
+// session. Copies (a package nested under several dependents) stay
+// within the square of the request.
+func FuzzLayout(f *testing.F) {
+	f.Add([]byte{1, 9, 2, 18, 0, 1, 27, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1})
+	f.Add([]byte{3, 9, 17, 26, 2, 10, 19, 1, 11, 0, 2, 12, 20, 0, 0, 0, 0, 0, 1, 0, 1, 1, 0, 1, 1, 1, 0, 1, 1, 0, 1, 1, 1, 1, 1, 1})
+	names := []string{"a", "b", "c", "@s/d", "e", "f"}
+	versions := []string{"1.0.0", "2.0.0", "3.0.0"}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		pos := 0
+		next := func() byte {
+			if pos >= len(data) {
+				return 0
+			}
+			pos++
+			return data[pos-1]
+		}
+		c := listCatalog{}
+		for k, n := range names {
+			for _, v := range versions {
+				deps := map[string]string{}
+				for range next() % 4 {
+					b := next()
+					d := int(b) % len(names)
+					var rng []string
+					for j, w := range versions {
+						if b>>(3+j)&1 == 1 {
+							rng = append(rng, w)
+						}
+					}
+					if d != k && len(rng) > 0 {
+						deps[names[d]] = strings.Join(rng, "||")
+					}
+				}
+				c[n+"@"+v] = deps
+			}
+		}
+		var req []string
+		for _, n := range names {
+			for _, v := range versions {
+				if next()&1 == 1 {
+					req = append(req, n+"@"+v)
+				}
+			}
+		}
+		if len(req) == 0 {
+			return
+		}
+		inst := New(DefaultConfig(), c, nil, nil, nil, nil)
+		plan, reqs, err := inst.plan(context.Background(), sandbox.InstallRequest{Manager: "npm", Packages: req})
+		if err != nil {
+			var rej *sandbox.RejectedError
+			if !errors.As(err, &rej) || len(rej.Packages) == 0 {
+				t.Fatalf("%v: not a rejection: %v", req, err)
+			}
+			return
+		}
+		if len(plan) > len(req)*len(req) {
+			t.Fatalf("%v: %d copies", req, len(plan))
+		}
+		tr := tree{}
+		placed := map[string]bool{}
+		for k := range plan {
+			p := &plan[k]
+			if tr[p.path] != nil || !strings.HasPrefix(p.path, "node_modules/") || !strings.HasSuffix(p.path, "node_modules/"+p.a.Name) {
+				t.Fatalf("%v: path %q for %s", req, p.path, p.requested)
+			}
+			for _, part := range strings.Split(p.path, "/node_modules/") {
+				if part = strings.TrimPrefix(part, "node_modules/"); !slices.Contains(names, part) {
+					t.Fatalf("%v: path %q has %q", req, p.path, part)
+				}
+			}
+			tr[p.path] = &treeNode{path: p.path, p: p}
+			placed[p.requested] = true
+		}
+		for _, r := range req {
+			if !placed[r] {
+				t.Fatalf("%v: %s not placed: %v", req, r, slices.Sorted(maps.Keys(tr)))
+			}
+		}
+		for path, n := range tr {
+			if p := parentPath(path); p != "" && tr[p] == nil {
+				t.Fatalf("%v: %s without its parent", req, path)
+			}
+			for dep, rng := range n.p.a.Dependencies {
+				got := tr.resolve(path, dep)
+				if got == nil {
+					if !slices.ContainsFunc(reqs, func(r requirement) bool { return r.Name == dep && r.Range == rng && r.By == n.p.requested }) {
+						t.Fatalf("%v: %s needs %s@%s, finds nothing and requires nothing of the session", req, path, dep, rng)
+					}
+					continue
+				}
+				if !slices.Contains(strings.Split(rng, "||"), got.p.a.Version) {
+					t.Fatalf("%v: %s needs %s@%s, finds %s", req, path, dep, rng, got.p.a.Version)
+				}
+			}
+		}
+	})
+}
