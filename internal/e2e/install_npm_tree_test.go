@@ -298,7 +298,7 @@ func TestInstallNPMExpressTree(t *testing.T) {
 	home := t.TempDir()
 	npmEnv := []string{"HOME=" + home, "PATH=" + os.Getenv("PATH"), "npm_config_update_notifier=false",
 		"npm_config_userconfig=" + filepath.Join(home, ".npmrc"), "npm_config_cache=" + filepath.Join(home, "cache"),
-		"npm_config_https_proxy=http://127.0.0.1:9", "npm_config_registry=" + registry}
+		"npm_config_https_proxy=http://127.0.0.1:9", "npm_config_proxy=http://127.0.0.1:9", "npm_config_noproxy=127.0.0.1", "npm_config_registry=" + registry}
 	npmRun := func(dir string, args ...string) string {
 		t.Helper()
 		cmd := exec.Command("npm", args...)
