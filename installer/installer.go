@@ -242,7 +242,7 @@ func (i *Installer) plan(ctx context.Context, req sandbox.InstallRequest) ([]pla
 		return i.checkPipRequirements(ctx, out)
 	}
 	rs := &ranges{cat: i.catalog}
-	t, out, err := layoutTree(ctx, rs, out)
+	t, out, err := layoutTree(ctx, rs, out, i.cfg.MaxPackages)
 	if err != nil {
 		return nil, nil, err
 	}

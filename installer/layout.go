@@ -101,7 +101,13 @@ func (r *ranges) versions(ctx context.Context, name, rng string) (admitted, know
 // an already placed package resolves to a version out of its range. Two
 // versions of one package that both end up wanted at the top are a
 // conflict (422): npm would need a root package.json to choose.
-func layoutTree(ctx context.Context, rs *ranges, plan []planned) (tree, []planned, error) {
+//
+// The tree holds at most max copies, as a lockfile holds at most max
+// entries: nesting can place one package under many dependents, and a
+// request built for it (each level of nesting multiplying the copies)
+// would otherwise cost the server time quadratic in a number of copies
+// far above the request's size.
+func layoutTree(ctx context.Context, rs *ranges, plan []planned, max int) (tree, []planned, error) {
 	byName := map[string][]*planned{}
 	for k := range plan {
 		byName[plan[k].a.Name] = append(byName[plan[k].a.Name], &plan[k])
@@ -125,7 +131,16 @@ func layoutTree(ctx context.Context, rs *ranges, plan []planned) (tree, []planne
 	t := tree{}
 	placed := map[*planned]bool{}
 	var conflicts []sandbox.PackageRejection
+	conflicted := map[*planned]bool{} // one conflict per requested package
+	conflict := func(p *planned, reason string) {
+		if !conflicted[p] {
+			conflicted[p] = true
+			conflicts = append(conflicts, sandbox.PackageRejection{Package: p.requested, Status: "conflict", Reason: reason})
+		}
+	}
 	var queue []*treeNode
+	tooMany := fmt.Errorf("%w: the tree needs more than %d copies in node_modules (packages nested under several dependents); install it in parts",
+		sandbox.ErrInvalid, max)
 	place := func(path string, p *planned) {
 		n := &treeNode{path: path, p: p}
 		t[path] = n
@@ -135,6 +150,12 @@ func layoutTree(ctx context.Context, rs *ranges, plan []planned) (tree, []planne
 	// run places the dependencies of everything queued, breadth first.
 	run := func() error {
 		for len(queue) > 0 {
+			if len(t) > max {
+				return tooMany
+			}
+			if err := ctx.Err(); err != nil {
+				return err
+			}
 			n := queue[0]
 			queue = queue[1:]
 			for _, dep := range slices.Sorted(maps.Keys(n.p.a.Dependencies)) {
@@ -162,8 +183,7 @@ func layoutTree(ctx context.Context, rs *ranges, plan []planned) (tree, []planne
 				if loc, ok := t.placeFor(ctx, rs, n.path, pick); ok {
 					place(childPath(loc, dep), pick)
 				} else {
-					conflicts = append(conflicts, sandbox.PackageRejection{Package: pick.requested, Status: "conflict",
-						Reason: fmt.Sprintf("no place in node_modules for %s@%s under %s", dep, pick.a.Version, n.path)})
+					conflict(pick, fmt.Sprintf("no place in node_modules for %s@%s under %s", dep, pick.a.Version, n.path))
 				}
 			}
 		}
@@ -180,9 +200,8 @@ func layoutTree(ctx context.Context, rs *ranges, plan []planned) (tree, []planne
 	placeTop := func(p *planned) bool {
 		top := childPath("", p.a.Name)
 		if other := t[top]; other != nil {
-			conflicts = append(conflicts, sandbox.PackageRejection{Package: p.requested, Status: "conflict",
-				Reason: fmt.Sprintf("%s@%s and %s@%s both belong at the top of node_modules: no package of the request uses %s, so drop one of them",
-					p.a.Name, p.a.Version, other.p.a.Name, other.p.a.Version, p.a.Version)})
+			conflict(p, fmt.Sprintf("%s@%s and %s@%s both belong at the top of node_modules: no package of the request uses %s, so drop one of them",
+				p.a.Name, p.a.Version, other.p.a.Name, other.p.a.Version, p.a.Version))
 			return false
 		}
 		place(top, p)
@@ -215,6 +234,9 @@ func layoutTree(ctx context.Context, rs *ranges, plan []planned) (tree, []planne
 		if err := run(); err != nil {
 			return nil, nil, err
 		}
+	}
+	if len(t) > max {
+		return nil, nil, tooMany
 	}
 	if len(conflicts) > 0 {
 		return nil, nil, &sandbox.RejectedError{Packages: conflicts}
@@ -272,7 +294,16 @@ func (t tree) shadowsNothing(ctx context.Context, rs *ranges, loc string, p *pla
 			continue
 		}
 		_, known, err := rs.versions(ctx, name, rng)
-		if err != nil || !slices.Contains(known, p.a.Version) {
+		if err != nil {
+			return false
+		}
+		if !slices.Contains(known, r.p.a.Version) {
+			// Finds a copy out of its range now (above loc): not yet
+			// placed for, and its turn comes (as npm, only a dependency
+			// met now is protected).
+			continue
+		}
+		if !slices.Contains(known, p.a.Version) {
 			return false
 		}
 	}

@@ -553,4 +553,28 @@ func TestRealPipRequirements(t *testing.T) {
 	if res := r.run(t, py2, "import needs_dep, dep_a; print(needs_dep.VERSION, dep_a.VERSION)"); res.Stdout != "1.0 1.2\n" {
 		t.Fatalf("second session: %+v", res)
 	}
+
+	// A real wheel this machine's Python ships (Debian's setuptools): its
+	// Requires-Dist lines (dozens, TestRealWheelRequirements reads them)
+	// are all for extras, so nothing is demanded and it installs alone.
+	paths, _ := filepath.Glob("/usr/share/python-wheels/setuptools-*-py3-none-any.whl")
+	if len(paths) != 1 {
+		t.Fatalf("Debian's setuptools wheel (python3-setuptools-whl): %v", paths)
+	}
+	data, err := os.ReadFile(paths[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The OSV snapshot the rig imports has two advisories for it (fixed
+	// in 70.0 and 78.1.1), accepted as an operator would.
+	st, err := r.mir.AddWheel(ctx, filepath.Base(paths[0]), data, "test", []string{"GHSA-5rjg-fvgr-3xxf", "GHSA-cx63-2mw6-8hw5"})
+	if err != nil {
+		t.Fatalf("admitting %s: %v", filepath.Base(paths[0]), err)
+	}
+	if _, err := r.inst.Install(ctx, r.owner, py, sandbox.InstallRequest{Manager: "pip", Packages: []string{"setuptools==" + st.Version}}, 0); err != nil {
+		t.Fatalf("setuptools %s alone: %v", st.Version, err)
+	}
+	if res := r.run(t, py, "import setuptools; print(setuptools.__version__, '/.local/python/' in setuptools.__file__)"); res.Stdout != st.Version+" True\n" {
+		t.Fatalf("setuptools in the session: %+v", res)
+	}
 }

@@ -412,7 +412,7 @@ func FuzzNPMRange(f *testing.F) {
 }
 
 // TestRealNPMInstallsDependenciesListed: the real npm client installs
-// debug@4.3.7 (dependencies stripped) together with ms@2.1.3 from the
+// debug@4.3.7 (served as published) together with ms@2.1.3 from the
 // mirror, and debug finds ms at run time.
 func TestRealNPMInstallsDependenciesListed(t *testing.T) {
 	t.Parallel()

@@ -68,6 +68,49 @@ walk(path.join(root, 'node_modules'), '');
 console.log(JSON.stringify(out));
 `
 
+// filesJS prints every file under root's node_modules as {path: sha256
+// prefix}, npm's own bookkeeping left out (.bin folders, the hidden
+// lockfile). A package's own package.json is hashed in a canonical form
+// (keys sorted) without the fields the installer strips (dependency
+// fields, lifecycle scripts), so a host's and a session's copy compare
+// equal when only those differ; a session's copy that still holds one is
+// reported under "<path> (stripped fields left)".
+const filesJS = `
+const fs = require('fs'), path = require('path'), crypto = require('crypto'), out = {};
+const LIFE = ['preinstall', 'install', 'postinstall', 'preuninstall', 'uninstall', 'postuninstall'];
+const STRIP = ['dependencies', 'optionalDependencies', 'peerDependencies', 'peerDependenciesMeta',
+  'bundleDependencies', 'bundledDependencies', 'gypfile', '_hasShrinkwrap', 'hasInstallScript'];
+function canon(v) {
+  if (Array.isArray(v)) return '[' + v.map(canon).join(',') + ']';
+  if (v && typeof v === 'object') return '{' + Object.keys(v).sort().map(k => JSON.stringify(k) + ':' + canon(v[k])).join(',') + '}';
+  return JSON.stringify(v);
+}
+function strip(m) {
+  let n = 0;
+  for (const f of STRIP) if (f in m) { delete m[f]; n++ }
+  if ('scripts' in m) {
+    if (!m.scripts || typeof m.scripts !== 'object' || Array.isArray(m.scripts)) { delete m.scripts; n++ }
+    else { for (const s of LIFE) if (s in m.scripts) { delete m.scripts[s]; n++ } if (!Object.keys(m.scripts).length) delete m.scripts }
+  }
+  return n;
+}
+function walk(dir, rel) {
+  for (const e of fs.readdirSync(dir, {withFileTypes: true})) {
+    const r = rel + e.name, p = path.join(dir, e.name);
+    if (/(^|\/)node_modules\/(\.bin|\.package-lock\.json)$/.test(r)) continue;
+    if (e.isDirectory()) { walk(p, r + '/'); continue }
+    if (!e.isFile()) { out[r] = 'not a regular file'; continue }
+    let data = fs.readFileSync(p);
+    if (/(^|\/)node_modules\/(@[^/]+\/)?[^/@][^/]*\/package\.json$/.test(r)) {
+      try { const m = JSON.parse(data); if (strip(m) > 0) out[r + ' (stripped fields left)'] = 'yes'; data = canon(m) } catch (e) { out[r + ' (not JSON)'] = String(e) }
+    }
+    out[r] = crypto.createHash('sha256').update(data).digest('hex').slice(0, 16);
+  }
+}
+walk(path.join(root, 'node_modules'), 'node_modules/');
+console.log(JSON.stringify(out));
+`
+
 // expressJS serves one request with express inside the sandbox and
 // fetches it from the same program.
 const expressJS = `
@@ -83,8 +126,8 @@ const srv = app.listen(0, '127.0.0.1', () => {
 `
 
 // hostLayout runs npm ci --ignore-scripts of the lockfile in a temp
-// folder on the host and returns its layout.
-func hostLayout(t *testing.T, lockPath string) map[string]string {
+// folder on the host and returns its layout and its files (filesJS).
+func hostLayout(t *testing.T, lockPath string) (layout, files map[string]string) {
 	t.Helper()
 	dir := t.TempDir()
 	for _, f := range []string{"package.json", "package-lock.json"} {
@@ -105,11 +148,17 @@ func hostLayout(t *testing.T, lockPath string) map[string]string {
 	if err != nil {
 		t.Fatalf("host layout: %v", err)
 	}
-	var m map[string]string
-	if err := json.Unmarshal(out, &m); err != nil {
+	if err := json.Unmarshal(out, &layout); err != nil {
 		t.Fatalf("host layout %s: %v", out, err)
 	}
-	return m
+	out, err = exec.Command("node", "-e", "const root = "+jsString(dir)+";"+filesJS).Output()
+	if err != nil {
+		t.Fatalf("host files: %v", err)
+	}
+	if err := json.Unmarshal(out, &files); err != nil {
+		t.Fatalf("host files %.1000s: %v", out, err)
+	}
+	return layout, files
 }
 
 func jsString(s string) string {
@@ -126,6 +175,31 @@ func (s *server) sessionLayout(key, id string) map[string]string {
 		s.t.Fatalf("session layout: %v %v", err, res)
 	}
 	return m
+}
+
+// sessionFiles is filesJS over the session's /home/sandbox/node_modules.
+func (s *server) sessionFiles(key, id string) map[string]string {
+	s.t.Helper()
+	res := s.exec(key, id, "const root = '/home/sandbox';"+filesJS)
+	var m map[string]string
+	if err := json.Unmarshal([]byte(res["stdout"].(string)), &m); err != nil {
+		s.t.Fatalf("session files: %v %.2000v", err, res)
+	}
+	return m
+}
+
+// withoutStripped returns files without the "(stripped fields left)"
+// marks, and how many there were.
+func withoutStripped(files map[string]string) (map[string]string, int) {
+	out, n := map[string]string{}, 0
+	for k, v := range files {
+		if strings.HasSuffix(k, " (stripped fields left)") {
+			n++
+			continue
+		}
+		out[k] = v
+	}
+	return out, n
 }
 
 // installLockfile posts {"manager": "npm", "lockfile": raw}.
@@ -156,7 +230,9 @@ func layoutDiff(a, b map[string]string) []string {
 // the package list and from its package-lock.json; in both sessions
 // require('express') serves a request inside the sandbox, and node_modules
 // holds the same packages at the same paths as the host's `npm ci
-// --ignore-scripts` of the same lockfile. Installing it again into a
+// --ignore-scripts` of the same lockfile, file for file (package.json
+// compared without the fields the installer strips, none of which is
+// left in the session). Installing it again into a
 // session that holds it changes nothing; a forged integrity is a 422.
 func TestInstallNPMExpressTree(t *testing.T) {
 	t.Parallel()
@@ -164,7 +240,14 @@ func TestInstallNPMExpressTree(t *testing.T) {
 	s.importOSV()
 	lockPath, raw, specs := expressLockfile(t)
 	s.cliArgs([]string{"mirror", "add"}, "--lockfile", lockPath)
-	want := hostLayout(t, lockPath)
+	want, hostFiles := hostLayout(t, lockPath)
+	hostFiles, hostStripped := withoutStripped(hostFiles)
+	// The host's npm keeps the dependency fields (most of the tree's
+	// package.json files have them): the file comparison below is only
+	// meaningful because those are left out of it.
+	if hostStripped < 30 || len(hostFiles) < 600 {
+		t.Fatalf("host files: %d, %d package.json with dependency fields or lifecycle scripts", len(hostFiles), hostStripped)
+	}
 	if len(want) != 72 || want["node_modules/send/node_modules/ms"] != "ms@2.1.3" || want["node_modules/ms"] != "ms@2.0.0" {
 		t.Fatalf("host layout: %d packages %v", len(want), want)
 	}
@@ -196,7 +279,64 @@ func TestInstallNPMExpressTree(t *testing.T) {
 		if d := layoutDiff(want, s.sessionLayout(key, id)); len(d) > 0 {
 			t.Errorf("%s: layout differs from npm ci's (host vs session):\n%s", name, strings.Join(d, "\n"))
 		}
+		// The same files in the same places, byte for byte but for the
+		// stripped fields of each package.json, and none of those left.
+		got, left := withoutStripped(s.sessionFiles(key, id))
+		if d := layoutDiff(hostFiles, got); len(d) > 0 || left > 0 {
+			t.Errorf("%s: files differ from npm ci's (host vs session), %d package.json with stripped fields left:\n%s", name, left, strings.Join(d, "\n"))
+		}
 	}
+	// Real npm clients on the host against this server's mirror, where the
+	// tree was admitted from the public registry: `npm ci` with the public
+	// lockfile passes (every integrity is the registry's; the mirror's
+	// repack failed it with EINTEGRITY at utils-merge) and lays out the
+	// same tree; `npm install debug@2.6.9` without a lockfile brings
+	// ms@2.0.0 from the packument's dependencies. The public registry is
+	// reachable only through a proxy that does not exist, so every byte
+	// came from the mirror.
+	registry := s.url("/mirror/npm/")
+	home := t.TempDir()
+	npmEnv := []string{"HOME=" + home, "PATH=" + os.Getenv("PATH"), "npm_config_update_notifier=false",
+		"npm_config_userconfig=" + filepath.Join(home, ".npmrc"), "npm_config_cache=" + filepath.Join(home, "cache"),
+		"npm_config_https_proxy=http://127.0.0.1:9", "npm_config_proxy=http://127.0.0.1:9", "npm_config_noproxy=127.0.0.1", "npm_config_registry=" + registry}
+	npmRun := func(dir string, args ...string) string {
+		t.Helper()
+		cmd := exec.Command("npm", args...)
+		cmd.Dir, cmd.Env = dir, npmEnv
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("npm %s against the mirror: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		return string(out)
+	}
+	ciDir := filepath.Join(home, "ci")
+	os.MkdirAll(ciDir, 0o755)
+	for _, f := range []string{"package.json", "package-lock.json"} {
+		b, err := os.ReadFile(filepath.Join(filepath.Dir(lockPath), f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		os.WriteFile(filepath.Join(ciDir, f), b, 0o644)
+	}
+	npmRun(ciDir, "ci", "--no-audit", "--no-fund", "--loglevel=error")
+	out, err := exec.Command("node", "-e", "const root = "+jsString(ciDir)+";"+layoutJS).Output()
+	var ciLayout map[string]string
+	if err != nil || json.Unmarshal(out, &ciLayout) != nil {
+		t.Fatalf("npm ci layout: %v %s", err, out)
+	}
+	if d := layoutDiff(want, ciLayout); len(d) > 0 {
+		t.Errorf("npm ci from the mirror vs from the public registry:\n%s", strings.Join(d, "\n"))
+	}
+	plain := filepath.Join(home, "plain")
+	os.MkdirAll(plain, 0o755)
+	os.WriteFile(filepath.Join(plain, "package.json"), []byte(`{"name":"plain","version":"1.0.0","private":true}`), 0o644)
+	npmRun(plain, "install", "--no-audit", "--no-fund", "--loglevel=error", "debug@2.6.9")
+	cmd := exec.Command("node", "-e", "console.log(require('ms/package.json').version, require('debug').humanize(7200000))")
+	cmd.Dir = plain
+	if out, err := cmd.CombinedOutput(); err != nil || strings.TrimSpace(string(out)) != "2.0.0 2h" {
+		t.Errorf("npm install debug@2.6.9 from the mirror: %v %s", err, out)
+	}
+
 	// Again, into a session that holds it: the same layout.
 	if r := s.installLockfile(key, byList, raw); r.status != 200 {
 		t.Fatalf("express again: %d %.2000s", r.status, r.body)
