@@ -194,6 +194,9 @@ type target struct {
 	// template is the sandbox's E2B template (the code interpreter
 	// serves only templates that make kernel sessions).
 	template string
+	// sealedEnv is the record's env vars, as read with it (sealed under
+	// the caller's key): a command needs no second read of the record.
+	sealedEnv string
 }
 
 func withTarget(ctx context.Context, t *target) context.Context {

@@ -103,7 +103,7 @@ func (h *Handler) sandboxOn(servedPort string, rpc bool, next http.Handler) http
 			fail(http.StatusBadGateway, connect.CodeUnavailable, "sandbox "+id+" is not running: its timeout has passed")
 			return
 		}
-		next.ServeHTTP(w, r.WithContext(withTarget(r.Context(), &target{id: id, caller: c, template: rec.Template})))
+		next.ServeHTTP(w, r.WithContext(withTarget(r.Context(), &target{id: id, caller: c, template: rec.Template, sealedEnv: rec.SealedEnv})))
 	})
 }
 

@@ -153,15 +153,11 @@ func (s procService) selectPID(t *target, sel *procpb.ProcessSelector) (uint32, 
 
 // sandboxEnv is the env vars the sandbox was created with (sealed under
 // its owner's key): every command gets them under its own.
-func (s procService) sandboxEnv(ctx context.Context, t *target) (map[string]string, error) {
-	rec, err := s.h.rec.E2BSandbox(ctx, t.id)
-	if err != nil {
-		return nil, rpcError(err, t.id)
-	}
-	if rec.SealedEnv == "" {
+func (s procService) sandboxEnv(t *target) (map[string]string, error) {
+	if t.sealedEnv == "" {
 		return nil, nil
 	}
-	b, err := unseal(t.caller.key, t.id, purposeEnv, rec.SealedEnv)
+	b, err := unseal(t.caller.key, t.id, purposeEnv, t.sealedEnv)
 	if err != nil {
 		s.h.log.Error("e2b: a sandbox's env vars do not open with its key", "sandbox", t.id)
 		return nil, connect.NewError(connect.CodeInternal, errors.New("internal error"))
@@ -196,7 +192,7 @@ func (s procService) Start(ctx context.Context, req *connect.Request[procpb.Star
 	if err != nil {
 		return err
 	}
-	env, err := s.sandboxEnv(ctx, t)
+	env, err := s.sandboxEnv(t)
 	if err != nil {
 		return err
 	}

@@ -18,23 +18,21 @@ import (
 	"github.com/sandboxapi/sandboxapi/store"
 )
 
-// TestSandboxHoldsNoHostIdentity runs a stateless call on real runsc and
-// reads the identity files a program sees: none may carry the build
-// host's name, resolvers or machine-id (debootstrap copies the host's
-// /etc/hostname and /etc/resolv.conf into the tree it builds).
-func TestSandboxHoldsNoHostIdentity(t *testing.T) {
+// startExecutor starts an executor on real runsc and this checkout's
+// rootfs, stopped when t ends.
+func startExecutor(t *testing.T) *executor.Executor {
+	t.Helper()
 	bin := testenv.Runsc(t)
 	rfs, versions, err := executor.FindRootfs(os.Getenv("SANDBOXAPI_ROOTFS"), "")
 	if err != nil {
 		testenv.Skip(t, "%v", err)
 	}
-	ctx := context.Background()
 	dir := t.TempDir()
-	st, err := store.Open(ctx, filepath.Join(dir, "sandboxapi.db"))
+	st, err := store.Open(context.Background(), filepath.Join(dir, "sandboxapi.db"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer st.Close()
+	t.Cleanup(func() { st.Close() })
 	rts, err := executor.LoadRuntimes(configs.Runtimes, versions)
 	if err != nil {
 		t.Fatal(err)
@@ -49,15 +47,44 @@ func TestSandboxHoldsNoHostIdentity(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := e.Start(ctx); err != nil {
+	if err := e.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	defer func() {
+	t.Cleanup(func() {
 		if err := e.Stop(context.Background()); err != nil {
 			t.Errorf("stopping executor: %v", err)
 		}
-	}()
+	})
 
+	return e
+}
+
+// TestLoginShellStartsNoProgram: a login shell (how E2B's SDK runs every
+// command) gets the runtimes on its PATH from /etc/profile without
+// starting a program: with no PATH to find one, Debian's /etc/profile
+// would fail on `id` (and its run-parts would find nothing).
+func TestLoginShellStartsNoProgram(t *testing.T) {
+	e := startExecutor(t)
+	code := `env -i PATH=/nonexistent HOME=/home/sandbox /bin/bash -l -c 'echo "PATH=$PATH"; for c in node go python3 java; do command -v "$c" >/dev/null || echo "missing $c"; done'`
+	res, err := e.ExecuteStateless(context.Background(), "k1", sandbox.ExecRequest{Language: "bash", Code: code})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Status != executor.StatusOK || res.Stderr != "" {
+		t.Fatalf("login shell: status %s, stderr %q, stdout %q", res.Status, res.Stderr, res.Stdout)
+	}
+	if strings.Contains(res.Stdout, "missing") || !strings.Contains(res.Stdout, ":/usr/local/bin:/usr/bin:/bin:/usr/local/games:/usr/games") {
+		t.Fatalf("login shell's PATH and runtimes: %q", res.Stdout)
+	}
+}
+
+// TestSandboxHoldsNoHostIdentity runs a stateless call on real runsc and
+// reads the identity files a program sees: none may carry the build
+// host's name, resolvers or machine-id (debootstrap copies the host's
+// /etc/hostname and /etc/resolv.conf into the tree it builds).
+func TestSandboxHoldsNoHostIdentity(t *testing.T) {
+	e := startExecutor(t)
+	ctx := context.Background()
 	files := []string{"/etc/hostname", "/etc/hosts", "/etc/resolv.conf", "/etc/machine-id", "/var/lib/dbus/machine-id", "/etc/mailname"}
 	code := "for f in " + strings.Join(files, " ") + "; do echo \"== $f\"; cat \"$f\" 2>/dev/null; done; echo \"== uname\"; uname -n"
 	res, err := e.ExecuteStateless(ctx, "k1", sandbox.ExecRequest{Language: "bash", Code: code})
