@@ -19,10 +19,11 @@ import (
 // (node), E2B's SDK with sandboxapi's own API on the same server:
 // commands.run('true') against an execute of `true` in a bash session
 // (the issue's goal: within 1.2x) and against an execute of what E2B's
-// command runs, `bash -l -c true` (a login shell, whose /etc/profile
-// starts two programs: in gVisor most of the first ratio), and
-// Sandbox.create against a session create. Samples alternate, one of each at a time, so both see the same
-// load (testdata/e2b_bench.cjs). Run with:
+// command runs, `bash -l -c true` (a login shell; the rootfs's
+// /etc/profile starts no program, Debian's started two), and
+// Sandbox.create against a session create. Samples alternate, one of
+// each at a time, so both see the same load (testdata/e2b_bench.cjs).
+// Run with:
 //
 //	go test ./internal/e2e -run '^$' -bench E2B -benchtime 1x
 func BenchmarkE2B(b *testing.B) {

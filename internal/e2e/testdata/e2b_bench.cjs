@@ -40,8 +40,8 @@ async function main() {
     const r = await v1('POST', `/v1/sessions/${process.env.SESSION}/execute`, { code: 'true' })
     if (r.exit_code !== 0 || r.status !== 'ok') throw new Error('execute true: ' + JSON.stringify(r))
   }
-  // The process E2B's command is: bash as a login shell, whose
-  // /etc/profile starts two programs (id, run-parts).
+  // The process E2B's command is: bash as a login shell (from a bash
+  // script, so two bash starts).
   const apiLogin = async () => {
     const r = await v1('POST', `/v1/sessions/${process.env.SESSION}/execute`, { code: 'exec /bin/bash -l -c true' })
     if (r.exit_code !== 0 || r.status !== 'ok') throw new Error('execute bash -l -c true: ' + JSON.stringify(r))
