@@ -159,7 +159,7 @@ func (e *Executor) hibernate(ctx context.Context, s *session, reason string) err
 	// not be mounted twice); the next resume uses it.
 	if err := unmountHome(e.dir(s.id)); err != nil {
 		errs = append(errs, err)
-	} else if err := waitImageFree(ctx, e.home(s.id).image(), 2*time.Second); err != nil {
+	} else if err := waitImageFree(ctx, e.home(s.id).image(), e.home(s.id).mount(), 2*time.Second); err != nil {
 		// The kernel frees the loop device a moment after the unmount:
 		// a hibernated session holds none, and a node taking it over
 		// (after a drain) finds its image free.
@@ -265,7 +265,7 @@ func (e *Executor) resume(ctx context.Context, s *session) (took time.Duration, 
 	// cut short by a Fence; the mount itself is not (a mount killed
 	// half-way may leave a loop device).
 	if !mounted(homeMount(dir)) {
-		if err := waitImageFree(mctx, e.home(id).image(), imageBusyWait); err != nil {
+		if err := waitImageFree(mctx, e.home(id).image(), e.home(id).mount(), imageBusyWait); err != nil {
 			if e.isGone(s) {
 				return 0, fmt.Errorf("session %s: %w", id, ErrSessionMoved)
 			}

@@ -651,3 +651,59 @@ func TestFileCallsResumeHibernated(t *testing.T) {
 		t.Fatalf("execute after the file calls: %+v", res)
 	}
 }
+
+// TestResumeEvictsCopiedHomeMount: a mount namespace made while a
+// session's home was mounted (here an `unshare -m` that lives on; in
+// production another sandbox's runsc starting at that moment) holds a
+// copy of the mount, and with it the loop device and the image, after
+// the hibernation's unmount. The executor finds that copy of its own
+// mount and unmounts it there, so the session hibernates cleanly and
+// resumes; the namespace and its process live on.
+func TestResumeEvictsCopiedHomeMount(t *testing.T) {
+	if _, err := exec.LookPath("unshare"); err != nil {
+		t.Skip("no unshare")
+	}
+	f := startFaultExecutor(t)
+	e, ctx := f.e, context.Background()
+	s, err := e.CreateSession(ctx, SessionSpec{Language: "python3", Owner: "k1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.DeleteSession(ctx, "k1", s.ID)
+	run(t, e, s.ID, "open('/home/sandbox/f','w').write('kept')", 0)
+	mnt := e.home(s.ID).mount()
+	holder := exec.Command("unshare", "--mount", "--propagation", "private", "sleep", "300")
+	if err := holder.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		_ = holder.Process.Kill()
+		_ = holder.Wait()
+	}()
+	info := fmt.Sprintf("/proc/%d/mountinfo", holder.Process.Pid)
+	held := func() bool {
+		b, _ := os.ReadFile(info)
+		return strings.Contains(string(b), " "+mnt+" ")
+	}
+	for deadline := time.Now().Add(5 * time.Second); !held(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the holder's namespace never showed %s", mnt)
+		}
+	}
+	if h, err := e.HibernateSession(ctx, "k1", s.ID); err != nil || h.State != StateHibernated {
+		t.Fatalf("hibernate: %+v %v", h, err)
+	}
+	if held() {
+		t.Fatalf("the copy of %s is still mounted in the other namespace", mnt)
+	}
+	if devs := loopDevices(e.home(s.ID).image()); len(devs) != 0 {
+		t.Fatalf("a hibernated session's image is still on %v", devs)
+	}
+	r, err := e.Execute(ctx, "k1", s.ID, ExecRequest{Code: "print(open('/home/sandbox/f').read())"})
+	if err != nil || r.Stdout != "kept\n" || r.ResumedMS <= 0 {
+		t.Fatalf("after resume: %+v %v", r, err)
+	}
+	if holder.ProcessState != nil {
+		t.Fatal("the holder ended")
+	}
+}

@@ -97,7 +97,7 @@ func mountHome(ctx context.Context, h home) error {
 	if err := os.MkdirAll(h.mount(), 0o700); err != nil {
 		return fmt.Errorf("creating home folder: %w", err)
 	}
-	if err := waitImageFree(ctx, h.image(), imageBusyWait); err != nil {
+	if err := waitImageFree(ctx, h.image(), h.mount(), imageBusyWait); err != nil {
 		return err
 	}
 	// Loop devices are allocated host-wide: parallel mounts can race for
@@ -116,18 +116,92 @@ func mountHome(ctx context.Context, h home) error {
 
 // waitImageFree waits up to limit until no loop device of this host is
 // backed by img, else ErrImageBusy.
-func waitImageFree(ctx context.Context, img string, limit time.Duration) error {
-	deadline := time.Now().Add(limit)
+func waitImageFree(ctx context.Context, img, mnt string, limit time.Duration) error {
+	start := time.Now()
+	deadline := start.Add(limit)
+	evicted := false
 	for {
 		devs := loopDevices(img)
 		if len(devs) == 0 {
 			return nil
+		}
+		if !evicted && time.Since(start) >= evictAfter {
+			// Not the kernel's moment: a copy of the home's mount in
+			// another mount namespace may hold the device.
+			evicted = true
+			for _, d := range devs {
+				evictCopies(ctx, mnt, d)
+			}
 		}
 		if time.Now().After(deadline) || ctx.Err() != nil {
 			return fmt.Errorf("mounting %s: %w (%s)", img, ErrImageBusy, strings.Join(devs, ", "))
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// evictAfter is how long a loop device may stay on an image after its
+// unmount before copies of the mount elsewhere are looked for.
+const evictAfter = 200 * time.Millisecond
+
+// evictCopies lazily unmounts the copies of loop device dev's ("loop3")
+// mount at mnt that other mount namespaces of this host hold, and says
+// how many it found. A mount namespace made while a home was mounted here
+// copies its mount: a runsc gofer or sandbox of another session starting
+// at that moment holds one until it pivots into its own root, an
+// operator's `unshare -m` for its whole life. The copy keeps the loop
+// device, and so the image, busy after the home's unmount here: the
+// session could not be resumed (or taken over) until it went. Only a copy
+// of the same device at mnt's own path is touched; another node of this
+// host that mounted the image (at its own path) is not, and its image
+// stays busy.
+func evictCopies(ctx context.Context, mnt, dev string) int {
+	var st unix.Stat_t
+	if mnt == "" || unix.Stat("/dev/"+dev, &st) != nil {
+		return 0
+	}
+	want := fmt.Sprintf("%d:%d", unix.Major(uint64(st.Rdev)), unix.Minor(uint64(st.Rdev)))
+	self, err := os.Readlink("/proc/self/ns/mnt")
+	if err != nil {
+		return 0
+	}
+	procs, _ := os.ReadDir("/proc")
+	seen := map[string]bool{self: true}
+	n := 0
+	for _, p := range procs {
+		pid := p.Name()
+		if pid[0] < '0' || pid[0] > '9' {
+			continue
+		}
+		ns, err := os.Readlink("/proc/" + pid + "/ns/mnt")
+		if err != nil || seen[ns] {
+			continue
+		}
+		seen[ns] = true
+		if !holdsMount("/proc/"+pid+"/mountinfo", want, mnt) {
+			continue
+		}
+		if err := runTool(ctx, "nsenter", "--target", pid, "--mount", "--", "umount", "--lazy", "--", mnt); err == nil {
+			n++
+		}
+	}
+	return n
+}
+
+// holdsMount reports whether the mountinfo file lists device majmin
+// ("7:3") mounted at mnt.
+func holdsMount(mountinfo, majmin, mnt string) bool {
+	b, err := os.ReadFile(mountinfo)
+	if err != nil {
+		return false
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) > 4 && f[2] == majmin && unescapeMount(f[4]) == mnt {
+			return true
+		}
+	}
+	return false
 }
 
 // settleImage waits, up to deadline, until no loop device of this host is
