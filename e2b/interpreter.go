@@ -1,7 +1,6 @@
 package e2b
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -254,30 +253,13 @@ func (h *Handler) cell(w http.ResponseWriter, r *http.Request, t *target, req *h
 	_ = rc.Flush()
 	lw := &lineWriter{w: w, rc: rc}
 	tr := &cellTranslator{out: lw}
-	sc := bufio.NewScanner(pr)
-	sc.Buffer(make([]byte, 0, 64<<10), maxCellLine)
-	var event string
-	var data []byte
-	for sc.Scan() {
-		line := sc.Bytes()
-		switch {
-		case len(line) == 0:
-			if event != "" {
-				if tr.event(event, data) || lw.err != nil {
-					return
-				}
-			}
-			event, data = "", data[:0]
-		case bytes.HasPrefix(line, []byte("event: ")):
-			event = string(line[len("event: "):])
-		case bytes.HasPrefix(line, []byte("data: ")):
-			data = append(data, line[len("data: "):]...)
-		}
-	}
-	if ctx.Err() != nil {
+	ended, err := readSSE(pr, maxCellLine, func(event string, data []byte) (bool, error) {
+		return tr.event(event, data) || lw.err != nil, nil
+	}, nil)
+	if ended || ctx.Err() != nil {
 		return
 	}
-	if err := sc.Err(); err != nil {
+	if err != nil {
 		h.log.Warn("e2b: reading a cell's stream", "sandbox", t.id, "err", err)
 		tr.fail("SandboxError", "reading the cell's output failed")
 		return

@@ -253,6 +253,20 @@ func (s procService) Connect(ctx context.Context, req *connect.Request[procpb.Co
 	})
 }
 
+// named is the sandbox of a call on one process and that process's pid,
+// from its headers and selector.
+func (s procService) named(ctx context.Context, hdr http.Header, sel *procpb.ProcessSelector) (*target, uint32, error) {
+	t, err := procTarget(ctx, hdr)
+	if err != nil {
+		return nil, 0, err
+	}
+	pid, err := s.selectPID(t, sel)
+	if err != nil {
+		return nil, 0, err
+	}
+	return t, pid, nil
+}
+
 func startEvent(pid int) *procpb.ProcessEvent {
 	return &procpb.ProcessEvent{Event: &procpb.ProcessEvent_Start{Start: &procpb.ProcessEvent_StartEvent{Pid: uint32(pid)}}}
 }
@@ -317,11 +331,7 @@ func inputBytes(in *procpb.ProcessInput) ([]byte, error) {
 
 // SendInput writes to a process's stdin or terminal.
 func (s procService) SendInput(ctx context.Context, req *connect.Request[procpb.SendInputRequest]) (*connect.Response[procpb.SendInputResponse], error) {
-	t, err := procTarget(ctx, req.Header())
-	if err != nil {
-		return nil, err
-	}
-	pid, err := s.selectPID(t, req.Msg.GetProcess())
+	t, pid, err := s.named(ctx, req.Header(), req.Msg.GetProcess())
 	if err != nil {
 		return nil, err
 	}
@@ -376,11 +386,7 @@ func (s procService) StreamInput(ctx context.Context, stream *connect.ClientStre
 
 // CloseStdin closes a process's stdin (a terminal gets ^D).
 func (s procService) CloseStdin(ctx context.Context, req *connect.Request[procpb.CloseStdinRequest]) (*connect.Response[procpb.CloseStdinResponse], error) {
-	t, err := procTarget(ctx, req.Header())
-	if err != nil {
-		return nil, err
-	}
-	pid, err := s.selectPID(t, req.Msg.GetProcess())
+	t, pid, err := s.named(ctx, req.Header(), req.Msg.GetProcess())
 	if err != nil {
 		return nil, err
 	}
@@ -392,10 +398,6 @@ func (s procService) CloseStdin(ctx context.Context, req *connect.Request[procpb
 
 // SendSignal sends SIGTERM or SIGKILL (handle.kill, commands.kill).
 func (s procService) SendSignal(ctx context.Context, req *connect.Request[procpb.SendSignalRequest]) (*connect.Response[procpb.SendSignalResponse], error) {
-	t, err := procTarget(ctx, req.Header())
-	if err != nil {
-		return nil, err
-	}
 	var sig string
 	switch req.Msg.GetSignal() {
 	case procpb.Signal_SIGNAL_SIGKILL:
@@ -405,7 +407,7 @@ func (s procService) SendSignal(ctx context.Context, req *connect.Request[procpb
 	default:
 		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("signal must be SIGTERM or SIGKILL"))
 	}
-	pid, err := s.selectPID(t, req.Msg.GetProcess())
+	t, pid, err := s.named(ctx, req.Header(), req.Msg.GetProcess())
 	if err != nil {
 		return nil, err
 	}
@@ -418,11 +420,7 @@ func (s procService) SendSignal(ctx context.Context, req *connect.Request[procpb
 // Update resizes a process's terminal (pty.resize); without a pty it
 // changes nothing.
 func (s procService) Update(ctx context.Context, req *connect.Request[procpb.UpdateRequest]) (*connect.Response[procpb.UpdateResponse], error) {
-	t, err := procTarget(ctx, req.Header())
-	if err != nil {
-		return nil, err
-	}
-	pid, err := s.selectPID(t, req.Msg.GetProcess())
+	t, pid, err := s.named(ctx, req.Header(), req.Msg.GetProcess())
 	if err != nil {
 		return nil, err
 	}

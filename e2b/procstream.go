@@ -87,37 +87,20 @@ func (s procService) follow(ctx context.Context, t *target, pid uint32, from int
 		_, _ = io.Copy(rec, io.LimitReader(pr, 64<<10))
 		return procError(rec.apiError(), t)
 	}
-	sc := bufio.NewScanner(pr)
-	sc.Buffer(make([]byte, 0, 64<<10), maxSSELine)
-	var event string
-	var data []byte
-	for sc.Scan() {
-		line := sc.Bytes()
-		switch {
-		case len(line) == 0:
-			if event != "" {
-				ended, err := s.dispatch(event, data, send)
-				if err != nil || ended {
-					return err
-				}
-			}
-			event, data = "", data[:0]
-		case line[0] == ':':
-			// The stream's heartbeat: envd's keepalive keeps proxies
-			// and the SDK's reads from giving up on a quiet command.
-			if err := send(&procpb.ProcessEvent{Event: &procpb.ProcessEvent_Keepalive{Keepalive: &procpb.ProcessEvent_KeepAlive{}}}); err != nil {
-				return err
-			}
-		case bytes.HasPrefix(line, []byte("event: ")):
-			event = string(line[len("event: "):])
-		case bytes.HasPrefix(line, []byte("data: ")):
-			data = append(data, line[len("data: "):]...)
-		}
-	}
-	if ctx.Err() != nil {
+	ended, err := readSSE(pr, maxSSELine, func(event string, data []byte) (bool, error) {
+		return s.dispatch(event, data, send)
+	}, func() error {
+		// The stream's heartbeat: envd's keepalive keeps proxies and the
+		// SDK's reads from giving up on a quiet command.
+		return send(&procpb.ProcessEvent{Event: &procpb.ProcessEvent_Keepalive{Keepalive: &procpb.ProcessEvent_KeepAlive{}}})
+	})
+	var rerr *sseReadError
+	switch {
+	case ended || (err != nil && !errors.As(err, &rerr)):
+		return err
+	case ctx.Err() != nil:
 		return ctx.Err()
-	}
-	if err := sc.Err(); err != nil {
+	case err != nil:
 		s.h.log.Warn("e2b: reading a process's output stream", "sandbox", t.id, "pid", pid, "err", err)
 		return connect.NewError(connect.CodeInternal, errors.New("reading the process's output failed"))
 	}
@@ -126,6 +109,51 @@ func (s procService) follow(ctx context.Context, t *target, pid uint32, from int
 	// caller leaving).
 	return connect.NewError(connect.CodeUnavailable, fmt.Errorf("sandbox %s stopped serving the process's output", t.id))
 }
+
+// readSSE reads /v1's Server-Sent Events from r (lines of at most max
+// bytes): each event's name and data go to event, which says whether the
+// stream is over; each heartbeat (a comment line) goes to heartbeat, when
+// not nil. It returns true once event said so, the first error of a
+// callback as it is, or a *sseReadError when r failed; false and nil
+// when r ended first.
+func readSSE(r io.Reader, max int, event func(name string, data []byte) (bool, error), heartbeat func() error) (bool, error) {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 0, min(64<<10, max)), max)
+	var name string
+	var data []byte
+	for sc.Scan() {
+		line := sc.Bytes()
+		switch {
+		case len(line) == 0:
+			if name != "" {
+				if ended, err := event(name, data); err != nil || ended {
+					return ended, err
+				}
+			}
+			name, data = "", data[:0]
+		case line[0] == ':':
+			if heartbeat != nil {
+				if err := heartbeat(); err != nil {
+					return false, err
+				}
+			}
+		case bytes.HasPrefix(line, []byte("event: ")):
+			name = string(line[len("event: "):])
+		case bytes.HasPrefix(line, []byte("data: ")):
+			data = append(data, line[len("data: "):]...)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return false, &sseReadError{err}
+	}
+	return false, nil
+}
+
+// sseReadError is a /v1 stream that could not be read to its end.
+type sseReadError struct{ err error }
+
+func (e *sseReadError) Error() string { return "reading the stream: " + e.err.Error() }
+func (e *sseReadError) Unwrap() error { return e.err }
 
 // errFollowEnded closes the pipe under a /v1 stream the caller no longer
 // reads; errStreamAborted is a /v1 stream that ended in a panic.
