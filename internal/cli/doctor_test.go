@@ -1,6 +1,8 @@
 package cli
 
 import (
+	"github.com/sandboxapi/sandboxapi/internal/app"
+
 	"bytes"
 	"os"
 	"path/filepath"
@@ -8,7 +10,6 @@ import (
 	"testing"
 
 	"github.com/sandboxapi/sandboxapi/doctor"
-	"github.com/sandboxapi/sandboxapi/internal/config"
 	"github.com/sandboxapi/sandboxapi/store"
 )
 
@@ -24,7 +25,7 @@ func TestDoctorPassesOnThisHost(t *testing.T) {
 		t.Fatal(err)
 	}
 	st.Close()
-	cfg, err := config.Load("")
+	cfg, err := app.LoadConfig("")
 	if err != nil {
 		t.Fatal(err)
 	}
