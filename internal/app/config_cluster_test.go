@@ -1,13 +1,13 @@
 package app
 
 import (
-	"github.com/sandboxapi/sandboxapi/internal/config"
-
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/sandboxapi/sandboxapi/internal/config"
 )
 
 // TestClusterSection: a node needs an advertise URL, a secret of 32 bytes

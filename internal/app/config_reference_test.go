@@ -1,8 +1,6 @@
 package app
 
 import (
-	"github.com/sandboxapi/sandboxapi/internal/config"
-
 	"bytes"
 	"encoding"
 	"flag"
@@ -18,6 +16,8 @@ import (
 	"time"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/sandboxapi/sandboxapi/internal/config"
 )
 
 var update = flag.Bool("update", false, "rewrite docs/config.md from the config structs")

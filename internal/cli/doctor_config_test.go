@@ -1,13 +1,12 @@
 package cli
 
 import (
-	"github.com/sandboxapi/sandboxapi/internal/app"
-
 	"reflect"
 	"slices"
 	"testing"
 
 	"github.com/sandboxapi/sandboxapi/doctor"
+	"github.com/sandboxapi/sandboxapi/internal/app"
 	"github.com/sandboxapi/sandboxapi/tlsserve"
 )
 

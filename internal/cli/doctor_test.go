@@ -1,8 +1,6 @@
 package cli
 
 import (
-	"github.com/sandboxapi/sandboxapi/internal/app"
-
 	"bytes"
 	"os"
 	"path/filepath"
@@ -10,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/sandboxapi/sandboxapi/doctor"
+	"github.com/sandboxapi/sandboxapi/internal/app"
 	"github.com/sandboxapi/sandboxapi/store"
 )
 

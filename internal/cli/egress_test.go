@@ -1,13 +1,12 @@
 package cli
 
 import (
-	"github.com/sandboxapi/sandboxapi/internal/app"
-
 	"errors"
 	"testing"
 	"time"
 
 	"github.com/sandboxapi/sandboxapi/egress"
+	"github.com/sandboxapi/sandboxapi/internal/app"
 )
 
 func TestEgressConfig(t *testing.T) {

@@ -1,8 +1,6 @@
 package deploycheck
 
 import (
-	"github.com/sandboxapi/sandboxapi/internal/app"
-
 	"bytes"
 	"fmt"
 	"io/fs"
@@ -19,6 +17,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/sandboxapi/sandboxapi/internal/app"
 	"github.com/sandboxapi/sandboxapi/internal/cli"
 	"github.com/sandboxapi/sandboxapi/internal/testenv"
 )
