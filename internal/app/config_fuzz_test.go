@@ -6,8 +6,9 @@ import (
 	"github.com/sandboxapi/sandboxapi/configs"
 )
 
-// FuzzParse feeds arbitrary YAML to the server config parser: it returns a
-// config that validates, or an error; never a panic.
+// FuzzParse feeds arbitrary YAML to the server config parser
+// (ParseConfig): it returns a config that validates, or an error; never a
+// panic.
 func FuzzParse(f *testing.F) {
 	f.Add(string(configs.Server))
 	f.Add("version: v1\n")
