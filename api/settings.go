@@ -1,7 +1,7 @@
 package api
 
 // Settings is the `api:` section of sandboxapi.yaml: data only.
-// internal/config decodes it and calls Validate.
+// internal/app's Config decodes it and calls Validate.
 type Settings struct {
 	PlansFile string `yaml:"plans_file"`
 	// GatewaySecret, when set, accepts only requests from a RapidAPI-style

@@ -18,7 +18,6 @@ import (
 	"github.com/sandboxapi/sandboxapi/configs"
 	"github.com/sandboxapi/sandboxapi/executor"
 	"github.com/sandboxapi/sandboxapi/internal/buildinfo"
-	"github.com/sandboxapi/sandboxapi/internal/config"
 	"github.com/sandboxapi/sandboxapi/mirror"
 	"github.com/sandboxapi/sandboxapi/store"
 )
@@ -30,7 +29,7 @@ var Version = buildinfo.Read().Version
 // Env is what every command works with: the loaded config, the output
 // streams and a logger. The zero value is not usable: set Config and Log.
 type Env struct {
-	Config *config.Config
+	Config *Config
 	Stdout io.Writer
 	Stderr io.Writer
 	Log    *slog.Logger
@@ -54,7 +53,7 @@ func (e *Env) OpenMirror(ctx context.Context, st *store.Store) (*mirror.Mirror, 
 }
 
 // LoadPlans reads the plans file (the embedded one by default).
-func LoadPlans(cfg *config.Config) (*api.Plans, error) {
+func LoadPlans(cfg *Config) (*api.Plans, error) {
 	b, err := readFileOr(cfg.API.PlansFile, configs.Plans)
 	if err != nil {
 		return nil, err
@@ -63,7 +62,7 @@ func LoadPlans(cfg *config.Config) (*api.Plans, error) {
 }
 
 // LoadRuntimes reads the runtimes file (the embedded one by default).
-func LoadRuntimes(cfg *config.Config, versions string) (*executor.Runtimes, error) {
+func LoadRuntimes(cfg *Config, versions string) (*executor.Runtimes, error) {
 	b, err := readFileOr(cfg.Executor.RuntimesFile, configs.Runtimes)
 	if err != nil {
 		return nil, err
@@ -72,7 +71,7 @@ func LoadRuntimes(cfg *config.Config, versions string) (*executor.Runtimes, erro
 }
 
 // executorConfig finds the rootfs and resolves the executor's config.
-func executorConfig(cfg *config.Config) (executor.Config, error) {
+func executorConfig(cfg *Config) (executor.Config, error) {
 	rfs, versions, err := executor.FindRootfs(cfg.Executor.Rootfs, "")
 	if err != nil {
 		return executor.Config{}, err

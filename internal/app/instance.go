@@ -11,8 +11,6 @@ import (
 	"syscall"
 
 	"golang.org/x/sys/unix"
-
-	"github.com/sandboxapi/sandboxapi/internal/config"
 )
 
 // hostLockDir holds one lock file per nftables table a serve process uses
@@ -40,7 +38,7 @@ func (c *instanceClaim) release() {
 // are held until release; the address is only probed (the server opens
 // it last). lockDir holds the tables' lock files (hostLockDir; tests
 // give their own).
-func claimInstance(cfg *config.Config, lockDir string) (*instanceClaim, error) {
+func claimInstance(cfg *Config, lockDir string) (*instanceClaim, error) {
 	c := &instanceClaim{}
 	var errs []error
 	if err := c.lock(filepath.Join(cfg.DataDir, "serve.lock")); err != nil {

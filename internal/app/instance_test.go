@@ -4,13 +4,11 @@ import (
 	"net"
 	"strings"
 	"testing"
-
-	"github.com/sandboxapi/sandboxapi/internal/config"
 )
 
-func instanceConfig(t *testing.T, dataDir, listen string) *config.Config {
+func instanceConfig(t *testing.T, dataDir, listen string) *Config {
 	t.Helper()
-	cfg, err := config.Parse(nil, "test")
+	cfg, err := ParseConfig(nil, "test")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sandboxapi/sandboxapi/internal/config"
 	"github.com/sandboxapi/sandboxapi/internal/sandbox"
 	"github.com/sandboxapi/sandboxapi/internal/testenv"
 	"github.com/sandboxapi/sandboxapi/mirror"
@@ -64,7 +63,7 @@ func TestSBOMs(t *testing.T) {
 	dd := t.TempDir()
 
 	// A session's SBOM, from the install records.
-	cfg, err := config.Load("")
+	cfg, err := LoadConfig("")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -220,7 +219,7 @@ func TestInstallsObserved(t *testing.T) {
 
 func openStoreMirror(t *testing.T) (*store.Store, *mirror.Mirror) {
 	t.Helper()
-	cfg, err := config.Load("")
+	cfg, err := LoadConfig("")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -29,26 +29,6 @@ var roots = map[string]bool{"cmd/sandboxapi": true, "cmd/sandboxapi-guest": true
 // list can only shrink. A new forbidden package behind a listed import is
 // caught at that import's own entry (a listed root aside).
 var allowedDeps = map[string]string{
-	// internal/config composes every service's section from the service's
-	// own Settings type, so it imports eight services (doctor no longer
-	// reaches them: it takes its own doctor.Config, filled by internal/cli).
-	"internal/config -> api":               "config composes api.Settings (Architecture II: to be split)",
-	"internal/config -> cluster":           "config composes cluster.Settings (Architecture II: to be split)",
-	"internal/config -> egress":            "config composes egress.Config (Architecture II: to be split)",
-	"internal/config -> executor":          "config composes executor.Settings (Architecture II: to be split)",
-	"internal/config -> installer":         "config composes installer.Settings (Architecture II: to be split)",
-	"internal/config -> mirror":            "config composes mirror.Config (Architecture II: to be split)",
-	"internal/config -> readiness":         "config composes readiness.Settings (Architecture II: to be split)",
-	"internal/config -> tlsserve":          "config composes tlsserve.Settings (Architecture II: to be split)",
-	"internal/config (tests) -> api":       "config's tests check the sections it composes (see above)",
-	"internal/config (tests) -> cluster":   "config's tests check the sections it composes (see above)",
-	"internal/config (tests) -> egress":    "config's tests check the sections it composes (see above)",
-	"internal/config (tests) -> executor":  "config's tests check the sections it composes (see above)",
-	"internal/config (tests) -> installer": "config's tests check the sections it composes (see above)",
-	"internal/config (tests) -> mirror":    "config's tests check the sections it composes (see above)",
-	"internal/config (tests) -> readiness": "config's tests check the sections it composes (see above)",
-	"internal/config (tests) -> tlsserve":  "config's tests check the sections it composes (see above)",
-
 	// Tests against the real component (docs/architecture.md: every feature
 	// has one): they build the neighbouring service itself, not a fake.
 	"executor (tests) -> egress":    "create_faults_test.go runs sessions on a real egress.Network (netns, veth) to fault its setup",
@@ -59,12 +39,12 @@ var allowedDeps = map[string]string{
 	"rootfs (tests) -> executor":    "the rootfs test runs a program of every runtime on the built rootfs in a real executor",
 
 	// Tools and harnesses outside the services.
-	"bench/mirror -> mirror":                          "the mirror benchmark drives the mirror package it measures",
-	"internal/e2e (tests) -> api":                     "the end-to-end tests check every reply against api.OpenAPI",
-	"internal/e2e (tests) -> executor":                "the end-to-end tests find the rootfs, the runtimes and the cgroups as the server does",
-	"internal/deploycheck (tests) -> internal/cli":    "the deploy checks run the manifests' commands through cli.Run",
-	"internal/deploycheck (tests) -> internal/config": "the deploy checks parse the manifests' configs with config.Parse (see internal/config above)",
-	"internal/e2e (tests) -> api/openapicheck":        "the end-to-end tests validate every reply against the OpenAPI document",
+	"bench/mirror -> mirror":                       "the mirror benchmark drives the mirror package it measures",
+	"internal/e2e (tests) -> api":                  "the end-to-end tests check every reply against api.OpenAPI",
+	"internal/e2e (tests) -> executor":             "the end-to-end tests find the rootfs, the runtimes and the cgroups as the server does",
+	"internal/deploycheck (tests) -> internal/cli": "the deploy checks run the manifests' commands through cli.Run",
+	"internal/deploycheck (tests) -> internal/app": "the deploy checks parse the manifests' configs with app.ParseConfig, the root document that composes every service's section",
+	"internal/e2e (tests) -> api/openapicheck":     "the end-to-end tests validate every reply against the OpenAPI document",
 }
 
 // node is one package of ours, or the test build of one (its _test.go

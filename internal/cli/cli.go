@@ -14,7 +14,6 @@ import (
 	"github.com/sandboxapi/sandboxapi/executor"
 	"github.com/sandboxapi/sandboxapi/internal/app"
 	"github.com/sandboxapi/sandboxapi/internal/buildinfo"
-	"github.com/sandboxapi/sandboxapi/internal/config"
 	"github.com/sandboxapi/sandboxapi/rootfs"
 )
 
@@ -65,7 +64,7 @@ func versionCommand() *cli.Command {
 		Action: func(c *cli.Context) error {
 			in := buildinfo.Read()
 			runscBin := "runsc"
-			if cfg, err := config.Load(c.String("config")); err == nil {
+			if cfg, err := app.LoadConfig(c.String("config")); err == nil {
 				runscBin = cfg.Executor.Runsc
 			}
 			in.Runsc = app.RunscVersion(runscBin)

@@ -7,7 +7,6 @@ import (
 
 	"github.com/sandboxapi/sandboxapi/doctor"
 	"github.com/sandboxapi/sandboxapi/internal/app"
-	"github.com/sandboxapi/sandboxapi/internal/config"
 )
 
 func doctorCommand() *cli.Command {
@@ -30,7 +29,7 @@ func doctorCommand() *cli.Command {
 
 // doctorConfig takes from the loaded config the settings doctor checks:
 // doctor imports neither the config nor the services behind it.
-func doctorConfig(cfg *config.Config) *doctor.Config {
+func doctorConfig(cfg *app.Config) *doctor.Config {
 	return &doctor.Config{
 		DataDir:       cfg.DataDir,
 		Listen:        cfg.Listen,
@@ -55,7 +54,7 @@ func doctorConfig(cfg *config.Config) *doctor.Config {
 
 // doctorRuntimes is the runtimes file as doctor checks it (nil when it
 // does not load: validate says why).
-func doctorRuntimes(cfg *config.Config) []doctor.Runtime {
+func doctorRuntimes(cfg *app.Config) []doctor.Runtime {
 	rts, err := app.LoadRuntimes(cfg, "")
 	if err != nil {
 		return nil

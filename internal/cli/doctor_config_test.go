@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/sandboxapi/sandboxapi/doctor"
-	"github.com/sandboxapi/sandboxapi/internal/config"
+	"github.com/sandboxapi/sandboxapi/internal/app"
 	"github.com/sandboxapi/sandboxapi/tlsserve"
 )
 
@@ -15,7 +15,7 @@ import (
 // added to doctor.Config and not filled here fails).
 func TestDoctorConfig(t *testing.T) {
 	t.Parallel()
-	cfg, err := config.Parse([]byte(`
+	cfg, err := app.ParseConfig([]byte(`
 version: v1
 listen: 127.0.0.1:9999
 data_dir: /srv/sbx

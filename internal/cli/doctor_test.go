@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/sandboxapi/sandboxapi/doctor"
-	"github.com/sandboxapi/sandboxapi/internal/config"
+	"github.com/sandboxapi/sandboxapi/internal/app"
 	"github.com/sandboxapi/sandboxapi/store"
 )
 
@@ -24,7 +24,7 @@ func TestDoctorPassesOnThisHost(t *testing.T) {
 		t.Fatal(err)
 	}
 	st.Close()
-	cfg, err := config.Load("")
+	cfg, err := app.LoadConfig("")
 	if err != nil {
 		t.Fatal(err)
 	}

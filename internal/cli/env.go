@@ -12,7 +12,6 @@ import (
 
 	"github.com/sandboxapi/sandboxapi/cluster"
 	"github.com/sandboxapi/sandboxapi/internal/app"
-	"github.com/sandboxapi/sandboxapi/internal/config"
 	"github.com/sandboxapi/sandboxapi/internal/reqid"
 	"github.com/sandboxapi/sandboxapi/store"
 )
@@ -69,12 +68,12 @@ func serverURL(c *cli.Context) (string, error) {
 // SANDBOXAPI_CLUSTER_SECRET and SANDBOXAPI_CLUSTER_PREVIOUS_SECRETS
 // overrides.
 func loadEnv(c *cli.Context) (*Env, error) {
-	o := config.Overrides{DataDir: c.String("data-dir"), StoreURL: os.Getenv("SANDBOXAPI_STORE_URL"),
+	o := app.Overrides{DataDir: c.String("data-dir"), StoreURL: os.Getenv("SANDBOXAPI_STORE_URL"),
 		ClusterSecret: os.Getenv(cluster.SecretEnv), ClusterPreviousSecrets: os.Getenv(cluster.PreviousSecretsEnv)}
 	if c.IsSet("listen") || os.Getenv("SANDBOXAPI_LISTEN") != "" {
 		o.Listen = c.String("listen")
 	}
-	cfg, err := config.LoadWith(c.String("config"), o)
+	cfg, err := app.LoadConfigWith(c.String("config"), o)
 	if err != nil {
 		return nil, err
 	}

@@ -17,15 +17,15 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/sandboxapi/sandboxapi/internal/app"
 	"github.com/sandboxapi/sandboxapi/internal/cli"
-	"github.com/sandboxapi/sandboxapi/internal/config"
 	"github.com/sandboxapi/sandboxapi/internal/testenv"
 )
 
 // Cluster mode's config surface (issue 16), which the manifests use before
-// the code has it. While config.Config lacks a key, the tests here accept
+// the code has it. While app.Config lacks a key, the tests here accept
 // exactly these names under it and nothing else; once the code has it,
-// config.Parse (unknown keys rejected) checks it like every other key.
+// app.ParseConfig (unknown keys rejected) checks it like every other key.
 var (
 	plannedKeys = map[string][]string{
 		"cluster":  {"node", "advertise_url", "secret", "lease"},
@@ -348,12 +348,12 @@ func TestManifestConfigs(t *testing.T) {
 	if err := os.WriteFile(nodeFile, pendingStripped(t, nodeYAML), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	node, err := config.LoadWith(nodeFile, config.Overrides{StoreURL: "postgres://sandboxapi:pw@db.example:5432/sandboxapi?sslmode=require",
+	node, err := app.LoadConfigWith(nodeFile, app.Overrides{StoreURL: "postgres://sandboxapi:pw@db.example:5432/sandboxapi?sslmode=require",
 		ClusterSecret: "0123456789abcdef0123456789abcdef-from-the-secret"})
 	if err != nil {
 		t.Fatalf("node config: %v", err)
 	}
-	if _, err := config.Parse(pendingStripped(t, mirrorYAML), "mirror config"); err != nil {
+	if _, err := app.ParseConfig(pendingStripped(t, mirrorYAML), "mirror config"); err != nil {
 		t.Fatalf("mirror config: %v", err)
 	}
 	var raw map[string]any
@@ -452,7 +452,7 @@ func pendingStripped(t *testing.T, b []byte) []byte {
 	return out
 }
 
-// stripPending removes the keys of plannedKeys that config.Config does not
+// stripPending removes the keys of plannedKeys that app.Config does not
 // have yet, after checking that only planned names are under them.
 func stripPending(b []byte) ([]byte, error) {
 	var doc yaml.Node
@@ -460,7 +460,7 @@ func stripPending(b []byte) ([]byte, error) {
 		return nil, err
 	}
 	root := doc.Content[0]
-	rootType := reflect.TypeOf(config.Config{})
+	rootType := reflect.TypeOf(app.Config{})
 	for section, keys := range plannedKeys {
 		field, known := yamlField(rootType, section)
 		for i := 0; i+1 < len(root.Content); i += 2 {
@@ -528,8 +528,8 @@ func hasYAMLKey(typ reflect.Type, key string) bool {
 }
 
 // TestPendingKeysAreChecked shows the config check bites: an unknown
-// top-level key is refused by config.Parse, and a misspelt cluster key by
-// the planned-keys check (or by config.Parse once cluster mode is in).
+// top-level key is refused by app.ParseConfig, and a misspelt cluster key by
+// the planned-keys check (or by app.ParseConfig once cluster mode is in).
 func TestPendingKeysAreChecked(t *testing.T) {
 	nodeYAML, _, _ := configs(t)
 	for _, bad := range []string{
@@ -542,7 +542,7 @@ func TestPendingKeysAreChecked(t *testing.T) {
 		}
 		stripped, err := stripPending([]byte(bad))
 		if err == nil {
-			_, err = config.Parse(stripped, "bad")
+			_, err = app.ParseConfig(stripped, "bad")
 		}
 		if err == nil {
 			t.Errorf("passed:\n%s", bad)

@@ -1,4 +1,4 @@
-package config
+package app
 
 import (
 	"bytes"
@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/sandboxapi/sandboxapi/internal/config"
 )
 
 var update = flag.Bool("update", false, "rewrite docs/config.md from the config structs")
@@ -25,7 +27,7 @@ const modulePath = "github.com/sandboxapi/sandboxapi"
 // TestConfigReference renders docs/config.md from the Config structs (yaml
 // tags, Go types, embedded defaults and the fields' doc comments) and fails
 // when the file differs: the reference cannot drift from the code. Run
-// `go test ./internal/config -run TestConfigReference -update` after
+// `go test ./internal/app -run TestConfigReference -update` after
 // changing a config struct.
 func TestConfigReference(t *testing.T) {
 	got := renderReference(t)
@@ -41,7 +43,7 @@ func TestConfigReference(t *testing.T) {
 		t.Fatalf("%v (run with -update to create it)", err)
 	}
 	if !bytes.Equal(got, want) {
-		t.Fatalf("docs/config.md is out of date: run go test ./internal/config -run TestConfigReference -update")
+		t.Fatalf("docs/config.md is out of date: run go test ./internal/app -run TestConfigReference -update")
 	}
 }
 
@@ -110,12 +112,12 @@ var (
 
 func renderReference(t *testing.T) []byte {
 	t.Helper()
-	def, err := Load("")
+	def, err := LoadConfig("")
 	if err != nil {
 		t.Fatal(err)
 	}
 	docs := fieldDocs{}
-	comments := yamlComments(t, DefaultYAML())
+	comments := yamlComments(t, config.DefaultYAML())
 	var rows []refRow
 	var walk func(prefix string, v reflect.Value)
 	walk = func(prefix string, v reflect.Value) {
@@ -156,8 +158,8 @@ func renderReference(t *testing.T) []byte {
 
 	var b bytes.Buffer
 	b.WriteString("# Configuration reference\n\n")
-	b.WriteString("<!-- Generated from internal/config.Config by TestConfigReference; do not edit.\n")
-	b.WriteString("     Regenerate: go test ./internal/config -run TestConfigReference -update -->\n\n")
+	b.WriteString("<!-- Generated from internal/app.Config by TestConfigReference; do not edit.\n")
+	b.WriteString("     Regenerate: go test ./internal/app -run TestConfigReference -update -->\n\n")
 	b.WriteString("`sandboxapi serve --config FILE` reads one YAML file decoded on top of the embedded\n")
 	b.WriteString("defaults (`configs/sandboxapi.yaml`); unknown keys are errors, and `sandboxapi validate`\n")
 	b.WriteString("checks a file without starting anything. Durations read `30s`, `5m` or a number of\n")
@@ -246,7 +248,7 @@ func isScalar(t reflect.Type) bool {
 
 func typeName(t reflect.Type) string {
 	switch {
-	case t == durationType || t == reflect.TypeOf(Duration(0)) || strings.HasSuffix(t.Name(), "Duration"):
+	case t == durationType || t == reflect.TypeOf(config.Duration(0)) || strings.HasSuffix(t.Name(), "Duration"):
 		return "duration"
 	case t.Kind() == reflect.Slice:
 		return "list of " + typeName(t.Elem())

@@ -1,4 +1,4 @@
-package config
+package app
 
 import (
 	"path/filepath"
@@ -7,7 +7,7 @@ import (
 
 func TestLoadWithOverrides(t *testing.T) {
 	t.Parallel()
-	def, err := Load("")
+	def, err := LoadConfig("")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -27,7 +27,7 @@ func TestLoadWithOverrides(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			cfg, err := LoadWith("", tt.o)
+			cfg, err := LoadConfigWith("", tt.o)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -36,7 +36,7 @@ func TestLoadWithOverrides(t *testing.T) {
 			}
 		})
 	}
-	if _, err := LoadWith("", Overrides{Listen: "no port"}); err == nil {
+	if _, err := LoadConfigWith("", Overrides{Listen: "no port"}); err == nil {
 		t.Error("an invalid --listen passed validation")
 	}
 }

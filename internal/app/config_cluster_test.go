@@ -1,4 +1,4 @@
-package config
+package app
 
 import (
 	"os"
@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/sandboxapi/sandboxapi/internal/config"
 )
 
 // TestClusterSection: a node needs an advertise URL, a secret of 32 bytes
@@ -47,7 +49,7 @@ func TestClusterSection(t *testing.T) {
 			if err := os.WriteFile(path, []byte("version: v1\n"+tc.yaml), 0o600); err != nil {
 				t.Fatal(err)
 			}
-			c, err := LoadWith(path, tc.o)
+			c, err := LoadConfigWith(path, tc.o)
 			if len(tc.want) == 0 {
 				if err != nil {
 					t.Fatal(err)
@@ -91,8 +93,8 @@ func TestSplitSecrets(t *testing.T) {
 		{" , \n", nil},
 		{"x-y_z.=+/", []string{"x-y_z.=+/"}},
 	} {
-		if got := splitSecrets(tc.raw); !slices.Equal(got, tc.want) {
-			t.Errorf("splitSecrets(%q) = %q, want %q", tc.raw, got, tc.want)
+		if got := config.SplitSecrets(tc.raw); !slices.Equal(got, tc.want) {
+			t.Errorf("config.SplitSecrets(%q) = %q, want %q", tc.raw, got, tc.want)
 		}
 	}
 }
@@ -140,7 +142,7 @@ func TestClusterPreviousSecrets(t *testing.T) {
 			if err := os.WriteFile(path, []byte("version: v1\n"+tc.yaml), 0o600); err != nil {
 				t.Fatal(err)
 			}
-			c, err := LoadWith(path, Overrides{ClusterPreviousSecrets: tc.env, ClusterSecret: tc.secretEnv})
+			c, err := LoadConfigWith(path, Overrides{ClusterPreviousSecrets: tc.env, ClusterSecret: tc.secretEnv})
 			if len(tc.err) > 0 {
 				if err == nil {
 					t.Fatal("accepted")
@@ -150,7 +152,7 @@ func TestClusterPreviousSecrets(t *testing.T) {
 						t.Errorf("error %q lacks %q", err, w)
 					}
 				}
-				for _, s := range append(splitSecrets(tc.env), secret, prev1) {
+				for _, s := range append(config.SplitSecrets(tc.env), secret, prev1) {
 					if strings.Contains(err.Error(), s) {
 						t.Errorf("error %q prints a secret", err)
 					}

@@ -1,4 +1,4 @@
-package config
+package app
 
 import (
 	"strings"
@@ -21,7 +21,7 @@ func TestStoreURL(t *testing.T) {
 		{"POSTGRES://db/x", false},
 	}
 	for _, c := range cases {
-		cfg, err := Load("")
+		cfg, err := LoadConfig("")
 		if err != nil {
 			t.Fatal(err)
 		}

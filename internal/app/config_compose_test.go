@@ -1,4 +1,4 @@
-package config
+package app
 
 import (
 	"strings"
@@ -24,7 +24,7 @@ func TestExecutorSectionComposed(t *testing.T) {
 		{name: "relative homes", yaml: "executor:\n  homes_dir: homes\n", want: []string{`executor.homes_dir: must be an absolute path, got "homes"`}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := Parse([]byte("version: v1\n"+tc.yaml), "test")
+			_, err := ParseConfig([]byte("version: v1\n"+tc.yaml), "test")
 			if err == nil {
 				t.Fatal("accepted")
 			}
@@ -40,7 +40,7 @@ func TestExecutorSectionComposed(t *testing.T) {
 // TestExecutorConfigResolved: sizes and limits land in the executor's
 // config in bytes and durations.
 func TestExecutorConfigResolved(t *testing.T) {
-	c, err := Parse([]byte("version: v1\nexecutor:\n  home_size: 64M\n  max_disk: 1G\n  memory_mb: 128\n  homes_dir: /shared/homes\n"), "test")
+	c, err := ParseConfig([]byte("version: v1\nexecutor:\n  home_size: 64M\n  max_disk: 1G\n  memory_mb: 128\n  homes_dir: /shared/homes\n"), "test")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,10 +1,10 @@
-package config
+package app
 
 import (
 	"fmt"
 	"path/filepath"
-	"strings"
-	"unicode"
+
+	"github.com/sandboxapi/sandboxapi/internal/config"
 )
 
 // Overrides are the settings a command line or the process environment
@@ -17,26 +17,17 @@ type Overrides struct {
 	ClusterSecret string
 	// ClusterPreviousSecrets is SANDBOXAPI_CLUSTER_PREVIOUS_SECRETS
 	// (cluster.PreviousSecretsEnv) as it is set: secrets separated by
-	// commas and/or whitespace (splitSecrets). When it is not empty it
+	// commas and/or whitespace (config.SplitSecrets). When it is not empty it
 	// replaces cluster.previous_secrets, with what it lists: a value of
 	// separators only (",") empties the list.
 	ClusterPreviousSecrets string
 }
 
-// splitSecrets splits a list of secrets as
-// SANDBOXAPI_CLUSTER_PREVIOUS_SECRETS holds it: separated by commas,
-// whitespace or both, with empty pieces dropped ("a, b,,c\n" is a, b and
-// c). It never fails: the secrets are checked where the config is
-// validated.
-func splitSecrets(raw string) []string {
-	return strings.FieldsFunc(raw, func(r rune) bool { return r == ',' || unicode.IsSpace(r) })
-}
-
-// LoadWith loads path (the embedded default when empty), applies o and
+// LoadConfigWith loads path (the embedded default when empty), applies o and
 // validates the result (once: a file may leave to o what validation
 // needs, such as a cluster node's store URL and secret).
-func LoadWith(path string, o Overrides) (*Config, error) {
-	cfg, name, err := read(path)
+func LoadConfigWith(path string, o Overrides) (*Config, error) {
+	cfg, name, err := readConfig(path)
 	if err != nil {
 		return nil, err
 	}
@@ -57,7 +48,7 @@ func LoadWith(path string, o Overrides) (*Config, error) {
 		cfg.Cluster.Secret = o.ClusterSecret
 	}
 	if o.ClusterPreviousSecrets != "" {
-		cfg.Cluster.PreviousSecrets = splitSecrets(o.ClusterPreviousSecrets)
+		cfg.Cluster.PreviousSecrets = config.SplitSecrets(o.ClusterPreviousSecrets)
 	}
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("validating %s: %w", name, err)

@@ -1,4 +1,4 @@
-package config
+package app
 
 import (
 	"strings"
@@ -9,7 +9,7 @@ import (
 // TestStreamHeartbeat checks server.stream_heartbeat: 5 s by default,
 // any duration from 1s to 5m, anything else an error naming the key.
 func TestStreamHeartbeat(t *testing.T) {
-	def, err := Parse(nil, "empty")
+	def, err := ParseConfig(nil, "empty")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -28,7 +28,7 @@ func TestStreamHeartbeat(t *testing.T) {
 		{"-15s", 0}, // refused when decoded: "duration is negative"
 		{"6m", 0},
 	} {
-		c, err := Parse([]byte("version: v1\nserver:\n  stream_heartbeat: "+tc.val+"\n"), "test")
+		c, err := ParseConfig([]byte("version: v1\nserver:\n  stream_heartbeat: "+tc.val+"\n"), "test")
 		switch {
 		case tc.want == 0 && (err == nil || !strings.Contains(err.Error(), "stream_heartbeat") && !strings.Contains(err.Error(), "negative")):
 			t.Errorf("stream_heartbeat %s: err %v, want an error naming server.stream_heartbeat", tc.val, err)
