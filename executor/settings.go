@@ -11,7 +11,7 @@ import (
 )
 
 // Settings is the `executor:` section of sandboxapi.yaml: data only.
-// internal/config decodes it (defaults first) and calls Validate; Config
+// internal/app's Config decodes it (defaults first) and calls Validate; Config
 // resolves it, with the limits the executor shares with the API, into the
 // executor's Config.
 type Settings struct {
