@@ -438,7 +438,7 @@ func (i *Installer) serveMirror(ctx context.Context) (Endpoint, func(), error) {
 	}
 	ln, err := net.Listen("tcp", netip.AddrPortFrom(slot.ep.HostAddr, i.cfg.Port).String())
 	if err != nil {
-		i.release(ctx, slot.id)
+		i.release(ctx, slot)
 		return Endpoint{}, nil, fmt.Errorf("listening for the installer: %w", err)
 	}
 	mux := http.NewServeMux()
@@ -447,7 +447,7 @@ func (i *Installer) serveMirror(ctx context.Context) (Endpoint, func(), error) {
 	go func() { _ = hs.Serve(ln) }()
 	return slot.ep, func() {
 		_ = hs.Close()
-		i.release(ctx, slot.id)
+		i.release(ctx, slot)
 	}, nil
 }
 

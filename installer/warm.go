@@ -8,10 +8,12 @@ import (
 	"time"
 )
 
-// netSlot is one installer network: its id and endpoint.
+// netSlot is one installer network: its id and endpoint. held: handed
+// out while started, so Stop waits for its release.
 type netSlot struct {
-	id string
-	ep Endpoint
+	id   string
+	ep   Endpoint
+	held bool
 }
 
 // warm keeps one installer network made ahead of the next install and
@@ -42,7 +44,10 @@ func (i *Installer) Start(ctx context.Context) {
 	i.refillLocked()
 }
 
-// Stop removes the spare network and waits for pending teardowns.
+// Stop removes the spare network and waits, until ctx ends, for the
+// networks handed out before it (a job, a readiness canary) to be
+// released and for pending teardowns: a network still in use when the
+// process exits would be left on the host.
 func (i *Installer) Stop(ctx context.Context) error {
 	w := &i.warm
 	w.mu.Lock()
@@ -109,36 +114,48 @@ func (i *Installer) network(ctx context.Context) (netSlot, error) {
 	spare := w.spare
 	w.spare = nil
 	i.refillLocked()
+	held := w.ctx != nil
+	if held {
+		w.wg.Add(1) // until release
+	}
 	w.mu.Unlock()
 	if spare != nil {
 		if _, err := os.Stat(spare.ep.NetnsPath); err == nil {
-			return *spare, nil
+			return netSlot{id: spare.id, ep: spare.ep, held: held}, nil
 		}
 		i.teardown(ctx, spare.id)
 	}
 	id := "inst-" + randomID()
 	ep, err := i.net.Setup(ctx, id)
 	if err != nil {
+		if held {
+			w.wg.Done()
+		}
 		return netSlot{}, err
 	}
-	return netSlot{id: id, ep: ep}, nil
+	return netSlot{id: id, ep: ep, held: held}, nil
 }
 
 // release tears a used network down: after the reply when started, else
 // now.
-func (i *Installer) release(ctx context.Context, id string) {
+func (i *Installer) release(ctx context.Context, slot netSlot) {
 	w := &i.warm
 	w.mu.Lock()
 	if w.ctx == nil {
 		w.mu.Unlock()
-		i.teardown(ctx, id)
+		i.teardown(ctx, slot.id)
+		if slot.held {
+			w.wg.Done()
+		}
 		return
 	}
-	w.wg.Add(1)
+	if !slot.held {
+		w.wg.Add(1)
+	}
 	w.mu.Unlock()
 	go func() {
 		defer w.wg.Done()
-		i.teardown(ctx, id)
+		i.teardown(ctx, slot.id)
 	}()
 }
 

@@ -86,7 +86,7 @@ func TestWarmNetworks(t *testing.T) {
 	if err != nil || fn.live() != 1 {
 		t.Fatalf("in-line network: %v, %d live", err, fn.live())
 	}
-	i.release(ctx, s.id)
+	i.release(ctx, s)
 	if got := <-fn.teardown; got != s.id || fn.live() != 0 {
 		t.Fatalf("in-line teardown: %s, %d live", got, fn.live())
 	}
@@ -101,7 +101,7 @@ func TestWarmNetworks(t *testing.T) {
 	if next.id == got.id {
 		t.Fatal("a used network came back as the spare")
 	}
-	i.release(ctx, got.id)
+	i.release(ctx, got)
 	if id := <-fn.teardown; id != got.id {
 		t.Fatalf("torn down %s, want %s", id, got.id)
 	}
@@ -115,7 +115,7 @@ func TestWarmNetworks(t *testing.T) {
 	if id := <-fn.teardown; id != next.id {
 		t.Fatalf("vanished spare not dropped: %s", id)
 	}
-	i.release(ctx, got.id)
+	i.release(ctx, got)
 	<-fn.teardown
 	waitSpare(t, i)
 
@@ -128,7 +128,7 @@ func TestWarmNetworks(t *testing.T) {
 	}
 	// Stopped again: in line.
 	s, _ = i.network(ctx)
-	i.release(ctx, s.id)
+	i.release(ctx, s)
 	if fn.live() != 0 {
 		t.Fatal("release after Stop is not in line")
 	}
@@ -146,5 +146,54 @@ func TestWarmNetworkFailureFailsClosed(t *testing.T) {
 	defer i.Stop(ctx)
 	if _, err := i.network(ctx); err == nil {
 		t.Fatal("got a network while none can be made")
+	}
+}
+
+// TestStopWaitsForNetworksInUse: a network handed out before Stop (a job,
+// a readiness canary still running) holds Stop until it is released and
+// torn down, so no network outlives the installer; a release that never
+// comes ends Stop with ctx's error.
+func TestStopWaitsForNetworksInUse(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	fn := newFakeNet(t)
+	i := New(DefaultConfig(), nil, nil, fn, nil, nil)
+	i.Start(ctx)
+	spare := waitSpare(t, i)
+	inUse, err := i.network(ctx)
+	if err != nil || inUse.id != spare.id {
+		t.Fatalf("took %+v (%v), want the spare", inUse, err)
+	}
+	stopped := make(chan error, 1)
+	go func() { stopped <- i.Stop(ctx) }()
+	// The new spare, if one was made, goes at Stop; the one in use stays.
+	for deadline := time.Now().Add(5 * time.Second); fn.live() != 1; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d networks live after Stop began, want only the one in use", fn.live())
+		}
+	}
+	select {
+	case err := <-stopped:
+		t.Fatalf("Stop returned (%v) while network %s was in use", err, inUse.id)
+	case <-time.After(200 * time.Millisecond):
+	}
+	i.release(ctx, inUse)
+	if err := <-stopped; err != nil {
+		t.Fatal(err)
+	}
+	if fn.live() != 0 {
+		t.Fatalf("%d networks left after Stop", fn.live())
+	}
+
+	// A network that is never released: Stop gives up when ctx ends.
+	j := New(DefaultConfig(), nil, nil, newFakeNet(t), nil, nil)
+	j.Start(ctx)
+	if _, err := j.network(ctx); err != nil {
+		t.Fatal(err)
+	}
+	sctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer cancel()
+	if err := j.Stop(sctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Stop with a network never released: %v", err)
 	}
 }
