@@ -142,6 +142,10 @@ type Checker struct {
 
 	stop chan struct{}
 	wg   sync.WaitGroup
+	// fns counts check functions still running, including one whose run
+	// already ended on its timeout or a cancelled ctx (runOne does not
+	// wait for it), so that Stop can.
+	fns sync.WaitGroup
 }
 
 // New returns a Checker with no checks.
@@ -201,7 +205,11 @@ func (c *Checker) Start(ctx context.Context) {
 	}()
 }
 
-// Stop ends the periodic runs and waits for running checks.
+// Stop ends the periodic runs and waits for running checks, and for the
+// functions of runs that ended on a cancelled context but are still
+// undoing what they made (a canary's sandbox network), for up to one
+// check timeout: what a check leaves behind must not outlive the
+// services stopped after it.
 func (c *Checker) Stop() {
 	c.mu.Lock()
 	stop := c.stop
@@ -211,6 +219,13 @@ func (c *Checker) Stop() {
 		close(stop)
 	}
 	c.wg.Wait()
+	done := make(chan struct{})
+	go func() { c.fns.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(c.cfg.Timeout.D()):
+		c.log.Warn("readiness checks still running at stop", "waited", c.cfg.Timeout.D().String())
+	}
 }
 
 // due picks the checks to run now and marks them running. A failed or
@@ -334,7 +349,9 @@ func (c *Checker) runOne(ctx context.Context, name string, fn Func) (res Result)
 		err    error
 	}
 	ch := make(chan out, 1)
+	c.fns.Add(1)
 	go func() {
+		defer c.fns.Done()
 		defer func() {
 			if v := recover(); v != nil {
 				c.log.Error("readiness check panicked", "check", name, "panic", v, "stack", string(debug.Stack()))

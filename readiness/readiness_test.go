@@ -441,3 +441,48 @@ func TestWarningPasses(t *testing.T) {
 		t.Fatalf("gate: %v %+v", ok, failing)
 	}
 }
+
+// TestStopWaitsForCheckCleanup: a check whose run ended on a cancelled
+// context is still undoing what it made (a canary's network): Stop
+// returns only after it has, so the services stopped next find nothing
+// of it. A check that ignores its context holds Stop one timeout at most.
+func TestStopWaitsForCheckCleanup(t *testing.T) {
+	t.Parallel()
+	c := New(testConfig(), nil)
+	started := make(chan struct{})
+	var cleaned atomic.Bool
+	c.RegisterEvery("canary", time.Hour, func(ctx context.Context) (string, error) {
+		close(started)
+		<-ctx.Done()
+		time.Sleep(100 * time.Millisecond) // tearing its network down
+		cleaned.Store(true)
+		return "", ctx.Err()
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	c.Start(ctx)
+	<-started
+	cancel()
+	c.Stop()
+	if !cleaned.Load() {
+		t.Fatal("Stop returned while a cancelled check was still cleaning up")
+	}
+
+	stuck := New(testConfig(), nil)
+	release := make(chan struct{})
+	defer close(release)
+	running := make(chan struct{})
+	stuck.RegisterEvery("stuck", time.Hour, func(context.Context) (string, error) {
+		close(running)
+		<-release
+		return "", nil
+	})
+	sctx, scancel := context.WithCancel(context.Background())
+	stuck.Start(sctx)
+	<-running
+	scancel()
+	begin := time.Now()
+	stuck.Stop()
+	if d := time.Since(begin); d > 10*time.Duration(testConfig().Timeout) {
+		t.Fatalf("Stop held %v by a check that ignores its context (timeout %v)", d, time.Duration(testConfig().Timeout))
+	}
+}
