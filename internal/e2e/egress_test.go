@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"bytes"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -13,6 +14,7 @@ import (
 	"encoding/pem"
 	"fmt"
 	"math/big"
+	mathrand "math/rand/v2"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -100,6 +102,39 @@ func randHex(n int) string {
 	return hex.EncodeToString(b)
 }
 
+// claimFakeInternetOctet picks a 198.18.X.0/24 (X in 64-127) that no
+// other fake internet on this host uses, in this test process or another
+// one running beside it: two with one prefix would route the proxy's
+// connections to the other's servers (and their certificates). The claim
+// is a flocked file held until the test ends.
+func claimFakeInternetOctet(t *testing.T) int {
+	t.Helper()
+	dir := "/run/sandboxapi-e2e"
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	for _, i := range mathrand.Perm(64) {
+		octet := 64 + i
+		f, err := os.OpenFile(filepath.Join(dir, fmt.Sprintf("fakeinet-%d.lock", octet)), os.O_CREATE|os.O_RDWR, 0o600)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+			f.Close()
+			continue
+		}
+		// A route left by a killed run would still shadow the prefix.
+		if out, _ := exec.Command("ip", "route", "show", fmt.Sprintf("198.18.%d.0/24", octet)).Output(); len(bytes.TrimSpace(out)) != 0 {
+			f.Close()
+			continue
+		}
+		t.Cleanup(func() { f.Close() })
+		return octet
+	}
+	t.Fatal("every fake internet prefix 198.18.64-127.0/24 is in use")
+	return 0
+}
+
 // startFakeInternet creates the namespace, veth, addresses and servers and
 // registers their removal.
 func startFakeInternet(t *testing.T) *fakeInternet {
@@ -113,7 +148,7 @@ func startFakeInternet(t *testing.T) *fakeInternet {
 		}
 	}
 	r := randHex(3)
-	octet := 64 + int(r[0])%64 // 198.18.64.0 - 198.18.127.0
+	octet := claimFakeInternetOctet(t) // 198.18.64.0 - 198.18.127.0
 	f := &fakeInternet{
 		netns:    "e2einet-" + r,
 		hostLink: "e2ei" + r,
