@@ -64,7 +64,28 @@ k8s_env=$(scripts/k8s-tools.sh "$tools")
 eval "$k8s_env"
 export SANDBOXAPI_MCP_INSPECTOR="$tools/inspector/node_modules/.bin/mcp-inspector"
 go vet ./...
-go test -count=1 -timeout 60m ./...
+# Every package's tests once, in two runs side by side: the packages that
+# drive sandboxes (runsc, the built server, installer jobs) as users build
+# them, listed first so the longest start first; every other package under
+# the race detector. A package not named in `sandboxed` gets the race
+# detector, so a new one is never left out. (-race needs cgo: gcc.)
+sandboxed=(executor internal/e2e installer rootfs internal/cli)
+mod=$(go list -m)
+pkgs=$(go list ./...)
+heavy=()
+for p in "${sandboxed[@]}"; do
+  grep -qx "$mod/$p" <<<"$pkgs" || { echo "test.sh: no package $p" >&2; exit 1; }
+  heavy+=("./$p")
+done
+plain=$(grep -vxE "$mod/($(IFS='|'; echo "${sandboxed[*]}"))" <<<"$pkgs")
+go test -count=1 -timeout 60m "${heavy[@]}" > >(sed -u 's/^/[sandboxed] /') 2>&1 &
+heavy_pid=$!
+go test -race -count=1 -timeout 40m $plain > >(sed -u 's/^/[race] /') 2>&1 &
+race_pid=$!
+rc=0
+wait "$heavy_pid" || rc=1
+wait "$race_pid" || rc=1
+[ "$rc" = 0 ] || { echo "test.sh: go test failed (see [sandboxed] and [race] above)" >&2; exit 1; }
 # The mirror's tests, and the end-to-end tests whose outcome depends on the
 # store, again on PostgreSQL (the store's own tests run on both engines in
 # the run above; every end-to-end test ran there on SQLite, and the cluster
