@@ -16,6 +16,7 @@ import (
 	"net/url"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -27,7 +28,7 @@ const testSecret = "Bearer s3cret-value-never-in-the-sandbox"
 
 // credProxy is a proxy with a CA of its own that trusts the fake
 // internet's CA upstream (upstream_ca_file), logging into a buffer.
-func credProxy(t *testing.T, f *fakeNet, upstreamCA bool) (*Proxy, *CA, *bytes.Buffer) {
+func credProxy(t *testing.T, f *fakeNet, upstreamCA bool) (*Proxy, *CA, *logBuffer) {
 	t.Helper()
 	ca, err := LoadCA(t.TempDir())
 	if err != nil {
@@ -37,8 +38,8 @@ func credProxy(t *testing.T, f *fakeNet, upstreamCA bool) (*Proxy, *CA, *bytes.B
 	if upstreamCA {
 		cfg.UpstreamCAFile = f.caFile
 	}
-	var logs bytes.Buffer
-	p, err := NewProxy(cfg, Options{Logger: slog.New(slog.NewTextHandler(&lockedWriter{w: &logs}, &slog.HandlerOptions{Level: slog.LevelDebug})), CA: ca})
+	logs := &logBuffer{}
+	p, err := NewProxy(cfg, Options{Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})), CA: ca})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -47,12 +48,26 @@ func credProxy(t *testing.T, f *fakeNet, upstreamCA bool) (*Proxy, *CA, *bytes.B
 		defer cancel()
 		p.Stop(ctx)
 	})
-	return p, ca, &logs
+	return p, ca, logs
 }
 
-type lockedWriter struct{ w io.Writer }
+// logBuffer is a log the proxy's goroutines write while the test reads it.
+type logBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
 
-func (l *lockedWriter) Write(b []byte) (int, error) { return l.w.Write(b) }
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *logBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
 
 func credSession(t *testing.T, p *Proxy, creds Credentials, patterns ...string) testSession {
 	t.Helper()
