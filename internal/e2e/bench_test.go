@@ -38,6 +38,7 @@ func BenchmarkCore(b *testing.B) {
 }
 
 func benchCore(b *testing.B) {
+	defer benchMachine("core")()
 	s := startServerB(b, "executor:\n  warm_pool: 0\n  home_size: 64M\n  max_sandboxes: 64\n")
 	key := s.key("MEGA")
 	runsc := []string{"--root", filepath.Join(s.dataDir, "runsc"), "--platform", "systrap", "--overlay2", "none"}
