@@ -73,7 +73,8 @@ func (ts timings) run() []time.Duration { return ts.col(func(t timing) time.Dura
 // floor: the runtime's own compile and run commands, with its flags and
 // environment, timed in a chroot of the same rootfs outside gVisor (a
 // private mount namespace with the rootfs read-only, a tmpfs /tmp and
-// home, as user 1000; a bash loop reads $EPOCHREALTIME around each step).
+// home, as user 1000, in a cgroup beside the sandboxes' with their CPU
+// quota; a bash loop reads $EPOCHREALTIME around each step).
 // Beside it: the same loop inside the session's sandbox (one `runsc exec`,
 // so neither runsc's start nor HTTP is in it), which splits the tax into
 // gVisor's and the API's; for compiled languages the plain toolchain
@@ -113,7 +114,11 @@ func benchLanguages(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer benchMachine("languages")()
-	s := startServerB(b, "executor:\n  warm_pool: 2\n  home_size: 128M\n  max_sandboxes: 64\n  memory_mb: 1024\n"+extra)
+	// The floor runs in a cgroup beside the sandboxes' with their CPU
+	// quota: on a busy machine the scheduler shares CPU out per cgroup,
+	// and the same quota keeps a toolchain's threads to the same CPUs.
+	floorCg := floorCgroup(b, benchCPUs)
+	s := startServerB(b, fmt.Sprintf("executor:\n  warm_pool: 2\n  home_size: 128M\n  max_sandboxes: 64\n  memory_mb: 1024\n  cpus: %g\n", benchCPUs)+extra)
 	key := s.key("MEGA")
 	only := os.Getenv("SANDBOXAPI_BENCH_LANGS")
 	fmt.Printf("hello world per language, %d samples each, interleaved round by round; ms; rootfs %s\n", n, tree)
@@ -127,13 +132,13 @@ func benchLanguages(b *testing.B) {
 			if rt.Name != hw.lang {
 				continue
 			}
-			benchLanguage(b, s, key, tree, hw.lang, hw.code, rt, rts.Env(), n)
+			benchLanguage(b, s, key, tree, floorCg, hw.lang, hw.code, rt, rts.Env(), n)
 		}
 	}
 }
 
 // benchLanguage measures one language at one version (rt).
-func benchLanguage(b *testing.B, s *server, key, tree, lang, code string, rt executor.Runtime, common []string, n int) {
+func benchLanguage(b *testing.B, s *server, key, tree, floorCg, lang, code string, rt executor.Runtime, common []string, n int) {
 	label := lang + " " + rt.Series
 	env := append(append([]string{}, common...), rt.Env...)
 	// One round is a stateless call, a session call, the floor and the
@@ -154,13 +159,13 @@ func benchLanguage(b *testing.B, s *server, key, tree, lang, code string, rt exe
 		t0 = time.Now()
 		out = s.do("POST", "/v1/sessions/"+id+"/execute", key, map[string]any{"code": code, "timeout": 60})
 		se := resultTiming(b, lang, out, time.Since(t0))
-		fl := chrootTimings(b, tree, rt.Compile, rt.Run, env, rt.File, code, 1)
+		fl := chrootTimings(b, tree, floorCg, rt.Compile, rt.Run, env, rt.File, code, 1)
 		in := floorTimings(b, s, id, rt.Compile, rt.Run, env, rt.File, code, 1)
 		if hasPlain {
 			plain = append(plain, floorTimings(b, s, id, plainCmd.compile, plainCmd.run, env, rt.File, code, 1)...)
 		}
 		if host != "" {
-			hostRuns = append(hostRuns, hostTimings(b, []string{host, "-e", code}, 1)...)
+			hostRuns = append(hostRuns, hostTimings(b, floorCg, []string{host, "-e", code}, 1)...)
 		}
 		if r == 0 {
 			plain, hostRuns = plain[:0], hostRuns[:0] // the first round warms caches
@@ -295,12 +300,44 @@ mount -t proc proc "$R/proc"
 exec chroot --userspec=1000:1000 "$R" /usr/bin/env -i /bin/bash -c "$2" floor "$3"
 `
 
+// benchCPUs is the sandboxes' CPU quota in BenchmarkLanguages, and the
+// floor's.
+const benchCPUs = 1.0
+
+// floorCgroup makes a cgroup for the floor beside the sandboxes' (under
+// /sandboxapi, cgroup v2 or v1's cpu hierarchy) limited to cpus, and
+// returns its folder; it is removed when the benchmark ends.
+func floorCgroup(b *testing.B, cpus float64) string {
+	b.Helper()
+	const period = 100000
+	quota := int(cpus * period)
+	dir, files := "/sys/fs/cgroup/sandboxapi/bench-floor", map[string]string{"cpu.max": fmt.Sprintf("%d %d", quota, period)}
+	if _, err := os.Stat("/sys/fs/cgroup/cgroup.controllers"); err != nil {
+		dir, files = "/sys/fs/cgroup/cpu/sandboxapi/bench-floor", map[string]string{"cpu.cfs_period_us": strconv.Itoa(period), "cpu.cfs_quota_us": strconv.Itoa(quota)}
+	} else if err := os.WriteFile("/sys/fs/cgroup/sandboxapi/cgroup.subtree_control", []byte("+cpu"), 0); err != nil {
+		b.Fatalf("enabling the cpu controller for the floor's cgroup: %v", err)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		b.Fatalf("making the floor's cgroup: %v", err)
+	}
+	b.Cleanup(func() { _ = os.Remove(dir) })
+	for _, name := range []string{"cpu.max", "cpu.cfs_period_us", "cpu.cfs_quota_us"} {
+		if v, ok := files[name]; ok {
+			if err := os.WriteFile(filepath.Join(dir, name), []byte(v), 0); err != nil {
+				b.Fatalf("limiting the floor's cgroup: %v", err)
+			}
+		}
+	}
+	return dir
+}
+
 // chrootTimings times n runs of the given compile and run commands in a
 // chroot of the rootfs tree, outside gVisor (floorScript under
-// chrootSetup, in new mount and pid namespaces).
-func chrootTimings(b *testing.B, tree string, compile, run, env []string, file, code string, n int) timings {
+// chrootSetup, in new mount and pid namespaces), in the cgroup cg.
+func chrootTimings(b *testing.B, tree, cg string, compile, run, env []string, file, code string, n int) timings {
 	b.Helper()
-	out, err := exec.Command("unshare", "--mount", "--propagation", "private", "--pid", "--fork", "--",
+	out, err := exec.Command("bash", "-c", `echo $$ > "$0/cgroup.procs" && exec "$@"`, cg,
+		"unshare", "--mount", "--propagation", "private", "--pid", "--fork", "--",
 		"bash", "-c", chrootSetup, "chroot-floor", tree, floorScript(compile, run, env, file, n),
 		base64.StdEncoding.EncodeToString([]byte(code))).CombinedOutput()
 	if err != nil {
@@ -310,10 +347,11 @@ func chrootTimings(b *testing.B, tree string, compile, run, env []string, file, 
 }
 
 // hostTimings times n runs of argv on the host itself (floorScript with
-// no compile step and the host's environment).
-func hostTimings(b *testing.B, argv []string, n int) timings {
+// no compile step and the host's environment), in the cgroup cg.
+func hostTimings(b *testing.B, cg string, argv []string, n int) timings {
 	b.Helper()
-	out, err := exec.Command("bash", "-c", floorScript(nil, argv, nil, "unused", n), "host").CombinedOutput()
+	out, err := exec.Command("bash", "-c", `echo $$ > "$0/cgroup.procs" && exec "$@"`, cg,
+		"bash", "-c", floorScript(nil, argv, nil, "unused", n), "host").CombinedOutput()
 	if err != nil {
 		b.Fatalf("host loop: %v: %s", err, out)
 	}
