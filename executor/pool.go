@@ -104,60 +104,22 @@ func (e *Executor) prepareWarm() (warmSandbox, error) {
 	return warmSandbox{id: id, gen: gen}, nil
 }
 
-// warmUp starts the interpreters once (each default version's warm-up
-// command of the runtimes file) and compiles and runs each compiled
-// language's warm code. A fresh sandbox's kernel has none of the rootfs's
-// files cached: its first python3 start takes about twice as long as
-// later ones, its first node start about 200 ms more, and its first
-// compile pays for reading the compiler, assembler, linker, headers and
-// libraries. It runs them in a pool sandbox before anyone has it, as the
-// sandbox user, so a caller's first run finds the files cached. It
-// writes nothing the caller sees (the sandbox stays fresh) and every
-// process it started is gone when it returns; a failure only costs the
-// speed-up.
+// warmUp starts the interpreters once: each default version's warm-up
+// command of the runtimes file. A fresh sandbox's kernel has none of the
+// rootfs's files cached: its first python3 start takes about twice as
+// long as later ones, its first node start about 200 ms more. It runs them in a pool sandbox before anyone has it, as the
+// sandbox user in /, so a caller's first run finds the files cached. It
+// writes nothing (the sandbox stays fresh) and every process it started
+// is gone when it returns; a failure only costs the speed-up.
 func (e *Executor) warmUp(id string) {
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	// A server that stops does not wait for a warm-up: the sandbox is
-	// destroyed anyway.
-	go func() {
-		select {
-		case <-e.stop:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
 	res, err := e.guestRun(ctx, id, &guest.Request{
 		Argv: []string{"/bin/sh", "-c", e.rt.WarmUp()}, Env: []string{"PATH=" + basePath, "HOME=" + HomeDir, "LANG=C.UTF-8"},
 		Cwd: "/", UID: SandboxUID, GID: SandboxUID, TimeoutMS: 10_000, MaxProcs: uint64(e.cfg.Pids),
 	}, nil, nil)
-	if (err != nil || res.Status != StatusOK) && !e.stopping() {
+	if err != nil || res.Status != StatusOK {
 		e.log.Warn("warming up a pool sandbox", "sandbox", id, "status", res.Status, "err", err)
-	}
-	// The compiled languages' warm code runs as a stateless call would:
-	// its work folder is staged and removed by the guest. Its HOME is a
-	// folder that cannot exist in the read-only rootfs, so what a
-	// toolchain keeps there (the go command's telemetry counters) is not
-	// written to the caller's home.
-	for _, w := range e.rt.WarmCalls() {
-		if ctx.Err() != nil {
-			return
-		}
-		req := ExecRequest{Code: w.Code, Env: map[string]string{"HOME": "/nonexistent"}}
-		res, err := e.guestRun(ctx, id, e.sessionRequest(w.Runtime, nil, req, 20*time.Second), nil, nil)
-		if (err != nil || res.Status != StatusOK) && !e.stopping() {
-			e.log.Warn("warming up a pool sandbox", "sandbox", id, "language", w.Runtime.Name, "status", res.Status, "err", err)
-		}
-	}
-}
-
-// stopping reports whether the executor has begun to stop.
-func (e *Executor) stopping() bool {
-	select {
-	case <-e.stop:
-		return true
-	default:
-		return false
 	}
 }
 

@@ -71,7 +71,6 @@ type languageSpec struct {
 	Links         map[string]string `yaml:"links"`
 	Packages      []string          `yaml:"packages"`
 	Warm          string            `yaml:"warm"`
-	WarmCode      string            `yaml:"warm_code"`
 	Uses          string            `yaml:"uses"`
 	Versions      []*versionSpec    `yaml:"versions"`
 }
@@ -539,26 +538,6 @@ func (rs *Runtimes) WarmUp() string {
 		cmds = append(cmds, "PATH="+shellQuote(pathOfEnv(l.def.Env))+" "+l.spec.Warm)
 	}
 	return strings.Join(cmds, "; ")
-}
-
-// WarmCalls are the default versions of the languages that name warm
-// code: the pool runs that code in every warm sandbox through the
-// language's own compile and run steps, so the first call in it finds the
-// compiler, the linker, the headers and the libraries already read.
-func (rs *Runtimes) WarmCalls() []WarmCall {
-	var out []WarmCall
-	for _, l := range rs.list {
-		if l.spec.WarmCode != "" && l.def != nil {
-			out = append(out, WarmCall{Runtime: l.def, Code: l.spec.WarmCode})
-		}
-	}
-	return out
-}
-
-// WarmCall is one language's warm-up call: Code run as Runtime.
-type WarmCall struct {
-	Runtime *Runtime
-	Code    string
 }
 
 func pathOfEnv(env []string) string {
