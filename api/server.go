@@ -87,7 +87,10 @@ type Deps struct {
 	Sandboxes Sandboxes
 	Keys      Keys
 	Plans     *Plans
-	Log       *slog.Logger
+	// Auth resolves each request's caller; nil is NewAuthenticator(cfg,
+	// Plans, Keys). Serve passes the one its cluster node also asks.
+	Auth *Authenticator
+	Log  *slog.Logger
 	// Meter records each authenticated request; nil records nothing.
 	Meter Meter
 	// SessionSlots counts plan session slots; serve passes the store,
@@ -148,7 +151,7 @@ type Deps struct {
 type Server struct {
 	cfg   Config
 	sb    Sandboxes
-	keys  Keys
+	auth  *Authenticator
 	plans *Plans
 	meter Meter
 	log   *slog.Logger
@@ -162,9 +165,8 @@ type Server struct {
 	sealer    CredentialSealer  // nil: credentials refused
 	ops       opsState          // observer and route registry (metrics.go)
 
-	// While the store cannot be reached: the keys it resolved lately, and
-	// this node's own rate bucket in place of the store's.
-	keyCache   *keyCache
+	// While the store cannot be reached: this node's own rate bucket in
+	// place of the store's (the keys it resolved lately are auth's).
 	outageRate rateLimiter
 
 	build *buildinfo.Info // shown by /healthz; nil: status alone
@@ -172,10 +174,12 @@ type Server struct {
 
 // New builds the server and mounts every route (routes).
 func New(cfg Config, d Deps) *Server {
-	s := &Server{cfg: cfg, sb: d.Sandboxes, keys: d.Keys, plans: d.Plans, meter: d.Meter, log: d.Log, mux: http.NewServeMux(),
+	s := &Server{cfg: cfg, sb: d.Sandboxes, auth: d.Auth, plans: d.Plans, meter: d.Meter, log: d.Log, mux: http.NewServeMux(),
 		readiness: d.Readiness, egressLog: d.EgressLog, sealer: d.Credentials, build: d.Build}
 	s.slots, s.rate = d.SessionSlots, d.RateTokens
-	s.keyCache = newKeyCache(cfg.KeyCacheTTL)
+	if s.auth == nil {
+		s.auth = NewAuthenticator(cfg, d.Plans, d.Keys)
+	}
 	if s.slots == nil {
 		s.slots = newLocalSlots(d.Sandboxes)
 	}
@@ -386,7 +390,7 @@ func (s *Server) authedCall(h callFunc) http.Handler {
 				panic(v)
 			}
 		}()
-		p, err = s.authenticate(r)
+		p, err = s.auth.Authenticate(r)
 		if err != nil {
 			writeError(cw, r, s.log, err)
 			return
