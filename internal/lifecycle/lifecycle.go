@@ -53,8 +53,9 @@ type Unit struct {
 // their needs. The zero value is an empty system that logs nothing; it is
 // safe for concurrent use.
 type System struct {
-	// Log, when set, gets one Debug line per unit started ("started") and
-	// stopped ("stopped"), with the unit's name as "component".
+	// Log, when set, gets one Debug line per unit started ("started"),
+	// stopped ("stopped") and, never started, cleaned up ("cleaned up"),
+	// with the unit's name as "component"; a failure to stop is an Error.
 	Log *slog.Logger
 
 	mu    sync.Mutex
@@ -258,13 +259,16 @@ func (s *System) Stop(ctx context.Context) error {
 				failed = true
 			}
 		}
-		if failed {
+		switch {
+		case failed:
 			if s.Log != nil {
 				s.Log.Error("stopping", "component", u.Name, "err", errs[len(errs)-1])
 			}
-			continue
+		case live[i].started:
+			s.log("stopped", u.Name)
+		case u.Cleanup != nil:
+			s.log("cleaned up", u.Name)
 		}
-		s.log("stopped", u.Name)
 	}
 	return errors.Join(errs...)
 }

@@ -208,30 +208,49 @@ func TestNilFuncs(t *testing.T) {
 	}
 }
 
-// TestLog: one line per unit started and stopped, naming it, in order.
+// TestLog: one line per unit started and stopped, naming it, in order;
+// after a failed start, the units that never started are cleaned up.
 func TestLog(t *testing.T) {
 	t.Parallel()
-	var buf bytes.Buffer
-	s := System{Log: slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))}
-	var steps []string
-	s.Add(build(chain, &steps)...)
-	if err := s.Start(context.Background()); err != nil {
-		t.Fatal(err)
+	tests := []struct {
+		name  string
+		units []spec
+		want  []string
+	}{
+		{
+			name:  "start and stop",
+			units: chain,
+			want:  []string{"started a", "started b", "started c", "stopped c", "stopped b", "stopped a"},
+		},
+		{
+			name:  "failed start",
+			units: []spec{{name: "a"}, {name: "b", needs: []string{"a"}, fail: "start"}, {name: "c", needs: []string{"b"}}},
+			want:  []string{"started a", "cleaned up c", "cleaned up b", "stopped a"},
+		},
 	}
-	if err := s.Stop(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	var got []string
-	for _, line := range strings.Split(strings.TrimSpace(buf.String()), "\n") {
-		var l struct{ Msg, Component string }
-		if err := json.Unmarshal([]byte(line), &l); err != nil {
-			t.Fatal(err)
-		}
-		got = append(got, l.Msg+" "+l.Component)
-	}
-	want := []string{"started a", "started b", "started c", "stopped c", "stopped b", "stopped a"}
-	if !slices.Equal(got, want) {
-		t.Errorf("logged %q, want %q", got, want)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			var buf bytes.Buffer
+			s := System{Log: slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))}
+			var steps []string
+			s.Add(build(tt.units, &steps)...)
+			_ = s.Start(context.Background())
+			if err := s.Stop(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, line := range strings.Split(strings.TrimSpace(buf.String()), "\n") {
+				var l struct{ Msg, Component string }
+				if err := json.Unmarshal([]byte(line), &l); err != nil {
+					t.Fatal(err)
+				}
+				got = append(got, l.Msg+" "+l.Component)
+			}
+			if !slices.Equal(got, tt.want) {
+				t.Errorf("logged %q, want %q", got, tt.want)
+			}
+		})
 	}
 }
 
