@@ -402,11 +402,7 @@ func (s *Server) authedCall(h callFunc) http.Handler {
 		// A call that waited for a hibernated session's resume (its own
 		// or another call's) says so, and how long the resume took, in
 		// X-Sandbox-Resumed (milliseconds).
-		ctx := sandbox.WithResumeNote(withPrincipal(r.Context(), p), func(d time.Duration) {
-			cw.resumedMS.Store(max(d.Milliseconds(), 1))
-		})
-		ctx = sandbox.WithResumePending(ctx, func() { cw.resumePending.Store(true) })
-		r = r.WithContext(ctx)
+		r = r.WithContext(sandbox.WithResumeReport(withPrincipal(r.Context(), p), &cw.resume))
 		if err := h(cw, r, c); err != nil {
 			err = interrupted(r, body.explain(err))
 			if cw.wroteHeader {
@@ -433,26 +429,24 @@ type countingWriter struct {
 	status      int
 	n           int64
 	wroteHeader bool
-	// resumedMS, when set (by the executor's resume note, from any
-	// goroutine), becomes the X-Sandbox-Resumed header of the reply if
-	// its header is still to be written.
-	resumedMS atomic.Int64
-	// resumePending: the call waits for a resume (a stream holds its
-	// headers for it, see resumeHeld).
-	resumePending atomic.Bool
+	// resume is filled by the executor (from any goroutine): the time of
+	// a resume the call waited for becomes the X-Sandbox-Resumed header
+	// of the reply if its header is still to be written, and while the
+	// call waits for one a stream holds its headers (resumeHeld).
+	resume sandbox.ResumeReport
 }
 
 // resumeHeld tells whether the reply waits for a resume whose time is not
 // known yet.
 func (c *countingWriter) resumeHeld() bool {
-	return c.resumePending.Load() && c.resumedMS.Load() == 0
+	return c.resume.Pending() && c.resume.Took() == 0
 }
 
 func (c *countingWriter) WriteHeader(code int) {
 	if !c.wroteHeader && code >= 200 { // 1xx are interim, not the status
 		c.status, c.wroteHeader = code, true
-		if ms := c.resumedMS.Load(); ms > 0 {
-			c.ResponseWriter.Header().Set("X-Sandbox-Resumed", strconv.FormatInt(ms, 10))
+		if d := c.resume.Took(); d > 0 {
+			c.ResponseWriter.Header().Set("X-Sandbox-Resumed", strconv.FormatInt(max(d.Milliseconds(), 1), 10))
 		}
 	}
 	c.ResponseWriter.WriteHeader(code)
