@@ -58,6 +58,7 @@ type System struct {
 	// with the unit's name as "component"; a failure to stop is an Error.
 	Log *slog.Logger
 
+	run   sync.Mutex // held by Start and Stop: one runs at a time
 	mu    sync.Mutex
 	units []Unit
 	// live is the cleanup stack: the units provisioned, in order, each
@@ -187,6 +188,8 @@ func cycle(units []Unit, byName map[string]int, placed []bool) []string {
 // names the unit. Start takes the units added so far: units added later
 // run at the next Start and cannot need those of an earlier one.
 func (s *System) Start(ctx context.Context) error {
+	s.run.Lock()
+	defer s.run.Unlock()
 	s.mu.Lock()
 	units := s.units
 	s.units = nil
@@ -201,7 +204,7 @@ func (s *System) Start(ctx context.Context) error {
 	for _, u := range ordered {
 		if u.Provision != nil {
 			if err := u.Provision(ctx); err != nil {
-				return errors.Join(fmt.Errorf("provisioning %s: %w", u.Name, err), s.Stop(context.WithoutCancel(ctx)))
+				return errors.Join(fmt.Errorf("provisioning %s: %w", u.Name, err), s.stop(context.WithoutCancel(ctx)))
 			}
 		}
 		s.mu.Lock()
@@ -217,12 +220,12 @@ func (s *System) Start(ctx context.Context) error {
 		}
 	}
 	if len(verrs) > 0 {
-		return errors.Join(errors.Join(verrs...), s.Stop(context.WithoutCancel(ctx)))
+		return errors.Join(errors.Join(verrs...), s.stop(context.WithoutCancel(ctx)))
 	}
 	for i, u := range ordered {
 		if u.Start != nil {
 			if err := u.Start(ctx); err != nil {
-				return errors.Join(fmt.Errorf("starting %s: %w", u.Name, err), s.Stop(context.WithoutCancel(ctx)))
+				return errors.Join(fmt.Errorf("starting %s: %w", u.Name, err), s.stop(context.WithoutCancel(ctx)))
 			}
 		}
 		s.mu.Lock()
@@ -237,8 +240,14 @@ func (s *System) Start(ctx context.Context) error {
 // it started, then its Cleanup. A unit that fails to stop does not keep
 // the others up; the errors are joined, each naming its unit. Stop may be
 // called after a failed Start and more than once (a second call finds
-// nothing to do).
+// nothing to do). A Stop called while Start runs waits for it.
 func (s *System) Stop(ctx context.Context) error {
+	s.run.Lock()
+	defer s.run.Unlock()
+	return s.stop(ctx)
+}
+
+func (s *System) stop(ctx context.Context) error {
 	s.mu.Lock()
 	live := s.live
 	s.live = nil
