@@ -56,23 +56,42 @@ func presentedKey(r *http.Request) string {
 	return strings.TrimSpace(r.Header.Get("X-API-Key"))
 }
 
-// authenticate resolves the caller or returns a 401/403 *Error.
+// Authenticator resolves the caller of a request: from the gateway's
+// headers when the gateway is configured, else from the API key it
+// presents, looked up in Keys. A key the store resolved lately keeps
+// working while the store cannot be reached (Config.KeyCacheTTL). Build it
+// with NewAuthenticator; it is safe for concurrent use.
+type Authenticator struct {
+	gateway GatewayConfig
+	plans   *Plans
+	keys    Keys
+	cache   *keyCache
+}
+
+// NewAuthenticator returns the authenticator of an API with cfg's gateway
+// and key cache, plans and keys.
+func NewAuthenticator(cfg Config, plans *Plans, keys Keys) *Authenticator {
+	return &Authenticator{gateway: cfg.Gateway, plans: plans, keys: keys, cache: newKeyCache(cfg.KeyCacheTTL)}
+}
+
 // CallerKeyID is the key id of the caller of r as the API would
 // authenticate it (false when it would refuse it, or cannot tell now);
 // it takes no rate token. A cluster node uses it to leave another key's
 // session where it is.
-func (s *Server) CallerKeyID(r *http.Request) (string, bool) {
-	p, err := s.authenticate(r)
+func (a *Authenticator) CallerKeyID(r *http.Request) (string, bool) {
+	p, err := a.Authenticate(r)
 	if err != nil || p == nil {
 		return "", false
 	}
 	return p.KeyID, true
 }
 
-func (s *Server) authenticate(r *http.Request) (*Principal, error) {
-	if s.cfg.Gateway.Secret != "" {
+// Authenticate resolves the caller of r or returns a 401/403 *Error (or
+// the store's error when it cannot tell).
+func (a *Authenticator) Authenticate(r *http.Request) (*Principal, error) {
+	if a.gateway.Secret != "" {
 		got := r.Header.Get("X-RapidAPI-Proxy-Secret")
-		if subtle.ConstantTimeCompare([]byte(got), []byte(s.cfg.Gateway.Secret)) != 1 {
+		if subtle.ConstantTimeCompare([]byte(got), []byte(a.gateway.Secret)) != 1 {
 			return nil, apiErr(http.StatusUnauthorized, "unauthenticated", "requests must come through the gateway")
 		}
 		user := strings.TrimSpace(r.Header.Get("X-RapidAPI-User"))
@@ -80,7 +99,7 @@ func (s *Server) authenticate(r *http.Request) (*Principal, error) {
 		if user == "" || len(user) > 128 {
 			return nil, apiErr(http.StatusUnauthorized, "unauthenticated", "the gateway sent no user")
 		}
-		plan, ok := s.plans.Get(planName)
+		plan, ok := a.plans.Get(planName)
 		if !ok {
 			return nil, apiErr(http.StatusForbidden, "unknown_plan", "the gateway sent an unknown plan")
 		}
@@ -96,17 +115,17 @@ func (s *Server) authenticate(r *http.Request) (*Principal, error) {
 	hash := HashKey(secret)
 	ctx, cancel := context.WithTimeout(r.Context(), storeCallTimeout)
 	defer cancel()
-	id, name, planName, err := s.keys.Lookup(ctx, hash)
+	id, name, planName, err := a.keys.Lookup(ctx, hash)
 	switch {
 	case err == nil:
-		s.keyCache.put(hash, cachedKey{id: id, name: name, plan: planName}, time.Now())
+		a.cache.put(hash, cachedKey{id: id, name: name, plan: planName}, time.Now())
 	case errors.Is(err, ErrUnknownKey):
-		s.keyCache.forget(hash)
+		a.cache.forget(hash)
 		return nil, apiErr(http.StatusUnauthorized, "unauthenticated", "unknown API key")
 	case errors.Is(err, store.ErrUnavailable):
 		// A key the store resolved within the cache's TTL keeps working
 		// while the store is away; any other is a 503.
-		k, ok := s.keyCache.get(hash, time.Now())
+		k, ok := a.cache.get(hash, time.Now())
 		if !ok {
 			return nil, err
 		}
@@ -114,7 +133,7 @@ func (s *Server) authenticate(r *http.Request) (*Principal, error) {
 	default:
 		return nil, err
 	}
-	plan, ok := s.plans.Get(planName)
+	plan, ok := a.plans.Get(planName)
 	if !ok {
 		return nil, apiErr(http.StatusForbidden, "unknown_plan", "the key's plan %q is not configured", planName)
 	}

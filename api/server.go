@@ -87,7 +87,10 @@ type Deps struct {
 	Sandboxes Sandboxes
 	Keys      Keys
 	Plans     *Plans
-	Log       *slog.Logger
+	// Auth resolves each request's caller; nil is NewAuthenticator(cfg,
+	// Plans, Keys). Serve passes the one its cluster node also asks.
+	Auth *Authenticator
+	Log  *slog.Logger
 	// Meter records each authenticated request; nil records nothing.
 	Meter Meter
 	// SessionSlots counts plan session slots; serve passes the store,
@@ -148,7 +151,7 @@ type Deps struct {
 type Server struct {
 	cfg   Config
 	sb    Sandboxes
-	keys  Keys
+	auth  *Authenticator
 	plans *Plans
 	meter Meter
 	log   *slog.Logger
@@ -162,9 +165,8 @@ type Server struct {
 	sealer    CredentialSealer  // nil: credentials refused
 	ops       opsState          // observer and route registry (metrics.go)
 
-	// While the store cannot be reached: the keys it resolved lately, and
-	// this node's own rate bucket in place of the store's.
-	keyCache   *keyCache
+	// While the store cannot be reached: this node's own rate bucket in
+	// place of the store's (the keys it resolved lately are auth's).
 	outageRate rateLimiter
 
 	build *buildinfo.Info // shown by /healthz; nil: status alone
@@ -172,10 +174,12 @@ type Server struct {
 
 // New builds the server and mounts every route (routes).
 func New(cfg Config, d Deps) *Server {
-	s := &Server{cfg: cfg, sb: d.Sandboxes, keys: d.Keys, plans: d.Plans, meter: d.Meter, log: d.Log, mux: http.NewServeMux(),
+	s := &Server{cfg: cfg, sb: d.Sandboxes, auth: d.Auth, plans: d.Plans, meter: d.Meter, log: d.Log, mux: http.NewServeMux(),
 		readiness: d.Readiness, egressLog: d.EgressLog, sealer: d.Credentials, build: d.Build}
 	s.slots, s.rate = d.SessionSlots, d.RateTokens
-	s.keyCache = newKeyCache(cfg.KeyCacheTTL)
+	if s.auth == nil {
+		s.auth = NewAuthenticator(cfg, d.Plans, d.Keys)
+	}
 	if s.slots == nil {
 		s.slots = newLocalSlots(d.Sandboxes)
 	}
@@ -386,7 +390,7 @@ func (s *Server) authedCall(h callFunc) http.Handler {
 				panic(v)
 			}
 		}()
-		p, err = s.authenticate(r)
+		p, err = s.auth.Authenticate(r)
 		if err != nil {
 			writeError(cw, r, s.log, err)
 			return
@@ -398,11 +402,7 @@ func (s *Server) authedCall(h callFunc) http.Handler {
 		// A call that waited for a hibernated session's resume (its own
 		// or another call's) says so, and how long the resume took, in
 		// X-Sandbox-Resumed (milliseconds).
-		ctx := sandbox.WithResumeNote(withPrincipal(r.Context(), p), func(d time.Duration) {
-			cw.resumedMS.Store(max(d.Milliseconds(), 1))
-		})
-		ctx = sandbox.WithResumePending(ctx, func() { cw.resumePending.Store(true) })
-		r = r.WithContext(ctx)
+		r = r.WithContext(sandbox.WithResumeReport(withPrincipal(r.Context(), p), &cw.resume))
 		if err := h(cw, r, c); err != nil {
 			err = interrupted(r, body.explain(err))
 			if cw.wroteHeader {
@@ -429,26 +429,24 @@ type countingWriter struct {
 	status      int
 	n           int64
 	wroteHeader bool
-	// resumedMS, when set (by the executor's resume note, from any
-	// goroutine), becomes the X-Sandbox-Resumed header of the reply if
-	// its header is still to be written.
-	resumedMS atomic.Int64
-	// resumePending: the call waits for a resume (a stream holds its
-	// headers for it, see resumeHeld).
-	resumePending atomic.Bool
+	// resume is filled by the executor (from any goroutine): the time of
+	// a resume the call waited for becomes the X-Sandbox-Resumed header
+	// of the reply if its header is still to be written, and while the
+	// call waits for one a stream holds its headers (resumeHeld).
+	resume sandbox.ResumeReport
 }
 
 // resumeHeld tells whether the reply waits for a resume whose time is not
 // known yet.
 func (c *countingWriter) resumeHeld() bool {
-	return c.resumePending.Load() && c.resumedMS.Load() == 0
+	return c.resume.Pending() && c.resume.Took() == 0
 }
 
 func (c *countingWriter) WriteHeader(code int) {
 	if !c.wroteHeader && code >= 200 { // 1xx are interim, not the status
 		c.status, c.wroteHeader = code, true
-		if ms := c.resumedMS.Load(); ms > 0 {
-			c.ResponseWriter.Header().Set("X-Sandbox-Resumed", strconv.FormatInt(ms, 10))
+		if d := c.resume.Took(); d > 0 {
+			c.ResponseWriter.Header().Set("X-Sandbox-Resumed", strconv.FormatInt(max(d.Milliseconds(), 1), 10))
 		}
 	}
 	c.ResponseWriter.WriteHeader(code)

@@ -389,11 +389,10 @@ func (h *handler) serveSession(w http.ResponseWriter, r *http.Request, id string
 // ownedByCaller reports whether r's key owns a session of key keyID (true
 // when the node has no key resolution).
 func (n *Node) ownedByCaller(r *http.Request, keyID string) bool {
-	f := n.caller.Load()
-	if f == nil {
+	if n.caller == nil {
 		return true
 	}
-	id, ok := (*f)(r)
+	id, ok := n.caller(r)
 	return ok && id != "" && id == keyID
 }
 

@@ -186,6 +186,8 @@ type nodeOpts struct {
 	log *slog.Logger
 	// trans, when set, is the node's Transport (Deps.Transport).
 	trans http.RoundTripper
+	// caller, when set, is the node's key resolution (Deps.Caller).
+	caller CallerFunc
 }
 
 // startNodeWith starts node name on st's database, free sandboxes free,
@@ -209,7 +211,7 @@ func startNodeWith(t *testing.T, st *store.Store, name string, free int, o nodeO
 	if o.conf != nil {
 		o.conf(&s)
 	}
-	n, err := New(s, Deps{Store: tn.st, Executor: tn.ex, Observer: tn.obs, Log: o.log, Now: func() time.Time { return time.Now().Add(time.Duration(tn.skew.Load())) }, Transport: o.trans})
+	n, err := New(s, Deps{Store: tn.st, Executor: tn.ex, Observer: tn.obs, Log: o.log, Now: func() time.Time { return time.Now().Add(time.Duration(tn.skew.Load())) }, Transport: o.trans, Caller: o.caller})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -175,7 +175,6 @@ func TestForwardKeepsConnectionListedHeaders(t *testing.T) {
 // not taken over for it. The owner's key still reaches it.
 func TestOtherKeysSessionStays(t *testing.T) {
 	st := openStore(t, testPostgres(t))
-	a, b := startNode(t, st, "a", 4), startNode(t, st, "b", 4)
 	caller := func(r *http.Request) (string, bool) {
 		switch r.Header.Get("Authorization") {
 		case "Bearer test-key":
@@ -185,8 +184,8 @@ func TestOtherKeysSessionStays(t *testing.T) {
 		}
 		return "", false
 	}
-	a.node.SetCaller(caller)
-	b.node.SetCaller(caller)
+	a := startNodeWith(t, st, "a", 4, nodeOpts{secret: testSecret, caller: caller})
+	b := startNodeWith(t, st, "b", 4, nodeOpts{secret: testSecret, caller: caller})
 	insertSession(t, st, "b", "s1")
 	b.ex.has["s1"] = true
 	insertSession(t, st, "", "s2") // its node is gone: anyone may claim it

@@ -10,7 +10,6 @@ import (
 	"net"
 	"net/http"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/sandboxapi/sandboxapi/internal/sandbox"
@@ -89,6 +88,12 @@ type Deps struct {
 	Observer Observer
 	// Now is the node's clock; nil is time.Now.
 	Now func() time.Time
+	// Caller is the API's key resolution: a call for a session is taken
+	// over, adopted or forwarded only for the key that owns it; any other
+	// call (no such key, another key's session) is the local API's to
+	// refuse (401, 404), as on one node, without moving the session or
+	// naming its node. Nil: every call is taken as the owner's.
+	Caller CallerFunc
 	// Transport carries forwarded calls; nil is a transport of the node's
 	// own that ignores proxy settings from the environment, speaks TLS 1.2
 	// or later to https nodes and trusts Settings.CAFile (when set)
@@ -109,7 +114,9 @@ type Node struct {
 	now   func() time.Time
 	sig   *signer
 	trans http.RoundTripper
-	lease time.Duration
+	// caller is the API's key resolution (Deps.Caller); nil: none.
+	caller CallerFunc
+	lease  time.Duration
 	// proxyLog takes the forwarding proxy's own lines, at debug level: a
 	// reply cut short, the one it writes under a server, is logged by the
 	// forward with its request id (replyBody).
@@ -121,9 +128,8 @@ type Node struct {
 	epoch      int64     // 0: not registered
 	validUntil time.Time // by our clock: sessions may be used before it
 	draining   bool
-	placed     map[string]placement       // creates sent to other nodes since their last renewal
-	caller     atomic.Pointer[CallerFunc] // the API's key resolution (SetCaller); nil: none
-	refused    map[string]time.Time       // nodes that refused this node's signature or whose certificate did not verify, until when no create goes there
+	placed     map[string]placement // creates sent to other nodes since their last renewal
+	refused    map[string]time.Time // nodes that refused this node's signature or whose certificate did not verify, until when no create goes there
 
 	stop chan struct{}
 	done chan struct{}
@@ -143,7 +149,7 @@ func New(s Settings, d Deps) (*Node, error) {
 	if d.Store.Node() != s.Node {
 		return nil, fmt.Errorf("cluster: the store handle acts for node %q, not %q", d.Store.Node(), s.Node)
 	}
-	n := &Node{s: s, st: d.Store, ex: d.Executor, log: d.Log, obs: d.Observer, now: d.Now, trans: d.Transport,
+	n := &Node{s: s, st: d.Store, ex: d.Executor, log: d.Log, obs: d.Observer, now: d.Now, trans: d.Transport, caller: d.Caller,
 		lease: s.Lease.D(), sig: newSigner(s.Secret, s.PreviousSecrets, s.Node), placed: map[string]placement{}, refused: map[string]time.Time{}}
 	if n.log == nil {
 		n.log = slog.New(slog.DiscardHandler)
@@ -405,10 +411,3 @@ func (n *Node) loop() {
 // the store records as a session's owner (false: no key the API would
 // take, or it cannot say now).
 type CallerFunc func(r *http.Request) (keyID string, ok bool)
-
-// SetCaller gives the node the API's key resolution: a call for a
-// session is then taken over, adopted or forwarded only for the key that
-// owns it; any other call (no such key, another key's session) is the
-// local API's to refuse (401, 404), as on one node, without moving the
-// session or naming its node. Call it before serving.
-func (n *Node) SetCaller(f CallerFunc) { n.caller.Store(&f) }

@@ -100,12 +100,11 @@ func startFaultExecutor(t *testing.T) *faultEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e, err := New(cfg, rt, st, quietLog())
+	rn := &realNetwork{n: nw}
+	e, err := New(cfg, rt, st, quietLog(), WithNetwork(rn))
 	if err != nil {
 		t.Fatal(err)
 	}
-	rn := &realNetwork{n: nw}
-	e.SetNetwork(rn)
 	if err := e.Start(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -114,14 +113,14 @@ func TestHibernateAndResume(t *testing.T) {
 			if h, err := e.HibernateSession(ctx, "k1", s.ID); err != nil || h.State != StateHibernated {
 				t.Fatalf("second hibernate: %+v %v", h, err)
 			}
-			var noted time.Duration
-			nctx := sandbox.WithResumeNote(ctx, func(d time.Duration) { noted = d })
+			var rep sandbox.ResumeReport
+			nctx := sandbox.WithResumeReport(ctx, &rep)
 			r, err := e.Execute(nctx, "k1", s.ID, ExecRequest{Code: "print(open('/home/sandbox/f').read())"})
 			if err != nil || r.Stdout != "kept\n" {
 				t.Fatalf("after resume: %+v %v", r, err)
 			}
-			if r.ResumedMS <= 0 || noted <= 0 {
-				t.Fatalf("resume not reported: result %d ms, note %v", r.ResumedMS, noted)
+			if r.ResumedMS <= 0 || rep.Took() <= 0 || !rep.Pending() {
+				t.Fatalf("resume not reported: result %d ms, report took %v, pending %v", r.ResumedMS, rep.Took(), rep.Pending())
 			}
 			t.Logf("resume took %d ms", r.ResumedMS)
 			if st := state(t, e, s.ID); st != StateRunning {
@@ -137,7 +136,7 @@ func TestHibernateAndResume(t *testing.T) {
 
 // TestParallelCallsResumeOnce: many calls on a hibernated session resume
 // it once, and every one of them, having waited for that resume, reports
-// it (resume note and resumed_ms).
+// it (resume report and resumed_ms).
 func TestParallelCallsResumeOnce(t *testing.T) {
 	e, _ := startExecutor(t, func(c *Config) { c.WarmPool = 0 })
 	ctx := context.Background()
@@ -150,13 +149,12 @@ func TestParallelCallsResumeOnce(t *testing.T) {
 	var wg sync.WaitGroup
 	results := make([]Result, n)
 	errs := make([]error, n)
-	noted := make([]atomic.Int64, n)
+	reps := make([]sandbox.ResumeReport, n)
 	for i := 0; i < n; i++ {
 		wg.Add(1)
 		go func(i int) {
 			defer wg.Done()
-			nctx := sandbox.WithResumeNote(ctx, func(d time.Duration) { noted[i].Store(max(d.Milliseconds(), 1)) })
-			results[i], errs[i] = e.Execute(nctx, "k1", s.ID, ExecRequest{Code: "cat /home/sandbox/f"})
+			results[i], errs[i] = e.Execute(sandbox.WithResumeReport(ctx, &reps[i]), "k1", s.ID, ExecRequest{Code: "cat /home/sandbox/f"})
 		}(i)
 	}
 	wg.Wait()
@@ -166,8 +164,9 @@ func TestParallelCallsResumeOnce(t *testing.T) {
 		if errs[i] != nil || results[i].Stdout != "hi\n" {
 			t.Errorf("call %d: %+v %v", i, results[i], errs[i])
 		}
-		if results[i].ResumedMS <= 0 || results[i].ResumedMS != results[0].ResumedMS || noted[i].Load() != results[i].ResumedMS {
-			t.Errorf("call %d: resumed_ms %d, noted %d; call 0 resumed_ms %d", i, results[i].ResumedMS, noted[i].Load(), results[0].ResumedMS)
+		noted := reps[i].Took()
+		if results[i].ResumedMS <= 0 || results[i].ResumedMS != results[0].ResumedMS || noted <= 0 || max(noted.Milliseconds(), 1) != results[i].ResumedMS {
+			t.Errorf("call %d: resumed_ms %d, report %v; call 0 resumed_ms %d", i, results[i].ResumedMS, noted, results[0].ResumedMS)
 		}
 	}
 	e.mu.Lock()

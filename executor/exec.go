@@ -112,7 +112,7 @@ func (e *Executor) acquire(ctx context.Context, owner, id string) (*session, err
 // acquireResumed is acquire that also says how long resuming the session
 // took (0: it was running, and no resume happened while the call waited).
 // Every call that waited for a resume reports it, not only the one that
-// did it: to the context's resume note (sandbox.WithResumeNote) as soon
+// did it: in the context's resume report (sandbox.WithResumeReport) as soon
 // as the resume is done, and in the duration returned. A call that finds
 // the session hibernated says so first (sandbox.NoteResumePending).
 func (e *Executor) acquireResumed(ctx context.Context, owner, id string) (*session, time.Duration, error) {

@@ -127,8 +127,15 @@ type Executor struct {
 	bg      sync.WaitGroup // teardowns of stateless sandboxes
 }
 
-// New checks cfg and prepares an executor; it starts nothing.
-func New(cfg Config, rt *Runtimes, st *store.Store, log *slog.Logger) (*Executor, error) {
+// Option gives New a part the executor works with besides its config.
+type Option func(*Executor)
+
+// WithNetwork gives the executor its network provider (egress); without
+// one, sessions that ask for network are refused.
+func WithNetwork(n Network) Option { return func(e *Executor) { e.net = n } }
+
+// New checks cfg and prepares an executor with opts; it starts nothing.
+func New(cfg Config, rt *Runtimes, st *store.Store, log *slog.Logger, opts ...Option) (*Executor, error) {
 	if cfg.Rootfs == "" {
 		return nil, errors.New("executor: no rootfs configured (run `sandboxapi rootfs build`)")
 	}
@@ -166,7 +173,7 @@ func New(cfg Config, rt *Runtimes, st *store.Store, log *slog.Logger) (*Executor
 		}
 		cfg.HomesDir = abs
 	}
-	return &Executor{
+	e := &Executor{
 		cfg:      cfg,
 		rt:       rt,
 		runsc:    &runsc{bin: bin, root: filepath.Join(cfg.DataDir, "runsc"), platform: cfg.Platform},
@@ -179,7 +186,11 @@ func New(cfg Config, rt *Runtimes, st *store.Store, log *slog.Logger) (*Executor
 		mounting: map[string]*mountOp{},
 		warm:     make(chan warmSandbox, max(cfg.WarmPool, 0)),
 		stop:     make(chan struct{}),
-	}, nil
+	}
+	for _, o := range opts {
+		o(e)
+	}
+	return e, nil
 }
 
 // findGuest looks for sandboxapi-guest beside the running binary, then on PATH.

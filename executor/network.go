@@ -11,9 +11,9 @@ import (
 )
 
 // Network gives a session that asked for network its own network namespace
-// whose only reachable addresses are the egress proxy and its DNS. The CLI
-// wires an implementation over package egress; without one, sessions with
-// network are refused.
+// whose only reachable addresses are the egress proxy and its DNS. The
+// composition root gives one over package egress to New (WithNetwork);
+// without one, sessions with network are refused.
 type Network interface {
 	// Attach prepares the namespace for session id with the session's
 	// network request.
@@ -34,9 +34,6 @@ type Attachment = sandbox.NetworkAttachment
 // ErrNoNetwork is returned when a session asks for network and the server
 // has no egress configured.
 var ErrNoNetwork = sandbox.ErrNoNetwork
-
-// SetNetwork installs the network provider; call before Start.
-func (e *Executor) SetNetwork(n Network) { e.net = n }
 
 // NetworkAvailable reports whether sessions with network can be made: a
 // network provider is installed (egress is on).

@@ -5,29 +5,37 @@ import (
 
 	"github.com/sandboxapi/sandboxapi/cluster"
 	"github.com/sandboxapi/sandboxapi/executor"
-	"github.com/sandboxapi/sandboxapi/internal/metrics"
+	"github.com/sandboxapi/sandboxapi/internal/lifecycle"
 	"github.com/sandboxapi/sandboxapi/internal/sandbox"
-	"github.com/sandboxapi/sandboxapi/store"
 )
 
-// wireCluster makes serve a node of a cluster when cluster.node is set,
-// and returns nil for a single node. st is the store acting for the node
-// (st.ForNode(cluster.node)), as the executor and the API get it. The
-// caller adds the node to the lifecycle group before the executor (it
-// registers first and gives its lease up last), puts its Handler in front
-// of the API, calls Drain when the HTTP drain begins, and lists sessions
-// through it (clusterSandboxes).
-func wireCluster(env *Env, st *store.Store, ex *executor.Executor, m *metrics.Metrics) (*cluster.Node, error) {
-	cfg := env.Config
-	if !cfg.Cluster.Enabled() {
-		return nil, nil
+// clusterUnit makes serve a node of a cluster (cluster.node set). The
+// node takes sessions in and out of the executor and asks the API's key
+// resolution (auth) whose session a call is for. It registers before the
+// sessions unit starts the executor and gives its lease up after the
+// executor has handed its sessions over; its Handler sits in front of the
+// API (http), the HTTP drain marks it draining, and the API lists
+// sessions through it (clusterSandboxes).
+func (p *parts) clusterUnit() lifecycle.Unit {
+	return lifecycle.Unit{
+		Name:  "cluster",
+		Needs: []string{"store", "executor", "metrics", "auth"},
+		Provision: func(context.Context) error {
+			node, err := cluster.New(p.env.Config.Cluster, cluster.Deps{Store: p.st, Executor: p.ex, Log: p.env.Log, Observer: p.m,
+				// Another key's session, or a call the API will refuse,
+				// is the API's to answer here: nothing moves, no node is
+				// named.
+				Caller: p.auth.CallerKeyID})
+			if err != nil {
+				return err
+			}
+			p.m.RegisterClusterNodes(node.NodesAlive)
+			p.node = node
+			return nil
+		},
+		Start: func(ctx context.Context) error { return p.node.Start(ctx) },
+		Stop:  func(ctx context.Context) error { return p.node.Stop(ctx) },
 	}
-	node, err := cluster.New(cfg.Cluster, cluster.Deps{Store: st, Executor: ex, Log: env.Log, Observer: m})
-	if err != nil {
-		return nil, err
-	}
-	m.RegisterClusterNodes(node.NodesAlive)
-	return node, nil
 }
 
 // The executor is what a node takes sessions in and out of.

@@ -12,20 +12,22 @@ import (
 	"github.com/sandboxapi/sandboxapi/api/wire"
 	"github.com/sandboxapi/sandboxapi/egress"
 	"github.com/sandboxapi/sandboxapi/executor"
+	"github.com/sandboxapi/sandboxapi/internal/lifecycle"
 	"github.com/sandboxapi/sandboxapi/internal/metrics"
 	"github.com/sandboxapi/sandboxapi/internal/sandbox"
 	"github.com/sandboxapi/sandboxapi/internal/seal"
 	"github.com/sandboxapi/sandboxapi/store"
 )
 
-// egressParts is what setupEgress started: the session networking (nil
-// while egress is off), the API's view of the audit trail and the func
-// that stops them.
+// egressParts is what the egress unit built: the session networking
+// (nil while egress is off), the API's view of the audit trail, the
+// credentials' keys, and what writes and prunes the trail.
 type egressParts struct {
 	keys     *seal.Keys // seals and opens credentials; nil while egress is off
 	sessions *egress.Sessions
 	trail    *egressTrail
-	stop     func()
+	writer   *store.EgressWriter // nil while egress is off
+	pruner   *egress.AuditPruner
 }
 
 // egressFlushInterval is how often queued egress decisions are written to
@@ -33,39 +35,56 @@ type egressParts struct {
 // egress.audit_retention are deleted).
 const egressFlushInterval = 200 * time.Millisecond
 
-// setupEgress starts the egress proxy and sandbox networking when the
-// config enables them, and installs them in the executor (before Start).
-// Stale namespaces, veths and rules are reconciled when the executor
-// starts (it calls Network.Reconcile with its live sessions). Every
-// decision is written to st, whose trail is pruned past
-// egress.audit_retention (also while egress is disabled, so that turning
-// it off keeps the retention promise), and counted in m. Its stop stops
-// the proxy, then writes the decisions still queued; call it before st
-// closes. The networks of sessions still alive stay, so a restarted server
-// can adopt them. With egress off, the trail is the store's alone
-// (decisions of runs with egress on stay readable for
-// egress.audit_retention) and sessions is nil.
-func setupEgress(ctx context.Context, env *Env, ex *executor.Executor, st *store.Store, m *metrics.Metrics) (_ *egressParts, err error) {
+// egressUnit builds the egress proxy and sandbox networking when the
+// config enables them; the executor is given them at construction. Stale
+// namespaces, veths and rules are reconciled when the executor starts (it
+// calls Network.Reconcile with its live sessions). Every decision is
+// written to the store, whose trail is pruned past egress.audit_retention
+// (also while egress is disabled, so that turning it off keeps the
+// retention promise), and counted in the metrics. Stop stops the proxy
+// and the pruner; Cleanup then writes the decisions still queued (tunnels
+// the proxy closed report on the way out). The networks of sessions still
+// alive stay, so a restarted server can adopt them. With egress off, the
+// trail is the store's alone (decisions of runs with egress on stay
+// readable for egress.audit_retention) and sessions is nil.
+func (p *parts) egressUnit() lifecycle.Unit {
+	return lifecycle.Unit{
+		Name:  "egress",
+		Needs: []string{"store", "metrics"},
+		Provision: func(ctx context.Context) (err error) {
+			p.eg, err = newEgress(ctx, p.env, p.st, p.m)
+			return err
+		},
+		Start: func(ctx context.Context) error { return p.eg.pruner.Start(ctx) },
+		Stop: func(ctx context.Context) error {
+			var errs []error
+			if p.eg.sessions != nil {
+				stopCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+				defer cancel()
+				if err := p.eg.sessions.Stop(stopCtx); err != nil {
+					errs = append(errs, fmt.Errorf("stopping egress proxy: %w", err))
+				}
+			}
+			return errors.Join(append(errs, p.eg.pruner.Stop(ctx))...)
+		},
+		Cleanup: func(context.Context) error {
+			if p.eg.writer != nil {
+				p.eg.writer.Close()
+			}
+			return nil
+		},
+	}
+}
+
+// newEgress builds the egress unit's parts; a failure closes what it
+// opened.
+func newEgress(ctx context.Context, env *Env, st *store.Store, m *metrics.Metrics) (*egressParts, error) {
 	ec := env.Config.Egress
 	log := env.Log.With("component", "egress")
-	var undo []func()
-	defer func() {
-		if err != nil {
-			for i := len(undo) - 1; i >= 0; i-- {
-				undo[i]()
-			}
-		}
-	}()
 	pruner := &egress.AuditPruner{Retention: ec.AuditRetention, Prune: st.PruneEgressDecisions, Log: log}
-	_ = pruner.Start(ctx) // never fails
-	stopPrune := func() { _ = pruner.Stop(ctx) }
-	undo = append(undo, stopPrune)
 	if !ec.Enabled {
-		return &egressParts{trail: &egressTrail{st: st}, stop: stopPrune}, nil
+		return &egressParts{trail: &egressTrail{st: st}, pruner: pruner}, nil
 	}
-	trail := store.NewEgressWriter(ctx, st, egressFlushInterval, log)
-	undo = append(undo, trail.Close)
-	onDecision, observe := egressAudit(trail, m)
 	// The installers' pool is never dialled either, whatever
 	// extra_allowed_cidrs says (config validation keeps them disjoint).
 	var reserved []netip.Prefix
@@ -80,21 +99,15 @@ func setupEgress(ctx context.Context, env *Env, ex *executor.Executor, st *store
 	if err != nil {
 		return nil, err
 	}
+	writer := store.NewEgressWriter(ctx, st, egressFlushInterval, log)
+	onDecision, observe := egressAudit(writer, m)
 	opts := egress.Options{Logger: log, OnDecision: onDecision, Observe: observe, Reserved: reserved, CA: ca, Credentials: keys}
 	sessions, err := egress.NewSessions(ec.Config, opts, filepath.Join(env.Config.DataDir, "egress"))
 	if err != nil {
+		writer.Close()
 		return nil, err
 	}
-	ex.SetNetwork(sessions)
-	return &egressParts{keys: keys, sessions: sessions, trail: &egressTrail{st: st, w: trail}, stop: func() {
-		stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-		defer cancel()
-		if err := sessions.Stop(stopCtx); err != nil {
-			log.Error("stopping egress proxy", "err", err)
-		}
-		trail.Close() // after the proxy: tunnels it closed report on the way out
-		stopPrune()
-	}}, nil
+	return &egressParts{keys: keys, sessions: sessions, trail: &egressTrail{st: st, w: writer}, writer: writer, pruner: pruner}, nil
 }
 
 // credentialsKeyFile is egress.credentials_key_file, by default

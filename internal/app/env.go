@@ -1,7 +1,7 @@
 // Package app is the composition root of `sandboxapi serve`: it builds
 // every service from the config, hands each the small interfaces the
-// others declare (the adapters in this package), and runs them as one
-// lifecycle.Group. Services never import each other; they meet here.
+// others declare (the adapters in this package), and runs them as the
+// units of one lifecycle.System (units.go). Services never import each other; they meet here.
 // internal/cli parses flags and calls this package.
 package app
 

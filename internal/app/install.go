@@ -13,7 +13,6 @@ import (
 	"github.com/sandboxapi/sandboxapi/executor"
 	"github.com/sandboxapi/sandboxapi/installer"
 	"github.com/sandboxapi/sandboxapi/internal/lifecycle"
-	"github.com/sandboxapi/sandboxapi/internal/metrics"
 	"github.com/sandboxapi/sandboxapi/internal/sandbox"
 	"github.com/sandboxapi/sandboxapi/mirror"
 	"github.com/sandboxapi/sandboxapi/readiness"
@@ -32,36 +31,88 @@ var (
 	_ readiness.OSVSource       = mirrorOSV{}
 )
 
-// wireInstall builds the installer (its own fenced network serving the
-// mirror) and the readiness checks (not started), which gate it and make
-// /readyz, and adds the installer (its spare network) to g. Without an
-// installer network (not root, no nft), installs stay closed: the firewall
-// and topology checks fail. sessions is egress's session networking (nil
-// while egress is off), fenced and measured by the same checks.
-func wireInstall(ctx context.Context, env *Env, g *lifecycle.Group, ex *executor.Executor, sessions *egress.Sessions, mir *mirror.Mirror, front mirrorFront, st *store.Store, m *metrics.Metrics) (*readiness.Checker, api.Installer) {
-	log := env.Log.With("component", "installer")
-	icfg := env.Config.Installer
+// installParts is what the installer unit built: the installer the API
+// calls, and the installer's own fenced network with the installer on it
+// (both nil without one: not root, no nft; then nwErr says why).
+type installParts struct {
+	api   api.Installer
+	nw    *egress.Network
+	inst  *installer.Installer
+	nwErr error
+}
+
+// installerUnit builds the installer on its own fenced network serving
+// the mirror. Without an installer network installs stay closed (the
+// readiness unit's firewall and topology checks fail). Start keeps a spare
+// installer network ready for the next install; Stop removes it (one left
+// by a process that dies is removed by the next start's Reconcile).
+func (p *parts) installerUnit() lifecycle.Unit {
+	return lifecycle.Unit{
+		Name:  "installer",
+		Needs: []string{"executor", "sessions", "mirror", "store", "metrics"},
+		Provision: func(ctx context.Context) error {
+			log := p.env.Log.With("component", "installer")
+			icfg := p.env.Config.Installer
+			nw, err := egress.NewServiceNetwork(ctx, icfg.Pool, icfg.Table, icfg.Prefix, icfg.Port, p.env.Log.With("component", "installer-network"))
+			if err != nil {
+				log.Error("installer network unavailable; installs stay closed", "err", err)
+				p.inst = installParts{api: closedInstaller{}, nwErr: err}
+				return nil
+			}
+			inst := installer.New(icfg, mirrorCatalog{p.mir}, p.ex, installNetwork{nw}, p.m.InstrumentMirror(p.front.handler), log)
+			p.inst = installParts{nw: nw, inst: inst,
+				api: recordingInstaller{next: inst, st: p.st, mir: p.mir, log: log, observe: p.m.ObserveInstall}}
+			return nil
+		},
+		Start: func(ctx context.Context) error {
+			if p.inst.inst != nil {
+				p.inst.inst.Start(ctx)
+			}
+			return nil
+		},
+		Stop: func(ctx context.Context) error {
+			if p.inst.inst == nil {
+				return nil
+			}
+			ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+			defer cancel()
+			return p.inst.inst.Stop(ctx)
+		},
+	}
+}
+
+// readinessUnit builds the readiness checks, which gate the installer and
+// make /readyz: the runtimes, the store, the mirror and the OSV database
+// and, with an installer network, the firewall and topology of the
+// installer's network and (egress on) of the sessions' networks. Start
+// runs them once the server listens (the mirror check may ask the server
+// itself); Stop ends them.
+func (p *parts) readinessUnit() lifecycle.Unit {
+	var svc lifecycle.Component
+	return lifecycle.Unit{
+		Name:  "readiness",
+		Needs: []string{"installer", "executor", "sessions", "egress", "mirror", "store"},
+		Provision: func(ctx context.Context) error {
+			p.chk = newChecks(ctx, p.env, p.inst, p.eg.sessions, p.ex, p.mir, p.front, p.st)
+			svc = p.chk.Service(func(ctx context.Context) { waitListening(ctx, LoopbackAddr(p.env.Config.Listen), 30*time.Second) })
+			return nil
+		},
+		Start: func(ctx context.Context) error { return svc.Start(ctx) },
+		Stop:  func(ctx context.Context) error { return svc.Stop(ctx) },
+	}
+}
+
+// newChecks registers readiness's checks (see readinessUnit). sessions is
+// egress's session networking (nil while egress is off).
+func newChecks(ctx context.Context, env *Env, ip installParts, sessions *egress.Sessions, ex *executor.Executor, mir *mirror.Mirror, front mirrorFront, st *store.Store) *readiness.Checker {
 	chk := readiness.New(env.Config.Readiness, env.Log.With("component", "readiness"))
 	chk.Register("runtimes", func(context.Context) (string, error) { return runtimesCheck(ex.RuntimeList(), time.Now()) })
-	nw, err := egress.NewServiceNetwork(ctx, icfg.Pool, icfg.Table, icfg.Prefix, icfg.Port, env.Log.With("component", "installer-network"))
-	if err != nil {
-		log.Error("installer network unavailable; installs stay closed", "err", err)
+	if ip.nw == nil {
+		err := ip.nwErr
 		chk.Register("firewall", func(context.Context) (string, error) { return "", fmt.Errorf("installer network unavailable: %w", err) })
 		chk.Register("topology", func(context.Context) (string, error) { return "", errors.New("installer network unavailable") })
-	}
-	var inst *installer.Installer
-	if nw != nil {
-		inst = installer.New(icfg, mirrorCatalog{mir}, ex, installNetwork{nw}, m.InstrumentMirror(front.handler), log)
-		// A spare installer network waits for the next install; one left
-		// by a process that dies is removed by the next start's Reconcile.
-		g.Add("installer", lifecycle.Funcs{
-			StartFunc: func(ctx context.Context) error { inst.Start(ctx); return nil },
-			StopFunc: func(ctx context.Context) error {
-				ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-				defer cancel()
-				return inst.Stop(ctx)
-			},
-		})
+	} else {
+		nw, inst := ip.nw, ip.inst
 		fences := map[string]readiness.FirewallChecker{"installer": nw.HealingCheck(), "installer-chains": nw.ChainsCheck()}
 		closeOnRepair(ctx, chk, nw)
 		probes := map[string]readiness.Probe{
@@ -90,10 +141,7 @@ func wireInstall(ctx context.Context, env *Env, g *lifecycle.Group, ex *executor
 	chk.Register("store", storeCheck(st, env.Log.With("component", "readiness")))
 	chk.Register("mirror", readiness.Mirror(mirrorIndex{mir}, front.base, 3))
 	chk.Register("osv", readiness.OSV(mirrorOSV{m: mir, maxRecord: env.Config.Mirror.OSVMaxRecordAge.D()}))
-	if inst == nil {
-		return chk, closedInstaller{}
-	}
-	return chk, recordingInstaller{next: inst, st: st, mir: mir, log: log, observe: m.ObserveInstall}
+	return chk
 }
 
 func waitListening(ctx context.Context, addr string, limit time.Duration) {

@@ -5,6 +5,7 @@ package sandbox
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"time"
 )
 
@@ -274,37 +275,52 @@ type RuntimeVersion struct {
 	EOL     string `json:"eol,omitempty"`
 }
 
-type resumeNoteKey struct{}
-
-// WithResumeNote returns a context whose calls report a resume to note:
-// the executor calls it (once, before any output) when a call had to
-// resume a hibernated session first.
-func WithResumeNote(ctx context.Context, note func(time.Duration)) context.Context {
-	return context.WithValue(ctx, resumeNoteKey{}, note)
+// ResumeReport is what one call learns, while it runs, of a hibernated
+// session's resume it waits for: that it waits (Pending) and, once the
+// resume is done, how long it took (Took). The caller puts one in the
+// call's context (WithResumeReport) and reads it; the executor fills it
+// (NoteResumePending, NoteResume). It is data, not a hook: nothing runs
+// when it changes. The zero value is an empty report; safe for concurrent
+// use.
+type ResumeReport struct {
+	pending atomic.Bool
+	took    atomic.Int64 // nanoseconds; 0: no resume noted
 }
 
-// NoteResume reports a resume of d to the context's note, if any. A d of
-// 0 (the session was running after all) reports nothing.
+// Pending reports whether the call found the session hibernated and
+// waits for its resume (done by it or by another call).
+func (r *ResumeReport) Pending() bool { return r.pending.Load() }
+
+// Took is how long the resume the call waited for took (0: none noted).
+func (r *ResumeReport) Took() time.Duration { return time.Duration(r.took.Load()) }
+
+type resumeReportKey struct{}
+
+// WithResumeReport returns a context whose calls report a resume they
+// wait for in r.
+func WithResumeReport(ctx context.Context, r *ResumeReport) context.Context {
+	return context.WithValue(ctx, resumeReportKey{}, r)
+}
+
+func resumeReport(ctx context.Context) *ResumeReport {
+	r, _ := ctx.Value(resumeReportKey{}).(*ResumeReport)
+	return r
+}
+
+// NoteResume notes, in the context's report if any, that the call's wait
+// for a resume is over and that the resume took d (once, before any
+// output). A d of 0 (the session was running after all) notes nothing.
 func NoteResume(ctx context.Context, d time.Duration) {
-	if f, ok := ctx.Value(resumeNoteKey{}).(func(time.Duration)); ok && f != nil && d > 0 {
-		f(d)
+	if r := resumeReport(ctx); r != nil && d > 0 {
+		r.took.Store(int64(d))
 	}
 }
 
-type resumePendingKey struct{}
-
-// WithResumePending returns a context whose calls report, to pending,
-// that they found the session hibernated and wait for its resume (done by
-// them or by another call); the resume note follows when it is done,
-// unless the resume fails.
-func WithResumePending(ctx context.Context, pending func()) context.Context {
-	return context.WithValue(ctx, resumePendingKey{}, pending)
-}
-
-// NoteResumePending reports a resume being waited for to the context's
-// pending func, if any.
+// NoteResumePending notes, in the context's report if any, that the call
+// found the session hibernated and waits for its resume; NoteResume
+// follows when the resume is done, unless it fails.
 func NoteResumePending(ctx context.Context) {
-	if f, ok := ctx.Value(resumePendingKey{}).(func()); ok && f != nil {
-		f()
+	if r := resumeReport(ctx); r != nil {
+		r.pending.Store(true)
 	}
 }
