@@ -347,6 +347,27 @@ readiness:
 `, f.dnsAddr, f.prefix, e.pool, e.table, e.prefix, e.ipool, e.itable, e.iprefix)
 }
 
+// sessionShort is the name egress gives a session's network parts
+// (netns <prefix>-<short>, veth <prefix>h<short>, chain s_<short>).
+func sessionShort(id string) string {
+	sum := sha256.Sum256([]byte(id))
+	return hex.EncodeToString(sum[:4])
+}
+
+// naming keeps the entries of left that contain one of names.
+func naming(left []string, names ...string) []string {
+	var out []string
+	for _, l := range left {
+		for _, n := range names {
+			if strings.Contains(l, n) {
+				out = append(out, l)
+				break
+			}
+		}
+	}
+	return out
+}
+
 // settledLeftovers is leftovers once it is empty, or as it is when
 // within has passed: a topology canary's network goes away when its check
 // ends, which on a loaded machine can be after the check's own timeout.
@@ -818,8 +839,13 @@ env | grep -ci proxy`, f.web), nil)
 		if r := s.do("DELETE", "/v1/sessions/"+id, ultra, nil); r.status != http.StatusNoContent {
 			t.Fatalf("delete: %d %s", r.status, r.body)
 		}
-		if left := ee.leftovers(t); len(left) != 0 {
+		if left := naming(ee.leftovers(t), sessionShort(id)); len(left) != 0 {
 			t.Fatalf("left after delete: %q", left)
+		}
+		// A topology canary whose check timed out on a loaded machine
+		// may still be tearing its own network down.
+		if left := ee.settledLeftovers(t, 30*time.Second); len(left) != 0 {
+			t.Fatalf("left after delete (other than the session's): %q", left)
 		}
 		if ents, _ := os.ReadDir(filepath.Join(s.dataDir, "egress")); len(ents) != 0 {
 			t.Fatalf("egress records left: %v", ents)
@@ -874,17 +900,7 @@ func TestEgressRestartReconciles(t *testing.T) {
 	// canary whose check timed out on a loaded machine may still be
 	// tearing its own network down.
 	ghost := "deadbeef"
-	ours := func(left []string) []string {
-		sum := sha256.Sum256([]byte(id))
-		short := hex.EncodeToString(sum[:4]) // egress names a session's network by this
-		var out []string
-		for _, l := range left {
-			if strings.Contains(l, short) || strings.Contains(l, ghost) {
-				out = append(out, l)
-			}
-		}
-		return out
-	}
+	ours := func(left []string) []string { return naming(left, sessionShort(id), ghost) }
 	before := ours(ee.leftovers(t))
 
 	// If the test stops between kill and start, a server must still come
