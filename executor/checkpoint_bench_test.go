@@ -49,7 +49,7 @@ func BenchmarkCheckpointRestore(b *testing.B) {
 		hib = append(hib, time.Since(t0))
 		image = h.CheckpointBytes
 		t0 = time.Now()
-		if _, err := e.List(ctx, "k1", s.ID, "/home/sandbox"); err != nil {
+		if _, err := e.files.List(ctx, "k1", s.ID, "/home/sandbox"); err != nil {
 			b.Fatalf("resume: %v", err)
 		}
 		resume = append(resume, time.Since(t0))

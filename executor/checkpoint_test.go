@@ -185,7 +185,7 @@ func TestLiveHibernateResumeKeepsMemory(t *testing.T) {
 	t.Logf("checkpoint: %d bytes", h.CheckpointBytes)
 	// The resume, through the files API (an execute would meet the
 	// holder's run in the guest).
-	if _, err := e.List(ctx, "k1", s.ID, "/home/sandbox"); err != nil {
+	if _, err := e.files.List(ctx, "k1", s.ID, "/home/sandbox"); err != nil {
 		t.Fatalf("resuming: %v", err)
 	}
 	if got, want := readMemory(t, e, s.ID), tmpTok+" "+procTok; got != want {
@@ -487,7 +487,7 @@ func TestLiveSurvivesRestart(t *testing.T) {
 				}
 			}
 			if !kill {
-				if _, err := second.List(context.Background(), "k1", s.ID, "/home/sandbox"); err != nil {
+				if _, err := second.files.List(context.Background(), "k1", s.ID, "/home/sandbox"); err != nil {
 					t.Fatalf("resuming: %v", err)
 				}
 			}

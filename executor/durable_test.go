@@ -630,11 +630,11 @@ func TestFileCallsResumeHibernated(t *testing.T) {
 		}
 	}
 	hibernate()
-	if _, err := e.PutFile(ctx, "k1", s.ID, "/home/sandbox/up.txt", strings.NewReader("uploaded"), 8); err != nil {
+	if _, err := e.files.PutFile(ctx, "k1", s.ID, "/home/sandbox/up.txt", strings.NewReader("uploaded"), 8); err != nil {
 		t.Fatalf("upload into a hibernated session: %v", err)
 	}
 	hibernate()
-	info, rc, err := e.GetFile(ctx, "k1", s.ID, "/home/sandbox/up.txt")
+	info, rc, err := e.files.GetFile(ctx, "k1", s.ID, "/home/sandbox/up.txt")
 	if err != nil {
 		t.Fatalf("download from a hibernated session: %v", err)
 	}
@@ -644,7 +644,7 @@ func TestFileCallsResumeHibernated(t *testing.T) {
 		t.Fatalf("download: %q %+v %v", b, info, err)
 	}
 	hibernate()
-	if _, err := e.List(ctx, "k1", s.ID, "/home/sandbox"); err != nil {
+	if _, err := e.files.List(ctx, "k1", s.ID, "/home/sandbox"); err != nil {
 		t.Fatalf("listing a hibernated session: %v", err)
 	}
 	if res := run(t, e, s.ID, "cat /home/sandbox/up.txt", 0); res.Stdout != "uploaded" {

@@ -125,6 +125,8 @@ type Executor struct {
 	stop    chan struct{}
 	wg      sync.WaitGroup // reaper and pool filler
 	bg      sync.WaitGroup // teardowns of stateless sandboxes
+
+	files *Files // the files role
 }
 
 // New checks cfg and prepares an executor; it starts nothing.
@@ -166,7 +168,7 @@ func New(cfg Config, rt *Runtimes, st *store.Store, log *slog.Logger) (*Executor
 		}
 		cfg.HomesDir = abs
 	}
-	return &Executor{
+	e := &Executor{
 		cfg:      cfg,
 		rt:       rt,
 		runsc:    &runsc{bin: bin, root: filepath.Join(cfg.DataDir, "runsc"), platform: cfg.Platform},
@@ -179,7 +181,9 @@ func New(cfg Config, rt *Runtimes, st *store.Store, log *slog.Logger) (*Executor
 		mounting: map[string]*mountOp{},
 		warm:     make(chan warmSandbox, max(cfg.WarmPool, 0)),
 		stop:     make(chan struct{}),
-	}, nil
+	}
+	e.files = &Files{s: e, cfg: cfg, log: log, runsc: e.runsc, execOps: &e.execFileOps}
+	return e, nil
 }
 
 // findGuest looks for sandboxapi-guest beside the running binary, then on PATH.

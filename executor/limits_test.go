@@ -175,14 +175,14 @@ func TestListTruncated(t *testing.T) {
 		t.Fatalf("making the files: %+v", r)
 	}
 	ctx := context.Background()
-	l, err := e.List(ctx, "k1", s.ID, "many")
+	l, err := e.files.List(ctx, "k1", s.ID, "many")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !l.Truncated || len(l.Entries) != MaxListEntries || l.Entries[0].Name != "f00001" {
 		t.Fatalf("big folder: truncated %v, %d entries", l.Truncated, len(l.Entries))
 	}
-	l, err = e.List(ctx, "k1", s.ID, "few")
+	l, err = e.files.List(ctx, "k1", s.ID, "few")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -214,6 +214,7 @@ func TestRequestLogLinesCarryContext(t *testing.T) {
 	e, _ := startExecutor(t, func(c *Config) { c.WarmPool = 0 })
 	h := ctxHandler{mu: &sync.Mutex{}, ids: map[string]string{}}
 	e.log = slog.New(h)
+	e.files.log = e.log
 	ctx := reqid.With(context.Background(), "req_test")
 	s, err := e.CreateSession(ctx, SessionSpec{Language: "bash", Owner: "k1"})
 	if err != nil {
@@ -222,7 +223,7 @@ func TestRequestLogLinesCarryContext(t *testing.T) {
 	if _, err := e.Execute(ctx, "k1", s.ID, ExecRequest{Code: "echo 1"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.List(ctx, "k1", s.ID, "/home/sandbox"); err != nil {
+	if _, err := e.files.List(ctx, "k1", s.ID, "/home/sandbox"); err != nil {
 		t.Fatal(err)
 	}
 	if err := e.DeleteSession(ctx, "k1", s.ID); err != nil {

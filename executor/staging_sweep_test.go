@@ -137,7 +137,7 @@ func TestUploadCutByCrashLeavesNothing(t *testing.T) {
 	body := &blockingReader{n: 20 << 20, release: make(chan struct{})}
 	done := make(chan error, 1)
 	go func() {
-		_, err := e.PutFile(context.Background(), "k1", s.ID, "big.bin", body, 40<<20)
+		_, err := e.files.PutFile(context.Background(), "k1", s.ID, "big.bin", body, 40<<20)
 		done <- err
 	}()
 	// The staging file is seen from the host through the home's mount.

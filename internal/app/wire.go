@@ -88,7 +88,7 @@ func wireServices(ctx context.Context, env *Env, g *lifecycle.Group, w wiring) *
 		EgressLog:   trail,
 		Credentials: credentialSealer(w.keys),
 		Usage:       storeUsage{st: w.st, w: w.usage},
-		Files:       w.ex,
+		Files:       w.ex.Files(),
 		Lifecycle:   w.ex,
 		Kernels:     w.ex,
 		Network:     w.ex,
