@@ -126,7 +126,8 @@ type Executor struct {
 	wg      sync.WaitGroup // reaper and pool filler
 	bg      sync.WaitGroup // teardowns of stateless sandboxes
 
-	files *Files // the files role
+	files *Files     // the files role
+	procs *Processes // the background processes role
 }
 
 // New checks cfg and prepares an executor; it starts nothing.
@@ -183,6 +184,7 @@ func New(cfg Config, rt *Runtimes, st *store.Store, log *slog.Logger) (*Executor
 		stop:     make(chan struct{}),
 	}
 	e.files = &Files{s: e, cfg: cfg, log: log, runsc: e.runsc, execOps: &e.execFileOps}
+	e.procs = &Processes{s: e, cfg: cfg, log: log}
 	return e, nil
 }
 

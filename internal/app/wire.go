@@ -92,7 +92,7 @@ func wireServices(ctx context.Context, env *Env, g *lifecycle.Group, w wiring) *
 		Lifecycle:   w.ex,
 		Kernels:     w.ex,
 		Network:     w.ex,
-		Processes:   w.ex,
+		Processes:   w.ex.Processes(),
 		SBOMs:       sbomSource{st: w.st, mir: w.mir},
 		Installer:   inst,
 		Gate:        ready,
