@@ -286,7 +286,7 @@ func (e *Executor) restoreWithAgent(ctx context.Context, id, bundle, network, di
 		pipes.closeAll()
 		if ctx.Err() != nil {
 			if n := killSandboxProcesses(e.runsc.root, map[string]bool{id: true}); n > 0 {
-				e.reapKilled(map[string]bool{id: true})
+				reapCgroups(e.cgroupNames(map[string]bool{id: true}))
 			}
 		}
 		return err

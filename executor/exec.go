@@ -8,8 +8,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -547,37 +545,4 @@ func (e *Executor) lost(ctx context.Context, id string, res Result, waitErr erro
 		return res, fmt.Errorf("%w: out of memory", ErrLost)
 	}
 	return res, ErrLost
-}
-
-// hostOOM reports whether the sandbox's memory cgroup (named cg under
-// /sandboxapi) hit its limit.
-func hostOOM(cg string) bool { return cgroupOOM("/sys/fs/cgroup", cg) }
-
-// cgroupOOM reads the sandbox's memory cgroup under root: cgroup v1
-// (memory/sandboxapi/<id>/memory.oom_control's oom_kill count, or
-// memory.failcnt) or v2 (sandboxapi/<id>/memory.events, its oom and
-// oom_kill counts). On recent kernels a v1 group whose task the OOM
-// killer took can show failcnt 0: oom_control is what tells.
-func cgroupOOM(root, id string) bool {
-	v1 := root + "/memory/sandboxapi/" + id + "/"
-	if b, err := os.ReadFile(v1 + "memory.failcnt"); err == nil && strings.TrimSpace(string(b)) != "0" {
-		return true
-	}
-	if b, err := os.ReadFile(v1 + "memory.oom_control"); err == nil && countNonZero(b, "oom_kill", "under_oom") {
-		return true
-	}
-	b, err := os.ReadFile(root + "/sandboxapi/" + id + "/memory.events")
-	return err == nil && countNonZero(b, "oom", "oom_kill")
-}
-
-// countNonZero reports whether a "name value" file has a non-zero value
-// for one of names.
-func countNonZero(b []byte, names ...string) bool {
-	for _, line := range strings.Split(string(b), "\n") {
-		f := strings.Fields(line)
-		if len(f) == 2 && f[1] != "0" && slices.Contains(names, f[0]) {
-			return true
-		}
-	}
-	return false
 }

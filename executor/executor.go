@@ -355,7 +355,7 @@ func (e *Executor) removeOrphanSandboxes(ctx context.Context) (left int, err err
 	// to list: its processes go too.
 	if hit := killStraySandboxes(e.runsc.root, keep); len(hit) > 0 {
 		e.log.WarnContext(ctx, "killed stray sandbox processes at stop", "sandboxes", len(hit))
-		e.reapKilled(hit)
+		reapCgroups(e.cgroupNames(hit))
 		for id := range hit {
 			e.mu.Lock()
 			_, known := e.sessions[id]
@@ -489,7 +489,7 @@ func (e *Executor) reconcile(ctx context.Context) error {
 		runningC[c.ID] = c.Status == containerRunning
 		own[c.ID] = true
 	}
-	for _, id := range e.SandboxIDs() {
+	for _, id := range e.runsc.sandboxIDs() {
 		own[id] = true
 	}
 	keep := map[string]bool{}     // sessions adopted with their sandbox
@@ -688,18 +688,6 @@ func (e *Executor) reconcile(ctx context.Context) error {
 	return nil
 }
 
-// removeStaleCgroups removes the empty cgroups of this executor's
-// sandboxes (own) that no longer run (not in keep); runsc removes them
-// itself unless it was killed. Cgroups of other servers' sandboxes on the
-// host are left alone.
-func removeStaleCgroups(own, keep map[string]bool) {
-	for _, p := range CgroupDirs() {
-		if id := filepath.Base(p); own[id] && !keep[id] {
-			_ = os.Remove(p)
-		}
-	}
-}
-
 // dropOrphanHome removes the home of id, which no session of this node
 // keeps: its mount and node-local folder always, its image unless the
 // session lives on under another node (or unowned, handed over), whose
@@ -738,20 +726,6 @@ func (e *Executor) cgroupNames(ids map[string]bool) map[string]bool {
 	out := make(map[string]bool, len(ids))
 	for id, v := range ids {
 		out[e.cgroupName(id)] = v
-	}
-	return out
-}
-
-// CgroupDirs lists the per-sandbox cgroups under every controller.
-func CgroupDirs() []string {
-	var out []string
-	for _, pat := range []string{"/sys/fs/cgroup/*/sandboxapi/*", "/sys/fs/cgroup/sandboxapi/*"} {
-		m, _ := filepath.Glob(pat)
-		for _, p := range m {
-			if fi, err := os.Stat(p); err == nil && fi.IsDir() {
-				out = append(out, p)
-			}
-		}
 	}
 	return out
 }

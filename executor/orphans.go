@@ -112,39 +112,6 @@ func killStraySandboxes(root string, keep map[string]bool) map[string]bool {
 	return hit
 }
 
-// reapWait bounds how long reapKilled waits for killed sandboxes to leave
-// their cgroups.
-const reapWait = 15 * time.Second
-
-// reapKilled removes the cgroups of the killed sandboxes ids (runsc
-// removes a sandbox's cgroups itself only when it is not killed). A
-// cgroup can be removed only once the sandbox's last thread has exited,
-// which on a loaded host takes seconds (a systrap sandbox has many
-// threads; CI saw more than the two seconds this once waited), so the
-// removal is tried again until the cgroups are gone or reapWait passes.
-func (e *Executor) reapKilled(ids map[string]bool) {
-	if len(ids) == 0 {
-		return
-	}
-	names := e.cgroupNames(ids)
-	for deadline := time.Now().Add(reapWait); ; time.Sleep(50 * time.Millisecond) {
-		removeStaleCgroups(names, nil)
-		if !cgroupsLeft(names) || time.Now().After(deadline) {
-			return
-		}
-	}
-}
-
-// cgroupsLeft reports whether a cgroup of one of names is still there.
-func cgroupsLeft(names map[string]bool) bool {
-	for _, p := range CgroupDirs() {
-		if names[filepath.Base(p)] {
-			return true
-		}
-	}
-	return false
-}
-
 // killSandboxProcesses sends SIGKILL to every process under root that
 // belongs to one of the sandboxes ids: its sandbox and gofer processes
 // and the runsc commands that name it. It returns how many it found

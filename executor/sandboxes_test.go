@@ -7,8 +7,8 @@ import (
 	"testing"
 )
 
-// TestSandboxIDsReadsOwnRoot checks that SandboxIDs lists the sandboxes
-// of the executor's own runsc root from runsc's state file names, and
+// TestSandboxIDsReadsOwnRoot checks that sandboxIDs lists the sandboxes
+// of its own runsc root from runsc's state file names, and
 // nothing else in the folder.
 func TestSandboxIDsReadsOwnRoot(t *testing.T) {
 	root := t.TempDir()
@@ -23,13 +23,12 @@ func TestSandboxIDsReadsOwnRoot(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	e := &Executor{runsc: &runsc{root: root}}
-	got := e.SandboxIDs()
+	got := (&runsc{root: root}).sandboxIDs()
 	slices.Sort(got)
 	if want := []string{"aaaa", "bbbb"}; !slices.Equal(got, want) {
-		t.Errorf("SandboxIDs = %v, want %v", got, want)
+		t.Errorf("sandboxIDs = %v, want %v", got, want)
 	}
-	if ids := (&Executor{runsc: &runsc{root: filepath.Join(root, "missing")}}).SandboxIDs(); len(ids) != 0 {
+	if ids := (&runsc{root: filepath.Join(root, "missing")}).sandboxIDs(); len(ids) != 0 {
 		t.Errorf("a missing root lists %v", ids)
 	}
 }

@@ -377,7 +377,7 @@ func (e *Executor) startWithAgent(ctx context.Context, id, bundle, network strin
 			// may be up with no state for "runsc delete" to find.
 			if n := killSandboxProcesses(e.runsc.root, map[string]bool{id: true}); n > 0 {
 				e.log.Warn("killed the processes of a sandbox whose start was cut short", "sandbox", id, "processes", n)
-				e.reapKilled(map[string]bool{id: true})
+				reapCgroups(e.cgroupNames(map[string]bool{id: true}))
 			}
 		}
 		return err
