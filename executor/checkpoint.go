@@ -102,7 +102,7 @@ const (
 
 // checkpointDir is where session id's checkpoint lives: beside its home
 // image (the same storage, shared in a cluster).
-func (h home) checkpointDir() string { return filepath.Join(h.imgDir, checkpointFolder) }
+func checkpointDir(h home) string { return filepath.Join(h.imgDir, checkpointFolder) }
 
 // checkpointRel is the checkpoint's path as the store records it,
 // relative to the homes folder.
@@ -143,7 +143,7 @@ func (e *Executor) runscBuild() string {
 // error is one of the lost* reasons (wrapped).
 func (e *Executor) saveMemory(ctx context.Context, s *session, leaveRunning bool) (ck store.Checkpoint, err error) {
 	h := e.home(s.id)
-	final := h.checkpointDir()
+	final := checkpointDir(h)
 	partial := final + partialSuffix
 	if err := os.RemoveAll(partial); err != nil {
 		return ck, fmt.Errorf("%s: %w", lostSaveFailed, err)
@@ -339,7 +339,7 @@ func (e *Executor) forkMemory(ctx context.Context, src *session, childID string)
 	if !live {
 		return ck, slost, release
 	}
-	final := e.home(childID).checkpointDir()
+	final := checkpointDir(e.home(childID))
 	partial := final + partialSuffix
 	err := func() error {
 		switch {
@@ -358,7 +358,7 @@ func (e *Executor) forkMemory(ctx context.Context, src *session, childID string)
 			if sck.Path != checkpointRel(src.id) {
 				return errors.New("the source's row names a checkpoint folder not its own")
 			}
-			if err := runTool(ctx, "cp", "-a", "--reflink=auto", "--", e.home(src.id).checkpointDir(), partial); err != nil {
+			if err := runTool(ctx, "cp", "-a", "--reflink=auto", "--", checkpointDir(e.home(src.id)), partial); err != nil {
 				return err
 			}
 		default:
@@ -413,7 +413,7 @@ func (e *Executor) dropCheckpoint(ctx context.Context, s *session, live bool) er
 	}
 	if ck.Path != "" {
 		// The session's own folder, whatever the row named.
-		if rerr := os.RemoveAll(e.home(s.id).checkpointDir()); rerr != nil {
+		if rerr := os.RemoveAll(checkpointDir(e.home(s.id))); rerr != nil {
 			err = errors.Join(err, rerr)
 		}
 		e.releaseDisk(ck.Bytes)
@@ -491,9 +491,9 @@ func (e *Executor) persistLive(s *session) {
 // tidyCheckpoints removes, at start, what a crash left of checkpoints:
 // partial images always, and a checkpoint folder its row does not name.
 func tidyCheckpoints(h home, ck store.Checkpoint, id string) {
-	_ = os.RemoveAll(h.checkpointDir() + partialSuffix)
+	_ = os.RemoveAll(checkpointDir(h) + partialSuffix)
 	if ck.Path != checkpointRel(id) {
-		_ = os.RemoveAll(h.checkpointDir())
+		_ = os.RemoveAll(checkpointDir(h))
 	}
 }
 

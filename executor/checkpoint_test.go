@@ -149,7 +149,7 @@ func token() string {
 func checkpointLeft(e *Executor, id string) []string {
 	h := e.home(id)
 	var out []string
-	for _, p := range []string{h.checkpointDir(), h.checkpointDir() + partialSuffix} {
+	for _, p := range []string{checkpointDir(h), checkpointDir(h) + partialSuffix} {
 		if _, err := os.Stat(p); err == nil {
 			out = append(out, p)
 		}
@@ -178,7 +178,7 @@ func TestLiveHibernateResumeKeepsMemory(t *testing.T) {
 	if err != nil || !row.Live || row.Checkpoint.Path == "" || row.Checkpoint.Bytes != h.CheckpointBytes || row.Checkpoint.Runsc == "" {
 		t.Fatalf("store row: %+v %v", row, err)
 	}
-	fi, err := os.Stat(e.home(s.ID).checkpointDir())
+	fi, err := os.Stat(checkpointDir(e.home(s.ID)))
 	if err != nil || fi.Mode().Perm() != 0o700 {
 		t.Fatalf("checkpoint folder: %v %v", fi, err)
 	}
@@ -300,7 +300,7 @@ func TestLiveRestoreFallsBack(t *testing.T) {
 				t.Fatalf("hibernate: %+v %v", h, err)
 			}
 			if tc.spoil != nil {
-				tc.spoil(t, e.home(s.ID).checkpointDir())
+				tc.spoil(t, checkpointDir(e.home(s.ID)))
 			} else {
 				// A row that names a folder not its own (another
 				// session's, or outside the homes): never given to runsc.
@@ -428,7 +428,7 @@ func TestLiveCrash(t *testing.T) {
 			if got := state(t, second, s.ID); got != StateHibernated {
 				t.Fatalf("after a crash at %s: %s", tc.step, got)
 			}
-			if _, err := os.Stat(second.home(s.ID).checkpointDir() + partialSuffix); err == nil {
+			if _, err := os.Stat(checkpointDir(second.home(s.ID)) + partialSuffix); err == nil {
 				t.Fatal("a partial image survived the restart")
 			}
 			r := resumeOf(t, second, s.ID)

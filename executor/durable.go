@@ -548,7 +548,7 @@ func (e *Executor) DiskStats() (committed, used int64) {
 		if unix.Stat(e.home(id).image(), &st) == nil {
 			used += st.Blocks * 512
 		}
-		used += diskUsage(e.home(id).checkpointDir()) // a live session's saved memory
+		used += diskUsage(checkpointDir(e.home(id))) // a live session's saved memory
 	}
 	return committed, used
 }

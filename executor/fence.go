@@ -240,43 +240,6 @@ func fenceHost(cfg FenceConfig, deadline time.Time) (killed, unmounted int, err 
 	}
 }
 
-// mountedHome is a mounted home: its mount point and its source (the loop
-// device).
-type mountedHome struct {
-	point, source string
-}
-
-// homeMounts lists the homes mounted at <homes>/<id>/home in this mount
-// namespace.
-func homeMounts(homes string) []mountedHome {
-	b, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		return nil
-	}
-	homes = filepath.Clean(homes)
-	var out []mountedHome
-	for _, line := range strings.Split(string(b), "\n") {
-		f := strings.Fields(line)
-		if len(f) < 5 {
-			continue
-		}
-		p := unescapeMount(f[4])
-		if filepath.Base(p) != "home" || filepath.Dir(filepath.Dir(p)) != homes {
-			continue
-		}
-		m := mountedHome{point: p}
-		// "... - fstype source options" follows the optional fields.
-		for i := 5; i+2 < len(f); i++ {
-			if f[i] == "-" {
-				m.source = unescapeMount(f[i+2])
-				break
-			}
-		}
-		out = append(out, m)
-	}
-	return out
-}
-
 // fenceSwitch is the node's side of the dead man's switch: the running
 // fence process. One that dies while the node runs is started again. Safe
 // for concurrent use.
