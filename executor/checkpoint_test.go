@@ -15,6 +15,7 @@ import (
 
 	"github.com/sandboxapi/sandboxapi/configs"
 	"github.com/sandboxapi/sandboxapi/executor/guest"
+	"github.com/sandboxapi/sandboxapi/executor/host"
 	"github.com/sandboxapi/sandboxapi/internal/sandbox"
 	"github.com/sandboxapi/sandboxapi/store"
 )
@@ -60,7 +61,7 @@ func makeLive(t *testing.T, e *Executor, id string, holder bool) (tmpToken, proc
 		}
 		ctx := context.Background()
 		for end := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-			if out, err := e.runsc.run(ctx, "", "exec", id, "/bin/cat", "/tmp/holder.pid"); err == nil && len(out) > 0 {
+			if out, err := e.runsc.Run(ctx, "", "exec", id, "/bin/cat", "/tmp/holder.pid"); err == nil && len(out) > 0 {
 				break
 			}
 			if time.Now().After(end) {
@@ -99,13 +100,13 @@ fi
 echo "$tmp $proc"`
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	out, err := e.runsc.run(ctx, "", "exec", id, "/bin/sh", "-c", script)
+	out, err := e.runsc.Run(ctx, "", "exec", id, "/bin/sh", "-c", script)
 	if err != nil {
 		t.Fatalf("reading memory: %v", err)
 	}
 	// The holder ends (its run's end kills what it left, this exec too),
 	// and its run's result goes to the host with no call waiting for it.
-	_, _ = e.runsc.run(ctx, "", "exec", id, "/bin/sh", "-c", `[ -f /tmp/holder.pid ] && { p=$(cat /tmp/holder.pid); rm -f /tmp/holder.pid; kill -TERM "$p"; }`)
+	_, _ = e.runsc.Run(ctx, "", "exec", id, "/bin/sh", "-c", `[ -f /tmp/holder.pid ] && { p=$(cat /tmp/holder.pid); rm -f /tmp/holder.pid; kill -TERM "$p"; }`)
 	waitAgentFree(t, e, id)
 	return strings.TrimSpace(string(out))
 }
@@ -373,8 +374,8 @@ func TestLiveFaults(t *testing.T) {
 			// One sandbox, one agent channel: nothing of the failed
 			// restore is left beside the cold one.
 			procs := 0
-			for _, p := range rootProcesses(e.runsc.root) {
-				if !p.isCLI() && p.argv[len(p.argv)-1] == s.ID {
+			for _, p := range host.RootProcesses(e.runsc.Root) {
+				if !p.IsCLI() && p.Argv[len(p.Argv)-1] == s.ID {
 					procs++
 				}
 			}

@@ -11,6 +11,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/sandboxapi/sandboxapi/executor/host"
 	"github.com/sandboxapi/sandboxapi/internal/sandbox"
 	"github.com/sandboxapi/sandboxapi/store"
 )
@@ -130,7 +131,7 @@ func (e *Executor) Adopt(ctx context.Context, id string) (Session, error) {
 		return Session{}, fmt.Errorf("adopting session %s: %w", id, err)
 	}
 	h := e.home(id)
-	fi, ierr := os.Stat(h.image())
+	fi, ierr := os.Stat(h.Image())
 	if ierr != nil && !errors.Is(ierr, fs.ErrNotExist) {
 		// Shared storage that does not answer is not a lost session.
 		return Session{}, fmt.Errorf("adopting session %s: %w", id, ierr)
@@ -144,7 +145,7 @@ func (e *Executor) Adopt(ctx context.Context, id string) (Session, error) {
 		} else if err != nil {
 			return Session{}, fmt.Errorf("ending lost session %s: %w", id, err)
 		}
-		e.log.WarnContext(ctx, "session lost: no home image to adopt", "session", id, "state", r.State, "image", h.image(), "err", ierr)
+		e.log.WarnContext(ctx, "session lost: no home image to adopt", "session", id, "state", r.State, "image", h.Image(), "err", ierr)
 		return Session{}, fmt.Errorf("adopting session %s: %w", id, ErrSessionLost)
 	}
 	size := r.DiskBytes
@@ -191,7 +192,7 @@ func (e *Executor) Adopt(ctx context.Context, id string) (Session, error) {
 func (e *Executor) EndOrphan(ctx context.Context, id, reason string) error {
 	if _, err := e.Adopt(ctx, id); errors.Is(err, ErrSessionLost) {
 		// The row is ended, and names this node: nobody mounts its image.
-		if err := dropHome(ctx, e.home(id)); err != nil {
+		if err := host.DropHome(ctx, e.home(id)); err != nil {
 			return fmt.Errorf("ending orphaned session %s: %w", id, err)
 		}
 		e.log.InfoContext(ctx, "session reaped", "session", id, "reason", "sandbox lost")
@@ -532,14 +533,14 @@ func (e *Executor) killHomes(ctx context.Context, ss []*session) error {
 		e.dropAgent(id) // calls in flight fail now
 	}
 	for _, s := range ss {
-		thawHome(e.dir(s.id)) // a fork's freeze would hold the unmount
+		host.ThawHome(e.dir(s.id)) // a fork's freeze would hold the unmount
 	}
 	for {
-		procs := killSandboxProcesses(e.runsc.root, ids)
+		procs := host.KillSandboxProcesses(e.runsc.Root, ids)
 		var left []error
 		for _, s := range ss {
-			mnt := homeMount(e.dir(s.id))
-			if !mounted(mnt) {
+			mnt := host.HomeMount(e.dir(s.id))
+			if !host.Mounted(mnt) {
 				continue
 			}
 			if err := unix.Unmount(mnt, 0); err != nil && !errors.Is(err, unix.EINVAL) {
@@ -561,7 +562,7 @@ func (e *Executor) killHomes(ctx context.Context, ss []*session) error {
 	deadline, _ := ctx.Deadline()
 	var errs []error
 	for _, s := range ss {
-		if err := settleImage(e.home(s.id).image(), deadline); err != nil {
+		if err := host.SettleImage(e.home(s.id).Image(), deadline); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -583,7 +584,7 @@ func (e *Executor) tidy(ctx context.Context, ss []*session) error {
 			defer wg.Done()
 			defer func() { <-sem }()
 			var serrs []error
-			if err := e.runsc.destroy(ctx, s.id); err != nil {
+			if err := e.runsc.Destroy(ctx, s.id); err != nil {
 				serrs = append(serrs, err)
 			}
 			if e.net != nil && e.networkHeld(s) {
@@ -591,8 +592,8 @@ func (e *Executor) tidy(ctx context.Context, ss []*session) error {
 					serrs = append(serrs, err)
 				}
 			}
-			if !mounted(homeMount(e.dir(s.id))) {
-				if err := dropLocal(e.home(s.id)); err != nil {
+			if !host.Mounted(host.HomeMount(e.dir(s.id))) {
+				if err := host.DropLocal(e.home(s.id)); err != nil {
 					serrs = append(serrs, err)
 				}
 			}

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/sandboxapi/sandboxapi/configs"
+	"github.com/sandboxapi/sandboxapi/executor/host"
 	"github.com/sandboxapi/sandboxapi/internal/testenv"
 	"github.com/sandboxapi/sandboxapi/store"
 )
@@ -148,7 +149,7 @@ func loopWatch(img string) (stop func() int) {
 	go func() {
 		defer wg.Done()
 		for {
-			most = max(most, len(loopDevices(img)))
+			most = max(most, len(host.LoopDevices(img)))
 			select {
 			case <-done:
 				return
@@ -177,15 +178,15 @@ func clusterRun(t *testing.T, e *Executor, id, code string) Result {
 // on its image. (runsc commands that tidy up after a fence may still run.)
 func hostHolds(e *Executor, id string) []string {
 	var out []string
-	for _, p := range rootProcesses(e.runsc.root) {
-		if !p.isCLI() && strings.Contains(strings.Join(p.argv, " "), id) {
-			out = append(out, "process "+strings.Join(p.argv, " "))
+	for _, p := range host.RootProcesses(e.runsc.Root) {
+		if !p.IsCLI() && strings.Contains(strings.Join(p.Argv, " "), id) {
+			out = append(out, "process "+strings.Join(p.Argv, " "))
 		}
 	}
-	if mounted(homeMount(e.dir(id))) {
+	if host.Mounted(host.HomeMount(e.dir(id))) {
 		out = append(out, "mount")
 	}
-	for _, d := range loopDevices(e.home(id).image()) {
+	for _, d := range host.LoopDevices(e.home(id).Image()) {
 		out = append(out, "loop device "+d)
 	}
 	return out
@@ -207,7 +208,7 @@ func TestClusterFenceThenTakeover(t *testing.T) {
 	if _, err := os.Stat(img); err != nil {
 		t.Fatalf("home image not in homes_dir: %v", err)
 	}
-	if _, err := os.Stat(homeImage(a.dir(s.ID))); err == nil {
+	if _, err := os.Stat(host.HomeImage(a.dir(s.ID))); err == nil {
 		t.Fatal("home image also in the node-local folder")
 	}
 	stop := loopWatch(img)
@@ -455,11 +456,11 @@ func TestClusterReconcileKeepsOthersImages(t *testing.T) {
 	cfgA := c.nodeConfig(t)
 	// What a crash of a would leave: the node-local folder of a session
 	// that b took over, and a home a made for no session yet.
-	if err := os.MkdirAll(homeMount(filepath.Join(cfgA.DataDir, "sessions", s.ID)), 0o700); err != nil {
+	if err := os.MkdirAll(host.HomeMount(filepath.Join(cfgA.DataDir, "sessions", s.ID)), 0o700); err != nil {
 		t.Fatal(err)
 	}
 	orphan := newID("sess_")
-	if err := os.MkdirAll(homeMount(filepath.Join(cfgA.DataDir, "sessions", orphan)), 0o700); err != nil {
+	if err := os.MkdirAll(host.HomeMount(filepath.Join(cfgA.DataDir, "sessions", orphan)), 0o700); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.MkdirAll(filepath.Join(c.homes, orphan), 0o700); err != nil {
@@ -586,8 +587,8 @@ func TestClusterFenceProcess(t *testing.T) {
 	img := filepath.Join(c.homes, id, "home.img")
 	stop := loopWatch(img)
 	root, sessions := filepath.Join(cfgA.DataDir, "runsc"), filepath.Join(cfgA.DataDir, "sessions")
-	if len(rootProcesses(root)) == 0 || len(homeMounts(sessions)) != 1 {
-		t.Fatalf("node a runs no sandbox or mount: %d processes, mounts %v", len(rootProcesses(root)), homeMounts(sessions))
+	if len(host.RootProcesses(root)) == 0 || len(host.HomeMounts(sessions)) != 1 {
+		t.Fatalf("node a runs no sandbox or mount: %d processes, mounts %v", len(host.RootProcesses(root)), host.HomeMounts(sessions))
 	}
 
 	killed := time.Now()
@@ -595,10 +596,10 @@ func TestClusterFenceProcess(t *testing.T) {
 		t.Fatal(err)
 	}
 	go func() { _ = cmd.Wait(); close(exited) }()
-	for len(rootProcesses(root)) > 0 || len(homeMounts(sessions)) > 0 || len(loopDevices(img)) > 0 {
+	for len(host.RootProcesses(root)) > 0 || len(host.HomeMounts(sessions)) > 0 || len(host.LoopDevices(img)) > 0 {
 		if time.Since(killed) > 3*time.Second {
 			t.Fatalf("3 s after node a died: %d processes under its root, mounts %v, loop devices %v; log:\n%s",
-				len(rootProcesses(root)), homeMounts(sessions), loopDevices(img), logs.String())
+				len(host.RootProcesses(root)), host.HomeMounts(sessions), host.LoopDevices(img), logs.String())
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
@@ -778,7 +779,7 @@ func TestClusterReconcileKeepsUnreadableImage(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg := c.nodeConfig(t)
-	if err := os.MkdirAll(homeMount(filepath.Join(cfg.DataDir, "sessions", id)), 0o700); err != nil {
+	if err := os.MkdirAll(host.HomeMount(filepath.Join(cfg.DataDir, "sessions", id)), 0o700); err != nil {
 		t.Fatal(err)
 	}
 	a := c.start(t, "a", cfg)

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/sandboxapi/sandboxapi/executor/guest"
+	"github.com/sandboxapi/sandboxapi/executor/host"
 	"github.com/sandboxapi/sandboxapi/internal/sandbox"
 	"github.com/sandboxapi/sandboxapi/store"
 )
@@ -192,7 +193,7 @@ func (e *Executor) releaseSession(s *session) {
 
 func (e *Executor) baseEnv(rt *Runtime, netEnv []string, extra map[string]string) []string {
 	env := []string{
-		"HOME=" + HomeDir,
+		"HOME=" + host.HomeDir,
 		"USER=sandbox",
 		"LANG=C.UTF-8",
 		"TMPDIR=/tmp",
@@ -227,9 +228,9 @@ func (e *Executor) sessionRequest(rt *Runtime, netEnv []string, req ExecRequest,
 		InlineCompile:    rt.InlineCompile,
 		CompileTimeoutMS: e.compileTimeoutMS(timeout),
 		Env:              e.baseEnv(rt, netEnv, req.Env),
-		Cwd:              HomeDir,
-		UID:              SandboxUID,
-		GID:              SandboxUID,
+		Cwd:              host.HomeDir,
+		UID:              host.SandboxUID,
+		GID:              host.SandboxUID,
 		TimeoutMS:        timeoutMS(timeout),
 		MemoryBytes:      mem,
 		MaxProcs:         uint64(e.cfg.Pids),
@@ -340,7 +341,7 @@ func (e *Executor) captures(onOutput func(string, []byte), k *killer) (*capture,
 func (e *Executor) execKill(ctx context.Context, id string) {
 	kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
-	if _, err := e.runsc.run(kctx, "", "exec", "--user", "0:0", "--cap", "CAP_KILL", id, guestBin, "kill"); err != nil {
+	if _, err := e.runsc.Run(kctx, "", "exec", "--user", "0:0", "--cap", "CAP_KILL", id, host.GuestBin, "kill"); err != nil {
 		e.log.WarnContext(ctx, "killing user processes", "session", id, "err", err)
 	}
 }
@@ -376,9 +377,9 @@ func (e *Executor) execRun(ctx context.Context, id string, greq *guest.Request, 
 	// and is killed only as the last resort.
 	cmdCtx, cmdCancel := context.WithCancel(context.Background())
 	defer cmdCancel()
-	cmd := e.runsc.command(cmdCtx, "", "exec", "--user", "0:0",
+	cmd := e.runsc.Command(cmdCtx, "", "exec", "--user", "0:0",
 		"--cap", "CAP_CHOWN", "--cap", "CAP_SETUID", "--cap", "CAP_SETGID", "--cap", "CAP_KILL",
-		"--pass-fd", "3:3", id, guestBin, "run")
+		"--pass-fd", "3:3", id, host.GuestBin, "run")
 	cmd.Stdin = io.MultiReader(bytes.NewReader(header), bytes.NewReader(stdin))
 	cmd.Stdout, cmd.Stderr = stdout, stderr
 	cmd.ExtraFiles = []*os.File{rw}
@@ -512,14 +513,14 @@ func (e *Executor) lost(ctx context.Context, id string, res Result, waitErr erro
 		// was killed on purpose, and its row is not ours to write.
 		return res, fmt.Errorf("session %s: %w", id, ErrSessionMoved)
 	}
-	st, err := e.runsc.state(context.WithoutCancel(ctx), id)
+	st, err := e.runsc.State(context.WithoutCancel(ctx), id)
 	// A sandbox killed from outside takes a moment to die (many threads):
 	// look again briefly before deciding that it lives.
-	for i := 0; err == nil && st.Status == containerRunning && i < 10; i++ {
+	for i := 0; err == nil && st.Status == host.ContainerRunning && i < 10; i++ {
 		time.Sleep(100 * time.Millisecond)
-		st, err = e.runsc.state(context.WithoutCancel(ctx), id)
+		st, err = e.runsc.State(context.WithoutCancel(ctx), id)
 	}
-	if err == nil && st.Status == containerRunning {
+	if err == nil && st.Status == host.ContainerRunning {
 		return res, fmt.Errorf("running code: no result from the sandbox: %v", waitErr)
 	}
 	e.mu.Lock()
@@ -530,7 +531,7 @@ func (e *Executor) lost(ctx context.Context, id string, res Result, waitErr erro
 	if err := e.store.SetSessionState(context.WithoutCancel(ctx), id, StateFailed, "sandbox lost", false); ok && errors.Is(err, store.ErrNotOwner) {
 		return res, e.notOwner(ctx, s, err)
 	}
-	oom := hostOOM(e.cgroupName(id))
+	oom := host.HostOOM(e.cgroupName(id))
 	// Stop waits for this teardown (e.bg) before it looks for sandboxes
 	// left.
 	if ok {

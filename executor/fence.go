@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/sandboxapi/sandboxapi/executor/host"
 	"golang.org/x/sys/unix"
 )
 
@@ -204,27 +205,27 @@ func RunFence(ctx context.Context, cfg FenceConfig, in io.Reader, ready io.Write
 func fenceHost(cfg FenceConfig, deadline time.Time) (killed, unmounted int, err error) {
 	images := map[string]bool{} // behind the homes' loop devices
 	for {
-		procs := rootProcesses(cfg.Root)
+		procs := host.RootProcesses(cfg.Root)
 		for _, p := range procs {
-			if syscall.Kill(p.pid, syscall.SIGKILL) == nil {
+			if syscall.Kill(p.PID, syscall.SIGKILL) == nil {
 				killed++
 			}
 		}
 		var left []error
-		for _, m := range homeMounts(cfg.Homes) {
-			if img := loopBacking(m.source); img != "" {
+		for _, m := range host.HomeMounts(cfg.Homes) {
+			if img := host.LoopBacking(m.Source); img != "" {
 				images[img] = true
 			}
-			if err := unix.Unmount(m.point, 0); err == nil {
+			if err := unix.Unmount(m.Point, 0); err == nil {
 				unmounted++
 			} else if !errors.Is(err, unix.EINVAL) {
-				left = append(left, fmt.Errorf("unmounting %s: %w", m.point, err))
+				left = append(left, fmt.Errorf("unmounting %s: %w", m.Point, err))
 			}
 		}
 		if len(procs) == 0 && len(left) == 0 {
 			// The images are whole once their loop devices let go.
 			for img := range images {
-				if err := settleImage(img, deadline); err != nil {
+				if err := host.SettleImage(img, deadline); err != nil {
 					left = append(left, err)
 				}
 			}
@@ -277,7 +278,7 @@ func (e *Executor) startFence() error {
 		}
 		argv = []string{exe, "fence"}
 	}
-	cfg := FenceConfig{Root: e.runsc.root, Homes: e.sessionsDir(), Lock: filepath.Join(e.cfg.DataDir, "fence.lock")}
+	cfg := FenceConfig{Root: e.runsc.Root, Homes: e.sessionsDir(), Lock: filepath.Join(e.cfg.DataDir, "fence.lock")}
 	f := &fenceSwitch{argv: append(append([]string{}, argv...), cfg.Flags()...), log: e.log}
 	p, err := f.launch()
 	if err != nil {

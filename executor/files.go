@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/sandboxapi/sandboxapi/executor/guest"
+	"github.com/sandboxapi/sandboxapi/executor/host"
 	"github.com/sandboxapi/sandboxapi/internal/sandbox"
 )
 
@@ -80,7 +81,7 @@ type Files struct {
 	s       fileSessions
 	cfg     Config
 	log     *slog.Logger
-	runsc   *runsc
+	runsc   *host.Runsc
 	execOps *atomic.Int64 // file calls that took the runsc exec path
 }
 
@@ -456,7 +457,7 @@ func (f *Files) openStreamArgs(ctx context.Context, a *agentConn, id, op string,
 	if err != nil {
 		return nil, f.streamError(ctx, id, err)
 	}
-	b, err := json.Marshal(guest.FileOpen{Stream: st.id, Op: op, Path: guest.JoinHome(comps), Max: max, UID: SandboxUID, GID: SandboxUID, FSArgs: args})
+	b, err := json.Marshal(guest.FileOpen{Stream: st.id, Op: op, Path: guest.JoinHome(comps), Max: max, UID: host.SandboxUID, GID: host.SandboxUID, FSArgs: args})
 	if err == nil {
 		err = a.send(guest.FrameFileOpen, b)
 	}
@@ -641,8 +642,8 @@ func (f *Files) startFileReq(ctx context.Context, id, mode string, req *guest.Fi
 	// runsc exec gets a context of its own: it is killed on purpose (kill),
 	// never as a side effect of the caller's context.
 	cmdCtx, cmdCancel := context.WithCancel(context.Background())
-	user := strconv.Itoa(SandboxUID) + ":" + strconv.Itoa(SandboxUID)
-	cmd := f.runsc.command(cmdCtx, "", "exec", "--user", user, "--cwd", "/", "--pass-fd", "3:3", id, guestBin, mode)
+	user := strconv.Itoa(host.SandboxUID) + ":" + strconv.Itoa(host.SandboxUID)
+	cmd := f.runsc.Command(cmdCtx, "", "exec", "--user", user, "--cwd", "/", "--pass-fd", "3:3", id, host.GuestBin, mode)
 	if body != nil {
 		cmd.Stdin = io.MultiReader(bytes.NewReader(header), body)
 	} else {

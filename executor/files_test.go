@@ -357,7 +357,7 @@ func TestFileSandboxGone(t *testing.T) {
 	e, _ := startExecutor(t)
 	s := mustSession(t, e, "bash")
 	putFile(t, e, s.ID, "f", []byte("x"))
-	if err := e.runsc.destroy(context.Background(), s.ID); err != nil {
+	if err := e.runsc.Destroy(context.Background(), s.ID); err != nil {
 		t.Fatal(err)
 	}
 	if _, _, err := e.files.GetFile(context.Background(), "k1", s.ID, "f"); !errors.Is(err, ErrLost) {

@@ -10,6 +10,7 @@ import (
 	"sync"
 
 	"github.com/sandboxapi/sandboxapi/executor/guest"
+	"github.com/sandboxapi/sandboxapi/executor/host"
 	"github.com/sandboxapi/sandboxapi/internal/sandbox"
 )
 
@@ -59,7 +60,7 @@ func (f *Files) Watch(ctx context.Context, owner, id, p string, recursive bool) 
 	if err != nil {
 		return nil, err
 	}
-	b, err := json.Marshal(guest.FileOpen{Stream: st.id, Op: "watch", Path: guest.JoinHome(comps), UID: SandboxUID, GID: SandboxUID,
+	b, err := json.Marshal(guest.FileOpen{Stream: st.id, Op: "watch", Path: guest.JoinHome(comps), UID: host.SandboxUID, GID: host.SandboxUID,
 		FSArgs: guest.FSArgs{Recursive: recursive}})
 	if err == nil {
 		err = a.send(guest.FrameFileOpen, b)

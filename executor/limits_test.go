@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sandboxapi/sandboxapi/executor/guest"
+	"github.com/sandboxapi/sandboxapi/executor/host"
 	"github.com/sandboxapi/sandboxapi/internal/reqid"
 	"github.com/sandboxapi/sandboxapi/internal/sandbox"
 )
@@ -57,7 +58,7 @@ func TestStatelessClashingFilesAreInvalid(t *testing.T) {
 	defer e.destroySandbox(context.Background(), ws.id)
 	greq := &guest.Request{
 		Files: []guest.File{{Path: "d.txt", Content: []byte("1")}, {Path: "d.txt", Content: []byte("2")}},
-		Argv:  []string{"true"}, Cwd: "{dir}", UID: SandboxUID, GID: SandboxUID, TimeoutMS: 5000,
+		Argv:  []string{"true"}, Cwd: "{dir}", UID: host.SandboxUID, GID: host.SandboxUID, TimeoutMS: 5000,
 	}
 	_, err = e.guestRun(ctx, ws.id, greq, nil, nil)
 	if !errors.Is(err, ErrInvalid) {

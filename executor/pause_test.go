@@ -18,6 +18,7 @@ import (
 
 	clusternode "github.com/sandboxapi/sandboxapi/cluster"
 	"github.com/sandboxapi/sandboxapi/configs"
+	"github.com/sandboxapi/sandboxapi/executor/host"
 	"github.com/sandboxapi/sandboxapi/internal/duration"
 )
 
@@ -109,10 +110,10 @@ func TestClusterPausedNode(t *testing.T) {
 		_ = cmd.Process.Kill()
 		<-exited
 		// Its fence fences on EOF; runsc's null-netns mount is left.
-		for end := time.Now().Add(10 * time.Second); len(rootProcesses(root)) > 0 && time.Now().Before(end); {
+		for end := time.Now().Add(10 * time.Second); len(host.RootProcesses(root)) > 0 && time.Now().Before(end); {
 			time.Sleep(20 * time.Millisecond)
 		}
-		_ = (&runsc{root: root}).unmountNullNetns()
+		_ = (&host.Runsc{Root: root}).UnmountNullNetns()
 	})
 	lines := make(chan string, 4)
 	go func() {
@@ -136,11 +137,11 @@ func TestClusterPausedNode(t *testing.T) {
 	img := filepath.Join(c.homes, id, "home.img")
 	stop := loopWatch(img)
 	// Its session and its warm sandbox.
-	for end := time.Now().Add(time.Minute); len(homeMounts(sessions)) < 2 && time.Now().Before(end); {
+	for end := time.Now().Add(time.Minute); len(host.HomeMounts(sessions)) < 2 && time.Now().Before(end); {
 		time.Sleep(50 * time.Millisecond)
 	}
-	if len(rootProcesses(root)) == 0 || len(homeMounts(sessions)) < 2 {
-		t.Fatalf("node a runs no sandbox or mounts: %d processes, mounts %v", len(rootProcesses(root)), homeMounts(sessions))
+	if len(host.RootProcesses(root)) == 0 || len(host.HomeMounts(sessions)) < 2 {
+		t.Fatalf("node a runs no sandbox or mounts: %d processes, mounts %v", len(host.RootProcesses(root)), host.HomeMounts(sessions))
 	}
 
 	if err := cmd.Process.Signal(syscall.SIGSTOP); err != nil {
@@ -152,10 +153,10 @@ func TestClusterPausedNode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for len(rootProcesses(root)) > 0 || len(homeMounts(sessions)) > 0 || len(loopDevices(img)) > 0 {
+	for len(host.RootProcesses(root)) > 0 || len(host.HomeMounts(sessions)) > 0 || len(host.LoopDevices(img)) > 0 {
 		if time.Now().After(row.LeaseUntil) {
 			t.Fatalf("node a's lease ended %v after it was stopped with %d processes under its root, mounts %v, loop devices %v; log:\n%s",
-				row.LeaseUntil.Sub(stopped), len(rootProcesses(root)), homeMounts(sessions), loopDevices(img), logs.String())
+				row.LeaseUntil.Sub(stopped), len(host.RootProcesses(root)), host.HomeMounts(sessions), host.LoopDevices(img), logs.String())
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
@@ -263,7 +264,7 @@ func TestClusterFenceWaitsForMount(t *testing.T) {
 		t.Fatal("the resume did not end")
 	}
 	for end := time.Now().Add(500 * time.Millisecond); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
-		if mounted(homeMount(a.dir(s.ID))) {
+		if host.Mounted(host.HomeMount(a.dir(s.ID))) {
 			t.Fatal("the home was mounted after the fence")
 		}
 	}
@@ -453,7 +454,7 @@ func TestClusterFenceCutsImageWait(t *testing.T) {
 	if _, err := a.HibernateSession(ctx, "k1", s.ID); err != nil {
 		t.Fatal(err)
 	}
-	img := a.home(s.ID).image()
+	img := a.home(s.ID).Image()
 	out, err := exec.Command("losetup", "--find", "--show", "--read-only", img).Output()
 	if err != nil {
 		t.Fatalf("losetup: %v", err)
@@ -486,7 +487,7 @@ func TestClusterFenceCutsImageWait(t *testing.T) {
 	if err := <-fenced; err != nil {
 		t.Fatalf("fence: %v", err)
 	}
-	if mounted(homeMount(a.dir(s.ID))) {
+	if host.Mounted(host.HomeMount(a.dir(s.ID))) {
 		t.Fatal("the home is mounted")
 	}
 	if n := stop(); n > 1 {

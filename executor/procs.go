@@ -19,6 +19,7 @@ import (
 	"unicode"
 
 	"github.com/sandboxapi/sandboxapi/executor/guest"
+	"github.com/sandboxapi/sandboxapi/executor/host"
 	"github.com/sandboxapi/sandboxapi/internal/sandbox"
 )
 
@@ -325,10 +326,10 @@ func (p *Processes) StartProcess(ctx context.Context, owner, id string, spec san
 	}
 	defer p.s.unuse(s)
 	env := p.s.baseEnv(s.runtime, s.netEnv, spec.Env)
-	start := &guest.ProcStart{Argv: append([]string{spec.Cmd}, spec.Args...), Cwd: spec.Cwd, UID: SandboxUID, GID: SandboxUID,
+	start := &guest.ProcStart{Argv: append([]string{spec.Cmd}, spec.Args...), Cwd: spec.Cwd, UID: host.SandboxUID, GID: host.SandboxUID,
 		MaxProcs: uint64(p.cfg.Pids), Stdin: spec.Stdin, Tag: spec.Tag, TimeoutMS: timeoutMS(timeout), MemoryBytes: mem}
 	if start.Cwd == "" {
-		start.Cwd = HomeDir
+		start.Cwd = host.HomeDir
 	}
 	if spec.PTY != nil {
 		start.PTY = &guest.WinSize{Cols: uint16(spec.PTY.Cols), Rows: uint16(spec.PTY.Rows)}

@@ -119,7 +119,7 @@ func TestStatelessRunsInAFreshSandboxEachTime(t *testing.T) {
 	if e.WarmReady() != 2 {
 		t.Fatalf("warm pool holds %d, want 2", e.WarmReady())
 	}
-	cs, err := e.runsc.list(ctx)
+	cs, err := e.runsc.List(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}

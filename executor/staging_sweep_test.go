@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sandboxapi/sandboxapi/executor/host"
 )
 
 // Stale upload staging files (an upload cut short by a kill of the
@@ -141,7 +143,7 @@ func TestUploadCutByCrashLeavesNothing(t *testing.T) {
 		done <- err
 	}()
 	// The staging file is seen from the host through the home's mount.
-	mnt := homeMount(e.dir(s.ID))
+	mnt := host.HomeMount(e.dir(s.ID))
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		ents, _ := os.ReadDir(mnt)

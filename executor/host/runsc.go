@@ -1,4 +1,4 @@
-package executor
+package host
 
 import (
 	"bytes"
@@ -16,19 +16,19 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// runsc runs the runsc binary with the global flags every call shares.
+// Runsc runs the Runsc binary with the global flags every call shares.
 // The zero value is not usable; it is safe for concurrent use.
-type runsc struct {
-	bin      string
-	root     string
-	platform string
+type Runsc struct {
+	Bin      string
+	Root     string
+	Platform string
 }
 
 // ErrNoSandbox is returned when runsc does not know the container.
 var ErrNoSandbox = errors.New("sandbox does not exist")
 
-func (r *runsc) args(network string, sub ...string) []string {
-	a := []string{"--root", r.root, "--platform", r.platform, "--overlay2", "none"}
+func (r *Runsc) Args(network string, sub ...string) []string {
+	a := []string{"--root", r.Root, "--platform", r.Platform, "--overlay2", "none"}
 	if network != "" {
 		a = append(a, "--network", network)
 	}
@@ -36,16 +36,16 @@ func (r *runsc) args(network string, sub ...string) []string {
 }
 
 // command builds an exec.Cmd for a runsc subcommand; it does not start it.
-func (r *runsc) command(ctx context.Context, network string, sub ...string) *exec.Cmd {
-	cmd := exec.CommandContext(ctx, r.bin, r.args(network, sub...)...)
+func (r *Runsc) Command(ctx context.Context, network string, sub ...string) *exec.Cmd {
+	cmd := exec.CommandContext(ctx, r.Bin, r.Args(network, sub...)...)
 	cmd.Env = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
 	cmd.WaitDelay = 5 * time.Second
 	return cmd
 }
 
 // run runs a short runsc subcommand and returns its stdout.
-func (r *runsc) run(ctx context.Context, network string, sub ...string) ([]byte, error) {
-	cmd := r.command(ctx, network, sub...)
+func (r *Runsc) Run(ctx context.Context, network string, sub ...string) ([]byte, error) {
+	cmd := r.Command(ctx, network, sub...)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	if err := cmd.Run(); err != nil {
@@ -61,14 +61,14 @@ func (r *runsc) run(ctx context.Context, network string, sub ...string) ([]byte,
 // start creates and starts a sandbox from bundle (runsc run --detach).
 // stdin and stdout become the sandbox's own stdio (pid 1's); nil gives it
 // /dev/null.
-func (r *runsc) start(ctx context.Context, id, bundle, network string, stdin, stdout *os.File) error {
-	return r.startCmd(ctx, id, network, []string{"run", "--detach", "--bundle", bundle, id}, stdin, stdout)
+func (r *Runsc) Start(ctx context.Context, id, bundle, network string, stdin, stdout *os.File) error {
+	return r.StartCmd(ctx, id, network, []string{"run", "--detach", "--bundle", bundle, id}, stdin, stdout)
 }
 
 // startCmd runs a runsc command that leaves a detached sandbox holding
 // stdin and stdout as its stdio: run, or restore (checkpoint.go).
-func (r *runsc) startCmd(ctx context.Context, id, network string, sub []string, stdin, stdout *os.File) error {
-	cmd := r.command(ctx, network, sub...)
+func (r *Runsc) StartCmd(ctx context.Context, id, network string, sub []string, stdin, stdout *os.File) error {
+	cmd := r.Command(ctx, network, sub...)
 	// The detached sandbox keeps its stdio for life, so runsc's own messages
 	// go to a file read afterwards, and the sandbox gets /dev/null.
 	logf, err := os.CreateTemp("", "runsc-run-")
@@ -102,10 +102,10 @@ func lastLines(s string, n int) string {
 
 // unmountNullNetns removes the nsfs mount runsc leaves in its root for
 // --network=none, once no sandbox remains.
-func (r *runsc) unmountNullNetns() error {
-	p := filepath.Join(r.root, "null-netns")
+func (r *Runsc) UnmountNullNetns() error {
+	p := filepath.Join(r.Root, "null-netns")
 	// runsc may stack one mount per sandbox start: take them all off.
-	for i := 0; i < 1024 && mounted(p); i++ {
+	for i := 0; i < 1024 && Mounted(p); i++ {
 		if err := unix.Unmount(p, unix.MNT_DETACH); err != nil {
 			return fmt.Errorf("unmounting %s: %w", p, err)
 		}
@@ -114,41 +114,41 @@ func (r *runsc) unmountNullNetns() error {
 }
 
 // destroy kills and deletes a sandbox; a sandbox that is already gone is fine.
-func (r *runsc) destroy(ctx context.Context, id string) error {
-	_, _ = r.run(ctx, "", "kill", "--all", id, "KILL")
-	if _, err := r.run(ctx, "", "delete", "--force", id); err != nil && !errors.Is(err, ErrNoSandbox) {
+func (r *Runsc) Destroy(ctx context.Context, id string) error {
+	_, _ = r.Run(ctx, "", "kill", "--all", id, "KILL")
+	if _, err := r.Run(ctx, "", "delete", "--force", id); err != nil && !errors.Is(err, ErrNoSandbox) {
 		return err
 	}
 	return nil
 }
 
-// containerState is one row of `runsc list --format json`.
-type containerState struct {
+// Container is one row of `runsc list --format json`.
+type Container struct {
 	ID     string          `json:"id"`
 	Pid    int             `json:"pid"`
-	Status containerStatus `json:"status"`
+	Status ContainerStatus `json:"status"`
 }
 
-// containerStatus is a container's status as runsc reports it (OCI
+// ContainerStatus is a container's status as runsc reports it (OCI
 // runtime states); not a session's state (sandbox.State).
-type containerStatus string
+type ContainerStatus string
 
 // The container statuses the executor reads.
 const (
-	containerRunning containerStatus = "running"
-	containerStopped containerStatus = "stopped"
+	ContainerRunning ContainerStatus = "running"
+	ContainerStopped ContainerStatus = "stopped"
 )
 
 // list returns the containers under the root.
-func (r *runsc) list(ctx context.Context) ([]containerState, error) {
-	if _, err := os.Stat(r.root); errors.Is(err, os.ErrNotExist) {
+func (r *Runsc) List(ctx context.Context) ([]Container, error) {
+	if _, err := os.Stat(r.Root); errors.Is(err, os.ErrNotExist) {
 		return nil, nil
 	}
-	out, err := r.run(ctx, "", "list", "--format", "json")
+	out, err := r.Run(ctx, "", "list", "--format", "json")
 	if err != nil {
 		return nil, err
 	}
-	var cs []containerState
+	var cs []Container
 	if s := bytes.TrimSpace(out); len(s) > 0 && !bytes.Equal(s, []byte("null")) {
 		if err := json.Unmarshal(s, &cs); err != nil {
 			return nil, fmt.Errorf("decoding runsc list: %w", err)
@@ -161,14 +161,14 @@ func (r *runsc) list(ctx context.Context) ([]containerState, error) {
 }
 
 // state returns one container's state.
-func (r *runsc) state(ctx context.Context, id string) (containerState, error) {
-	out, err := r.run(ctx, "", "state", id)
+func (r *Runsc) State(ctx context.Context, id string) (Container, error) {
+	out, err := r.Run(ctx, "", "state", id)
 	if err != nil {
-		return containerState{}, err
+		return Container{}, err
 	}
-	var c containerState
+	var c Container
 	if err := json.Unmarshal(out, &c); err != nil {
-		return containerState{}, fmt.Errorf("decoding runsc state: %w", err)
+		return Container{}, fmt.Errorf("decoding runsc state: %w", err)
 	}
 	c.checkAlive()
 	return c, nil
@@ -177,17 +177,41 @@ func (r *runsc) state(ctx context.Context, id string) (containerState, error) {
 // checkAlive corrects a "running" status whose sandbox process is dead:
 // runsc probes with kill(pid, 0), which succeeds on a zombie, so a sandbox
 // killed from outside and not yet reaped still shows as running.
-func (c *containerState) checkAlive() {
-	if c.Status != containerRunning || c.Pid <= 0 {
+func (c *Container) checkAlive() {
+	if c.Status != ContainerRunning || c.Pid <= 0 {
 		return
 	}
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", c.Pid))
 	if err != nil {
-		c.Status = containerStopped
+		c.Status = ContainerStopped
 		return
 	}
 	// The state follows the command name, which is in parentheses.
 	if i := bytes.LastIndexByte(b, ')'); i >= 0 && i+2 < len(b) && (b[i+2] == 'Z' || b[i+2] == 'X') {
-		c.Status = containerStopped
+		c.Status = ContainerStopped
 	}
+}
+
+// sandboxIDs returns the ids of the sandboxes in the runsc root
+// (sessions, stateless calls, the warm pool, install jobs), read from
+// runsc's state files ("<container>_sandbox:<sandbox>.state", one per
+// container; a sandbox's own container has its id) without running runsc.
+// Sandboxes of other servers on the host, which have other roots, are not
+// among them; a sandbox that stopped is listed until it is deleted.
+func (r *Runsc) SandboxIDs() []string {
+	ents, err := os.ReadDir(r.Root)
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, ent := range ents {
+		name, ok := strings.CutSuffix(ent.Name(), ".state")
+		if !ok {
+			continue
+		}
+		if container, sandbox, ok := strings.Cut(name, "_sandbox:"); ok && container == sandbox {
+			out = append(out, sandbox)
+		}
+	}
+	return out
 }

@@ -1,4 +1,4 @@
-package executor
+package host
 
 import (
 	"os"
@@ -25,11 +25,11 @@ func CgroupDirs() []string {
 	return out
 }
 
-// removeStaleCgroups removes the empty cgroups of this executor's
+// RemoveStaleCgroups removes the empty cgroups of this executor's
 // sandboxes (own) that no longer run (not in keep); runsc removes them
 // itself unless it was killed. Cgroups of other servers' sandboxes on the
 // host are left alone.
-func removeStaleCgroups(own, keep map[string]bool) {
+func RemoveStaleCgroups(own, keep map[string]bool) {
 	for _, p := range CgroupDirs() {
 		if id := filepath.Base(p); own[id] && !keep[id] {
 			_ = os.Remove(p)
@@ -37,16 +37,16 @@ func removeStaleCgroups(own, keep map[string]bool) {
 	}
 }
 
-// hostOOM reports whether the sandbox's memory cgroup (named cg under
+// HostOOM reports whether the sandbox's memory cgroup (named cg under
 // /sandboxapi) hit its limit.
-func hostOOM(cg string) bool { return cgroupOOM("/sys/fs/cgroup", cg) }
+func HostOOM(cg string) bool { return CgroupOOM("/sys/fs/cgroup", cg) }
 
-// cgroupOOM reads the sandbox's memory cgroup under root: cgroup v1
+// CgroupOOM reads the sandbox's memory cgroup under root: cgroup v1
 // (memory/sandboxapi/<id>/memory.oom_control's oom_kill count, or
 // memory.failcnt) or v2 (sandboxapi/<id>/memory.events, its oom and
 // oom_kill counts). On recent kernels a v1 group whose task the OOM
 // killer took can show failcnt 0: oom_control is what tells.
-func cgroupOOM(root, id string) bool {
+func CgroupOOM(root, id string) bool {
 	v1 := root + "/memory/sandboxapi/" + id + "/"
 	if b, err := os.ReadFile(v1 + "memory.failcnt"); err == nil && strings.TrimSpace(string(b)) != "0" {
 		return true
@@ -70,7 +70,7 @@ func countNonZero(b []byte, names ...string) bool {
 	return false
 }
 
-// reapWait bounds how long reapCgroups waits for killed sandboxes to leave
+// reapWait bounds how long ReapCgroups waits for killed sandboxes to leave
 // their cgroups.
 const reapWait = 15 * time.Second
 
@@ -84,9 +84,9 @@ func cgroupsLeft(names map[string]bool) bool {
 	return false
 }
 
-// liveSandboxes counts the ids of own that have a folder among cgroupDirs
+// LiveSandboxes counts the ids of own that have a folder among cgroupDirs
 // (one folder per running sandbox under each controller).
-func liveSandboxes(own, cgroupDirs []string) int {
+func LiveSandboxes(own, cgroupDirs []string) int {
 	running := map[string]bool{}
 	for _, dir := range cgroupDirs {
 		running[filepath.Base(dir)] = true
@@ -100,18 +100,18 @@ func liveSandboxes(own, cgroupDirs []string) int {
 	return n
 }
 
-// reapCgroups removes the cgroups names of killed sandboxes (runsc
+// ReapCgroups removes the cgroups names of killed sandboxes (runsc
 // removes a sandbox's cgroups itself only when it is not killed). A
 // cgroup can be removed only once the sandbox's last thread has exited,
 // which on a loaded host takes seconds (a systrap sandbox has many
 // threads; CI saw more than the two seconds this once waited), so the
 // removal is tried again until the cgroups are gone or reapWait passes.
-func reapCgroups(names map[string]bool) {
+func ReapCgroups(names map[string]bool) {
 	if len(names) == 0 {
 		return
 	}
 	for deadline := time.Now().Add(reapWait); ; time.Sleep(50 * time.Millisecond) {
-		removeStaleCgroups(names, nil)
+		RemoveStaleCgroups(names, nil)
 		if !cgroupsLeft(names) || time.Now().After(deadline) {
 			return
 		}

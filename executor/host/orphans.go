@@ -1,4 +1,4 @@
-package executor
+package host
 
 import (
 	"context"
@@ -10,17 +10,17 @@ import (
 	"time"
 )
 
-// rootProcess is a host process started by runsc for this executor's root.
-type rootProcess struct {
-	pid  int
-	argv []string
+// RootProcess is a host process started by runsc for this executor's root.
+type RootProcess struct {
+	PID  int
+	Argv []string
 }
 
-// rootProcesses lists the host processes whose command line names root:
+// RootProcesses lists the host processes whose command line names root:
 // runsc commands a dead server left running and the sandboxes and gofers
 // they made.
-func rootProcesses(root string) []rootProcess {
-	var out []rootProcess
+func RootProcesses(root string) []RootProcess {
+	var out []RootProcess
 	ents, _ := os.ReadDir("/proc")
 	for _, ent := range ents {
 		pid, err := strconv.Atoi(ent.Name())
@@ -37,7 +37,7 @@ func rootProcesses(root string) []rootProcess {
 		}
 		for _, a := range argv {
 			if a == root || a == "--root="+root {
-				out = append(out, rootProcess{pid: pid, argv: argv})
+				out = append(out, RootProcess{PID: pid, Argv: argv})
 				break
 			}
 		}
@@ -45,15 +45,15 @@ func rootProcesses(root string) []rootProcess {
 	return out
 }
 
-// isCLI reports whether p is a runsc command (create, run, exec, ...) rather
+// IsCLI reports whether p is a runsc command (create, run, exec, ...) rather
 // than a sandbox or gofer process.
-func (p rootProcess) isCLI() bool {
-	base := filepath.Base(p.argv[0])
+func (p RootProcess) IsCLI() bool {
+	base := filepath.Base(p.Argv[0])
 	return base != "runsc-sandbox" && base != "runsc-gofer"
 }
 
-func (p rootProcess) isExec() bool {
-	for _, a := range p.argv[1:] {
+func (p RootProcess) IsExec() bool {
+	for _, a := range p.Argv[1:] {
 		if a == "exec" {
 			return true
 		}
@@ -61,22 +61,22 @@ func (p rootProcess) isExec() bool {
 	return false
 }
 
-// waitOrphanCommands waits, up to limit, for runsc commands that a
+// WaitOrphanCommands waits, up to limit, for runsc commands that a
 // previous server process started under root to finish (a "runsc run" in
 // flight when the server died goes on to start its sandbox), then kills
 // the rest, so that the reconciliation that follows sees every sandbox.
-func waitOrphanCommands(ctx context.Context, root string, limit time.Duration) int {
+func WaitOrphanCommands(ctx context.Context, root string, limit time.Duration) int {
 	deadline := time.Now().Add(limit)
 	for {
-		var cli []rootProcess
-		for _, p := range rootProcesses(root) {
-			if !p.isCLI() {
+		var cli []RootProcess
+		for _, p := range RootProcesses(root) {
+			if !p.IsCLI() {
 				continue
 			}
 			// An exec belongs to a call that is recorded failed anyway:
 			// no need to wait for it (adoption stops its program).
-			if p.isExec() {
-				_ = syscall.Kill(p.pid, syscall.SIGKILL)
+			if p.IsExec() {
+				_ = syscall.Kill(p.PID, syscall.SIGKILL)
 				continue
 			}
 			cli = append(cli, p)
@@ -86,7 +86,7 @@ func waitOrphanCommands(ctx context.Context, root string, limit time.Duration) i
 		}
 		if time.Now().After(deadline) || ctx.Err() != nil {
 			for _, p := range cli {
-				_ = syscall.Kill(p.pid, syscall.SIGKILL)
+				_ = syscall.Kill(p.PID, syscall.SIGKILL)
 			}
 			return len(cli)
 		}
@@ -94,17 +94,17 @@ func waitOrphanCommands(ctx context.Context, root string, limit time.Duration) i
 	}
 }
 
-// killStraySandboxes kills sandbox and gofer processes under root whose
+// KillStraySandboxes kills sandbox and gofer processes under root whose
 // container is not in keep (their runsc state is gone or broken, so
 // "runsc delete" cannot reach them), and returns the containers it hit.
-func killStraySandboxes(root string, keep map[string]bool) map[string]bool {
+func KillStraySandboxes(root string, keep map[string]bool) map[string]bool {
 	hit := map[string]bool{}
-	for _, p := range rootProcesses(root) {
-		if p.isCLI() {
+	for _, p := range RootProcesses(root) {
+		if p.IsCLI() {
 			continue
 		}
-		if id := p.argv[len(p.argv)-1]; !keep[id] {
-			if syscall.Kill(p.pid, syscall.SIGKILL) == nil {
+		if id := p.Argv[len(p.Argv)-1]; !keep[id] {
+			if syscall.Kill(p.PID, syscall.SIGKILL) == nil {
 				hit[id] = true
 			}
 		}
@@ -112,25 +112,25 @@ func killStraySandboxes(root string, keep map[string]bool) map[string]bool {
 	return hit
 }
 
-// killSandboxProcesses sends SIGKILL to every process under root that
+// KillSandboxProcesses sends SIGKILL to every process under root that
 // belongs to one of the sandboxes ids: its sandbox and gofer processes
 // and the runsc commands that name it. It returns how many it found
 // alive; zombies (already dead) are not counted.
-func killSandboxProcesses(root string, ids map[string]bool) int {
+func KillSandboxProcesses(root string, ids map[string]bool) int {
 	n := 0
-	for _, p := range rootProcesses(root) {
+	for _, p := range RootProcesses(root) {
 		hit := false
-		if !p.isCLI() {
-			hit = ids[p.argv[len(p.argv)-1]]
+		if !p.IsCLI() {
+			hit = ids[p.Argv[len(p.Argv)-1]]
 		} else {
-			for _, a := range p.argv[1:] {
+			for _, a := range p.Argv[1:] {
 				if ids[a] {
 					hit = true
 					break
 				}
 			}
 		}
-		if hit && syscall.Kill(p.pid, syscall.SIGKILL) == nil {
+		if hit && syscall.Kill(p.PID, syscall.SIGKILL) == nil {
 			n++
 		}
 	}

@@ -1,4 +1,4 @@
-package executor
+package host
 
 import (
 	"os"
@@ -23,12 +23,12 @@ func TestSandboxIDsReadsOwnRoot(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	got := (&runsc{root: root}).sandboxIDs()
+	got := (&Runsc{Root: root}).SandboxIDs()
 	slices.Sort(got)
 	if want := []string{"aaaa", "bbbb"}; !slices.Equal(got, want) {
 		t.Errorf("sandboxIDs = %v, want %v", got, want)
 	}
-	if ids := (&runsc{root: filepath.Join(root, "missing")}).sandboxIDs(); len(ids) != 0 {
+	if ids := (&Runsc{Root: filepath.Join(root, "missing")}).SandboxIDs(); len(ids) != 0 {
 		t.Errorf("a missing root lists %v", ids)
 	}
 }
