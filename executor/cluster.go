@@ -11,6 +11,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/sandboxapi/sandboxapi/executor/fence"
 	"github.com/sandboxapi/sandboxapi/executor/host"
 	"github.com/sandboxapi/sandboxapi/internal/sandbox"
 	"github.com/sandboxapi/sandboxapi/store"
@@ -67,13 +68,13 @@ func (e *Executor) HoldUntil(t time.Time) {
 	f := e.fence
 	e.mu.Unlock()
 	if f != nil {
-		f.holdUntil(t)
+		f.HoldUntil(t)
 	}
 }
 
 // fenceSwitch is the dead man's switch, nil on a single node or before
 // Start.
-func (e *Executor) fenceSwitch() *fenceSwitch {
+func (e *Executor) fenceSwitch() *fence.Switch {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	return e.fence
@@ -85,7 +86,7 @@ func (e *Executor) fenceSwitch() *fenceSwitch {
 // sandbox found dead then was fenced, not lost; no home may be mounted.
 func (e *Executor) holdPassed() bool {
 	f := e.fenceSwitch()
-	return f != nil && f.holdPassed()
+	return f != nil && f.HoldPassed()
 }
 
 // Adopt serves session id, whose row names this node (claimed from

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/sandboxapi/sandboxapi/configs"
+	"github.com/sandboxapi/sandboxapi/executor/fence"
 	"github.com/sandboxapi/sandboxapi/executor/host"
 	"github.com/sandboxapi/sandboxapi/internal/testenv"
 	"github.com/sandboxapi/sandboxapi/store"
@@ -40,7 +41,7 @@ func TestFenceHelperProcess(t *testing.T) {
 	if os.Getenv("SANDBOXAPI_FENCE_HELPER") != "1" {
 		t.Skip("the fence process of the cluster tests")
 	}
-	var cfg FenceConfig
+	var cfg fence.Config
 	fs := flag.NewFlagSet("fence", flag.ExitOnError)
 	fs.StringVar(&cfg.Root, "root", "", "")
 	fs.StringVar(&cfg.Homes, "homes", "", "")
@@ -53,9 +54,9 @@ func TestFenceHelperProcess(t *testing.T) {
 		}
 	}
 	_ = fs.Parse(args)
-	signal.Ignore(FenceSignals...)
+	signal.Ignore(fence.Signals...)
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	if err := RunFence(context.Background(), cfg, os.Stdin, os.Stdout, log); err != nil {
+	if err := fence.Run(context.Background(), cfg, os.Stdin, os.Stdout, log); err != nil {
 		log.Error("fence", "err", err)
 		os.Exit(1)
 	}
@@ -388,15 +389,15 @@ func TestClusterStopHandsOver(t *testing.T) {
 	}
 	// A fence process that dies while its node runs is started again.
 	first := a.currentFence()
-	if err := first.cmd.Process.Kill(); err != nil {
+	if err := first.Process.Kill(); err != nil {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(30 * time.Second)
 	for a.currentFence() == first && time.Now().Before(deadline) {
 		time.Sleep(20 * time.Millisecond)
 	}
-	fence := a.currentFence().cmd
-	if fence == first.cmd {
+	fence := a.currentFence()
+	if fence == first {
 		t.Fatal("the fence was not started again")
 	}
 	if err := a.Stop(ctx); err != nil {
@@ -657,63 +658,6 @@ func (s *syncWriter) String() string {
 	return s.w.(*strings.Builder).String()
 }
 
-// nopCloser turns a writer into the ready end of RunFence.
-type nopCloser struct{ io.Writer }
-
-func (nopCloser) Close() error { return nil }
-
-// TestRunFenceProtocol: a 'q' from the node ends the fence quietly, EOF
-// fences (nothing to do under an empty root), and a second fence on the
-// same lock is ready only once the first has finished.
-func TestRunFenceProtocol(t *testing.T) {
-	dir := t.TempDir()
-	cfg := FenceConfig{Root: filepath.Join(dir, "runsc"), Homes: filepath.Join(dir, "sessions"), Lock: filepath.Join(dir, "fence.lock")}
-	log := quietLog()
-	ctx := context.Background()
-
-	var ready strings.Builder
-	if err := RunFence(ctx, cfg, strings.NewReader("q"), nopCloser{&ready}, log); err != nil || ready.String() != "ready\n" {
-		t.Fatalf("quit: %v, ready %q", err, ready.String())
-	}
-	if err := RunFence(ctx, cfg, strings.NewReader(""), nopCloser{io.Discard}, log); err != nil {
-		t.Fatalf("EOF with nothing to fence: %v", err)
-	}
-
-	r1, w1 := io.Pipe()
-	first := make(chan error, 1)
-	firstReady := make(chan struct{})
-	go func() {
-		first <- RunFence(ctx, cfg, r1, nopCloser{writerFunc(func(p []byte) (int, error) { close(firstReady); return len(p), nil })}, log)
-	}()
-	<-firstReady
-	secondReady := make(chan struct{})
-	second := make(chan error, 1)
-	go func() {
-		second <- RunFence(ctx, cfg, strings.NewReader("q"), nopCloser{writerFunc(func(p []byte) (int, error) { close(secondReady); return len(p), nil })}, log)
-	}()
-	select {
-	case <-secondReady:
-		t.Fatal("a second fence was ready while the first held the lock")
-	case <-time.After(200 * time.Millisecond):
-	}
-	w1.Close() // the node dies
-	if err := <-first; err != nil {
-		t.Fatalf("first fence: %v", err)
-	}
-	select {
-	case <-secondReady:
-	case <-time.After(5 * time.Second):
-		t.Fatal("the second fence never got the lock")
-	}
-	if err := <-second; err != nil {
-		t.Fatal(err)
-	}
-}
-
-type writerFunc func([]byte) (int, error)
-
-func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
-
 // TestClusterFenceDuringCall: a call running when its node fences answers
 // ErrSessionMoved at once and writes nothing to the session's row.
 func TestClusterFenceDuringCall(t *testing.T) {
@@ -751,11 +695,7 @@ func TestClusterFenceDuringCall(t *testing.T) {
 }
 
 // currentFence is e's running fence process.
-func (e *Executor) currentFence() *fenceProc {
-	e.fence.mu.Lock()
-	defer e.fence.mu.Unlock()
-	return e.fence.proc
-}
+func (e *Executor) currentFence() *exec.Cmd { return e.fence.Process() }
 
 // TestClusterReconcileKeepsUnreadableImage: a node that restarts while
 // the shared homes_dir cannot answer for a session's image (an error

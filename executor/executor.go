@@ -22,6 +22,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sandboxapi/sandboxapi/executor/fence"
 	"github.com/sandboxapi/sandboxapi/executor/guest"
 	"github.com/sandboxapi/sandboxapi/executor/host"
 	"github.com/sandboxapi/sandboxapi/internal/sandbox"
@@ -96,9 +97,9 @@ type Executor struct {
 	started  bool
 	fences   int // how many times every session was let go of (Fence)
 
-	adoptMu sync.Mutex   // one Adopt at a time
-	fence   *fenceSwitch // the dead man's switch (cluster mode), nil else
-	hold    time.Time    // under mu: the last HoldUntil
+	adoptMu sync.Mutex    // one Adopt at a time
+	fence   *fence.Switch // the dead man's switch (cluster mode), nil else
+	hold    time.Time     // under mu: the last HoldUntil
 
 	// regain: live sessions adopted with their sandbox at start, which
 	// regainLive gives an agent channel again.
@@ -245,7 +246,7 @@ func (e *Executor) Start(ctx context.Context) error {
 	}
 	if err := e.reconcile(ctx); err != nil {
 		if e.fence != nil {
-			_ = e.fence.stop()
+			_ = e.fence.Stop()
 		}
 		return fmt.Errorf("reconciling: %w", err)
 	}
@@ -312,7 +313,7 @@ func (e *Executor) Stop(ctx context.Context) error {
 		}
 	}
 	if e.fence != nil {
-		if err := e.fence.stop(); err != nil {
+		if err := e.fence.Stop(); err != nil {
 			errs = append(errs, err)
 		}
 	}

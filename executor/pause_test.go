@@ -282,85 +282,6 @@ func TestClusterFenceWaitsForMount(t *testing.T) {
 	}
 }
 
-// TestRunFenceHold: a deadline from the node ("hold <ns>") that passes
-// without a newer one fences, and the fence goes on; "free" and a newer
-// deadline disarm the older one; a line cut short by the node's death is
-// EOF; 'q' still quits.
-func TestRunFenceHold(t *testing.T) {
-	dir := t.TempDir()
-	cfg := FenceConfig{Root: filepath.Join(dir, "runsc"), Homes: filepath.Join(dir, "sessions"), Lock: filepath.Join(dir, "fence.lock")}
-	logs := &syncWriter{w: &strings.Builder{}}
-	log := slog.New(slog.NewTextHandler(logs, nil))
-	fired := func() int { return strings.Count(logs.String(), "hold deadline passed") }
-	r, w := io.Pipe()
-	done := make(chan error, 1)
-	go func() { done <- RunFence(context.Background(), cfg, r, nopCloser{io.Discard}, log) }()
-	say := func(s string) {
-		t.Helper()
-		if _, err := io.WriteString(w, s); err != nil {
-			t.Fatal(err)
-		}
-	}
-
-	say("hold 200000000\n") // 200 ms
-	say("free\n")
-	time.Sleep(400 * time.Millisecond)
-	if n := fired(); n != 0 {
-		t.Fatalf("a disarmed deadline fired %d times", n)
-	}
-	say("hold 200000000\n")
-	say("hold 2000000000\n") // the newer one counts
-	time.Sleep(400 * time.Millisecond)
-	if n := fired(); n != 0 {
-		t.Fatalf("a deadline replaced by a later one fired %d times", n)
-	}
-	say("hold 100000000\n")
-	deadline := time.Now().Add(5 * time.Second)
-	for fired() == 0 && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
-	if fired() != 1 {
-		t.Fatalf("the deadline did not fire; log:\n%s", logs.String())
-	}
-	select {
-	case err := <-done:
-		t.Fatalf("the fence ended after its deadline: %v", err)
-	case <-time.After(300 * time.Millisecond):
-	}
-	say("hold 100000000\n") // armed again
-	for fired() == 1 && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
-	if fired() != 2 {
-		t.Fatalf("the re-armed deadline did not fire; log:\n%s", logs.String())
-	}
-	say("q")
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("quit: %v", err)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("'q' did not end the fence")
-	}
-	if strings.Contains(logs.String(), "node process gone") {
-		t.Fatalf("a quit fenced; log:\n%s", logs.String())
-	}
-
-	r, w = io.Pipe()
-	go func() { done <- RunFence(context.Background(), cfg, r, nopCloser{io.Discard}, log) }()
-	say("hold 1000")
-	w.Close()
-	select {
-	case err := <-done:
-		if err != nil || !strings.Contains(logs.String(), "node process gone") {
-			t.Fatalf("EOF in a line: %v; log:\n%s", err, logs.String())
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("EOF in a line did not fence")
-	}
-}
-
 // TestClusterLostAfterReadopt: a call that was running when its node
 // fenced and finds its sandbox gone only after the node has adopted the
 // session again (the same id, a new object) answers ErrSessionMoved and
@@ -514,10 +435,7 @@ func TestClusterHoldBeforeStart(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = e.Stop(context.Background()) })
-	f := e.fenceSwitch()
-	f.mu.Lock()
-	armed := f.hold
-	f.mu.Unlock()
+	armed := e.fenceSwitch().Hold()
 	if armed.IsZero() || e.holdPassed() {
 		t.Fatalf("fence after Start: hold %v, passed %v", armed, e.holdPassed())
 	}
