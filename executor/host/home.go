@@ -23,7 +23,7 @@ import (
 func HomeImage(dir string) string { return filepath.Join(dir, "home.img") }
 func HomeMount(dir string) string { return filepath.Join(dir, "home") }
 
-// home is where one session's home lives: its image in imgDir, under
+// Home is where one session's home lives: its image in imgDir, under
 // executor.homes_dir (which other nodes may share), and its node-local
 // folder dir (the mount point, the bundle, the network record). With the
 // default homes_dir both are one folder. The zero value is no home.
@@ -35,12 +35,13 @@ type Home struct {
 func (h Home) Image() string { return HomeImage(h.ImgDir) }
 func (h Home) Mount() string { return HomeMount(h.Dir) }
 
-// apart reports whether the image lives apart from the node-local folder.
+// Apart reports whether the image lives apart from the node-local folder.
 func (h Home) Apart() bool { return h.ImgDir != h.Dir }
 
 // MakeHome creates, formats and mounts a home image. The node-local
 // folder is made first: an image in a shared homes_dir with no folder of
-// this node beside it is never this node's to remove (see reconcile).
+// this node beside it is never this node's to remove (see the
+// executor's reconcile).
 func MakeHome(ctx context.Context, h Home, size int64) (err error) {
 	if err := os.MkdirAll(h.Mount(), 0o700); err != nil {
 		return fmt.Errorf("creating home folder: %w", err)
@@ -408,7 +409,7 @@ func DropLocal(h Home) error {
 	return errors.Join(errs...)
 }
 
-// mounted reports whether path is a mount point, from /proc/self/mountinfo.
+// Mounted reports whether path is a mount point, from /proc/self/mountinfo.
 func Mounted(path string) bool {
 	b, err := os.ReadFile("/proc/self/mountinfo")
 	if err != nil {

@@ -1,3 +1,8 @@
+// Package host is the sandbox host layer under the session service
+// (package executor): the runsc binary and the OCI spec it runs, the
+// loop-mounted home images, the processes a runsc root leaves on the host,
+// and sandboxes' cgroups. It knows no session, no store and no session
+// state; the executor decides what to run, where a home lives and when.
 package host
 
 import (
@@ -35,7 +40,7 @@ func (r *Runsc) Args(network string, sub ...string) []string {
 	return append(a, sub...)
 }
 
-// command builds an exec.Cmd for a runsc subcommand; it does not start it.
+// Command builds an exec.Cmd for a runsc subcommand; it does not start it.
 func (r *Runsc) Command(ctx context.Context, network string, sub ...string) *exec.Cmd {
 	cmd := exec.CommandContext(ctx, r.Bin, r.Args(network, sub...)...)
 	cmd.Env = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
@@ -43,7 +48,7 @@ func (r *Runsc) Command(ctx context.Context, network string, sub ...string) *exe
 	return cmd
 }
 
-// run runs a short runsc subcommand and returns its stdout.
+// Run runs a short runsc subcommand and returns its stdout.
 func (r *Runsc) Run(ctx context.Context, network string, sub ...string) ([]byte, error) {
 	cmd := r.Command(ctx, network, sub...)
 	var out, errb bytes.Buffer
@@ -58,15 +63,16 @@ func (r *Runsc) Run(ctx context.Context, network string, sub ...string) ([]byte,
 	return out.Bytes(), nil
 }
 
-// start creates and starts a sandbox from bundle (runsc run --detach).
+// Start creates and starts a sandbox from bundle (runsc run --detach).
 // stdin and stdout become the sandbox's own stdio (pid 1's); nil gives it
 // /dev/null.
 func (r *Runsc) Start(ctx context.Context, id, bundle, network string, stdin, stdout *os.File) error {
 	return r.StartCmd(ctx, id, network, []string{"run", "--detach", "--bundle", bundle, id}, stdin, stdout)
 }
 
-// startCmd runs a runsc command that leaves a detached sandbox holding
-// stdin and stdout as its stdio: run, or restore (checkpoint.go).
+// StartCmd runs a runsc command that leaves a detached sandbox holding
+// stdin and stdout as its stdio: run, or restore (the executor's
+// checkpoint.go).
 func (r *Runsc) StartCmd(ctx context.Context, id, network string, sub []string, stdin, stdout *os.File) error {
 	cmd := r.Command(ctx, network, sub...)
 	// The detached sandbox keeps its stdio for life, so runsc's own messages
@@ -100,7 +106,7 @@ func lastLines(s string, n int) string {
 	return strings.Join(lines, " | ")
 }
 
-// unmountNullNetns removes the nsfs mount runsc leaves in its root for
+// UnmountNullNetns removes the nsfs mount runsc leaves in its root for
 // --network=none, once no sandbox remains.
 func (r *Runsc) UnmountNullNetns() error {
 	p := filepath.Join(r.Root, "null-netns")
@@ -113,7 +119,7 @@ func (r *Runsc) UnmountNullNetns() error {
 	return nil
 }
 
-// destroy kills and deletes a sandbox; a sandbox that is already gone is fine.
+// Destroy kills and deletes a sandbox; a sandbox that is already gone is fine.
 func (r *Runsc) Destroy(ctx context.Context, id string) error {
 	_, _ = r.Run(ctx, "", "kill", "--all", id, "KILL")
 	if _, err := r.Run(ctx, "", "delete", "--force", id); err != nil && !errors.Is(err, ErrNoSandbox) {
@@ -139,7 +145,7 @@ const (
 	ContainerStopped ContainerStatus = "stopped"
 )
 
-// list returns the containers under the root.
+// List returns the containers under the root.
 func (r *Runsc) List(ctx context.Context) ([]Container, error) {
 	if _, err := os.Stat(r.Root); errors.Is(err, os.ErrNotExist) {
 		return nil, nil
@@ -160,7 +166,7 @@ func (r *Runsc) List(ctx context.Context) ([]Container, error) {
 	return cs, nil
 }
 
-// state returns one container's state.
+// State returns one container's state.
 func (r *Runsc) State(ctx context.Context, id string) (Container, error) {
 	out, err := r.Run(ctx, "", "state", id)
 	if err != nil {
@@ -192,7 +198,7 @@ func (c *Container) checkAlive() {
 	}
 }
 
-// sandboxIDs returns the ids of the sandboxes in the runsc root
+// SandboxIDs returns the ids of the sandboxes in the runsc root
 // (sessions, stateless calls, the warm pool, install jobs), read from
 // runsc's state files ("<container>_sandbox:<sandbox>.state", one per
 // container; a sandbox's own container has its id) without running runsc.

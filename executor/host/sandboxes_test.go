@@ -7,7 +7,7 @@ import (
 	"testing"
 )
 
-// TestSandboxIDsReadsOwnRoot checks that sandboxIDs lists the sandboxes
+// TestSandboxIDsReadsOwnRoot checks that SandboxIDs lists the sandboxes
 // of its own runsc root from runsc's state file names, and
 // nothing else in the folder.
 func TestSandboxIDsReadsOwnRoot(t *testing.T) {
