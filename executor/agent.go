@@ -306,7 +306,7 @@ func (e *Executor) dropAgent(id string) {
 // destroy removes a sandbox and its channel.
 func (e *Executor) destroy(ctx context.Context, id string) error {
 	e.dropAgent(id)
-	return e.runsc.destroy(ctx, id)
+	return e.runsc.Destroy(ctx, id)
 }
 
 // agentRun runs one guest request through the sandbox's agent. The kill,

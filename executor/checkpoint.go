@@ -72,6 +72,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sandboxapi/sandboxapi/executor/guest"
+	"github.com/sandboxapi/sandboxapi/executor/host"
 	"github.com/sandboxapi/sandboxapi/internal/sandbox"
 	"github.com/sandboxapi/sandboxapi/store"
 )
@@ -102,7 +103,7 @@ const (
 
 // checkpointDir is where session id's checkpoint lives: beside its home
 // image (the same storage, shared in a cluster).
-func (h home) checkpointDir() string { return filepath.Join(h.imgDir, checkpointFolder) }
+func checkpointDir(h host.Home) string { return filepath.Join(h.ImgDir, checkpointFolder) }
 
 // checkpointRel is the checkpoint's path as the store records it,
 // relative to the homes folder.
@@ -120,7 +121,7 @@ type checkpointMetaFile struct {
 // --version says VERSION_MISSING on a `go install` build). Computed once.
 func (e *Executor) runscBuild() string {
 	e.runscIDOnce.Do(func() {
-		f, err := os.Open(e.runsc.bin)
+		f, err := os.Open(e.runsc.Bin)
 		if err != nil {
 			e.runscID = "unknown"
 			return
@@ -143,7 +144,7 @@ func (e *Executor) runscBuild() string {
 // error is one of the lost* reasons (wrapped).
 func (e *Executor) saveMemory(ctx context.Context, s *session, leaveRunning bool) (ck store.Checkpoint, err error) {
 	h := e.home(s.id)
-	final := h.checkpointDir()
+	final := checkpointDir(h)
 	partial := final + partialSuffix
 	if err := os.RemoveAll(partial); err != nil {
 		return ck, fmt.Errorf("%s: %w", lostSaveFailed, err)
@@ -161,7 +162,7 @@ func (e *Executor) saveMemory(ctx context.Context, s *session, leaveRunning bool
 		args = append(args, "--leave-running")
 	}
 	start := time.Now()
-	if _, err := e.runsc.run(ctx, "", append(args, s.id)...); err != nil {
+	if _, err := e.runsc.Run(ctx, "", append(args, s.id)...); err != nil {
 		return ck, fmt.Errorf("%s: %w", lostSaveFailed, err)
 	}
 	took := time.Since(start)
@@ -192,7 +193,7 @@ func (e *Executor) saveMemory(ctx context.Context, s *session, leaveRunning bool
 	if err := os.Rename(partial, final); err != nil {
 		return ck, fmt.Errorf("%s: %w", lostSaveFailed, err)
 	}
-	syncDir(h.imgDir)
+	syncDir(h.ImgDir)
 	digest, err := stateDigest(final)
 	if err != nil {
 		_ = os.RemoveAll(final)
@@ -275,18 +276,18 @@ func (e *Executor) restoreMemory(ctx context.Context, s *session, bundle string,
 // its stdio on a fresh agent channel, and greets the guest there.
 func (e *Executor) restoreWithAgent(ctx context.Context, id, bundle, network, dir string) error {
 	// The checkpointed container is still in runsc's state (stopped).
-	_ = e.runsc.destroy(ctx, id)
+	_ = e.runsc.Destroy(ctx, id)
 	pipes, err := newAgentPipes()
 	if err != nil {
 		return err
 	}
-	err = e.runsc.startCmd(ctx, id, network, []string{"restore", "--detach", "--bundle", bundle, "--image-path", dir, id}, pipes.sbxIn, pipes.sbxOut)
+	err = e.runsc.StartCmd(ctx, id, network, []string{"restore", "--detach", "--bundle", bundle, "--image-path", dir, id}, pipes.sbxIn, pipes.sbxOut)
 	pipes.closeSandboxSide()
 	if err != nil {
 		pipes.closeAll()
 		if ctx.Err() != nil {
-			if n := killSandboxProcesses(e.runsc.root, map[string]bool{id: true}); n > 0 {
-				e.reapKilled(map[string]bool{id: true})
+			if n := host.KillSandboxProcesses(e.runsc.Root, map[string]bool{id: true}); n > 0 {
+				host.ReapCgroups(e.cgroupNames(map[string]bool{id: true}))
 			}
 		}
 		return err
@@ -339,7 +340,7 @@ func (e *Executor) forkMemory(ctx context.Context, src *session, childID string)
 	if !live {
 		return ck, slost, release
 	}
-	final := e.home(childID).checkpointDir()
+	final := checkpointDir(e.home(childID))
 	partial := final + partialSuffix
 	err := func() error {
 		switch {
@@ -347,7 +348,7 @@ func (e *Executor) forkMemory(ctx context.Context, src *session, childID string)
 			if err := os.Mkdir(partial, 0o700); err != nil {
 				return err
 			}
-			if _, err := e.runsc.run(ctx, "", "checkpoint", "--leave-running", "--image-path", partial, src.id); err != nil {
+			if _, err := e.runsc.Run(ctx, "", "checkpoint", "--leave-running", "--image-path", partial, src.id); err != nil {
 				return err
 			}
 			meta, _ := json.Marshal(checkpointMetaFile{Runsc: e.runscBuild(), Guest: guest.ProtocolVersion, At: time.Now().UTC()})
@@ -358,7 +359,7 @@ func (e *Executor) forkMemory(ctx context.Context, src *session, childID string)
 			if sck.Path != checkpointRel(src.id) {
 				return errors.New("the source's row names a checkpoint folder not its own")
 			}
-			if err := runTool(ctx, "cp", "-a", "--reflink=auto", "--", e.home(src.id).checkpointDir(), partial); err != nil {
+			if err := host.RunTool(ctx, "cp", "-a", "--reflink=auto", "--", checkpointDir(e.home(src.id)), partial); err != nil {
 				return err
 			}
 		default:
@@ -413,7 +414,7 @@ func (e *Executor) dropCheckpoint(ctx context.Context, s *session, live bool) er
 	}
 	if ck.Path != "" {
 		// The session's own folder, whatever the row named.
-		if rerr := os.RemoveAll(e.home(s.id).checkpointDir()); rerr != nil {
+		if rerr := os.RemoveAll(checkpointDir(e.home(s.id))); rerr != nil {
 			err = errors.Join(err, rerr)
 		}
 		e.releaseDisk(ck.Bytes)
@@ -426,7 +427,7 @@ func (e *Executor) dropCheckpoint(ctx context.Context, s *session, live bool) er
 // checkpoint the row names, or why the memory it held is lost. It tidies
 // what a crash left of checkpoints and returns the image's size, to count
 // against max_disk.
-func (s *session) servedHibernatedLive(r store.SessionRow, h home) int64 {
+func (s *session) servedHibernatedLive(r store.SessionRow, h host.Home) int64 {
 	tidyCheckpoints(h, r.Checkpoint, r.ID)
 	s.liveStored = r.Live
 	if r.Checkpoint.Path != "" {
@@ -490,10 +491,10 @@ func (e *Executor) persistLive(s *session) {
 
 // tidyCheckpoints removes, at start, what a crash left of checkpoints:
 // partial images always, and a checkpoint folder its row does not name.
-func tidyCheckpoints(h home, ck store.Checkpoint, id string) {
-	_ = os.RemoveAll(h.checkpointDir() + partialSuffix)
+func tidyCheckpoints(h host.Home, ck store.Checkpoint, id string) {
+	_ = os.RemoveAll(checkpointDir(h) + partialSuffix)
 	if ck.Path != checkpointRel(id) {
-		_ = os.RemoveAll(h.checkpointDir())
+		_ = os.RemoveAll(checkpointDir(h))
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/sandboxapi/sandboxapi/executor/guest"
+	"github.com/sandboxapi/sandboxapi/executor/host"
 )
 
 // BenchmarkCheckpointRestore hibernates and resumes a live Python session
@@ -49,7 +50,7 @@ func BenchmarkCheckpointRestore(b *testing.B) {
 		hib = append(hib, time.Since(t0))
 		image = h.CheckpointBytes
 		t0 = time.Now()
-		if _, err := e.List(ctx, "k1", s.ID, "/home/sandbox"); err != nil {
+		if _, err := e.files.List(ctx, "k1", s.ID, "/home/sandbox"); err != nil {
 			b.Fatalf("resume: %v", err)
 		}
 		resume = append(resume, time.Since(t0))
@@ -93,7 +94,7 @@ func holdMemory(b *testing.B, e *Executor, id string, n int) {
 		b.Fatal(err)
 	}
 	for end := time.Now().Add(60 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		if out, err := e.runsc.run(context.Background(), "", "exec", id, "/bin/cat", "/tmp/held"); err == nil && string(out) == "ok" {
+		if out, err := e.runsc.Run(context.Background(), "", "exec", id, "/bin/cat", "/tmp/held"); err == nil && string(out) == "ok" {
 			return
 		}
 		if time.Now().After(end) {
@@ -106,7 +107,7 @@ func holdMemory(b *testing.B, e *Executor, id string, n int) {
 // (memory.current on cgroup v2, memory.usage_in_bytes on v1), 0 when it
 // cannot be read.
 func memoryCurrent(e *Executor, id string) int64 {
-	for _, d := range CgroupDirs() {
+	for _, d := range host.CgroupDirs() {
 		if filepath.Base(d) != e.cgroupName(id) {
 			continue
 		}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/sandboxapi/sandboxapi/configs"
 	"github.com/sandboxapi/sandboxapi/executor/guest"
+	"github.com/sandboxapi/sandboxapi/executor/host"
 	"github.com/sandboxapi/sandboxapi/internal/sandbox"
 	"github.com/sandboxapi/sandboxapi/store"
 )
@@ -60,7 +61,7 @@ func makeLive(t *testing.T, e *Executor, id string, holder bool) (tmpToken, proc
 		}
 		ctx := context.Background()
 		for end := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-			if out, err := e.runsc.run(ctx, "", "exec", id, "/bin/cat", "/tmp/holder.pid"); err == nil && len(out) > 0 {
+			if out, err := e.runsc.Run(ctx, "", "exec", id, "/bin/cat", "/tmp/holder.pid"); err == nil && len(out) > 0 {
 				break
 			}
 			if time.Now().After(end) {
@@ -99,13 +100,13 @@ fi
 echo "$tmp $proc"`
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	out, err := e.runsc.run(ctx, "", "exec", id, "/bin/sh", "-c", script)
+	out, err := e.runsc.Run(ctx, "", "exec", id, "/bin/sh", "-c", script)
 	if err != nil {
 		t.Fatalf("reading memory: %v", err)
 	}
 	// The holder ends (its run's end kills what it left, this exec too),
 	// and its run's result goes to the host with no call waiting for it.
-	_, _ = e.runsc.run(ctx, "", "exec", id, "/bin/sh", "-c", `[ -f /tmp/holder.pid ] && { p=$(cat /tmp/holder.pid); rm -f /tmp/holder.pid; kill -TERM "$p"; }`)
+	_, _ = e.runsc.Run(ctx, "", "exec", id, "/bin/sh", "-c", `[ -f /tmp/holder.pid ] && { p=$(cat /tmp/holder.pid); rm -f /tmp/holder.pid; kill -TERM "$p"; }`)
 	waitAgentFree(t, e, id)
 	return strings.TrimSpace(string(out))
 }
@@ -149,7 +150,7 @@ func token() string {
 func checkpointLeft(e *Executor, id string) []string {
 	h := e.home(id)
 	var out []string
-	for _, p := range []string{h.checkpointDir(), h.checkpointDir() + partialSuffix} {
+	for _, p := range []string{checkpointDir(h), checkpointDir(h) + partialSuffix} {
 		if _, err := os.Stat(p); err == nil {
 			out = append(out, p)
 		}
@@ -178,14 +179,14 @@ func TestLiveHibernateResumeKeepsMemory(t *testing.T) {
 	if err != nil || !row.Live || row.Checkpoint.Path == "" || row.Checkpoint.Bytes != h.CheckpointBytes || row.Checkpoint.Runsc == "" {
 		t.Fatalf("store row: %+v %v", row, err)
 	}
-	fi, err := os.Stat(e.home(s.ID).checkpointDir())
+	fi, err := os.Stat(checkpointDir(e.home(s.ID)))
 	if err != nil || fi.Mode().Perm() != 0o700 {
 		t.Fatalf("checkpoint folder: %v %v", fi, err)
 	}
 	t.Logf("checkpoint: %d bytes", h.CheckpointBytes)
 	// The resume, through the files API (an execute would meet the
 	// holder's run in the guest).
-	if _, err := e.List(ctx, "k1", s.ID, "/home/sandbox"); err != nil {
+	if _, err := e.files.List(ctx, "k1", s.ID, "/home/sandbox"); err != nil {
 		t.Fatalf("resuming: %v", err)
 	}
 	if got, want := readMemory(t, e, s.ID), tmpTok+" "+procTok; got != want {
@@ -300,7 +301,7 @@ func TestLiveRestoreFallsBack(t *testing.T) {
 				t.Fatalf("hibernate: %+v %v", h, err)
 			}
 			if tc.spoil != nil {
-				tc.spoil(t, e.home(s.ID).checkpointDir())
+				tc.spoil(t, checkpointDir(e.home(s.ID)))
 			} else {
 				// A row that names a folder not its own (another
 				// session's, or outside the homes): never given to runsc.
@@ -373,8 +374,8 @@ func TestLiveFaults(t *testing.T) {
 			// One sandbox, one agent channel: nothing of the failed
 			// restore is left beside the cold one.
 			procs := 0
-			for _, p := range rootProcesses(e.runsc.root) {
-				if !p.isCLI() && p.argv[len(p.argv)-1] == s.ID {
+			for _, p := range host.RootProcesses(e.runsc.Root) {
+				if !p.IsCLI() && p.Argv[len(p.Argv)-1] == s.ID {
 					procs++
 				}
 			}
@@ -428,7 +429,7 @@ func TestLiveCrash(t *testing.T) {
 			if got := state(t, second, s.ID); got != StateHibernated {
 				t.Fatalf("after a crash at %s: %s", tc.step, got)
 			}
-			if _, err := os.Stat(second.home(s.ID).checkpointDir() + partialSuffix); err == nil {
+			if _, err := os.Stat(checkpointDir(second.home(s.ID)) + partialSuffix); err == nil {
 				t.Fatal("a partial image survived the restart")
 			}
 			r := resumeOf(t, second, s.ID)
@@ -487,7 +488,7 @@ func TestLiveSurvivesRestart(t *testing.T) {
 				}
 			}
 			if !kill {
-				if _, err := second.List(context.Background(), "k1", s.ID, "/home/sandbox"); err != nil {
+				if _, err := second.files.List(context.Background(), "k1", s.ID, "/home/sandbox"); err != nil {
 					t.Fatalf("resuming: %v", err)
 				}
 			}

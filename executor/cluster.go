@@ -11,6 +11,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/sandboxapi/sandboxapi/executor/fence"
+	"github.com/sandboxapi/sandboxapi/executor/host"
 	"github.com/sandboxapi/sandboxapi/internal/sandbox"
 	"github.com/sandboxapi/sandboxapi/store"
 )
@@ -66,13 +68,13 @@ func (e *Executor) HoldUntil(t time.Time) {
 	f := e.fence
 	e.mu.Unlock()
 	if f != nil {
-		f.holdUntil(t)
+		f.HoldUntil(t)
 	}
 }
 
 // fenceSwitch is the dead man's switch, nil on a single node or before
 // Start.
-func (e *Executor) fenceSwitch() *fenceSwitch {
+func (e *Executor) fenceSwitch() *fence.Switch {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	return e.fence
@@ -84,7 +86,7 @@ func (e *Executor) fenceSwitch() *fenceSwitch {
 // sandbox found dead then was fenced, not lost; no home may be mounted.
 func (e *Executor) holdPassed() bool {
 	f := e.fenceSwitch()
-	return f != nil && f.holdPassed()
+	return f != nil && f.HoldPassed()
 }
 
 // Adopt serves session id, whose row names this node (claimed from
@@ -130,7 +132,7 @@ func (e *Executor) Adopt(ctx context.Context, id string) (Session, error) {
 		return Session{}, fmt.Errorf("adopting session %s: %w", id, err)
 	}
 	h := e.home(id)
-	fi, ierr := os.Stat(h.image())
+	fi, ierr := os.Stat(h.Image())
 	if ierr != nil && !errors.Is(ierr, fs.ErrNotExist) {
 		// Shared storage that does not answer is not a lost session.
 		return Session{}, fmt.Errorf("adopting session %s: %w", id, ierr)
@@ -144,7 +146,7 @@ func (e *Executor) Adopt(ctx context.Context, id string) (Session, error) {
 		} else if err != nil {
 			return Session{}, fmt.Errorf("ending lost session %s: %w", id, err)
 		}
-		e.log.WarnContext(ctx, "session lost: no home image to adopt", "session", id, "state", r.State, "image", h.image(), "err", ierr)
+		e.log.WarnContext(ctx, "session lost: no home image to adopt", "session", id, "state", r.State, "image", h.Image(), "err", ierr)
 		return Session{}, fmt.Errorf("adopting session %s: %w", id, ErrSessionLost)
 	}
 	size := r.DiskBytes
@@ -191,7 +193,7 @@ func (e *Executor) Adopt(ctx context.Context, id string) (Session, error) {
 func (e *Executor) EndOrphan(ctx context.Context, id, reason string) error {
 	if _, err := e.Adopt(ctx, id); errors.Is(err, ErrSessionLost) {
 		// The row is ended, and names this node: nobody mounts its image.
-		if err := dropHome(ctx, e.home(id)); err != nil {
+		if err := host.DropHome(ctx, e.home(id)); err != nil {
 			return fmt.Errorf("ending orphaned session %s: %w", id, err)
 		}
 		e.log.InfoContext(ctx, "session reaped", "session", id, "reason", "sandbox lost")
@@ -532,14 +534,14 @@ func (e *Executor) killHomes(ctx context.Context, ss []*session) error {
 		e.dropAgent(id) // calls in flight fail now
 	}
 	for _, s := range ss {
-		thawHome(e.dir(s.id)) // a fork's freeze would hold the unmount
+		host.ThawHome(e.dir(s.id)) // a fork's freeze would hold the unmount
 	}
 	for {
-		procs := killSandboxProcesses(e.runsc.root, ids)
+		procs := host.KillSandboxProcesses(e.runsc.Root, ids)
 		var left []error
 		for _, s := range ss {
-			mnt := homeMount(e.dir(s.id))
-			if !mounted(mnt) {
+			mnt := host.HomeMount(e.dir(s.id))
+			if !host.Mounted(mnt) {
 				continue
 			}
 			if err := unix.Unmount(mnt, 0); err != nil && !errors.Is(err, unix.EINVAL) {
@@ -561,7 +563,7 @@ func (e *Executor) killHomes(ctx context.Context, ss []*session) error {
 	deadline, _ := ctx.Deadline()
 	var errs []error
 	for _, s := range ss {
-		if err := settleImage(e.home(s.id).image(), deadline); err != nil {
+		if err := host.SettleImage(e.home(s.id).Image(), deadline); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -583,7 +585,7 @@ func (e *Executor) tidy(ctx context.Context, ss []*session) error {
 			defer wg.Done()
 			defer func() { <-sem }()
 			var serrs []error
-			if err := e.runsc.destroy(ctx, s.id); err != nil {
+			if err := e.runsc.Destroy(ctx, s.id); err != nil {
 				serrs = append(serrs, err)
 			}
 			if e.net != nil && e.networkHeld(s) {
@@ -591,8 +593,8 @@ func (e *Executor) tidy(ctx context.Context, ss []*session) error {
 					serrs = append(serrs, err)
 				}
 			}
-			if !mounted(homeMount(e.dir(s.id))) {
-				if err := dropLocal(e.home(s.id)); err != nil {
+			if !host.Mounted(host.HomeMount(e.dir(s.id))) {
+				if err := host.DropLocal(e.home(s.id)); err != nil {
 					serrs = append(serrs, err)
 				}
 			}

@@ -19,6 +19,8 @@ import (
 	"time"
 
 	"github.com/sandboxapi/sandboxapi/configs"
+	"github.com/sandboxapi/sandboxapi/executor/fence"
+	"github.com/sandboxapi/sandboxapi/executor/host"
 	"github.com/sandboxapi/sandboxapi/internal/testenv"
 	"github.com/sandboxapi/sandboxapi/store"
 )
@@ -39,7 +41,7 @@ func TestFenceHelperProcess(t *testing.T) {
 	if os.Getenv("SANDBOXAPI_FENCE_HELPER") != "1" {
 		t.Skip("the fence process of the cluster tests")
 	}
-	var cfg FenceConfig
+	var cfg fence.Config
 	fs := flag.NewFlagSet("fence", flag.ExitOnError)
 	fs.StringVar(&cfg.Root, "root", "", "")
 	fs.StringVar(&cfg.Homes, "homes", "", "")
@@ -52,9 +54,9 @@ func TestFenceHelperProcess(t *testing.T) {
 		}
 	}
 	_ = fs.Parse(args)
-	signal.Ignore(FenceSignals...)
+	signal.Ignore(fence.Signals...)
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	if err := RunFence(context.Background(), cfg, os.Stdin, os.Stdout, log); err != nil {
+	if err := fence.Run(context.Background(), cfg, os.Stdin, os.Stdout, log); err != nil {
 		log.Error("fence", "err", err)
 		os.Exit(1)
 	}
@@ -148,7 +150,7 @@ func loopWatch(img string) (stop func() int) {
 	go func() {
 		defer wg.Done()
 		for {
-			most = max(most, len(loopDevices(img)))
+			most = max(most, len(host.LoopDevices(img)))
 			select {
 			case <-done:
 				return
@@ -177,15 +179,15 @@ func clusterRun(t *testing.T, e *Executor, id, code string) Result {
 // on its image. (runsc commands that tidy up after a fence may still run.)
 func hostHolds(e *Executor, id string) []string {
 	var out []string
-	for _, p := range rootProcesses(e.runsc.root) {
-		if !p.isCLI() && strings.Contains(strings.Join(p.argv, " "), id) {
-			out = append(out, "process "+strings.Join(p.argv, " "))
+	for _, p := range host.RootProcesses(e.runsc.Root) {
+		if !p.IsCLI() && strings.Contains(strings.Join(p.Argv, " "), id) {
+			out = append(out, "process "+strings.Join(p.Argv, " "))
 		}
 	}
-	if mounted(homeMount(e.dir(id))) {
+	if host.Mounted(host.HomeMount(e.dir(id))) {
 		out = append(out, "mount")
 	}
-	for _, d := range loopDevices(e.home(id).image()) {
+	for _, d := range host.LoopDevices(e.home(id).Image()) {
 		out = append(out, "loop device "+d)
 	}
 	return out
@@ -207,7 +209,7 @@ func TestClusterFenceThenTakeover(t *testing.T) {
 	if _, err := os.Stat(img); err != nil {
 		t.Fatalf("home image not in homes_dir: %v", err)
 	}
-	if _, err := os.Stat(homeImage(a.dir(s.ID))); err == nil {
+	if _, err := os.Stat(host.HomeImage(a.dir(s.ID))); err == nil {
 		t.Fatal("home image also in the node-local folder")
 	}
 	stop := loopWatch(img)
@@ -387,15 +389,15 @@ func TestClusterStopHandsOver(t *testing.T) {
 	}
 	// A fence process that dies while its node runs is started again.
 	first := a.currentFence()
-	if err := first.cmd.Process.Kill(); err != nil {
+	if err := first.Process.Kill(); err != nil {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(30 * time.Second)
 	for a.currentFence() == first && time.Now().Before(deadline) {
 		time.Sleep(20 * time.Millisecond)
 	}
-	fence := a.currentFence().cmd
-	if fence == first.cmd {
+	fence := a.currentFence()
+	if fence == first {
 		t.Fatal("the fence was not started again")
 	}
 	if err := a.Stop(ctx); err != nil {
@@ -455,11 +457,11 @@ func TestClusterReconcileKeepsOthersImages(t *testing.T) {
 	cfgA := c.nodeConfig(t)
 	// What a crash of a would leave: the node-local folder of a session
 	// that b took over, and a home a made for no session yet.
-	if err := os.MkdirAll(homeMount(filepath.Join(cfgA.DataDir, "sessions", s.ID)), 0o700); err != nil {
+	if err := os.MkdirAll(host.HomeMount(filepath.Join(cfgA.DataDir, "sessions", s.ID)), 0o700); err != nil {
 		t.Fatal(err)
 	}
 	orphan := newID("sess_")
-	if err := os.MkdirAll(homeMount(filepath.Join(cfgA.DataDir, "sessions", orphan)), 0o700); err != nil {
+	if err := os.MkdirAll(host.HomeMount(filepath.Join(cfgA.DataDir, "sessions", orphan)), 0o700); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.MkdirAll(filepath.Join(c.homes, orphan), 0o700); err != nil {
@@ -586,8 +588,8 @@ func TestClusterFenceProcess(t *testing.T) {
 	img := filepath.Join(c.homes, id, "home.img")
 	stop := loopWatch(img)
 	root, sessions := filepath.Join(cfgA.DataDir, "runsc"), filepath.Join(cfgA.DataDir, "sessions")
-	if len(rootProcesses(root)) == 0 || len(homeMounts(sessions)) != 1 {
-		t.Fatalf("node a runs no sandbox or mount: %d processes, mounts %v", len(rootProcesses(root)), homeMounts(sessions))
+	if len(host.RootProcesses(root)) == 0 || len(host.HomeMounts(sessions)) != 1 {
+		t.Fatalf("node a runs no sandbox or mount: %d processes, mounts %v", len(host.RootProcesses(root)), host.HomeMounts(sessions))
 	}
 
 	killed := time.Now()
@@ -595,10 +597,10 @@ func TestClusterFenceProcess(t *testing.T) {
 		t.Fatal(err)
 	}
 	go func() { _ = cmd.Wait(); close(exited) }()
-	for len(rootProcesses(root)) > 0 || len(homeMounts(sessions)) > 0 || len(loopDevices(img)) > 0 {
+	for len(host.RootProcesses(root)) > 0 || len(host.HomeMounts(sessions)) > 0 || len(host.LoopDevices(img)) > 0 {
 		if time.Since(killed) > 3*time.Second {
 			t.Fatalf("3 s after node a died: %d processes under its root, mounts %v, loop devices %v; log:\n%s",
-				len(rootProcesses(root)), homeMounts(sessions), loopDevices(img), logs.String())
+				len(host.RootProcesses(root)), host.HomeMounts(sessions), host.LoopDevices(img), logs.String())
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
@@ -656,63 +658,6 @@ func (s *syncWriter) String() string {
 	return s.w.(*strings.Builder).String()
 }
 
-// nopCloser turns a writer into the ready end of RunFence.
-type nopCloser struct{ io.Writer }
-
-func (nopCloser) Close() error { return nil }
-
-// TestRunFenceProtocol: a 'q' from the node ends the fence quietly, EOF
-// fences (nothing to do under an empty root), and a second fence on the
-// same lock is ready only once the first has finished.
-func TestRunFenceProtocol(t *testing.T) {
-	dir := t.TempDir()
-	cfg := FenceConfig{Root: filepath.Join(dir, "runsc"), Homes: filepath.Join(dir, "sessions"), Lock: filepath.Join(dir, "fence.lock")}
-	log := quietLog()
-	ctx := context.Background()
-
-	var ready strings.Builder
-	if err := RunFence(ctx, cfg, strings.NewReader("q"), nopCloser{&ready}, log); err != nil || ready.String() != "ready\n" {
-		t.Fatalf("quit: %v, ready %q", err, ready.String())
-	}
-	if err := RunFence(ctx, cfg, strings.NewReader(""), nopCloser{io.Discard}, log); err != nil {
-		t.Fatalf("EOF with nothing to fence: %v", err)
-	}
-
-	r1, w1 := io.Pipe()
-	first := make(chan error, 1)
-	firstReady := make(chan struct{})
-	go func() {
-		first <- RunFence(ctx, cfg, r1, nopCloser{writerFunc(func(p []byte) (int, error) { close(firstReady); return len(p), nil })}, log)
-	}()
-	<-firstReady
-	secondReady := make(chan struct{})
-	second := make(chan error, 1)
-	go func() {
-		second <- RunFence(ctx, cfg, strings.NewReader("q"), nopCloser{writerFunc(func(p []byte) (int, error) { close(secondReady); return len(p), nil })}, log)
-	}()
-	select {
-	case <-secondReady:
-		t.Fatal("a second fence was ready while the first held the lock")
-	case <-time.After(200 * time.Millisecond):
-	}
-	w1.Close() // the node dies
-	if err := <-first; err != nil {
-		t.Fatalf("first fence: %v", err)
-	}
-	select {
-	case <-secondReady:
-	case <-time.After(5 * time.Second):
-		t.Fatal("the second fence never got the lock")
-	}
-	if err := <-second; err != nil {
-		t.Fatal(err)
-	}
-}
-
-type writerFunc func([]byte) (int, error)
-
-func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
-
 // TestClusterFenceDuringCall: a call running when its node fences answers
 // ErrSessionMoved at once and writes nothing to the session's row.
 func TestClusterFenceDuringCall(t *testing.T) {
@@ -750,11 +695,7 @@ func TestClusterFenceDuringCall(t *testing.T) {
 }
 
 // currentFence is e's running fence process.
-func (e *Executor) currentFence() *fenceProc {
-	e.fence.mu.Lock()
-	defer e.fence.mu.Unlock()
-	return e.fence.proc
-}
+func (e *Executor) currentFence() *exec.Cmd { return e.fence.Process() }
 
 // TestClusterReconcileKeepsUnreadableImage: a node that restarts while
 // the shared homes_dir cannot answer for a session's image (an error
@@ -778,7 +719,7 @@ func TestClusterReconcileKeepsUnreadableImage(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg := c.nodeConfig(t)
-	if err := os.MkdirAll(homeMount(filepath.Join(cfg.DataDir, "sessions", id)), 0o700); err != nil {
+	if err := os.MkdirAll(host.HomeMount(filepath.Join(cfg.DataDir, "sessions", id)), 0o700); err != nil {
 		t.Fatal(err)
 	}
 	a := c.start(t, "a", cfg)

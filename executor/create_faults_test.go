@@ -14,6 +14,7 @@ import (
 
 	"github.com/sandboxapi/sandboxapi/configs"
 	"github.com/sandboxapi/sandboxapi/egress"
+	"github.com/sandboxapi/sandboxapi/executor/host"
 	"github.com/sandboxapi/sandboxapi/internal/sandbox"
 	"github.com/sandboxapi/sandboxapi/internal/testenv"
 	"github.com/sandboxapi/sandboxapi/store"
@@ -138,7 +139,7 @@ func (f *faultEnv) leftovers(t *testing.T, id string) []string {
 		out = append(out, "plan slot: the executor lists a session")
 	}
 	if id != "" {
-		cs, err := f.e.runsc.list(ctx)
+		cs, err := f.e.runsc.List(ctx)
 		if err != nil {
 			t.Fatalf("runsc list: %v", err)
 		}
@@ -148,8 +149,8 @@ func (f *faultEnv) leftovers(t *testing.T, id string) []string {
 			}
 		}
 		dir := f.e.dir(id)
-		if mounted(homeMount(dir)) {
-			out = append(out, "mount "+homeMount(dir))
+		if host.Mounted(host.HomeMount(dir)) {
+			out = append(out, "mount "+host.HomeMount(dir))
 		}
 		if _, err := os.Stat(dir); err == nil {
 			out = append(out, "folder "+dir)
@@ -160,7 +161,7 @@ func (f *faultEnv) leftovers(t *testing.T, id string) []string {
 				out = append(out, "loop device "+p)
 			}
 		}
-		for _, cg := range CgroupDirs() {
+		for _, cg := range host.CgroupDirs() {
 			if filepath.Base(cg) == id {
 				out = append(out, "cgroup "+cg)
 			}

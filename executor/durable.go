@@ -10,6 +10,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/sandboxapi/sandboxapi/executor/host"
 	"github.com/sandboxapi/sandboxapi/store"
 )
 
@@ -157,9 +158,9 @@ func (e *Executor) hibernate(ctx context.Context, s *session, reason string) err
 	e.mu.Unlock()
 	// A mount that will not go stays (never lazily: the same image must
 	// not be mounted twice); the next resume uses it.
-	if err := unmountHome(e.dir(s.id)); err != nil {
+	if err := host.UnmountHome(e.dir(s.id)); err != nil {
 		errs = append(errs, err)
-	} else if err := waitImageFree(ctx, e.home(s.id).image(), e.home(s.id).mount(), 2*time.Second); err != nil {
+	} else if err := host.WaitImageFree(ctx, e.home(s.id).Image(), e.home(s.id).Mount(), 2*time.Second); err != nil {
 		// The kernel frees the loop device a moment after the unmount:
 		// a hibernated session holds none, and a node taking it over
 		// (after a drain) finds its image free.
@@ -256,7 +257,7 @@ func (e *Executor) resume(ctx context.Context, s *session) (took time.Duration, 
 		return 0, err
 	}
 	cu.Add("mount in progress", func(context.Context) error { e.endMount(id, mount); return nil })
-	cu.Add("home mount", func(context.Context) error { return unmountHome(dir) })
+	cu.Add("home mount", func(context.Context) error { return host.UnmountHome(dir) })
 	if err := e.fault(stepResumeMounting, id); err != nil {
 		return 0, err
 	}
@@ -264,8 +265,8 @@ func (e *Executor) resume(ctx context.Context, s *session) (took time.Duration, 
 	// The wait for the image (a loop device of this host still on it) is
 	// cut short by a Fence; the mount itself is not (a mount killed
 	// half-way may leave a loop device).
-	if !mounted(homeMount(dir)) {
-		if err := waitImageFree(mctx, e.home(id).image(), e.home(id).mount(), imageBusyWait); err != nil {
+	if !host.Mounted(host.HomeMount(dir)) {
+		if err := host.WaitImageFree(mctx, e.home(id).Image(), e.home(id).Mount(), host.ImageBusyWait); err != nil {
 			if e.isGone(s) {
 				return 0, fmt.Errorf("session %s: %w", id, ErrSessionMoved)
 			}
@@ -275,7 +276,7 @@ func (e *Executor) resume(ctx context.Context, s *session) (took time.Duration, 
 	if e.isGone(s) {
 		return 0, fmt.Errorf("session %s: %w", id, ErrSessionMoved)
 	}
-	if err := mountHome(ctx, e.home(id)); err != nil {
+	if err := host.MountHome(ctx, e.home(id)); err != nil {
 		return 0, fmt.Errorf("mounting home: %w", err)
 	}
 	if e.isGone(s) {
@@ -446,36 +447,36 @@ func (e *Executor) ForkSession(ctx context.Context, id string, spec ForkSpec) (_
 	if err := e.fault(stepForkInsert, childID); err != nil {
 		return Session{}, err
 	}
-	cu.Add("home", func(ctx context.Context) error { return dropHome(ctx, h) })
+	cu.Add("home", func(ctx context.Context) error { return host.DropHome(ctx, h) })
 	// The node-local folder first, then the image's (see makeHome).
-	if err := os.MkdirAll(h.mount(), 0o700); err != nil {
+	if err := os.MkdirAll(h.Mount(), 0o700); err != nil {
 		return Session{}, fmt.Errorf("creating home folder: %w", err)
 	}
-	if err := os.MkdirAll(h.imgDir, 0o700); err != nil {
+	if err := os.MkdirAll(h.ImgDir, 0o700); err != nil {
 		return Session{}, fmt.Errorf("creating home image folder: %w", err)
 	}
 	// Memory before files: the checkpoint pauses the source for its
 	// length, and no execute runs in it until the copy is done.
 	ck, memLost, releaseCk := e.forkMemory(ctx, src, childID)
 	cu.Add("checkpoint disk", func(context.Context) error { releaseCk(); return nil })
-	srcMnt := homeMount(e.dir(id))
+	srcMnt := host.HomeMount(e.dir(id))
 	frozen := false
-	if mounted(srcMnt) {
+	if host.Mounted(srcMnt) {
 		// Freezing flushes what the sandbox wrote and holds new writes
 		// (none should come: no execute runs) until the copy is done.
-		if err := freezeHome(srcMnt); err != nil {
+		if err := host.FreezeHome(srcMnt); err != nil {
 			return Session{}, fmt.Errorf("freezing source home: %w", err)
 		}
 		frozen = true
 	}
-	err = copyImage(ctx, e.home(id).image(), h.image())
+	err = host.CopyImage(ctx, e.home(id).Image(), h.Image())
 	if err != nil {
 		err = fmt.Errorf("copying home: %w", err)
 	} else {
 		err = e.fault(stepForkCopy, childID) // frozen still, if it was
 	}
 	if frozen {
-		thawHome(e.dir(id))
+		host.ThawHome(e.dir(id))
 	}
 	if err != nil {
 		return Session{}, err
@@ -545,10 +546,10 @@ func (e *Executor) DiskStats() (committed, used int64) {
 	e.mu.Unlock()
 	for _, id := range ids {
 		var st unix.Stat_t
-		if unix.Stat(e.home(id).image(), &st) == nil {
+		if unix.Stat(e.home(id).Image(), &st) == nil {
 			used += st.Blocks * 512
 		}
-		used += diskUsage(e.home(id).checkpointDir()) // a live session's saved memory
+		used += diskUsage(checkpointDir(e.home(id))) // a live session's saved memory
 	}
 	return committed, used
 }

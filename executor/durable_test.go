@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/sandboxapi/sandboxapi/configs"
+	"github.com/sandboxapi/sandboxapi/executor/host"
 	"github.com/sandboxapi/sandboxapi/internal/sandbox"
 	"github.com/sandboxapi/sandboxapi/store"
 )
@@ -27,7 +28,7 @@ import (
 func held(t *testing.T, e *Executor, id string) []string {
 	t.Helper()
 	var out []string
-	cs, err := e.runsc.list(context.Background())
+	cs, err := e.runsc.List(context.Background())
 	if err != nil {
 		t.Fatalf("runsc list: %v", err)
 	}
@@ -36,13 +37,13 @@ func held(t *testing.T, e *Executor, id string) []string {
 			out = append(out, "sandbox "+string(c.Status))
 		}
 	}
-	for _, p := range rootProcesses(e.runsc.root) {
-		if strings.Contains(strings.Join(p.argv, " "), id) {
-			out = append(out, fmt.Sprintf("process %d", p.pid))
+	for _, p := range host.RootProcesses(e.runsc.Root) {
+		if strings.Contains(strings.Join(p.Argv, " "), id) {
+			out = append(out, fmt.Sprintf("process %d", p.PID))
 		}
 	}
 	dir := e.dir(id)
-	if mounted(homeMount(dir)) {
+	if host.Mounted(host.HomeMount(dir)) {
 		out = append(out, "mount")
 	}
 	loops, _ := filepath.Glob("/sys/block/loop*/loop/backing_file")
@@ -51,7 +52,7 @@ func held(t *testing.T, e *Executor, id string) []string {
 			out = append(out, "loop device "+p)
 		}
 	}
-	for _, cg := range CgroupDirs() {
+	for _, cg := range host.CgroupDirs() {
 		if filepath.Base(cg) == id {
 			out = append(out, "cgroup "+cg)
 		}
@@ -295,19 +296,19 @@ func TestRestartAfterSandboxesRemovedFromOutside(t *testing.T) {
 	s := mustSession(t, first, "python3")
 	run(t, first, s.ID, "open('/home/sandbox/f','w').write('outside')", 0)
 	crash(first, st)
-	procs := rootProcesses(first.runsc.root)
+	procs := host.RootProcesses(first.runsc.Root)
 	if len(procs) == 0 {
 		t.Fatal("no runsc process to kill")
 	}
 	for _, p := range procs {
-		_ = syscall.Kill(p.pid, syscall.SIGKILL)
+		_ = syscall.Kill(p.PID, syscall.SIGKILL)
 	}
-	for deadline := time.Now().Add(10 * time.Second); len(rootProcesses(first.runsc.root)) > 0; time.Sleep(50 * time.Millisecond) {
+	for deadline := time.Now().Add(10 * time.Second); len(host.RootProcesses(first.runsc.Root)) > 0; time.Sleep(50 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("runsc processes did not die")
 		}
 	}
-	if err := exec.Command("umount", homeMount(first.dir(s.ID))).Run(); err != nil {
+	if err := exec.Command("umount", host.HomeMount(first.dir(s.ID))).Run(); err != nil {
 		t.Fatalf("umount from outside: %v", err)
 	}
 	second, st2 := open()
@@ -629,11 +630,11 @@ func TestFileCallsResumeHibernated(t *testing.T) {
 		}
 	}
 	hibernate()
-	if _, err := e.PutFile(ctx, "k1", s.ID, "/home/sandbox/up.txt", strings.NewReader("uploaded"), 8); err != nil {
+	if _, err := e.files.PutFile(ctx, "k1", s.ID, "/home/sandbox/up.txt", strings.NewReader("uploaded"), 8); err != nil {
 		t.Fatalf("upload into a hibernated session: %v", err)
 	}
 	hibernate()
-	info, rc, err := e.GetFile(ctx, "k1", s.ID, "/home/sandbox/up.txt")
+	info, rc, err := e.files.GetFile(ctx, "k1", s.ID, "/home/sandbox/up.txt")
 	if err != nil {
 		t.Fatalf("download from a hibernated session: %v", err)
 	}
@@ -643,7 +644,7 @@ func TestFileCallsResumeHibernated(t *testing.T) {
 		t.Fatalf("download: %q %+v %v", b, info, err)
 	}
 	hibernate()
-	if _, err := e.List(ctx, "k1", s.ID, "/home/sandbox"); err != nil {
+	if _, err := e.files.List(ctx, "k1", s.ID, "/home/sandbox"); err != nil {
 		t.Fatalf("listing a hibernated session: %v", err)
 	}
 	if res := run(t, e, s.ID, "cat /home/sandbox/up.txt", 0); res.Stdout != "uploaded" {
@@ -670,7 +671,7 @@ func TestResumeEvictsCopiedHomeMount(t *testing.T) {
 	}
 	defer e.DeleteSession(ctx, "k1", s.ID)
 	run(t, e, s.ID, "open('/home/sandbox/f','w').write('kept')", 0)
-	mnt := e.home(s.ID).mount()
+	mnt := e.home(s.ID).Mount()
 	holder := exec.Command("unshare", "--mount", "--propagation", "private", "sleep", "300")
 	if err := holder.Start(); err != nil {
 		t.Fatal(err)
@@ -695,7 +696,7 @@ func TestResumeEvictsCopiedHomeMount(t *testing.T) {
 	if held() {
 		t.Fatalf("the copy of %s is still mounted in the other namespace", mnt)
 	}
-	if devs := loopDevices(e.home(s.ID).image()); len(devs) != 0 {
+	if devs := host.LoopDevices(e.home(s.ID).Image()); len(devs) != 0 {
 		t.Fatalf("a hibernated session's image is still on %v", devs)
 	}
 	r, err := e.Execute(ctx, "k1", s.ID, ExecRequest{Code: "print(open('/home/sandbox/f').read())"})

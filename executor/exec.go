@@ -8,12 +8,11 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"slices"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/sandboxapi/sandboxapi/executor/guest"
+	"github.com/sandboxapi/sandboxapi/executor/host"
 	"github.com/sandboxapi/sandboxapi/internal/sandbox"
 	"github.com/sandboxapi/sandboxapi/store"
 )
@@ -194,7 +193,7 @@ func (e *Executor) releaseSession(s *session) {
 
 func (e *Executor) baseEnv(rt *Runtime, netEnv []string, extra map[string]string) []string {
 	env := []string{
-		"HOME=" + HomeDir,
+		"HOME=" + host.HomeDir,
 		"USER=sandbox",
 		"LANG=C.UTF-8",
 		"TMPDIR=/tmp",
@@ -229,9 +228,9 @@ func (e *Executor) sessionRequest(rt *Runtime, netEnv []string, req ExecRequest,
 		InlineCompile:    rt.InlineCompile,
 		CompileTimeoutMS: e.compileTimeoutMS(timeout),
 		Env:              e.baseEnv(rt, netEnv, req.Env),
-		Cwd:              HomeDir,
-		UID:              SandboxUID,
-		GID:              SandboxUID,
+		Cwd:              host.HomeDir,
+		UID:              host.SandboxUID,
+		GID:              host.SandboxUID,
 		TimeoutMS:        timeoutMS(timeout),
 		MemoryBytes:      mem,
 		MaxProcs:         uint64(e.cfg.Pids),
@@ -342,7 +341,7 @@ func (e *Executor) captures(onOutput func(string, []byte), k *killer) (*capture,
 func (e *Executor) execKill(ctx context.Context, id string) {
 	kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
-	if _, err := e.runsc.run(kctx, "", "exec", "--user", "0:0", "--cap", "CAP_KILL", id, guestBin, "kill"); err != nil {
+	if _, err := e.runsc.Run(kctx, "", "exec", "--user", "0:0", "--cap", "CAP_KILL", id, host.GuestBin, "kill"); err != nil {
 		e.log.WarnContext(ctx, "killing user processes", "session", id, "err", err)
 	}
 }
@@ -378,9 +377,9 @@ func (e *Executor) execRun(ctx context.Context, id string, greq *guest.Request, 
 	// and is killed only as the last resort.
 	cmdCtx, cmdCancel := context.WithCancel(context.Background())
 	defer cmdCancel()
-	cmd := e.runsc.command(cmdCtx, "", "exec", "--user", "0:0",
+	cmd := e.runsc.Command(cmdCtx, "", "exec", "--user", "0:0",
 		"--cap", "CAP_CHOWN", "--cap", "CAP_SETUID", "--cap", "CAP_SETGID", "--cap", "CAP_KILL",
-		"--pass-fd", "3:3", id, guestBin, "run")
+		"--pass-fd", "3:3", id, host.GuestBin, "run")
 	cmd.Stdin = io.MultiReader(bytes.NewReader(header), bytes.NewReader(stdin))
 	cmd.Stdout, cmd.Stderr = stdout, stderr
 	cmd.ExtraFiles = []*os.File{rw}
@@ -514,14 +513,14 @@ func (e *Executor) lost(ctx context.Context, id string, res Result, waitErr erro
 		// was killed on purpose, and its row is not ours to write.
 		return res, fmt.Errorf("session %s: %w", id, ErrSessionMoved)
 	}
-	st, err := e.runsc.state(context.WithoutCancel(ctx), id)
+	st, err := e.runsc.State(context.WithoutCancel(ctx), id)
 	// A sandbox killed from outside takes a moment to die (many threads):
 	// look again briefly before deciding that it lives.
-	for i := 0; err == nil && st.Status == containerRunning && i < 10; i++ {
+	for i := 0; err == nil && st.Status == host.ContainerRunning && i < 10; i++ {
 		time.Sleep(100 * time.Millisecond)
-		st, err = e.runsc.state(context.WithoutCancel(ctx), id)
+		st, err = e.runsc.State(context.WithoutCancel(ctx), id)
 	}
-	if err == nil && st.Status == containerRunning {
+	if err == nil && st.Status == host.ContainerRunning {
 		return res, fmt.Errorf("running code: no result from the sandbox: %v", waitErr)
 	}
 	e.mu.Lock()
@@ -532,7 +531,7 @@ func (e *Executor) lost(ctx context.Context, id string, res Result, waitErr erro
 	if err := e.store.SetSessionState(context.WithoutCancel(ctx), id, StateFailed, "sandbox lost", false); ok && errors.Is(err, store.ErrNotOwner) {
 		return res, e.notOwner(ctx, s, err)
 	}
-	oom := hostOOM(e.cgroupName(id))
+	oom := host.HostOOM(e.cgroupName(id))
 	// Stop waits for this teardown (e.bg) before it looks for sandboxes
 	// left.
 	if ok {
@@ -547,37 +546,4 @@ func (e *Executor) lost(ctx context.Context, id string, res Result, waitErr erro
 		return res, fmt.Errorf("%w: out of memory", ErrLost)
 	}
 	return res, ErrLost
-}
-
-// hostOOM reports whether the sandbox's memory cgroup (named cg under
-// /sandboxapi) hit its limit.
-func hostOOM(cg string) bool { return cgroupOOM("/sys/fs/cgroup", cg) }
-
-// cgroupOOM reads the sandbox's memory cgroup under root: cgroup v1
-// (memory/sandboxapi/<id>/memory.oom_control's oom_kill count, or
-// memory.failcnt) or v2 (sandboxapi/<id>/memory.events, its oom and
-// oom_kill counts). On recent kernels a v1 group whose task the OOM
-// killer took can show failcnt 0: oom_control is what tells.
-func cgroupOOM(root, id string) bool {
-	v1 := root + "/memory/sandboxapi/" + id + "/"
-	if b, err := os.ReadFile(v1 + "memory.failcnt"); err == nil && strings.TrimSpace(string(b)) != "0" {
-		return true
-	}
-	if b, err := os.ReadFile(v1 + "memory.oom_control"); err == nil && countNonZero(b, "oom_kill", "under_oom") {
-		return true
-	}
-	b, err := os.ReadFile(root + "/sandboxapi/" + id + "/memory.events")
-	return err == nil && countNonZero(b, "oom", "oom_kill")
-}
-
-// countNonZero reports whether a "name value" file has a non-zero value
-// for one of names.
-func countNonZero(b []byte, names ...string) bool {
-	for _, line := range strings.Split(string(b), "\n") {
-		f := strings.Fields(line)
-		if len(f) == 2 && f[1] != "0" && slices.Contains(names, f[0]) {
-			return true
-		}
-	}
-	return false
 }

@@ -22,7 +22,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sandboxapi/sandboxapi/executor/fence"
 	"github.com/sandboxapi/sandboxapi/executor/guest"
+	"github.com/sandboxapi/sandboxapi/executor/host"
 	"github.com/sandboxapi/sandboxapi/internal/sandbox"
 	"github.com/sandboxapi/sandboxapi/store"
 )
@@ -74,7 +76,7 @@ type Config struct {
 type Executor struct {
 	cfg   Config
 	rt    *Runtimes
-	runsc *runsc
+	runsc *host.Runsc
 	store *store.Store
 	log   *slog.Logger
 	net   Network
@@ -95,9 +97,9 @@ type Executor struct {
 	started  bool
 	fences   int // how many times every session was let go of (Fence)
 
-	adoptMu sync.Mutex   // one Adopt at a time
-	fence   *fenceSwitch // the dead man's switch (cluster mode), nil else
-	hold    time.Time    // under mu: the last HoldUntil
+	adoptMu sync.Mutex    // one Adopt at a time
+	fence   *fence.Switch // the dead man's switch (cluster mode), nil else
+	hold    time.Time     // under mu: the last HoldUntil
 
 	// regain: live sessions adopted with their sandbox at start, which
 	// regainLive gives an agent channel again.
@@ -125,6 +127,9 @@ type Executor struct {
 	stop    chan struct{}
 	wg      sync.WaitGroup // reaper and pool filler
 	bg      sync.WaitGroup // teardowns of stateless sandboxes
+
+	files *Files     // the files role
+	procs *Processes // the background processes role
 }
 
 // Option gives New a part the executor works with besides its config.
@@ -176,7 +181,7 @@ func New(cfg Config, rt *Runtimes, st *store.Store, log *slog.Logger, opts ...Op
 	e := &Executor{
 		cfg:      cfg,
 		rt:       rt,
-		runsc:    &runsc{bin: bin, root: filepath.Join(cfg.DataDir, "runsc"), platform: cfg.Platform},
+		runsc:    &host.Runsc{Bin: bin, Root: filepath.Join(cfg.DataDir, "runsc"), Platform: cfg.Platform},
 		agents:   map[string]*agentConn{},
 		store:    st,
 		log:      log,
@@ -187,10 +192,17 @@ func New(cfg Config, rt *Runtimes, st *store.Store, log *slog.Logger, opts ...Op
 		warm:     make(chan warmSandbox, max(cfg.WarmPool, 0)),
 		stop:     make(chan struct{}),
 	}
+	e.files = &Files{s: e, cfg: cfg, log: log, runsc: e.runsc, execOps: &e.execFileOps}
+	e.procs = &Processes{s: e, cfg: cfg, log: log}
 	for _, o := range opts {
 		o(e)
 	}
 	return e, nil
+}
+
+// home returns where session (or warm sandbox) id's home lives.
+func (e *Executor) home(id string) host.Home {
+	return host.Home{Dir: e.dir(id), ImgDir: filepath.Join(e.homesDir(), id)}
 }
 
 // findGuest looks for sandboxapi-guest beside the running binary, then on PATH.
@@ -224,7 +236,7 @@ func (e *Executor) guestDir() string { return filepath.Join(e.cfg.DataDir, "gues
 // Start installs the guest, reconciles with whatever a previous process left
 // behind, and starts the reaper and the spare-home filler.
 func (e *Executor) Start(ctx context.Context) error {
-	for _, d := range []string{e.sessionsDir(), e.homesDir(), e.guestDir(), e.runsc.root} {
+	for _, d := range []string{e.sessionsDir(), e.homesDir(), e.guestDir(), e.runsc.Root} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return fmt.Errorf("creating %s: %w", d, err)
 		}
@@ -244,7 +256,7 @@ func (e *Executor) Start(ctx context.Context) error {
 	}
 	if err := e.reconcile(ctx); err != nil {
 		if e.fence != nil {
-			_ = e.fence.stop()
+			_ = e.fence.Stop()
 		}
 		return fmt.Errorf("reconciling: %w", err)
 	}
@@ -306,12 +318,12 @@ func (e *Executor) Stop(ctx context.Context) error {
 	if left, err := e.removeOrphanSandboxes(ctx); err != nil {
 		errs = append(errs, err)
 	} else if left == 0 {
-		if err := e.runsc.unmountNullNetns(); err != nil {
+		if err := e.runsc.UnmountNullNetns(); err != nil {
 			errs = append(errs, err)
 		}
 	}
 	if e.fence != nil {
-		if err := e.fence.stop(); err != nil {
+		if err := e.fence.Stop(); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -326,7 +338,7 @@ func (e *Executor) Stop(ctx context.Context) error {
 // way) are killed. It reports how many sandboxes are left (sessions that
 // could not hibernate keep theirs).
 func (e *Executor) removeOrphanSandboxes(ctx context.Context) (left int, err error) {
-	cs, err := e.runsc.list(ctx)
+	cs, err := e.runsc.List(ctx)
 	if err != nil {
 		return 0, fmt.Errorf("listing sandboxes at stop: %w", err)
 	}
@@ -358,9 +370,9 @@ func (e *Executor) removeOrphanSandboxes(ctx context.Context) (left int, err err
 	}
 	// A sandbox whose start was cut short can run with no state for runsc
 	// to list: its processes go too.
-	if hit := killStraySandboxes(e.runsc.root, keep); len(hit) > 0 {
+	if hit := host.KillStraySandboxes(e.runsc.Root, keep); len(hit) > 0 {
 		e.log.WarnContext(ctx, "killed stray sandbox processes at stop", "sandboxes", len(hit))
-		e.reapKilled(hit)
+		host.ReapCgroups(e.cgroupNames(hit))
 		for id := range hit {
 			e.mu.Lock()
 			_, known := e.sessions[id]
@@ -478,10 +490,10 @@ func (e *Executor) reconcile(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if n := waitOrphanCommands(ctx, e.runsc.root, e.cfg.CreateTimeout); n > 0 {
+	if n := host.WaitOrphanCommands(ctx, e.runsc.Root, e.cfg.CreateTimeout); n > 0 {
 		e.log.WarnContext(ctx, "killed runsc commands left by the previous process", "count", n)
 	}
-	containers, err := e.runsc.list(ctx)
+	containers, err := e.runsc.List(ctx)
 	if err != nil {
 		return err
 	}
@@ -491,22 +503,22 @@ func (e *Executor) reconcile(ctx context.Context) error {
 	// other servers on the host (other nodes of a cluster) have theirs.
 	own := map[string]bool{}
 	for _, c := range containers {
-		runningC[c.ID] = c.Status == containerRunning
+		runningC[c.ID] = c.Status == host.ContainerRunning
 		own[c.ID] = true
 	}
-	for _, id := range e.SandboxIDs() {
+	for _, id := range e.runsc.SandboxIDs() {
 		own[id] = true
 	}
 	keep := map[string]bool{}     // sessions adopted with their sandbox
 	keepHome := map[string]bool{} // sessions kept: adopted or hibernated
 	var hibernated []*session
-	var ended []home      // sessions of this node ended here
+	var ended []host.Home // sessions of this node ended here
 	var unserved []string // sessions whose image could not be read: not served, not ended
 	for _, r := range rows {
 		h := e.home(r.ID)
-		dir := h.dir
+		dir := h.Dir
 		// A fork that crashed may have left its source frozen.
-		thawHome(dir)
+		host.ThawHome(dir)
 		rt, lerr := e.rt.LookupVersion(r.Language, r.Version)
 		if errors.Is(lerr, ErrUnsupportedVersion) {
 			// Kept, hibernated: its calls say why it cannot run.
@@ -516,7 +528,7 @@ func (e *Executor) reconcile(ctx context.Context) error {
 		att := loadAttachment(dir)
 		size := r.DiskBytes
 		if size <= 0 {
-			if fi, err := os.Stat(h.image()); err == nil {
+			if fi, err := os.Stat(h.Image()); err == nil {
 				size = fi.Size()
 			}
 		}
@@ -527,7 +539,7 @@ func (e *Executor) reconcile(ctx context.Context) error {
 		// is live: its kernel needs the agent channel, which died with the
 		// server, and only a live session gets one back (regainLive).
 		// Otherwise it resumes with a fresh kernel (and says so).
-		if r.State == StateRunning && runningC[r.ID] && mounted(homeMount(dir)) && lerr == nil && rt.unavailable == nil && (att != nil || !storedNetwork(r.Network).Enabled) && (!r.Kernel || r.Live) {
+		if r.State == StateRunning && runningC[r.ID] && host.Mounted(host.HomeMount(dir)) && lerr == nil && rt.unavailable == nil && (att != nil || !storedNetwork(r.Network).Enabled) && (!r.Kernel || r.Live) {
 			s := newSession(r.ID, r.KeyID, rt, r.IdleTTL, r.CreatedAt, storedNetwork(r.Network))
 			// The guest's kernel goes on: the caller relies on it.
 			s.kernel, s.kernelUsed = r.Kernel, r.Kernel
@@ -562,7 +574,7 @@ func (e *Executor) reconcile(ctx context.Context) error {
 			// A call the crash interrupted may still run its program; it
 			// is recorded failed below, so stop it before new calls come.
 			kctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-			if _, err := e.runsc.run(kctx, "", "exec", "--user", "0:0", "--cap", "CAP_KILL", r.ID, guestBin, "kill"); err != nil {
+			if _, err := e.runsc.Run(kctx, "", "exec", "--user", "0:0", "--cap", "CAP_KILL", r.ID, host.GuestBin, "kill"); err != nil {
 				e.log.WarnContext(ctx, "killing leftover user processes", "session", r.ID, "err", err)
 			}
 			cancel()
@@ -570,14 +582,14 @@ func (e *Executor) reconcile(ctx context.Context) error {
 			continue
 		}
 		if sandbox.HomeStates.Has(r.State) {
-			_, serr := os.Stat(h.image())
+			_, serr := os.Stat(h.Image())
 			if serr != nil && !errors.Is(serr, fs.ErrNotExist) {
 				// Shared storage that does not answer is not a lost
 				// session (as in Adopt): its row and image are left as
 				// they are, and its next call adopts it.
 				keepHome[r.ID] = true
 				unserved = append(unserved, r.ID)
-				e.log.ErrorContext(ctx, "home image unreadable on restart: session left to adopt on its next call", "session", r.ID, "image", h.image(), "err", serr)
+				e.log.ErrorContext(ctx, "home image unreadable on restart: session left to adopt on its next call", "session", r.ID, "image", h.Image(), "err", serr)
 				continue
 			}
 			if serr == nil && lerr == nil {
@@ -633,9 +645,9 @@ func (e *Executor) reconcile(ctx context.Context) error {
 	// The images of sessions ended above that had no node-local folder
 	// (adopted from another node, never resumed here).
 	for _, h := range ended {
-		if h.apart() {
-			if err := os.RemoveAll(h.imgDir); err != nil {
-				e.log.ErrorContext(ctx, "removing home image of an ended session", "dir", h.imgDir, "err", err)
+		if h.Apart() {
+			if err := os.RemoveAll(h.ImgDir); err != nil {
+				e.log.ErrorContext(ctx, "removing home image of an ended session", "dir", h.ImgDir, "err", err)
 			}
 		}
 	}
@@ -658,21 +670,21 @@ func (e *Executor) reconcile(ctx context.Context) error {
 			return fmt.Errorf("reconciling networks: %w", err)
 		}
 	}
-	if hit := killStraySandboxes(e.runsc.root, keep); len(hit) > 0 {
+	if hit := host.KillStraySandboxes(e.runsc.Root, keep); len(hit) > 0 {
 		e.log.WarnContext(ctx, "killed stray sandbox processes", "count", len(hit))
 	}
-	removeStaleCgroups(e.cgroupNames(own), e.cgroupNames(keep))
+	host.RemoveStaleCgroups(e.cgroupNames(own), e.cgroupNames(keep))
 	// The sandboxes (and stray processes) of sessions now hibernated are
 	// gone (above): their homes come off the host, and their rows say
 	// hibernated. (A row hibernated already had its home unmounted before
 	// it said so.)
 	for _, id := range unserved {
-		if err := unmountHome(e.dir(id)); err != nil {
+		if err := host.UnmountHome(e.dir(id)); err != nil {
 			e.log.ErrorContext(ctx, "unmounting home of a session not served", "session", id, "err", err)
 		}
 	}
 	for _, s := range hibernated {
-		if err := unmountHome(e.dir(s.id)); err != nil {
+		if err := host.UnmountHome(e.dir(s.id)); err != nil {
 			e.log.ErrorContext(ctx, "unmounting home of a hibernated session", "session", s.id, "err", err)
 		}
 		if err := e.store.SetSessionHibernated(ctx, s.id, s.hibernatedAt, s.lastUsed); errors.Is(err, store.ErrNotOwner) {
@@ -693,18 +705,6 @@ func (e *Executor) reconcile(ctx context.Context) error {
 	return nil
 }
 
-// removeStaleCgroups removes the empty cgroups of this executor's
-// sandboxes (own) that no longer run (not in keep); runsc removes them
-// itself unless it was killed. Cgroups of other servers' sandboxes on the
-// host are left alone.
-func removeStaleCgroups(own, keep map[string]bool) {
-	for _, p := range CgroupDirs() {
-		if id := filepath.Base(p); own[id] && !keep[id] {
-			_ = os.Remove(p)
-		}
-	}
-}
-
 // dropOrphanHome removes the home of id, which no session of this node
 // keeps: its mount and node-local folder always, its image unless the
 // session lives on under another node (or unowned, handed over), whose
@@ -717,13 +717,13 @@ func (e *Executor) dropOrphanHome(ctx context.Context, id string) error {
 	case err != nil:
 		return err // unsure whose it is: kept for the next start
 	case r.State != StateEnded && r.Node != e.store.Node():
-		if err := unmountHome(h.dir); err != nil {
+		if err := host.UnmountHome(h.Dir); err != nil {
 			return err
 		}
 		e.log.InfoContext(ctx, "home left to the session's node", "session", id, "node", r.Node)
-		return dropLocal(h)
+		return host.DropLocal(h)
 	}
-	return dropHome(ctx, h)
+	return host.DropHome(ctx, h)
 }
 
 // cgroupName is the cgroup (under /sandboxapi) of sandbox id: the id
@@ -743,20 +743,6 @@ func (e *Executor) cgroupNames(ids map[string]bool) map[string]bool {
 	out := make(map[string]bool, len(ids))
 	for id, v := range ids {
 		out[e.cgroupName(id)] = v
-	}
-	return out
-}
-
-// CgroupDirs lists the per-sandbox cgroups under every controller.
-func CgroupDirs() []string {
-	var out []string
-	for _, pat := range []string{"/sys/fs/cgroup/*/sandboxapi/*", "/sys/fs/cgroup/sandboxapi/*"} {
-		m, _ := filepath.Glob(pat)
-		for _, p := range m {
-			if fi, err := os.Stat(p); err == nil && fi.IsDir() {
-				out = append(out, p)
-			}
-		}
 	}
 	return out
 }

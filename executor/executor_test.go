@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/sandboxapi/sandboxapi/configs"
+	"github.com/sandboxapi/sandboxapi/executor/host"
 	"github.com/sandboxapi/sandboxapi/internal/testenv"
 	"github.com/sandboxapi/sandboxapi/store"
 )
@@ -273,7 +274,7 @@ func TestDeleteReturnsHostResources(t *testing.T) {
 	if after != before {
 		t.Fatalf("resources leaked: before %+v after %+v", before, after)
 	}
-	for _, cg := range CgroupDirs() {
+	for _, cg := range host.CgroupDirs() {
 		if filepath.Base(cg) == s.ID {
 			t.Fatalf("cgroup left: %s", cg)
 		}
@@ -302,7 +303,7 @@ func hostResources(t *testing.T, cfg Config) resources {
 			ids[id] = true
 		}
 	}
-	for _, cg := range CgroupDirs() {
+	for _, cg := range host.CgroupDirs() {
 		if ids[filepath.Base(cg)] {
 			r.cgroups++
 		}

@@ -9,13 +9,16 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/exec"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sandboxapi/sandboxapi/executor/guest"
+	"github.com/sandboxapi/sandboxapi/executor/host"
 	"github.com/sandboxapi/sandboxapi/internal/sandbox"
 )
 
@@ -69,10 +72,40 @@ const (
 	frameSize = 256 << 10
 )
 
+// Files is the session service's files role (api.Files): transfers,
+// file operations and watches in a session's home, over the session's
+// agent channel or, without one, under runsc exec. It reaches sessions
+// only through fileSessions. Get it from Executor.Files; it is safe for
+// concurrent use.
+type Files struct {
+	s       fileSessions
+	cfg     Config
+	log     *slog.Logger
+	runsc   *host.Runsc
+	execOps *atomic.Int64 // file calls that took the runsc exec path
+}
+
+// fileSessions is what Files needs of the session service: a session's
+// channel held for one call, the session's lock for the runsc exec path,
+// and the classification of a sandbox that went away.
+type fileSessions interface {
+	// fileChannel marks the running session busy and returns its agent
+	// channel; nil channel: use runsc exec (the session is not held).
+	fileChannel(ctx context.Context, owner, id string) (*session, *agentConn, error)
+	unuse(s *session)
+	acquire(ctx context.Context, owner, id string) (*session, error)
+	releaseSession(s *session)
+	dropAgent(id string)
+	lost(ctx context.Context, id string, res Result, waitErr error) (Result, error)
+}
+
+// Files returns the executor's files role.
+func (e *Executor) Files() *Files { return e.files }
+
 // MaxFileBytes is the largest file PutFile accepts and GetFile returns.
-func (e *Executor) MaxFileBytes() int64 {
-	if e.cfg.MaxFileBytes > 0 {
-		return e.cfg.MaxFileBytes
+func (f *Files) MaxFileBytes() int64 {
+	if f.cfg.MaxFileBytes > 0 {
+		return f.cfg.MaxFileBytes
 	}
 	return DefaultMaxFileBytes
 }
@@ -90,28 +123,28 @@ func checkFilePath(path string) ([]string, error) {
 // session, replacing a regular file there and creating missing parent
 // folders. The write is atomic: an upload that fails or is over the limit
 // leaves the old file (or nothing) in place.
-func (e *Executor) PutFile(ctx context.Context, owner, id, path string, r io.Reader, size int64) (FileInfo, error) {
+func (f *Files) PutFile(ctx context.Context, owner, id, path string, r io.Reader, size int64) (FileInfo, error) {
 	comps, err := checkFilePath(path)
 	if err != nil {
 		return FileInfo{}, err
 	}
-	max := e.MaxFileBytes()
+	max := f.MaxFileBytes()
 	if size > max {
 		return FileInfo{}, fmt.Errorf("%w: file of %d bytes is over the limit of %d", sandbox.ErrTooLarge, size, max)
 	}
-	s, a, err := e.fileChannel(ctx, owner, id)
+	s, a, err := f.s.fileChannel(ctx, owner, id)
 	if err != nil {
 		return FileInfo{}, err
 	}
 	if a == nil {
-		return e.putFileExec(ctx, owner, id, comps, r, size)
+		return f.putFileExec(ctx, owner, id, comps, r, size)
 	}
-	defer e.unuse(s)
+	defer f.s.unuse(s)
 	ctx, cancel := context.WithTimeout(ctx, fileTimeout)
 	defer cancel()
 	start := time.Now()
-	sent, res, err := e.putFileStream(ctx, a, id, comps, r, size, max)
-	e.log.InfoContext(ctx, "file put", "session", id, "path", guest.JoinHome(comps), "bytes", sent, "ms", time.Since(start).Milliseconds(), "err", errString(err))
+	sent, res, err := f.putFileStream(ctx, a, id, comps, r, size, max)
+	f.log.InfoContext(ctx, "file put", "session", id, "path", guest.JoinHome(comps), "bytes", sent, "ms", time.Since(start).Milliseconds(), "err", errString(err))
 	if err != nil {
 		return FileInfo{}, err
 	}
@@ -119,8 +152,8 @@ func (e *Executor) PutFile(ctx context.Context, owner, id, path string, r io.Rea
 }
 
 // putFileStream uploads over the agent channel.
-func (e *Executor) putFileStream(ctx context.Context, a *agentConn, id string, comps []string, r io.Reader, size, max int64) (int64, *guest.FileResult, error) {
-	st, err := e.openStream(ctx, a, id, "put", comps, max)
+func (f *Files) putFileStream(ctx context.Context, a *agentConn, id string, comps []string, r io.Reader, size, max int64) (int64, *guest.FileResult, error) {
+	st, err := f.openStream(ctx, a, id, "put", comps, max)
 	if err != nil {
 		return 0, nil, err
 	}
@@ -137,13 +170,13 @@ func (e *Executor) putFileStream(ctx context.Context, a *agentConn, id string, c
 	res, rerr := st.awaitResult(wctx)
 	switch {
 	case uerr != nil && errors.Is(uerr, errAgentChannel):
-		return sent, nil, e.streamError(ctx, id, uerr)
+		return sent, nil, f.streamError(ctx, id, uerr)
 	case uerr != nil:
 		return sent, nil, uerr
 	case rerr != nil:
-		return sent, nil, e.streamError(ctx, id, rerr)
+		return sent, nil, f.streamError(ctx, id, rerr)
 	}
-	if err := e.fileError(ctx, id, res, nil, ""); err != nil {
+	if err := f.fileError(ctx, id, res, nil, ""); err != nil {
 		return sent, nil, err
 	}
 	return sent, res, nil
@@ -151,13 +184,13 @@ func (e *Executor) putFileStream(ctx context.Context, a *agentConn, id string, c
 
 // putFileExec is PutFile through `runsc exec` (the guest's put mode),
 // holding the session's lock.
-func (e *Executor) putFileExec(ctx context.Context, owner, id string, comps []string, r io.Reader, size int64) (FileInfo, error) {
-	max := e.MaxFileBytes()
-	s, err := e.acquire(ctx, owner, id)
+func (f *Files) putFileExec(ctx context.Context, owner, id string, comps []string, r io.Reader, size int64) (FileInfo, error) {
+	max := f.MaxFileBytes()
+	s, err := f.s.acquire(ctx, owner, id)
 	if err != nil {
 		return FileInfo{}, err
 	}
-	defer e.releaseSession(s)
+	defer f.s.releaseSession(s)
 	ctx, cancel := context.WithTimeout(ctx, fileTimeout)
 	defer cancel()
 
@@ -165,7 +198,7 @@ func (e *Executor) putFileExec(ctx context.Context, owner, id string, comps []st
 	pr, pw := io.Pipe()
 	pump := &uploadPump{max: max, size: size, done: make(chan struct{})}
 	go pump.run(r, pw)
-	op, err := e.startFileOp(ctx, id, "put", comps, max, pr, false)
+	op, err := f.startFileOp(ctx, id, "put", comps, max, pr, false)
 	if err != nil {
 		pr.CloseWithError(err)
 		return FileInfo{}, err
@@ -182,9 +215,9 @@ func (e *Executor) putFileExec(ctx context.Context, owner, id string, comps []st
 		err = bodyErr
 	}
 	if err == nil {
-		err = e.fileError(ctx, id, res, waitErr, op.stderr.String())
+		err = f.fileError(ctx, id, res, waitErr, op.stderr.String())
 	}
-	e.log.InfoContext(ctx, "file put", "session", id, "path", guest.JoinHome(comps), "bytes", sent, "ms", time.Since(start).Milliseconds(), "err", errString(err), "exec", true)
+	f.log.InfoContext(ctx, "file put", "session", id, "path", guest.JoinHome(comps), "bytes", sent, "ms", time.Since(start).Milliseconds(), "err", errString(err), "exec", true)
 	if err != nil {
 		return FileInfo{}, err
 	}
@@ -195,34 +228,34 @@ func (e *Executor) putFileExec(ctx context.Context, owner, id string, comps []st
 // yields exactly FileInfo.Size bytes (io.ErrUnexpectedEOF if the sandbox
 // sends fewer); the session stays locked until it is closed, which the
 // caller must do.
-func (e *Executor) GetFile(ctx context.Context, owner, id, path string) (FileInfo, io.ReadCloser, error) {
+func (f *Files) GetFile(ctx context.Context, owner, id, path string) (FileInfo, io.ReadCloser, error) {
 	comps, err := checkFilePath(path)
 	if err != nil {
 		return FileInfo{}, nil, err
 	}
-	s, a, err := e.fileChannel(ctx, owner, id)
+	s, a, err := f.s.fileChannel(ctx, owner, id)
 	if err != nil {
 		return FileInfo{}, nil, err
 	}
 	if a == nil {
-		return e.getFileExec(ctx, owner, id, comps)
+		return f.getFileExec(ctx, owner, id, comps)
 	}
 	ctx, cancel := context.WithTimeout(ctx, fileTimeout)
 	fail := func(err error) (FileInfo, io.ReadCloser, error) {
 		cancel()
-		e.unuse(s)
-		e.log.InfoContext(ctx, "file get", "session", id, "path", guest.JoinHome(comps), "err", errString(err))
+		f.s.unuse(s)
+		f.log.InfoContext(ctx, "file get", "session", id, "path", guest.JoinHome(comps), "err", errString(err))
 		return FileInfo{}, nil, err
 	}
-	st, err := e.openStream(ctx, a, id, "get", comps, e.MaxFileBytes())
+	st, err := f.openStream(ctx, a, id, "get", comps, f.MaxFileBytes())
 	if err != nil {
 		return fail(err)
 	}
 	res, err := st.awaitResult(ctx)
 	if err == nil {
-		err = e.fileError(ctx, id, res, nil, "")
+		err = f.fileError(ctx, id, res, nil, "")
 	} else {
-		err = e.streamError(ctx, id, err)
+		err = f.streamError(ctx, id, err)
 	}
 	if err == nil && res.Info == nil {
 		err = errors.New("guest sent no file information")
@@ -236,27 +269,27 @@ func (e *Executor) GetFile(ctx context.Context, owner, id, path string) (FileInf
 	rc := &streamReader{s: st, ctx: ctx, remain: info.Size}
 	rc.done = func(complete bool) {
 		cancel()
-		e.unuse(s)
-		e.log.InfoContext(ctx, "file get", "session", id, "path", info.Path, "bytes", info.Size-rc.remain, "complete", complete)
+		f.s.unuse(s)
+		f.log.InfoContext(ctx, "file get", "session", id, "path", info.Path, "bytes", info.Size-rc.remain, "complete", complete)
 	}
 	return info, rc, nil
 }
 
 // getFileExec is GetFile through `runsc exec` (the guest's get mode); the
 // session stays locked until the reader is closed.
-func (e *Executor) getFileExec(ctx context.Context, owner, id string, comps []string) (FileInfo, io.ReadCloser, error) {
-	s, err := e.acquire(ctx, owner, id)
+func (f *Files) getFileExec(ctx context.Context, owner, id string, comps []string) (FileInfo, io.ReadCloser, error) {
+	s, err := f.s.acquire(ctx, owner, id)
 	if err != nil {
 		return FileInfo{}, nil, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, fileTimeout)
 	fail := func(err error) (FileInfo, io.ReadCloser, error) {
 		cancel()
-		e.releaseSession(s)
-		e.log.InfoContext(ctx, "file get", "session", id, "path", guest.JoinHome(comps), "err", errString(err))
+		f.s.releaseSession(s)
+		f.log.InfoContext(ctx, "file get", "session", id, "path", guest.JoinHome(comps), "err", errString(err))
 		return FileInfo{}, nil, err
 	}
-	op, err := e.startFileOp(ctx, id, "get", comps, e.MaxFileBytes(), nil, true)
+	op, err := f.startFileOp(ctx, id, "get", comps, f.MaxFileBytes(), nil, true)
 	if err != nil {
 		return fail(err)
 	}
@@ -264,7 +297,7 @@ func (e *Executor) getFileExec(ctx context.Context, owner, id string, comps []st
 	if err != nil || res == nil || res.Code != "" || res.Info == nil {
 		waitErr := op.wait(true)
 		if err == nil {
-			err = e.fileError(ctx, id, res, waitErr, op.stderr.String())
+			err = f.fileError(ctx, id, res, waitErr, op.stderr.String())
 		}
 		if err == nil {
 			err = errors.New("guest sent no file information")
@@ -278,8 +311,8 @@ func (e *Executor) getFileExec(ctx context.Context, owner, id string, comps []st
 	rc.done = func() {
 		stopWatch()
 		cancel()
-		e.releaseSession(s)
-		e.log.InfoContext(ctx, "file get", "session", id, "path", info.Path, "bytes", info.Size-rc.remain, "complete", rc.remain == 0, "exec", true)
+		f.s.releaseSession(s)
+		f.log.InfoContext(ctx, "file get", "session", id, "path", info.Path, "bytes", info.Size-rc.remain, "complete", rc.remain == 0, "exec", true)
 	}
 	return info, rc, nil
 }
@@ -290,20 +323,20 @@ type Listing = sandbox.Listing
 // List lists the folder at path in owner's session, sorted by name, at
 // most MaxListEntries entries, and says whether it held more. Symlinks are
 // listed, not followed.
-func (e *Executor) List(ctx context.Context, owner, id, path string) (Listing, error) {
+func (f *Files) List(ctx context.Context, owner, id, path string) (Listing, error) {
 	comps, err := checkFilePath(path)
 	if err != nil {
 		return Listing{}, err
 	}
-	s, a, err := e.fileChannel(ctx, owner, id)
+	s, a, err := f.s.fileChannel(ctx, owner, id)
 	if err != nil {
 		return Listing{}, err
 	}
 	var res *guest.FileResult
 	if a == nil {
-		res, err = e.listExec(ctx, owner, id, comps)
+		res, err = f.listExec(ctx, owner, id, comps)
 	} else {
-		res, err = e.listStream(ctx, s, a, id, comps)
+		res, err = f.listStream(ctx, s, a, id, comps)
 	}
 	if err != nil {
 		return Listing{}, err
@@ -316,30 +349,30 @@ func (e *Executor) List(ctx context.Context, owner, id, path string) (Listing, e
 	return Listing{Entries: out, Truncated: res.Truncated}, nil
 }
 
-func (e *Executor) listStream(ctx context.Context, s *session, a *agentConn, id string, comps []string) (*guest.FileResult, error) {
+func (f *Files) listStream(ctx context.Context, s *session, a *agentConn, id string, comps []string) (*guest.FileResult, error) {
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	return e.fsStream(ctx, s, a, id, "list", comps, guest.FSArgs{}, MaxListEntries)
+	return f.fsStream(ctx, s, a, id, "list", comps, guest.FSArgs{}, MaxListEntries)
 }
 
 // listExec lists through `runsc exec` (the guest's list mode), holding the
 // session's lock.
-func (e *Executor) listExec(ctx context.Context, owner, id string, comps []string) (*guest.FileResult, error) {
-	s, err := e.acquire(ctx, owner, id)
+func (f *Files) listExec(ctx context.Context, owner, id string, comps []string) (*guest.FileResult, error) {
+	s, err := f.s.acquire(ctx, owner, id)
 	if err != nil {
 		return nil, err
 	}
-	defer e.releaseSession(s)
+	defer f.s.releaseSession(s)
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	op, err := e.startFileOp(ctx, id, "list", comps, MaxListEntries, nil, false)
+	op, err := f.startFileOp(ctx, id, "list", comps, MaxListEntries, nil, false)
 	if err != nil {
 		return nil, err
 	}
 	res, err := op.result(ctx)
 	waitErr := op.wait(err != nil)
 	if err == nil {
-		err = e.fileError(ctx, id, res, waitErr, op.stderr.String())
+		err = f.fileError(ctx, id, res, waitErr, op.stderr.String())
 	}
 	if err != nil {
 		return nil, err
@@ -414,23 +447,23 @@ func (e *Executor) unuse(s *session) {
 }
 
 // openStream opens a file stream of op on the channel.
-func (e *Executor) openStream(ctx context.Context, a *agentConn, id, op string, comps []string, max int64) (*hostStream, error) {
-	return e.openStreamArgs(ctx, a, id, op, comps, max, guest.FSArgs{})
+func (f *Files) openStream(ctx context.Context, a *agentConn, id, op string, comps []string, max int64) (*hostStream, error) {
+	return f.openStreamArgs(ctx, a, id, op, comps, max, guest.FSArgs{})
 }
 
 // openStreamArgs is openStream with an fs operation's arguments.
-func (e *Executor) openStreamArgs(ctx context.Context, a *agentConn, id, op string, comps []string, max int64, args guest.FSArgs) (*hostStream, error) {
+func (f *Files) openStreamArgs(ctx context.Context, a *agentConn, id, op string, comps []string, max int64, args guest.FSArgs) (*hostStream, error) {
 	st, err := a.streams.open(ctx, a)
 	if err != nil {
-		return nil, e.streamError(ctx, id, err)
+		return nil, f.streamError(ctx, id, err)
 	}
-	b, err := json.Marshal(guest.FileOpen{Stream: st.id, Op: op, Path: guest.JoinHome(comps), Max: max, UID: SandboxUID, GID: SandboxUID, FSArgs: args})
+	b, err := json.Marshal(guest.FileOpen{Stream: st.id, Op: op, Path: guest.JoinHome(comps), Max: max, UID: host.SandboxUID, GID: host.SandboxUID, FSArgs: args})
 	if err == nil {
 		err = a.send(guest.FrameFileOpen, b)
 	}
 	if err != nil {
 		a.streams.close(st)
-		return nil, e.streamError(ctx, id, err)
+		return nil, f.streamError(ctx, id, err)
 	}
 	return st, nil
 }
@@ -438,15 +471,15 @@ func (e *Executor) openStreamArgs(ctx context.Context, a *agentConn, id, op stri
 // streamError turns a stream that ended without a result into the
 // caller's error: the caller's own cancellation, or a channel that broke,
 // in which case the sandbox may be gone (then the session is lost).
-func (e *Executor) streamError(ctx context.Context, id string, err error) error {
+func (f *Files) streamError(ctx context.Context, id string, err error) error {
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return err
 	}
-	e.dropAgent(id)
-	return e.fileError(ctx, id, nil, err, "")
+	f.s.dropAgent(id)
+	return f.fileError(ctx, id, nil, err, "")
 }
 
 // uploadPump frames an upload for the guest: chunks of up to frameSize,
@@ -538,12 +571,12 @@ func errString(err error) string {
 
 // fileError maps the guest's result to the shared errors. No result at
 // all means the guest died: the sandbox may be gone.
-func (e *Executor) fileError(ctx context.Context, id string, res *guest.FileResult, waitErr error, stderr string) error {
+func (f *Files) fileError(ctx context.Context, id string, res *guest.FileResult, waitErr error, stderr string) error {
 	if res == nil {
 		if stderr != "" {
-			e.log.WarnContext(ctx, "file call failed in the sandbox", "session", id, "stderr", stderr)
+			f.log.WarnContext(ctx, "file call failed in the sandbox", "session", id, "stderr", stderr)
 		}
-		_, err := e.lost(ctx, id, Result{}, waitErr)
+		_, err := f.s.lost(ctx, id, Result{}, waitErr)
 		return err
 	}
 	var sentinel error
@@ -591,13 +624,13 @@ type fileLine struct {
 
 // startFileOp starts `guest <mode>` as the sandbox user; body (put only)
 // follows the header on stdin.
-func (e *Executor) startFileOp(ctx context.Context, id, mode string, comps []string, max int64, body io.Reader, wantStdout bool) (*fileOp, error) {
-	return e.startFileReq(ctx, id, mode, &guest.FileRequest{Path: guest.JoinHome(comps), Max: max}, body, wantStdout)
+func (f *Files) startFileOp(ctx context.Context, id, mode string, comps []string, max int64, body io.Reader, wantStdout bool) (*fileOp, error) {
+	return f.startFileReq(ctx, id, mode, &guest.FileRequest{Path: guest.JoinHome(comps), Max: max}, body, wantStdout)
 }
 
 // startFileReq is startFileOp with the whole request (an fsop's included).
-func (e *Executor) startFileReq(ctx context.Context, id, mode string, req *guest.FileRequest, body io.Reader, wantStdout bool) (*fileOp, error) {
-	e.execFileOps.Add(1)
+func (f *Files) startFileReq(ctx context.Context, id, mode string, req *guest.FileRequest, body io.Reader, wantStdout bool) (*fileOp, error) {
+	f.execOps.Add(1)
 	header, err := guest.EncodeFile(req)
 	if err != nil {
 		return nil, fmt.Errorf("encoding file request: %w", err)
@@ -609,8 +642,8 @@ func (e *Executor) startFileReq(ctx context.Context, id, mode string, req *guest
 	// runsc exec gets a context of its own: it is killed on purpose (kill),
 	// never as a side effect of the caller's context.
 	cmdCtx, cmdCancel := context.WithCancel(context.Background())
-	user := strconv.Itoa(SandboxUID) + ":" + strconv.Itoa(SandboxUID)
-	cmd := e.runsc.command(cmdCtx, "", "exec", "--user", user, "--cwd", "/", "--pass-fd", "3:3", id, guestBin, mode)
+	user := strconv.Itoa(host.SandboxUID) + ":" + strconv.Itoa(host.SandboxUID)
+	cmd := f.runsc.Command(cmdCtx, "", "exec", "--user", user, "--cwd", "/", "--pass-fd", "3:3", id, host.GuestBin, mode)
 	if body != nil {
 		cmd.Stdin = io.MultiReader(bytes.NewReader(header), body)
 	} else {

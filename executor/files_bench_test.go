@@ -55,13 +55,13 @@ func benchFiles(b *testing.B) {
 	comps, _ := checkFilePath("one")
 
 	putNew := func(name string, data []byte) {
-		if _, err := e.PutFile(ctx, "k1", id, name, bytes.NewReader(data), int64(len(data))); err != nil {
+		if _, err := e.files.PutFile(ctx, "k1", id, name, bytes.NewReader(data), int64(len(data))); err != nil {
 			b.Fatalf("put: %v", err)
 		}
 	}
 	putOld := func(name string, data []byte) {
 		c, _ := checkFilePath(name)
-		if _, err := e.putFileExec(ctx, "k1", id, c, bytes.NewReader(data), int64(len(data))); err != nil {
+		if _, err := e.files.putFileExec(ctx, "k1", id, c, bytes.NewReader(data), int64(len(data))); err != nil {
 			b.Fatalf("put (exec): %v", err)
 		}
 	}
@@ -76,12 +76,12 @@ func benchFiles(b *testing.B) {
 		}
 	}
 	getNew := func(name string, want int) {
-		_, rc, err := e.GetFile(ctx, "k1", id, name)
+		_, rc, err := e.files.GetFile(ctx, "k1", id, name)
 		drain(rc, err, want)
 	}
 	getOld := func(name string, want int) {
 		c, _ := checkFilePath(name)
-		_, rc, err := e.getFileExec(ctx, "k1", id, c)
+		_, rc, err := e.files.getFileExec(ctx, "k1", id, c)
 		drain(rc, err, want)
 	}
 	timed := func(f func()) time.Duration {

@@ -17,7 +17,7 @@ import (
 
 func putFile(t *testing.T, e *Executor, id, path string, content []byte) FileInfo {
 	t.Helper()
-	fi, err := e.PutFile(context.Background(), "k1", id, path, bytes.NewReader(content), int64(len(content)))
+	fi, err := e.files.PutFile(context.Background(), "k1", id, path, bytes.NewReader(content), int64(len(content)))
 	if err != nil {
 		t.Fatalf("put %s: %v", path, err)
 	}
@@ -25,7 +25,7 @@ func putFile(t *testing.T, e *Executor, id, path string, content []byte) FileInf
 }
 
 func getFile(e *Executor, id, path string) (FileInfo, []byte, error) {
-	fi, rc, err := e.GetFile(context.Background(), "k1", id, path)
+	fi, rc, err := e.files.GetFile(context.Background(), "k1", id, path)
 	if err != nil {
 		return fi, nil, err
 	}
@@ -106,10 +106,10 @@ func TestFileRoundTrip(t *testing.T) {
 		t.Fatalf("listing data: %+v %v", list, err)
 	}
 	// Another owner sees no session at all.
-	if _, err := e.PutFile(context.Background(), "k2", s.ID, "x", strings.NewReader("x"), 1); !errors.Is(err, ErrNotFound) {
+	if _, err := e.files.PutFile(context.Background(), "k2", s.ID, "x", strings.NewReader("x"), 1); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("other owner put: %v", err)
 	}
-	if _, _, err := e.GetFile(context.Background(), "k2", s.ID, "out.txt"); !errors.Is(err, ErrNotFound) {
+	if _, _, err := e.files.GetFile(context.Background(), "k2", s.ID, "out.txt"); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("other owner get: %v", err)
 	}
 	if _, err := listEntries(context.Background(), e, "k2", s.ID, "/home/sandbox"); !errors.Is(err, ErrNotFound) {
@@ -240,13 +240,13 @@ func testFileHostilePaths(t *testing.T, transport string) {
 			switch tc.op {
 			case "get":
 				var rc io.ReadCloser
-				_, rc, err = e.GetFile(ctx, "k1", s.ID, tc.path)
+				_, rc, err = e.files.GetFile(ctx, "k1", s.ID, tc.path)
 				if err == nil {
 					leaked, _ = io.ReadAll(rc)
 					rc.Close()
 				}
 			case "put":
-				_, err = e.PutFile(ctx, "k1", s.ID, tc.path, strings.NewReader("planted\n"), 8)
+				_, err = e.files.PutFile(ctx, "k1", s.ID, tc.path, strings.NewReader("planted\n"), 8)
 			case "list":
 				_, err = listEntries(ctx, e, "k1", s.ID, tc.path)
 			}
@@ -283,23 +283,23 @@ func TestFileUploadLimits(t *testing.T) {
 	big := bytes.Repeat([]byte("x"), 1<<20+1)
 
 	// Announced size over the limit: refused before the sandbox is asked.
-	if _, err := e.PutFile(ctx, "k1", s.ID, "keep", bytes.NewReader(big), int64(len(big))); !errors.Is(err, sandbox.ErrTooLarge) {
+	if _, err := e.files.PutFile(ctx, "k1", s.ID, "keep", bytes.NewReader(big), int64(len(big))); !errors.Is(err, sandbox.ErrTooLarge) {
 		t.Fatalf("oversize with size: %v", err)
 	}
 	// Unknown size (chunked upload): refused while streaming.
-	if _, err := e.PutFile(ctx, "k1", s.ID, "keep", bytes.NewReader(big), -1); !errors.Is(err, sandbox.ErrTooLarge) {
+	if _, err := e.files.PutFile(ctx, "k1", s.ID, "keep", bytes.NewReader(big), -1); !errors.Is(err, sandbox.ErrTooLarge) {
 		t.Fatalf("oversize without size: %v", err)
 	}
 	// Exactly the limit is fine.
-	if fi, err := e.PutFile(ctx, "k1", s.ID, "exact", bytes.NewReader(big[:1<<20]), -1); err != nil || fi.Size != 1<<20 {
+	if fi, err := e.files.PutFile(ctx, "k1", s.ID, "exact", bytes.NewReader(big[:1<<20]), -1); err != nil || fi.Size != 1<<20 {
 		t.Fatalf("upload at the limit: %+v %v", fi, err)
 	}
 	// A body that breaks off, or is shorter than announced.
 	cut := io.MultiReader(bytes.NewReader(big[:300<<10]), errReader{errors.New("connection reset")})
-	if _, err := e.PutFile(ctx, "k1", s.ID, "keep", cut, -1); err == nil {
+	if _, err := e.files.PutFile(ctx, "k1", s.ID, "keep", cut, -1); err == nil {
 		t.Fatal("cut upload succeeded")
 	}
-	if _, err := e.PutFile(ctx, "k1", s.ID, "keep", bytes.NewReader([]byte("short")), 10); !errors.Is(err, ErrInvalid) {
+	if _, err := e.files.PutFile(ctx, "k1", s.ID, "keep", bytes.NewReader([]byte("short")), 10); !errors.Is(err, ErrInvalid) {
 		t.Fatalf("short upload: %v", err)
 	}
 	if _, got, err := getFile(e, s.ID, "keep"); err != nil || string(got) != "old" {
@@ -311,7 +311,7 @@ func TestFileUploadLimits(t *testing.T) {
 	}
 	// A full home is a clear error, not a half-written file.
 	r = run(t, e, s.ID, "head -c 60000000 /dev/zero > /home/sandbox/fill 2>/dev/null; true", 30*time.Second)
-	if _, err := e.PutFile(ctx, "k1", s.ID, "more", bytes.NewReader(big[:1<<20]), 1<<20); !errors.Is(err, sandbox.ErrTooLarge) {
+	if _, err := e.files.PutFile(ctx, "k1", s.ID, "more", bytes.NewReader(big[:1<<20]), 1<<20); !errors.Is(err, sandbox.ErrTooLarge) {
 		t.Fatalf("put into a full home: %v", err)
 	}
 	if _, _, err := getFile(e, s.ID, "more"); !errors.Is(err, ErrFileNotFound) {
@@ -329,7 +329,7 @@ func TestFileGetCancelled(t *testing.T) {
 	s := mustSession(t, e, "bash")
 	run(t, e, s.ID, "head -c 8000000 /dev/urandom > /home/sandbox/big", 30*time.Second)
 	ctx, cancel := context.WithCancel(context.Background())
-	fi, rc, err := e.GetFile(ctx, "k1", s.ID, "big")
+	fi, rc, err := e.files.GetFile(ctx, "k1", s.ID, "big")
 	if err != nil || fi.Size != 8000000 {
 		t.Fatalf("get: %+v %v", fi, err)
 	}
@@ -357,10 +357,10 @@ func TestFileSandboxGone(t *testing.T) {
 	e, _ := startExecutor(t)
 	s := mustSession(t, e, "bash")
 	putFile(t, e, s.ID, "f", []byte("x"))
-	if err := e.runsc.destroy(context.Background(), s.ID); err != nil {
+	if err := e.runsc.Destroy(context.Background(), s.ID); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := e.GetFile(context.Background(), "k1", s.ID, "f"); !errors.Is(err, ErrLost) {
+	if _, _, err := e.files.GetFile(context.Background(), "k1", s.ID, "f"); !errors.Is(err, ErrLost) {
 		t.Fatalf("get after the sandbox died: %v", err)
 	}
 	_, err := listEntries(context.Background(), e, "k1", s.ID, "/home/sandbox")
@@ -371,6 +371,6 @@ func TestFileSandboxGone(t *testing.T) {
 
 // listEntries is List's entries, for tests that do not look at the flag.
 func listEntries(ctx context.Context, e *Executor, owner, id, path string) ([]FileInfo, error) {
-	l, err := e.List(ctx, owner, id, path)
+	l, err := e.files.List(ctx, owner, id, path)
 	return l.Entries, err
 }

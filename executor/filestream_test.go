@@ -63,7 +63,7 @@ func TestFileUploadBesideExecute(t *testing.T) {
 	}
 	done := make(chan putOut, 1)
 	go func() {
-		fi, err := e.PutFile(context.Background(), "k1", s.ID, "doc", g, size)
+		fi, err := e.files.PutFile(context.Background(), "k1", s.ID, "doc", g, size)
 		done <- putOut{fi, err}
 	}()
 	select {
@@ -105,7 +105,7 @@ func TestFileDownloadChangedFails(t *testing.T) {
 	const size = 12 << 20 // three windows: the guest waits for credit
 	run(t, e, s.ID, "head -c 12582912 /dev/zero | tr '\\0' a > /home/sandbox/f", 30*time.Second)
 	ctx := context.Background()
-	fi, rc, err := e.GetFile(ctx, "k1", s.ID, "f")
+	fi, rc, err := e.files.GetFile(ctx, "k1", s.ID, "f")
 	if err != nil || fi.Size != size {
 		t.Fatalf("get: %+v %v", fi, err)
 	}
@@ -146,7 +146,7 @@ func TestFileStreamThreadIsClosedToTheUser(t *testing.T) {
 	g := &gatedReader{head: bytes.Repeat([]byte("x"), 2<<20), tail: []byte("y"), gate: make(chan struct{}), reached: make(chan struct{})}
 	done := make(chan error, 1)
 	go func() {
-		_, err := e.PutFile(context.Background(), "k1", s.ID, "up", g, 2<<20+1)
+		_, err := e.files.PutFile(context.Background(), "k1", s.ID, "up", g, 2<<20+1)
 		done <- err
 	}()
 	<-g.reached
@@ -223,7 +223,7 @@ func TestFileStreamsConcurrent(t *testing.T) {
 		go func() {
 			name := "c" + strings.Repeat("x", i)
 			want := bytes.Repeat([]byte{byte('a' + i)}, 300<<10+i)
-			if _, err := e.PutFile(context.Background(), "k1", s.ID, name, bytes.NewReader(want), int64(len(want))); err != nil {
+			if _, err := e.files.PutFile(context.Background(), "k1", s.ID, name, bytes.NewReader(want), int64(len(want))); err != nil {
 				errs <- err
 				return
 			}

@@ -22,8 +22,8 @@ const fsTimeout = 2 * time.Minute
 
 // Stat describes the file at path in owner's session without following
 // a symlink (Target then holds its text).
-func (e *Executor) Stat(ctx context.Context, owner, id, p string) (FileInfo, error) {
-	comps, res, err := e.fsCall(ctx, owner, id, "stat", p, guest.FSArgs{}, 0)
+func (f *Files) Stat(ctx context.Context, owner, id, p string) (FileInfo, error) {
+	comps, res, err := f.fsCall(ctx, owner, id, "stat", p, guest.FSArgs{}, 0)
 	if err != nil {
 		return FileInfo{}, err
 	}
@@ -32,8 +32,8 @@ func (e *Executor) Stat(ctx context.Context, owner, id, p string) (FileInfo, err
 
 // MakeDir makes the folder at path (with parents, the missing folders
 // above it too). An existing path is ErrFileExists.
-func (e *Executor) MakeDir(ctx context.Context, owner, id, p string, parents bool) (FileInfo, error) {
-	comps, res, err := e.fsCall(ctx, owner, id, "mkdir", p, guest.FSArgs{Parents: parents}, 0)
+func (f *Files) MakeDir(ctx context.Context, owner, id, p string, parents bool) (FileInfo, error) {
+	comps, res, err := f.fsCall(ctx, owner, id, "mkdir", p, guest.FSArgs{Parents: parents}, 0)
 	if err != nil {
 		return FileInfo{}, err
 	}
@@ -43,12 +43,12 @@ func (e *Executor) MakeDir(ctx context.Context, owner, id, p string, parents boo
 // Move renames from to to, making missing folders above to. An existing
 // to is ErrFileExists unless overwrite; a symlink at to is ErrSymlink; the
 // home can be neither moved nor replaced (ErrInvalid).
-func (e *Executor) Move(ctx context.Context, owner, id, from, to string, overwrite bool) (FileInfo, error) {
+func (f *Files) Move(ctx context.Context, owner, id, from, to string, overwrite bool) (FileInfo, error) {
 	dest, err := checkFilePath(to)
 	if err != nil {
 		return FileInfo{}, err
 	}
-	_, res, err := e.fsCall(ctx, owner, id, "move", from, guest.FSArgs{To: guest.JoinHome(dest), Overwrite: overwrite}, 0)
+	_, res, err := f.fsCall(ctx, owner, id, "move", from, guest.FSArgs{To: guest.JoinHome(dest), Overwrite: overwrite}, 0)
 	if err != nil {
 		return FileInfo{}, err
 	}
@@ -58,19 +58,19 @@ func (e *Executor) Move(ctx context.Context, owner, id, from, to string, overwri
 // Remove deletes the file, symlink or folder tree at path (a tree of at
 // most guest.MaxRemoveEntries entries; a larger one is ErrTooLarge, part
 // of it deleted). The home itself cannot be removed (ErrInvalid).
-func (e *Executor) Remove(ctx context.Context, owner, id, p string) error {
-	_, _, err := e.fsCall(ctx, owner, id, "remove", p, guest.FSArgs{}, 0)
+func (f *Files) Remove(ctx context.Context, owner, id, p string) error {
+	_, _, err := f.fsCall(ctx, owner, id, "remove", p, guest.FSArgs{}, 0)
 	return err
 }
 
 // ListDepth lists the folder at path and the folders below it down to
 // depth levels (1: the folder's own entries, as List), depth first and by
 // name, at most MaxListEntries entries in all (Truncated then).
-func (e *Executor) ListDepth(ctx context.Context, owner, id, p string, depth int) (Listing, error) {
+func (f *Files) ListDepth(ctx context.Context, owner, id, p string, depth int) (Listing, error) {
 	if depth < 1 || depth > guest.MaxListDepth {
 		return Listing{}, fmt.Errorf("%w: depth must be between 1 and %d", ErrInvalid, guest.MaxListDepth)
 	}
-	comps, res, err := e.fsCall(ctx, owner, id, "list", p, guest.FSArgs{Depth: depth}, MaxListEntries)
+	comps, res, err := f.fsCall(ctx, owner, id, "list", p, guest.FSArgs{Depth: depth}, MaxListEntries)
 	if err != nil {
 		return Listing{}, err
 	}
@@ -86,12 +86,12 @@ func (e *Executor) ListDepth(ctx context.Context, owner, id, p string, depth int
 }
 
 // fsCall runs one fs operation in owner's session.
-func (e *Executor) fsCall(ctx context.Context, owner, id, op, p string, args guest.FSArgs, max int64) ([]string, *guest.FileResult, error) {
+func (f *Files) fsCall(ctx context.Context, owner, id, op, p string, args guest.FSArgs, max int64) ([]string, *guest.FileResult, error) {
 	comps, err := checkFilePath(p)
 	if err != nil {
 		return nil, nil, err
 	}
-	s, a, err := e.fileChannel(ctx, owner, id)
+	s, a, err := f.s.fileChannel(ctx, owner, id)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -100,29 +100,29 @@ func (e *Executor) fsCall(ctx context.Context, owner, id, op, p string, args gue
 	start := time.Now()
 	var res *guest.FileResult
 	if a == nil {
-		res, err = e.fsExec(ctx, owner, id, op, comps, args, max)
+		res, err = f.fsExec(ctx, owner, id, op, comps, args, max)
 	} else {
-		res, err = e.fsStream(ctx, s, a, id, op, comps, args, max)
+		res, err = f.fsStream(ctx, s, a, id, op, comps, args, max)
 	}
-	e.log.InfoContext(ctx, "file "+op, "session", id, "path", guest.JoinHome(comps), "to", args.To, "ms", time.Since(start).Milliseconds(), "err", errString(err), "exec", a == nil)
+	f.log.InfoContext(ctx, "file "+op, "session", id, "path", guest.JoinHome(comps), "to", args.To, "ms", time.Since(start).Milliseconds(), "err", errString(err), "exec", a == nil)
 	if err == nil && res == nil {
 		err = errors.New("guest sent no result")
 	}
 	return comps, res, err
 }
 
-func (e *Executor) fsStream(ctx context.Context, s *session, a *agentConn, id, op string, comps []string, args guest.FSArgs, max int64) (*guest.FileResult, error) {
-	defer e.unuse(s)
-	st, err := e.openStreamArgs(ctx, a, id, op, comps, max, args)
+func (f *Files) fsStream(ctx context.Context, s *session, a *agentConn, id, op string, comps []string, args guest.FSArgs, max int64) (*guest.FileResult, error) {
+	defer f.s.unuse(s)
+	st, err := f.openStreamArgs(ctx, a, id, op, comps, max, args)
 	if err != nil {
 		return nil, err
 	}
 	defer a.streams.close(st)
 	res, err := st.awaitResult(ctx)
 	if err != nil {
-		return nil, e.streamError(ctx, id, err)
+		return nil, f.streamError(ctx, id, err)
 	}
-	if err := e.fileError(ctx, id, res, nil, ""); err != nil {
+	if err := f.fileError(ctx, id, res, nil, ""); err != nil {
 		return nil, err
 	}
 	return res, nil
@@ -130,20 +130,20 @@ func (e *Executor) fsStream(ctx context.Context, s *session, a *agentConn, id, o
 
 // fsExec runs the operation as `guest fsop` under runsc exec, holding the
 // session's lock.
-func (e *Executor) fsExec(ctx context.Context, owner, id, op string, comps []string, args guest.FSArgs, max int64) (*guest.FileResult, error) {
-	s, err := e.acquire(ctx, owner, id)
+func (f *Files) fsExec(ctx context.Context, owner, id, op string, comps []string, args guest.FSArgs, max int64) (*guest.FileResult, error) {
+	s, err := f.s.acquire(ctx, owner, id)
 	if err != nil {
 		return nil, err
 	}
-	defer e.releaseSession(s)
-	fop, err := e.startFileReq(ctx, id, "fsop", &guest.FileRequest{Path: guest.JoinHome(comps), Max: max, Op: op, FSArgs: args}, nil, false)
+	defer f.s.releaseSession(s)
+	fop, err := f.startFileReq(ctx, id, "fsop", &guest.FileRequest{Path: guest.JoinHome(comps), Max: max, Op: op, FSArgs: args}, nil, false)
 	if err != nil {
 		return nil, err
 	}
 	res, err := fop.result(ctx)
 	waitErr := fop.wait(err != nil)
 	if err == nil {
-		err = e.fileError(ctx, id, res, waitErr, fop.stderr.String())
+		err = f.fileError(ctx, id, res, waitErr, fop.stderr.String())
 	}
 	if err != nil {
 		return nil, err

@@ -40,19 +40,19 @@ func testFSOps(t *testing.T, transport string) {
 	}
 	execsBefore := e.execFileOps.Load()
 
-	if fi, err := e.Stat(ctx, "k1", s.ID, "pw"); err != nil || fi.Type != "symlink" || fi.Target != "/etc/passwd" || fi.Path != "/home/sandbox/pw" {
+	if fi, err := e.files.Stat(ctx, "k1", s.ID, "pw"); err != nil || fi.Type != "symlink" || fi.Target != "/etc/passwd" || fi.Path != "/home/sandbox/pw" {
 		t.Fatalf("stat pw: %+v %v", fi, err)
 	}
-	if fi, err := e.Stat(ctx, "k1", s.ID, "/home/sandbox"); err != nil || fi.Type != "dir" {
+	if fi, err := e.files.Stat(ctx, "k1", s.ID, "/home/sandbox"); err != nil || fi.Type != "dir" {
 		t.Fatalf("stat home: %+v %v", fi, err)
 	}
-	if fi, err := e.MakeDir(ctx, "k1", s.ID, "n/m", true); err != nil || fi.Type != "dir" || fi.Path != "/home/sandbox/n/m" {
+	if fi, err := e.files.MakeDir(ctx, "k1", s.ID, "n/m", true); err != nil || fi.Type != "dir" || fi.Path != "/home/sandbox/n/m" {
 		t.Fatalf("mkdir: %+v %v", fi, err)
 	}
-	if fi, err := e.Move(ctx, "k1", s.ID, "f.txt", "n/m/g.txt", false); err != nil || fi.Name != "g.txt" || fi.Size != 2 {
+	if fi, err := e.files.Move(ctx, "k1", s.ID, "f.txt", "n/m/g.txt", false); err != nil || fi.Name != "g.txt" || fi.Size != 2 {
 		t.Fatalf("move: %+v %v", fi, err)
 	}
-	l, err := e.ListDepth(ctx, "k1", s.ID, "/home/sandbox", 3)
+	l, err := e.files.ListDepth(ctx, "k1", s.ID, "/home/sandbox", 3)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,10 +63,10 @@ func testFSOps(t *testing.T, transport string) {
 	if got, want := strings.Join(paths, " "), "a a/b.txt a/c a/c/d.txt etcdir loop n n/m n/m/g.txt out pw"; got != want {
 		t.Fatalf("deep list: %q, want %q", got, want)
 	}
-	if err := e.Remove(ctx, "k1", s.ID, "a"); err != nil {
+	if err := e.files.Remove(ctx, "k1", s.ID, "a"); err != nil {
 		t.Fatal(err)
 	}
-	if err := e.Remove(ctx, "k1", s.ID, "out"); err != nil { // the link goes, not its target
+	if err := e.files.Remove(ctx, "k1", s.ID, "out"); err != nil { // the link goes, not its target
 		t.Fatal(err)
 	}
 
@@ -75,25 +75,25 @@ func testFSOps(t *testing.T, transport string) {
 		do   func() error
 		want error
 	}{
-		{"stat dotdot", func() error { _, err := e.Stat(ctx, "k1", s.ID, "../x"); return err }, sandbox.ErrInvalid},
-		{"stat outside", func() error { _, err := e.Stat(ctx, "k1", s.ID, "/etc/passwd"); return err }, sandbox.ErrInvalid},
-		{"stat NUL", func() error { _, err := e.Stat(ctx, "k1", s.ID, "a\x00"); return err }, sandbox.ErrInvalid},
-		{"stat long", func() error { _, err := e.Stat(ctx, "k1", s.ID, strings.Repeat("x", 300)); return err }, sandbox.ErrInvalid},
-		{"stat through link", func() error { _, err := e.Stat(ctx, "k1", s.ID, "etcdir/passwd"); return err }, sandbox.ErrSymlink},
-		{"stat through loop", func() error { _, err := e.Stat(ctx, "k1", s.ID, "loop/x"); return err }, sandbox.ErrSymlink},
-		{"stat missing", func() error { _, err := e.Stat(ctx, "k1", s.ID, "nope"); return err }, sandbox.ErrFileNotFound},
-		{"mkdir exists", func() error { _, err := e.MakeDir(ctx, "k1", s.ID, "n", false); return err }, sandbox.ErrFileExists},
-		{"mkdir through link", func() error { _, err := e.MakeDir(ctx, "k1", s.ID, "etcdir/x", true); return err }, sandbox.ErrSymlink},
-		{"move onto link", func() error { _, err := e.Move(ctx, "k1", s.ID, "n/m/g.txt", "pw", true); return err }, sandbox.ErrSymlink},
-		{"move into link", func() error { _, err := e.Move(ctx, "k1", s.ID, "n/m/g.txt", "etcdir/g", true); return err }, sandbox.ErrSymlink},
-		{"move outside", func() error { _, err := e.Move(ctx, "k1", s.ID, "n/m/g.txt", "/tmp/g", true); return err }, sandbox.ErrInvalid},
-		{"move home", func() error { _, err := e.Move(ctx, "k1", s.ID, "/home/sandbox", "x", true); return err }, sandbox.ErrInvalid},
-		{"move over existing", func() error { _, err := e.Move(ctx, "k1", s.ID, "pw", "n/m/g.txt", false); return err }, sandbox.ErrFileExists},
-		{"remove home", func() error { return e.Remove(ctx, "k1", s.ID, "/home/sandbox/") }, sandbox.ErrInvalid},
-		{"remove through link", func() error { return e.Remove(ctx, "k1", s.ID, "etcdir/passwd") }, sandbox.ErrSymlink},
-		{"list through link", func() error { _, err := e.ListDepth(ctx, "k1", s.ID, "etcdir", 2); return err }, sandbox.ErrSymlink},
-		{"list depth 0", func() error { _, err := e.ListDepth(ctx, "k1", s.ID, "n", 0); return err }, sandbox.ErrInvalid},
-		{"another owner", func() error { _, err := e.Stat(ctx, "k2", s.ID, "n"); return err }, ErrNotFound},
+		{"stat dotdot", func() error { _, err := e.files.Stat(ctx, "k1", s.ID, "../x"); return err }, sandbox.ErrInvalid},
+		{"stat outside", func() error { _, err := e.files.Stat(ctx, "k1", s.ID, "/etc/passwd"); return err }, sandbox.ErrInvalid},
+		{"stat NUL", func() error { _, err := e.files.Stat(ctx, "k1", s.ID, "a\x00"); return err }, sandbox.ErrInvalid},
+		{"stat long", func() error { _, err := e.files.Stat(ctx, "k1", s.ID, strings.Repeat("x", 300)); return err }, sandbox.ErrInvalid},
+		{"stat through link", func() error { _, err := e.files.Stat(ctx, "k1", s.ID, "etcdir/passwd"); return err }, sandbox.ErrSymlink},
+		{"stat through loop", func() error { _, err := e.files.Stat(ctx, "k1", s.ID, "loop/x"); return err }, sandbox.ErrSymlink},
+		{"stat missing", func() error { _, err := e.files.Stat(ctx, "k1", s.ID, "nope"); return err }, sandbox.ErrFileNotFound},
+		{"mkdir exists", func() error { _, err := e.files.MakeDir(ctx, "k1", s.ID, "n", false); return err }, sandbox.ErrFileExists},
+		{"mkdir through link", func() error { _, err := e.files.MakeDir(ctx, "k1", s.ID, "etcdir/x", true); return err }, sandbox.ErrSymlink},
+		{"move onto link", func() error { _, err := e.files.Move(ctx, "k1", s.ID, "n/m/g.txt", "pw", true); return err }, sandbox.ErrSymlink},
+		{"move into link", func() error { _, err := e.files.Move(ctx, "k1", s.ID, "n/m/g.txt", "etcdir/g", true); return err }, sandbox.ErrSymlink},
+		{"move outside", func() error { _, err := e.files.Move(ctx, "k1", s.ID, "n/m/g.txt", "/tmp/g", true); return err }, sandbox.ErrInvalid},
+		{"move home", func() error { _, err := e.files.Move(ctx, "k1", s.ID, "/home/sandbox", "x", true); return err }, sandbox.ErrInvalid},
+		{"move over existing", func() error { _, err := e.files.Move(ctx, "k1", s.ID, "pw", "n/m/g.txt", false); return err }, sandbox.ErrFileExists},
+		{"remove home", func() error { return e.files.Remove(ctx, "k1", s.ID, "/home/sandbox/") }, sandbox.ErrInvalid},
+		{"remove through link", func() error { return e.files.Remove(ctx, "k1", s.ID, "etcdir/passwd") }, sandbox.ErrSymlink},
+		{"list through link", func() error { _, err := e.files.ListDepth(ctx, "k1", s.ID, "etcdir", 2); return err }, sandbox.ErrSymlink},
+		{"list depth 0", func() error { _, err := e.files.ListDepth(ctx, "k1", s.ID, "n", 0); return err }, sandbox.ErrInvalid},
+		{"another owner", func() error { _, err := e.files.Stat(ctx, "k2", s.ID, "n"); return err }, ErrNotFound},
 	}
 	for _, tc := range hostile {
 		if err := tc.do(); !errors.Is(err, tc.want) {
@@ -126,13 +126,13 @@ func TestWatch(t *testing.T) {
 	if r := run(t, e, s.ID, "mkdir -p /home/sandbox/w /tmp/outside && ln -s /tmp/outside /home/sandbox/w/out", 30*time.Second); r.Status != StatusOK {
 		t.Fatalf("setup: %+v", r)
 	}
-	if _, err := e.Watch(ctx, "k1", s.ID, "w/out", true); !errors.Is(err, sandbox.ErrSymlink) {
+	if _, err := e.files.Watch(ctx, "k1", s.ID, "w/out", true); !errors.Is(err, sandbox.ErrSymlink) {
 		t.Fatalf("watch through a link: %v", err)
 	}
-	if _, err := e.Watch(ctx, "k1", s.ID, "../etc", true); !errors.Is(err, sandbox.ErrInvalid) {
+	if _, err := e.files.Watch(ctx, "k1", s.ID, "../etc", true); !errors.Is(err, sandbox.ErrInvalid) {
 		t.Fatalf("watch outside: %v", err)
 	}
-	w, err := e.Watch(ctx, "k1", s.ID, "w", true)
+	w, err := e.files.Watch(ctx, "k1", s.ID, "w", true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -167,13 +167,13 @@ func TestWatch(t *testing.T) {
 	// Bounded: the watch above and three more; a fifth is refused.
 	var extra []sandbox.FileWatch
 	for i := 0; i < 3; i++ {
-		x, err := e.Watch(ctx, "k1", s.ID, "w", false)
+		x, err := e.files.Watch(ctx, "k1", s.ID, "w", false)
 		if err != nil {
 			t.Fatalf("watch %d: %v", i+2, err)
 		}
 		extra = append(extra, x)
 	}
-	if _, err := e.Watch(ctx, "k1", s.ID, "w", false); !errors.Is(err, sandbox.ErrCapacity) {
+	if _, err := e.files.Watch(ctx, "k1", s.ID, "w", false); !errors.Is(err, sandbox.ErrCapacity) {
 		t.Fatalf("a fifth watch: %v", err)
 	}
 	for _, x := range extra {
@@ -182,7 +182,7 @@ func TestWatch(t *testing.T) {
 	// Transfers still move while watches run.
 	putFile(t, e, s.ID, "w/after.txt", []byte("q"))
 	// The folder goes: the watch ends with io.EOF.
-	if err := e.Remove(ctx, "k1", s.ID, "w"); err != nil {
+	if err := e.files.Remove(ctx, "k1", s.ID, "w"); err != nil {
 		t.Fatal(err)
 	}
 	for {
@@ -196,7 +196,7 @@ func TestWatch(t *testing.T) {
 	}
 	// The session ends: a watch of it ends too.
 	run(t, e, s.ID, "mkdir -p /home/sandbox/v", 30*time.Second)
-	v, err := e.Watch(ctx, "k1", s.ID, "v", false)
+	v, err := e.files.Watch(ctx, "k1", s.ID, "v", false)
 	if err != nil {
 		t.Fatal(err)
 	}

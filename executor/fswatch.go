@@ -6,9 +6,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"sync"
 
 	"github.com/sandboxapi/sandboxapi/executor/guest"
+	"github.com/sandboxapi/sandboxapi/executor/host"
 	"github.com/sandboxapi/sandboxapi/internal/sandbox"
 )
 
@@ -26,7 +28,7 @@ const maxWatchLine = 16 << 10
 // Watch is a running watch. Next and Close may be called from different
 // goroutines; Next from one at a time.
 type Watch struct {
-	e   *Executor
+	log *slog.Logger
 	id  string
 	st  *hostStream
 	dir string
@@ -40,12 +42,12 @@ var _ sandbox.FileWatch = (*Watch)(nil)
 // Watch starts watching the folder at path (recursive: and the folders
 // below it) in owner's session. The watch runs until Close, until the
 // folder goes (Next then answers io.EOF) or until the sandbox stops.
-func (e *Executor) Watch(ctx context.Context, owner, id, p string, recursive bool) (sandbox.FileWatch, error) {
+func (f *Files) Watch(ctx context.Context, owner, id, p string, recursive bool) (sandbox.FileWatch, error) {
 	comps, err := checkFilePath(p)
 	if err != nil {
 		return nil, err
 	}
-	s, a, err := e.fileChannel(ctx, owner, id)
+	s, a, err := f.s.fileChannel(ctx, owner, id)
 	if err != nil {
 		return nil, err
 	}
@@ -53,33 +55,33 @@ func (e *Executor) Watch(ctx context.Context, owner, id, p string, recursive boo
 		return nil, fmt.Errorf("%w: the session's sandbox cannot be watched until it restarts", sandbox.ErrCapacity)
 	}
 	// Not busy while it runs: a watch does not keep a session awake.
-	e.unuse(s)
+	f.s.unuse(s)
 	st, err := a.streams.openWatch(a)
 	if err != nil {
 		return nil, err
 	}
-	b, err := json.Marshal(guest.FileOpen{Stream: st.id, Op: "watch", Path: guest.JoinHome(comps), UID: SandboxUID, GID: SandboxUID,
+	b, err := json.Marshal(guest.FileOpen{Stream: st.id, Op: "watch", Path: guest.JoinHome(comps), UID: host.SandboxUID, GID: host.SandboxUID,
 		FSArgs: guest.FSArgs{Recursive: recursive}})
 	if err == nil {
 		err = a.send(guest.FrameFileOpen, b)
 	}
 	if err != nil {
 		a.streams.close(st)
-		return nil, e.streamError(ctx, id, err)
+		return nil, f.streamError(ctx, id, err)
 	}
 	res, err := st.awaitResult(ctx)
 	if err == nil {
-		err = e.fileError(ctx, id, res, nil, "")
+		err = f.fileError(ctx, id, res, nil, "")
 	} else {
-		err = e.streamError(ctx, id, err)
+		err = f.streamError(ctx, id, err)
 	}
 	if err != nil {
 		_ = st.send(guest.FrameFileCancel, nil)
 		a.streams.close(st)
 		return nil, err
 	}
-	e.log.InfoContext(ctx, "file watch", "session", id, "path", guest.JoinHome(comps), "recursive", recursive)
-	return &Watch{e: e, id: id, st: st, dir: guest.JoinHome(comps)}, nil
+	f.log.InfoContext(ctx, "file watch", "session", id, "path", guest.JoinHome(comps), "recursive", recursive)
+	return &Watch{log: f.log, id: id, st: st, dir: guest.JoinHome(comps)}, nil
 }
 
 // openWatch makes a watch stream, refusing one over guest.MaxWatches.
@@ -175,7 +177,7 @@ func (w *Watch) Close() error {
 	w.once.Do(func() {
 		_ = w.st.send(guest.FrameFileCancel, nil)
 		w.st.a.streams.close(w.st)
-		w.e.log.Info("file watch ended", "session", w.id, "path", w.dir)
+		w.log.Info("file watch ended", "session", w.id, "path", w.dir)
 	})
 	return nil
 }

@@ -64,7 +64,7 @@ func TestDeleteAfterSandboxLost(t *testing.T) {
 	ctx := context.Background()
 	for i := 0; i < 3; i++ {
 		s := mustSession(t, e, "bash")
-		if err := e.runsc.destroy(ctx, s.ID); err != nil {
+		if err := e.runsc.Destroy(ctx, s.ID); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := e.Execute(ctx, "k1", s.ID, ExecRequest{Code: "echo hi"}); !errors.Is(err, ErrLost) {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sandboxapi/sandboxapi/executor/guest"
+	"github.com/sandboxapi/sandboxapi/executor/host"
 	"github.com/sandboxapi/sandboxapi/internal/sandbox"
 )
 
@@ -40,8 +41,8 @@ func (e *Executor) RunJob(ctx context.Context, job Job) (Result, error) {
 			return Result{}, err
 		}
 		defer e.releaseSession(s)
-		home = homeMount(e.dir(s.id))
-		if !mounted(home) {
+		home = host.HomeMount(e.dir(s.id))
+		if !host.Mounted(home) {
 			return Result{}, fmt.Errorf("%w: session home is not mounted", ErrBadState)
 		}
 	}
@@ -78,7 +79,7 @@ func (e *Executor) RunJob(ctx context.Context, job Job) (Result, error) {
 		return Result{}, fmt.Errorf("creating job bundle: %w", err)
 	}
 	defer os.RemoveAll(dir)
-	spec := sandboxSpec(specParams{
+	spec := host.SandboxSpec(host.SpecParams{
 		ID: id, Cgroup: e.cgroupName(id), Rootfs: e.cfg.Rootfs, Home: home, GuestDir: e.guestDir(),
 		MemoryBytes: e.hostMemory(), Pids: e.cfg.Pids*2 + 128, CPUs: e.cfg.CPUs, TmpBytes: e.cfg.TmpBytes, NetNS: job.NetnsPath,
 	})
@@ -109,8 +110,8 @@ func (e *Executor) RunJob(ctx context.Context, job Job) (Result, error) {
 		e.mu.Lock()
 		stopped := !e.started
 		e.mu.Unlock()
-		if cs, err := e.runsc.list(dctx); stopped && err == nil && len(cs) == 0 {
-			_ = e.runsc.unmountNullNetns()
+		if cs, err := e.runsc.List(dctx); stopped && err == nil && len(cs) == 0 {
+			_ = e.runsc.UnmountNullNetns()
 		}
 	}()
 	files := make([]guest.File, 0, len(job.Files))
@@ -122,7 +123,7 @@ func (e *Executor) RunJob(ctx context.Context, job Job) (Result, error) {
 	// folder (python -m, node) must not pick up what the session wrote.
 	greq := &guest.Request{
 		Files: files, Argv: job.Argv, Env: job.Env, Cwd: "{dir}",
-		UID: SandboxUID, GID: SandboxUID, TimeoutMS: job.Timeout.Milliseconds(),
+		UID: host.SandboxUID, GID: host.SandboxUID, TimeoutMS: job.Timeout.Milliseconds(),
 		MemoryBytes: e.cfg.MemoryBytes, MaxProcs: uint64(e.cfg.Pids),
 	}
 	res, err := e.guestRun(ctx, id, greq, job.Stdin, nil)

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/sandboxapi/sandboxapi/executor/guest"
+	"github.com/sandboxapi/sandboxapi/executor/host"
 	"github.com/sandboxapi/sandboxapi/internal/sandbox"
 )
 
@@ -134,7 +135,7 @@ func (e *Executor) kernelCell(ctx context.Context, s *session, req ExecRequest, 
 // kernelRequest is the start part of a kernel request of session s.
 func (e *Executor) kernelRequest(s *session, env map[string]string) *guest.KernelRequest {
 	return &guest.KernelRequest{
-		Env: e.baseEnv(s.runtime, s.netEnv, env), Cwd: HomeDir, UID: SandboxUID, GID: SandboxUID,
+		Env: e.baseEnv(s.runtime, s.netEnv, env), Cwd: host.HomeDir, UID: host.SandboxUID, GID: host.SandboxUID,
 		MaxProcs: uint64(e.cfg.Pids), MaxMessageBytes: e.cfg.MaxOutputBytes,
 	}
 }

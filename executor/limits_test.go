@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sandboxapi/sandboxapi/executor/guest"
+	"github.com/sandboxapi/sandboxapi/executor/host"
 	"github.com/sandboxapi/sandboxapi/internal/reqid"
 	"github.com/sandboxapi/sandboxapi/internal/sandbox"
 )
@@ -57,7 +58,7 @@ func TestStatelessClashingFilesAreInvalid(t *testing.T) {
 	defer e.destroySandbox(context.Background(), ws.id)
 	greq := &guest.Request{
 		Files: []guest.File{{Path: "d.txt", Content: []byte("1")}, {Path: "d.txt", Content: []byte("2")}},
-		Argv:  []string{"true"}, Cwd: "{dir}", UID: SandboxUID, GID: SandboxUID, TimeoutMS: 5000,
+		Argv:  []string{"true"}, Cwd: "{dir}", UID: host.SandboxUID, GID: host.SandboxUID, TimeoutMS: 5000,
 	}
 	_, err = e.guestRun(ctx, ws.id, greq, nil, nil)
 	if !errors.Is(err, ErrInvalid) {
@@ -175,14 +176,14 @@ func TestListTruncated(t *testing.T) {
 		t.Fatalf("making the files: %+v", r)
 	}
 	ctx := context.Background()
-	l, err := e.List(ctx, "k1", s.ID, "many")
+	l, err := e.files.List(ctx, "k1", s.ID, "many")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !l.Truncated || len(l.Entries) != MaxListEntries || l.Entries[0].Name != "f00001" {
 		t.Fatalf("big folder: truncated %v, %d entries", l.Truncated, len(l.Entries))
 	}
-	l, err = e.List(ctx, "k1", s.ID, "few")
+	l, err = e.files.List(ctx, "k1", s.ID, "few")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -214,6 +215,7 @@ func TestRequestLogLinesCarryContext(t *testing.T) {
 	e, _ := startExecutor(t, func(c *Config) { c.WarmPool = 0 })
 	h := ctxHandler{mu: &sync.Mutex{}, ids: map[string]string{}}
 	e.log = slog.New(h)
+	e.files.log = e.log
 	ctx := reqid.With(context.Background(), "req_test")
 	s, err := e.CreateSession(ctx, SessionSpec{Language: "bash", Owner: "k1"})
 	if err != nil {
@@ -222,7 +224,7 @@ func TestRequestLogLinesCarryContext(t *testing.T) {
 	if _, err := e.Execute(ctx, "k1", s.ID, ExecRequest{Code: "echo 1"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.List(ctx, "k1", s.ID, "/home/sandbox"); err != nil {
+	if _, err := e.files.List(ctx, "k1", s.ID, "/home/sandbox"); err != nil {
 		t.Fatal(err)
 	}
 	if err := e.DeleteSession(ctx, "k1", s.ID); err != nil {

@@ -18,6 +18,7 @@ import (
 
 	clusternode "github.com/sandboxapi/sandboxapi/cluster"
 	"github.com/sandboxapi/sandboxapi/configs"
+	"github.com/sandboxapi/sandboxapi/executor/host"
 	"github.com/sandboxapi/sandboxapi/internal/duration"
 )
 
@@ -109,10 +110,10 @@ func TestClusterPausedNode(t *testing.T) {
 		_ = cmd.Process.Kill()
 		<-exited
 		// Its fence fences on EOF; runsc's null-netns mount is left.
-		for end := time.Now().Add(10 * time.Second); len(rootProcesses(root)) > 0 && time.Now().Before(end); {
+		for end := time.Now().Add(10 * time.Second); len(host.RootProcesses(root)) > 0 && time.Now().Before(end); {
 			time.Sleep(20 * time.Millisecond)
 		}
-		_ = (&runsc{root: root}).unmountNullNetns()
+		_ = (&host.Runsc{Root: root}).UnmountNullNetns()
 	})
 	lines := make(chan string, 4)
 	go func() {
@@ -136,11 +137,11 @@ func TestClusterPausedNode(t *testing.T) {
 	img := filepath.Join(c.homes, id, "home.img")
 	stop := loopWatch(img)
 	// Its session and its warm sandbox.
-	for end := time.Now().Add(time.Minute); len(homeMounts(sessions)) < 2 && time.Now().Before(end); {
+	for end := time.Now().Add(time.Minute); len(host.HomeMounts(sessions)) < 2 && time.Now().Before(end); {
 		time.Sleep(50 * time.Millisecond)
 	}
-	if len(rootProcesses(root)) == 0 || len(homeMounts(sessions)) < 2 {
-		t.Fatalf("node a runs no sandbox or mounts: %d processes, mounts %v", len(rootProcesses(root)), homeMounts(sessions))
+	if len(host.RootProcesses(root)) == 0 || len(host.HomeMounts(sessions)) < 2 {
+		t.Fatalf("node a runs no sandbox or mounts: %d processes, mounts %v", len(host.RootProcesses(root)), host.HomeMounts(sessions))
 	}
 
 	if err := cmd.Process.Signal(syscall.SIGSTOP); err != nil {
@@ -152,10 +153,10 @@ func TestClusterPausedNode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for len(rootProcesses(root)) > 0 || len(homeMounts(sessions)) > 0 || len(loopDevices(img)) > 0 {
+	for len(host.RootProcesses(root)) > 0 || len(host.HomeMounts(sessions)) > 0 || len(host.LoopDevices(img)) > 0 {
 		if time.Now().After(row.LeaseUntil) {
 			t.Fatalf("node a's lease ended %v after it was stopped with %d processes under its root, mounts %v, loop devices %v; log:\n%s",
-				row.LeaseUntil.Sub(stopped), len(rootProcesses(root)), homeMounts(sessions), loopDevices(img), logs.String())
+				row.LeaseUntil.Sub(stopped), len(host.RootProcesses(root)), host.HomeMounts(sessions), host.LoopDevices(img), logs.String())
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
@@ -263,7 +264,7 @@ func TestClusterFenceWaitsForMount(t *testing.T) {
 		t.Fatal("the resume did not end")
 	}
 	for end := time.Now().Add(500 * time.Millisecond); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
-		if mounted(homeMount(a.dir(s.ID))) {
+		if host.Mounted(host.HomeMount(a.dir(s.ID))) {
 			t.Fatal("the home was mounted after the fence")
 		}
 	}
@@ -278,85 +279,6 @@ func TestClusterFenceWaitsForMount(t *testing.T) {
 	}
 	if res := clusterRun(t, a, s.ID, "cat /home/sandbox/f"); res.Stdout != "kept\n" {
 		t.Fatalf("after the fence: %+v", res)
-	}
-}
-
-// TestRunFenceHold: a deadline from the node ("hold <ns>") that passes
-// without a newer one fences, and the fence goes on; "free" and a newer
-// deadline disarm the older one; a line cut short by the node's death is
-// EOF; 'q' still quits.
-func TestRunFenceHold(t *testing.T) {
-	dir := t.TempDir()
-	cfg := FenceConfig{Root: filepath.Join(dir, "runsc"), Homes: filepath.Join(dir, "sessions"), Lock: filepath.Join(dir, "fence.lock")}
-	logs := &syncWriter{w: &strings.Builder{}}
-	log := slog.New(slog.NewTextHandler(logs, nil))
-	fired := func() int { return strings.Count(logs.String(), "hold deadline passed") }
-	r, w := io.Pipe()
-	done := make(chan error, 1)
-	go func() { done <- RunFence(context.Background(), cfg, r, nopCloser{io.Discard}, log) }()
-	say := func(s string) {
-		t.Helper()
-		if _, err := io.WriteString(w, s); err != nil {
-			t.Fatal(err)
-		}
-	}
-
-	say("hold 200000000\n") // 200 ms
-	say("free\n")
-	time.Sleep(400 * time.Millisecond)
-	if n := fired(); n != 0 {
-		t.Fatalf("a disarmed deadline fired %d times", n)
-	}
-	say("hold 200000000\n")
-	say("hold 2000000000\n") // the newer one counts
-	time.Sleep(400 * time.Millisecond)
-	if n := fired(); n != 0 {
-		t.Fatalf("a deadline replaced by a later one fired %d times", n)
-	}
-	say("hold 100000000\n")
-	deadline := time.Now().Add(5 * time.Second)
-	for fired() == 0 && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
-	if fired() != 1 {
-		t.Fatalf("the deadline did not fire; log:\n%s", logs.String())
-	}
-	select {
-	case err := <-done:
-		t.Fatalf("the fence ended after its deadline: %v", err)
-	case <-time.After(300 * time.Millisecond):
-	}
-	say("hold 100000000\n") // armed again
-	for fired() == 1 && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
-	if fired() != 2 {
-		t.Fatalf("the re-armed deadline did not fire; log:\n%s", logs.String())
-	}
-	say("q")
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("quit: %v", err)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("'q' did not end the fence")
-	}
-	if strings.Contains(logs.String(), "node process gone") {
-		t.Fatalf("a quit fenced; log:\n%s", logs.String())
-	}
-
-	r, w = io.Pipe()
-	go func() { done <- RunFence(context.Background(), cfg, r, nopCloser{io.Discard}, log) }()
-	say("hold 1000")
-	w.Close()
-	select {
-	case err := <-done:
-		if err != nil || !strings.Contains(logs.String(), "node process gone") {
-			t.Fatalf("EOF in a line: %v; log:\n%s", err, logs.String())
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("EOF in a line did not fence")
 	}
 }
 
@@ -453,7 +375,7 @@ func TestClusterFenceCutsImageWait(t *testing.T) {
 	if _, err := a.HibernateSession(ctx, "k1", s.ID); err != nil {
 		t.Fatal(err)
 	}
-	img := a.home(s.ID).image()
+	img := a.home(s.ID).Image()
 	out, err := exec.Command("losetup", "--find", "--show", "--read-only", img).Output()
 	if err != nil {
 		t.Fatalf("losetup: %v", err)
@@ -486,7 +408,7 @@ func TestClusterFenceCutsImageWait(t *testing.T) {
 	if err := <-fenced; err != nil {
 		t.Fatalf("fence: %v", err)
 	}
-	if mounted(homeMount(a.dir(s.ID))) {
+	if host.Mounted(host.HomeMount(a.dir(s.ID))) {
 		t.Fatal("the home is mounted")
 	}
 	if n := stop(); n > 1 {
@@ -513,10 +435,7 @@ func TestClusterHoldBeforeStart(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = e.Stop(context.Background()) })
-	f := e.fenceSwitch()
-	f.mu.Lock()
-	armed := f.hold
-	f.mu.Unlock()
+	armed := e.fenceSwitch().Hold()
 	if armed.IsZero() || e.holdPassed() {
 		t.Fatalf("fence after Start: hold %v, passed %v", armed, e.holdPassed())
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sandboxapi/sandboxapi/executor/guest"
+	"github.com/sandboxapi/sandboxapi/executor/host"
 )
 
 // warmSandbox is a started sandbox with a fresh home that has run nothing.
@@ -90,12 +91,12 @@ func (e *Executor) prepareWarm() (warmSandbox, error) {
 	if err := e.reserveDisk(e.cfg.HomeBytes); err != nil {
 		return warmSandbox{}, err
 	}
-	if err := makeHome(ctx, h, e.cfg.HomeBytes); err != nil {
-		_ = dropHome(context.Background(), h)
+	if err := host.MakeHome(ctx, h, e.cfg.HomeBytes); err != nil {
+		_ = host.DropHome(context.Background(), h)
 		e.releaseDisk(e.cfg.HomeBytes)
 		return warmSandbox{}, fmt.Errorf("preparing home: %w", err)
 	}
-	if err := e.startSandbox(ctx, id, h.dir, ""); err != nil {
+	if err := e.startSandbox(ctx, id, h.Dir, ""); err != nil {
 		if derr := e.destroySandbox(context.Background(), id); derr != nil {
 			e.log.Error("removing a warm sandbox that failed to start", "sandbox", id, "err", derr)
 		}
@@ -115,8 +116,8 @@ func (e *Executor) warmUp(id string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	res, err := e.guestRun(ctx, id, &guest.Request{
-		Argv: []string{"/bin/sh", "-c", e.rt.WarmUp()}, Env: []string{"PATH=" + basePath, "HOME=" + HomeDir, "LANG=C.UTF-8"},
-		Cwd: "/", UID: SandboxUID, GID: SandboxUID, TimeoutMS: 10_000, MaxProcs: uint64(e.cfg.Pids),
+		Argv: []string{"/bin/sh", "-c", e.rt.WarmUp()}, Env: []string{"PATH=" + basePath, "HOME=" + host.HomeDir, "LANG=C.UTF-8"},
+		Cwd: "/", UID: host.SandboxUID, GID: host.SandboxUID, TimeoutMS: 10_000, MaxProcs: uint64(e.cfg.Pids),
 	}, nil, nil)
 	if err != nil || res.Status != StatusOK {
 		e.log.Warn("warming up a pool sandbox", "sandbox", id, "status", res.Status, "err", err)
@@ -131,7 +132,7 @@ func (e *Executor) destroySandbox(ctx context.Context, id string) error {
 	if err := e.destroy(ctx, id); err != nil {
 		errs = append(errs, err)
 	}
-	if err := dropHome(ctx, e.home(id)); err != nil {
+	if err := host.DropHome(ctx, e.home(id)); err != nil {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)

@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"path"
 	"strings"
 	"sync"
@@ -18,6 +19,7 @@ import (
 	"unicode"
 
 	"github.com/sandboxapi/sandboxapi/executor/guest"
+	"github.com/sandboxapi/sandboxapi/executor/host"
 	"github.com/sandboxapi/sandboxapi/internal/sandbox"
 )
 
@@ -197,11 +199,41 @@ func replyError(r *guest.ProcReply) error {
 	return fmt.Errorf("%w: %s", s, r.Error)
 }
 
+// Processes is the session service's background processes role
+// (api.Processes): processes and terminals started in a session's sandbox
+// over its agent channel. It reaches sessions only through procSessions.
+// Get it from Executor.Processes; it is safe for concurrent use.
+type Processes struct {
+	s   procSessions
+	cfg Config
+	log *slog.Logger
+}
+
+// procSessions is what Processes needs of the session service.
+type procSessions interface {
+	// fileChannel marks the running session busy and returns its agent
+	// channel (nil: the sandbox has none); unuse lets it go.
+	fileChannel(ctx context.Context, owner, id string) (*session, *agentConn, error)
+	unuse(s *session)
+	// channelError says why a call's channel broke.
+	channelError(ctx context.Context, s *session, err error) error
+	memoryLimit(want int64) (int64, error)
+	baseEnv(rt *Runtime, netEnv []string, extra map[string]string) []string
+	// idleTTLOf is owner's session id's idle TTL (ErrNotFound: none).
+	idleTTLOf(owner, id string) (time.Duration, error)
+	// markLive records that the session holds a process: its sandbox is
+	// kept (checkpointed) rather than thrown away.
+	markLive(s *session)
+}
+
+// Processes returns the executor's processes role.
+func (e *Executor) Processes() *Processes { return e.procs }
+
 // procChannel checks owner's session (resuming it when hibernated, as a
 // file call does) and returns its agent channel, the session marked busy
 // (release it with unuse).
-func (e *Executor) procChannel(ctx context.Context, owner, id string) (*session, *agentConn, error) {
-	s, a, err := e.fileChannel(ctx, owner, id)
+func (p *Processes) procChannel(ctx context.Context, owner, id string) (*session, *agentConn, error) {
+	s, a, err := p.s.fileChannel(ctx, owner, id)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -237,7 +269,7 @@ func (e *Executor) channelError(ctx context.Context, s *session, err error) erro
 
 // checkProcessSpec validates a start request and returns the timeout the
 // process gets.
-func (e *Executor) checkProcessSpec(spec *sandbox.ProcessSpec, idleTTL time.Duration) (time.Duration, error) {
+func (p *Processes) checkProcessSpec(spec *sandbox.ProcessSpec, idleTTL time.Duration) (time.Duration, error) {
 	bad := func(format string, args ...any) (time.Duration, error) {
 		return 0, fmt.Errorf("%w: "+format, append([]any{sandbox.ErrInvalid}, args...)...)
 	}
@@ -268,42 +300,36 @@ func (e *Executor) checkProcessSpec(spec *sandbox.ProcessSpec, idleTTL time.Dura
 	if timeout == 0 {
 		timeout = idleTTL
 	}
-	if timeout < 0 || timeout > e.cfg.MaxIdleTTL {
-		return bad("timeout must be between 1 and %d seconds", int(e.cfg.MaxIdleTTL.Seconds()))
+	if timeout < 0 || timeout > p.cfg.MaxIdleTTL {
+		return bad("timeout must be between 1 and %d seconds", int(p.cfg.MaxIdleTTL.Seconds()))
 	}
 	return timeout, nil
 }
 
 // StartProcess starts a background process in owner's session.
-func (e *Executor) StartProcess(ctx context.Context, owner, id string, spec sandbox.ProcessSpec) (sandbox.Process, error) {
-	e.mu.Lock()
-	s, ok := e.sessions[id]
-	var ttl time.Duration
-	if ok {
-		ttl = s.idleTTL
-	}
-	e.mu.Unlock()
-	if !ok || s.owner != owner {
-		return sandbox.Process{}, ErrNotFound
-	}
-	timeout, err := e.checkProcessSpec(&spec, ttl)
+func (p *Processes) StartProcess(ctx context.Context, owner, id string, spec sandbox.ProcessSpec) (sandbox.Process, error) {
+	ttl, err := p.s.idleTTLOf(owner, id)
 	if err != nil {
 		return sandbox.Process{}, err
 	}
-	mem, err := e.memoryLimit(spec.MemoryBytes)
+	timeout, err := p.checkProcessSpec(&spec, ttl)
 	if err != nil {
 		return sandbox.Process{}, err
 	}
-	s, a, err := e.procChannel(ctx, owner, id)
+	mem, err := p.s.memoryLimit(spec.MemoryBytes)
 	if err != nil {
 		return sandbox.Process{}, err
 	}
-	defer e.unuse(s)
-	env := e.baseEnv(s.runtime, s.netEnv, spec.Env)
-	start := &guest.ProcStart{Argv: append([]string{spec.Cmd}, spec.Args...), Cwd: spec.Cwd, UID: SandboxUID, GID: SandboxUID,
-		MaxProcs: uint64(e.cfg.Pids), Stdin: spec.Stdin, Tag: spec.Tag, TimeoutMS: timeoutMS(timeout), MemoryBytes: mem}
+	s, a, err := p.procChannel(ctx, owner, id)
+	if err != nil {
+		return sandbox.Process{}, err
+	}
+	defer p.s.unuse(s)
+	env := p.s.baseEnv(s.runtime, s.netEnv, spec.Env)
+	start := &guest.ProcStart{Argv: append([]string{spec.Cmd}, spec.Args...), Cwd: spec.Cwd, UID: host.SandboxUID, GID: host.SandboxUID,
+		MaxProcs: uint64(p.cfg.Pids), Stdin: spec.Stdin, Tag: spec.Tag, TimeoutMS: timeoutMS(timeout), MemoryBytes: mem}
 	if start.Cwd == "" {
-		start.Cwd = HomeDir
+		start.Cwd = host.HomeDir
 	}
 	if spec.PTY != nil {
 		start.PTY = &guest.WinSize{Cols: uint16(spec.PTY.Cols), Rows: uint16(spec.PTY.Rows)}
@@ -314,32 +340,29 @@ func (e *Executor) StartProcess(ctx context.Context, owner, id string, spec sand
 	start.Env = env
 	r, err := a.procCall(ctx, guest.ProcCall{Op: "start", Start: start})
 	if err != nil {
-		return sandbox.Process{}, e.channelError(ctx, s, err)
+		return sandbox.Process{}, p.s.channelError(ctx, s, err)
 	}
 	if r.Proc == nil {
 		return sandbox.Process{}, errors.New("guest started a process without describing it")
 	}
 	a.procs.started(r.Proc, time.Now().Add(timeout))
-	e.mu.Lock()
-	s.live = true
-	e.mu.Unlock()
 	// Recorded now, not at the end of the next execute: a server killed
 	// before that must still find the process's sandbox live and keep it.
-	e.persistLive(s)
-	e.log.InfoContext(ctx, "process started", "session", id, "pid", r.Proc.PID, "tag", spec.Tag, "pty", spec.PTY != nil)
+	p.s.markLive(s)
+	p.log.InfoContext(ctx, "process started", "session", id, "pid", r.Proc.PID, "tag", spec.Tag, "pty", spec.PTY != nil)
 	return processOf(r.Proc), nil
 }
 
 // ListProcesses lists the session's background processes, oldest first.
-func (e *Executor) ListProcesses(ctx context.Context, owner, id string) ([]sandbox.Process, error) {
-	s, a, err := e.procChannel(ctx, owner, id)
+func (p *Processes) ListProcesses(ctx context.Context, owner, id string) ([]sandbox.Process, error) {
+	s, a, err := p.procChannel(ctx, owner, id)
 	if err != nil {
 		return nil, err
 	}
-	defer e.unuse(s)
+	defer p.s.unuse(s)
 	r, err := a.procCall(ctx, guest.ProcCall{Op: "list"})
 	if err != nil {
-		return nil, e.channelError(ctx, s, err)
+		return nil, p.s.channelError(ctx, s, err)
 	}
 	out := make([]sandbox.Process, 0, len(r.Procs))
 	for i := range r.Procs {
@@ -349,8 +372,8 @@ func (e *Executor) ListProcesses(ctx context.Context, owner, id string) ([]sandb
 }
 
 // GetProcess describes one background process.
-func (e *Executor) GetProcess(ctx context.Context, owner, id string, pid int) (sandbox.Process, error) {
-	r, err := e.procOp(ctx, owner, id, guest.ProcCall{Op: "get", PID: pid})
+func (p *Processes) GetProcess(ctx context.Context, owner, id string, pid int) (sandbox.Process, error) {
+	r, err := p.procOp(ctx, owner, id, guest.ProcCall{Op: "get", PID: pid})
 	if err != nil {
 		return sandbox.Process{}, err
 	}
@@ -362,11 +385,11 @@ func (e *Executor) GetProcess(ctx context.Context, owner, id string, pid int) (s
 
 // WriteProcessStdin queues data for the process's stdin and, with eof,
 // closes it after them (a terminal gets ^D instead).
-func (e *Executor) WriteProcessStdin(ctx context.Context, owner, id string, pid int, data []byte, eof bool) (int, error) {
+func (p *Processes) WriteProcessStdin(ctx context.Context, owner, id string, pid int, data []byte, eof bool) (int, error) {
 	if len(data) > guest.ProcStdinBytes {
 		return 0, fmt.Errorf("%w: at most %d bytes of stdin per call", sandbox.ErrTooLarge, guest.ProcStdinBytes)
 	}
-	r, err := e.procOp(ctx, owner, id, guest.ProcCall{Op: "stdin", PID: pid, Data: data, EOF: eof})
+	r, err := p.procOp(ctx, owner, id, guest.ProcCall{Op: "stdin", PID: pid, Data: data, EOF: eof})
 	if err != nil {
 		return 0, err
 	}
@@ -374,34 +397,34 @@ func (e *Executor) WriteProcessStdin(ctx context.Context, owner, id string, pid 
 }
 
 // SignalProcess sends signal sig (a name such as "SIGTERM") to the process.
-func (e *Executor) SignalProcess(ctx context.Context, owner, id string, pid int, sig string) error {
+func (p *Processes) SignalProcess(ctx context.Context, owner, id string, pid int, sig string) error {
 	n, ok := signalNumber(sig)
 	if !ok {
 		return fmt.Errorf("%w: unknown signal %q", sandbox.ErrInvalid, sig)
 	}
-	_, err := e.procOp(ctx, owner, id, guest.ProcCall{Op: "signal", PID: pid, Signal: n})
+	_, err := p.procOp(ctx, owner, id, guest.ProcCall{Op: "signal", PID: pid, Signal: n})
 	return err
 }
 
 // ResizeProcess sets the size of the process's terminal.
-func (e *Executor) ResizeProcess(ctx context.Context, owner, id string, pid int, size sandbox.TermSize) error {
+func (p *Processes) ResizeProcess(ctx context.Context, owner, id string, pid int, size sandbox.TermSize) error {
 	if size.Cols < 1 || size.Rows < 1 || size.Cols > sandbox.MaxTermSize || size.Rows > sandbox.MaxTermSize {
 		return fmt.Errorf("%w: cols and rows must be between 1 and %d", sandbox.ErrInvalid, sandbox.MaxTermSize)
 	}
-	_, err := e.procOp(ctx, owner, id, guest.ProcCall{Op: "resize", PID: pid, Size: &guest.WinSize{Cols: uint16(size.Cols), Rows: uint16(size.Rows)}})
+	_, err := p.procOp(ctx, owner, id, guest.ProcCall{Op: "resize", PID: pid, Size: &guest.WinSize{Cols: uint16(size.Cols), Rows: uint16(size.Rows)}})
 	return err
 }
 
 // procOp runs one call on the session's process table.
-func (e *Executor) procOp(ctx context.Context, owner, id string, c guest.ProcCall) (*guest.ProcReply, error) {
-	s, a, err := e.procChannel(ctx, owner, id)
+func (p *Processes) procOp(ctx context.Context, owner, id string, c guest.ProcCall) (*guest.ProcReply, error) {
+	s, a, err := p.procChannel(ctx, owner, id)
 	if err != nil {
 		return nil, err
 	}
-	defer e.unuse(s)
+	defer p.s.unuse(s)
 	r, err := a.procCall(ctx, c)
 	if err != nil {
-		return nil, e.channelError(ctx, s, err)
+		return nil, p.s.channelError(ctx, s, err)
 	}
 	return r, nil
 }
@@ -418,12 +441,12 @@ const (
 // ctx is done. The stream ends with an Exit event once the process has
 // ended and everything is out; without follow, a running process's stream
 // ends after what is kept now. An error from emit ends the stream.
-func (e *Executor) ProcessOutput(ctx context.Context, owner, id string, pid int, from int64, follow bool, emit func(sandbox.ProcessEvent) error) error {
-	s, a, err := e.procChannel(ctx, owner, id)
+func (p *Processes) ProcessOutput(ctx context.Context, owner, id string, pid int, from int64, follow bool, emit func(sandbox.ProcessEvent) error) error {
+	s, a, err := p.procChannel(ctx, owner, id)
 	if err != nil {
 		return err
 	}
-	defer e.unuse(s)
+	defer p.s.unuse(s)
 	if from < 0 {
 		from = 0
 	}
@@ -439,7 +462,7 @@ func (e *Executor) ProcessOutput(ctx context.Context, owner, id string, pid int,
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
-			return e.channelError(ctx, s, err)
+			return p.s.channelError(ctx, s, err)
 		}
 		o := r.Output
 		if o == nil {
@@ -494,6 +517,25 @@ func signalNumber(name string) (int, bool) {
 
 // processesActive reports whether session id's sandbox runs a background
 // process whose deadline has not passed: such a session is not idle.
+// idleTTLOf is owner's session id's idle TTL.
+func (e *Executor) idleTTLOf(owner, id string) (time.Duration, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	s, ok := e.sessions[id]
+	if !ok || s.owner != owner {
+		return 0, ErrNotFound
+	}
+	return s.idleTTL, nil
+}
+
+// markLive marks s live and records it in the store.
+func (e *Executor) markLive(s *session) {
+	e.mu.Lock()
+	s.live = true
+	e.mu.Unlock()
+	e.persistLive(s)
+}
+
 func (e *Executor) processesActive(id string, now time.Time) bool {
 	e.agentsMu.Lock()
 	a := e.agents[id]

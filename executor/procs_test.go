@@ -28,7 +28,7 @@ func readProcess(t *testing.T, e *Executor, id string, pid int, follow bool, tim
 	defer cancel()
 	out := procOutput{data: map[string]string{}}
 	next := int64(-1)
-	err := e.ProcessOutput(ctx, "k1", id, pid, 0, follow, func(ev sandbox.ProcessEvent) error {
+	err := e.procs.ProcessOutput(ctx, "k1", id, pid, 0, follow, func(ev sandbox.ProcessEvent) error {
 		switch {
 		case ev.Exit != nil:
 			out.exit = ev.Exit
@@ -67,7 +67,7 @@ func waitOutput(t *testing.T, e *Executor, id string, pid int, stream, want stri
 
 func startProc(t *testing.T, e *Executor, id string, spec sandbox.ProcessSpec) sandbox.Process {
 	t.Helper()
-	p, err := e.StartProcess(context.Background(), "k1", id, spec)
+	p, err := e.procs.StartProcess(context.Background(), "k1", id, spec)
 	if err != nil {
 		t.Fatalf("starting %s: %v", spec.Cmd, err)
 	}
@@ -93,17 +93,17 @@ func TestBackgroundProcesses(t *testing.T) {
 
 	t.Run("stdin round trip", func(t *testing.T) {
 		cat := startProc(t, e, s.ID, sandbox.ProcessSpec{Cmd: "cat", Stdin: true})
-		if n, err := e.WriteProcessStdin(ctx, "k1", s.ID, cat.PID, []byte("hello\n"), false); err != nil || n != 6 {
+		if n, err := e.procs.WriteProcessStdin(ctx, "k1", s.ID, cat.PID, []byte("hello\n"), false); err != nil || n != 6 {
 			t.Fatalf("stdin: %d %v", n, err)
 		}
-		if _, err := e.WriteProcessStdin(ctx, "k1", s.ID, cat.PID, []byte("world\n"), true); err != nil {
+		if _, err := e.procs.WriteProcessStdin(ctx, "k1", s.ID, cat.PID, []byte("world\n"), true); err != nil {
 			t.Fatal(err)
 		}
 		o := readProcess(t, e, s.ID, cat.PID, true, 60*time.Second)
 		if o.data["stdout"] != "hello\nworld\n" || o.exit == nil || *o.exit.ExitCode != 0 || o.exit.State != sandbox.ProcessExited {
 			t.Fatalf("cat: %+v exit %+v", o.data, o.exit)
 		}
-		if _, err := e.WriteProcessStdin(ctx, "k1", s.ID, cat.PID, []byte("x"), false); !errors.Is(err, sandbox.ErrProcessNotRunning) {
+		if _, err := e.procs.WriteProcessStdin(ctx, "k1", s.ID, cat.PID, []byte("x"), false); !errors.Is(err, sandbox.ErrProcessNotRunning) {
 			t.Fatalf("stdin after the end: %v", err)
 		}
 	})
@@ -122,7 +122,7 @@ func TestBackgroundProcesses(t *testing.T) {
 		if got := strings.Fields(r.Stdout); len(got) != 2 || got[0] != "0" || got[1] != "1" {
 			t.Fatalf("after the run's kill: sleeps and pythons %q", r.Stdout)
 		}
-		p, err := e.GetProcess(ctx, "k1", s.ID, loop.PID)
+		p, err := e.procs.GetProcess(ctx, "k1", s.ID, loop.PID)
 		if err != nil || p.State != sandbox.ProcessRunning {
 			t.Fatalf("ticker after the run's kill: %+v %v", p, err)
 		}
@@ -135,10 +135,10 @@ func TestBackgroundProcesses(t *testing.T) {
 			t.Fatalf("terminal process %+v", term)
 		}
 		waitOutput(t, e, s.ID, term.PID, sandbox.StreamPTY, "columns=80, lines=24) True xterm-256color")
-		if err := e.ResizeProcess(ctx, "k1", s.ID, term.PID, sandbox.TermSize{Cols: 120, Rows: 40}); err != nil {
+		if err := e.procs.ResizeProcess(ctx, "k1", s.ID, term.PID, sandbox.TermSize{Cols: 120, Rows: 40}); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := e.WriteProcessStdin(ctx, "k1", s.ID, term.PID, []byte("\n"), false); err != nil {
+		if _, err := e.procs.WriteProcessStdin(ctx, "k1", s.ID, term.PID, []byte("\n"), false); err != nil {
 			t.Fatal(err)
 		}
 		o := readProcess(t, e, s.ID, term.PID, true, 60*time.Second)
@@ -153,29 +153,29 @@ func TestBackgroundProcesses(t *testing.T) {
 			call func() error
 			want error
 		}{
-			{"unknown pid", func() error { _, err := e.GetProcess(ctx, "k1", s.ID, 99999); return err }, sandbox.ErrProcessNotFound},
-			{"another key", func() error { _, err := e.GetProcess(ctx, "k2", s.ID, loop.PID); return err }, ErrNotFound},
-			{"bad signal", func() error { return e.SignalProcess(ctx, "k1", s.ID, loop.PID, "SIGBOGUS") }, sandbox.ErrInvalid},
+			{"unknown pid", func() error { _, err := e.procs.GetProcess(ctx, "k1", s.ID, 99999); return err }, sandbox.ErrProcessNotFound},
+			{"another key", func() error { _, err := e.procs.GetProcess(ctx, "k2", s.ID, loop.PID); return err }, ErrNotFound},
+			{"bad signal", func() error { return e.procs.SignalProcess(ctx, "k1", s.ID, loop.PID, "SIGBOGUS") }, sandbox.ErrInvalid},
 			{"resize without terminal", func() error {
-				return e.ResizeProcess(ctx, "k1", s.ID, loop.PID, sandbox.TermSize{Cols: 10, Rows: 10})
+				return e.procs.ResizeProcess(ctx, "k1", s.ID, loop.PID, sandbox.TermSize{Cols: 10, Rows: 10})
 			}, sandbox.ErrProcessNotPTY},
 			{"resize too big", func() error {
-				return e.ResizeProcess(ctx, "k1", s.ID, loop.PID, sandbox.TermSize{Cols: 5000, Rows: 10})
+				return e.procs.ResizeProcess(ctx, "k1", s.ID, loop.PID, sandbox.TermSize{Cols: 5000, Rows: 10})
 			}, sandbox.ErrInvalid},
 			{"stdin not opened", func() error {
-				_, err := e.WriteProcessStdin(ctx, "k1", s.ID, loop.PID, []byte("x"), false)
+				_, err := e.procs.WriteProcessStdin(ctx, "k1", s.ID, loop.PID, []byte("x"), false)
 				return err
 			}, sandbox.ErrProcessNoStdin},
 			{"missing program", func() error {
-				_, err := e.StartProcess(ctx, "k1", s.ID, sandbox.ProcessSpec{Cmd: "no-such-program"})
+				_, err := e.procs.StartProcess(ctx, "k1", s.ID, sandbox.ProcessSpec{Cmd: "no-such-program"})
 				return err
 			}, sandbox.ErrProcessStart},
 			{"relative cwd", func() error {
-				_, err := e.StartProcess(ctx, "k1", s.ID, sandbox.ProcessSpec{Cmd: "true", Cwd: "tmp"})
+				_, err := e.procs.StartProcess(ctx, "k1", s.ID, sandbox.ProcessSpec{Cmd: "true", Cwd: "tmp"})
 				return err
 			}, sandbox.ErrInvalid},
 			{"timeout past the longest idle TTL", func() error {
-				_, err := e.StartProcess(ctx, "k1", s.ID, sandbox.ProcessSpec{Cmd: "true", Timeout: 2 * time.Hour})
+				_, err := e.procs.StartProcess(ctx, "k1", s.ID, sandbox.ProcessSpec{Cmd: "true", Timeout: 2 * time.Hour})
 				return err
 			}, sandbox.ErrInvalid},
 		}
@@ -187,7 +187,7 @@ func TestBackgroundProcesses(t *testing.T) {
 	})
 
 	t.Run("cap", func(t *testing.T) {
-		list, err := e.ListProcesses(ctx, "k1", s.ID)
+		list, err := e.procs.ListProcesses(ctx, "k1", s.ID)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -200,13 +200,13 @@ func TestBackgroundProcesses(t *testing.T) {
 		for range 16 - running {
 			startProc(t, e, s.ID, sandbox.ProcessSpec{Cmd: "sleep", Args: []string{"300"}})
 		}
-		if _, err := e.StartProcess(ctx, "k1", s.ID, sandbox.ProcessSpec{Cmd: "sleep", Args: []string{"1"}}); !errors.Is(err, sandbox.ErrProcessLimit) {
+		if _, err := e.procs.StartProcess(ctx, "k1", s.ID, sandbox.ProcessSpec{Cmd: "sleep", Args: []string{"1"}}); !errors.Is(err, sandbox.ErrProcessLimit) {
 			t.Fatalf("17th process: %v", err)
 		}
 	})
 
 	t.Run("signal", func(t *testing.T) {
-		if err := e.SignalProcess(ctx, "k1", s.ID, loop.PID, "SIGTERM"); err != nil {
+		if err := e.procs.SignalProcess(ctx, "k1", s.ID, loop.PID, "SIGTERM"); err != nil {
 			t.Fatal(err)
 		}
 		o := readProcess(t, e, s.ID, loop.PID, true, 60*time.Second)
@@ -218,7 +218,7 @@ func TestBackgroundProcesses(t *testing.T) {
 	if err := e.DeleteSession(ctx, "k1", s.ID); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.ListProcesses(ctx, "k1", s.ID); !errors.Is(err, ErrNotFound) {
+	if _, err := e.procs.ListProcesses(ctx, "k1", s.ID); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("processes of a deleted session: %v", err)
 	}
 	if n := hostProcsOf(s.ID); n != 0 {
@@ -247,7 +247,7 @@ func TestBackgroundProcessKeepsSessionAlive(t *testing.T) {
 	ctx := context.Background()
 	p := startProc(t, e, s.ID, sandbox.ProcessSpec{Cmd: "sleep", Args: []string{"300"}, Timeout: 10 * time.Second})
 	time.Sleep(4 * time.Second)
-	got, err := e.GetProcess(ctx, "k1", s.ID, p.PID)
+	got, err := e.procs.GetProcess(ctx, "k1", s.ID, p.PID)
 	if err != nil || got.State != sandbox.ProcessRunning {
 		t.Fatalf("session with a running process, past its idle TTL: %+v %v", got, err)
 	}
@@ -294,7 +294,7 @@ func TestBackgroundProcessAfterRestart(t *testing.T) {
 	// The adopted sandbox has no agent channel until the executor has
 	// checkpointed and restored it (regainLive, in the background): until
 	// then process calls say so; after, they list the process.
-	if l, err := second.ListProcesses(ctx, "k1", s.ID); err != nil && !errors.Is(err, sandbox.ErrNoProcessChannel) || err == nil && len(l) != 1 {
+	if l, err := second.procs.ListProcesses(ctx, "k1", s.ID); err != nil && !errors.Is(err, sandbox.ErrNoProcessChannel) || err == nil && len(l) != 1 {
 		t.Fatalf("processes of an adopted sandbox: %+v %v", l, err)
 	}
 	r := run(t, second, s.ID, "sleep 30 & echo started", 0)
@@ -308,7 +308,7 @@ func TestBackgroundProcessAfterRestart(t *testing.T) {
 	// Once the channel is back, the process is there, running.
 	deadline := time.Now().Add(time.Minute)
 	for {
-		l, err := second.ListProcesses(ctx, "k1", s.ID)
+		l, err := second.procs.ListProcesses(ctx, "k1", s.ID)
 		if err == nil {
 			if len(l) != 1 || l[0].State != sandbox.ProcessRunning {
 				t.Fatalf("the background process after the restart: %+v", l)
@@ -334,7 +334,7 @@ func TestForkBombBesideBackgroundProcess(t *testing.T) {
 	if err != nil {
 		t.Fatalf("fork bomb call: %v", err)
 	}
-	if p, err := e.GetProcess(ctx, "k1", s.ID, bg.PID); err != nil || p.State != sandbox.ProcessRunning {
+	if p, err := e.procs.GetProcess(ctx, "k1", s.ID, bg.PID); err != nil || p.State != sandbox.ProcessRunning {
 		t.Fatalf("background process after the fork bomb (%+v): %+v %v", r, p, err)
 	}
 	// Left of the user's: the background bash and its sleep, this call's
@@ -359,7 +359,7 @@ func TestBackgroundProcessOverMemory(t *testing.T) {
 	if o.exit == nil || !o.exit.OOMKilled || o.exit.Signal != "SIGKILL" {
 		t.Fatalf("memory hog ended as %+v", o.exit)
 	}
-	if p, err := e.GetProcess(ctx, "k1", s.ID, quiet.PID); err != nil || p.State != sandbox.ProcessRunning || p.OOMKilled {
+	if p, err := e.procs.GetProcess(ctx, "k1", s.ID, quiet.PID); err != nil || p.State != sandbox.ProcessRunning || p.OOMKilled {
 		t.Fatalf("the quiet process after the hog's kill: %+v %v", p, err)
 	}
 	if r := run(t, e, s.ID, "print('alive')", 0); r.Stdout != "alive\n" {
@@ -380,7 +380,7 @@ func TestBackgroundProcessAcrossHibernation(t *testing.T) {
 	go func() {
 		fctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 		defer cancel()
-		ended <- e.ProcessOutput(fctx, "k1", s.ID, p.PID, 0, true, func(sandbox.ProcessEvent) error { return nil })
+		ended <- e.procs.ProcessOutput(fctx, "k1", s.ID, p.PID, 0, true, func(sandbox.ProcessEvent) error { return nil })
 	}()
 	time.Sleep(300 * time.Millisecond) // the follower waits in the guest
 	if _, err := e.HibernateSession(ctx, "k1", s.ID); err != nil {
@@ -396,7 +396,7 @@ func TestBackgroundProcessAcrossHibernation(t *testing.T) {
 	}
 	// The session was live (a process ran), so it hibernated into a
 	// checkpoint: the resume the list does restores the process itself.
-	list, err := e.ListProcesses(ctx, "k1", s.ID)
+	list, err := e.procs.ListProcesses(ctx, "k1", s.ID)
 	if err != nil {
 		t.Fatalf("list after hibernation: %v", err)
 	}
@@ -407,12 +407,12 @@ func TestBackgroundProcessAcrossHibernation(t *testing.T) {
 		t.Fatalf("session after the list: %+v %v", got, err)
 	}
 	// It still takes signals and reports its end.
-	if err := e.SignalProcess(ctx, "k1", s.ID, p.PID, "SIGTERM"); err != nil {
+	if err := e.procs.SignalProcess(ctx, "k1", s.ID, p.PID, "SIGTERM"); err != nil {
 		t.Fatalf("signal after the resume: %v", err)
 	}
 	deadline := time.Now().Add(time.Minute)
 	for {
-		got, err := e.GetProcess(ctx, "k1", s.ID, p.PID)
+		got, err := e.procs.GetProcess(ctx, "k1", s.ID, p.PID)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -119,7 +119,7 @@ func TestStatelessRunsInAFreshSandboxEachTime(t *testing.T) {
 	if e.WarmReady() != 2 {
 		t.Fatalf("warm pool holds %d, want 2", e.WarmReady())
 	}
-	cs, err := e.runsc.list(ctx)
+	cs, err := e.runsc.List(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -170,7 +170,7 @@ func TestCompileCachesDoNotSlowLaterCalls(t *testing.T) {
 					t.Errorf("call %d took %v, the first %v", i+2, d, took[0])
 				}
 			}
-			l, err := e.List(context.Background(), "k1", s.ID, "/home/sandbox")
+			l, err := e.files.List(context.Background(), "k1", s.ID, "/home/sandbox")
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -14,6 +14,7 @@ import (
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
+	"github.com/sandboxapi/sandboxapi/executor/host"
 	"github.com/sandboxapi/sandboxapi/internal/sandbox"
 	"github.com/sandboxapi/sandboxapi/store"
 )
@@ -208,8 +209,8 @@ func (e *Executor) CreateSession(ctx context.Context, spec SessionSpec) (_ Sessi
 		cu.Add("disk reservation", func(context.Context) error { e.releaseDisk(size); return nil })
 		id = newID("sess_")
 		h := e.home(id)
-		cu.Add("home", func(ctx context.Context) error { return dropHome(ctx, h) })
-		if err := makeHome(ctx, h, size); err != nil {
+		cu.Add("home", func(ctx context.Context) error { return host.DropHome(ctx, h) })
+		if err := host.MakeHome(ctx, h, size); err != nil {
 			return Session{}, fmt.Errorf("preparing home: %w", err)
 		}
 	}
@@ -320,8 +321,8 @@ func (e *Executor) writeBundle(id, dir, netns string) (string, error) {
 	if err := os.MkdirAll(bundle, 0o700); err != nil {
 		return "", fmt.Errorf("creating bundle: %w", err)
 	}
-	spec := sandboxSpec(specParams{
-		ID: id, Cgroup: e.cgroupName(id), Rootfs: e.cfg.Rootfs, Home: homeMount(dir), GuestDir: e.guestDir(),
+	spec := host.SandboxSpec(host.SpecParams{
+		ID: id, Cgroup: e.cgroupName(id), Rootfs: e.cfg.Rootfs, Home: host.HomeMount(dir), GuestDir: e.guestDir(),
 		MemoryBytes: e.hostMemory(), Pids: e.cfg.Pids*2 + 128, CPUs: e.cfg.CPUs, TmpBytes: e.cfg.TmpBytes, NetNS: netns,
 	})
 	if netns != "" {
@@ -368,16 +369,16 @@ func (e *Executor) startWithAgent(ctx context.Context, id, bundle, network strin
 	if err != nil {
 		return err
 	}
-	err = e.runsc.start(ctx, id, bundle, network, pipes.sbxIn, pipes.sbxOut)
+	err = e.runsc.Start(ctx, id, bundle, network, pipes.sbxIn, pipes.sbxOut)
 	pipes.closeSandboxSide()
 	if err != nil {
 		pipes.closeAll()
 		if ctx.Err() != nil {
 			// The runsc run was killed part way: its sandbox and gofer
 			// may be up with no state for "runsc delete" to find.
-			if n := killSandboxProcesses(e.runsc.root, map[string]bool{id: true}); n > 0 {
+			if n := host.KillSandboxProcesses(e.runsc.Root, map[string]bool{id: true}); n > 0 {
 				e.log.Warn("killed the processes of a sandbox whose start was cut short", "sandbox", id, "processes", n)
-				e.reapKilled(map[string]bool{id: true})
+				host.ReapCgroups(e.cgroupNames(map[string]bool{id: true}))
 			}
 		}
 		return err
@@ -391,7 +392,7 @@ func (e *Executor) startWithAgent(ctx context.Context, id, bundle, network strin
 // (both memory-backed) and the sandbox kernel, so a bomb is stopped inside
 // before the host kills the whole sandbox.
 func (e *Executor) hostMemory() int64 {
-	return e.cfg.MemoryBytes + e.cfg.TmpBytes + stagingBytes(e.cfg.TmpBytes) + 256<<20
+	return e.cfg.MemoryBytes + e.cfg.TmpBytes + host.StagingBytes(e.cfg.TmpBytes) + 256<<20
 }
 
 // GetSession returns a session if owner owns it.
@@ -494,8 +495,8 @@ func (e *Executor) endSessionOf(ctx context.Context, s *session, reason string) 
 			}
 		}
 	}
-	thawHome(e.dir(id))
-	if err := dropHome(ctx, e.home(id)); err != nil {
+	host.ThawHome(e.dir(id))
+	if err := host.DropHome(ctx, e.home(id)); err != nil {
 		errs = append(errs, err)
 	}
 	e.mu.Lock()

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sandboxapi/sandboxapi/executor/host"
 )
 
 // Stale upload staging files (an upload cut short by a kill of the
@@ -137,11 +139,11 @@ func TestUploadCutByCrashLeavesNothing(t *testing.T) {
 	body := &blockingReader{n: 20 << 20, release: make(chan struct{})}
 	done := make(chan error, 1)
 	go func() {
-		_, err := e.PutFile(context.Background(), "k1", s.ID, "big.bin", body, 40<<20)
+		_, err := e.files.PutFile(context.Background(), "k1", s.ID, "big.bin", body, 40<<20)
 		done <- err
 	}()
 	// The staging file is seen from the host through the home's mount.
-	mnt := homeMount(e.dir(s.ID))
+	mnt := host.HomeMount(e.dir(s.ID))
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		ents, _ := os.ReadDir(mnt)

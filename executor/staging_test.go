@@ -113,7 +113,7 @@ int main(void) { if (remove("/tmp/keep") == 0) puts("freed"); return 0; }`,
 			t.Logf("fill: status %s, stdout %q", r.Status, r.Stdout)
 			execOK(t, e, s.ID, tc.alive, "alive")
 			// An upload into the home does not need /tmp either.
-			if _, err := e.PutFile(context.Background(), "k1", s.ID, "up.txt", strings.NewReader("uploaded"), 8); err != nil {
+			if _, err := e.files.PutFile(context.Background(), "k1", s.ID, "up.txt", strings.NewReader("uploaded"), 8); err != nil {
 				t.Fatalf("upload with /tmp full: %v", err)
 			}
 			if _, b, err := getFile(e, s.ID, "up.txt"); err != nil || string(b) != "uploaded" {
@@ -133,11 +133,11 @@ func TestFullHomeAndTmp(t *testing.T) {
 	execOK(t, e, s.ID, `cat /dev/zero > /home/sandbox/fill 2>/dev/null || echo home-full; cat /dev/zero > /tmp/keep 2>/dev/null || echo tmp-full`, "home-full\ntmp-full")
 	execOK(t, e, s.ID, "echo alive", "alive")
 	big := bytes.Repeat([]byte("u"), 1<<20)
-	if _, err := e.PutFile(context.Background(), "k1", s.ID, "up.bin", bytes.NewReader(big), int64(len(big))); !errors.Is(err, sandbox.ErrTooLarge) {
+	if _, err := e.files.PutFile(context.Background(), "k1", s.ID, "up.bin", bytes.NewReader(big), int64(len(big))); !errors.Is(err, sandbox.ErrTooLarge) {
 		t.Fatalf("upload into a full home: %v, want ErrTooLarge", err)
 	}
 	execOK(t, e, s.ID, "rm /home/sandbox/fill /tmp/keep && echo freed", "freed")
-	if _, err := e.PutFile(context.Background(), "k1", s.ID, "up.bin", bytes.NewReader(big), int64(len(big))); err != nil {
+	if _, err := e.files.PutFile(context.Background(), "k1", s.ID, "up.bin", bytes.NewReader(big), int64(len(big))); err != nil {
 		t.Fatalf("upload after freeing: %v", err)
 	}
 	execOK(t, e, s.ID, "wc -c < /home/sandbox/up.bin", strconv.Itoa(len(big)))

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sandboxapi/sandboxapi/executor/guest"
+	"github.com/sandboxapi/sandboxapi/executor/host"
 	"github.com/sandboxapi/sandboxapi/internal/sandbox"
 	"github.com/sandboxapi/sandboxapi/store"
 )
@@ -80,7 +81,7 @@ func (e *Executor) ExecuteStateless(ctx context.Context, owner string, req ExecR
 	finish := e.record(ctx, store.ExecutionRow{ID: execID, KeyID: owner, Language: rt.Name, StartedAt: time.Now()})
 	greq := &guest.Request{
 		Files: files, Links: rt.Links, Argv: rt.Run, Compile: rt.Compile, InlineCompile: rt.InlineCompile, CompileTimeoutMS: e.compileTimeoutMS(timeout),
-		Env: e.baseEnv(rt, nil, req.Env), Cwd: "{dir}", UID: SandboxUID, GID: SandboxUID,
+		Env: e.baseEnv(rt, nil, req.Env), Cwd: "{dir}", UID: host.SandboxUID, GID: host.SandboxUID,
 		TimeoutMS: timeoutMS(timeout), MemoryBytes: mem, MaxProcs: uint64(e.cfg.Pids),
 	}
 	res, err := e.guestRun(ctx, id, greq, req.Stdin, req.OnOutput)

@@ -20,6 +20,16 @@ import (
 // imports a root.
 var roots = map[string]bool{"cmd/sandboxapi": true, "cmd/sandboxapi-guest": true, "internal/app": true, "internal/cli": true}
 
+// below are the service subpackages that sit under their service's own
+// package: it uses them, they never reach it (the executor's host layer,
+// fence and guest agent know no session). The key is the subpackage's
+// folder, the value its service's.
+var below = map[string]string{
+	"executor/host":  "executor",
+	"executor/fence": "executor",
+	"executor/guest": "executor",
+}
+
 // allowedDeps are the imports that break a rule today, each with the
 // reason. A key is "from -> import": from is a package folder, with
 // " (tests)" for its test build (its _test.go files), and import is the
@@ -41,7 +51,8 @@ var allowedDeps = map[string]string{
 	// Tools and harnesses outside the services.
 	"bench/mirror -> mirror":                       "the mirror benchmark drives the mirror package it measures",
 	"internal/e2e (tests) -> api":                  "the end-to-end tests check every reply against api.OpenAPI",
-	"internal/e2e (tests) -> executor":             "the end-to-end tests find the rootfs, the runtimes and the cgroups as the server does",
+	"internal/e2e (tests) -> executor":             "the end-to-end tests find the rootfs and the runtimes as the server does",
+	"internal/e2e (tests) -> executor/host":        "the end-to-end tests count the sandboxes' cgroups as the host layer does",
 	"internal/deploycheck (tests) -> internal/cli": "the deploy checks run the manifests' commands through cli.Run",
 	"internal/deploycheck (tests) -> internal/app": "the deploy checks parse the manifests' configs with app.ParseConfig, the root document that composes every service's section",
 	"internal/e2e (tests) -> api/openapicheck":     "the end-to-end tests validate every reply against the OpenAPI document",
@@ -219,6 +230,7 @@ type violation struct {
 //   - any other package (leaves under internal/, rootfs, configs, tools)
 //     reaches no service but the shared ones: only the composition root
 //     wires services;
+//   - a layer below its service's package (below) never reaches it;
 //   - nothing but a root reaches a root;
 //   - nothing but a test build reaches a test-only package.
 //
@@ -233,6 +245,8 @@ func depViolations(g *graph) []violation {
 		for _, d := range n.deps {
 			to, why := "", ""
 			switch {
+			case below[n.dir] != "" && d == below[n.dir]:
+				to, why = d, "its service's own package, from a layer below it"
 			case testOnly[d] != "" && !n.test && !strings.HasPrefix(n.dir, d):
 				to, why = d, "a test-only package outside tests"
 			case roots[d] && !roots[n.dir]:
@@ -304,6 +318,7 @@ func TestDepChecksCatchViolations(t *testing.T) {
 		"api -> executor",               // a service imports another
 		"console -> internal/app",       // a service imports the composition root
 		"egress -> internal/testenv",    // non-test code imports test support
+		"executor/host -> executor",     // a layer reaches its service's package
 		"installer (tests) -> executor", // only a test file imports another service
 		"internal/leaf -> executor",     // a leaf imports a service
 		"mirror -> internal/leaf",       // a service reaches another through a leaf

@@ -6,11 +6,11 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/sandboxapi/sandboxapi/executor"
+	"github.com/sandboxapi/sandboxapi/executor/fence"
 )
 
 // fenceCommand is a cluster node's dead man's switch, started by the
-// executor itself (executor/fence.go); hidden from help.
+// executor itself (package executor/fence); hidden from help.
 func fenceCommand() *cli.Command {
 	return &cli.Command{
 		Name:   "fence",
@@ -18,9 +18,9 @@ func fenceCommand() *cli.Command {
 		Hidden: true,
 		Flags:  []cli.Flag{&cli.StringFlag{Name: "root"}, &cli.StringFlag{Name: "homes"}, &cli.StringFlag{Name: "lock"}},
 		Action: func(c *cli.Context) error {
-			signal.Ignore(executor.FenceSignals...)
-			cfg := executor.FenceConfig{Root: c.String("root"), Homes: c.String("homes"), Lock: c.String("lock")}
-			return executor.RunFence(c.Context, cfg, os.Stdin, os.Stdout, newLogger(c.App.ErrWriter, "info"))
+			signal.Ignore(fence.Signals...)
+			cfg := fence.Config{Root: c.String("root"), Homes: c.String("homes"), Lock: c.String("lock")}
+			return fence.Run(c.Context, cfg, os.Stdin, os.Stdout, newLogger(c.App.ErrWriter, "info"))
 		},
 	}
 }

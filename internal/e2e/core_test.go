@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sandboxapi/sandboxapi/executor"
+	"github.com/sandboxapi/sandboxapi/executor/host"
 )
 
 func TestBadInputGetsClearErrors(t *testing.T) {
@@ -199,7 +199,7 @@ func TestKilledServerRestartsWithoutLeaks(t *testing.T) {
 	if b, _ := os.ReadFile("/proc/self/mountinfo"); strings.Contains(string(b), s.dataDir) {
 		t.Errorf("mounts left under %s", s.dataDir)
 	}
-	for _, cg := range executor.CgroupDirs() {
+	for _, cg := range host.CgroupDirs() {
 		if strings.Contains(cg, id) {
 			t.Errorf("cgroup left: %s", cg)
 		}

@@ -1,4 +1,4 @@
-package executor
+package host
 
 import "testing"
 
@@ -20,7 +20,7 @@ func TestLiveSandboxesCountsOwnOnly(t *testing.T) {
 		{"ours, one controller or two", []string{"own1", "own2"}, 2},
 		{"ours without a cgroup (stopped)", []string{"own1", "own3"}, 1},
 	} {
-		if got := liveSandboxes(tc.own, cgroups); got != tc.want {
+		if got := LiveSandboxes(tc.own, cgroups); got != tc.want {
 			t.Errorf("%s: %d, want %d", tc.name, got, tc.want)
 		}
 	}

@@ -1,4 +1,4 @@
-package executor
+package host
 
 import (
 	"fmt"
@@ -11,8 +11,8 @@ import (
 // Paths inside every sandbox.
 const (
 	HomeDir  = "/home/sandbox"
-	guestDir = "/opt/sandboxapi/bin"
-	guestBin = guestDir + "/guest"
+	GuestDir = "/opt/sandboxapi/bin"
+	GuestBin = GuestDir + "/guest"
 	// SandboxUID runs user code; it owns the home.
 	SandboxUID = 1000
 	// stagingDir is where the guest writes each call's work folder (the
@@ -25,16 +25,16 @@ const (
 	minStagingBytes = 16 << 20
 )
 
-// stagingBytes is the size of the staging tmpfs of a sandbox whose /tmp
+// StagingBytes is the size of the staging tmpfs of a sandbox whose /tmp
 // holds tmp bytes: as much as /tmp, where the work folders used to live,
 // and never below minStagingBytes.
-func stagingBytes(tmp int64) int64 { return max(tmp, minStagingBytes) }
+func StagingBytes(tmp int64) int64 { return max(tmp, minStagingBytes) }
 
 // guestCaps are pid 1's capabilities, the ones `runsc exec` gives a guest.
 var guestCaps = []string{"CAP_CHOWN", "CAP_SETUID", "CAP_SETGID", "CAP_KILL"}
 
-// specParams are the per-sandbox inputs of the OCI spec.
-type specParams struct {
+// SpecParams are the per-sandbox inputs of the OCI spec.
+type SpecParams struct {
 	ID          string
 	Cgroup      string // its cgroup under /sandboxapi (Executor.cgroupName)
 	Rootfs      string
@@ -47,10 +47,10 @@ type specParams struct {
 	NetNS       string // path of a network namespace, "" for none
 }
 
-// sandboxSpec builds the OCI runtime spec of one sandbox: read-only shared
+// SandboxSpec builds the OCI runtime spec of one sandbox: read-only shared
 // rootfs, private /tmp, the guest's staging area, the session's home, the
 // guest as pid 1, no capabilities for anything but the guest's own execs.
-func sandboxSpec(p specParams) *specs.Spec {
+func SandboxSpec(p SpecParams) *specs.Spec {
 	period := uint64(100000)
 	quota := int64(p.CPUs * float64(period))
 	pids := p.Pids
@@ -62,9 +62,9 @@ func sandboxSpec(p specParams) *specs.Spec {
 		{Destination: "/tmp", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "nodev", fmt.Sprintf("size=%d", p.TmpBytes), "mode=1777"}},
 		// Mounted over a folder of /tmp, after it: a mount point cannot be
 		// renamed or removed, and the folder needs no rootfs change.
-		{Destination: stagingDir, Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "nodev", fmt.Sprintf("size=%d", stagingBytes(p.TmpBytes)), "mode=0711", "uid=0", "gid=0"}},
+		{Destination: stagingDir, Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "nodev", fmt.Sprintf("size=%d", StagingBytes(p.TmpBytes)), "mode=0711", "uid=0", "gid=0"}},
 		{Destination: "/dev/shm", Type: "tmpfs", Source: "shm", Options: []string{"nosuid", "nodev", "noexec", "size=16m", "mode=1777"}},
-		{Destination: guestDir, Type: "bind", Source: p.GuestDir, Options: []string{"rbind", "ro", "nosuid", "nodev"}},
+		{Destination: GuestDir, Type: "bind", Source: p.GuestDir, Options: []string{"rbind", "ro", "nosuid", "nodev"}},
 	}
 	if p.Home != "" {
 		mounts = append(mounts, specs.Mount{Destination: HomeDir, Type: "bind", Source: p.Home, Options: []string{"rbind", "rw", "nosuid", "nodev"}})
@@ -74,7 +74,7 @@ func sandboxSpec(p specParams) *specs.Spec {
 		Version: specs.Version,
 		Process: &specs.Process{
 			User:            specs.User{UID: 0, GID: 0},
-			Args:            []string{guestBin, "init"},
+			Args:            []string{GuestBin, "init"},
 			Env:             []string{"PATH=/usr/local/bin:/usr/bin:/bin"},
 			Cwd:             "/",
 			NoNewPrivileges: noNewPrivs,

@@ -1,4 +1,4 @@
-package executor
+package host
 
 import (
 	"bytes"
@@ -20,40 +20,36 @@ import (
 // into the sandbox at /home/sandbox. Its size is the session's disk limit:
 // filling it gives ENOSPC inside, never a full host disk.
 
-func homeImage(dir string) string { return filepath.Join(dir, "home.img") }
-func homeMount(dir string) string { return filepath.Join(dir, "home") }
+func HomeImage(dir string) string { return filepath.Join(dir, "home.img") }
+func HomeMount(dir string) string { return filepath.Join(dir, "home") }
 
-// home is where one session's home lives: its image in imgDir, under
+// Home is where one session's home lives: its image in imgDir, under
 // executor.homes_dir (which other nodes may share), and its node-local
 // folder dir (the mount point, the bundle, the network record). With the
 // default homes_dir both are one folder. The zero value is no home.
-type home struct {
-	dir    string // <data_dir>/sessions/<id>
-	imgDir string // <homes_dir>/<id>
+type Home struct {
+	Dir    string // <data_dir>/sessions/<id>
+	ImgDir string // <homes_dir>/<id>
 }
 
-// home returns where session (or warm sandbox) id's home lives.
-func (e *Executor) home(id string) home {
-	return home{dir: e.dir(id), imgDir: filepath.Join(e.homesDir(), id)}
-}
+func (h Home) Image() string { return HomeImage(h.ImgDir) }
+func (h Home) Mount() string { return HomeMount(h.Dir) }
 
-func (h home) image() string { return homeImage(h.imgDir) }
-func (h home) mount() string { return homeMount(h.dir) }
+// Apart reports whether the image lives apart from the node-local folder.
+func (h Home) Apart() bool { return h.ImgDir != h.Dir }
 
-// apart reports whether the image lives apart from the node-local folder.
-func (h home) apart() bool { return h.imgDir != h.dir }
-
-// makeHome creates, formats and mounts a home image. The node-local
+// MakeHome creates, formats and mounts a home image. The node-local
 // folder is made first: an image in a shared homes_dir with no folder of
-// this node beside it is never this node's to remove (see reconcile).
-func makeHome(ctx context.Context, h home, size int64) (err error) {
-	if err := os.MkdirAll(h.mount(), 0o700); err != nil {
+// this node beside it is never this node's to remove (see the
+// executor's reconcile).
+func MakeHome(ctx context.Context, h Home, size int64) (err error) {
+	if err := os.MkdirAll(h.Mount(), 0o700); err != nil {
 		return fmt.Errorf("creating home folder: %w", err)
 	}
-	if err := os.MkdirAll(h.imgDir, 0o700); err != nil {
+	if err := os.MkdirAll(h.ImgDir, 0o700); err != nil {
 		return fmt.Errorf("creating home image folder: %w", err)
 	}
-	img := h.image()
+	img := h.Image()
 	f, err := os.OpenFile(img, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
 	if err != nil {
 		return fmt.Errorf("creating home image: %w", err)
@@ -66,14 +62,14 @@ func makeHome(ctx context.Context, h home, size int64) (err error) {
 		return fmt.Errorf("sizing home image: %w", err)
 	}
 	owner := fmt.Sprintf("root_owner=%d:%d,lazy_itable_init=1,lazy_journal_init=1", SandboxUID, SandboxUID)
-	if err := runTool(ctx, "mkfs.ext4", "-q", "-F", "-m", "0", "-O", "^has_journal", "-E", owner, img); err != nil {
+	if err := RunTool(ctx, "mkfs.ext4", "-q", "-F", "-m", "0", "-O", "^has_journal", "-E", owner, img); err != nil {
 		return err
 	}
-	if err := mountHome(ctx, h); err != nil {
+	if err := MountHome(ctx, h); err != nil {
 		return err
 	}
 	// The host touches only this fresh file system, before any sandbox can.
-	_ = os.Remove(filepath.Join(h.mount(), "lost+found"))
+	_ = os.Remove(filepath.Join(h.Mount(), "lost+found"))
 	return nil
 }
 
@@ -82,28 +78,28 @@ func makeHome(ctx context.Context, h home, size int64) (err error) {
 // a detached mount still holds it. Mounting it again would corrupt it.
 var ErrImageBusy = errors.New("home image is in use by another mount")
 
-// imageBusyWait is how long mountHome waits for a loop device still on an
+// ImageBusyWait is how long MountHome waits for a loop device still on an
 // image to go (the kernel frees one a moment after its last unmount).
-const imageBusyWait = 5 * time.Second
+const ImageBusyWait = 5 * time.Second
 
-// mountHome loop-mounts the home image at its mount point; a home that is
+// MountHome loop-mounts the home image at its mount point; a home that is
 // mounted already (a hibernation could not unmount it) is used as it is,
 // so that one image is never mounted twice. An image that a loop device
 // of this host still holds is waited for, then refused (ErrImageBusy).
-func mountHome(ctx context.Context, h home) error {
-	if mounted(h.mount()) {
+func MountHome(ctx context.Context, h Home) error {
+	if Mounted(h.Mount()) {
 		return nil
 	}
-	if err := os.MkdirAll(h.mount(), 0o700); err != nil {
+	if err := os.MkdirAll(h.Mount(), 0o700); err != nil {
 		return fmt.Errorf("creating home folder: %w", err)
 	}
-	if err := waitImageFree(ctx, h.image(), h.mount(), imageBusyWait); err != nil {
+	if err := WaitImageFree(ctx, h.Image(), h.Mount(), ImageBusyWait); err != nil {
 		return err
 	}
 	// Loop devices are allocated host-wide: parallel mounts can race for
 	// the same free one, so a failed attach is retried.
 	for attempt := 0; ; attempt++ {
-		err := runTool(ctx, "mount", "-t", "ext4", "-o", "loop,nosuid,nodev,noatime", h.image(), h.mount())
+		err := RunTool(ctx, "mount", "-t", "ext4", "-o", "loop,nosuid,nodev,noatime", h.Image(), h.Mount())
 		if err == nil {
 			return nil
 		}
@@ -114,14 +110,14 @@ func mountHome(ctx context.Context, h home) error {
 	}
 }
 
-// waitImageFree waits up to limit until no loop device of this host is
+// WaitImageFree waits up to limit until no loop device of this host is
 // backed by img, else ErrImageBusy.
-func waitImageFree(ctx context.Context, img, mnt string, limit time.Duration) error {
+func WaitImageFree(ctx context.Context, img, mnt string, limit time.Duration) error {
 	start := time.Now()
 	deadline := start.Add(limit)
 	evicted := false
 	for {
-		devs := loopDevices(img)
+		devs := LoopDevices(img)
 		if len(devs) == 0 {
 			return nil
 		}
@@ -181,7 +177,7 @@ func evictCopies(ctx context.Context, mnt, dev string) int {
 		if !holdsMount("/proc/"+pid+"/mountinfo", want, mnt) {
 			continue
 		}
-		if err := runTool(ctx, "nsenter", "--target", pid, "--mount", "--", "umount", "--lazy", "--", mnt); err == nil {
+		if err := RunTool(ctx, "nsenter", "--target", pid, "--mount", "--", "umount", "--lazy", "--", mnt); err == nil {
 			n++
 		}
 	}
@@ -197,19 +193,19 @@ func holdsMount(mountinfo, majmin, mnt string) bool {
 	}
 	for _, line := range strings.Split(string(b), "\n") {
 		f := strings.Fields(line)
-		if len(f) > 4 && f[2] == majmin && unescapeMount(f[4]) == mnt {
+		if len(f) > 4 && f[2] == majmin && UnescapeMount(f[4]) == mnt {
 			return true
 		}
 	}
 	return false
 }
 
-// settleImage waits, up to deadline, until no loop device of this host is
+// SettleImage waits, up to deadline, until no loop device of this host is
 // backed by img any more (the kernel frees one a moment after its last
 // unmount, and only then lets go of the image), then flushes img to its
 // storage: on a shared homes_dir another node reads it next.
-func settleImage(img string, deadline time.Time) error {
-	for devs := loopDevices(img); len(devs) > 0; devs = loopDevices(img) {
+func SettleImage(img string, deadline time.Time) error {
+	for devs := LoopDevices(img); len(devs) > 0; devs = LoopDevices(img) {
 		if time.Now().After(deadline) {
 			return fmt.Errorf("settling %s: %w (%s)", img, ErrImageBusy, strings.Join(devs, ", "))
 		}
@@ -229,9 +225,9 @@ func settleImage(img string, deadline time.Time) error {
 	return nil
 }
 
-// loopBacking is the file behind loop device dev ("/dev/loop7"), "" when
+// LoopBacking is the file behind loop device dev ("/dev/loop7"), "" when
 // it has none.
-func loopBacking(dev string) string {
+func LoopBacking(dev string) string {
 	b, err := os.ReadFile(filepath.Join("/sys/block", filepath.Base(dev), "loop", "backing_file"))
 	if err != nil {
 		return ""
@@ -239,10 +235,10 @@ func loopBacking(dev string) string {
 	return strings.TrimSpace(string(b))
 }
 
-// loopDevices lists the loop devices of this host backed by img (from
+// LoopDevices lists the loop devices of this host backed by img (from
 // /sys/block/loop*/loop/backing_file, which names the file as the kernel
 // resolved it).
-func loopDevices(img string) []string {
+func LoopDevices(img string) []string {
 	want := map[string]bool{img: true}
 	if r, err := filepath.EvalSymlinks(img); err == nil {
 		want[r] = true
@@ -261,12 +257,12 @@ func loopDevices(img string) []string {
 	return out
 }
 
-// unmountHome unmounts dir's home (which syncs it to the image and frees
+// UnmountHome unmounts dir's home (which syncs it to the image and frees
 // the loop device), retrying while something still holds it. It never
 // detaches lazily: a home must be off its image before the image is
 // mounted again. Not mounted is fine.
-func unmountHome(dir string) error {
-	mnt := homeMount(dir)
+func UnmountHome(dir string) error {
+	mnt := HomeMount(dir)
 	dev := mountSource(mnt)
 	err := unmountOnce(mnt)
 	if err == nil && strings.HasPrefix(dev, "/dev/loop") {
@@ -299,13 +295,13 @@ func mountSource(path string) string {
 	src := ""
 	for _, line := range strings.Split(string(b), "\n") {
 		f := strings.Fields(line)
-		if len(f) < 5 || unescapeMount(f[4]) != path {
+		if len(f) < 5 || UnescapeMount(f[4]) != path {
 			continue
 		}
 		// After the optional fields: "-", the fs type, the source.
 		for i := 5; i+2 < len(f); i++ {
 			if f[i] == "-" {
-				src = unescapeMount(f[i+2]) // the last mount there wins
+				src = UnescapeMount(f[i+2]) // the last mount there wins
 				break
 			}
 		}
@@ -316,13 +312,13 @@ func mountSource(path string) string {
 // unmountOnce unmounts mnt, retrying while something still holds it.
 func unmountOnce(mnt string) error {
 	var err error
-	for attempt := 0; attempt < 20 && mounted(mnt); attempt++ {
+	for attempt := 0; attempt < 20 && Mounted(mnt); attempt++ {
 		if err = unix.Unmount(mnt, 0); err == nil || errors.Is(err, unix.EINVAL) {
 			return nil
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	if err != nil && mounted(mnt) {
+	if err != nil && Mounted(mnt) {
 		return fmt.Errorf("unmounting %s: %w", mnt, err)
 	}
 	return nil
@@ -334,9 +330,9 @@ const (
 	ioctlFITHAW   = 0xC0045878
 )
 
-// freezeHome flushes a mounted home to its image and blocks writes to it
-// until thawHome.
-func freezeHome(mnt string) error {
+// FreezeHome flushes a mounted home to its image and blocks writes to it
+// until ThawHome.
+func FreezeHome(mnt string) error {
 	fd, err := unix.Open(mnt, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return err
@@ -345,11 +341,11 @@ func freezeHome(mnt string) error {
 	return unix.IoctlSetInt(fd, ioctlFIFREEZE, 0)
 }
 
-// thawHome undoes freezeHome on dir's home; a home that is not frozen or
+// ThawHome undoes FreezeHome on dir's home; a home that is not frozen or
 // not mounted is fine (a crash during a fork may leave one frozen).
-func thawHome(dir string) {
-	mnt := homeMount(dir)
-	if !mounted(mnt) {
+func ThawHome(dir string) {
+	mnt := HomeMount(dir)
+	if !Mounted(mnt) {
 		return
 	}
 	fd, err := unix.Open(mnt, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
@@ -360,75 +356,75 @@ func thawHome(dir string) {
 	_ = unix.IoctlSetInt(fd, ioctlFITHAW, 0)
 }
 
-// copyImage copies a home image without copying unused blocks: a reflink
+// CopyImage copies a home image without copying unused blocks: a reflink
 // where the file system has them (btrfs, xfs), else a sparse copy (holes
 // found with SEEK_DATA/SEEK_HOLE). dst must not exist.
-func copyImage(ctx context.Context, src, dst string) error {
+func CopyImage(ctx context.Context, src, dst string) error {
 	if _, err := os.Lstat(dst); err == nil {
 		return fmt.Errorf("copying home image: %s exists", dst)
 	}
-	return runTool(ctx, "cp", "--reflink=auto", "--sparse=always", "--", src, dst)
+	return RunTool(ctx, "cp", "--reflink=auto", "--sparse=always", "--", src, dst)
 }
 
-// dropHome unmounts the home (lazily if something still holds it) and
+// DropHome unmounts the home (lazily if something still holds it) and
 // removes its image and its node-local folder, the image first (see
-// makeHome). A home that was never mounted is fine.
-func dropHome(ctx context.Context, h home) error {
-	mnt := h.mount()
-	if mounted(mnt) {
+// MakeHome). A home that was never mounted is fine.
+func DropHome(ctx context.Context, h Home) error {
+	mnt := h.Mount()
+	if Mounted(mnt) {
 		if err := unix.Unmount(mnt, 0); err != nil {
 			if err := unix.Unmount(mnt, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) {
 				return fmt.Errorf("unmounting %s: %w", mnt, err)
 			}
 		}
 	}
-	if h.apart() {
-		if err := os.RemoveAll(h.imgDir); err != nil {
-			return fmt.Errorf("removing %s: %w", h.imgDir, err)
+	if h.Apart() {
+		if err := os.RemoveAll(h.ImgDir); err != nil {
+			return fmt.Errorf("removing %s: %w", h.ImgDir, err)
 		}
 	}
-	if err := os.RemoveAll(h.dir); err != nil {
-		return fmt.Errorf("removing %s: %w", h.dir, err)
+	if err := os.RemoveAll(h.Dir); err != nil {
+		return fmt.Errorf("removing %s: %w", h.Dir, err)
 	}
 	return nil
 }
 
-// dropLocal removes the node-local files of a home this node lets go of
+// DropLocal removes the node-local files of a home this node lets go of
 // (another node owns the session now, or may): its image stays for the
 // new owner. The mount must be gone already; a mount point still mounted
 // is left alone, and so is the image when it lives in the same folder.
-func dropLocal(h home) error {
-	if mounted(h.mount()) {
-		return fmt.Errorf("removing %s: home still mounted", h.dir)
+func DropLocal(h Home) error {
+	if Mounted(h.Mount()) {
+		return fmt.Errorf("removing %s: home still mounted", h.Dir)
 	}
-	if h.apart() {
-		return os.RemoveAll(h.dir)
+	if h.Apart() {
+		return os.RemoveAll(h.Dir)
 	}
 	var errs []error
 	for _, name := range []string{"bundle", "network.json", "resolv.conf", "ca-certificates.crt"} {
-		if err := os.RemoveAll(filepath.Join(h.dir, name)); err != nil {
+		if err := os.RemoveAll(filepath.Join(h.Dir, name)); err != nil {
 			errs = append(errs, err)
 		}
 	}
 	return errors.Join(errs...)
 }
 
-// mounted reports whether path is a mount point, from /proc/self/mountinfo.
-func mounted(path string) bool {
+// Mounted reports whether path is a mount point, from /proc/self/mountinfo.
+func Mounted(path string) bool {
 	b, err := os.ReadFile("/proc/self/mountinfo")
 	if err != nil {
 		return false
 	}
 	for _, line := range strings.Split(string(b), "\n") {
 		f := strings.Fields(line)
-		if len(f) > 4 && unescapeMount(f[4]) == path {
+		if len(f) > 4 && UnescapeMount(f[4]) == path {
 			return true
 		}
 	}
 	return false
 }
 
-func unescapeMount(s string) string {
+func UnescapeMount(s string) string {
 	if !strings.Contains(s, `\`) {
 		return s
 	}
@@ -446,7 +442,7 @@ func unescapeMount(s string) string {
 	return b.String()
 }
 
-func runTool(ctx context.Context, name string, args ...string) error {
+func RunTool(ctx context.Context, name string, args ...string) error {
 	cmd := exec.CommandContext(ctx, name, args...)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
@@ -454,4 +450,41 @@ func runTool(ctx context.Context, name string, args ...string) error {
 		return fmt.Errorf("running %s: %s: %w", name, strings.TrimSpace(out.String()), err)
 	}
 	return nil
+}
+
+// MountedHome is a mounted home: its mount point and its source (the loop
+// device).
+type MountedHome struct {
+	Point, Source string
+}
+
+// HomeMounts lists the homes mounted at <homes>/<id>/home in this mount
+// namespace.
+func HomeMounts(homes string) []MountedHome {
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return nil
+	}
+	homes = filepath.Clean(homes)
+	var out []MountedHome
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 5 {
+			continue
+		}
+		p := UnescapeMount(f[4])
+		if filepath.Base(p) != "home" || filepath.Dir(filepath.Dir(p)) != homes {
+			continue
+		}
+		m := MountedHome{Point: p}
+		// "... - fstype source options" follows the optional fields.
+		for i := 5; i+2 < len(f); i++ {
+			if f[i] == "-" {
+				m.Source = UnescapeMount(f[i+2])
+				break
+			}
+		}
+		out = append(out, m)
+	}
+	return out
 }

@@ -1,4 +1,4 @@
-package executor
+package host
 
 import (
 	"os"
@@ -8,7 +8,7 @@ import (
 )
 
 // TestSandboxIDsReadsOwnRoot checks that SandboxIDs lists the sandboxes
-// of the executor's own runsc root from runsc's state file names, and
+// of its own runsc root from runsc's state file names, and
 // nothing else in the folder.
 func TestSandboxIDsReadsOwnRoot(t *testing.T) {
 	root := t.TempDir()
@@ -23,13 +23,12 @@ func TestSandboxIDsReadsOwnRoot(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	e := &Executor{runsc: &runsc{root: root}}
-	got := e.SandboxIDs()
+	got := (&Runsc{Root: root}).SandboxIDs()
 	slices.Sort(got)
 	if want := []string{"aaaa", "bbbb"}; !slices.Equal(got, want) {
-		t.Errorf("SandboxIDs = %v, want %v", got, want)
+		t.Errorf("sandboxIDs = %v, want %v", got, want)
 	}
-	if ids := (&Executor{runsc: &runsc{root: filepath.Join(root, "missing")}}).SandboxIDs(); len(ids) != 0 {
+	if ids := (&Runsc{Root: filepath.Join(root, "missing")}).SandboxIDs(); len(ids) != 0 {
 		t.Errorf("a missing root lists %v", ids)
 	}
 }

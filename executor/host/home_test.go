@@ -1,4 +1,4 @@
-package executor
+package host
 
 import (
 	"os"
@@ -6,7 +6,7 @@ import (
 	"testing"
 )
 
-// TestMountSource reads a mount's source from mountinfo: what unmountHome
+// TestMountSource reads a mount's source from mountinfo: what UnmountHome
 // waits on (the loop device) after an unmount.
 func TestMountSource(t *testing.T) {
 	if got := mountSource("/proc"); got != "proc" {
