@@ -209,9 +209,20 @@ func run(mib, runs, setups int) error {
 	for i, pth := range paths {
 		if strings.HasPrefix(pth.name, "smokescreen") {
 			fmt.Printf("  sandboxapi vs %s: %s (median %.2fx)\n", pth.name, fmtRatios(ratios(rates[1], rates[i])), median(ratios(rates[1], rates[i])))
+			// CPU per byte holds still when the machine is too busy for rates.
+			cs, cr := durations(cpus[i]), durations(cpus[1])
+			fmt.Printf("  %s's CPU per byte / sandboxapi's: %s (median %.2fx)\n", pth.name, fmtRatios(ratios(cs, cr)), median(ratios(cs, cr)))
 		}
 	}
 	return nil
+}
+
+func durations(d []time.Duration) []float64 {
+	f := make([]float64, len(d))
+	for i, v := range d {
+		f[i] = float64(v)
+	}
+	return f
 }
 
 // ratios is a[i]/b[i] for each run i.
@@ -242,6 +253,7 @@ func median(v []float64) float64 {
 }
 
 func p50(d []time.Duration) time.Duration {
+	d = slices.Clone(d) // the per-run lines read them in run order
 	slices.Sort(d)
 	return d[len(d)/2]
 }
