@@ -97,9 +97,15 @@ func peekClientHello(conn net.Conn, timeout time.Duration) (sni string, consumed
 // the pages it passes on reach the receiver in more segments (the host's
 // TcpOutSegs per GiB was 15-20% higher in one count), and on this
 // paravirtualised VM per-segment work costs more than a copy.
+//
+// A read may fill the whole large buffer, but the writes that pass it on
+// are at most maxWrite each: the watchdog sees progress only when a write
+// returns, so this bounds how slow a receiver may be before it counts as
+// stalled (maxWrite per idle timeout, as before the buffer grew).
 const (
 	smallBuf = 32 << 10
 	largeBuf = 1 << 20
+	maxWrite = 256 << 10
 )
 
 var largePool = &sync.Pool{New: func() any { b := make([]byte, largeBuf); return &b }}
@@ -153,7 +159,7 @@ func (t *tunnel) close() {
 // the progress signal. A watchdog samples them every idle/4 (at most
 // maxIdleCheck) and closes the tunnel once they have not changed for idle,
 // so it ends between idle and idle plus one interval after the last byte
-// moved, never earlier. Progress is counted per write (at most largeBuf),
+// moved, never earlier. Progress is counted per write (at most maxWrite),
 // so a receiver taking longer than idle to accept one write counts as
 // stalled.
 func (t *tunnel) run(ctx context.Context, idle time.Duration) {
@@ -208,13 +214,18 @@ func (t *tunnel) pipe(dst, src net.Conn, n *atomic.Int64) {
 	}()
 	for {
 		r, err := src.Read(buf)
-		if r > 0 {
-			w, werr := dst.Write(buf[:r])
+		for p := buf[:r]; len(p) > 0; {
+			k := min(len(p), maxWrite)
+			w, werr := dst.Write(p[:k])
 			n.Add(int64(w))
+			if werr == nil && w < k {
+				werr = io.ErrShortWrite
+			}
 			if werr != nil {
 				t.close()
 				return
 			}
+			p = p[w:]
 		}
 		if err != nil {
 			if cw, ok := dst.(closeWriter); ok && errors.Is(err, io.EOF) {
