@@ -80,23 +80,21 @@ func peekClientHello(conn net.Conn, timeout time.Duration) (sni string, consumed
 // The hop costs the process a read and a write per chunk, each a system
 // call and a copy, and a wakeup of the other side per write, so on a busy
 // machine (the sender ahead of the proxy, more queued at each read) a
-// larger buffer means fewer of them. BenchmarkTunnelCopy on this project's
-// 2-vCPU VM (Linux 6.18, load average 17-40, 2026-12-03), 20 rounds of
-// 256 MiB sent in 16 KiB writes: the process CPU per GiB over a direct
-// connection's was +640 ms with a 256 KiB large buffer, +460 ms with
-// 512 KiB, +384 ms with 1 MiB, +300 ms with 2 MiB; 1 MiB takes most of the
-// gain at half the memory of 2 MiB.
+// larger buffer means fewer of them. `go test ./egress -run '^$' -bench
+// 'TunnelCopy$' -benchtime 15x` on this project's 2-vCPU VM (Linux 6.18,
+// load average 50 -> 44, 2026-12-03; 256 MiB per relay and op, sent in
+// 16 KiB writes): process CPU per GiB 931 ms direct, 1505 ms through this
+// copy with a 256 KiB large buffer, 1388 ms with 1 MiB and the same with
+// 2 MiB (medians of 15), so 1 MiB takes about a fifth off the hop.
 //
 // The copy is a plain read/write rather than splice(2) (which io.Copy
-// between two *net.TCPConn uses). Measured on the same VM, splice cost
-// more CPU per GiB than this copy, with Go's io.Copy (pipe of 1 MiB) and
-// with a splice loop of our own that kept per-chunk byte counts (pipes of
-// 64 KiB and 1 MiB): in 15 alternating rounds under load 11-14, 1840 ms
-// per GiB (1 MiB pipe) against 1304 ms for this copy with its 256 KiB
-// buffer of then (direct 788 ms). Splice saves the proxy's two copies but
-// the pages it passes on reach the receiver in more segments (the host's
-// TcpOutSegs per GiB was 15-20% higher in one count), and on this
-// paravirtualised VM per-segment work costs more than a copy.
+// between two *net.TCPConn uses): in the same run splice cost 1945 ms per
+// GiB and smokescreen's copy (io.Copy, 32 KiB) 1936 ms. A splice loop of
+// our own that kept per-chunk byte counts (pipes of 64 KiB and 1 MiB) was
+// tried as well and also cost more than this copy. Splice saves the
+// proxy's two copies; what it costs instead (page references, and likely
+// more segments: the host's TcpOutSegs per GiB was 15-20% higher in one
+// count) came out larger on this paravirtualised VM.
 //
 // A read may fill the whole large buffer, but the writes that pass it on
 // are at most maxWrite each: the watchdog sees progress only when a write
