@@ -2,6 +2,7 @@ package egress
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -72,23 +73,40 @@ func peekClientHello(conn net.Conn, timeout time.Duration) (sni string, consumed
 // light and borrows a large one from largePool once a read fills the buffer
 // it has (more is queued in the socket), until a read comes back short. A
 // bulk transfer then moves up to largeBuf per read(2)/write(2) pair, while
-// a quiet tunnel, blocked in Read, holds only its two small buffers.
+// a quiet tunnel, blocked in Read, holds only its two small buffers; a
+// tunnel in a bulk transfer holds at most one large buffer per direction,
+// less than the kernel may queue in either of its sockets.
+//
+// The hop costs the process a read and a write per chunk, each a system
+// call and a copy, and a wakeup of the other side per write, so on a busy
+// machine (the sender ahead of the proxy, more queued at each read) a
+// larger buffer means fewer of them. `go test ./egress -run '^$' -bench
+// 'TunnelCopy$' -benchtime 15x` on this project's 2-vCPU VM (Linux 6.18,
+// load average 50 -> 44, 2026-12-03; 256 MiB per relay and op, sent in
+// 16 KiB writes): process CPU per GiB 931 ms direct, 1505 ms through this
+// copy with a 256 KiB large buffer, 1388 ms with 1 MiB and the same with
+// 2 MiB (medians of 15), so 1 MiB takes about a fifth off the hop.
 //
 // The copy is a plain read/write rather than splice(2) (which io.Copy
-// between two *net.TCPConn uses). BenchmarkTunnelCopy measures both on
-// loopback; on this project's 2-vCPU VM (Linux 6.18, busy, 2026-12-01), in
-// ten runs alternating the two, the process used 535-810 ms of CPU per GiB
-// through this copy and 574-920 ms through splice (less with this copy in
-// 9 of 10 runs; direct about 250-350 ms), and this copy moved more bytes
-// per second in 7 of 10: Go's splice moves only what is queued per
-// socket->pipe->socket round, and the receiver then copies page-sized
-// fragments.
+// between two *net.TCPConn uses): in the same run splice cost 1945 ms per
+// GiB and smokescreen's copy (io.Copy, 32 KiB) 1936 ms. A splice loop of
+// our own that kept per-chunk byte counts (pipes of 64 KiB and 1 MiB) was
+// tried as well and also cost more than this copy. Splice saves the
+// proxy's two copies; what it costs instead (page references, and likely
+// more segments: the host's TcpOutSegs per GiB was 15-20% higher in one
+// count) came out larger on this paravirtualised VM.
+//
+// A read may fill the whole large buffer, but the writes that pass it on
+// are at most maxWrite each: the watchdog sees progress only when a write
+// returns, so this bounds how slow a receiver may be before it counts as
+// stalled (maxWrite per idle timeout, as before the buffer grew).
 const (
 	smallBuf = 32 << 10
-	largeBuf = 256 << 10
+	largeBuf = 1 << 20
+	maxWrite = 256 << 10
 )
 
-var largePool = sync.Pool{New: func() any { b := make([]byte, largeBuf); return &b }}
+var largePool = &sync.Pool{New: func() any { b := make([]byte, largeBuf); return &b }}
 
 // maxIdleCheck bounds the watchdog's sampling interval, so a long idle
 // timeout is still enforced within this much of its end.
@@ -102,6 +120,7 @@ const maxIdleCheck = 15 * time.Second
 type tunnel struct {
 	client, upstream net.Conn
 	target           policy.Args // the vetted destination (Policy unset)
+	large            *sync.Pool  // large copy buffers (*[]byte); nil: largePool
 	up, down         atomic.Int64
 	revoked          atomic.Bool // closed because the session's policy changed
 	once             sync.Once
@@ -138,7 +157,7 @@ func (t *tunnel) close() {
 // the progress signal. A watchdog samples them every idle/4 (at most
 // maxIdleCheck) and closes the tunnel once they have not changed for idle,
 // so it ends between idle and idle plus one interval after the last byte
-// moved, never earlier. Progress is counted per write (at most largeBuf),
+// moved, never earlier. Progress is counted per write (at most maxWrite),
 // so a receiver taking longer than idle to accept one write counts as
 // stalled.
 func (t *tunnel) run(ctx context.Context, idle time.Duration) {
@@ -182,23 +201,29 @@ type closeWriter interface{ CloseWrite() error }
 // src it half-closes dst (or, if dst cannot, the tunnel) so the other
 // direction can finish; any other error closes the tunnel.
 func (t *tunnel) pipe(dst, src net.Conn, n *atomic.Int64) {
+	pool := cmp.Or(t.large, largePool)
 	small := make([]byte, smallBuf)
 	buf := small
 	var large *[]byte
 	defer func() {
 		if large != nil {
-			largePool.Put(large)
+			pool.Put(large)
 		}
 	}()
 	for {
 		r, err := src.Read(buf)
-		if r > 0 {
-			w, werr := dst.Write(buf[:r])
+		for p := buf[:r]; len(p) > 0; {
+			k := min(len(p), maxWrite)
+			w, werr := dst.Write(p[:k])
 			n.Add(int64(w))
+			if werr == nil && w < k {
+				werr = io.ErrShortWrite
+			}
 			if werr != nil {
 				t.close()
 				return
 			}
+			p = p[w:]
 		}
 		if err != nil {
 			if cw, ok := dst.(closeWriter); ok && errors.Is(err, io.EOF) {
@@ -211,10 +236,10 @@ func (t *tunnel) pipe(dst, src net.Conn, n *atomic.Int64) {
 		}
 		switch {
 		case r == len(buf) && large == nil:
-			large = largePool.Get().(*[]byte)
+			large = pool.Get().(*[]byte)
 			buf = *large
 		case r < len(buf) && large != nil:
-			largePool.Put(large)
+			pool.Put(large)
 			large, buf = nil, small
 		}
 	}

@@ -413,3 +413,64 @@ func TestTunnelAuditBytes(t *testing.T) {
 		})
 	}
 }
+
+// fillConn is a source that fills every read up to left bytes, then EOF.
+type fillConn struct {
+	net.Conn // nil: only Read is called
+	left     int
+	maxRead  int
+}
+
+func (c *fillConn) Read(p []byte) (int, error) {
+	if c.left == 0 {
+		return 0, io.EOF
+	}
+	n := min(len(p), c.left)
+	c.left -= n
+	c.maxRead = max(c.maxRead, n)
+	return n, nil
+}
+
+// sizeConn is a sink that records the size of every write.
+type sizeConn struct {
+	net.Conn // nil: only Write and CloseWrite are called
+	writes   []int
+	halfShut bool
+}
+
+func (c *sizeConn) Write(p []byte) (int, error) {
+	c.writes = append(c.writes, len(p))
+	return len(p), nil
+}
+
+func (c *sizeConn) CloseWrite() error {
+	c.halfShut = true
+	return nil
+}
+
+// TestTunnelWriteSize: reads fill the large buffer, but every write that
+// passes them on is at most maxWrite, the unit of progress the idle
+// watchdog sees; all bytes are counted and EOF half-closes the sink.
+func TestTunnelWriteSize(t *testing.T) {
+	t.Parallel()
+	const total = 5*largeBuf + 3
+	src, dst := &fillConn{left: total}, &sizeConn{}
+	var n atomic.Int64
+	(&tunnel{}).pipe(dst, src, &n)
+	if src.maxRead != largeBuf {
+		t.Fatalf("largest read %d, want the large buffer's %d", src.maxRead, largeBuf)
+	}
+	sum := 0
+	for _, w := range dst.writes {
+		if w > maxWrite {
+			t.Fatalf("a write of %d bytes, more than maxWrite (%d)", w, maxWrite)
+		}
+		sum += w
+	}
+	if sum != total || n.Load() != total {
+		t.Errorf("wrote %d, counted %d, want %d", sum, n.Load(), total)
+	}
+	if !dst.halfShut {
+		t.Error("EOF did not half-close the sink")
+	}
+}

@@ -31,6 +31,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -147,23 +148,25 @@ func run(mib, runs, setups int) error {
 	type row struct {
 		name       string
 		mibps      float64
+		ratio      float64       // median over runs of the path's rate / direct's in that run
 		cpu        time.Duration // process CPU per 100 MiB
 		setup, con time.Duration
 	}
-	// Interleave the paths run by run so machine noise hits all alike.
+	load0 := loadAvg()
+	// Interleave the paths run by run so machine noise hits all alike; a
+	// run's ratios compare paths measured within seconds of each other.
 	rates := make([][]float64, len(paths))
 	cpus := make([][]time.Duration, len(paths))
 	for r := range runs {
 		for k := range paths {
 			i := (k + r) % len(paths) // rotate the order too
 			pth := paths[i]
-			start, cpu0 := time.Now(), processCPU()
-			n, err := fetch(pth.dial, pth.roots, int64(mib)<<20)
+			n, took, cpu, err := fetch(pth.dial, pth.roots, int64(mib)<<20)
 			if err != nil {
 				return fmt.Errorf("%s: %w", pth.name, err)
 			}
-			rates[i] = append(rates[i], float64(n)/(1<<20)/time.Since(start).Seconds())
-			cpus[i] = append(cpus[i], (processCPU()-cpu0)*100*(1<<20)/time.Duration(n))
+			rates[i] = append(rates[i], float64(n)/(1<<20)/took.Seconds())
+			cpus[i] = append(cpus[i], cpu*100*(1<<20)/time.Duration(n))
 		}
 	}
 	total := make([][]time.Duration, len(paths))
@@ -184,24 +187,75 @@ func run(mib, runs, setups int) error {
 			tc.Close()
 		}
 	}
+	load1 := loadAvg()
 	var rows []row
 	for i, pth := range paths {
-		slices.Sort(rates[i])
-		rows = append(rows, row{pth.name, rates[i][len(rates[i])/2], p50(cpus[i]), p50(total[i]), p50(conn[i])})
+		rows = append(rows, row{pth.name, median(slices.Clone(rates[i])), median(ratios(rates[i], rates[0])),
+			p50(cpus[i]), p50(total[i]), p50(conn[i])})
 	}
 	d := rows[0]
-	fmt.Printf("%d MiB HTTPS download (median of %d), setup = TCP/CONNECT + TLS handshake (p50 of %d), loopback, GOMAXPROCS=%d\n\n", mib, runs, setups, runtimeProcs())
+	fmt.Printf("%d MiB HTTPS download (median of %d runs), setup = TCP/CONNECT + TLS handshake (p50 of %d), loopback, GOMAXPROCS=%d\n", mib, runs, setups, runtimeProcs())
+	fmt.Printf("load average at start: %s; at end: %s\n\n", load0, load1)
 	fmt.Println("| path | MiB/s | vs direct | CPU per 100 MiB | direct's CPU / path's | connect p50 | setup p50 | setup overhead p50 |")
 	fmt.Println("|---|---|---|---|---|---|---|---|")
 	for _, r := range rows {
-		fmt.Printf("| %s | %.0f | %.2fx | %v | %.2fx | %v | %v | %v |\n", r.name, r.mibps, r.mibps/d.mibps,
+		fmt.Printf("| %s | %.0f | %.2fx | %v | %.2fx | %v | %v | %v |\n", r.name, r.mibps, r.ratio,
 			r.cpu.Round(time.Millisecond), float64(d.cpu)/float64(r.cpu),
 			r.con.Round(time.Microsecond), r.setup.Round(time.Microsecond), (r.setup - d.setup).Round(time.Microsecond))
+	}
+	// Each run's rates as ratios, so a median can be told from its spread.
+	fmt.Println("\nper run (in run order), rate vs direct in the same run:")
+	for i, pth := range paths[1:] {
+		fmt.Printf("  %s: %s\n", pth.name, fmtRatios(ratios(rates[i+1], rates[0])))
+	}
+	for i, pth := range paths {
+		if strings.HasPrefix(pth.name, "smokescreen") {
+			fmt.Printf("  sandboxapi vs %s: %s (median %.2fx)\n", pth.name, fmtRatios(ratios(rates[1], rates[i])), median(ratios(rates[1], rates[i])))
+			// CPU per byte holds still when the machine is too busy for rates.
+			cs, cr := durations(cpus[i]), durations(cpus[1])
+			fmt.Printf("  %s's CPU per byte / sandboxapi's: %s (median %.2fx)\n", pth.name, fmtRatios(ratios(cs, cr)), median(ratios(cs, cr)))
+		}
 	}
 	return nil
 }
 
+func durations(d []time.Duration) []float64 {
+	f := make([]float64, len(d))
+	for i, v := range d {
+		f[i] = float64(v)
+	}
+	return f
+}
+
+// ratios is a[i]/b[i] for each run i.
+func ratios(a, b []float64) []float64 {
+	r := make([]float64, len(a))
+	for i := range a {
+		r[i] = a[i] / b[i]
+	}
+	return r
+}
+
+func fmtRatios(r []float64) string {
+	s := make([]string, len(r))
+	for i, v := range r {
+		s[i] = fmt.Sprintf("%.2fx", v)
+	}
+	return strings.Join(s, " ")
+}
+
+// median sorts v and returns its middle value (the mean of the two middle
+// ones for an even count).
+func median(v []float64) float64 {
+	slices.Sort(v)
+	if len(v)%2 == 0 {
+		return (v[len(v)/2-1] + v[len(v)/2]) / 2
+	}
+	return v[len(v)/2]
+}
+
 func p50(d []time.Duration) time.Duration {
+	d = slices.Clone(d) // the per-run lines read them in run order
 	slices.Sort(d)
 	return d[len(d)/2]
 }
@@ -236,20 +290,29 @@ func connectVia(proxy string, src netip.Addr, target string) dialer {
 	}
 }
 
-func fetch(dial dialer, roots *x509.CertPool, n int64) (int64, error) {
+// fetch downloads n bytes through dial and returns how many arrived, the
+// time and process CPU from the first byte of the response body to the
+// last (connection setup is measured apart, by the setup loop).
+func fetch(dial dialer, roots *x509.CertPool, n int64) (int64, time.Duration, time.Duration, error) {
 	c, err := dial()
 	if err != nil {
-		return 0, err
+		return 0, 0, 0, err
 	}
 	tc := tls.Client(c, &tls.Config{ServerName: host, RootCAs: roots})
 	defer tc.Close()
 	fmt.Fprintf(tc, "GET /bytes?n=%d HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n", n, host)
 	resp, err := http.ReadResponse(bufio.NewReaderSize(tc, 64<<10), nil)
 	if err != nil {
-		return 0, err
+		return 0, 0, 0, err
 	}
 	defer resp.Body.Close()
-	return io.Copy(io.Discard, resp.Body)
+	start, cpu0 := time.Now(), processCPU()
+	got, err := io.Copy(io.Discard, resp.Body)
+	took, cpu := time.Since(start), processCPU()-cpu0
+	if err == nil && got != n {
+		err = fmt.Errorf("received %d of %d bytes", got, n)
+	}
+	return got, took, cpu, err
 }
 
 // fakeInternet starts an HTTPS server on 127.0.0.2 and a DNS server on
@@ -278,6 +341,8 @@ func fakeInternet() (*x509.CertPool, []byte, netip.AddrPort, string, error) {
 		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			var n int64
 			fmt.Sscan(r.URL.Query().Get("n"), &n)
+			// A length, as a server sends with a file: no chunked framing.
+			w.Header().Set("Content-Length", strconv.FormatInt(n, 10))
 			io.CopyN(w, zeroReader{}, n)
 		}),
 		TLSConfig: &tls.Config{Certificates: []tls.Certificate{{Certificate: [][]byte{der}, PrivateKey: key}}},
