@@ -55,12 +55,10 @@ func main() {
 	runs := flag.Int("runs", 3, "throughput runs per path (median reported)")
 	setups := flag.Int("setups", 300, "connection setups per path for p50")
 	flag.Parse()
-	fmt.Printf("load at start %s\n", loadAvg())
 	if err := run(*mib, *runs, *setups); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	fmt.Printf("load at end %s\n", loadAvg())
 }
 
 // dialer opens a connection that carries TLS to the upstream server.
