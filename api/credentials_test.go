@@ -10,6 +10,7 @@ import (
 
 	"github.com/sandboxapi/sandboxapi/internal/sandbox"
 	"github.com/sandboxapi/sandboxapi/internal/seal"
+	"github.com/sandboxapi/sandboxapi/internal/testenv"
 )
 
 func testKeys(t *testing.T) *seal.Keys {
@@ -194,7 +195,7 @@ func TestPatchCredentials(t *testing.T) {
 	t.Parallel()
 	keys := testKeys(t)
 	nw := &fakeNetworks{}
-	logs := &syncBuffer{}
+	logs := &testenv.LogBuffer{}
 	srv, sb := newFakeServerDeps(t, nil, func(d *Deps) {
 		d.Credentials = keys
 		d.Network = nw

@@ -5,6 +5,8 @@ import (
 	"log/slog"
 	"strings"
 	"testing"
+
+	"github.com/sandboxapi/sandboxapi/internal/testenv"
 )
 
 // TestNetworkUnavailableBeforeAnythingIsTaken is issue 13 item 1 at the
@@ -56,7 +58,7 @@ func TestNetworkUnavailableBeforeAnythingIsTaken(t *testing.T) {
 func TestPanicIsLoggedAndMeteredAs500(t *testing.T) {
 	t.Parallel()
 	srv, sb := newFakeServer(t)
-	var logs lockedBuffer
+	var logs testenv.LogBuffer
 	srv.log = slog.New(slog.NewJSONHandler(&logs, nil))
 	m := &recMeter{}
 	srv.meter = m

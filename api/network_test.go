@@ -1,7 +1,6 @@
 package api
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -17,6 +16,7 @@ import (
 	"github.com/sandboxapi/sandboxapi/internal/sandbox"
 
 	"github.com/sandboxapi/sandboxapi/api/wire"
+	"github.com/sandboxapi/sandboxapi/internal/testenv"
 )
 
 // fakeNetworks is the executor's side of PATCH .../network over a
@@ -55,29 +55,11 @@ func (f *fakeNetworks) callCount() int {
 	return f.calls
 }
 
-// syncBuffer is a bytes.Buffer a logger and a test share.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // networkServer is a fake server with the PATCH route, a body cap of
 // 16 KiB and its log in a buffer.
-func networkServer(t *testing.T) (*Server, *fakeSandboxes, *fakeNetworks, *syncBuffer) {
+func networkServer(t *testing.T) (*Server, *fakeSandboxes, *fakeNetworks, *testenv.LogBuffer) {
 	nw := &fakeNetworks{}
-	logs := &syncBuffer{}
+	logs := &testenv.LogBuffer{}
 	srv, sb := newFakeServerDeps(t, func(c *Config) { c.MaxBodyBytes = 16 << 10 }, func(d *Deps) {
 		d.Network = nw
 		d.Log = slog.New(slog.NewJSONHandler(logs, nil))

@@ -14,8 +14,8 @@ import (
 	"github.com/sandboxapi/sandboxapi/store"
 )
 
-// lines returns the log's JSON lines whose msg is msg.
-func (l *lockedBuffer) lines(t *testing.T, msg string) []map[string]any {
+// logLines returns the log's JSON lines whose msg is msg.
+func logLines(t *testing.T, l *testenv.LogBuffer, msg string) []map[string]any {
 	t.Helper()
 	var out []map[string]any
 	for _, line := range strings.Split(strings.TrimSpace(l.String()), "\n") {
@@ -54,7 +54,7 @@ func TestStoreOutageAnswers503(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	var logs lockedBuffer
+	var logs testenv.LogBuffer
 	log := slog.New(slog.NewJSONHandler(&logs, nil))
 	w := store.NewUsageWriter(st, 50*time.Millisecond, log)
 	defer w.Close()
@@ -124,7 +124,7 @@ func TestStoreOutageAnswers503(t *testing.T) {
 	call("ka", "GET", "/v1/runtimes", "", 503)
 	call("kd", "GET", "/v1/runtimes", "", 503)
 
-	got := logs.lines(t, "store unavailable")
+	got := logLines(t, &logs, "store unavailable")
 	if len(got) != unavailable {
 		t.Errorf("%d 503 replies, %d 'store unavailable' log lines; want one each", unavailable, len(got))
 	}

@@ -16,19 +16,19 @@ import (
 	"net/url"
 	"os"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/sandboxapi/sandboxapi/egress/policy"
 	"github.com/sandboxapi/sandboxapi/internal/sandbox"
+	"github.com/sandboxapi/sandboxapi/internal/testenv"
 )
 
 const testSecret = "Bearer s3cret-value-never-in-the-sandbox"
 
 // credProxy is a proxy with a CA of its own that trusts the fake
 // internet's CA upstream (upstream_ca_file), logging into a buffer.
-func credProxy(t *testing.T, f *fakeNet, upstreamCA bool) (*Proxy, *CA, *logBuffer) {
+func credProxy(t *testing.T, f *fakeNet, upstreamCA bool) (*Proxy, *CA, *testenv.LogBuffer) {
 	t.Helper()
 	ca, err := LoadCA(t.TempDir())
 	if err != nil {
@@ -38,7 +38,7 @@ func credProxy(t *testing.T, f *fakeNet, upstreamCA bool) (*Proxy, *CA, *logBuff
 	if upstreamCA {
 		cfg.UpstreamCAFile = f.caFile
 	}
-	logs := &logBuffer{}
+	logs := &testenv.LogBuffer{}
 	p, err := NewProxy(cfg, Options{Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})), CA: ca})
 	if err != nil {
 		t.Fatal(err)
@@ -49,24 +49,6 @@ func credProxy(t *testing.T, f *fakeNet, upstreamCA bool) (*Proxy, *CA, *logBuff
 		p.Stop(ctx)
 	})
 	return p, ca, logs
-}
-
-// logBuffer is a log the proxy's goroutines write while the test reads it.
-type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 func credSession(t *testing.T, p *Proxy, creds Credentials, patterns ...string) testSession {

@@ -551,7 +551,7 @@ func TestClusterFenceProcess(t *testing.T) {
 	}
 	cmd := exec.Command(os.Args[0], "-test.run=^TestClusterNodeHelperProcess$")
 	cmd.Env = append(os.Environ(), "SANDBOXAPI_NODE_HELPER_CONFIG="+string(raw), "SANDBOXAPI_NODE_HELPER_DB="+c.dbPath, "SANDBOXAPI_NODE_HELPER_DB_URL="+c.dbURL)
-	logs := &syncWriter{w: &strings.Builder{}}
+	logs := &testenv.LogBuffer{}
 	cmd.Stderr = logs
 	out, err := cmd.StdoutPipe()
 	if err != nil {
@@ -637,25 +637,6 @@ func TestClusterFenceProcess(t *testing.T) {
 	if _, err := os.Stat(img); err != nil {
 		t.Fatalf("restarted a removed b's image: %v", err)
 	}
-}
-
-// syncWriter serialises writes to w (a process's stderr is copied by a
-// goroutine while the test reads it).
-type syncWriter struct {
-	mu sync.Mutex
-	w  io.Writer
-}
-
-func (s *syncWriter) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.w.Write(p)
-}
-
-func (s *syncWriter) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.w.(*strings.Builder).String()
 }
 
 // TestClusterFenceDuringCall: a call running when its node fences answers

@@ -20,6 +20,7 @@ import (
 	"github.com/sandboxapi/sandboxapi/configs"
 	"github.com/sandboxapi/sandboxapi/executor/host"
 	"github.com/sandboxapi/sandboxapi/internal/duration"
+	"github.com/sandboxapi/sandboxapi/internal/testenv"
 )
 
 // pausedLease is the lease of the node in TestClusterPausedNode: long
@@ -93,7 +94,7 @@ func TestClusterPausedNode(t *testing.T) {
 	}
 	cmd := exec.Command(os.Args[0], "-test.run=^TestClusterPausedNodeHelperProcess$")
 	cmd.Env = append(os.Environ(), "SANDBOXAPI_PAUSED_HELPER_CONFIG="+string(raw), "SANDBOXAPI_NODE_HELPER_DB="+c.dbPath, "SANDBOXAPI_NODE_HELPER_DB_URL="+c.dbURL)
-	logs := &syncWriter{w: &strings.Builder{}}
+	logs := &testenv.LogBuffer{}
 	cmd.Stderr = logs
 	out, err := cmd.StdoutPipe()
 	if err != nil {

@@ -1,12 +1,10 @@
 package store
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -14,24 +12,6 @@ import (
 
 	"github.com/sandboxapi/sandboxapi/internal/testenv"
 )
-
-// syncBuffer is a log sink safe for the writers' goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // TestStoreOutageAndRecovery stops a real PostgreSQL (pg_ctl stop -m fast)
 // under an open store and starts it again: a query running at the stop,
@@ -51,7 +31,7 @@ func TestStoreOutageAndRecovery(t *testing.T) {
 	if err := st.InsertKey(ctx, KeyRow{ID: "k1", Name: "one", Plan: "FREE", Hash: "h1", CreatedAt: now}); err != nil {
 		t.Fatal(err)
 	}
-	var logs syncBuffer
+	var logs testenv.LogBuffer
 	log := slog.New(slog.NewTextHandler(&logs, nil))
 	usage := NewUsageWriter(st, 50*time.Millisecond, log)
 	defer usage.Close()
@@ -148,7 +128,7 @@ func TestStoreOutageAndRecovery(t *testing.T) {
 // silence.
 func TestWriterDropsCountedAtClose(t *testing.T) {
 	t.Parallel()
-	var logs syncBuffer
+	var logs testenv.LogBuffer
 	unavailable := func(context.Context, []int) error { return classify(context.DeadlineExceeded) }
 	w := newBatchWriter(context.Background(), "things", unavailable, time.Hour, 4, 0, slog.New(slog.NewTextHandler(&logs, nil)))
 	for i := range 10 {

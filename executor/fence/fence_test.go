@@ -6,9 +6,10 @@ import (
 	"log/slog"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/sandboxapi/sandboxapi/internal/testenv"
 )
 
 // nopCloser turns a writer into the ready end of Run.
@@ -75,7 +76,7 @@ func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
 func TestRunFenceHold(t *testing.T) {
 	dir := t.TempDir()
 	cfg := Config{Root: filepath.Join(dir, "runsc"), Homes: filepath.Join(dir, "sessions"), Lock: filepath.Join(dir, "fence.lock")}
-	logs := &syncWriter{w: &strings.Builder{}}
+	logs := &testenv.LogBuffer{}
 	log := slog.New(slog.NewTextHandler(logs, nil))
 	fired := func() int { return strings.Count(logs.String(), "hold deadline passed") }
 	r, w := io.Pipe()
@@ -145,23 +146,4 @@ func TestRunFenceHold(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("EOF in a line did not fence")
 	}
-}
-
-// syncWriter serialises writes to w (the fence logs from its reader's
-// goroutine and its own).
-type syncWriter struct {
-	mu sync.Mutex
-	w  io.Writer
-}
-
-func (s *syncWriter) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.w.Write(p)
-}
-
-func (s *syncWriter) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.w.(*strings.Builder).String()
 }
