@@ -1069,6 +1069,11 @@ func (t *procTable) watchMemory() {
 	}
 }
 
+// oomSettle is how long after a memory victim was reaped the watch waits
+// before it picks another: the sandbox kernel gives its pages back after
+// the process is gone.
+const oomSettle = 500 * time.Millisecond
+
 // killLargest kills the running background process whose session holds
 // the most resident memory, if it holds more than the rest of the user's
 // processes together.
@@ -1080,6 +1085,18 @@ func (t *procTable) killLargest() {
 	self := os.Getpid()
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	// One victim at a time: until the last one has been reaped and its
+	// memory had oomSettle to go back, the sandbox still looks over the
+	// limit, and the largest of the processes left (a quiet sleep, when
+	// the hog is already a zombie) would be killed for nothing.
+	for _, p := range t.procs {
+		p.mu.Lock()
+		pending := p.oom && (!p.exited || time.Since(p.ended) < oomSettle)
+		p.mu.Unlock()
+		if pending {
+			return
+		}
+	}
 	bySession := map[int]int64{}
 	var others int64
 	for _, p := range ps {
