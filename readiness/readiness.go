@@ -410,11 +410,19 @@ func (c *Checker) Report() Report {
 // allowed is stale. Callers hold c.mu.
 func (c *Checker) view(ch *check, now time.Time) Result {
 	r := ch.last
-	// A result may be as old as the check's own interval plus the time
-	// its next run may take, plus StaleAfter.
-	if limit := c.cfg.StaleAfter.D() + ch.every + c.cfg.Timeout.D()*time.Duration(min(ch.every, 1)); r.OK() && now.Sub(r.LastRun) > limit {
+	// A result is as old as the time since its run ended (a run that took
+	// longer than StaleAfter on a loaded machine is not stale the moment
+	// it ends). It may be as old as the check's own interval plus
+	// StaleAfter, plus the time its next run may take when that run is
+	// due later (an interval) or under way now.
+	age := now.Sub(r.LastRun.Add(time.Duration(r.DurationMS) * time.Millisecond))
+	limit := c.cfg.StaleAfter.D() + ch.every
+	if ch.every > 0 || ch.running {
+		limit += c.cfg.Timeout.D()
+	}
+	if r.OK() && age > limit {
 		r.Status = StatusStale
-		r.Detail = fmt.Sprintf("last result is %s old (limit %s): %s", now.Sub(r.LastRun).Round(time.Millisecond), limit, r.Detail)
+		r.Detail = fmt.Sprintf("last result is %s old (limit %s): %s", age.Round(time.Millisecond), limit, r.Detail)
 	}
 	return r
 }

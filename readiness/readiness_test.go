@@ -486,3 +486,40 @@ func TestStopWaitsForCheckCleanup(t *testing.T) {
 		t.Fatalf("Stop held %v by a check that ignores its context (timeout %v)", d, time.Duration(testConfig().Timeout))
 	}
 }
+
+// TestSlowRunIsNotStale: on a loaded machine a check's run may take longer
+// than StaleAfter. Its last result does not go stale while the next run
+// is under way, nor the moment that run ends: a result's age counts from
+// when its run ended. A check that stops running still goes stale.
+func TestSlowRunIsNotStale(t *testing.T) {
+	t.Parallel()
+	cfg := Config{Interval: Duration(50 * time.Millisecond), Timeout: Duration(2 * time.Second),
+		StaleAfter: Duration(300 * time.Millisecond)}
+	c := New(cfg, nil)
+	var runs atomic.Int32
+	c.Register("slow", func(context.Context) (string, error) {
+		if runs.Add(1) > 1 {
+			time.Sleep(500 * time.Millisecond) // longer than StaleAfter
+		}
+		return "", nil
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	c.Start(ctx)
+	for runs.Load() < 1 || c.Report().Checks[0].Status == StatusPending {
+		time.Sleep(5 * time.Millisecond)
+	}
+	for end := time.Now().Add(1500 * time.Millisecond); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
+		if r := c.Report().Checks[0]; r.Status != StatusPass {
+			t.Fatalf("after %d runs: %s %s", runs.Load(), r.Status, r.Detail)
+		}
+	}
+	if runs.Load() < 3 {
+		t.Fatalf("only %d runs", runs.Load())
+	}
+	c.Stop()
+	time.Sleep(400 * time.Millisecond)
+	if r := c.Report().Checks[0]; r.Status != StatusStale {
+		t.Fatalf("a check that stopped running: %s %s", r.Status, r.Detail)
+	}
+}
