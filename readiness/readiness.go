@@ -23,7 +23,7 @@ type Config struct {
 	Interval Duration `yaml:"interval"`
 	// Timeout bounds one run of one check.
 	Timeout Duration `yaml:"timeout"`
-	// StaleAfter is how old a result may be before it counts as a failure.
+	// StaleAfter is how old a result may be, from the end of its run, before it counts as a failure.
 	StaleAfter Duration `yaml:"stale_after"`
 	// TopologyInterval is how often the topology canaries run (they start
 	// sandboxes, so less often than the other checks).
