@@ -175,6 +175,11 @@ type tarEntry struct {
 	size     int64 // overrides len(body) in the header when non-zero
 }
 
+// fixtureTime is every fixture entry's mtime, so that building one
+// fixture twice gives the same bytes (with time.Now, two builds a second
+// apart differed and TestPackument's "published bytes" check failed).
+var fixtureTime = time.Date(2024, 5, 1, 12, 0, 0, 0, time.UTC)
+
 func buildTarball(t testing.TB, entries []tarEntry) []byte {
 	t.Helper()
 	var buf bytes.Buffer
@@ -189,7 +194,7 @@ func buildTarball(t testing.TB, entries []tarEntry) []byte {
 		if mode == 0 {
 			mode = 0o644
 		}
-		h := &tar.Header{Name: e.name, Typeflag: typ, Linkname: e.linkname, Mode: mode, Size: int64(len(e.body)), ModTime: time.Now()}
+		h := &tar.Header{Name: e.name, Typeflag: typ, Linkname: e.linkname, Mode: mode, Size: int64(len(e.body)), ModTime: fixtureTime}
 		if typ != tar.TypeReg {
 			h.Size = 0
 		}
