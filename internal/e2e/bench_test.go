@@ -234,6 +234,41 @@ func BenchmarkStateless(b *testing.B) {
 	}
 }
 
+// sessSandboxes counts the server's sess_ sandboxes (sessions, the warm
+// pool, stateless calls, the readiness checker's sandbox canaries).
+func sessSandboxes(s *server) int {
+	out, err := exec.Command("runsc", "--root", filepath.Join(s.dataDir, "runsc"), "list", "-quiet").Output()
+	if err != nil {
+		s.t.Fatalf("runsc list: %v", err)
+	}
+	n := 0
+	for _, id := range strings.Fields(string(out)) {
+		if strings.HasPrefix(id, "sess_") {
+			n++
+		}
+	}
+	return n
+}
+
+// waitSettled waits, after a stateless call made when the server had
+// before sess_ sandboxes, until what the call set off in the background
+// is over: the pool refilled (waitWarm) and the call's own sandbox torn
+// down (no more sandboxes than before). A row timed while a teardown or
+// a refill ran (the session call used to follow the stateless one at
+// once) measured them too.
+func waitSettled(s *server, before int) {
+	waitWarm(s)
+	deadline := time.Now().Add(120 * time.Second)
+	n := 0
+	for time.Now().Before(deadline) {
+		if n = sessSandboxes(s); n <= before {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	s.t.Fatalf("the server did not settle in 120 s: %d sandboxes, %d before the call", n, before)
+}
+
 // waitWarm waits until the server's pool is full: two idle sandboxes
 // that have run their warm-up (the pool counts a sandbox as ready only
 // then; a runsc state file appears when it starts, before its warm-up).

@@ -118,7 +118,7 @@ func benchLanguages(b *testing.B) {
 	// quota: on a busy machine the scheduler shares CPU out per cgroup,
 	// and the same quota keeps a toolchain's threads to the same CPUs.
 	floorCg := floorCgroup(b, benchCPUs)
-	s := startServerB(b, fmt.Sprintf("executor:\n  warm_pool: 2\n  home_size: 128M\n  max_sandboxes: 64\n  memory_mb: 1024\n  cpus: %g\n", benchCPUs)+extra)
+	s := startServerB(b, fmt.Sprintf("executor:\n  warm_pool: 2\n  hibernate_after: 0s\n  home_size: 128M\n  max_sandboxes: 64\n  memory_mb: 1024\n  cpus: %g\n", benchCPUs)+extra)
 	key := s.key("MEGA")
 	only := os.Getenv("SANDBOXAPI_BENCH_LANGS")
 	fmt.Printf("hello world per language, %d samples each, interleaved round by round; ms; rootfs %s\n", n, tree)
@@ -152,10 +152,15 @@ func benchLanguage(b *testing.B, s *server, key, tree, floorCg, lang, code strin
 	}
 	var stateless, session, floor, inSandbox, plain, hostRuns timings
 	for r := 0; r < n+1; r++ {
+		// Every row starts on a settled server. A stateless call hands its
+		// sandbox to a teardown and the pool starts and warms a new one,
+		// both in the background and both CPU-heavy.
 		waitWarm(s)
+		before := sessSandboxes(s)
 		t0 := time.Now()
 		out := s.do("POST", "/v1/execute", key, map[string]any{"language": lang, "version": rt.Series, "code": code, "timeout": 60})
 		st := resultTiming(b, lang, out, time.Since(t0))
+		waitSettled(s, before)
 		t0 = time.Now()
 		out = s.do("POST", "/v1/sessions/"+id+"/execute", key, map[string]any{"code": code, "timeout": 60})
 		se := resultTiming(b, lang, out, time.Since(t0))
