@@ -64,11 +64,20 @@ func TestForwardTLS(t *testing.T) {
 func TestForwardTLSUntrusted(t *testing.T) {
 	st := openStore(t, testPostgres(t))
 	ca, other := testenv.NewCA(t, "cluster CA"), testenv.NewCA(t, "another CA")
-	b := startNodeWith(t, st, "b", 4, nodeOpts{tls: ca.ServerTLS(t, "127.0.0.1"), conf: func(s *Settings) { s.CAFile = writeTemp(t, "ca.PEM", ca.PEM) }})
+	// Leases of a minute: with the tests' 2 s lease, a node starved of
+	// CPU (the race detector at a load of 30) stopped serving between
+	// renewals, placed the create on "wrong" (free 0 beats a node that
+	// is not serving) and answered 503 for that untrusted forward.
+	// Leases are not this test's subject.
+	b := startNodeWith(t, st, "b", 4, nodeOpts{tls: ca.ServerTLS(t, "127.0.0.1"), conf: func(s *Settings) {
+		s.CAFile, s.Lease = writeTemp(t, "ca.PEM", ca.PEM), duration.Duration(time.Minute)
+	}})
 	// Both serve with certificates the client trusts; neither trusts b's.
-	roots := startNodeWith(t, st, "roots", 1, nodeOpts{tls: ca.ServerTLS(t, "127.0.0.1")})
-	wrong := startNodeWith(t, st, "wrong", 0, nodeOpts{tls: ca.ServerTLS(t, "127.0.0.1"),
-		conf: func(s *Settings) { s.CAFile = writeTemp(t, "other.PEM", other.PEM) }})
+	roots := startNodeWith(t, st, "roots", 1, nodeOpts{tls: ca.ServerTLS(t, "127.0.0.1"),
+		conf: func(s *Settings) { s.Lease = duration.Duration(time.Minute) }})
+	wrong := startNodeWith(t, st, "wrong", 0, nodeOpts{tls: ca.ServerTLS(t, "127.0.0.1"), conf: func(s *Settings) {
+		s.CAFile, s.Lease = writeTemp(t, "other.PEM", other.PEM), duration.Duration(time.Minute)
+	}})
 	insertSession(t, st, "b", "s1")
 	b.ex.has["s1"] = true
 	c := ca.Client()
