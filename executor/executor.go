@@ -22,7 +22,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/sandboxapi/sandboxapi/executor/fence"
 	"github.com/sandboxapi/sandboxapi/executor/guest"
 	"github.com/sandboxapi/sandboxapi/executor/host"
 	"github.com/sandboxapi/sandboxapi/internal/sandbox"
@@ -83,23 +82,9 @@ type Executor struct {
 
 	mu       sync.Mutex
 	sessions map[string]*session
-	// moved holds the sessions this executor let go of because another
-	// node owns them, or may (Fence), by id: a call still in flight on one
-	// answers ErrSessionMoved and writes nothing to the store, and an
-	// Adopt of the same id waits until that object is idle.
-	moved map[string]*session
-	// tidying: sessions whose leftovers a Fence is still removing.
-	tidying map[string]chan struct{}
-	// mounting: sessions whose home a resume is mounting (beginMount).
-	mounting map[string]*mountOp
 	live     int   // sandboxes counted against MaxSandboxes
 	disk     int64 // bytes of homes counted against MaxDisk
 	started  bool
-	fences   int // how many times every session was let go of (Fence)
-
-	adoptMu sync.Mutex    // one Adopt at a time
-	fence   *fence.Switch // the dead man's switch (cluster mode), nil else
-	hold    time.Time     // under mu: the last HoldUntil
 
 	// regain: live sessions adopted with their sandbox at start, which
 	// regainLive gives an agent channel again.
@@ -130,6 +115,7 @@ type Executor struct {
 
 	files *Files     // the files role
 	procs *Processes // the background processes role
+	node  *Node      // the cluster role; it shares mu
 }
 
 // Option gives New a part the executor works with besides its config.
@@ -186,9 +172,6 @@ func New(cfg Config, rt *Runtimes, st *store.Store, log *slog.Logger, opts ...Op
 		store:    st,
 		log:      log,
 		sessions: map[string]*session{},
-		moved:    map[string]*session{},
-		tidying:  map[string]chan struct{}{},
-		mounting: map[string]*mountOp{},
 		warm:     make(chan warmSandbox, max(cfg.WarmPool, 0)),
 		stop:     make(chan struct{}),
 	}
@@ -197,6 +180,7 @@ func New(cfg Config, rt *Runtimes, st *store.Store, log *slog.Logger, opts ...Op
 	for _, o := range opts {
 		o(e)
 	}
+	e.node = newNode(e)
 	return e, nil
 }
 
@@ -250,14 +234,12 @@ func (e *Executor) Start(ctx context.Context) error {
 	// The dead man's switch is armed before any sandbox starts (and
 	// waits for the fence of this node's previous process to finish).
 	if e.store.Node() != "" {
-		if err := e.startFence(); err != nil {
+		if err := e.node.startFence(); err != nil {
 			return err
 		}
 	}
 	if err := e.reconcile(ctx); err != nil {
-		if e.fence != nil {
-			_ = e.fence.Stop()
-		}
+		_ = e.node.stopFence()
 		return fmt.Errorf("reconciling: %w", err)
 	}
 	e.mu.Lock()
@@ -310,8 +292,9 @@ func (e *Executor) Stop(ctx context.Context) error {
 		break
 	}
 	e.bg.Wait()
+	e.node.bg.Wait()
 	if e.store.Node() != "" {
-		if err := e.releaseSessions(ctx); err != nil {
+		if err := e.node.releaseSessions(ctx); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -322,10 +305,8 @@ func (e *Executor) Stop(ctx context.Context) error {
 			errs = append(errs, err)
 		}
 	}
-	if e.fence != nil {
-		if err := e.fence.Stop(); err != nil {
-			errs = append(errs, err)
-		}
+	if err := e.node.stopFence(); err != nil {
+		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }
@@ -689,7 +670,7 @@ func (e *Executor) reconcile(ctx context.Context) error {
 		}
 		if err := e.store.SetSessionHibernated(ctx, s.id, s.hibernatedAt, s.lastUsed); errors.Is(err, store.ErrNotOwner) {
 			e.mu.Lock()
-			e.letGo(s) // claimed by another node meanwhile
+			e.node.letGo(s) // claimed by another node meanwhile
 			e.mu.Unlock()
 			continue
 		} else if err != nil {

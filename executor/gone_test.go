@@ -171,7 +171,7 @@ func TestGoneErr(t *testing.T) {
 			e := &Executor{store: tc.store, log: quietLog()}
 			s := newSession(tc.id, "k1", &Runtime{Name: "bash"}, time.Minute, now, sandbox.NetworkRequest{})
 			s.gone, s.ended = true, tc.ended
-			err := e.goneErr(ctx, s)
+			err := e.node.goneErr(ctx, s)
 			if !errors.Is(err, tc.want) {
 				t.Fatalf("goneErr: %v, want %v", err, tc.want)
 			}
