@@ -62,8 +62,8 @@ type nodeSessions interface {
 	lookup(id string) *session
 	// served is every session of the table. mu held.
 	served() []*session
-	// admit puts s in the table and counts its home's disk bytes. mu
-	// held.
+	// admit puts s in the table and counts its sandbox, if it has one,
+	// and disk bytes of home. mu held.
 	admit(s *session, disk int64)
 	// forget takes s out of the table (if it is there): its sandbox and
 	// home stop counting. mu held.
@@ -108,6 +108,9 @@ func (e *Executor) served() []*session {
 
 func (e *Executor) admit(s *session, disk int64) {
 	e.sessions[s.id] = s
+	if s.hasSandbox {
+		e.live++
+	}
 	e.disk += disk
 }
 
