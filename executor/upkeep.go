@@ -50,7 +50,8 @@ type upkeepSessions interface {
 	jobsDir() string
 	cgroupNames(ids map[string]bool) map[string]bool
 	destroy(ctx context.Context, id string) error
-	// processesActive: mu held.
+	// processesActive is called with mu held (it takes only the agents'
+	// lock).
 	processesActive(id string, now time.Time) bool
 	hibernate(ctx context.Context, s *session, reason string) error
 	endSessionOf(ctx context.Context, s *session, reason string) error
