@@ -672,7 +672,7 @@ func TestClusterLiveHandOver(t *testing.T) {
 		t.Fatalf("row after the hand-over: %+v %v", r, err)
 	}
 	c.claim(t, "b", s.ID)
-	v, err := b.Adopt(ctx, s.ID)
+	v, err := b.Node().Adopt(ctx, s.ID)
 	if err != nil || !v.Live || v.CheckpointBytes != r.Checkpoint.Bytes {
 		t.Fatalf("adopt: %+v %v", v, err)
 	}

@@ -35,22 +35,22 @@ var (
 
 // Has reports whether this executor serves session id now (running or
 // hibernated, in memory). Safe for concurrent use.
-func (e *Executor) Has(id string) bool {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	_, ok := e.sessions[id]
-	return ok
+func (n *Node) Has(id string) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.s.lookup(id) != nil
 }
 
 // Capacity is how many sandboxes this executor may run at once
 // (executor.max_sandboxes).
-func (e *Executor) Capacity() int { return e.cfg.MaxSandboxes }
+func (n *Node) Capacity() int { return n.cfg.MaxSandboxes }
 
 // Free is how many more sandboxes this executor could start now.
-func (e *Executor) Free() int {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return max(0, e.cfg.MaxSandboxes-e.live)
+func (n *Node) Free() int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	_, live := n.s.counts()
+	return max(0, n.cfg.MaxSandboxes-live)
 }
 
 // HoldUntil tells the dead man's switch (cluster mode) until when this
@@ -62,11 +62,11 @@ func (e *Executor) Free() int {
 // own monotonic clock. A node that fences itself (Fence) disarms it. No
 // effect on a single node. Called before Start (the node registers
 // first), it arms the fence that Start launches.
-func (e *Executor) HoldUntil(t time.Time) {
-	e.mu.Lock()
-	e.hold = t // for a fence that starts later (the node registers first)
-	f := e.fence
-	e.mu.Unlock()
+func (n *Node) HoldUntil(t time.Time) {
+	n.mu.Lock()
+	n.hold = t // for a fence that starts later (the node registers first)
+	f := n.fence
+	n.mu.Unlock()
 	if f != nil {
 		f.HoldUntil(t)
 	}
@@ -74,18 +74,18 @@ func (e *Executor) HoldUntil(t time.Time) {
 
 // fenceSwitch is the dead man's switch, nil on a single node or before
 // Start.
-func (e *Executor) fenceSwitch() *fence.Switch {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.fence
+func (n *Node) fenceSwitch() *fence.Switch {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.fence
 }
 
 // holdPassed reports whether the deadline of the last HoldUntil has
 // passed: the fence process may have killed this node's sandboxes and
 // unmounted its homes, and the node's lease may be another's by now. A
 // sandbox found dead then was fenced, not lost; no home may be mounted.
-func (e *Executor) holdPassed() bool {
-	f := e.fenceSwitch()
+func (n *Node) holdPassed() bool {
+	f := n.fenceSwitch()
 	return f != nil && f.HoldPassed()
 }
 
@@ -97,41 +97,42 @@ func (e *Executor) holdPassed() bool {
 // caught in creation or in its end, is ended in the store ("sandbox
 // lost") and answers ErrSessionLost; a row another node owns answers
 // ErrSessionMoved, an ended or unknown one ErrNotFound.
-func (e *Executor) Adopt(ctx context.Context, id string) (Session, error) {
-	if err := e.waitLetGo(ctx, id); err != nil {
+func (n *Node) Adopt(ctx context.Context, id string) (Session, error) {
+	if err := n.waitLetGo(ctx, id); err != nil {
 		return Session{}, err
 	}
-	e.adoptMu.Lock()
-	defer e.adoptMu.Unlock()
-	e.mu.Lock()
-	if s, ok := e.sessions[id]; ok {
+	n.adoptMu.Lock()
+	defer n.adoptMu.Unlock()
+	n.mu.Lock()
+	if s := n.s.lookup(id); s != nil {
 		snap := s.snapshot()
-		e.mu.Unlock()
+		n.mu.Unlock()
 		return snap, nil
 	}
-	started, gen := e.started, e.fences
-	e.mu.Unlock()
+	started, _ := n.s.counts()
+	gen := n.fences
+	n.mu.Unlock()
 	if !started {
 		return Session{}, ErrNotStarted
 	}
-	r, err := e.store.GetSession(ctx, id)
+	r, err := n.store.GetSession(ctx, id)
 	if errors.Is(err, store.ErrNotFound) {
 		return Session{}, ErrNotFound
 	}
 	if err != nil {
 		return Session{}, fmt.Errorf("adopting session %s: %w", id, err)
 	}
-	if r.Node != e.store.Node() {
+	if r.Node != n.store.Node() {
 		return Session{}, fmt.Errorf("adopting session %s (owner %q): %w", id, r.Node, ErrSessionMoved)
 	}
 	if r.State == StateEnded {
 		return Session{}, ErrNotFound
 	}
-	rt, err := e.rt.LookupVersion(r.Language, r.Version)
+	rt, err := n.rt.LookupVersion(r.Language, r.Version)
 	if err != nil {
 		return Session{}, fmt.Errorf("adopting session %s: %w", id, err)
 	}
-	h := e.home(id)
+	h := n.s.home(id)
 	fi, ierr := os.Stat(h.Image())
 	if ierr != nil && !errors.Is(ierr, fs.ErrNotExist) {
 		// Shared storage that does not answer is not a lost session.
@@ -141,12 +142,12 @@ func (e *Executor) Adopt(ctx context.Context, id string) (Session, error) {
 		ierr = fmt.Errorf("state %s", r.State) // caught in creation or in its end
 	}
 	if ierr != nil {
-		if err := e.store.SetSessionState(ctx, id, StateEnded, "sandbox lost", true); errors.Is(err, store.ErrNotOwner) {
+		if err := n.store.SetSessionState(ctx, id, StateEnded, "sandbox lost", true); errors.Is(err, store.ErrNotOwner) {
 			return Session{}, fmt.Errorf("adopting session %s: %w", id, ErrSessionMoved)
 		} else if err != nil {
 			return Session{}, fmt.Errorf("ending lost session %s: %w", id, err)
 		}
-		e.log.WarnContext(ctx, "session lost: no home image to adopt", "session", id, "state", r.State, "image", h.Image(), "err", ierr)
+		n.log.WarnContext(ctx, "session lost: no home image to adopt", "session", id, "state", r.State, "image", h.Image(), "err", ierr)
 		return Session{}, fmt.Errorf("adopting session %s: %w", id, ErrSessionLost)
 	}
 	size := r.DiskBytes
@@ -162,21 +163,20 @@ func (e *Executor) Adopt(ctx context.Context, id string) (Session, error) {
 	if r.State == StateHibernated {
 		// Cleanly hibernated (or handed over): its idle clock goes on.
 		s.hibernatedAt, s.lastUsed = r.HibernatedAt, r.LastUsedAt
-	} else if err := e.store.SetSessionHibernated(ctx, id, now, now); errors.Is(err, store.ErrNotOwner) {
+	} else if err := n.store.SetSessionHibernated(ctx, id, now, now); errors.Is(err, store.ErrNotOwner) {
 		return Session{}, fmt.Errorf("adopting session %s: %w", id, ErrSessionMoved)
 	} else if err != nil {
 		return Session{}, fmt.Errorf("adopting session %s: %w", id, err)
 	}
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.fences != gen {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.fences != gen {
 		// Fenced meanwhile: the row may be another node's soon.
 		return Session{}, fmt.Errorf("adopting session %s: %w", id, ErrSessionMoved)
 	}
-	e.sessions[id] = s
-	delete(e.moved, id)
-	e.disk += size
-	e.log.InfoContext(ctx, "session adopted from its row", "session", id, "state", r.State)
+	n.s.admit(s, size)
+	delete(n.moved, id)
+	n.log.InfoContext(ctx, "session adopted from its row", "session", id, "state", r.State)
 	return s.snapshot(), nil
 }
 
@@ -190,27 +190,27 @@ func (e *Executor) Adopt(ctx context.Context, id string) (Session, error) {
 // or in its end, is ended "sandbox lost" by Adopt and whatever is left of
 // its home removed; EndOrphan then answers nil as well. A row another
 // node owns answers ErrSessionMoved, an ended or unknown one ErrNotFound.
-func (e *Executor) EndOrphan(ctx context.Context, id, reason string) error {
-	if _, err := e.Adopt(ctx, id); errors.Is(err, ErrSessionLost) {
+func (n *Node) EndOrphan(ctx context.Context, id, reason string) error {
+	if _, err := n.Adopt(ctx, id); errors.Is(err, ErrSessionLost) {
 		// The row is ended, and names this node: nobody mounts its image.
-		if err := host.DropHome(ctx, e.home(id)); err != nil {
+		if err := host.DropHome(ctx, n.s.home(id)); err != nil {
 			return fmt.Errorf("ending orphaned session %s: %w", id, err)
 		}
-		e.log.InfoContext(ctx, "session reaped", "session", id, "reason", "sandbox lost")
+		n.log.InfoContext(ctx, "session reaped", "session", id, "reason", "sandbox lost")
 		return nil
 	} else if err != nil {
 		return fmt.Errorf("ending orphaned session %s: %w", id, err)
 	}
-	e.mu.Lock()
-	s, ok := e.sessions[id]
-	e.mu.Unlock()
-	if !ok {
+	n.mu.Lock()
+	s := n.s.lookup(id)
+	n.mu.Unlock()
+	if s == nil {
 		return fmt.Errorf("ending orphaned session %s: %w", id, ErrNotFound)
 	}
-	if err := e.endSessionOf(ctx, s, reason); err != nil {
+	if err := n.s.endSessionOf(ctx, s, reason); err != nil {
 		return fmt.Errorf("ending orphaned session %s: %w", id, err)
 	}
-	e.log.InfoContext(ctx, "session reaped", "session", id, "reason", reason)
+	n.log.InfoContext(ctx, "session reaped", "session", id, "reason", reason)
 	return nil
 }
 
@@ -221,20 +221,20 @@ func (e *Executor) EndOrphan(ctx context.Context, id, reason string) error {
 // a call's "sandbox lost"): it must be over before a new object of the
 // same id is served. A ctx that ends first answers ErrSessionMoved (try
 // again).
-func (e *Executor) waitLetGo(ctx context.Context, id string) error {
+func (n *Node) waitLetGo(ctx context.Context, id string) error {
 	for {
-		e.mu.Lock()
-		old := e.moved[id]
+		n.mu.Lock()
+		old := n.moved[id]
 		busy := old != nil && old.busy > 0
-		e.mu.Unlock()
+		n.mu.Unlock()
 		if old == nil {
 			return nil
 		}
 		if !busy && old.life.TryLock() {
 			old.life.Unlock()
-			e.mu.Lock()
+			n.mu.Lock()
 			idle := old.busy == 0
-			e.mu.Unlock()
+			n.mu.Unlock()
 			if idle {
 				return nil
 			}
@@ -261,40 +261,37 @@ func (e *Executor) waitLetGo(ctx context.Context, id string) error {
 // Fence that worked disarms the fence process (HoldUntil). Safe for
 // concurrent use; a kill or unmount that has not worked when ctx ends is
 // an error.
-func (e *Executor) Fence(ctx context.Context) error {
+func (n *Node) Fence(ctx context.Context) error {
 	start := time.Now()
 	// Past the hold, the fence process may have killed every sandbox
 	// under this node's root: the warm ones too, which go (the pool
 	// fills again).
-	if e.holdPassed() {
-		e.dropWarm()
+	if n.holdPassed() {
+		n.s.dropWarm()
 	}
-	e.mu.Lock()
-	e.fences++
-	victims := make([]*session, 0, len(e.sessions))
-	for _, s := range e.sessions {
-		victims = append(victims, s)
-	}
+	n.mu.Lock()
+	n.fences++
+	victims := n.s.served()
 	for _, s := range victims {
-		e.letGo(s)
+		n.letGo(s)
 	}
 	// Mounts in progress (a resume inside mountHome) may complete after
 	// killHomes has looked: they are waited for, then looked at again.
 	var mounting []*mountOp
 	for _, s := range victims {
-		if op := e.mounting[s.id]; op != nil {
+		if op := n.mounting[s.id]; op != nil {
 			op.cancel() // no more waiting for the image to be free
 			mounting = append(mounting, op)
 		}
 	}
-	e.mu.Unlock()
+	n.mu.Unlock()
 	kctx := ctx
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
 		kctx, cancel = context.WithTimeout(ctx, clearBudget)
 		defer cancel()
 	}
-	err := e.killHomes(kctx, victims)
+	err := n.killHomes(kctx, victims)
 	if len(mounting) > 0 {
 		var werr error
 		for _, op := range mounting {
@@ -307,37 +304,37 @@ func (e *Executor) Fence(ctx context.Context) error {
 				break
 			}
 		}
-		err = errors.Join(werr, e.killHomes(kctx, victims))
+		err = errors.Join(werr, n.killHomes(kctx, victims))
 	}
 	if err == nil {
 		// Let go of everything itself: the fence process need not.
-		e.HoldUntil(time.Time{})
+		n.HoldUntil(time.Time{})
 	}
-	e.log.WarnContext(ctx, "fenced: every session let go of", "sessions", len(victims), "ms", time.Since(start).Milliseconds(), "err", err)
+	n.log.WarnContext(ctx, "fenced: every session let go of", "sessions", len(victims), "ms", time.Since(start).Milliseconds(), "err", err)
 	// The rest (runsc state, networks, node-local files) is not urgent:
 	// it goes on after Fence returns; a resume here waits for it.
 	if len(victims) > 0 {
 		done := make(chan struct{})
-		e.mu.Lock()
+		n.mu.Lock()
 		for _, s := range victims {
-			e.tidying[s.id] = done
+			n.tidying[s.id] = done
 		}
-		e.mu.Unlock()
-		e.bg.Add(1)
+		n.mu.Unlock()
+		n.bg.Add(1)
 		go func() {
-			defer e.bg.Done()
+			defer n.bg.Done()
 			tctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
-			if err := e.tidy(tctx, victims); err != nil {
-				e.log.Error("tidying after a fence", "err", err)
+			if err := n.tidy(tctx, victims); err != nil {
+				n.log.Error("tidying after a fence", "err", err)
 			}
-			e.mu.Lock()
+			n.mu.Lock()
 			for _, s := range victims {
-				if e.tidying[s.id] == done {
-					delete(e.tidying, s.id)
+				if n.tidying[s.id] == done {
+					delete(n.tidying, s.id)
 				}
 			}
-			e.mu.Unlock()
+			n.mu.Unlock()
 			close(done)
 		}()
 	}
@@ -375,21 +372,14 @@ func (e *Executor) discardWarm(ws warmSandbox) {
 }
 
 // letGo forgets s: it leaves the session table (into moved), and its
-// sandbox and home stop counting. Idempotent; e.mu is held.
-func (e *Executor) letGo(s *session) {
+// sandbox and home stop counting. Idempotent; mu is held.
+func (n *Node) letGo(s *session) {
 	if s.gone {
 		return
 	}
 	s.gone = true
-	if e.sessions[s.id] == s {
-		delete(e.sessions, s.id)
-	}
-	e.moved[s.id] = s
-	if s.hasSandbox {
-		s.hasSandbox = false
-		e.live--
-	}
-	e.disk -= s.diskBytes + s.ckpt.Bytes
+	n.s.forget(s)
+	n.moved[s.id] = s
 }
 
 // mountOp is a mount of a session's home in progress (a resume).
@@ -406,25 +396,25 @@ type mountOp struct {
 // such a Fence. Nothing is recorded, and ErrSessionMoved returned, when s
 // was let go of already. endMount(s.id, op) ends it, after whatever the
 // mount left has been undone or the session serves.
-func (e *Executor) beginMount(ctx context.Context, s *session) (context.Context, *mountOp, error) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
+func (n *Node) beginMount(ctx context.Context, s *session) (context.Context, *mountOp, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
 	if s.gone {
 		return nil, nil, fmt.Errorf("session %s: %w", s.id, ErrSessionMoved)
 	}
 	mctx, cancel := context.WithCancel(ctx)
 	op := &mountOp{done: make(chan struct{}), cancel: cancel}
-	e.mounting[s.id] = op
+	n.mounting[s.id] = op
 	return mctx, op, nil
 }
 
 // endMount ends the mount in progress op of session id (beginMount).
 // Idempotent.
-func (e *Executor) endMount(id string, op *mountOp) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.mounting[id] == op {
-		delete(e.mounting, id)
+func (n *Node) endMount(id string, op *mountOp) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.mounting[id] == op {
+		delete(n.mounting, id)
 	}
 	op.cancel()
 	select {
@@ -436,10 +426,10 @@ func (e *Executor) endMount(id string, op *mountOp) {
 
 // fenceGen is how many times every session was let go of so far: work
 // that makes a session keeps it only if no Fence came meanwhile.
-func (e *Executor) fenceGen() int {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.fences
+func (n *Node) fenceGen() int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.fences
 }
 
 // goneErr is the answer of a call that finds s gone: ErrSessionMoved
@@ -450,19 +440,19 @@ func (e *Executor) fenceGen() int {
 // session let go of whose row names another node, or still this node's
 // (fenced: the next call adopts it again, or another node claims it), has
 // moved; so has one whose row cannot be read (try again).
-func (e *Executor) goneErr(ctx context.Context, s *session) error {
-	e.mu.Lock()
+func (n *Node) goneErr(ctx context.Context, s *session) error {
+	n.mu.Lock()
 	ended := s.ended
-	e.mu.Unlock()
-	if ended || e.store.Node() == "" {
+	n.mu.Unlock()
+	if ended || n.store.Node() == "" {
 		return fmt.Errorf("session %s: %w", s.id, ErrNotFound)
 	}
-	r, err := e.store.GetSession(context.WithoutCancel(ctx), s.id)
+	r, err := n.store.GetSession(context.WithoutCancel(ctx), s.id)
 	switch {
 	case errors.Is(err, store.ErrNotFound):
 		return fmt.Errorf("session %s: %w", s.id, ErrNotFound)
 	case err != nil:
-		e.log.WarnContext(ctx, "reading the row of a session let go of", "session", s.id, "err", err)
+		n.log.WarnContext(ctx, "reading the row of a session let go of", "session", s.id, "err", err)
 	case sandbox.DoneStates.Has(r.State) || !r.EndedAt.IsZero():
 		return fmt.Errorf("session %s: %w", s.id, ErrNotFound)
 	}
@@ -470,9 +460,9 @@ func (e *Executor) goneErr(ctx context.Context, s *session) error {
 }
 
 // isGone reports whether s was let go of.
-func (e *Executor) isGone(s *session) bool {
-	e.mu.Lock()
-	defer e.mu.Unlock()
+func (n *Node) isGone(s *session) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
 	return s.gone
 }
 
@@ -481,17 +471,17 @@ func (e *Executor) isGone(s *session) bool {
 // sandbox is killed, its home unmounted, its node-local files removed;
 // its image and row are the new owner's. Any other error is returned as
 // it is. The caller may hold s.life.
-func (e *Executor) notOwner(ctx context.Context, s *session, err error) error {
+func (n *Node) notOwner(ctx context.Context, s *session, err error) error {
 	if !errors.Is(err, store.ErrNotOwner) {
 		return err
 	}
-	e.mu.Lock()
-	e.letGo(s)
-	e.mu.Unlock()
-	if cerr := e.clearHost(context.WithoutCancel(ctx), []*session{s}); cerr != nil {
-		e.log.ErrorContext(ctx, "letting go of a session another node took", "session", s.id, "err", cerr)
+	n.mu.Lock()
+	n.letGo(s)
+	n.mu.Unlock()
+	if cerr := n.clearHost(context.WithoutCancel(ctx), []*session{s}); cerr != nil {
+		n.log.ErrorContext(ctx, "letting go of a session another node took", "session", s.id, "err", cerr)
 	}
-	e.log.WarnContext(ctx, "session moved to another node: let go of", "session", s.id, "err", err)
+	n.log.WarnContext(ctx, "session moved to another node: let go of", "session", s.id, "err", err)
 	return fmt.Errorf("session %s: %w", s.id, ErrSessionMoved)
 }
 
@@ -503,7 +493,7 @@ const clearBudget = 5 * time.Second
 // their sandbox processes and home mounts (killHomes), then their runsc
 // state, networks and node-local files (tidy). Images and store rows are
 // not touched.
-func (e *Executor) clearHost(ctx context.Context, ss []*session) error {
+func (n *Node) clearHost(ctx context.Context, ss []*session) error {
 	if len(ss) == 0 {
 		return nil
 	}
@@ -512,7 +502,7 @@ func (e *Executor) clearHost(ctx context.Context, ss []*session) error {
 		ctx, cancel = context.WithTimeout(ctx, clearBudget)
 		defer cancel()
 	}
-	return errors.Join(e.killHomes(ctx, ss), e.tidy(ctx, ss))
+	return errors.Join(n.killHomes(ctx, ss), n.tidy(ctx, ss))
 }
 
 // killHomes is the urgent part of letting go: fast and for all sessions
@@ -520,27 +510,27 @@ func (e *Executor) clearHost(ctx context.Context, ss []*session) error {
 // jobs') and the unmount of their homes, retried until none is left or
 // ctx ends; then it waits for their images to settle (settleImage). ctx
 // must have a deadline.
-func (e *Executor) killHomes(ctx context.Context, ss []*session) error {
+func (n *Node) killHomes(ctx context.Context, ss []*session) error {
 	ids := make(map[string]bool, len(ss))
-	e.mu.Lock()
+	n.mu.Lock()
 	for _, s := range ss {
 		ids[s.id] = true
 		if s.job != "" {
 			ids[s.job] = true // an install job on its home
 		}
 	}
-	e.mu.Unlock()
+	n.mu.Unlock()
 	for id := range ids {
-		e.dropAgent(id) // calls in flight fail now
+		n.s.dropAgent(id) // calls in flight fail now
 	}
 	for _, s := range ss {
-		host.ThawHome(e.dir(s.id)) // a fork's freeze would hold the unmount
+		host.ThawHome(n.s.dir(s.id)) // a fork's freeze would hold the unmount
 	}
 	for {
-		procs := host.KillSandboxProcesses(e.runsc.Root, ids)
+		procs := host.KillSandboxProcesses(n.runsc.Root, ids)
 		var left []error
 		for _, s := range ss {
-			mnt := host.HomeMount(e.dir(s.id))
+			mnt := host.HomeMount(n.s.dir(s.id))
 			if !host.Mounted(mnt) {
 				continue
 			}
@@ -563,7 +553,7 @@ func (e *Executor) killHomes(ctx context.Context, ss []*session) error {
 	deadline, _ := ctx.Deadline()
 	var errs []error
 	for _, s := range ss {
-		if err := host.SettleImage(e.home(s.id).Image(), deadline); err != nil {
+		if err := host.SettleImage(n.s.home(s.id).Image(), deadline); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -573,7 +563,7 @@ func (e *Executor) killHomes(ctx context.Context, ss []*session) error {
 // tidy removes what dead sandboxes of the sessions ss left: runsc state
 // and cgroups, networks, node-local files; a few at a time (runsc is
 // heavy on a small host).
-func (e *Executor) tidy(ctx context.Context, ss []*session) error {
+func (n *Node) tidy(ctx context.Context, ss []*session) error {
 	var mu sync.Mutex
 	var errs []error
 	var wg sync.WaitGroup
@@ -585,16 +575,16 @@ func (e *Executor) tidy(ctx context.Context, ss []*session) error {
 			defer wg.Done()
 			defer func() { <-sem }()
 			var serrs []error
-			if err := e.runsc.Destroy(ctx, s.id); err != nil {
+			if err := n.runsc.Destroy(ctx, s.id); err != nil {
 				serrs = append(serrs, err)
 			}
-			if e.net != nil && e.networkHeld(s) {
-				if err := e.net.Detach(ctx, s.id); err != nil {
+			if n.net != nil && n.s.networkHeld(s) {
+				if err := n.net.Detach(ctx, s.id); err != nil {
 					serrs = append(serrs, err)
 				}
 			}
-			if !host.Mounted(host.HomeMount(e.dir(s.id))) {
-				if err := host.DropLocal(e.home(s.id)); err != nil {
+			if !host.Mounted(host.HomeMount(n.s.dir(s.id))) {
+				if err := host.DropLocal(n.s.home(s.id)); err != nil {
 					serrs = append(serrs, err)
 				}
 			}
@@ -609,10 +599,10 @@ func (e *Executor) tidy(ctx context.Context, ss []*session) error {
 
 // waitTidy waits until the tidying after a Fence of session id is done,
 // so that a resume here (adopted again) does not race it.
-func (e *Executor) waitTidy(ctx context.Context, id string) {
-	e.mu.Lock()
-	done := e.tidying[id]
-	e.mu.Unlock()
+func (n *Node) waitTidy(ctx context.Context, id string) {
+	n.mu.Lock()
+	done := n.tidying[id]
+	n.mu.Unlock()
 	if done == nil {
 		return
 	}
@@ -626,27 +616,24 @@ func (e *Executor) waitTidy(ctx context.Context, id string) {
 // end of Stop (cluster mode): whatever a session still holds on the host
 // goes first, then every row this node owns becomes unowned, claimable at
 // once by another node.
-func (e *Executor) releaseSessions(ctx context.Context) error {
-	e.mu.Lock()
-	e.fences++
-	left := make([]*session, 0, len(e.sessions))
-	for _, s := range e.sessions {
-		left = append(left, s)
-	}
+func (n *Node) releaseSessions(ctx context.Context) error {
+	n.mu.Lock()
+	n.fences++
+	left := n.s.served()
 	for _, s := range left {
-		e.letGo(s)
+		n.letGo(s)
 	}
-	e.mu.Unlock()
+	n.mu.Unlock()
 	var errs []error
-	if err := e.clearHost(ctx, left); err != nil {
+	if err := n.clearHost(ctx, left); err != nil {
 		// Handed over even so: the node is going, and its rows would be
 		// claimable as soon as its lease is expired anyway.
 		errs = append(errs, err)
 	}
-	ids, err := e.store.ReleaseSessions(ctx)
+	ids, err := n.store.ReleaseSessions(ctx)
 	if err != nil {
 		errs = append(errs, err)
 	}
-	e.log.InfoContext(ctx, "sessions handed over", "count", len(ids), "err", errors.Join(errs...))
+	n.log.InfoContext(ctx, "sessions handed over", "count", len(ids), "err", errors.Join(errs...))
 	return errors.Join(errs...)
 }

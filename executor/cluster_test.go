@@ -214,15 +214,15 @@ func TestClusterFenceThenTakeover(t *testing.T) {
 	}
 	stop := loopWatch(img)
 	clusterRun(t, a, s.ID, "open('/home/sandbox/f.txt','w').write('from a')")
-	if !a.Has(s.ID) || b.Has(s.ID) {
-		t.Fatalf("Has: a %v b %v", a.Has(s.ID), b.Has(s.ID))
+	if !a.Node().Has(s.ID) || b.Node().Has(s.ID) {
+		t.Fatalf("Has: a %v b %v", a.Node().Has(s.ID), b.Node().Has(s.ID))
 	}
-	if a.Capacity() != 8 || a.Free() != 7 {
-		t.Fatalf("capacity %d free %d, want 8 and 7", a.Capacity(), a.Free())
+	if a.Node().Capacity() != 8 || a.Node().Free() != 7 {
+		t.Fatalf("capacity %d free %d, want 8 and 7", a.Node().Capacity(), a.Node().Free())
 	}
 
 	start := time.Now()
-	if err := a.Fence(context.Background()); err != nil {
+	if err := a.Node().Fence(context.Background()); err != nil {
 		t.Fatalf("fence: %v", err)
 	}
 	if took := time.Since(start); took > 2500*time.Millisecond {
@@ -231,8 +231,8 @@ func TestClusterFenceThenTakeover(t *testing.T) {
 	if h := hostHolds(a, s.ID); len(h) > 0 {
 		t.Fatalf("after the fence, a still holds %v", h)
 	}
-	if a.Has(s.ID) || a.Free() != 8 {
-		t.Fatalf("after the fence: Has %v, free %d", a.Has(s.ID), a.Free())
+	if a.Node().Has(s.ID) || a.Node().Free() != 8 {
+		t.Fatalf("after the fence: Has %v, free %d", a.Node().Has(s.ID), a.Node().Free())
 	}
 	if _, err := os.Stat(img); err != nil {
 		t.Fatalf("the fence touched the image: %v", err)
@@ -243,22 +243,22 @@ func TestClusterFenceThenTakeover(t *testing.T) {
 
 	// a registers again (its lease is back) and serves its own session
 	// again: Adopt, then a resume that waits for the fence's tidying.
-	if _, err := a.Adopt(context.Background(), s.ID); err != nil {
+	if _, err := a.Node().Adopt(context.Background(), s.ID); err != nil {
 		t.Fatalf("adopt on a after its own fence: %v", err)
 	}
 	if res := clusterRun(t, a, s.ID, "print(open('/home/sandbox/f.txt').read())"); res.Stdout != "from a\n" || res.ResumedMS == 0 {
 		t.Fatalf("on a again: %+v", res)
 	}
-	if err := a.Fence(context.Background()); err != nil {
+	if err := a.Node().Fence(context.Background()); err != nil {
 		t.Fatalf("second fence: %v", err)
 	}
 
 	c.claim(t, "b", s.ID)
-	got, err := b.Adopt(context.Background(), s.ID)
+	got, err := b.Node().Adopt(context.Background(), s.ID)
 	if err != nil || got.State != StateHibernated {
 		t.Fatalf("adopt: %+v %v", got, err)
 	}
-	if again, err := b.Adopt(context.Background(), s.ID); err != nil || again.ID != s.ID {
+	if again, err := b.Node().Adopt(context.Background(), s.ID); err != nil || again.ID != s.ID {
 		t.Fatalf("second adopt: %+v %v", again, err)
 	}
 	res := clusterRun(t, b, s.ID, "print(open('/home/sandbox/f.txt').read())")
@@ -295,13 +295,13 @@ func TestClusterStateWriteAfterClaim(t *testing.T) {
 	if h := hostHolds(a, s.ID); len(h) > 0 {
 		t.Fatalf("a still holds %v", h)
 	}
-	if a.Has(s.ID) || a.Free() != 8 {
-		t.Fatalf("a: Has %v, free %d", a.Has(s.ID), a.Free())
+	if a.Node().Has(s.ID) || a.Node().Free() != 8 {
+		t.Fatalf("a: Has %v, free %d", a.Node().Has(s.ID), a.Node().Free())
 	}
 	if _, err := os.Stat(a.dir(s.ID)); !os.IsNotExist(err) {
 		t.Fatalf("a's node-local folder is left: %v", err)
 	}
-	if _, err := b.Adopt(context.Background(), s.ID); err != nil {
+	if _, err := b.Node().Adopt(context.Background(), s.ID); err != nil {
 		t.Fatal(err)
 	}
 	if res := clusterRun(t, b, s.ID, "cat /home/sandbox/f.txt"); res.Stdout != "kept\n" {
@@ -340,21 +340,21 @@ func TestClusterAdoptWithoutImage(t *testing.T) {
 		Network: "{}", IdleTTL: time.Minute, CreatedAt: now, LastUsedAt: now, DiskBytes: 64 << 20}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.Adopt(ctx, id); !errors.Is(err, ErrSessionMoved) {
+	if _, err := b.Node().Adopt(ctx, id); !errors.Is(err, ErrSessionMoved) {
 		t.Fatalf("adopt before the claim: %v, want ErrSessionMoved", err)
 	}
 	c.claim(t, "b", id)
-	if _, err := b.Adopt(ctx, id); !errors.Is(err, ErrSessionLost) {
+	if _, err := b.Node().Adopt(ctx, id); !errors.Is(err, ErrSessionLost) {
 		t.Fatalf("adopt: %v, want ErrSessionLost", err)
 	}
 	r, err := c.st.GetSession(ctx, id)
 	if err != nil || r.State != StateEnded || r.EndReason != "sandbox lost" {
 		t.Fatalf("row after a lost adopt: %+v %v", r, err)
 	}
-	if b.Has(id) {
+	if b.Node().Has(id) {
 		t.Fatal("a lost session is held")
 	}
-	if _, err := b.Adopt(ctx, newID("sess_")); !errors.Is(err, ErrNotFound) {
+	if _, err := b.Node().Adopt(ctx, newID("sess_")); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("adopt of an unknown session: %v", err)
 	}
 }
@@ -418,7 +418,7 @@ func TestClusterStopHandsOver(t *testing.T) {
 		if _, ok, err := c.st.ForNode("b").ClaimSession(ctx, id, time.Now()); err != nil || !ok {
 			t.Fatalf("claim after hand-over: %v %v", ok, err)
 		}
-		if _, err := b.Adopt(ctx, id); err != nil {
+		if _, err := b.Node().Adopt(ctx, id); err != nil {
 			t.Fatal(err)
 		}
 		if res := clusterRun(t, b, id, "cat /home/sandbox/id"); res.Stdout != id+"\n" {
@@ -618,7 +618,7 @@ func TestClusterFenceProcess(t *testing.T) {
 
 	b := c.start(t, "b", c.nodeConfig(t))
 	c.claim(t, "b", id)
-	if _, err := b.Adopt(context.Background(), id); err != nil {
+	if _, err := b.Node().Adopt(context.Background(), id); err != nil {
 		t.Fatal(err)
 	}
 	if res := clusterRun(t, b, id, "cat /home/sandbox/f"); res.Stdout != "from-a\n" {
@@ -631,7 +631,7 @@ func TestClusterFenceProcess(t *testing.T) {
 	// a restarts: its start waits for nothing (the fence is done), finds
 	// nothing of its own to serve and leaves b's image alone.
 	a := c.start(t, "a", cfgA)
-	if a.Has(id) {
+	if a.Node().Has(id) {
 		t.Fatal("restarted a serves b's session")
 	}
 	if _, err := os.Stat(img); err != nil {
@@ -655,7 +655,7 @@ func TestClusterFenceDuringCall(t *testing.T) {
 		done <- err
 	}()
 	time.Sleep(time.Second)
-	if err := a.Fence(ctx); err != nil {
+	if err := a.Node().Fence(ctx); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -676,7 +676,7 @@ func TestClusterFenceDuringCall(t *testing.T) {
 }
 
 // currentFence is e's running fence process.
-func (e *Executor) currentFence() *exec.Cmd { return e.fence.Process() }
+func (e *Executor) currentFence() *exec.Cmd { return e.node.fence.Process() }
 
 // TestClusterReconcileKeepsUnreadableImage: a node that restarts while
 // the shared homes_dir cannot answer for a session's image (an error
@@ -711,7 +711,7 @@ func TestClusterReconcileKeepsUnreadableImage(t *testing.T) {
 	if _, err := os.Lstat(imgDir); err != nil {
 		t.Fatalf("image folder removed: %v", err)
 	}
-	if a.Has(id) {
+	if a.Node().Has(id) {
 		t.Fatal("served a session whose image could not be read")
 	}
 }
@@ -741,14 +741,14 @@ func TestClusterEndOrphan(t *testing.T) {
 	}
 	img := filepath.Join(c.homes, s.ID, "home.img")
 	clusterRun(t, a, s.ID, "echo x > /home/sandbox/f.txt")
-	if err := a.Fence(ctx); err != nil {
+	if err := a.Node().Fence(ctx); err != nil {
 		t.Fatalf("fence: %v", err)
 	}
-	if err := b.EndOrphan(ctx, s.ID, "idle (owner node gone)"); !errors.Is(err, ErrSessionMoved) {
+	if err := b.Node().EndOrphan(ctx, s.ID, "idle (owner node gone)"); !errors.Is(err, ErrSessionMoved) {
 		t.Fatalf("end before the claim: %v, want ErrSessionMoved", err)
 	}
 	c.claim(t, "b", s.ID)
-	if err := b.EndOrphan(ctx, s.ID, "idle (owner node gone)"); err != nil {
+	if err := b.Node().EndOrphan(ctx, s.ID, "idle (owner node gone)"); err != nil {
 		t.Fatal(err)
 	}
 	r, err := c.st.GetSession(ctx, s.ID)
@@ -761,13 +761,13 @@ func TestClusterEndOrphan(t *testing.T) {
 	if _, err := os.Stat(filepath.Dir(img)); !os.IsNotExist(err) {
 		t.Fatalf("the home image is left in homes_dir: %v", err)
 	}
-	if b.Has(s.ID) || b.Free() != 8 {
-		t.Fatalf("b: Has %v, free %d", b.Has(s.ID), b.Free())
+	if b.Node().Has(s.ID) || b.Node().Free() != 8 {
+		t.Fatalf("b: Has %v, free %d", b.Node().Has(s.ID), b.Node().Free())
 	}
 	if h := hostHolds(b, s.ID); len(h) > 0 {
 		t.Fatalf("b still holds %v", h)
 	}
-	if err := b.EndOrphan(ctx, s.ID, "idle (owner node gone)"); !errors.Is(err, ErrNotFound) {
+	if err := b.Node().EndOrphan(ctx, s.ID, "idle (owner node gone)"); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("second EndOrphan: %v, want ErrNotFound", err)
 	}
 }
@@ -796,7 +796,7 @@ func TestClusterEndOrphanWithoutImage(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.claim(t, "b", id)
-	if err := b.EndOrphan(ctx, id, "idle (owner node gone)"); err != nil {
+	if err := b.Node().EndOrphan(ctx, id, "idle (owner node gone)"); err != nil {
 		t.Fatal(err)
 	}
 	r, err := c.st.GetSession(ctx, id)
@@ -809,7 +809,7 @@ func TestClusterEndOrphanWithoutImage(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(c.homes, id)); !os.IsNotExist(err) {
 		t.Fatalf("the home folder is left in homes_dir: %v", err)
 	}
-	if b.Has(id) {
+	if b.Node().Has(id) {
 		t.Fatal("an ended orphan is held")
 	}
 }

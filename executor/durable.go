@@ -87,7 +87,7 @@ func (e *Executor) hibernate(ctx context.Context, s *session, reason string) err
 	st, had, lastUsed, gone, live := s.state, s.hasSandbox, s.lastUsed, s.gone, s.live
 	e.mu.Unlock()
 	if gone {
-		return e.goneErr(ctx, s)
+		return e.node.goneErr(ctx, s)
 	}
 	if st == StateHibernated {
 		return nil
@@ -97,7 +97,7 @@ func (e *Executor) hibernate(ctx context.Context, s *session, reason string) err
 	}
 	start := time.Now()
 	if err := e.store.SetSessionState(ctx, s.id, StateHibernating, "", false); err != nil {
-		return e.notOwner(ctx, s, err)
+		return e.node.notOwner(ctx, s, err)
 	}
 	if err := e.fault(stepHibernateStore, s.id); err != nil {
 		return err
@@ -106,7 +106,7 @@ func (e *Executor) hibernate(ctx context.Context, s *session, reason string) err
 	// Fence's to remove, and its row is not ours to write. (An Adopt of
 	// the same id waits until this is over: waitLetGo.)
 	moved := func() error {
-		if e.isGone(s) {
+		if e.node.isGone(s) {
 			return fmt.Errorf("session %s: %w", s.id, ErrSessionMoved)
 		}
 		return nil
@@ -127,7 +127,7 @@ func (e *Executor) hibernate(ctx context.Context, s *session, reason string) err
 			}
 			e.log.WarnContext(ctx, "saving session memory failed: hibernating on its files", "session", s.id, "err", err)
 			if err := e.store.SetSessionCheckpoint(ctx, s.id, false, store.Checkpoint{}); err != nil {
-				return e.notOwner(ctx, s, err)
+				return e.node.notOwner(ctx, s, err)
 			}
 		}
 	}
@@ -171,7 +171,7 @@ func (e *Executor) hibernate(ctx context.Context, s *session, reason string) err
 	}
 	now := time.Now()
 	if err := e.store.SetSessionHibernated(ctx, s.id, now, lastUsed); errors.Is(err, store.ErrNotOwner) {
-		return e.notOwner(ctx, s, err)
+		return e.node.notOwner(ctx, s, err)
 	} else if err != nil {
 		errs = append(errs, err)
 	}
@@ -202,7 +202,7 @@ func (e *Executor) resume(ctx context.Context, s *session) (took time.Duration, 
 	st, hibAt, lastUsed, gone := s.state, s.hibernatedAt, s.lastUsed, s.gone
 	e.mu.Unlock()
 	if gone {
-		return 0, e.goneErr(ctx, s)
+		return 0, e.node.goneErr(ctx, s)
 	}
 	if st == StateRunning {
 		return 0, nil
@@ -215,13 +215,13 @@ func (e *Executor) resume(ctx context.Context, s *session) (took time.Duration, 
 	if st != StateHibernated {
 		return 0, fmt.Errorf("%w: %s", ErrBadState, st)
 	}
-	if e.holdPassed() {
+	if e.node.holdPassed() {
 		// The node has not renewed its lease in time (it was stopped):
 		// its fence may have fired, and the node fences at once.
 		return 0, fmt.Errorf("session %s: lease not held: %w", s.id, ErrSessionMoved)
 	}
 	start := time.Now()
-	e.waitTidy(ctx, s.id) // adopted again right after a Fence
+	e.node.waitTidy(ctx, s.id) // adopted again right after a Fence
 	cu := newCleanup(e.log)
 	defer func() {
 		if v := recover(); v != nil {
@@ -239,10 +239,10 @@ func (e *Executor) resume(ctx context.Context, s *session) (took time.Duration, 
 	defer cancel()
 	id, dir := s.id, e.dir(s.id)
 	if err := e.store.SetSessionState(ctx, id, StateResuming, "", false); err != nil {
-		return 0, e.notOwner(ctx, s, err)
+		return 0, e.node.notOwner(ctx, s, err)
 	}
 	cu.Add("store row", func(ctx context.Context) error {
-		if e.isGone(s) {
+		if e.node.isGone(s) {
 			return nil // let go of (Fence): the row is not ours to write
 		}
 		return e.store.SetSessionHibernated(ctx, id, hibAt, lastUsed)
@@ -252,11 +252,11 @@ func (e *Executor) resume(ctx context.Context, s *session) (took time.Duration, 
 	}
 	// A Fence that comes while the home is being mounted waits until the
 	// mount has been undone (or serves, where the Fence finds it).
-	mctx, mount, err := e.beginMount(ctx, s)
+	mctx, mount, err := e.node.beginMount(ctx, s)
 	if err != nil {
 		return 0, err
 	}
-	cu.Add("mount in progress", func(context.Context) error { e.endMount(id, mount); return nil })
+	cu.Add("mount in progress", func(context.Context) error { e.node.endMount(id, mount); return nil })
 	cu.Add("home mount", func(context.Context) error { return host.UnmountHome(dir) })
 	if err := e.fault(stepResumeMounting, id); err != nil {
 		return 0, err
@@ -267,19 +267,19 @@ func (e *Executor) resume(ctx context.Context, s *session) (took time.Duration, 
 	// half-way may leave a loop device).
 	if !host.Mounted(host.HomeMount(dir)) {
 		if err := host.WaitImageFree(mctx, e.home(id).Image(), e.home(id).Mount(), host.ImageBusyWait); err != nil {
-			if e.isGone(s) {
+			if e.node.isGone(s) {
 				return 0, fmt.Errorf("session %s: %w", id, ErrSessionMoved)
 			}
 			return 0, fmt.Errorf("mounting home: %w", err)
 		}
 	}
-	if e.isGone(s) {
+	if e.node.isGone(s) {
 		return 0, fmt.Errorf("session %s: %w", id, ErrSessionMoved)
 	}
 	if err := host.MountHome(ctx, e.home(id)); err != nil {
 		return 0, fmt.Errorf("mounting home: %w", err)
 	}
-	if e.isGone(s) {
+	if e.node.isGone(s) {
 		// Fenced while it mounted: the image may be another node's soon.
 		return 0, fmt.Errorf("session %s: %w", id, ErrSessionMoved)
 	}
@@ -307,7 +307,7 @@ func (e *Executor) resume(ctx context.Context, s *session) (took time.Duration, 
 	if err != nil {
 		return 0, err
 	}
-	if e.isGone(s) {
+	if e.node.isGone(s) {
 		return 0, fmt.Errorf("session %s: %w", id, ErrSessionMoved)
 	}
 	cu.Add("sandbox", func(ctx context.Context) error { return e.destroy(ctx, id) })
@@ -324,7 +324,7 @@ func (e *Executor) resume(ctx context.Context, s *session) (took time.Duration, 
 		return 0, err
 	}
 	if err := e.store.SetSessionState(ctx, id, StateRunning, "", false); err != nil {
-		return 0, e.notOwner(ctx, s, err)
+		return 0, e.node.notOwner(ctx, s, err)
 	}
 	e.mu.Lock()
 	if s.gone {
@@ -336,7 +336,7 @@ func (e *Executor) resume(ctx context.Context, s *session) (took time.Duration, 
 	s.memory, s.memLost = mem, ""
 	e.mu.Unlock()
 	cu.Release()
-	e.endMount(id, mount)
+	e.node.endMount(id, mount)
 	if mem != nil {
 		// The image has served (or cannot): it goes, and the row says
 		// whether the session still holds memory.
@@ -407,7 +407,7 @@ func (e *Executor) ForkSession(ctx context.Context, id string, spec ForkSpec) (_
 	st, gone := src.state, src.gone
 	e.mu.Unlock()
 	if gone {
-		return Session{}, e.goneErr(ctx, src)
+		return Session{}, e.node.goneErr(ctx, src)
 	}
 	if st != StateRunning && st != StateHibernated {
 		return Session{}, fmt.Errorf("%w: %s", ErrBadState, st)
@@ -425,7 +425,7 @@ func (e *Executor) ForkSession(ctx context.Context, id string, spec ForkSpec) (_
 	if !e.isStarted() {
 		return Session{}, ErrNotStarted
 	}
-	gen := e.fenceGen()
+	gen := e.node.fenceGen()
 	size := src.diskBytes
 	if err := e.reserveDisk(size); err != nil {
 		return Session{}, err
@@ -498,7 +498,7 @@ func (e *Executor) ForkSession(ctx context.Context, id string, spec ForkSpec) (_
 	child.live, child.ckpt, child.memLost = ck.Path != "", ck, memLost
 	child.liveStored = child.live
 	e.mu.Lock()
-	if e.fences != gen {
+	if e.node.fencedSince(gen) {
 		e.mu.Unlock()
 		return Session{}, fmt.Errorf("session %s: %w", childID, ErrSessionMoved)
 	}

@@ -151,7 +151,7 @@ func (e *Executor) acquireResumed(ctx context.Context, owner, id string) (*sessi
 	e.mu.Unlock()
 	if gone {
 		e.releaseSession(s)
-		return nil, 0, e.goneErr(ctx, s)
+		return nil, 0, e.node.goneErr(ctx, s)
 	}
 	if st == StateHibernated {
 		var err error
@@ -501,12 +501,12 @@ func (e *Executor) lost(ctx context.Context, id string, res Result, waitErr erro
 	// holds that object, or none when it was let go of.
 	e.mu.Lock()
 	s, ok := e.sessions[id]
-	moved := !ok && e.moved[id] != nil
+	moved := !ok && e.node.wasMoved(id)
 	if ok && s.gone {
 		moved = true
 	}
 	e.mu.Unlock()
-	if moved || e.holdPassed() {
+	if moved || e.node.holdPassed() {
 		// Let go of meanwhile (Fence, or another node took it), or the
 		// node's hold ran out while it was stopped (its fence process
 		// killed the sandbox; the node fences as it wakes): its sandbox
@@ -529,7 +529,7 @@ func (e *Executor) lost(ctx context.Context, id string, res Result, waitErr erro
 	}
 	e.mu.Unlock()
 	if err := e.store.SetSessionState(context.WithoutCancel(ctx), id, StateFailed, "sandbox lost", false); ok && errors.Is(err, store.ErrNotOwner) {
-		return res, e.notOwner(ctx, s, err)
+		return res, e.node.notOwner(ctx, s, err)
 	}
 	oom := host.HostOOM(e.cgroupName(id))
 	// Stop waits for this teardown (e.bg) before it looks for sandboxes

@@ -12,7 +12,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -22,10 +21,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/sandboxapi/sandboxapi/executor/fence"
 	"github.com/sandboxapi/sandboxapi/executor/guest"
 	"github.com/sandboxapi/sandboxapi/executor/host"
-	"github.com/sandboxapi/sandboxapi/internal/sandbox"
 	"github.com/sandboxapi/sandboxapi/store"
 )
 
@@ -83,27 +80,9 @@ type Executor struct {
 
 	mu       sync.Mutex
 	sessions map[string]*session
-	// moved holds the sessions this executor let go of because another
-	// node owns them, or may (Fence), by id: a call still in flight on one
-	// answers ErrSessionMoved and writes nothing to the store, and an
-	// Adopt of the same id waits until that object is idle.
-	moved map[string]*session
-	// tidying: sessions whose leftovers a Fence is still removing.
-	tidying map[string]chan struct{}
-	// mounting: sessions whose home a resume is mounting (beginMount).
-	mounting map[string]*mountOp
 	live     int   // sandboxes counted against MaxSandboxes
 	disk     int64 // bytes of homes counted against MaxDisk
 	started  bool
-	fences   int // how many times every session was let go of (Fence)
-
-	adoptMu sync.Mutex    // one Adopt at a time
-	fence   *fence.Switch // the dead man's switch (cluster mode), nil else
-	hold    time.Time     // under mu: the last HoldUntil
-
-	// regain: live sessions adopted with their sandbox at start, which
-	// regainLive gives an agent channel again.
-	regain []*session
 
 	runscIDOnce sync.Once
 	runscID     string // runscBuild
@@ -130,6 +109,8 @@ type Executor struct {
 
 	files *Files     // the files role
 	procs *Processes // the background processes role
+	node  *Node      // the cluster role; it shares mu
+	keep  *upkeep    // restart recovery, the idle reaper, orphans at stop
 }
 
 // Option gives New a part the executor works with besides its config.
@@ -186,9 +167,6 @@ func New(cfg Config, rt *Runtimes, st *store.Store, log *slog.Logger, opts ...Op
 		store:    st,
 		log:      log,
 		sessions: map[string]*session{},
-		moved:    map[string]*session{},
-		tidying:  map[string]chan struct{}{},
-		mounting: map[string]*mountOp{},
 		warm:     make(chan warmSandbox, max(cfg.WarmPool, 0)),
 		stop:     make(chan struct{}),
 	}
@@ -197,6 +175,8 @@ func New(cfg Config, rt *Runtimes, st *store.Store, log *slog.Logger, opts ...Op
 	for _, o := range opts {
 		o(e)
 	}
+	e.node = newNode(e)
+	e.keep = newUpkeep(e)
 	return e, nil
 }
 
@@ -250,27 +230,27 @@ func (e *Executor) Start(ctx context.Context) error {
 	// The dead man's switch is armed before any sandbox starts (and
 	// waits for the fence of this node's previous process to finish).
 	if e.store.Node() != "" {
-		if err := e.startFence(); err != nil {
+		if err := e.node.startFence(); err != nil {
 			return err
 		}
 	}
-	if err := e.reconcile(ctx); err != nil {
-		if e.fence != nil {
-			_ = e.fence.Stop()
-		}
+	regain, err := e.keep.reconcile(ctx)
+	if err != nil {
+		_ = e.node.stopFence()
 		return fmt.Errorf("reconciling: %w", err)
 	}
 	e.mu.Lock()
 	e.started = true
-	regain := e.regain
-	e.regain = nil
 	e.mu.Unlock()
 	if len(regain) > 0 {
 		e.wg.Add(1)
 		go e.regainLive(regain)
 	}
 	e.wg.Add(1)
-	go e.reapLoop()
+	go func() {
+		defer e.wg.Done()
+		e.keep.reapLoop(e.stop)
+	}()
 	if e.cfg.WarmPool > 0 {
 		e.wg.Add(1)
 		go e.fillWarm()
@@ -310,81 +290,23 @@ func (e *Executor) Stop(ctx context.Context) error {
 		break
 	}
 	e.bg.Wait()
+	e.node.bg.Wait()
 	if e.store.Node() != "" {
-		if err := e.releaseSessions(ctx); err != nil {
+		if err := e.node.releaseSessions(ctx); err != nil {
 			errs = append(errs, err)
 		}
 	}
-	if left, err := e.removeOrphanSandboxes(ctx); err != nil {
+	if left, err := e.keep.removeOrphanSandboxes(ctx); err != nil {
 		errs = append(errs, err)
 	} else if left == 0 {
 		if err := e.runsc.UnmountNullNetns(); err != nil {
 			errs = append(errs, err)
 		}
 	}
-	if e.fence != nil {
-		if err := e.fence.Stop(); err != nil {
-			errs = append(errs, err)
-		}
+	if err := e.node.stopFence(); err != nil {
+		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
-}
-
-// removeOrphanSandboxes ends, at Stop, every sandbox under the runsc root
-// that no session holds, with its home. Start's reconcile removes the
-// orphans it sees, but a sandbox whose create a killed predecessor had
-// under way can appear after that: the runsc create outlives the server.
-// Sandbox and gofer processes of no listed sandbox (a start killed part
-// way) are killed. It reports how many sandboxes are left (sessions that
-// could not hibernate keep theirs).
-func (e *Executor) removeOrphanSandboxes(ctx context.Context) (left int, err error) {
-	cs, err := e.runsc.List(ctx)
-	if err != nil {
-		return 0, fmt.Errorf("listing sandboxes at stop: %w", err)
-	}
-	var errs []error
-	keep := map[string]bool{}
-	for _, c := range cs {
-		e.mu.Lock()
-		s := e.sessions[c.ID]
-		held := s != nil && s.hasSandbox
-		e.mu.Unlock()
-		if held {
-			keep[c.ID] = true
-			left++
-			continue
-		}
-		e.log.WarnContext(ctx, "removing orphan sandbox at stop", "sandbox", c.ID)
-		if err := e.destroy(ctx, c.ID); err != nil {
-			errs = append(errs, fmt.Errorf("removing orphan sandbox %s: %w", c.ID, err))
-			left++
-			continue
-		}
-		if s == nil {
-			if _, err := os.Stat(e.dir(c.ID)); err == nil {
-				if err := e.dropOrphanHome(ctx, c.ID); err != nil {
-					errs = append(errs, fmt.Errorf("removing orphan home %s: %w", c.ID, err))
-				}
-			}
-		}
-	}
-	// A sandbox whose start was cut short can run with no state for runsc
-	// to list: its processes go too.
-	if hit := host.KillStraySandboxes(e.runsc.Root, keep); len(hit) > 0 {
-		e.log.WarnContext(ctx, "killed stray sandbox processes at stop", "sandboxes", len(hit))
-		host.ReapCgroups(e.cgroupNames(hit))
-		for id := range hit {
-			e.mu.Lock()
-			_, known := e.sessions[id]
-			e.mu.Unlock()
-			if _, err := os.Stat(e.dir(id)); err == nil && !known {
-				if err := e.dropOrphanHome(ctx, id); err != nil {
-					errs = append(errs, fmt.Errorf("removing orphan home %s: %w", id, err))
-				}
-			}
-		}
-	}
-	return left, errors.Join(errs...)
 }
 
 // hibernateAll hibernates the sessions ids in parallel (at most four at a
@@ -482,250 +404,6 @@ func sameContent(a, b string) (bool, error) {
 	return na == nb && bytes.Equal(ha, hb), nil
 }
 
-// reconcile adopts sessions whose sandbox survived, serves the other
-// sessions whose home image is there as hibernated, ends the rest, and
-// removes sandboxes, homes and cgroups that belong to no session.
-func (e *Executor) reconcile(ctx context.Context) error {
-	rows, err := e.store.SessionsInStates(ctx, sandbox.AllStates.Without(sandbox.EndedStates)...)
-	if err != nil {
-		return err
-	}
-	if n := host.WaitOrphanCommands(ctx, e.runsc.Root, e.cfg.CreateTimeout); n > 0 {
-		e.log.WarnContext(ctx, "killed runsc commands left by the previous process", "count", n)
-	}
-	containers, err := e.runsc.List(ctx)
-	if err != nil {
-		return err
-	}
-	runningC := map[string]bool{}
-	// own: every sandbox of this executor (its runsc root, its node-local
-	// homes, its install jobs). Only their stale cgroups are removed:
-	// other servers on the host (other nodes of a cluster) have theirs.
-	own := map[string]bool{}
-	for _, c := range containers {
-		runningC[c.ID] = c.Status == host.ContainerRunning
-		own[c.ID] = true
-	}
-	for _, id := range e.runsc.SandboxIDs() {
-		own[id] = true
-	}
-	keep := map[string]bool{}     // sessions adopted with their sandbox
-	keepHome := map[string]bool{} // sessions kept: adopted or hibernated
-	var hibernated []*session
-	var ended []host.Home // sessions of this node ended here
-	var unserved []string // sessions whose image could not be read: not served, not ended
-	for _, r := range rows {
-		h := e.home(r.ID)
-		dir := h.Dir
-		// A fork that crashed may have left its source frozen.
-		host.ThawHome(dir)
-		rt, lerr := e.rt.LookupVersion(r.Language, r.Version)
-		if errors.Is(lerr, ErrUnsupportedVersion) {
-			// Kept, hibernated: its calls say why it cannot run.
-			e.log.WarnContext(ctx, "session's runtime version is no longer installed", "session", r.ID, "language", r.Language, "version", r.Version, "err", lerr)
-			rt, lerr = unavailableRuntime(r.Language, r.Version, lerr), nil
-		}
-		att := loadAttachment(dir)
-		size := r.DiskBytes
-		if size <= 0 {
-			if fi, err := os.Stat(h.Image()); err == nil {
-				size = fi.Size()
-			}
-		}
-		// A sandbox with network attached is adopted whatever its row
-		// asks now (a change may have disabled it: the proxy refuses all);
-		// one without is adopted only if its row asks for none.
-		// A kernel session's sandbox is adopted only when its row says it
-		// is live: its kernel needs the agent channel, which died with the
-		// server, and only a live session gets one back (regainLive).
-		// Otherwise it resumes with a fresh kernel (and says so).
-		if r.State == StateRunning && runningC[r.ID] && host.Mounted(host.HomeMount(dir)) && lerr == nil && rt.unavailable == nil && (att != nil || !storedNetwork(r.Network).Enabled) && (!r.Kernel || r.Live) {
-			s := newSession(r.ID, r.KeyID, rt, r.IdleTTL, r.CreatedAt, storedNetwork(r.Network))
-			// The guest's kernel goes on: the caller relies on it.
-			s.kernel, s.kernelUsed = r.Kernel, r.Kernel
-			s.state, s.hasSandbox, s.parent, s.diskBytes, s.hibernatedAt = StateRunning, true, r.ParentID, size, r.HibernatedAt
-			if att != nil {
-				s.netEnv, s.netAttached = att.Env, true
-			}
-			s.lastUsed = time.Now() // the idle clock restarts with the server
-			e.sessions[r.ID] = s
-			e.live++
-			e.disk += size
-			keep[r.ID] = true
-			keepHome[r.ID] = true
-			if r.Live {
-				// Its memory is the session's: nothing is killed (a call
-				// the crash interrupted ends at its own deadline, in the
-				// guest), and a checkpoint and restore gives it an agent
-				// channel again once the executor has started (regainLive).
-				s.live, s.liveStored = true, true
-				tidyCheckpoints(h, store.Checkpoint{}, r.ID)
-				if r.Checkpoint.Path != "" {
-					// Restored, then the server died before the row forgot
-					// the image: the running sandbox is newer.
-					if err := e.store.SetSessionCheckpoint(ctx, r.ID, true, store.Checkpoint{}); err != nil {
-						return err
-					}
-				}
-				e.regain = append(e.regain, s)
-				e.log.InfoContext(ctx, "live session adopted", "session", r.ID)
-				continue
-			}
-			// A call the crash interrupted may still run its program; it
-			// is recorded failed below, so stop it before new calls come.
-			kctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-			if _, err := e.runsc.Run(kctx, "", "exec", "--user", "0:0", "--cap", "CAP_KILL", r.ID, host.GuestBin, "kill"); err != nil {
-				e.log.WarnContext(ctx, "killing leftover user processes", "session", r.ID, "err", err)
-			}
-			cancel()
-			e.log.InfoContext(ctx, "session adopted", "session", r.ID)
-			continue
-		}
-		if sandbox.HomeStates.Has(r.State) {
-			_, serr := os.Stat(h.Image())
-			if serr != nil && !errors.Is(serr, fs.ErrNotExist) {
-				// Shared storage that does not answer is not a lost
-				// session (as in Adopt): its row and image are left as
-				// they are, and its next call adopts it.
-				keepHome[r.ID] = true
-				unserved = append(unserved, r.ID)
-				e.log.ErrorContext(ctx, "home image unreadable on restart: session left to adopt on its next call", "session", r.ID, "image", h.Image(), "err", serr)
-				continue
-			}
-			if serr == nil && lerr == nil {
-				s := newSession(r.ID, r.KeyID, rt, r.IdleTTL, r.CreatedAt, storedNetwork(r.Network))
-				s.state, s.parent, s.diskBytes = StateHibernated, r.ParentID, size
-				// Its kernel, if any, is lost: the next cell says so.
-				s.kernel, s.kernelUsed = r.Kernel, r.Kernel
-				s.hibernatedAt, s.lastUsed = time.Now(), time.Now()
-				e.disk += s.servedHibernatedLive(r, h)
-				if r.State == StateHibernated {
-					// Cleanly hibernated: its idle clock goes on.
-					s.hibernatedAt, s.lastUsed = r.HibernatedAt, r.LastUsedAt
-				}
-				e.sessions[r.ID] = s
-				e.disk += size
-				keepHome[r.ID] = true
-				if r.State != StateHibernated {
-					hibernated = append(hibernated, s)
-				}
-				continue
-			}
-		}
-		if err := e.store.SetSessionState(ctx, r.ID, StateEnded, "lost on restart", true); errors.Is(err, store.ErrNotOwner) {
-			continue // claimed by another node meanwhile: its image is its own
-		} else if err != nil {
-			return err
-		}
-		ended = append(ended, h)
-		e.log.WarnContext(ctx, "session ended on restart", "session", r.ID, "state", r.State)
-	}
-	for _, c := range containers {
-		if !keep[c.ID] {
-			if err := e.destroy(ctx, c.ID); err != nil {
-				e.log.ErrorContext(ctx, "removing orphan sandbox", "sandbox", c.ID, "err", err)
-			}
-		}
-	}
-	// A node-local folder is a home this node made (makeHome makes it
-	// before the image): those of no kept session go, with their image
-	// unless the session lives on elsewhere.
-	ents, err := os.ReadDir(e.sessionsDir())
-	if err != nil {
-		return fmt.Errorf("reading sessions folder: %w", err)
-	}
-	for _, ent := range ents {
-		own[ent.Name()] = true
-		if !keepHome[ent.Name()] {
-			if err := e.dropOrphanHome(ctx, ent.Name()); err != nil {
-				e.log.ErrorContext(ctx, "removing orphan home", "session", ent.Name(), "err", err)
-			}
-		}
-	}
-	// The images of sessions ended above that had no node-local folder
-	// (adopted from another node, never resumed here).
-	for _, h := range ended {
-		if h.Apart() {
-			if err := os.RemoveAll(h.ImgDir); err != nil {
-				e.log.ErrorContext(ctx, "removing home image of an ended session", "dir", h.ImgDir, "err", err)
-			}
-		}
-	}
-	// Install jobs are never adopted (an install is all or nothing): the
-	// bundles a crash left go with their sandboxes.
-	if ents, err := os.ReadDir(e.jobsDir()); err == nil {
-		for _, ent := range ents {
-			own[ent.Name()] = true
-			if err := os.RemoveAll(filepath.Join(e.jobsDir(), ent.Name())); err != nil {
-				e.log.ErrorContext(ctx, "removing orphan install job", "job", ent.Name(), "err", err)
-			}
-		}
-	}
-	if e.net != nil {
-		live := make([]string, 0, len(keep))
-		for id := range keep {
-			live = append(live, id)
-		}
-		if err := e.net.Reconcile(ctx, live); err != nil {
-			return fmt.Errorf("reconciling networks: %w", err)
-		}
-	}
-	if hit := host.KillStraySandboxes(e.runsc.Root, keep); len(hit) > 0 {
-		e.log.WarnContext(ctx, "killed stray sandbox processes", "count", len(hit))
-	}
-	host.RemoveStaleCgroups(e.cgroupNames(own), e.cgroupNames(keep))
-	// The sandboxes (and stray processes) of sessions now hibernated are
-	// gone (above): their homes come off the host, and their rows say
-	// hibernated. (A row hibernated already had its home unmounted before
-	// it said so.)
-	for _, id := range unserved {
-		if err := host.UnmountHome(e.dir(id)); err != nil {
-			e.log.ErrorContext(ctx, "unmounting home of a session not served", "session", id, "err", err)
-		}
-	}
-	for _, s := range hibernated {
-		if err := host.UnmountHome(e.dir(s.id)); err != nil {
-			e.log.ErrorContext(ctx, "unmounting home of a hibernated session", "session", s.id, "err", err)
-		}
-		if err := e.store.SetSessionHibernated(ctx, s.id, s.hibernatedAt, s.lastUsed); errors.Is(err, store.ErrNotOwner) {
-			e.mu.Lock()
-			e.letGo(s) // claimed by another node meanwhile
-			e.mu.Unlock()
-			continue
-		} else if err != nil {
-			return err
-		}
-		e.log.InfoContext(ctx, "session served hibernated", "session", s.id)
-	}
-	if n, err := e.store.FailRunningExecutions(ctx, "interrupted"); err != nil {
-		return err
-	} else if n > 0 {
-		e.log.WarnContext(ctx, "executions interrupted by restart", "count", n)
-	}
-	return nil
-}
-
-// dropOrphanHome removes the home of id, which no session of this node
-// keeps: its mount and node-local folder always, its image unless the
-// session lives on under another node (or unowned, handed over), whose
-// image it is now.
-func (e *Executor) dropOrphanHome(ctx context.Context, id string) error {
-	h := e.home(id)
-	r, err := e.store.GetSession(ctx, id)
-	switch {
-	case errors.Is(err, store.ErrNotFound):
-	case err != nil:
-		return err // unsure whose it is: kept for the next start
-	case r.State != StateEnded && r.Node != e.store.Node():
-		if err := host.UnmountHome(h.Dir); err != nil {
-			return err
-		}
-		e.log.InfoContext(ctx, "home left to the session's node", "session", id, "node", r.Node)
-		return host.DropLocal(h)
-	}
-	return host.DropHome(ctx, h)
-}
-
 // cgroupName is the cgroup (under /sandboxapi) of sandbox id: the id
 // itself on a single node; on a cluster node the id after the node's name,
 // because nodes sharing a host may each hold a sandbox of one session (the
@@ -745,80 +423,6 @@ func (e *Executor) cgroupNames(ids map[string]bool) map[string]bool {
 		out[e.cgroupName(id)] = v
 	}
 	return out
-}
-
-func (e *Executor) reapLoop() {
-	defer e.wg.Done()
-	t := time.NewTicker(e.cfg.ReapInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-e.stop:
-			return
-		case <-t.C:
-			e.reapIdle()
-		}
-	}
-}
-
-// reapIdle ends sessions idle past their TTL, running or hibernated, and
-// hibernates running ones idle past hibernate_after. A busy session is not
-// idle.
-func (e *Executor) reapIdle() {
-	now := time.Now()
-	var idle, sleepy []*session
-	e.mu.Lock()
-	for _, s := range e.sessions {
-		if s.busy != 0 || (s.state != StateRunning && s.state != StateHibernated) {
-			continue
-		}
-		if s.state == StateRunning && e.processesActive(s.id, now) {
-			// A background process runs (until its own timeout at most):
-			// the session is in use, and stays unhibernated.
-			continue
-		}
-		switch {
-		case now.Sub(s.lastUsed) > s.idleTTL:
-			idle = append(idle, s)
-		case s.state == StateRunning && e.cfg.HibernateAfter > 0 && now.Sub(s.lastUsed) > e.cfg.HibernateAfter:
-			sleepy = append(sleepy, s)
-		}
-	}
-	e.mu.Unlock()
-	for _, s := range sleepy {
-		select {
-		case s.lock <- struct{}{}:
-		default:
-			continue // a call has just come
-		}
-		e.mu.Lock()
-		still := s.busy == 0 && time.Since(s.lastUsed) > e.cfg.HibernateAfter
-		e.mu.Unlock()
-		if !still {
-			<-s.lock
-			continue
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		if err := e.hibernate(ctx, s, "idle"); err != nil && !errors.Is(err, ErrBadState) && !errors.Is(err, ErrSessionMoved) && !errors.Is(err, ErrNotFound) {
-			e.log.Error("hibernating idle session", "session", s.id, "err", err)
-		}
-		cancel()
-		<-s.lock
-	}
-	for _, s := range idle {
-		id := s.id
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		// This object, not whatever holds its id by then (adopted again
-		// after a Fence).
-		if err := e.endSessionOf(ctx, s, "idle_ttl"); errors.Is(err, ErrSessionMoved) {
-			e.log.Info("idle session moved to another node", "session", id)
-		} else if err != nil && !errors.Is(err, ErrNotFound) {
-			e.log.Error("reaping idle session", "session", id, "err", err)
-		} else {
-			e.log.Info("session reaped", "session", id, "reason", "idle_ttl")
-		}
-		cancel()
-	}
 }
 
 var idEncoding = base32.NewEncoding("abcdefghijklmnopqrstuvwxyz234567").WithPadding(base32.NoPadding)

@@ -12,10 +12,10 @@ import (
 // a fence process that kills this node's sandboxes and unmounts its homes
 // when the node dies, or stops renewing its hold (HoldUntil).
 
-// startFence launches the fence process for this executor and waits until
-// it is ready.
-func (e *Executor) startFence() error {
-	argv := e.cfg.FenceArgv
+// startFence launches the fence process for this node's executor and
+// waits until it is ready.
+func (n *Node) startFence() error {
+	argv := n.cfg.FenceArgv
 	if len(argv) == 0 {
 		exe, err := os.Executable()
 		if err != nil {
@@ -23,15 +23,15 @@ func (e *Executor) startFence() error {
 		}
 		argv = []string{exe, "fence"}
 	}
-	cfg := fence.Config{Root: e.runsc.Root, Homes: e.sessionsDir(), Lock: filepath.Join(e.cfg.DataDir, "fence.lock")}
-	f, err := fence.Start(argv, cfg, e.log)
+	cfg := fence.Config{Root: n.runsc.Root, Homes: n.s.sessionsDir(), Lock: filepath.Join(n.cfg.DataDir, "fence.lock")}
+	f, err := fence.Start(argv, cfg, n.log)
 	if err != nil {
 		return err
 	}
-	e.mu.Lock()
-	e.fence = f
-	hold := e.hold // the node registered before the executor started
-	e.mu.Unlock()
+	n.mu.Lock()
+	n.fence = f
+	hold := n.hold // the node registered before the executor started
+	n.mu.Unlock()
 	if !hold.IsZero() {
 		f.HoldUntil(hold)
 	}

@@ -168,10 +168,10 @@ func TestGoneErr(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			e := &Executor{store: tc.store, log: quietLog()}
+			n := newNode(&Executor{store: tc.store, log: quietLog()})
 			s := newSession(tc.id, "k1", &Runtime{Name: "bash"}, time.Minute, now, sandbox.NetworkRequest{})
 			s.gone, s.ended = true, tc.ended
-			err := e.goneErr(ctx, s)
+			err := n.goneErr(ctx, s)
 			if !errors.Is(err, tc.want) {
 				t.Fatalf("goneErr: %v, want %v", err, tc.want)
 			}

@@ -39,7 +39,7 @@ func (e *Executor) UpdateSessionNetwork(ctx context.Context, owner, id string, n
 	st, gone, attached, before := s.state, s.gone, s.netAttached, s.network
 	e.mu.Unlock()
 	if gone {
-		return Session{}, before, e.goneErr(ctx, s)
+		return Session{}, before, e.node.goneErr(ctx, s)
 	}
 	live := false
 	switch st {
@@ -56,7 +56,7 @@ func (e *Executor) UpdateSessionNetwork(ctx context.Context, owner, id string, n
 	// must end up agreeing.
 	ctx = context.WithoutCancel(ctx)
 	if err := e.store.SetSessionNetwork(ctx, id, string(n.JSON())); err != nil {
-		return Session{}, before, e.notOwner(ctx, s, err)
+		return Session{}, before, e.node.notOwner(ctx, s, err)
 	}
 	if live {
 		if err := e.net.Update(ctx, id, n); err != nil {

@@ -36,7 +36,7 @@ func TestClusterPausedNodeHelperProcess(t *testing.T) {
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	e, st := helperNode(t, "SANDBOXAPI_PAUSED_HELPER_CONFIG", "node a of TestClusterPausedNode", log)
 	node, err := clusternode.New(clusternode.Settings{Node: "a", AdvertiseURL: "http://127.0.0.1:9", Secret: strings.Repeat("s", 32), Lease: duration.Duration(pausedLease)},
-		clusternode.Deps{Store: st.ForNode("a"), Executor: e, Log: log})
+		clusternode.Deps{Store: st.ForNode("a"), Executor: e.Node(), Log: log})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,7 +62,7 @@ func TestClusterPausedNodeHelperProcess(t *testing.T) {
 	for node.Epoch() == epoch || node.Epoch() == 0 {
 		time.Sleep(20 * time.Millisecond)
 	}
-	if _, err := e.Adopt(ctx, s.ID); err != nil {
+	if _, err := e.Node().Adopt(ctx, s.ID); err != nil {
 		os.Stdout.WriteString("recover-failed adopt: " + err.Error() + "\n")
 	} else if res, err := e.Execute(ctx, "k1", s.ID, ExecRequest{Code: "cat /home/sandbox/f"}); err != nil {
 		os.Stdout.WriteString("recover-failed execute: " + err.Error() + "\n")
@@ -242,7 +242,7 @@ func TestClusterFenceWaitsForMount(t *testing.T) {
 	timer := time.AfterFunc(300*time.Millisecond, func() { close(release) })
 	fctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	ferr := a.Fence(fctx)
+	ferr := a.Node().Fence(fctx)
 	select {
 	case <-release:
 	default:
@@ -275,7 +275,7 @@ func TestClusterFenceWaitsForMount(t *testing.T) {
 	}
 	// a's own session again (its lease is back): files intact.
 	a.createFault = nil
-	if _, err := a.Adopt(ctx, s.ID); err != nil {
+	if _, err := a.Node().Adopt(ctx, s.ID); err != nil {
 		t.Fatal(err)
 	}
 	if res := clusterRun(t, a, s.ID, "cat /home/sandbox/f"); res.Stdout != "kept\n" {
@@ -315,7 +315,7 @@ func TestClusterLostAfterReadopt(t *testing.T) {
 		done <- err
 	}()
 	time.Sleep(time.Second)
-	if err := a.Fence(ctx); err != nil {
+	if err := a.Node().Fence(ctx); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -328,7 +328,7 @@ func TestClusterLostAfterReadopt(t *testing.T) {
 	go func() {
 		actx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		defer cancel()
-		_, err := a.Adopt(actx, s.ID)
+		_, err := a.Node().Adopt(actx, s.ID)
 		adopted <- err
 	}()
 	time.Sleep(300 * time.Millisecond)
@@ -349,7 +349,7 @@ func TestClusterLostAfterReadopt(t *testing.T) {
 	if err != nil || r.Node != "a" || r.State == StateFailed || r.State == StateEnded {
 		t.Fatalf("row after the old call: %+v %v", r, err)
 	}
-	if !a.Has(s.ID) {
+	if !a.Node().Has(s.ID) {
 		t.Fatal("the adopted session is gone")
 	}
 	if _, err := os.Stat(filepath.Join(c.homes, s.ID, "home.img")); err != nil {
@@ -395,7 +395,7 @@ func TestClusterFenceCutsImageWait(t *testing.T) {
 	go func() {
 		fctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		defer cancel()
-		fenced <- a.Fence(fctx)
+		fenced <- a.Node().Fence(fctx)
 	}()
 	select {
 	case err := <-done:
@@ -431,23 +431,23 @@ func TestClusterHoldBeforeStart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.HoldUntil(time.Now().Add(time.Minute))
+	e.Node().HoldUntil(time.Now().Add(time.Minute))
 	if err := e.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = e.Stop(context.Background()) })
-	armed := e.fenceSwitch().Hold()
-	if armed.IsZero() || e.holdPassed() {
-		t.Fatalf("fence after Start: hold %v, passed %v", armed, e.holdPassed())
+	armed := e.node.fenceSwitch().Hold()
+	if armed.IsZero() || e.node.holdPassed() {
+		t.Fatalf("fence after Start: hold %v, passed %v", armed, e.node.holdPassed())
 	}
-	e.HoldUntil(time.Now().Add(-time.Second))
-	if !e.holdPassed() {
+	e.Node().HoldUntil(time.Now().Add(-time.Second))
+	if !e.node.holdPassed() {
 		t.Fatal("a hold in the past has not passed")
 	}
-	if err := e.Fence(context.Background()); err != nil {
+	if err := e.Node().Fence(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if e.holdPassed() {
+	if e.node.holdPassed() {
 		t.Fatal("a Fence that worked left the fence armed")
 	}
 }

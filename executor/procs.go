@@ -259,7 +259,7 @@ func (e *Executor) channelError(ctx context.Context, s *session, err error) erro
 	e.mu.Unlock()
 	switch {
 	case gone:
-		return e.goneErr(ctx, s)
+		return e.node.goneErr(ctx, s)
 	case st != StateRunning:
 		return fmt.Errorf("%w: %s", ErrBadState, st)
 	}

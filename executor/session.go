@@ -174,7 +174,7 @@ func (e *Executor) CreateSession(ctx context.Context, spec SessionSpec) (_ Sessi
 	}()
 	defer cu.Clean()
 
-	gen := e.fenceGen()
+	gen := e.node.fenceGen()
 	if err := e.reserve(); err != nil {
 		return Session{}, err
 	}
@@ -273,7 +273,7 @@ func (e *Executor) CreateSession(ctx context.Context, spec SessionSpec) (_ Sessi
 	e.move(s, StateRunning)
 	s.hasSandbox = true
 	e.mu.Lock()
-	if e.fences != gen {
+	if e.node.fencedSince(gen) {
 		// Fenced meanwhile: a new session is not kept past a lost lease.
 		e.mu.Unlock()
 		return Session{}, fmt.Errorf("session %s: %w", id, ErrSessionMoved)
@@ -470,7 +470,7 @@ func (e *Executor) endSessionOf(ctx context.Context, s *session, reason string) 
 	e.mu.Lock()
 	if s.gone {
 		e.mu.Unlock()
-		return e.goneErr(ctx, s)
+		return e.node.goneErr(ctx, s)
 	}
 	if !canMove(s.state, StateEnding) {
 		e.mu.Unlock()
@@ -481,7 +481,7 @@ func (e *Executor) endSessionOf(ctx context.Context, s *session, reason string) 
 	e.mu.Unlock()
 	if err := e.store.SetSessionState(ctx, id, StateEnding, reason, false); errors.Is(err, store.ErrNotOwner) {
 		// Its image is the new owner's: only what is on this host goes.
-		return e.notOwner(ctx, s, err)
+		return e.node.notOwner(ctx, s, err)
 	}
 
 	var errs []error

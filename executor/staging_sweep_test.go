@@ -194,7 +194,7 @@ func TestStaleStagingSweptOnAdoption(t *testing.T) {
 	if _, err := a.HibernateSession(ctx, "k1", s.ID); !errors.Is(err, ErrSessionMoved) {
 		t.Fatalf("hibernate on a after b's claim: %v, want ErrSessionMoved", err)
 	}
-	if _, err := b.Adopt(ctx, s.ID); err != nil {
+	if _, err := b.Node().Adopt(ctx, s.ID); err != nil {
 		t.Fatal(err)
 	}
 	wantSwept(t, b, s.ID, "adoption by another node", base)

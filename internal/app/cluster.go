@@ -21,7 +21,7 @@ func (p *parts) clusterUnit() lifecycle.Unit {
 		Name:  "cluster",
 		Needs: []string{"store", "executor", "metrics", "auth"},
 		Provision: func(context.Context) error {
-			node, err := cluster.New(p.env.Config.Cluster, cluster.Deps{Store: p.st, Executor: p.ex, Log: p.env.Log, Observer: p.m,
+			node, err := cluster.New(p.env.Config.Cluster, cluster.Deps{Store: p.st, Executor: p.ex.Node(), Log: p.env.Log, Observer: p.m,
 				// Another key's session, or a call the API will refuse,
 				// is the API's to answer here: nothing moves, no node is
 				// named.
@@ -38,8 +38,9 @@ func (p *parts) clusterUnit() lifecycle.Unit {
 	}
 }
 
-// The executor is what a node takes sessions in and out of.
-var _ cluster.Executor = (*executor.Executor)(nil)
+// The executor's cluster role is what a node takes sessions in and out
+// of.
+var _ cluster.Executor = (*executor.Node)(nil)
 
 // clusterSandboxes is the executor as the API sees it on a cluster node:
 // a key's session list holds its sessions on every node.
