@@ -441,10 +441,10 @@ func TestClusterReconcileKeepsOthersImages(t *testing.T) {
 	}
 	clusterRun(t, b, s.ID, "echo b > /home/sandbox/f")
 	deadline := time.Now().Add(30 * time.Second)
-	for b.WarmReady() == 0 && time.Now().Before(deadline) {
+	for b.Pool().Ready() == 0 && time.Now().Before(deadline) {
 		time.Sleep(50 * time.Millisecond)
 	}
-	if b.WarmReady() == 0 {
+	if b.Pool().Ready() == 0 {
 		t.Fatal("b's warm pool did not fill")
 	}
 	// b's session and its warm homes (the pool's, and the one its filler

@@ -122,14 +122,13 @@ type Executor struct {
 	// check that the channel carried theirs).
 	execFileOps atomic.Int64
 
-	warm    chan warmSandbox // started sandboxes that have run nothing
-	warmGen int              // under mu: warm sandboxes of an older gen are stale (dropWarm)
-	stop    chan struct{}
-	wg      sync.WaitGroup // reaper and pool filler
-	bg      sync.WaitGroup // teardowns of stateless sandboxes
+	stop chan struct{}
+	wg   sync.WaitGroup // reaper and pool filler
+	bg   sync.WaitGroup // teardowns of stateless sandboxes
 
 	files *Files     // the files role
 	procs *Processes // the background processes role
+	pool  *Pool      // the warm pool
 }
 
 // Option gives New a part the executor works with besides its config.
@@ -189,11 +188,11 @@ func New(cfg Config, rt *Runtimes, st *store.Store, log *slog.Logger, opts ...Op
 		moved:    map[string]*session{},
 		tidying:  map[string]chan struct{}{},
 		mounting: map[string]*mountOp{},
-		warm:     make(chan warmSandbox, max(cfg.WarmPool, 0)),
 		stop:     make(chan struct{}),
 	}
 	e.files = &Files{s: e, cfg: cfg, log: log, runsc: e.runsc, execOps: &e.execFileOps}
 	e.procs = &Processes{s: e, cfg: cfg, log: log}
+	e.pool = newPool(e, cfg, rt, log)
 	for _, o := range opts {
 		o(e)
 	}
@@ -273,7 +272,10 @@ func (e *Executor) Start(ctx context.Context) error {
 	go e.reapLoop()
 	if e.cfg.WarmPool > 0 {
 		e.wg.Add(1)
-		go e.fillWarm()
+		go func() {
+			defer e.wg.Done()
+			e.pool.fill(e.stop)
+		}()
 	}
 	return nil
 }
@@ -298,17 +300,7 @@ func (e *Executor) Stop(ctx context.Context) error {
 	e.mu.Unlock()
 	e.wg.Wait()
 	errs := e.hibernateAll(ctx, ids)
-	for {
-		select {
-		case ws := <-e.warm:
-			if err := e.destroySandbox(ctx, ws.id); err != nil {
-				errs = append(errs, err)
-			}
-			continue
-		default:
-		}
-		break
-	}
+	errs = append(errs, e.pool.drain(ctx)...)
 	e.bg.Wait()
 	if e.store.Node() != "" {
 		if err := e.releaseSessions(ctx); err != nil {

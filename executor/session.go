@@ -195,13 +195,13 @@ func (e *Executor) CreateSession(ctx context.Context, spec SessionSpec) (_ Sessi
 	var id string
 	warm := false
 	if !withNet && size == e.cfg.HomeBytes {
-		if ws, ok := e.takeWarm(); ok {
+		if ws, ok := e.pool.take(); ok {
 			id, warm = ws.id, true
 		}
 	}
 	if warm {
 		// The warm home's disk reservation becomes the session's.
-		cu.Add("warm sandbox", func(ctx context.Context) error { return e.destroySandbox(ctx, id) })
+		cu.Add("warm sandbox", func(ctx context.Context) error { return e.pool.destroy(ctx, id) })
 	} else {
 		if err := e.reserveDisk(size); err != nil {
 			return Session{}, err

@@ -17,7 +17,7 @@ import (
 // installs).
 func registerMetrics(m *metrics.Metrics, srv *api.Server, ex *executor.Executor, mir *mirror.Mirror) {
 	m.RegisterSessionsByPlan(srv.SessionsByPlan)
-	m.RegisterSandboxStats(func() (int, int) { return ex.LiveSandboxes(), ex.WarmReady() })
+	m.RegisterSandboxStats(func() (int, int) { return ex.LiveSandboxes(), ex.Pool().Ready() })
 	m.RegisterReadiness(srv.ReadinessByCheck)
 	m.RegisterHomeStats(func() (int, int, int64, int64) {
 		running, hibernated := ex.SessionCounts()
