@@ -177,12 +177,12 @@ func (e *Executor) saveMemory(ctx context.Context, s *session, leaveRunning bool
 		return ck, err
 	}
 	size := diskUsage(partial)
-	if err := e.reserveDisk(size); err != nil {
+	if err := e.disk.reserve(size); err != nil {
 		return ck, fmt.Errorf("%s: %w", lostNoDisk, err)
 	}
 	defer func() {
 		if err != nil {
-			e.releaseDisk(size)
+			e.disk.release(size)
 		}
 	}()
 	// A stale checkpoint (its row forgot it) makes room: the rename needs
@@ -369,7 +369,7 @@ func (e *Executor) forkMemory(ctx context.Context, src *session, childID string)
 	}()
 	if err == nil {
 		size := diskUsage(partial)
-		if err = e.reserveDisk(size); err == nil {
+		if err = e.disk.reserve(size); err == nil {
 			if err = os.Rename(partial, final); err == nil {
 				var digest string
 				if digest, err = stateDigest(final); err == nil && !had && digest != sck.Digest {
@@ -380,10 +380,10 @@ func (e *Executor) forkMemory(ctx context.Context, src *session, childID string)
 					err = e.store.SetSessionCheckpoint(ctx, childID, true, ck)
 				}
 				if err == nil {
-					return ck, "", func() { e.releaseDisk(size) }
+					return ck, "", func() { e.disk.release(size) }
 				}
 			}
-			e.releaseDisk(size)
+			e.disk.release(size)
 		}
 	}
 	_ = os.RemoveAll(partial)
@@ -417,7 +417,7 @@ func (e *Executor) dropCheckpoint(ctx context.Context, s *session, live bool) er
 		if rerr := os.RemoveAll(checkpointDir(e.home(s.id))); rerr != nil {
 			err = errors.Join(err, rerr)
 		}
-		e.releaseDisk(ck.Bytes)
+		e.disk.release(ck.Bytes)
 	}
 	return err
 }

@@ -164,7 +164,7 @@ func TestLiveHibernateResumeKeepsMemory(t *testing.T) {
 	s := mustSession(t, e, "python3")
 	defer e.DeleteSession(ctx, "k1", s.ID)
 	tmpTok, procTok := makeLive(t, e, s.ID, true)
-	committed, _ := e.DiskStats()
+	committed, _ := e.Disk().Stats()
 	h, err := e.HibernateSession(ctx, "k1", s.ID)
 	if err != nil || h.State != StateHibernated || !h.Live || h.CheckpointBytes <= 0 {
 		t.Fatalf("hibernate: %+v %v", h, err)
@@ -172,7 +172,7 @@ func TestLiveHibernateResumeKeepsMemory(t *testing.T) {
 	if got := held(t, e, s.ID); len(got) != 0 {
 		t.Fatalf("a hibernated live session holds %v", got)
 	}
-	if after, _ := e.DiskStats(); after != committed+h.CheckpointBytes {
+	if after, _ := e.Disk().Stats(); after != committed+h.CheckpointBytes {
 		t.Fatalf("disk committed %d after hibernation, want %d + image %d", after, committed, h.CheckpointBytes)
 	}
 	row, err := e.store.GetSession(ctx, s.ID)
@@ -195,7 +195,7 @@ func TestLiveHibernateResumeKeepsMemory(t *testing.T) {
 	if left := checkpointLeft(e, s.ID); len(left) != 0 {
 		t.Fatalf("the image stayed after a restore: %v", left)
 	}
-	if after, _ := e.DiskStats(); after != committed {
+	if after, _ := e.Disk().Stats(); after != committed {
 		t.Fatalf("disk committed %d after the restore, want %d", after, committed)
 	}
 	v, _ := e.GetSession(ctx, "k1", s.ID)
@@ -295,7 +295,7 @@ func TestLiveRestoreFallsBack(t *testing.T) {
 			defer e.DeleteSession(ctx, "k1", s.ID)
 			run(t, e, s.ID, "open('/home/sandbox/f','w').write('files')", 0)
 			makeLive(t, e, s.ID, false)
-			committed, _ := e.DiskStats()
+			committed, _ := e.Disk().Stats()
 			h, err := e.HibernateSession(ctx, "k1", s.ID)
 			if err != nil || h.CheckpointBytes <= 0 {
 				t.Fatalf("hibernate: %+v %v", h, err)
@@ -327,7 +327,7 @@ func TestLiveRestoreFallsBack(t *testing.T) {
 			if left := checkpointLeft(e, s.ID); len(left) != 0 {
 				t.Fatalf("image left: %v", left)
 			}
-			if after, _ := e.DiskStats(); after != committed {
+			if after, _ := e.Disk().Stats(); after != committed {
 				t.Fatalf("disk committed %d, want %d", after, committed)
 			}
 		})

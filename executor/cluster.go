@@ -175,7 +175,7 @@ func (e *Executor) Adopt(ctx context.Context, id string) (Session, error) {
 	}
 	e.sessions[id] = s
 	delete(e.moved, id)
-	e.disk += size
+	e.disk.add(size)
 	e.log.InfoContext(ctx, "session adopted from its row", "session", id, "state", r.State)
 	return s.snapshot(), nil
 }
@@ -359,7 +359,7 @@ func (e *Executor) letGo(s *session) {
 		s.hasSandbox = false
 		e.live--
 	}
-	e.disk -= s.diskBytes + s.ckpt.Bytes
+	e.disk.release(s.diskBytes + s.ckpt.Bytes)
 }
 
 // mountOp is a mount of a session's home in progress (a resume).

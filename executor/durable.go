@@ -8,8 +8,6 @@ import (
 	"runtime/debug"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/sandboxapi/sandboxapi/executor/host"
 	"github.com/sandboxapi/sandboxapi/store"
 )
@@ -427,10 +425,10 @@ func (e *Executor) ForkSession(ctx context.Context, id string, spec ForkSpec) (_
 	}
 	gen := e.fenceGen()
 	size := src.diskBytes
-	if err := e.reserveDisk(size); err != nil {
+	if err := e.disk.reserve(size); err != nil {
 		return Session{}, err
 	}
-	cu.Add("disk reservation", func(context.Context) error { e.releaseDisk(size); return nil })
+	cu.Add("disk reservation", func(context.Context) error { e.disk.release(size); return nil })
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.cfg.CreateTimeout)
 	defer cancel()
 	start := time.Now()
@@ -514,44 +512,6 @@ func (e *Executor) isStarted() bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	return e.started
-}
-
-// reserveDisk counts n bytes of home against executor.max_disk (0: no
-// cap); past it, ErrNoStorage and nothing is counted.
-func (e *Executor) reserveDisk(n int64) error {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.cfg.MaxDisk > 0 && e.disk+n > e.cfg.MaxDisk {
-		return ErrNoStorage
-	}
-	e.disk += n
-	return nil
-}
-
-func (e *Executor) releaseDisk(n int64) {
-	e.mu.Lock()
-	e.disk -= n
-	e.mu.Unlock()
-}
-
-// DiskStats reports the homes' disk: committed is the sum of their sizes
-// (what max_disk caps), used the blocks their images take on the host.
-func (e *Executor) DiskStats() (committed, used int64) {
-	e.mu.Lock()
-	committed = e.disk
-	ids := make([]string, 0, len(e.sessions))
-	for id := range e.sessions {
-		ids = append(ids, id)
-	}
-	e.mu.Unlock()
-	for _, id := range ids {
-		var st unix.Stat_t
-		if unix.Stat(e.home(id).Image(), &st) == nil {
-			used += st.Blocks * 512
-		}
-		used += diskUsage(checkpointDir(e.home(id))) // a live session's saved memory
-	}
-	return committed, used
 }
 
 // SessionCounts reports how many sessions run and how many hibernate.

@@ -403,7 +403,7 @@ func TestDiskBudget(t *testing.T) {
 	if n := e.CountSessions("k1"); n != 2 {
 		t.Fatalf("%d sessions listed, want 2", n)
 	}
-	committed, used := e.DiskStats()
+	committed, used := e.Disk().Stats()
 	if committed != 2*cfg.HomeBytes || used <= 0 || used >= committed {
 		t.Fatalf("disk stats: committed %d used %d", committed, used)
 	}
@@ -552,7 +552,7 @@ func TestForkFaults(t *testing.T) {
 					t.Fatalf("%s: fork succeeded", step)
 				}
 				e.createFault = nil
-				committed, _ := e.DiskStats()
+				committed, _ := e.Disk().Stats()
 				if committed != e.cfg.HomeBytes {
 					t.Fatalf("%s: disk reservation left: %d", step, committed)
 				}

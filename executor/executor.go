@@ -92,8 +92,7 @@ type Executor struct {
 	tidying map[string]chan struct{}
 	// mounting: sessions whose home a resume is mounting (beginMount).
 	mounting map[string]*mountOp
-	live     int   // sandboxes counted against MaxSandboxes
-	disk     int64 // bytes of homes counted against MaxDisk
+	live     int // sandboxes counted against MaxSandboxes
 	started  bool
 	fences   int // how many times every session was let go of (Fence)
 
@@ -128,7 +127,9 @@ type Executor struct {
 
 	files *Files     // the files role
 	procs *Processes // the background processes role
-	pool  *Pool      // the warm pool
+
+	pool *Pool       // the warm pool
+	disk *DiskBudget // bytes of homes and checkpoints counted against MaxDisk
 }
 
 // Option gives New a part the executor works with besides its config.
@@ -192,7 +193,20 @@ func New(cfg Config, rt *Runtimes, st *store.Store, log *slog.Logger, opts ...Op
 	}
 	e.files = &Files{s: e, cfg: cfg, log: log, runsc: e.runsc, execOps: &e.execFileOps}
 	e.procs = &Processes{s: e, cfg: cfg, log: log}
-	e.pool = newPool(e, cfg, rt, log)
+	e.disk = &DiskBudget{max: cfg.MaxDisk, homes: func() []host.Home {
+		e.mu.Lock()
+		ids := make([]string, 0, len(e.sessions))
+		for id := range e.sessions {
+			ids = append(ids, id)
+		}
+		e.mu.Unlock()
+		hs := make([]host.Home, len(ids))
+		for i, id := range ids {
+			hs[i] = e.home(id)
+		}
+		return hs
+	}}
+	e.pool = newPool(e, cfg, rt, log, e.disk)
 	for _, o := range opts {
 		o(e)
 	}
@@ -542,7 +556,7 @@ func (e *Executor) reconcile(ctx context.Context) error {
 			s.lastUsed = time.Now() // the idle clock restarts with the server
 			e.sessions[r.ID] = s
 			e.live++
-			e.disk += size
+			e.disk.add(size)
 			keep[r.ID] = true
 			keepHome[r.ID] = true
 			if r.Live {
@@ -590,13 +604,13 @@ func (e *Executor) reconcile(ctx context.Context) error {
 				// Its kernel, if any, is lost: the next cell says so.
 				s.kernel, s.kernelUsed = r.Kernel, r.Kernel
 				s.hibernatedAt, s.lastUsed = time.Now(), time.Now()
-				e.disk += s.servedHibernatedLive(r, h)
+				e.disk.add(s.servedHibernatedLive(r, h))
 				if r.State == StateHibernated {
 					// Cleanly hibernated: its idle clock goes on.
 					s.hibernatedAt, s.lastUsed = r.HibernatedAt, r.LastUsedAt
 				}
 				e.sessions[r.ID] = s
-				e.disk += size
+				e.disk.add(size)
 				keepHome[r.ID] = true
 				if r.State != StateHibernated {
 					hibernated = append(hibernated, s)

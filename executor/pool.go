@@ -26,10 +26,11 @@ type warmSandbox struct {
 // through poolSessions. Get it from Executor.Pool; it is safe for
 // concurrent use.
 type Pool struct {
-	s   poolSessions
-	cfg Config
-	rt  *Runtimes
-	log *slog.Logger
+	s    poolSessions
+	cfg  Config
+	rt   *Runtimes
+	log  *slog.Logger
+	disk *DiskBudget // the homes' budget: a warm home counts
 
 	warm chan warmSandbox // started sandboxes that have run nothing
 	mu   sync.Mutex
@@ -38,19 +39,17 @@ type Pool struct {
 }
 
 // poolSessions is what Pool needs of the session service: where a home
-// lives, the disk budget, and a sandbox's start, run and end.
+// lives, and a sandbox's start, run and end.
 type poolSessions interface {
 	home(id string) host.Home
-	reserveDisk(n int64) error
-	releaseDisk(n int64)
 	// startSandbox writes the bundle and starts the sandbox.
 	startSandbox(ctx context.Context, id, dir, netns string) error
 	guestRun(ctx context.Context, id string, greq *guest.Request, stdin []byte, onOutput func(string, []byte)) (Result, error)
 	destroy(ctx context.Context, id string) error
 }
 
-func newPool(s poolSessions, cfg Config, rt *Runtimes, log *slog.Logger) *Pool {
-	return &Pool{s: s, cfg: cfg, rt: rt, log: log, warm: make(chan warmSandbox, max(cfg.WarmPool, 0))}
+func newPool(s poolSessions, cfg Config, rt *Runtimes, log *slog.Logger, disk *DiskBudget) *Pool {
+	return &Pool{s: s, cfg: cfg, rt: rt, log: log, disk: disk, warm: make(chan warmSandbox, max(cfg.WarmPool, 0))}
 }
 
 // Pool returns the executor's warm pool.
@@ -125,12 +124,12 @@ func (p *Pool) prepare() (warmSandbox, error) {
 	p.mu.Unlock()
 	// A warm home counts against max_disk like any other; it becomes the
 	// reservation of the session that takes it.
-	if err := p.s.reserveDisk(p.cfg.HomeBytes); err != nil {
+	if err := p.disk.reserve(p.cfg.HomeBytes); err != nil {
 		return warmSandbox{}, err
 	}
 	if err := host.MakeHome(ctx, h, p.cfg.HomeBytes); err != nil {
 		_ = host.DropHome(context.Background(), h)
-		p.s.releaseDisk(p.cfg.HomeBytes)
+		p.disk.release(p.cfg.HomeBytes)
 		return warmSandbox{}, fmt.Errorf("preparing home: %w", err)
 	}
 	if err := p.s.startSandbox(ctx, id, h.Dir, ""); err != nil {
@@ -164,7 +163,7 @@ func (p *Pool) warmUp(id string) {
 // destroy removes a warm sandbox that belongs to no session, and its
 // home, and gives back its disk reservation.
 func (p *Pool) destroy(ctx context.Context, id string) error {
-	defer p.s.releaseDisk(p.cfg.HomeBytes)
+	defer p.disk.release(p.cfg.HomeBytes)
 	var errs []error
 	if err := p.s.destroy(ctx, id); err != nil {
 		errs = append(errs, err)

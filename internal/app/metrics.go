@@ -21,7 +21,7 @@ func registerMetrics(m *metrics.Metrics, srv *api.Server, ex *executor.Executor,
 	m.RegisterReadiness(srv.ReadinessByCheck)
 	m.RegisterHomeStats(func() (int, int, int64, int64) {
 		running, hibernated := ex.SessionCounts()
-		committed, used := ex.DiskStats()
+		committed, used := ex.Disk().Stats()
 		return running, hibernated, committed, used
 	})
 	m.RegisterMirrorArtifacts(func() ([]metrics.ArtifactCount, error) { return mirrorCounts(context.Background(), mir) })
