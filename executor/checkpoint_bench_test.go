@@ -32,7 +32,7 @@ func BenchmarkCheckpointRestore(b *testing.B) {
 	defer e.DeleteSession(ctx, "k1", s.ID)
 	holdMemory(b, e, s.ID, 100<<20)
 	var ckpt, restore, hib, resume []time.Duration
-	e.memTimed = func(op string, d time.Duration) {
+	e.ckpts.memTimed = func(op string, d time.Duration) {
 		if op == "checkpoint" {
 			ckpt = append(ckpt, d)
 		} else {

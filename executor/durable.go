@@ -118,7 +118,7 @@ func (e *Executor) hibernate(ctx context.Context, s *session, reason string) err
 	memLost := ""
 	if had && live {
 		var err error
-		if ck, err = e.saveMemory(ctx, s, false); err != nil {
+		if ck, err = e.ckpts.saveMemory(ctx, s, false); err != nil {
 			memLost = lostSaveFailed
 			if errors.Is(err, ErrNoStorage) {
 				memLost = lostNoDisk
@@ -311,7 +311,7 @@ func (e *Executor) resume(ctx context.Context, s *session) (took time.Duration, 
 	cu.Add("sandbox", func(ctx context.Context) error { return e.destroy(ctx, id) })
 	// Memory first (checkpoint.go): a restore that cannot be done leaves
 	// no sandbox, and the session starts on its files.
-	mem := e.restoreMemory(ctx, s, bundle, netns != "")
+	mem := e.ckpts.restoreMemory(ctx, s, bundle, netns != "")
 	if mem == nil || !mem.Restored {
 		if err := e.runSandbox(ctx, id, bundle, netns != ""); err != nil {
 			return 0, err
@@ -338,7 +338,7 @@ func (e *Executor) resume(ctx context.Context, s *session) (took time.Duration, 
 	if mem != nil {
 		// The image has served (or cannot): it goes, and the row says
 		// whether the session still holds memory.
-		if err := e.dropCheckpoint(ctx, s, mem.Restored); err != nil {
+		if err := e.ckpts.dropCheckpoint(ctx, s, mem.Restored); err != nil {
 			e.log.WarnContext(ctx, "removing the checkpoint of a resumed session", "session", id, "err", err)
 		}
 	}
@@ -455,7 +455,7 @@ func (e *Executor) ForkSession(ctx context.Context, id string, spec ForkSpec) (_
 	}
 	// Memory before files: the checkpoint pauses the source for its
 	// length, and no execute runs in it until the copy is done.
-	ck, memLost, releaseCk := e.forkMemory(ctx, src, childID)
+	ck, memLost, releaseCk := e.ckpts.forkMemory(ctx, src, childID)
 	cu.Add("checkpoint disk", func(context.Context) error { releaseCk(); return nil })
 	srcMnt := host.HomeMount(e.dir(id))
 	frozen := false

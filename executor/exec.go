@@ -183,7 +183,7 @@ func (e *Executor) acquireResumed(ctx context.Context, owner, id string) (*sessi
 }
 
 func (e *Executor) releaseSession(s *session) {
-	e.persistLive(s)
+	e.ckpts.persistLive(s)
 	e.mu.Lock()
 	s.busy--
 	s.lastUsed = time.Now()

@@ -100,22 +100,12 @@ type Executor struct {
 	fence   *fence.Switch // the dead man's switch (cluster mode), nil else
 	hold    time.Time     // under mu: the last HoldUntil
 
-	// regain: live sessions adopted with their sandbox at start, which
-	// regainLive gives an agent channel again.
-	regain []*session
-
-	runscIDOnce sync.Once
-	runscID     string // runscBuild
-
 	agentsMu sync.Mutex
 	agents   map[string]*agentConn // sandbox id -> its guest agent channel
 
 	// createFault, when set (tests only), runs after each step of
 	// CreateSession; an error or panic from it fails creation there.
 	createFault func(step createStep, id string) error
-	// memTimed, when set (tests and benchmarks only), gets the time of
-	// each runsc checkpoint ("checkpoint") and restore ("restore").
-	memTimed func(op string, d time.Duration)
 
 	// execFileOps counts file calls that took the `runsc exec` path (tests
 	// check that the channel carried theirs).
@@ -128,8 +118,9 @@ type Executor struct {
 	files *Files     // the files role
 	procs *Processes // the background processes role
 
-	pool *Pool       // the warm pool
-	disk *DiskBudget // bytes of homes and checkpoints counted against MaxDisk
+	pool  *Pool        // the warm pool
+	disk  *DiskBudget  // bytes of homes and checkpoints counted against MaxDisk
+	ckpts *checkpoints // live sessions' memory
 }
 
 // Option gives New a part the executor works with besides its config.
@@ -207,6 +198,7 @@ func New(cfg Config, rt *Runtimes, st *store.Store, log *slog.Logger, opts ...Op
 		return hs
 	}}
 	e.pool = newPool(e, cfg, rt, log, e.disk)
+	e.ckpts = &checkpoints{s: e, mu: &e.mu, runsc: e.runsc, store: st, log: log, disk: e.disk}
 	for _, o := range opts {
 		o(e)
 	}
@@ -275,12 +267,13 @@ func (e *Executor) Start(ctx context.Context) error {
 	}
 	e.mu.Lock()
 	e.started = true
-	regain := e.regain
-	e.regain = nil
 	e.mu.Unlock()
-	if len(regain) > 0 {
+	if regain := e.ckpts.takeRegain(); len(regain) > 0 {
 		e.wg.Add(1)
-		go e.regainLive(regain)
+		go func() {
+			defer e.wg.Done()
+			e.ckpts.regainLive(regain, e.stop)
+		}()
 	}
 	e.wg.Add(1)
 	go e.reapLoop()
@@ -573,7 +566,7 @@ func (e *Executor) reconcile(ctx context.Context) error {
 						return err
 					}
 				}
-				e.regain = append(e.regain, s)
+				e.ckpts.regainLater(s)
 				e.log.InfoContext(ctx, "live session adopted", "session", r.ID)
 				continue
 			}

@@ -1,0 +1,75 @@
+package executor
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/sandboxapi/sandboxapi/executor/host"
+	"github.com/sandboxapi/sandboxapi/store"
+)
+
+// checkpoints is the live-state role of the session service
+// (checkpoint.go): a live session's memory saved by runsc checkpoint into
+// an image beside its home, brought back by runsc restore, copied into a
+// fork, and the agent channel given back to live sessions adopted at a
+// restart. It owns what only it uses (which runsc build wrote an image,
+// the sessions to regain) and reaches the session service through
+// ckptSessions. The session fields it reads and writes (live, ckpt,
+// memLost, liveStored, hasSandbox, gone) are under mu, the session table's
+// lock. It is made by New and safe for concurrent use.
+type checkpoints struct {
+	s     ckptSessions
+	mu    *sync.Mutex // the session table's lock (Executor.mu)
+	runsc *host.Runsc
+	store *store.Store
+	log   *slog.Logger
+	disk  *DiskBudget // an image counts against max_disk
+
+	// memTimed, when set (tests and benchmarks only), gets the time of
+	// each runsc checkpoint ("checkpoint") and restore ("restore").
+	memTimed func(op string, d time.Duration)
+
+	runscIDOnce sync.Once
+	runscID     string // runscBuild
+
+	regainMu sync.Mutex
+	// regain: live sessions adopted with their sandbox at start, which
+	// regainLive gives an agent channel again.
+	regain []*session
+}
+
+// ckptSessions is what checkpoints needs of the session service.
+type ckptSessions interface {
+	home(id string) host.Home
+	homesDir() string
+	fault(step createStep, id string) error
+	// destroy removes sandbox id (a restore that failed, or the stopped
+	// container a checkpoint left in runsc's state).
+	destroy(ctx context.Context, id string) error
+	// setAgent gives sandbox id the agent channel of its restore.
+	setAgent(id string, a *agentConn)
+	cgroupNames(ids map[string]bool) map[string]bool
+	// hibernate and resume: a live session adopted at start is regained
+	// by a checkpoint and a restore at once.
+	hibernate(ctx context.Context, s *session, reason string) error
+	resume(ctx context.Context, s *session) (time.Duration, error)
+}
+
+// regainLater marks s, a live session adopted with its sandbox at start,
+// for regainLive.
+func (c *checkpoints) regainLater(s *session) {
+	c.regainMu.Lock()
+	c.regain = append(c.regain, s)
+	c.regainMu.Unlock()
+}
+
+// takeRegain hands over the sessions regainLater marked, once.
+func (c *checkpoints) takeRegain() []*session {
+	c.regainMu.Lock()
+	defer c.regainMu.Unlock()
+	ss := c.regain
+	c.regain = nil
+	return ss
+}
