@@ -454,9 +454,9 @@ func (c *checkpoints) regainLive(ss []*session, stop <-chan struct{}) {
 			return
 		case s.lock <- struct{}{}:
 		}
-		err := c.s.hibernate(ctx, s, "new agent channel after a restart")
+		err := c.hibernate(ctx, s, "new agent channel after a restart")
 		if err == nil {
-			_, err = c.s.resume(ctx, s)
+			_, err = c.resume(ctx, s)
 		}
 		<-s.lock
 		if err != nil {

@@ -16,7 +16,7 @@ import (
 // fork, and the agent channel given back to live sessions adopted at a
 // restart. It owns what only it uses (which runsc build wrote an image,
 // the sessions to regain) and reaches the session service through
-// ckptSessions. The session fields it reads and writes (live, ckpt,
+// ckptSessions (and Durable's hibernate and resume). The session fields it reads and writes (live, ckpt,
 // memLost, liveStored, hasSandbox, gone) are under mu, the session table's
 // lock. It is made by New and safe for concurrent use.
 type checkpoints struct {
@@ -26,6 +26,10 @@ type checkpoints struct {
 	store *store.Store
 	log   *slog.Logger
 	disk  *DiskBudget // an image counts against max_disk
+	// hibernate and resume are Durable's: a live session adopted at
+	// start is regained by a checkpoint and a restore at once.
+	hibernate func(ctx context.Context, s *session, reason string) error
+	resume    func(ctx context.Context, s *session) (time.Duration, error)
 
 	// memTimed, when set (tests and benchmarks only), gets the time of
 	// each runsc checkpoint ("checkpoint") and restore ("restore").
@@ -51,10 +55,6 @@ type ckptSessions interface {
 	// setAgent gives sandbox id the agent channel of its restore.
 	setAgent(id string, a *agentConn)
 	cgroupNames(ids map[string]bool) map[string]bool
-	// hibernate and resume: a live session adopted at start is regained
-	// by a checkpoint and a restore at once.
-	hibernate(ctx context.Context, s *session, reason string) error
-	resume(ctx context.Context, s *session) (time.Duration, error)
 }
 
 // regainLater marks s, a live session adopted with its sandbox at start,

@@ -289,7 +289,7 @@ func TestClusterStateWriteAfterClaim(t *testing.T) {
 	stop := loopWatch(img)
 	clusterRun(t, a, s.ID, "echo kept > /home/sandbox/f.txt")
 	c.claim(t, "b", s.ID)
-	if _, err := a.HibernateSession(context.Background(), "k1", s.ID); !errors.Is(err, ErrSessionMoved) {
+	if _, err := a.Durable().HibernateSession(context.Background(), "k1", s.ID); !errors.Is(err, ErrSessionMoved) {
 		t.Fatalf("hibernate on a after b's claim: %v, want ErrSessionMoved", err)
 	}
 	if h := hostHolds(a, s.ID); len(h) > 0 {
@@ -313,7 +313,7 @@ func TestClusterStateWriteAfterClaim(t *testing.T) {
 
 	// The same for an end (DELETE) on a node that lost the session: b's
 	// image stays.
-	if _, err := b.HibernateSession(context.Background(), "k1", s.ID); err != nil {
+	if _, err := b.Durable().HibernateSession(context.Background(), "k1", s.ID); err != nil {
 		t.Fatal(err)
 	}
 	c.claim(t, "a", s.ID)

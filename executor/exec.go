@@ -155,7 +155,7 @@ func (e *Executor) acquireResumed(ctx context.Context, owner, id string) (*sessi
 	}
 	if st == StateHibernated {
 		var err error
-		if took, err = e.resume(ctx, s); err != nil {
+		if took, err = e.dur.resume(ctx, s); err != nil {
 			e.releaseSession(s)
 			return nil, 0, fmt.Errorf("resuming session %s: %w", id, err)
 		}

@@ -121,6 +121,7 @@ type Executor struct {
 	pool  *Pool        // the warm pool
 	disk  *DiskBudget  // bytes of homes and checkpoints counted against MaxDisk
 	ckpts *checkpoints // live sessions' memory
+	dur   *Durable     // hibernation, resume, fork
 }
 
 // Option gives New a part the executor works with besides its config.
@@ -202,6 +203,8 @@ func New(cfg Config, rt *Runtimes, st *store.Store, log *slog.Logger, opts ...Op
 	for _, o := range opts {
 		o(e)
 	}
+	e.dur = &Durable{s: e, mu: &e.mu, cfg: cfg, rt: rt, store: st, log: log, net: e.net, disk: e.disk, ckpts: e.ckpts}
+	e.ckpts.hibernate, e.ckpts.resume = e.dur.hibernate, e.dur.resume
 	return e, nil
 }
 
@@ -413,7 +416,7 @@ func (e *Executor) hibernateAll(ctx context.Context, ids []string) []error {
 			case <-time.After(2 * time.Second):
 			case <-ctx.Done():
 			}
-			err := e.hibernate(ctx, s, "server stopped")
+			err := e.dur.hibernate(ctx, s, "server stopped")
 			if locked {
 				<-s.lock
 			}
@@ -798,7 +801,7 @@ func (e *Executor) reapIdle() {
 			continue
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		if err := e.hibernate(ctx, s, "idle"); err != nil && !errors.Is(err, ErrBadState) && !errors.Is(err, ErrSessionMoved) && !errors.Is(err, ErrNotFound) {
+		if err := e.dur.hibernate(ctx, s, "idle"); err != nil && !errors.Is(err, ErrBadState) && !errors.Is(err, ErrSessionMoved) && !errors.Is(err, ErrNotFound) {
 			e.log.Error("hibernating idle session", "session", s.id, "err", err)
 		}
 		cancel()
