@@ -16,9 +16,10 @@ import (
 // fork, and the agent channel given back to live sessions adopted at a
 // restart. It owns what only it uses (which runsc build wrote an image,
 // the sessions to regain) and reaches the session service through
-// ckptSessions (and Durable's hibernate and resume). The session fields it reads and writes (live, ckpt,
-// memLost, liveStored, hasSandbox, gone) are under mu, the session table's
-// lock. It is made by New and safe for concurrent use.
+// ckptSessions and Durable's hibernate and resume. The session fields it
+// reads and writes (live, ckpt, memLost, liveStored, hasSandbox, gone)
+// are under mu, the session table's lock. It is made by New and safe for
+// concurrent use.
 type checkpoints struct {
 	s     ckptSessions
 	mu    *sync.Mutex // the session table's lock (Executor.mu)
