@@ -96,17 +96,17 @@ func TestAgentMatchesExecPath(t *testing.T) {
 func TestStatelessUsesTheAgent(t *testing.T) {
 	e, _ := startExecutor(t, func(c *Config) { c.WarmPool = 1 })
 	deadline := time.Now().Add(30 * time.Second)
-	for e.WarmReady() == 0 && time.Now().Before(deadline) {
+	for e.Pool().Ready() == 0 && time.Now().Before(deadline) {
 		time.Sleep(50 * time.Millisecond)
 	}
-	ws, ok := e.takeWarm()
+	ws, ok := e.pool.take()
 	if !ok {
 		t.Fatal("no warm sandbox")
 	}
 	if e.agentFor(ws.id) == nil {
 		t.Fatal("warm sandbox without an agent channel")
 	}
-	e.warm <- ws
+	e.pool.warm <- ws
 	r, err := e.ExecuteStateless(context.Background(), "k1", ExecRequest{Language: "bash", Code: "echo $((6*7))"})
 	if err != nil || r.Stdout != "42\n" {
 		t.Fatalf("stateless: %+v %v", r, err)

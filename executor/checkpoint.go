@@ -119,22 +119,22 @@ type checkpointMetaFile struct {
 
 // runscBuild identifies the runsc binary: the SHA-256 of its file (its
 // --version says VERSION_MISSING on a `go install` build). Computed once.
-func (e *Executor) runscBuild() string {
-	e.runscIDOnce.Do(func() {
-		f, err := os.Open(e.runsc.Bin)
+func (c *checkpoints) runscBuild() string {
+	c.runscIDOnce.Do(func() {
+		f, err := os.Open(c.runsc.Bin)
 		if err != nil {
-			e.runscID = "unknown"
+			c.runscID = "unknown"
 			return
 		}
 		defer f.Close()
 		h := sha256.New()
 		if _, err := io.Copy(h, f); err != nil {
-			e.runscID = "unknown"
+			c.runscID = "unknown"
 			return
 		}
-		e.runscID = "sha256:" + hex.EncodeToString(h.Sum(nil))
+		c.runscID = "sha256:" + hex.EncodeToString(h.Sum(nil))
 	})
-	return e.runscID
+	return c.runscID
 }
 
 // saveMemory checkpoints s's running sandbox into its checkpoint folder,
@@ -142,8 +142,8 @@ func (e *Executor) runscBuild() string {
 // sandbox is stopped by the checkpoint whether it succeeds or not (the
 // caller destroys it). On failure nothing of the image is left and the
 // error is one of the lost* reasons (wrapped).
-func (e *Executor) saveMemory(ctx context.Context, s *session, leaveRunning bool) (ck store.Checkpoint, err error) {
-	h := e.home(s.id)
+func (c *checkpoints) saveMemory(ctx context.Context, s *session, leaveRunning bool) (ck store.Checkpoint, err error) {
+	h := c.s.home(s.id)
 	final := checkpointDir(h)
 	partial := final + partialSuffix
 	if err := os.RemoveAll(partial); err != nil {
@@ -162,27 +162,27 @@ func (e *Executor) saveMemory(ctx context.Context, s *session, leaveRunning bool
 		args = append(args, "--leave-running")
 	}
 	start := time.Now()
-	if _, err := e.runsc.Run(ctx, "", append(args, s.id)...); err != nil {
+	if _, err := c.runsc.Run(ctx, "", append(args, s.id)...); err != nil {
 		return ck, fmt.Errorf("%s: %w", lostSaveFailed, err)
 	}
 	took := time.Since(start)
-	if e.memTimed != nil {
-		e.memTimed("checkpoint", took)
+	if c.memTimed != nil {
+		c.memTimed("checkpoint", took)
 	}
-	meta, _ := json.Marshal(checkpointMetaFile{Runsc: e.runscBuild(), Guest: guest.ProtocolVersion, At: time.Now().UTC()})
+	meta, _ := json.Marshal(checkpointMetaFile{Runsc: c.runscBuild(), Guest: guest.ProtocolVersion, At: time.Now().UTC()})
 	if err := writeSynced(filepath.Join(partial, checkpointMeta), meta); err != nil {
 		return ck, fmt.Errorf("%s: %w", lostSaveFailed, err)
 	}
-	if err := e.fault(stepCheckpointSaved, s.id); err != nil {
+	if err := c.s.fault(stepCheckpointSaved, s.id); err != nil {
 		return ck, err
 	}
 	size := diskUsage(partial)
-	if err := e.reserveDisk(size); err != nil {
+	if err := c.disk.reserve(size); err != nil {
 		return ck, fmt.Errorf("%s: %w", lostNoDisk, err)
 	}
 	defer func() {
 		if err != nil {
-			e.releaseDisk(size)
+			c.disk.release(size)
 		}
 	}()
 	// A stale checkpoint (its row forgot it) makes room: the rename needs
@@ -199,33 +199,33 @@ func (e *Executor) saveMemory(ctx context.Context, s *session, leaveRunning bool
 		_ = os.RemoveAll(final)
 		return ck, fmt.Errorf("%s: %w", lostSaveFailed, err)
 	}
-	ck = store.Checkpoint{Path: checkpointRel(s.id), Bytes: size, Runsc: e.runscBuild(), Digest: digest}
-	if err := e.store.SetSessionCheckpoint(ctx, s.id, true, ck); err != nil {
+	ck = store.Checkpoint{Path: checkpointRel(s.id), Bytes: size, Runsc: c.runscBuild(), Digest: digest}
+	if err := c.store.SetSessionCheckpoint(ctx, s.id, true, ck); err != nil {
 		_ = os.RemoveAll(final)
 		return store.Checkpoint{}, err
 	}
-	if err := e.fault(stepCheckpointRecorded, s.id); err != nil {
+	if err := c.s.fault(stepCheckpointRecorded, s.id); err != nil {
 		_ = os.RemoveAll(final) // the caller clears the row
 		return store.Checkpoint{}, err
 	}
-	e.log.InfoContext(ctx, "session memory saved", "session", s.id, "bytes", size, "ms", took.Milliseconds())
+	c.log.InfoContext(ctx, "session memory saved", "session", s.id, "bytes", size, "ms", took.Milliseconds())
 	return ck, nil
 }
 
 // restoreMemory starts s's sandbox from its checkpoint with a fresh agent
 // channel. The outcome says whether it did; when it did not, no sandbox
 // of s is left and the caller starts one on the files.
-func (e *Executor) restoreMemory(ctx context.Context, s *session, bundle string, withNet bool) *sandbox.MemoryOutcome {
-	e.mu.Lock()
+func (c *checkpoints) restoreMemory(ctx context.Context, s *session, bundle string, withNet bool) *sandbox.MemoryOutcome {
+	c.mu.Lock()
 	ck, lost := s.ckpt, s.memLost
-	e.mu.Unlock()
+	c.mu.Unlock()
 	if ck.Path == "" {
 		if lost == "" {
 			return nil // nothing to bring back: a plain resume
 		}
 		return &sandbox.MemoryOutcome{Reason: lost}
 	}
-	dir := filepath.Join(e.homesDir(), ck.Path)
+	dir := filepath.Join(c.s.homesDir(), ck.Path)
 	reason := ""
 	b, err := os.ReadFile(filepath.Join(dir, checkpointMeta))
 	var meta checkpointMetaFile
@@ -238,7 +238,7 @@ func (e *Executor) restoreMemory(ctx context.Context, s *session, bundle string,
 		reason = lostMissing
 	case err != nil || json.Unmarshal(b, &meta) != nil:
 		reason = lostUnreadable
-	case meta.Runsc != e.runscBuild():
+	case meta.Runsc != c.runscBuild():
 		reason = lostOtherRunsc
 	case meta.Guest != guest.ProtocolVersion:
 		reason = lostOtherGuest
@@ -255,44 +255,44 @@ func (e *Executor) restoreMemory(ctx context.Context, s *session, bundle string,
 		if withNet {
 			network = "sandbox"
 		}
-		err := e.restoreWithAgent(ctx, s.id, bundle, network, dir)
-		if err == nil && e.memTimed != nil {
-			e.memTimed("restore", time.Since(start))
+		err := c.restoreWithAgent(ctx, s.id, bundle, network, dir)
+		if err == nil && c.memTimed != nil {
+			c.memTimed("restore", time.Since(start))
 		}
 		if err == nil {
-			e.log.InfoContext(ctx, "session memory restored", "session", s.id, "bytes", ck.Bytes, "ms", time.Since(start).Milliseconds())
+			c.log.InfoContext(ctx, "session memory restored", "session", s.id, "bytes", ck.Bytes, "ms", time.Since(start).Milliseconds())
 			return &sandbox.MemoryOutcome{Restored: true}
 		}
-		e.log.WarnContext(ctx, "restoring session memory failed: starting on its files", "session", s.id, "err", err)
-		_ = e.destroy(context.WithoutCancel(ctx), s.id)
+		c.log.WarnContext(ctx, "restoring session memory failed: starting on its files", "session", s.id, "err", err)
+		_ = c.s.destroy(context.WithoutCancel(ctx), s.id)
 		reason = lostRestoreFail
 	} else {
-		e.log.WarnContext(ctx, "session memory not restorable: starting on its files", "session", s.id, "reason", reason)
+		c.log.WarnContext(ctx, "session memory not restorable: starting on its files", "session", s.id, "reason", reason)
 	}
 	return &sandbox.MemoryOutcome{Reason: reason}
 }
 
 // restoreWithAgent restores sandbox id from the checkpoint in dir with
 // its stdio on a fresh agent channel, and greets the guest there.
-func (e *Executor) restoreWithAgent(ctx context.Context, id, bundle, network, dir string) error {
+func (c *checkpoints) restoreWithAgent(ctx context.Context, id, bundle, network, dir string) error {
 	// The checkpointed container is still in runsc's state (stopped).
-	_ = e.runsc.Destroy(ctx, id)
+	_ = c.runsc.Destroy(ctx, id)
 	pipes, err := newAgentPipes()
 	if err != nil {
 		return err
 	}
-	err = e.runsc.StartCmd(ctx, id, network, []string{"restore", "--detach", "--bundle", bundle, "--image-path", dir, id}, pipes.sbxIn, pipes.sbxOut)
+	err = c.runsc.StartCmd(ctx, id, network, []string{"restore", "--detach", "--bundle", bundle, "--image-path", dir, id}, pipes.sbxIn, pipes.sbxOut)
 	pipes.closeSandboxSide()
 	if err != nil {
 		pipes.closeAll()
 		if ctx.Err() != nil {
-			if n := host.KillSandboxProcesses(e.runsc.Root, map[string]bool{id: true}); n > 0 {
-				host.ReapCgroups(e.cgroupNames(map[string]bool{id: true}))
+			if n := host.KillSandboxProcesses(c.runsc.Root, map[string]bool{id: true}); n > 0 {
+				host.ReapCgroups(c.s.cgroupNames(map[string]bool{id: true}))
 			}
 		}
 		return err
 	}
-	if err := e.fault(stepRestoreRunsc, id); err != nil {
+	if err := c.s.fault(stepRestoreRunsc, id); err != nil {
 		pipes.closeAll()
 		return err
 	}
@@ -301,7 +301,7 @@ func (e *Executor) restoreWithAgent(ctx context.Context, id, bundle, network, di
 		a.close()
 		return err
 	}
-	e.setAgent(id, a)
+	c.s.setAgent(id, a)
 	return nil
 }
 
@@ -332,15 +332,15 @@ func (a *agentConn) greet(timeout time.Duration) error {
 // the fork fails later; the image's disk is counted here, and given back
 // by release. A source without memory gives nothing; a copy that fails
 // gives the reason the child's first resume reports.
-func (e *Executor) forkMemory(ctx context.Context, src *session, childID string) (ck store.Checkpoint, lost string, release func()) {
+func (c *checkpoints) forkMemory(ctx context.Context, src *session, childID string) (ck store.Checkpoint, lost string, release func()) {
 	release = func() {}
-	e.mu.Lock()
+	c.mu.Lock()
 	live, had, sck, slost := src.live, src.hasSandbox, src.ckpt, src.memLost
-	e.mu.Unlock()
+	c.mu.Unlock()
 	if !live {
 		return ck, slost, release
 	}
-	final := checkpointDir(e.home(childID))
+	final := checkpointDir(c.s.home(childID))
 	partial := final + partialSuffix
 	err := func() error {
 		switch {
@@ -348,10 +348,10 @@ func (e *Executor) forkMemory(ctx context.Context, src *session, childID string)
 			if err := os.Mkdir(partial, 0o700); err != nil {
 				return err
 			}
-			if _, err := e.runsc.Run(ctx, "", "checkpoint", "--leave-running", "--image-path", partial, src.id); err != nil {
+			if _, err := c.runsc.Run(ctx, "", "checkpoint", "--leave-running", "--image-path", partial, src.id); err != nil {
 				return err
 			}
-			meta, _ := json.Marshal(checkpointMetaFile{Runsc: e.runscBuild(), Guest: guest.ProtocolVersion, At: time.Now().UTC()})
+			meta, _ := json.Marshal(checkpointMetaFile{Runsc: c.runscBuild(), Guest: guest.ProtocolVersion, At: time.Now().UTC()})
 			if err := writeSynced(filepath.Join(partial, checkpointMeta), meta); err != nil {
 				return err
 			}
@@ -359,31 +359,31 @@ func (e *Executor) forkMemory(ctx context.Context, src *session, childID string)
 			if sck.Path != checkpointRel(src.id) {
 				return errors.New("the source's row names a checkpoint folder not its own")
 			}
-			if err := host.RunTool(ctx, "cp", "-a", "--reflink=auto", "--", checkpointDir(e.home(src.id)), partial); err != nil {
+			if err := host.RunTool(ctx, "cp", "-a", "--reflink=auto", "--", checkpointDir(c.s.home(src.id)), partial); err != nil {
 				return err
 			}
 		default:
 			return errors.New("no checkpoint")
 		}
-		return e.fault(stepForkCheckpoint, childID)
+		return c.s.fault(stepForkCheckpoint, childID)
 	}()
 	if err == nil {
 		size := diskUsage(partial)
-		if err = e.reserveDisk(size); err == nil {
+		if err = c.disk.reserve(size); err == nil {
 			if err = os.Rename(partial, final); err == nil {
 				var digest string
 				if digest, err = stateDigest(final); err == nil && !had && digest != sck.Digest {
 					err = errors.New("the source's checkpoint changed while it was copied")
 				}
-				ck = store.Checkpoint{Path: checkpointRel(childID), Bytes: size, Runsc: e.runscBuild(), Digest: digest}
+				ck = store.Checkpoint{Path: checkpointRel(childID), Bytes: size, Runsc: c.runscBuild(), Digest: digest}
 				if err == nil {
-					err = e.store.SetSessionCheckpoint(ctx, childID, true, ck)
+					err = c.store.SetSessionCheckpoint(ctx, childID, true, ck)
 				}
 				if err == nil {
-					return ck, "", func() { e.releaseDisk(size) }
+					return ck, "", func() { c.disk.release(size) }
 				}
 			}
-			e.releaseDisk(size)
+			c.disk.release(size)
 		}
 	}
 	_ = os.RemoveAll(partial)
@@ -391,7 +391,7 @@ func (e *Executor) forkMemory(ctx context.Context, src *session, childID string)
 	if !had && sck.Path == "" {
 		return store.Checkpoint{}, slost, release
 	}
-	e.log.WarnContext(ctx, "copying memory into a fork failed: the child starts on its files", "session", childID, "from", src.id, "err", err)
+	c.log.WarnContext(ctx, "copying memory into a fork failed: the child starts on its files", "session", childID, "from", src.id, "err", err)
 	if errors.Is(err, ErrNoStorage) {
 		return store.Checkpoint{}, lostNoDisk, release
 	}
@@ -400,24 +400,24 @@ func (e *Executor) forkMemory(ctx context.Context, src *session, childID string)
 
 // dropCheckpoint removes s's checkpoint, gives its disk back and records
 // the session's live flag with no checkpoint.
-func (e *Executor) dropCheckpoint(ctx context.Context, s *session, live bool) error {
-	e.mu.Lock()
+func (c *checkpoints) dropCheckpoint(ctx context.Context, s *session, live bool) error {
+	c.mu.Lock()
 	ck := s.ckpt
 	s.ckpt = store.Checkpoint{}
 	s.live = live
-	e.mu.Unlock()
-	err := e.store.SetSessionCheckpoint(ctx, s.id, live, store.Checkpoint{})
+	c.mu.Unlock()
+	err := c.store.SetSessionCheckpoint(ctx, s.id, live, store.Checkpoint{})
 	if err == nil {
-		e.mu.Lock()
+		c.mu.Lock()
 		s.liveStored = live
-		e.mu.Unlock()
+		c.mu.Unlock()
 	}
 	if ck.Path != "" {
 		// The session's own folder, whatever the row named.
-		if rerr := os.RemoveAll(checkpointDir(e.home(s.id))); rerr != nil {
+		if rerr := os.RemoveAll(checkpointDir(c.s.home(s.id))); rerr != nil {
 			err = errors.Join(err, rerr)
 		}
-		e.releaseDisk(ck.Bytes)
+		c.disk.release(ck.Bytes)
 	}
 	return err
 }
@@ -444,23 +444,23 @@ func (s *session) servedHibernatedLive(r store.SessionRow, h host.Home) int64 {
 // with their sandboxes running) an agent channel again, which the kernel
 // and process frames need: each is checkpointed and restored at once (a
 // restore hands the sandbox new stdio). A session that cannot be is left
-// as it is (hibernated, or running through runsc exec).
-func (e *Executor) regainLive(ss []*session) {
-	defer e.wg.Done()
+// as it is (hibernated, or running through runsc exec). It ends early
+// when stop is closed.
+func (c *checkpoints) regainLive(ss []*session, stop <-chan struct{}) {
 	ctx := context.Background()
 	for _, s := range ss {
 		select {
-		case <-e.stop:
+		case <-stop:
 			return
 		case s.lock <- struct{}{}:
 		}
-		err := e.hibernate(ctx, s, "new agent channel after a restart")
+		err := c.hibernate(ctx, s, "new agent channel after a restart")
 		if err == nil {
-			_, err = e.resume(ctx, s)
+			_, err = c.resume(ctx, s)
 		}
 		<-s.lock
 		if err != nil {
-			e.log.WarnContext(ctx, "regaining the agent channel of a live session", "session", s.id, "err", err)
+			c.log.WarnContext(ctx, "regaining the agent channel of a live session", "session", s.id, "err", err)
 		}
 	}
 }
@@ -471,22 +471,22 @@ func (e *Executor) regainLive(ss []*session) {
 // hibernation that races it reads live under the lock and writes the
 // flag with its checkpoint). A failed write is tried again at the end
 // of the next call.
-func (e *Executor) persistLive(s *session) {
-	e.mu.Lock()
+func (c *checkpoints) persistLive(s *session) {
+	c.mu.Lock()
 	live, stored, gone := s.live, s.liveStored, s.gone
-	e.mu.Unlock()
+	c.mu.Unlock()
 	if live == stored || gone {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := e.store.SetSessionLive(ctx, s.id, live); err != nil {
-		e.log.WarnContext(ctx, "recording a session's live state", "session", s.id, "err", err)
+	if err := c.store.SetSessionLive(ctx, s.id, live); err != nil {
+		c.log.WarnContext(ctx, "recording a session's live state", "session", s.id, "err", err)
 		return
 	}
-	e.mu.Lock()
+	c.mu.Lock()
 	s.liveStored = live
-	e.mu.Unlock()
+	c.mu.Unlock()
 }
 
 // tidyCheckpoints removes, at start, what a crash left of checkpoints:

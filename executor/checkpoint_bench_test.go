@@ -32,7 +32,7 @@ func BenchmarkCheckpointRestore(b *testing.B) {
 	defer e.DeleteSession(ctx, "k1", s.ID)
 	holdMemory(b, e, s.ID, 100<<20)
 	var ckpt, restore, hib, resume []time.Duration
-	e.memTimed = func(op string, d time.Duration) {
+	e.ckpts.memTimed = func(op string, d time.Duration) {
 		if op == "checkpoint" {
 			ckpt = append(ckpt, d)
 		} else {
@@ -43,7 +43,7 @@ func BenchmarkCheckpointRestore(b *testing.B) {
 	for i := 0; i < rounds*b.N; i++ {
 		inUse = memoryCurrent(e, s.ID)
 		t0 := time.Now()
-		h, err := e.HibernateSession(ctx, "k1", s.ID)
+		h, err := e.Durable().HibernateSession(ctx, "k1", s.ID)
 		if err != nil || h.CheckpointBytes <= 0 {
 			b.Fatalf("hibernate: %+v %v", h, err)
 		}

@@ -164,15 +164,15 @@ func TestLiveHibernateResumeKeepsMemory(t *testing.T) {
 	s := mustSession(t, e, "python3")
 	defer e.DeleteSession(ctx, "k1", s.ID)
 	tmpTok, procTok := makeLive(t, e, s.ID, true)
-	committed, _ := e.DiskStats()
-	h, err := e.HibernateSession(ctx, "k1", s.ID)
+	committed, _ := e.Disk().Stats()
+	h, err := e.Durable().HibernateSession(ctx, "k1", s.ID)
 	if err != nil || h.State != StateHibernated || !h.Live || h.CheckpointBytes <= 0 {
 		t.Fatalf("hibernate: %+v %v", h, err)
 	}
 	if got := held(t, e, s.ID); len(got) != 0 {
 		t.Fatalf("a hibernated live session holds %v", got)
 	}
-	if after, _ := e.DiskStats(); after != committed+h.CheckpointBytes {
+	if after, _ := e.Disk().Stats(); after != committed+h.CheckpointBytes {
 		t.Fatalf("disk committed %d after hibernation, want %d + image %d", after, committed, h.CheckpointBytes)
 	}
 	row, err := e.store.GetSession(ctx, s.ID)
@@ -195,7 +195,7 @@ func TestLiveHibernateResumeKeepsMemory(t *testing.T) {
 	if left := checkpointLeft(e, s.ID); len(left) != 0 {
 		t.Fatalf("the image stayed after a restore: %v", left)
 	}
-	if after, _ := e.DiskStats(); after != committed {
+	if after, _ := e.Disk().Stats(); after != committed {
 		t.Fatalf("disk committed %d after the restore, want %d", after, committed)
 	}
 	v, _ := e.GetSession(ctx, "k1", s.ID)
@@ -210,7 +210,7 @@ func TestLiveHibernateResumeKeepsMemory(t *testing.T) {
 		t.Fatal("no agent channel after the restore")
 	}
 	// A second round, resumed by an execute, which reports the restore.
-	if _, err := e.HibernateSession(ctx, "k1", s.ID); err != nil {
+	if _, err := e.Durable().HibernateSession(ctx, "k1", s.ID); err != nil {
 		t.Fatal(err)
 	}
 	r := resumeOf(t, e, s.ID)
@@ -231,7 +231,7 @@ func TestNotLiveHibernatesWithoutCheckpoint(t *testing.T) {
 	s := mustSession(t, e, "python3")
 	defer e.DeleteSession(ctx, "k1", s.ID)
 	run(t, e, s.ID, "open('/tmp/mem','w').write('x')", 0)
-	h, err := e.HibernateSession(ctx, "k1", s.ID)
+	h, err := e.Durable().HibernateSession(ctx, "k1", s.ID)
 	if err != nil || h.Live || h.CheckpointBytes != 0 {
 		t.Fatalf("hibernate: %+v %v", h, err)
 	}
@@ -295,8 +295,8 @@ func TestLiveRestoreFallsBack(t *testing.T) {
 			defer e.DeleteSession(ctx, "k1", s.ID)
 			run(t, e, s.ID, "open('/home/sandbox/f','w').write('files')", 0)
 			makeLive(t, e, s.ID, false)
-			committed, _ := e.DiskStats()
-			h, err := e.HibernateSession(ctx, "k1", s.ID)
+			committed, _ := e.Disk().Stats()
+			h, err := e.Durable().HibernateSession(ctx, "k1", s.ID)
 			if err != nil || h.CheckpointBytes <= 0 {
 				t.Fatalf("hibernate: %+v %v", h, err)
 			}
@@ -327,7 +327,7 @@ func TestLiveRestoreFallsBack(t *testing.T) {
 			if left := checkpointLeft(e, s.ID); len(left) != 0 {
 				t.Fatalf("image left: %v", left)
 			}
-			if after, _ := e.DiskStats(); after != committed {
+			if after, _ := e.Disk().Stats(); after != committed {
 				t.Fatalf("disk committed %d, want %d", after, committed)
 			}
 		})
@@ -351,7 +351,7 @@ func TestLiveFaults(t *testing.T) {
 				}
 				return nil
 			}
-			h, err := e.HibernateSession(ctx, "k1", s.ID)
+			h, err := e.Durable().HibernateSession(ctx, "k1", s.ID)
 			if err != nil || h.State != StateHibernated {
 				t.Fatalf("hibernate: %+v %v", h, err)
 			}
@@ -415,12 +415,12 @@ func TestLiveCrash(t *testing.T) {
 			}
 			go func() {
 				if tc.step == stepRestoreRunsc {
-					if _, err := first.HibernateSession(context.Background(), "k1", s.ID); err == nil {
+					if _, err := first.Durable().HibernateSession(context.Background(), "k1", s.ID); err == nil {
 						_, _ = first.Execute(context.Background(), "k1", s.ID, ExecRequest{Code: "print(1)"})
 					}
 					return
 				}
-				_, _ = first.HibernateSession(context.Background(), "k1", s.ID)
+				_, _ = first.Durable().HibernateSession(context.Background(), "k1", s.ID)
 			}()
 			<-reached
 			crash(first, st)
@@ -518,11 +518,11 @@ func TestLiveFork(t *testing.T) {
 			defer e.DeleteSession(ctx, "k1", s.ID)
 			tmpTok, _ := makeLive(t, e, s.ID, false)
 			if hibernated {
-				if _, err := e.HibernateSession(ctx, "k1", s.ID); err != nil {
+				if _, err := e.Durable().HibernateSession(ctx, "k1", s.ID); err != nil {
 					t.Fatal(err)
 				}
 			}
-			c, err := e.ForkSession(ctx, s.ID, ForkSpec{Owner: "k1"})
+			c, err := e.Durable().ForkSession(ctx, s.ID, ForkSpec{Owner: "k1"})
 			if err != nil || !c.Live || c.CheckpointBytes <= 0 {
 				t.Fatalf("fork: %+v %v", c, err)
 			}
@@ -576,7 +576,7 @@ func TestLiveNetworkSession(t *testing.T) {
 	}
 	t.Logf("network: %s", before.Stdout)
 	tmpTok, _ := makeLive(t, e, s.ID, false)
-	h, err := e.HibernateSession(ctx, "k1", s.ID)
+	h, err := e.Durable().HibernateSession(ctx, "k1", s.ID)
 	if err != nil || h.CheckpointBytes <= 0 {
 		t.Fatalf("hibernate: %+v %v", h, err)
 	}

@@ -267,7 +267,7 @@ func (n *Node) Fence(ctx context.Context) error {
 	// under this node's root: the warm ones too, which go (the pool
 	// fills again).
 	if n.holdPassed() {
-		n.s.dropWarm()
+		n.pool.drop()
 	}
 	n.mu.Lock()
 	n.fences++
@@ -339,36 +339,6 @@ func (n *Node) Fence(ctx context.Context) error {
 		}()
 	}
 	return err
-}
-
-// dropWarm empties the warm pool, and makes every warm sandbox prepared
-// so far stale (one may still be on its way in): they are destroyed in
-// the background, and the pool fills again.
-func (e *Executor) dropWarm() {
-	e.mu.Lock()
-	e.warmGen++
-	e.mu.Unlock()
-	for {
-		select {
-		case ws := <-e.warm:
-			e.discardWarm(ws)
-		default:
-			return
-		}
-	}
-}
-
-// discardWarm destroys warm sandbox ws in the background.
-func (e *Executor) discardWarm(ws warmSandbox) {
-	e.bg.Add(1)
-	go func() {
-		defer e.bg.Done()
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		if err := e.destroySandbox(ctx, ws.id); err != nil {
-			e.log.Error("dropping a stale warm sandbox", "sandbox", ws.id, "err", err)
-		}
-	}()
 }
 
 // letGo forgets s: it leaves the session table (into moved), and its

@@ -289,7 +289,7 @@ func TestClusterStateWriteAfterClaim(t *testing.T) {
 	stop := loopWatch(img)
 	clusterRun(t, a, s.ID, "echo kept > /home/sandbox/f.txt")
 	c.claim(t, "b", s.ID)
-	if _, err := a.HibernateSession(context.Background(), "k1", s.ID); !errors.Is(err, ErrSessionMoved) {
+	if _, err := a.Durable().HibernateSession(context.Background(), "k1", s.ID); !errors.Is(err, ErrSessionMoved) {
 		t.Fatalf("hibernate on a after b's claim: %v, want ErrSessionMoved", err)
 	}
 	if h := hostHolds(a, s.ID); len(h) > 0 {
@@ -313,7 +313,7 @@ func TestClusterStateWriteAfterClaim(t *testing.T) {
 
 	// The same for an end (DELETE) on a node that lost the session: b's
 	// image stays.
-	if _, err := b.HibernateSession(context.Background(), "k1", s.ID); err != nil {
+	if _, err := b.Durable().HibernateSession(context.Background(), "k1", s.ID); err != nil {
 		t.Fatal(err)
 	}
 	c.claim(t, "a", s.ID)
@@ -441,10 +441,10 @@ func TestClusterReconcileKeepsOthersImages(t *testing.T) {
 	}
 	clusterRun(t, b, s.ID, "echo b > /home/sandbox/f")
 	deadline := time.Now().Add(30 * time.Second)
-	for b.WarmReady() == 0 && time.Now().Before(deadline) {
+	for b.Pool().Ready() == 0 && time.Now().Before(deadline) {
 		time.Sleep(50 * time.Millisecond)
 	}
-	if b.WarmReady() == 0 {
+	if b.Pool().Ready() == 0 {
 		t.Fatal("b's warm pool did not fill")
 	}
 	// b's session and its warm homes (the pool's, and the one its filler

@@ -260,7 +260,7 @@ func TestCreateSessionFaultAtEveryStep(t *testing.T) {
 	}
 	waitWarm := func(t *testing.T) {
 		t.Helper()
-		for deadline := time.Now().Add(60 * time.Second); f.e.WarmReady() < f.cfg.WarmPool; time.Sleep(50 * time.Millisecond) {
+		for deadline := time.Now().Add(60 * time.Second); f.e.Pool().Ready() < f.cfg.WarmPool; time.Sleep(50 * time.Millisecond) {
 			if time.Now().After(deadline) {
 				t.Fatal("the warm pool did not refill")
 			}

@@ -8,8 +8,6 @@ import (
 	"runtime/debug"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/sandboxapi/sandboxapi/executor/host"
 	"github.com/sandboxapi/sandboxapi/store"
 )
@@ -47,32 +45,24 @@ const (
 // HibernateSession hibernates owner's session at once: it waits for a call
 // in progress, then releases the sandbox, network and mount. A session
 // that is already hibernated is left as it is.
-func (e *Executor) HibernateSession(ctx context.Context, owner, id string) (Session, error) {
-	e.mu.Lock()
-	s, ok := e.sessions[id]
-	if ok && s.owner != owner {
-		ok = false
-	}
-	if ok {
-		s.busy++
-	}
-	e.mu.Unlock()
+func (d *Durable) HibernateSession(ctx context.Context, owner, id string) (Session, error) {
+	s, ok := d.s.holdSession(owner, id)
 	if !ok {
 		return Session{}, ErrNotFound
 	}
 	select {
 	case s.lock <- struct{}{}:
 	case <-ctx.Done():
-		e.mu.Lock()
+		d.mu.Lock()
 		s.busy--
-		e.mu.Unlock()
+		d.mu.Unlock()
 		return Session{}, ctx.Err()
 	}
-	err := e.hibernate(context.WithoutCancel(ctx), s, "requested")
-	e.mu.Lock()
+	err := d.hibernate(context.WithoutCancel(ctx), s, "requested")
+	d.mu.Lock()
 	s.busy--
 	snap := s.snapshot()
-	e.mu.Unlock()
+	d.mu.Unlock()
 	<-s.lock
 	return snap, err
 }
@@ -80,14 +70,14 @@ func (e *Executor) HibernateSession(ctx context.Context, owner, id string) (Sess
 // hibernate releases s's sandbox, network and home mount and records the
 // session hibernated. The caller keeps executes away (holds s.lock, or is
 // Stop). A hibernated session is fine; any other state is ErrBadState.
-func (e *Executor) hibernate(ctx context.Context, s *session, reason string) error {
+func (d *Durable) hibernate(ctx context.Context, s *session, reason string) error {
 	s.life.Lock()
 	defer s.life.Unlock()
-	e.mu.Lock()
+	d.mu.Lock()
 	st, had, lastUsed, gone, live := s.state, s.hasSandbox, s.lastUsed, s.gone, s.live
-	e.mu.Unlock()
+	d.mu.Unlock()
 	if gone {
-		return e.node.goneErr(ctx, s)
+		return d.node.goneErr(ctx, s)
 	}
 	if st == StateHibernated {
 		return nil
@@ -96,17 +86,17 @@ func (e *Executor) hibernate(ctx context.Context, s *session, reason string) err
 		return fmt.Errorf("%w: %s", ErrBadState, st)
 	}
 	start := time.Now()
-	if err := e.store.SetSessionState(ctx, s.id, StateHibernating, "", false); err != nil {
-		return e.node.notOwner(ctx, s, err)
+	if err := d.store.SetSessionState(ctx, s.id, StateHibernating, "", false); err != nil {
+		return d.node.notOwner(ctx, s, err)
 	}
-	if err := e.fault(stepHibernateStore, s.id); err != nil {
+	if err := d.s.fault(stepHibernateStore, s.id); err != nil {
 		return err
 	}
 	// Let go of meanwhile (Fence): what the session held here is the
 	// Fence's to remove, and its row is not ours to write. (An Adopt of
 	// the same id waits until this is over: waitLetGo.)
 	moved := func() error {
-		if e.node.isGone(s) {
+		if d.node.isGone(s) {
 			return fmt.Errorf("session %s: %w", s.id, ErrSessionMoved)
 		}
 		return nil
@@ -120,29 +110,29 @@ func (e *Executor) hibernate(ctx context.Context, s *session, reason string) err
 	memLost := ""
 	if had && live {
 		var err error
-		if ck, err = e.saveMemory(ctx, s, false); err != nil {
+		if ck, err = d.ckpts.saveMemory(ctx, s, false); err != nil {
 			memLost = lostSaveFailed
 			if errors.Is(err, ErrNoStorage) {
 				memLost = lostNoDisk
 			}
-			e.log.WarnContext(ctx, "saving session memory failed: hibernating on its files", "session", s.id, "err", err)
-			if err := e.store.SetSessionCheckpoint(ctx, s.id, false, store.Checkpoint{}); err != nil {
-				return e.node.notOwner(ctx, s, err)
+			d.log.WarnContext(ctx, "saving session memory failed: hibernating on its files", "session", s.id, "err", err)
+			if err := d.store.SetSessionCheckpoint(ctx, s.id, false, store.Checkpoint{}); err != nil {
+				return d.node.notOwner(ctx, s, err)
 			}
 		}
 	}
 	var errs []error
 	if had {
-		if err := e.destroy(ctx, s.id); err != nil {
+		if err := d.s.destroy(ctx, s.id); err != nil {
 			errs = append(errs, err)
 		}
-		if e.net != nil && e.networkHeld(s) {
-			if err := e.net.Detach(ctx, s.id); err != nil {
+		if d.net != nil && d.s.networkHeld(s) {
+			if err := d.net.Detach(ctx, s.id); err != nil {
 				errs = append(errs, err)
 			}
 		}
 	}
-	if err := e.fault(stepHibernateSandbox, s.id); err != nil {
+	if err := d.s.fault(stepHibernateSandbox, s.id); err != nil {
 		return err
 	}
 	if err := moved(); err != nil {
@@ -150,17 +140,12 @@ func (e *Executor) hibernate(ctx context.Context, s *session, reason string) err
 	}
 	// The sandbox is gone whatever failed above: the session is
 	// hibernated from here on (a resume starts from a clean slate).
-	e.mu.Lock()
-	if s.hasSandbox { // not when let go of meanwhile (Fence)
-		s.hasSandbox = false
-		e.live--
-	}
-	e.mu.Unlock()
+	d.s.sandboxGone(s)
 	// A mount that will not go stays (never lazily: the same image must
 	// not be mounted twice); the next resume uses it.
-	if err := host.UnmountHome(e.dir(s.id)); err != nil {
+	if err := host.UnmountHome(d.s.dir(s.id)); err != nil {
 		errs = append(errs, err)
-	} else if err := host.WaitImageFree(ctx, e.home(s.id).Image(), e.home(s.id).Mount(), 2*time.Second); err != nil {
+	} else if err := host.WaitImageFree(ctx, d.s.home(s.id).Image(), d.s.home(s.id).Mount(), 2*time.Second); err != nil {
 		// The kernel frees the loop device a moment after the unmount:
 		// a hibernated session holds none, and a node taking it over
 		// (after a drain) finds its image free.
@@ -170,23 +155,23 @@ func (e *Executor) hibernate(ctx context.Context, s *session, reason string) err
 		return err
 	}
 	now := time.Now()
-	if err := e.store.SetSessionHibernated(ctx, s.id, now, lastUsed); errors.Is(err, store.ErrNotOwner) {
-		return e.node.notOwner(ctx, s, err)
+	if err := d.store.SetSessionHibernated(ctx, s.id, now, lastUsed); errors.Is(err, store.ErrNotOwner) {
+		return d.node.notOwner(ctx, s, err)
 	} else if err != nil {
 		errs = append(errs, err)
 	}
-	e.mu.Lock()
-	e.move(s, StateHibernated)
+	d.mu.Lock()
+	d.s.move(s, StateHibernated)
 	s.hibernatedAt, s.netEnv, s.netAttached = now, nil, false
 	if had && live {
 		s.ckpt, s.memLost, s.live = ck, memLost, ck.Path != ""
 		s.liveStored = s.live // SetSessionCheckpoint wrote it
 	}
-	e.mu.Unlock()
+	d.mu.Unlock()
 	if err := errors.Join(errs...); err != nil {
-		e.log.WarnContext(ctx, "hibernating session", "session", s.id, "err", err)
+		d.log.WarnContext(ctx, "hibernating session", "session", s.id, "err", err)
 	}
-	e.log.InfoContext(ctx, "session hibernated", "session", s.id, "reason", reason, "ms", time.Since(start).Milliseconds())
+	d.log.InfoContext(ctx, "session hibernated", "session", s.id, "reason", reason, "ms", time.Since(start).Milliseconds())
 	return nil
 }
 
@@ -195,14 +180,14 @@ func (e *Executor) hibernate(ctx context.Context, s *session, reason string) err
 // concurrent calls resume once: the others find it running. What a failed
 // resume took is given back and the session stays hibernated. The resume
 // is not cancelled with the caller: the calls waiting behind it want it.
-func (e *Executor) resume(ctx context.Context, s *session) (took time.Duration, err error) {
+func (d *Durable) resume(ctx context.Context, s *session) (took time.Duration, err error) {
 	s.life.Lock()
 	defer s.life.Unlock()
-	e.mu.Lock()
+	d.mu.Lock()
 	st, hibAt, lastUsed, gone := s.state, s.hibernatedAt, s.lastUsed, s.gone
-	e.mu.Unlock()
+	d.mu.Unlock()
 	if gone {
-		return 0, e.node.goneErr(ctx, s)
+		return 0, d.node.goneErr(ctx, s)
 	}
 	if st == StateRunning {
 		return 0, nil
@@ -215,50 +200,50 @@ func (e *Executor) resume(ctx context.Context, s *session) (took time.Duration, 
 	if st != StateHibernated {
 		return 0, fmt.Errorf("%w: %s", ErrBadState, st)
 	}
-	if e.node.holdPassed() {
+	if d.node.holdPassed() {
 		// The node has not renewed its lease in time (it was stopped):
 		// its fence may have fired, and the node fences at once.
 		return 0, fmt.Errorf("session %s: lease not held: %w", s.id, ErrSessionMoved)
 	}
 	start := time.Now()
-	e.node.waitTidy(ctx, s.id) // adopted again right after a Fence
-	cu := newCleanup(e.log)
+	d.node.waitTidy(ctx, s.id) // adopted again right after a Fence
+	cu := newCleanup(d.log)
 	defer func() {
 		if v := recover(); v != nil {
 			perr := &PanicError{Value: v, Stack: debug.Stack()}
-			e.log.ErrorContext(ctx, "resuming session panicked", "panic", v, "stack", string(perr.Stack))
+			d.log.ErrorContext(ctx, "resuming session panicked", "panic", v, "stack", string(perr.Stack))
 			err = fmt.Errorf("resuming session: %w", perr)
 		}
 	}()
 	defer cu.Clean()
-	if err := e.reserve(); err != nil {
+	if err := d.s.reserve(); err != nil {
 		return 0, err
 	}
-	cu.Add("capacity slot", func(context.Context) error { e.release(); return nil })
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.cfg.CreateTimeout)
+	cu.Add("capacity slot", func(context.Context) error { d.s.release(); return nil })
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), d.cfg.CreateTimeout)
 	defer cancel()
-	id, dir := s.id, e.dir(s.id)
-	if err := e.store.SetSessionState(ctx, id, StateResuming, "", false); err != nil {
-		return 0, e.node.notOwner(ctx, s, err)
+	id, dir := s.id, d.s.dir(s.id)
+	if err := d.store.SetSessionState(ctx, id, StateResuming, "", false); err != nil {
+		return 0, d.node.notOwner(ctx, s, err)
 	}
 	cu.Add("store row", func(ctx context.Context) error {
-		if e.node.isGone(s) {
+		if d.node.isGone(s) {
 			return nil // let go of (Fence): the row is not ours to write
 		}
-		return e.store.SetSessionHibernated(ctx, id, hibAt, lastUsed)
+		return d.store.SetSessionHibernated(ctx, id, hibAt, lastUsed)
 	})
-	if err := e.fault(stepResumeStore, id); err != nil {
+	if err := d.s.fault(stepResumeStore, id); err != nil {
 		return 0, err
 	}
 	// A Fence that comes while the home is being mounted waits until the
 	// mount has been undone (or serves, where the Fence finds it).
-	mctx, mount, err := e.node.beginMount(ctx, s)
+	mctx, mount, err := d.node.beginMount(ctx, s)
 	if err != nil {
 		return 0, err
 	}
-	cu.Add("mount in progress", func(context.Context) error { e.node.endMount(id, mount); return nil })
+	cu.Add("mount in progress", func(context.Context) error { d.node.endMount(id, mount); return nil })
 	cu.Add("home mount", func(context.Context) error { return host.UnmountHome(dir) })
-	if err := e.fault(stepResumeMounting, id); err != nil {
+	if err := d.s.fault(stepResumeMounting, id); err != nil {
 		return 0, err
 	}
 	tMount := time.Now()
@@ -266,24 +251,24 @@ func (e *Executor) resume(ctx context.Context, s *session) (took time.Duration, 
 	// cut short by a Fence; the mount itself is not (a mount killed
 	// half-way may leave a loop device).
 	if !host.Mounted(host.HomeMount(dir)) {
-		if err := host.WaitImageFree(mctx, e.home(id).Image(), e.home(id).Mount(), host.ImageBusyWait); err != nil {
-			if e.node.isGone(s) {
+		if err := host.WaitImageFree(mctx, d.s.home(id).Image(), d.s.home(id).Mount(), host.ImageBusyWait); err != nil {
+			if d.node.isGone(s) {
 				return 0, fmt.Errorf("session %s: %w", id, ErrSessionMoved)
 			}
 			return 0, fmt.Errorf("mounting home: %w", err)
 		}
 	}
-	if e.node.isGone(s) {
+	if d.node.isGone(s) {
 		return 0, fmt.Errorf("session %s: %w", id, ErrSessionMoved)
 	}
-	if err := host.MountHome(ctx, e.home(id)); err != nil {
+	if err := host.MountHome(ctx, d.s.home(id)); err != nil {
 		return 0, fmt.Errorf("mounting home: %w", err)
 	}
-	if e.node.isGone(s) {
+	if d.node.isGone(s) {
 		// Fenced while it mounted: the image may be another node's soon.
 		return 0, fmt.Errorf("session %s: %w", id, ErrSessionMoved)
 	}
-	if err := e.fault(stepResumeMount, id); err != nil {
+	if err := d.s.fault(stepResumeMount, id); err != nil {
 		return 0, err
 	}
 	mountTook := time.Since(tMount)
@@ -291,11 +276,11 @@ func (e *Executor) resume(ctx context.Context, s *session) (took time.Duration, 
 	var netEnv []string
 	tNet := time.Now()
 	if s.network.Enabled {
-		if e.net == nil {
+		if d.net == nil {
 			return 0, ErrNoNetwork
 		}
-		cu.Add("network", func(ctx context.Context) error { return e.net.Detach(ctx, id) })
-		att, err := e.attach(ctx, id, dir, s.network)
+		cu.Add("network", func(ctx context.Context) error { return d.net.Detach(ctx, id) })
+		att, err := d.s.attach(ctx, id, dir, s.network)
 		if err != nil {
 			return 0, err
 		}
@@ -303,49 +288,49 @@ func (e *Executor) resume(ctx context.Context, s *session) (took time.Duration, 
 	}
 	netTook := time.Since(tNet)
 	tSandbox := time.Now()
-	bundle, err := e.writeBundle(id, dir, netns)
+	bundle, err := d.s.writeBundle(id, dir, netns)
 	if err != nil {
 		return 0, err
 	}
-	if e.node.isGone(s) {
+	if d.node.isGone(s) {
 		return 0, fmt.Errorf("session %s: %w", id, ErrSessionMoved)
 	}
-	cu.Add("sandbox", func(ctx context.Context) error { return e.destroy(ctx, id) })
+	cu.Add("sandbox", func(ctx context.Context) error { return d.s.destroy(ctx, id) })
 	// Memory first (checkpoint.go): a restore that cannot be done leaves
 	// no sandbox, and the session starts on its files.
-	mem := e.restoreMemory(ctx, s, bundle, netns != "")
+	mem := d.ckpts.restoreMemory(ctx, s, bundle, netns != "")
 	if mem == nil || !mem.Restored {
-		if err := e.runSandbox(ctx, id, bundle, netns != ""); err != nil {
+		if err := d.s.runSandbox(ctx, id, bundle, netns != ""); err != nil {
 			return 0, err
 		}
 	}
 	sandboxTook := time.Since(tSandbox)
-	if err := e.fault(stepResumeRunsc, id); err != nil {
+	if err := d.s.fault(stepResumeRunsc, id); err != nil {
 		return 0, err
 	}
-	if err := e.store.SetSessionState(ctx, id, StateRunning, "", false); err != nil {
-		return 0, e.node.notOwner(ctx, s, err)
+	if err := d.store.SetSessionState(ctx, id, StateRunning, "", false); err != nil {
+		return 0, d.node.notOwner(ctx, s, err)
 	}
-	e.mu.Lock()
+	d.mu.Lock()
 	if s.gone {
-		e.mu.Unlock()
+		d.mu.Unlock()
 		return 0, fmt.Errorf("session %s: %w", id, ErrSessionMoved)
 	}
-	e.move(s, StateRunning)
+	d.s.move(s, StateRunning)
 	s.hasSandbox, s.netEnv, s.netAttached = true, netEnv, netns != ""
 	s.memory, s.memLost = mem, ""
-	e.mu.Unlock()
+	d.mu.Unlock()
 	cu.Release()
-	e.node.endMount(id, mount)
+	d.node.endMount(id, mount)
 	if mem != nil {
 		// The image has served (or cannot): it goes, and the row says
 		// whether the session still holds memory.
-		if err := e.dropCheckpoint(ctx, s, mem.Restored); err != nil {
-			e.log.WarnContext(ctx, "removing the checkpoint of a resumed session", "session", id, "err", err)
+		if err := d.ckpts.dropCheckpoint(ctx, s, mem.Restored); err != nil {
+			d.log.WarnContext(ctx, "removing the checkpoint of a resumed session", "session", id, "err", err)
 		}
 	}
 	took = time.Since(start)
-	e.log.InfoContext(ctx, "session resumed", "session", id, "ms", took.Milliseconds(), "mount_ms", mountTook.Milliseconds(),
+	d.log.InfoContext(ctx, "session resumed", "session", id, "ms", took.Milliseconds(), "mount_ms", mountTook.Milliseconds(),
 		"network_ms", netTook.Milliseconds(), "sandbox_ms", sandboxTook.Milliseconds())
 	return took, nil
 }
@@ -355,23 +340,15 @@ func (e *Executor) resume(ctx context.Context, s *session) (took time.Duration, 
 // with the source's file system frozen, without copying unused blocks),
 // language and network as in spec or else the source's. The child starts
 // on its first call. The caller has counted it against the plan.
-func (e *Executor) ForkSession(ctx context.Context, id string, spec ForkSpec) (_ Session, err error) {
-	e.mu.Lock()
-	src, ok := e.sessions[id]
-	if ok && src.owner != spec.Owner {
-		ok = false
-	}
-	if ok {
-		src.busy++
-	}
-	e.mu.Unlock()
+func (d *Durable) ForkSession(ctx context.Context, id string, spec ForkSpec) (_ Session, err error) {
+	src, ok := d.s.holdSession(spec.Owner, id)
 	if !ok {
 		return Session{}, ErrNotFound
 	}
 	defer func() {
-		e.mu.Lock()
+		d.mu.Lock()
 		src.busy--
-		e.mu.Unlock()
+		d.mu.Unlock()
 	}()
 	// A fork keeps its source's version unless it asks for a language.
 	lang, version := spec.Language, spec.Version
@@ -381,17 +358,17 @@ func (e *Executor) ForkSession(ctx context.Context, id string, spec ForkSpec) (_
 			version = src.runtime.Series
 		}
 	}
-	rt, err := e.rt.LookupVersion(lang, version)
+	rt, err := d.rt.LookupVersion(lang, version)
 	if err != nil {
 		return Session{}, err
 	}
-	e.mu.Lock()
-	network := src.network // changed under e.mu (UpdateSessionNetwork)
-	e.mu.Unlock()
+	d.mu.Lock()
+	network := src.network // changed under d.mu (UpdateSessionNetwork)
+	d.mu.Unlock()
 	if spec.Network != nil {
 		network = *spec.Network
 	}
-	if network.Enabled && e.net == nil {
+	if network.Enabled && d.net == nil {
 		return Session{}, ErrNoNetwork
 	}
 	// No execute runs in the source while its image is copied.
@@ -403,48 +380,48 @@ func (e *Executor) ForkSession(ctx context.Context, id string, spec ForkSpec) (_
 	defer func() { <-src.lock }()
 	src.life.Lock()
 	defer src.life.Unlock()
-	e.mu.Lock()
+	d.mu.Lock()
 	st, gone := src.state, src.gone
-	e.mu.Unlock()
+	d.mu.Unlock()
 	if gone {
-		return Session{}, e.node.goneErr(ctx, src)
+		return Session{}, d.node.goneErr(ctx, src)
 	}
 	if st != StateRunning && st != StateHibernated {
 		return Session{}, fmt.Errorf("%w: %s", ErrBadState, st)
 	}
 
-	cu := newCleanup(e.log)
+	cu := newCleanup(d.log)
 	defer func() {
 		if v := recover(); v != nil {
 			perr := &PanicError{Value: v, Stack: debug.Stack()}
-			e.log.ErrorContext(ctx, "forking session panicked", "panic", v, "stack", string(perr.Stack))
+			d.log.ErrorContext(ctx, "forking session panicked", "panic", v, "stack", string(perr.Stack))
 			err = fmt.Errorf("forking session: %w", perr)
 		}
 	}()
 	defer cu.Clean()
-	if !e.isStarted() {
+	if !d.s.isStarted() {
 		return Session{}, ErrNotStarted
 	}
-	gen := e.node.fenceGen()
+	gen := d.node.fenceGen()
 	size := src.diskBytes
-	if err := e.reserveDisk(size); err != nil {
+	if err := d.disk.reserve(size); err != nil {
 		return Session{}, err
 	}
-	cu.Add("disk reservation", func(context.Context) error { e.releaseDisk(size); return nil })
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.cfg.CreateTimeout)
+	cu.Add("disk reservation", func(context.Context) error { d.disk.release(size); return nil })
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), d.cfg.CreateTimeout)
 	defer cancel()
 	start := time.Now()
 	childID := newID("sess_")
-	h := e.home(childID)
+	h := d.s.home(childID)
 	row := store.SessionRow{ID: childID, KeyID: spec.Owner, Language: rt.Name, Version: rt.Series, State: StateCreating, Network: string(network.JSON()),
 		IdleTTL: src.idleTTL, CreatedAt: start, LastUsedAt: start, DiskBytes: size, ParentID: id, Kernel: src.kernel && rt.Name == kernelLanguage}
-	if err := e.store.InsertSession(ctx, row); err != nil {
+	if err := d.store.InsertSession(ctx, row); err != nil {
 		return Session{}, err
 	}
 	cu.Add("store row", func(ctx context.Context) error {
-		return e.store.SetSessionState(ctx, childID, StateFailed, "fork failed", true)
+		return d.store.SetSessionState(ctx, childID, StateFailed, "fork failed", true)
 	})
-	if err := e.fault(stepForkInsert, childID); err != nil {
+	if err := d.s.fault(stepForkInsert, childID); err != nil {
 		return Session{}, err
 	}
 	cu.Add("home", func(ctx context.Context) error { return host.DropHome(ctx, h) })
@@ -457,9 +434,9 @@ func (e *Executor) ForkSession(ctx context.Context, id string, spec ForkSpec) (_
 	}
 	// Memory before files: the checkpoint pauses the source for its
 	// length, and no execute runs in it until the copy is done.
-	ck, memLost, releaseCk := e.forkMemory(ctx, src, childID)
+	ck, memLost, releaseCk := d.ckpts.forkMemory(ctx, src, childID)
 	cu.Add("checkpoint disk", func(context.Context) error { releaseCk(); return nil })
-	srcMnt := host.HomeMount(e.dir(id))
+	srcMnt := host.HomeMount(d.s.dir(id))
 	frozen := false
 	if host.Mounted(srcMnt) {
 		// Freezing flushes what the sandbox wrote and holds new writes
@@ -469,20 +446,20 @@ func (e *Executor) ForkSession(ctx context.Context, id string, spec ForkSpec) (_
 		}
 		frozen = true
 	}
-	err = host.CopyImage(ctx, e.home(id).Image(), h.Image())
+	err = host.CopyImage(ctx, d.s.home(id).Image(), h.Image())
 	if err != nil {
 		err = fmt.Errorf("copying home: %w", err)
 	} else {
-		err = e.fault(stepForkCopy, childID) // frozen still, if it was
+		err = d.s.fault(stepForkCopy, childID) // frozen still, if it was
 	}
 	if frozen {
-		host.ThawHome(e.dir(id))
+		host.ThawHome(d.s.dir(id))
 	}
 	if err != nil {
 		return Session{}, err
 	}
 	now := time.Now()
-	if err := e.store.SetSessionHibernated(ctx, childID, now, now); errors.Is(err, store.ErrNotOwner) {
+	if err := d.store.SetSessionHibernated(ctx, childID, now, now); errors.Is(err, store.ErrNotOwner) {
 		return Session{}, fmt.Errorf("session %s: %w", childID, ErrSessionMoved)
 	} else if err != nil {
 		return Session{}, err
@@ -492,21 +469,17 @@ func (e *Executor) ForkSession(ctx context.Context, id string, spec ForkSpec) (_
 	// A kernel session's child has a kernel too; it starts fresh (the
 	// parent's variables are not copied), which its first cell reports.
 	child.kernel = row.Kernel
-	e.mu.Lock()
+	d.mu.Lock()
 	child.kernelUsed = row.Kernel && src.kernelUsed
-	e.mu.Unlock()
+	d.mu.Unlock()
 	child.live, child.ckpt, child.memLost = ck.Path != "", ck, memLost
 	child.liveStored = child.live
-	e.mu.Lock()
-	if e.node.fencedSince(gen) {
-		e.mu.Unlock()
-		return Session{}, fmt.Errorf("session %s: %w", childID, ErrSessionMoved)
+	snap, err := d.s.addSession(child, gen)
+	if err != nil {
+		return Session{}, err
 	}
-	e.sessions[childID] = child
-	snap := child.snapshot()
-	e.mu.Unlock()
 	cu.Release()
-	e.log.InfoContext(ctx, "session forked", "session", childID, "from", id, "ms", time.Since(start).Milliseconds())
+	d.log.InfoContext(ctx, "session forked", "session", childID, "from", id, "ms", time.Since(start).Milliseconds())
 	return snap, nil
 }
 
@@ -514,44 +487,6 @@ func (e *Executor) isStarted() bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	return e.started
-}
-
-// reserveDisk counts n bytes of home against executor.max_disk (0: no
-// cap); past it, ErrNoStorage and nothing is counted.
-func (e *Executor) reserveDisk(n int64) error {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.cfg.MaxDisk > 0 && e.disk+n > e.cfg.MaxDisk {
-		return ErrNoStorage
-	}
-	e.disk += n
-	return nil
-}
-
-func (e *Executor) releaseDisk(n int64) {
-	e.mu.Lock()
-	e.disk -= n
-	e.mu.Unlock()
-}
-
-// DiskStats reports the homes' disk: committed is the sum of their sizes
-// (what max_disk caps), used the blocks their images take on the host.
-func (e *Executor) DiskStats() (committed, used int64) {
-	e.mu.Lock()
-	committed = e.disk
-	ids := make([]string, 0, len(e.sessions))
-	for id := range e.sessions {
-		ids = append(ids, id)
-	}
-	e.mu.Unlock()
-	for _, id := range ids {
-		var st unix.Stat_t
-		if unix.Stat(e.home(id).Image(), &st) == nil {
-			used += st.Blocks * 512
-		}
-		used += diskUsage(checkpointDir(e.home(id))) // a live session's saved memory
-	}
-	return committed, used
 }
 
 // SessionCounts reports how many sessions run and how many hibernate.

@@ -94,7 +94,7 @@ func TestHibernateAndResume(t *testing.T) {
 			}
 			defer e.DeleteSession(ctx, "k1", s.ID)
 			run(t, e, s.ID, "open('/home/sandbox/f','w').write('kept')", 0)
-			h, err := e.HibernateSession(ctx, "k1", s.ID)
+			h, err := e.Durable().HibernateSession(ctx, "k1", s.ID)
 			if err != nil || h.State != StateHibernated || h.HibernatedAt.IsZero() {
 				t.Fatalf("hibernate: %+v %v", h, err)
 			}
@@ -111,7 +111,7 @@ func TestHibernateAndResume(t *testing.T) {
 				t.Fatalf("store row: %+v %v", row, err)
 			}
 			// Idempotent.
-			if h, err := e.HibernateSession(ctx, "k1", s.ID); err != nil || h.State != StateHibernated {
+			if h, err := e.Durable().HibernateSession(ctx, "k1", s.ID); err != nil || h.State != StateHibernated {
 				t.Fatalf("second hibernate: %+v %v", h, err)
 			}
 			var rep sandbox.ResumeReport
@@ -143,7 +143,7 @@ func TestParallelCallsResumeOnce(t *testing.T) {
 	ctx := context.Background()
 	s := mustSession(t, e, "bash")
 	run(t, e, s.ID, "echo hi > /home/sandbox/f", 0)
-	if _, err := e.HibernateSession(ctx, "k1", s.ID); err != nil {
+	if _, err := e.Durable().HibernateSession(ctx, "k1", s.ID); err != nil {
 		t.Fatal(err)
 	}
 	const n = 20
@@ -207,7 +207,7 @@ func TestIdleHibernationAndTTL(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, err := e.HibernateSession(ctx, "k1", short.ID); err != nil || got.State != StateHibernated {
+	if got, err := e.Durable().HibernateSession(ctx, "k1", short.ID); err != nil || got.State != StateHibernated {
 		t.Fatalf("hibernating the short-TTL session: %+v %v", got, err)
 	}
 	deadline := time.Now().Add(30 * time.Second)
@@ -330,18 +330,18 @@ func TestForkSession(t *testing.T) {
 	for _, hibernated := range []bool{false, true} {
 		t.Run(fmt.Sprintf("source hibernated=%v", hibernated), func(t *testing.T) {
 			if hibernated {
-				if _, err := e.HibernateSession(ctx, "k1", parent.ID); err != nil {
+				if _, err := e.Durable().HibernateSession(ctx, "k1", parent.ID); err != nil {
 					t.Fatal(err)
 				}
 			}
-			child, err := e.ForkSession(ctx, parent.ID, ForkSpec{Owner: "k1"})
+			child, err := e.Durable().ForkSession(ctx, parent.ID, ForkSpec{Owner: "k1"})
 			if err != nil {
 				t.Fatal(err)
 			}
 			if child.State != StateHibernated || child.ForkedFrom != parent.ID || child.Language != "python3" {
 				t.Fatalf("child: %+v", child)
 			}
-			if _, err := e.ForkSession(ctx, parent.ID, ForkSpec{Owner: "k2"}); !errors.Is(err, ErrNotFound) {
+			if _, err := e.Durable().ForkSession(ctx, parent.ID, ForkSpec{Owner: "k2"}); !errors.Is(err, ErrNotFound) {
 				t.Fatalf("another owner's fork: %v", err)
 			}
 			r := run(t, e, child.ID, "import pkg; print(open('/home/sandbox/f').read(), pkg.V)", 0)
@@ -366,7 +366,7 @@ func TestForkSession(t *testing.T) {
 		})
 	}
 	// Deleting the parent leaves a child intact.
-	child, err := e.ForkSession(ctx, parent.ID, ForkSpec{Owner: "k1", Language: "bash"})
+	child, err := e.Durable().ForkSession(ctx, parent.ID, ForkSpec{Owner: "k1", Language: "bash"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -385,12 +385,12 @@ func TestDiskBudget(t *testing.T) {
 	if _, err := e.CreateSession(ctx, SessionSpec{Language: "bash", Owner: "k1", DiskBytes: cfg.HomeBytes * 2}); !errors.Is(err, ErrNoStorage) {
 		t.Fatalf("create past max_disk: %v", err)
 	}
-	b, err := e.ForkSession(ctx, a.ID, ForkSpec{Owner: "k1"})
+	b, err := e.Durable().ForkSession(ctx, a.ID, ForkSpec{Owner: "k1"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ents, _ := os.ReadDir(filepath.Join(cfg.DataDir, "sessions"))
-	if _, err := e.ForkSession(ctx, a.ID, ForkSpec{Owner: "k1"}); !errors.Is(err, ErrNoStorage) {
+	if _, err := e.Durable().ForkSession(ctx, a.ID, ForkSpec{Owner: "k1"}); !errors.Is(err, ErrNoStorage) {
 		t.Fatalf("fork past max_disk: %v", err)
 	}
 	if _, err := e.CreateSession(ctx, SessionSpec{Language: "bash", Owner: "k1"}); !errors.Is(err, ErrNoStorage) {
@@ -403,7 +403,7 @@ func TestDiskBudget(t *testing.T) {
 	if n := e.CountSessions("k1"); n != 2 {
 		t.Fatalf("%d sessions listed, want 2", n)
 	}
-	committed, used := e.DiskStats()
+	committed, used := e.Disk().Stats()
 	if committed != 2*cfg.HomeBytes || used <= 0 || used >= committed {
 		t.Fatalf("disk stats: committed %d used %d", committed, used)
 	}
@@ -430,7 +430,7 @@ func TestResumeFaults(t *testing.T) {
 		s := mustSession(t, e, "bash")
 		run(t, e, s.ID, "echo whole > /home/sandbox/f", 0)
 		for _, step := range steps {
-			if _, err := e.HibernateSession(ctx, "k1", s.ID); err != nil {
+			if _, err := e.Durable().HibernateSession(ctx, "k1", s.ID); err != nil {
 				t.Fatal(err)
 			}
 			e.createFault = func(at createStep, _ string) error {
@@ -466,7 +466,7 @@ func TestResumeFaults(t *testing.T) {
 			first, st := open()
 			s := mustSession(t, first, "bash")
 			run(t, first, s.ID, "echo whole > /home/sandbox/f", 0)
-			if _, err := first.HibernateSession(context.Background(), "k1", s.ID); err != nil {
+			if _, err := first.Durable().HibernateSession(context.Background(), "k1", s.ID); err != nil {
 				t.Fatal(err)
 			}
 			reached := make(chan struct{})
@@ -536,7 +536,7 @@ func TestForkFaults(t *testing.T) {
 			run(t, e, s.ID, "echo whole > /home/sandbox/f", 0)
 			for _, step := range steps {
 				if hibernated {
-					if _, err := e.HibernateSession(context.Background(), "k1", s.ID); err != nil {
+					if _, err := e.Durable().HibernateSession(context.Background(), "k1", s.ID); err != nil {
 						t.Fatal(err)
 					}
 				}
@@ -548,11 +548,11 @@ func TestForkFaults(t *testing.T) {
 					}
 					return nil
 				}
-				if _, err := e.ForkSession(context.Background(), s.ID, ForkSpec{Owner: "k1"}); err == nil {
+				if _, err := e.Durable().ForkSession(context.Background(), s.ID, ForkSpec{Owner: "k1"}); err == nil {
 					t.Fatalf("%s: fork succeeded", step)
 				}
 				e.createFault = nil
-				committed, _ := e.DiskStats()
+				committed, _ := e.Disk().Stats()
 				if committed != e.cfg.HomeBytes {
 					t.Fatalf("%s: disk reservation left: %d", step, committed)
 				}
@@ -574,7 +574,7 @@ func TestForkFaults(t *testing.T) {
 				}
 				return nil
 			}
-			go first.ForkSession(context.Background(), s.ID, ForkSpec{Owner: "k1"})
+			go first.Durable().ForkSession(context.Background(), s.ID, ForkSpec{Owner: "k1"})
 			child := <-reached
 			crash(first, st)
 			second, st2 := open()
@@ -601,7 +601,7 @@ func TestHibernateCrash(t *testing.T) {
 				}
 				return nil
 			}
-			go first.HibernateSession(context.Background(), "k1", s.ID)
+			go first.Durable().HibernateSession(context.Background(), "k1", s.ID)
 			<-reached
 			crash(first, st)
 			second, st2 := open()
@@ -625,7 +625,7 @@ func TestFileCallsResumeHibernated(t *testing.T) {
 	s := mustSession(t, e, "bash")
 	hibernate := func() {
 		t.Helper()
-		if _, err := e.HibernateSession(ctx, "k1", s.ID); err != nil {
+		if _, err := e.Durable().HibernateSession(ctx, "k1", s.ID); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -690,7 +690,7 @@ func TestResumeEvictsCopiedHomeMount(t *testing.T) {
 			t.Fatalf("the holder's namespace never showed %s", mnt)
 		}
 	}
-	if h, err := e.HibernateSession(ctx, "k1", s.ID); err != nil || h.State != StateHibernated {
+	if h, err := e.Durable().HibernateSession(ctx, "k1", s.ID); err != nil || h.State != StateHibernated {
 		t.Fatalf("hibernate: %+v %v", h, err)
 	}
 	if held() {

@@ -155,7 +155,7 @@ func (e *Executor) acquireResumed(ctx context.Context, owner, id string) (*sessi
 	}
 	if st == StateHibernated {
 		var err error
-		if took, err = e.resume(ctx, s); err != nil {
+		if took, err = e.dur.resume(ctx, s); err != nil {
 			e.releaseSession(s)
 			return nil, 0, fmt.Errorf("resuming session %s: %w", id, err)
 		}
@@ -183,7 +183,7 @@ func (e *Executor) acquireResumed(ctx context.Context, owner, id string) (*sessi
 }
 
 func (e *Executor) releaseSession(s *session) {
-	e.persistLive(s)
+	e.ckpts.persistLive(s)
 	e.mu.Lock()
 	s.busy--
 	s.lastUsed = time.Now()

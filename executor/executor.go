@@ -80,12 +80,8 @@ type Executor struct {
 
 	mu       sync.Mutex
 	sessions map[string]*session
-	live     int   // sandboxes counted against MaxSandboxes
-	disk     int64 // bytes of homes counted against MaxDisk
+	live     int // sandboxes counted against MaxSandboxes
 	started  bool
-
-	runscIDOnce sync.Once
-	runscID     string // runscBuild
 
 	agentsMu sync.Mutex
 	agents   map[string]*agentConn // sandbox id -> its guest agent channel
@@ -93,24 +89,24 @@ type Executor struct {
 	// createFault, when set (tests only), runs after each step of
 	// CreateSession; an error or panic from it fails creation there.
 	createFault func(step createStep, id string) error
-	// memTimed, when set (tests and benchmarks only), gets the time of
-	// each runsc checkpoint ("checkpoint") and restore ("restore").
-	memTimed func(op string, d time.Duration)
 
 	// execFileOps counts file calls that took the `runsc exec` path (tests
 	// check that the channel carried theirs).
 	execFileOps atomic.Int64
 
-	warm    chan warmSandbox // started sandboxes that have run nothing
-	warmGen int              // under mu: warm sandboxes of an older gen are stale (dropWarm)
-	stop    chan struct{}
-	wg      sync.WaitGroup // reaper and pool filler
-	bg      sync.WaitGroup // teardowns of stateless sandboxes
+	stop chan struct{}
+	wg   sync.WaitGroup // reaper and pool filler
+	bg   sync.WaitGroup // teardowns of stateless sandboxes
 
 	files *Files     // the files role
 	procs *Processes // the background processes role
 	node  *Node      // the cluster role; it shares mu
 	keep  *upkeep    // restart recovery, the idle reaper, orphans at stop
+
+	pool  *Pool        // the warm pool
+	disk  *DiskBudget  // bytes of homes and checkpoints counted against MaxDisk
+	ckpts *checkpoints // live sessions' memory
+	dur   *Durable     // hibernation, resume, fork
 }
 
 // Option gives New a part the executor works with besides its config.
@@ -167,15 +163,31 @@ func New(cfg Config, rt *Runtimes, st *store.Store, log *slog.Logger, opts ...Op
 		store:    st,
 		log:      log,
 		sessions: map[string]*session{},
-		warm:     make(chan warmSandbox, max(cfg.WarmPool, 0)),
 		stop:     make(chan struct{}),
 	}
 	e.files = &Files{s: e, cfg: cfg, log: log, runsc: e.runsc, execOps: &e.execFileOps}
 	e.procs = &Processes{s: e, cfg: cfg, log: log}
+	e.disk = &DiskBudget{max: cfg.MaxDisk, homes: func() []host.Home {
+		e.mu.Lock()
+		ids := make([]string, 0, len(e.sessions))
+		for id := range e.sessions {
+			ids = append(ids, id)
+		}
+		e.mu.Unlock()
+		hs := make([]host.Home, len(ids))
+		for i, id := range ids {
+			hs[i] = e.home(id)
+		}
+		return hs
+	}}
+	e.pool = newPool(e, cfg, rt, log, e.disk)
+	e.ckpts = &checkpoints{s: e, mu: &e.mu, runsc: e.runsc, store: st, log: log, disk: e.disk}
 	for _, o := range opts {
 		o(e)
 	}
 	e.node = newNode(e)
+	e.dur = &Durable{s: e, mu: &e.mu, cfg: cfg, rt: rt, store: st, log: log, net: e.net, disk: e.disk, ckpts: e.ckpts, node: e.node}
+	e.ckpts.hibernate, e.ckpts.resume = e.dur.hibernate, e.dur.resume
 	e.keep = newUpkeep(e)
 	return e, nil
 }
@@ -244,7 +256,10 @@ func (e *Executor) Start(ctx context.Context) error {
 	e.mu.Unlock()
 	if len(regain) > 0 {
 		e.wg.Add(1)
-		go e.regainLive(regain)
+		go func() {
+			defer e.wg.Done()
+			e.ckpts.regainLive(regain, e.stop)
+		}()
 	}
 	e.wg.Add(1)
 	go func() {
@@ -253,7 +268,10 @@ func (e *Executor) Start(ctx context.Context) error {
 	}()
 	if e.cfg.WarmPool > 0 {
 		e.wg.Add(1)
-		go e.fillWarm()
+		go func() {
+			defer e.wg.Done()
+			e.pool.fill(e.stop)
+		}()
 	}
 	return nil
 }
@@ -278,17 +296,7 @@ func (e *Executor) Stop(ctx context.Context) error {
 	e.mu.Unlock()
 	e.wg.Wait()
 	errs := e.hibernateAll(ctx, ids)
-	for {
-		select {
-		case ws := <-e.warm:
-			if err := e.destroySandbox(ctx, ws.id); err != nil {
-				errs = append(errs, err)
-			}
-			continue
-		default:
-		}
-		break
-	}
+	errs = append(errs, e.pool.drain(ctx)...)
 	e.bg.Wait()
 	e.node.bg.Wait()
 	if e.store.Node() != "" {
@@ -336,7 +344,7 @@ func (e *Executor) hibernateAll(ctx context.Context, ids []string) []error {
 			case <-time.After(2 * time.Second):
 			case <-ctx.Done():
 			}
-			err := e.hibernate(ctx, s, "server stopped")
+			err := e.dur.hibernate(ctx, s, "server stopped")
 			if locked {
 				<-s.lock
 			}

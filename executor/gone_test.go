@@ -91,14 +91,14 @@ func TestForkAndHibernateRacingDelete(t *testing.T) {
 		op   func(id string) error
 	}{
 		{"fork", func(id string) error {
-			c, err := e.ForkSession(ctx, id, ForkSpec{Owner: "k1"})
+			c, err := e.Durable().ForkSession(ctx, id, ForkSpec{Owner: "k1"})
 			if err == nil {
 				_ = e.DeleteSession(ctx, "k1", c.ID)
 			}
 			return err
 		}},
 		{"hibernate", func(id string) error {
-			_, err := e.HibernateSession(ctx, "k1", id)
+			_, err := e.Durable().HibernateSession(ctx, "k1", id)
 			return err
 		}},
 	}

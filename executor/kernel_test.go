@@ -193,7 +193,7 @@ func TestKernelCells(t *testing.T) {
 
 	t.Run("a hibernated session's kernel keeps its variables", func(t *testing.T) {
 		cell(t, e, s.ID, "y = 41", kernelTimeout)
-		h, err := e.HibernateSession(context.Background(), "k1", s.ID)
+		h, err := e.Durable().HibernateSession(context.Background(), "k1", s.ID)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -211,7 +211,7 @@ func TestKernelCells(t *testing.T) {
 
 	t.Run("a kernel whose checkpoint is lost says it restarted, once", func(t *testing.T) {
 		cell(t, e, s.ID, "z = 1", kernelTimeout)
-		if _, err := e.HibernateSession(context.Background(), "k1", s.ID); err != nil {
+		if _, err := e.Durable().HibernateSession(context.Background(), "k1", s.ID); err != nil {
 			t.Fatal(err)
 		}
 		if err := os.RemoveAll(checkpointDir(e.home(s.ID))); err != nil {
@@ -334,7 +334,7 @@ func TestKernelFork(t *testing.T) {
 	parent := kernelSession(t, e)
 	defer e.DeleteSession(ctx, "k1", parent.ID)
 	cell(t, e, parent.ID, "x = 1\nimport numpy as np\na = np.arange(1000)", kernelTimeout)
-	child, err := e.ForkSession(ctx, parent.ID, ForkSpec{Owner: "k1"})
+	child, err := e.Durable().ForkSession(ctx, parent.ID, ForkSpec{Owner: "k1"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -51,11 +51,11 @@ func TestStatelessClashingFilesAreInvalid(t *testing.T) {
 	}
 	// The guest's own refusal of a clash (here a repeated file) reaches the
 	// caller as ErrInvalid too, and names none of its folders.
-	ws, err := e.prepareWarm()
+	ws, err := e.pool.prepare()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer e.destroySandbox(context.Background(), ws.id)
+	defer e.pool.destroy(context.Background(), ws.id)
 	greq := &guest.Request{
 		Files: []guest.File{{Path: "d.txt", Content: []byte("1")}, {Path: "d.txt", Content: []byte("2")}},
 		Argv:  []string{"true"}, Cwd: "{dir}", UID: host.SandboxUID, GID: host.SandboxUID, TimeoutMS: 5000,

@@ -106,7 +106,7 @@ func TestUpdateSessionNetwork(t *testing.T) {
 	if _, _, err := f.e.UpdateSessionNetwork(ctx, "k1", p.ID, req(false)); err != nil {
 		t.Fatalf("keeping network off on a running session without it: %v", err)
 	}
-	if _, err := f.e.HibernateSession(ctx, "k1", p.ID); err != nil {
+	if _, err := f.e.Durable().HibernateSession(ctx, "k1", p.ID); err != nil {
 		t.Fatal(err)
 	}
 	snap, _, err = f.e.UpdateSessionNetwork(ctx, "k1", p.ID, req(true, "a.example.com"))

@@ -34,6 +34,7 @@ type Node struct {
 	rt    *Runtimes
 	runsc *host.Runsc
 	net   Network
+	pool  *Pool // its warm sandboxes go at a Fence past the hold
 
 	// mu is the session service's lock (see Node).
 	mu *sync.Mutex
@@ -77,7 +78,6 @@ type nodeSessions interface {
 	sessionsDir() string
 	networkHeld(s *session) bool
 	dropAgent(id string)
-	dropWarm()
 	endSessionOf(ctx context.Context, s *session, reason string) error
 }
 
@@ -85,7 +85,7 @@ type nodeSessions interface {
 // takes e's network).
 func newNode(e *Executor) *Node {
 	return &Node{
-		s: e, cfg: e.cfg, log: e.log, store: e.store, rt: e.rt, runsc: e.runsc, net: e.net,
+		s: e, cfg: e.cfg, log: e.log, store: e.store, rt: e.rt, runsc: e.runsc, net: e.net, pool: e.pool,
 		mu:       &e.mu,
 		moved:    map[string]*session{},
 		tidying:  map[string]chan struct{}{},
@@ -111,7 +111,7 @@ func (e *Executor) admit(s *session, disk int64) {
 	if s.hasSandbox {
 		e.live++
 	}
-	e.disk += disk
+	e.disk.add(disk)
 }
 
 func (e *Executor) forget(s *session) {
@@ -122,7 +122,7 @@ func (e *Executor) forget(s *session) {
 		s.hasSandbox = false
 		e.live--
 	}
-	e.disk -= s.diskBytes + s.ckpt.Bytes
+	e.disk.release(s.diskBytes + s.ckpt.Bytes)
 }
 
 func (e *Executor) counts() (started bool, live int) { return e.started, e.live }

@@ -217,7 +217,7 @@ func TestClusterFenceWaitsForMount(t *testing.T) {
 		t.Fatal(err)
 	}
 	clusterRun(t, a, s.ID, "echo kept > /home/sandbox/f")
-	if _, err := a.HibernateSession(ctx, "k1", s.ID); err != nil {
+	if _, err := a.Durable().HibernateSession(ctx, "k1", s.ID); err != nil {
 		t.Fatal(err)
 	}
 	reached, release := make(chan struct{}), make(chan struct{})
@@ -373,7 +373,7 @@ func TestClusterFenceCutsImageWait(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := a.HibernateSession(ctx, "k1", s.ID); err != nil {
+	if _, err := a.Durable().HibernateSession(ctx, "k1", s.ID); err != nil {
 		t.Fatal(err)
 	}
 	img := a.home(s.ID).Image()

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/sandboxapi/sandboxapi/executor/guest"
@@ -13,92 +15,126 @@ import (
 // warmSandbox is a started sandbox with a fresh home that has run nothing.
 type warmSandbox struct {
 	id string
-	// gen is the executor's warmGen when it was prepared: one prepared
-	// before a dropWarm may have been killed by the fence process.
+	// gen is the pool's gen when it was prepared: one prepared before a
+	// drop may have been killed by the fence process.
 	gen int
 }
 
-// takeWarm hands out a warm sandbox, if one is ready. Each is handed out
-// once: it leaves the channel for good. One older than the last dropWarm
-// is destroyed instead.
-func (e *Executor) takeWarm() (warmSandbox, bool) {
+// Pool is the executor's warm pool: started sandboxes on fresh homes that
+// have run nothing, which new sessions and stateless calls take. It owns
+// the pool's channel and generation and reaches the session service only
+// through poolSessions. Get it from Executor.Pool; it is safe for
+// concurrent use.
+type Pool struct {
+	s    poolSessions
+	cfg  Config
+	rt   *Runtimes
+	log  *slog.Logger
+	disk *DiskBudget // the homes' budget: a warm home counts
+
+	warm chan warmSandbox // started sandboxes that have run nothing
+	mu   sync.Mutex
+	gen  int            // under mu: warm sandboxes of an older gen are stale (drop)
+	bg   sync.WaitGroup // removals of stale warm sandboxes
+}
+
+// poolSessions is what Pool needs of the session service: where a home
+// lives, and a sandbox's start, run and end.
+type poolSessions interface {
+	home(id string) host.Home
+	// startSandbox writes the bundle and starts the sandbox.
+	startSandbox(ctx context.Context, id, dir, netns string) error
+	guestRun(ctx context.Context, id string, greq *guest.Request, stdin []byte, onOutput func(string, []byte)) (Result, error)
+	destroy(ctx context.Context, id string) error
+}
+
+func newPool(s poolSessions, cfg Config, rt *Runtimes, log *slog.Logger, disk *DiskBudget) *Pool {
+	return &Pool{s: s, cfg: cfg, rt: rt, log: log, disk: disk, warm: make(chan warmSandbox, max(cfg.WarmPool, 0))}
+}
+
+// Pool returns the executor's warm pool.
+func (e *Executor) Pool() *Pool { return e.pool }
+
+// take hands out a warm sandbox, if one is ready. Each is handed out
+// once: it leaves the channel for good. One older than the last drop is
+// destroyed instead.
+func (p *Pool) take() (warmSandbox, bool) {
 	for {
 		select {
-		case ws := <-e.warm:
-			e.mu.Lock()
-			stale := ws.gen != e.warmGen
-			e.mu.Unlock()
+		case ws := <-p.warm:
+			p.mu.Lock()
+			stale := ws.gen != p.gen
+			p.mu.Unlock()
 			if !stale {
 				return ws, true
 			}
-			e.discardWarm(ws)
+			p.discard(ws)
 		default:
 			return warmSandbox{}, false
 		}
 	}
 }
 
-// fillWarm keeps the warm pool full. One more sandbox than the pool holds
-// may be waiting to go in.
-func (e *Executor) fillWarm() {
-	defer e.wg.Done()
+// fill keeps the warm pool full until stop is closed. One more sandbox
+// than the pool holds may be waiting to go in.
+func (p *Pool) fill(stop <-chan struct{}) {
 	for {
 		select {
-		case <-e.stop:
+		case <-stop:
 			return
 		default:
 		}
-		ws, err := e.prepareWarm()
+		ws, err := p.prepare()
 		if err == nil {
-			e.warmUp(ws.id)
+			p.warmUp(ws.id)
 		}
 		if err != nil {
 			if errors.Is(err, ErrNoStorage) {
 				// The homes' disk budget is spent: sessions come first.
-				e.log.Debug("warm pool waits for disk budget")
+				p.log.Debug("warm pool waits for disk budget")
 			} else {
-				e.log.Error("preparing warm sandbox", "err", err)
+				p.log.Error("preparing warm sandbox", "err", err)
 			}
 			select {
-			case <-e.stop:
+			case <-stop:
 				return
 			case <-time.After(5 * time.Second):
 			}
 			continue
 		}
 		select {
-		case e.warm <- ws:
-		case <-e.stop:
-			if err := e.destroySandbox(context.Background(), ws.id); err != nil {
-				e.log.Error("removing a warm sandbox at stop", "sandbox", ws.id, "err", err)
+		case p.warm <- ws:
+		case <-stop:
+			if err := p.destroy(context.Background(), ws.id); err != nil {
+				p.log.Error("removing a warm sandbox at stop", "sandbox", ws.id, "err", err)
 			}
 			return
 		}
 	}
 }
 
-// prepareWarm makes a home and starts a sandbox on it.
-func (e *Executor) prepareWarm() (warmSandbox, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), e.cfg.CreateTimeout)
+// prepare makes a home and starts a sandbox on it.
+func (p *Pool) prepare() (warmSandbox, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), p.cfg.CreateTimeout)
 	defer cancel()
 	id := newID("sess_")
-	h := e.home(id)
-	e.mu.Lock()
-	gen := e.warmGen
-	e.mu.Unlock()
+	h := p.s.home(id)
+	p.mu.Lock()
+	gen := p.gen
+	p.mu.Unlock()
 	// A warm home counts against max_disk like any other; it becomes the
 	// reservation of the session that takes it.
-	if err := e.reserveDisk(e.cfg.HomeBytes); err != nil {
+	if err := p.disk.reserve(p.cfg.HomeBytes); err != nil {
 		return warmSandbox{}, err
 	}
-	if err := host.MakeHome(ctx, h, e.cfg.HomeBytes); err != nil {
+	if err := host.MakeHome(ctx, h, p.cfg.HomeBytes); err != nil {
 		_ = host.DropHome(context.Background(), h)
-		e.releaseDisk(e.cfg.HomeBytes)
+		p.disk.release(p.cfg.HomeBytes)
 		return warmSandbox{}, fmt.Errorf("preparing home: %w", err)
 	}
-	if err := e.startSandbox(ctx, id, h.Dir, ""); err != nil {
-		if derr := e.destroySandbox(context.Background(), id); derr != nil {
-			e.log.Error("removing a warm sandbox that failed to start", "sandbox", id, "err", derr)
+	if err := p.s.startSandbox(ctx, id, h.Dir, ""); err != nil {
+		if derr := p.destroy(context.Background(), id); derr != nil {
+			p.log.Error("removing a warm sandbox that failed to start", "sandbox", id, "err", derr)
 		}
 		return warmSandbox{}, err
 	}
@@ -112,31 +148,80 @@ func (e *Executor) prepareWarm() (warmSandbox, error) {
 // sandbox user in /, so a caller's first run finds the files cached. It
 // writes nothing (the sandbox stays fresh) and every process it started
 // is gone when it returns; a failure only costs the speed-up.
-func (e *Executor) warmUp(id string) {
+func (p *Pool) warmUp(id string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	res, err := e.guestRun(ctx, id, &guest.Request{
-		Argv: []string{"/bin/sh", "-c", e.rt.WarmUp()}, Env: []string{"PATH=" + basePath, "HOME=" + host.HomeDir, "LANG=C.UTF-8"},
-		Cwd: "/", UID: host.SandboxUID, GID: host.SandboxUID, TimeoutMS: 10_000, MaxProcs: uint64(e.cfg.Pids),
+	res, err := p.s.guestRun(ctx, id, &guest.Request{
+		Argv: []string{"/bin/sh", "-c", p.rt.WarmUp()}, Env: []string{"PATH=" + basePath, "HOME=" + host.HomeDir, "LANG=C.UTF-8"},
+		Cwd: "/", UID: host.SandboxUID, GID: host.SandboxUID, TimeoutMS: 10_000, MaxProcs: uint64(p.cfg.Pids),
 	}, nil, nil)
 	if err != nil || res.Status != StatusOK {
-		e.log.Warn("warming up a pool sandbox", "sandbox", id, "status", res.Status, "err", err)
+		p.log.Warn("warming up a pool sandbox", "sandbox", id, "status", res.Status, "err", err)
 	}
 }
 
-// destroySandbox removes a warm sandbox that belongs to no session, and
-// its home, and gives back its disk reservation.
-func (e *Executor) destroySandbox(ctx context.Context, id string) error {
-	defer e.releaseDisk(e.cfg.HomeBytes)
+// destroy removes a warm sandbox that belongs to no session, and its
+// home, and gives back its disk reservation.
+func (p *Pool) destroy(ctx context.Context, id string) error {
+	defer p.disk.release(p.cfg.HomeBytes)
 	var errs []error
-	if err := e.destroy(ctx, id); err != nil {
+	if err := p.s.destroy(ctx, id); err != nil {
 		errs = append(errs, err)
 	}
-	if err := host.DropHome(ctx, e.home(id)); err != nil {
+	if err := host.DropHome(ctx, p.s.home(id)); err != nil {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }
 
-// WarmReady reports how many warm sandboxes wait (for metrics and tests).
-func (e *Executor) WarmReady() int { return len(e.warm) }
+// drop empties the warm pool, and makes every warm sandbox prepared so
+// far stale (one may still be on its way in): they are destroyed in the
+// background, and the pool fills again.
+func (p *Pool) drop() {
+	p.mu.Lock()
+	p.gen++
+	p.mu.Unlock()
+	for {
+		select {
+		case ws := <-p.warm:
+			p.discard(ws)
+		default:
+			return
+		}
+	}
+}
+
+// discard destroys warm sandbox ws in the background.
+func (p *Pool) discard(ws warmSandbox) {
+	p.bg.Add(1)
+	go func() {
+		defer p.bg.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := p.destroy(ctx, ws.id); err != nil {
+			p.log.Error("dropping a stale warm sandbox", "sandbox", ws.id, "err", err)
+		}
+	}()
+}
+
+// drain destroys every warm sandbox that waits and waits for the stale
+// ones' removal (Stop, once the filler has stopped).
+func (p *Pool) drain(ctx context.Context) []error {
+	var errs []error
+	for {
+		select {
+		case ws := <-p.warm:
+			if err := p.destroy(ctx, ws.id); err != nil {
+				errs = append(errs, err)
+			}
+			continue
+		default:
+		}
+		break
+	}
+	p.bg.Wait()
+	return errs
+}
+
+// Ready reports how many warm sandboxes wait (for metrics and tests).
+func (p *Pool) Ready() int { return len(p.warm) }

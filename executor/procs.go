@@ -533,7 +533,7 @@ func (e *Executor) markLive(s *session) {
 	e.mu.Lock()
 	s.live = true
 	e.mu.Unlock()
-	e.persistLive(s)
+	e.ckpts.persistLive(s)
 }
 
 func (e *Executor) processesActive(id string, now time.Time) bool {

@@ -383,7 +383,7 @@ func TestBackgroundProcessAcrossHibernation(t *testing.T) {
 		ended <- e.procs.ProcessOutput(fctx, "k1", s.ID, p.PID, 0, true, func(sandbox.ProcessEvent) error { return nil })
 	}()
 	time.Sleep(300 * time.Millisecond) // the follower waits in the guest
-	if _, err := e.HibernateSession(ctx, "k1", s.ID); err != nil {
+	if _, err := e.Durable().HibernateSession(ctx, "k1", s.ID); err != nil {
 		t.Fatal(err)
 	}
 	select {

@@ -113,11 +113,11 @@ func TestStatelessRunsInAFreshSandboxEachTime(t *testing.T) {
 	}
 	// The warm pool refills, and every stateless sandbox is gone afterwards.
 	deadline := time.Now().Add(30 * time.Second)
-	for e.WarmReady() < 2 && time.Now().Before(deadline) {
+	for e.Pool().Ready() < 2 && time.Now().Before(deadline) {
 		time.Sleep(100 * time.Millisecond)
 	}
-	if e.WarmReady() != 2 {
-		t.Fatalf("warm pool holds %d, want 2", e.WarmReady())
+	if e.Pool().Ready() != 2 {
+		t.Fatalf("warm pool holds %d, want 2", e.Pool().Ready())
 	}
 	cs, err := e.runsc.List(ctx)
 	if err != nil {

@@ -195,18 +195,18 @@ func (e *Executor) CreateSession(ctx context.Context, spec SessionSpec) (_ Sessi
 	var id string
 	warm := false
 	if !withNet && size == e.cfg.HomeBytes {
-		if ws, ok := e.takeWarm(); ok {
+		if ws, ok := e.pool.take(); ok {
 			id, warm = ws.id, true
 		}
 	}
 	if warm {
 		// The warm home's disk reservation becomes the session's.
-		cu.Add("warm sandbox", func(ctx context.Context) error { return e.destroySandbox(ctx, id) })
+		cu.Add("warm sandbox", func(ctx context.Context) error { return e.pool.destroy(ctx, id) })
 	} else {
-		if err := e.reserveDisk(size); err != nil {
+		if err := e.disk.reserve(size); err != nil {
 			return Session{}, err
 		}
-		cu.Add("disk reservation", func(context.Context) error { e.releaseDisk(size); return nil })
+		cu.Add("disk reservation", func(context.Context) error { e.disk.release(size); return nil })
 		id = newID("sess_")
 		h := e.home(id)
 		cu.Add("home", func(ctx context.Context) error { return host.DropHome(ctx, h) })
@@ -514,7 +514,7 @@ func (e *Executor) endSessionOf(ctx context.Context, s *session, reason string) 
 	}
 	e.mu.Unlock()
 	if !gone {
-		e.releaseDisk(s.diskBytes + s.ckpt.Bytes) // the image went with the home's folder
+		e.disk.release(s.diskBytes + s.ckpt.Bytes) // the image went with the home's folder
 	}
 	if err := e.store.SetSessionState(ctx, id, StateEnded, reason, true); err != nil {
 		errs = append(errs, err)

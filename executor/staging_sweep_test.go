@@ -73,13 +73,13 @@ func TestStaleStagingSweptOnStart(t *testing.T) {
 	_, base := stagingState(t, e, s.ID)
 
 	plant(t, e, s.ID)
-	if _, err := e.HibernateSession(ctx, "k1", s.ID); err != nil {
+	if _, err := e.Durable().HibernateSession(ctx, "k1", s.ID); err != nil {
 		t.Fatal(err)
 	}
 	wantSwept(t, e, s.ID, "hibernate and resume", base)
 
 	plant(t, e, s.ID)
-	c, err := e.ForkSession(ctx, s.ID, ForkSpec{Owner: "k1"})
+	c, err := e.Durable().ForkSession(ctx, s.ID, ForkSpec{Owner: "k1"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -191,7 +191,7 @@ func TestStaleStagingSweptOnAdoption(t *testing.T) {
 	plant(t, a, s.ID)
 	c.claim(t, "b", s.ID)
 	// a finds out on its next state write and lets go of the session.
-	if _, err := a.HibernateSession(ctx, "k1", s.ID); !errors.Is(err, ErrSessionMoved) {
+	if _, err := a.Durable().HibernateSession(ctx, "k1", s.ID); !errors.Is(err, ErrSessionMoved) {
 		t.Fatalf("hibernate on a after b's claim: %v, want ErrSessionMoved", err)
 	}
 	if _, err := b.Node().Adopt(ctx, s.ID); err != nil {

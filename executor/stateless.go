@@ -53,10 +53,10 @@ func (e *Executor) ExecuteStateless(ctx context.Context, owner string, req ExecR
 		return Result{}, err
 	}
 	id := ""
-	if ws, ok := e.takeWarm(); ok {
+	if ws, ok := e.pool.take(); ok {
 		id = ws.id
 	} else {
-		ws, err := e.prepareWarm() // a cold start, same steps
+		ws, err := e.pool.prepare() // a cold start, same steps
 		if err != nil {
 			return Result{}, err
 		}
@@ -71,7 +71,7 @@ func (e *Executor) ExecuteStateless(ctx context.Context, owner string, req ExecR
 			defer e.bg.Done()
 			dctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
-			if err := e.destroySandbox(dctx, id); err != nil {
+			if err := e.pool.destroy(dctx, id); err != nil {
 				e.log.ErrorContext(ctx, "destroying stateless sandbox", "sandbox", id, "err", err)
 			}
 			e.release()

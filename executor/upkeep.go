@@ -26,7 +26,8 @@ import (
 // by New; safe for concurrent use.
 type upkeep struct {
 	s     upkeepSessions
-	node  *Node // lets go of a session another node claimed (reconcile)
+	node  *Node    // lets go of a session another node claimed (reconcile)
+	dur   *Durable // hibernates a session idle past hibernate_after
 	cfg   Config
 	log   *slog.Logger
 	store *store.Store
@@ -53,13 +54,12 @@ type upkeepSessions interface {
 	// processesActive is called with mu held (it takes only the agents'
 	// lock).
 	processesActive(id string, now time.Time) bool
-	hibernate(ctx context.Context, s *session, reason string) error
 	endSessionOf(ctx context.Context, s *session, reason string) error
 }
 
 // newUpkeep makes e's upkeep, after e's options and its cluster role.
 func newUpkeep(e *Executor) *upkeep {
-	return &upkeep{s: e, node: e.node, cfg: e.cfg, log: e.log, store: e.store, rt: e.rt, runsc: e.runsc, net: e.net, mu: &e.mu}
+	return &upkeep{s: e, node: e.node, dur: e.dur, cfg: e.cfg, log: e.log, store: e.store, rt: e.rt, runsc: e.runsc, net: e.net, mu: &e.mu}
 }
 
 // removeOrphanSandboxes ends, at Stop, every sandbox under the runsc root
@@ -418,7 +418,7 @@ func (u *upkeep) reapIdle() {
 			continue
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		if err := u.s.hibernate(ctx, s, "idle"); err != nil && !errors.Is(err, ErrBadState) && !errors.Is(err, ErrSessionMoved) && !errors.Is(err, ErrNotFound) {
+		if err := u.dur.hibernate(ctx, s, "idle"); err != nil && !errors.Is(err, ErrBadState) && !errors.Is(err, ErrSessionMoved) && !errors.Is(err, ErrNotFound) {
 			u.log.Error("hibernating idle session", "session", s.id, "err", err)
 		}
 		cancel()

@@ -17,11 +17,11 @@ import (
 // installs).
 func registerMetrics(m *metrics.Metrics, srv *api.Server, ex *executor.Executor, mir *mirror.Mirror) {
 	m.RegisterSessionsByPlan(srv.SessionsByPlan)
-	m.RegisterSandboxStats(func() (int, int) { return ex.LiveSandboxes(), ex.WarmReady() })
+	m.RegisterSandboxStats(func() (int, int) { return ex.LiveSandboxes(), ex.Pool().Ready() })
 	m.RegisterReadiness(srv.ReadinessByCheck)
 	m.RegisterHomeStats(func() (int, int, int64, int64) {
 		running, hibernated := ex.SessionCounts()
-		committed, used := ex.DiskStats()
+		committed, used := ex.Disk().Stats()
 		return running, hibernated, committed, used
 	})
 	m.RegisterMirrorArtifacts(func() ([]metrics.ArtifactCount, error) { return mirrorCounts(context.Background(), mir) })

@@ -72,7 +72,7 @@ func (p *parts) newAPI() *api.Server {
 		Credentials: credentialSealer(p.eg.keys),
 		Usage:       storeUsage{st: p.st, w: p.usage},
 		Files:       p.ex.Files(),
-		Lifecycle:   p.ex,
+		Lifecycle:   p.ex.Durable(),
 		Kernels:     p.ex,
 		Network:     p.ex,
 		Processes:   p.ex.Processes(),
