@@ -531,7 +531,7 @@ func (e *Executor) killHomes(ctx context.Context, ss []*session) error {
 	}
 	e.mu.Unlock()
 	for id := range ids {
-		e.dropAgent(id) // calls in flight fail now
+		e.agents.Drop(id) // calls in flight fail now
 	}
 	for _, s := range ss {
 		host.ThawHome(e.dir(s.id)) // a fork's freeze would hold the unmount

@@ -133,7 +133,7 @@ func (e *Executor) hibernate(ctx context.Context, s *session, reason string) err
 	}
 	var errs []error
 	if had {
-		if err := e.destroy(ctx, s.id); err != nil {
+		if err := e.agents.Destroy(ctx, s.id); err != nil {
 			errs = append(errs, err)
 		}
 		if e.net != nil && e.networkHeld(s) {
@@ -310,7 +310,7 @@ func (e *Executor) resume(ctx context.Context, s *session) (took time.Duration, 
 	if e.isGone(s) {
 		return 0, fmt.Errorf("session %s: %w", id, ErrSessionMoved)
 	}
-	cu.Add("sandbox", func(ctx context.Context) error { return e.destroy(ctx, id) })
+	cu.Add("sandbox", func(ctx context.Context) error { return e.agents.Destroy(ctx, id) })
 	// Memory first (checkpoint.go): a restore that cannot be done leaves
 	// no sandbox, and the session starts on its files.
 	mem := e.restoreMemory(ctx, s, bundle, netns != "")

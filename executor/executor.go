@@ -22,6 +22,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sandboxapi/sandboxapi/executor/agent"
 	"github.com/sandboxapi/sandboxapi/executor/fence"
 	"github.com/sandboxapi/sandboxapi/executor/guest"
 	"github.com/sandboxapi/sandboxapi/executor/host"
@@ -108,8 +109,7 @@ type Executor struct {
 	runscIDOnce sync.Once
 	runscID     string // runscBuild
 
-	agentsMu sync.Mutex
-	agents   map[string]*agentConn // sandbox id -> its guest agent channel
+	agents *agent.Transport // the sandboxes' guest agent channels, and runs over them
 
 	// createFault, when set (tests only), runs after each step of
 	// CreateSession; an error or panic from it fails creation there.
@@ -182,7 +182,6 @@ func New(cfg Config, rt *Runtimes, st *store.Store, log *slog.Logger, opts ...Op
 		cfg:      cfg,
 		rt:       rt,
 		runsc:    &host.Runsc{Bin: bin, Root: filepath.Join(cfg.DataDir, "runsc"), Platform: cfg.Platform},
-		agents:   map[string]*agentConn{},
 		store:    st,
 		log:      log,
 		sessions: map[string]*session{},
@@ -192,7 +191,8 @@ func New(cfg Config, rt *Runtimes, st *store.Store, log *slog.Logger, opts ...Op
 		warm:     make(chan warmSandbox, max(cfg.WarmPool, 0)),
 		stop:     make(chan struct{}),
 	}
-	e.files = &Files{s: e, cfg: cfg, log: log, runsc: e.runsc, execOps: &e.execFileOps}
+	e.agents = agent.NewTransport(e.runsc, log, cfg.MaxOutputBytes)
+	e.files = &Files{s: e, cfg: cfg, log: log, runsc: e.runsc, agents: e.agents, execOps: &e.execFileOps}
 	e.procs = &Processes{s: e, cfg: cfg, log: log}
 	for _, o := range opts {
 		o(e)
@@ -355,7 +355,7 @@ func (e *Executor) removeOrphanSandboxes(ctx context.Context) (left int, err err
 			continue
 		}
 		e.log.WarnContext(ctx, "removing orphan sandbox at stop", "sandbox", c.ID)
-		if err := e.destroy(ctx, c.ID); err != nil {
+		if err := e.agents.Destroy(ctx, c.ID); err != nil {
 			errs = append(errs, fmt.Errorf("removing orphan sandbox %s: %w", c.ID, err))
 			left++
 			continue
@@ -622,7 +622,7 @@ func (e *Executor) reconcile(ctx context.Context) error {
 	}
 	for _, c := range containers {
 		if !keep[c.ID] {
-			if err := e.destroy(ctx, c.ID); err != nil {
+			if err := e.agents.Destroy(ctx, c.ID); err != nil {
 				e.log.ErrorContext(ctx, "removing orphan sandbox", "sandbox", c.ID, "err", err)
 			}
 		}

@@ -13,10 +13,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"regexp"
-	"strconv"
 	"sync"
 	"time"
 
+	"github.com/sandboxapi/sandboxapi/executor/agent"
 	"github.com/sandboxapi/sandboxapi/executor/guest"
 	"github.com/sandboxapi/sandboxapi/executor/host"
 	"github.com/sandboxapi/sandboxapi/internal/sandbox"
@@ -57,7 +57,7 @@ func (e *Executor) kernelCell(ctx context.Context, s *session, req ExecRequest, 
 	if len(req.Stdin) > 0 {
 		return Result{}, fmt.Errorf("%w: a kernel cell reads no stdin", ErrInvalid)
 	}
-	a := e.agentFor(s.id)
+	a := e.agents.For(s.id)
 	if a == nil {
 		return Result{}, fmt.Errorf("%w: the sandbox has no agent channel for its kernel; hibernate the session and call again (a fresh kernel starts)", ErrBadState)
 	}
@@ -66,21 +66,19 @@ func (e *Executor) kernelCell(ctx context.Context, s *session, req ExecRequest, 
 	kreq.Code, kreq.TimeoutMS, kreq.MemoryBytes = req.Code, timeoutMS(timeout), mem
 	results := &cellResults{max: e.cfg.MaxOutputBytes, onDisplay: req.OnDisplay}
 	start := time.Now()
-	out, k, stdout, stderr, err := e.kernelCall(ctx, s.id, a, guest.FrameKernelExec, kreq, time.Duration(kreq.TimeoutMS)*time.Millisecond+kernelSlack, req.OnOutput, results)
+	out, err := e.agents.KernelCall(ctx, s.id, a, guest.FrameKernelExec, kreq, time.Duration(kreq.TimeoutMS)*time.Millisecond+kernelSlack, req.OnOutput, results.add)
 	if err != nil {
 		return Result{}, err
 	}
-	stdout.mu.Lock()
-	res := Result{Stdout: stdout.buf.String(), Stderr: stderr.buf.String(), Truncated: stdout.truncated || stderr.truncated,
+	res := Result{Stdout: out.Stdout, Stderr: out.Stderr, Truncated: out.Truncated,
 		DurationMS: time.Since(start).Milliseconds()}
-	stdout.mu.Unlock()
 	var kres guest.KernelResult
-	if out.err != nil || json.Unmarshal(out.raw, &kres) != nil {
+	if out.Err != nil || json.Unmarshal(out.Raw, &kres) != nil {
 		// The channel broke mid-cell: the sandbox may be gone with it.
-		if out.err == nil {
-			out.err = fmt.Errorf("%w: undecodable kernel result", errAgentChannel)
+		if out.Err == nil {
+			out.Err = fmt.Errorf("%w: undecodable kernel result", agent.ErrChannel)
 		}
-		return e.lost(ctx, s.id, res, out.err)
+		return e.lost(ctx, s.id, res, out.Err)
 	}
 	if kres.Status == sandbox.StatusStartError {
 		e.log.WarnContext(ctx, "kernel did not start", "session", s.id, "err", kres.Message)
@@ -104,8 +102,8 @@ func (e *Executor) kernelCell(ctx context.Context, s *session, req ExecRequest, 
 	// or this sandbox is not the one whose kernel the caller used (a
 	// restart or a resume without its memory).
 	res.KernelRestarted = kres.Restarted || (kres.Started && used)
-	switch why := k.reason(); {
-	case stdout.truncated || stderr.truncated || res.Status == StatusOutputLimit:
+	switch why := out.Why; {
+	case out.Truncated || res.Status == StatusOutputLimit:
 		// Over the cap here, or one message over it in the guest.
 		res.Status, res.Truncated = StatusOutputLimit, true
 	case why == sandbox.KillTimeout:
@@ -140,54 +138,6 @@ func (e *Executor) kernelRequest(s *session, env map[string]string) *guest.Kerne
 	}
 }
 
-// kernelCall sends one kernel frame and waits for its FrameKernelDone.
-// Stream output goes to captures (whose cap interrupts the cell), rich
-// outputs to results. A call past budget, or whose ctx ends, is
-// interrupted; one whose guest stops answering loses the channel.
-func (e *Executor) kernelCall(ctx context.Context, id string, a *agentConn, typ byte, kreq *guest.KernelRequest, budget time.Duration,
-	onOutput func(string, []byte), results *cellResults) (agentOutcome, *killer, *capture, *capture, error) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if err := a.ready(10 * time.Second); err != nil {
-		e.dropAgent(id)
-		return agentOutcome{}, nil, nil, nil, fmt.Errorf("%w: the guest agent does not answer: %v", ErrBadState, err)
-	}
-	a.seq++
-	kreq.Seq = a.seq
-	payload, err := json.Marshal(kreq)
-	if err != nil {
-		return agentOutcome{}, nil, nil, nil, fmt.Errorf("encoding kernel request: %w", err)
-	}
-	seq := strconv.FormatUint(kreq.Seq, 10)
-	k := &killer{}
-	k.do = func(sandbox.KillReason) { _ = a.send(guest.FrameKernelInterrupt, []byte(seq)) }
-	stdout, stderr := e.captures(onOutput, k)
-	done := make(chan agentOutcome, 1)
-	sink := &runSink{stdout: stdout, stderr: stderr, done: done}
-	if results != nil {
-		sink.display = func(p []byte) {
-			// Serialised with the stream output, in the order they came.
-			stdout.mu.Lock()
-			defer stdout.mu.Unlock()
-			results.add(p)
-		}
-	}
-	if !a.setSink(sink) {
-		e.dropAgent(id)
-		return agentOutcome{}, nil, nil, nil, fmt.Errorf("%w: the guest agent channel failed", ErrBadState)
-	}
-	if err := a.send(typ, payload); err != nil {
-		e.dropAgent(id)
-		return agentOutcome{}, nil, nil, nil, fmt.Errorf("%w: the guest agent channel failed: %v", ErrBadState, err)
-	}
-	out := awaitRun(ctx, done, k, budget, func() { e.dropAgent(id) })
-	k.seal()
-	if out.err != nil {
-		e.dropAgent(id)
-	}
-	return out, k, stdout, stderr, nil
-}
-
 // RestartKernel ends the kernel of owner's kernel session and starts a
 // fresh one: every variable is gone.
 func (e *Executor) RestartKernel(ctx context.Context, owner, id string) (Session, error) {
@@ -199,20 +149,20 @@ func (e *Executor) RestartKernel(ctx context.Context, owner, id string) (Session
 	if !s.kernel {
 		return Session{}, ErrNoKernel
 	}
-	a := e.agentFor(s.id)
+	a := e.agents.For(s.id)
 	if a == nil {
 		return Session{}, fmt.Errorf("%w: the sandbox has no agent channel for its kernel; hibernate the session and call again", ErrBadState)
 	}
-	out, _, _, _, err := e.kernelCall(ctx, s.id, a, guest.FrameKernelRestart, e.kernelRequest(s, nil), kernelRestartBudget, nil, nil)
+	out, err := e.agents.KernelCall(ctx, s.id, a, guest.FrameKernelRestart, e.kernelRequest(s, nil), kernelRestartBudget, nil, nil)
 	if err != nil {
 		return Session{}, err
 	}
 	var kres guest.KernelResult
-	if out.err != nil || json.Unmarshal(out.raw, &kres) != nil {
-		if out.err == nil {
-			out.err = fmt.Errorf("%w: undecodable kernel result", errAgentChannel)
+	if out.Err != nil || json.Unmarshal(out.Raw, &kres) != nil {
+		if out.Err == nil {
+			out.Err = fmt.Errorf("%w: undecodable kernel result", agent.ErrChannel)
 		}
-		_, err := e.lost(ctx, s.id, Result{}, out.err)
+		_, err := e.lost(ctx, s.id, Result{}, out.Err)
 		return Session{}, err
 	}
 	if kres.Status != StatusOK {
@@ -228,7 +178,8 @@ func (e *Executor) RestartKernel(ctx context.Context, owner, id string) (Session
 
 // cellResults collects a cell's rich outputs up to max bytes (their JSON
 // size, together); an output past the cap is left out and marks the
-// result truncated. Guarded by the stream captures' lock.
+// result truncated. add is called under the stream captures' lock
+// (agent.Transport.KernelCall).
 type cellResults struct {
 	mu        sync.Mutex
 	max       int64

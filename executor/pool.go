@@ -129,7 +129,7 @@ func (e *Executor) warmUp(id string) {
 func (e *Executor) destroySandbox(ctx context.Context, id string) error {
 	defer e.releaseDisk(e.cfg.HomeBytes)
 	var errs []error
-	if err := e.destroy(ctx, id); err != nil {
+	if err := e.agents.Destroy(ctx, id); err != nil {
 		errs = append(errs, err)
 	}
 	if err := host.DropHome(ctx, e.home(id)); err != nil {
