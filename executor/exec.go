@@ -208,7 +208,7 @@ func (e *Executor) baseEnv(rt *Runtime, netEnv []string, extra map[string]string
 // runInSession runs the code in the session's sandbox.
 func (e *Executor) runInSession(ctx context.Context, s *session, req ExecRequest, timeout time.Duration) (Result, error) {
 	if s.kernel {
-		return e.kernelCell(ctx, s, req, timeout)
+		return e.kernels.cell(ctx, s, req, timeout)
 	}
 	return e.guestRun(ctx, s.id, e.sessionRequest(s.runtime, s.netEnv, req, timeout), req.Stdin, req.OnOutput)
 }

@@ -128,8 +128,9 @@ type Executor struct {
 	wg      sync.WaitGroup // reaper and pool filler
 	bg      sync.WaitGroup // teardowns of stateless sandboxes
 
-	files *Files     // the files role
-	procs *Processes // the background processes role
+	files   *Files     // the files role
+	procs   *Processes // the background processes role
+	kernels *Kernels   // the kernel role
 }
 
 // Option gives New a part the executor works with besides its config.
@@ -194,6 +195,7 @@ func New(cfg Config, rt *Runtimes, st *store.Store, log *slog.Logger, opts ...Op
 	e.agents = agent.NewTransport(e.runsc, log, cfg.MaxOutputBytes)
 	e.files = &Files{s: e, cfg: cfg, log: log, runsc: e.runsc, agents: e.agents, execOps: &e.execFileOps}
 	e.procs = &Processes{s: e, cfg: cfg, log: log}
+	e.kernels = &Kernels{s: e, agents: e.agents, cfg: cfg, log: log}
 	for _, o := range opts {
 		o(e)
 	}
