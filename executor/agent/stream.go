@@ -14,7 +14,7 @@ import (
 )
 
 // The host end of file streams over the agent channel (see
-// guest/filestream.go for the wire format and the flow control). A
+// executor/guest/filestream.go for the wire format and the flow control). A
 // stream's state is filled by the channel's reader (deliver) and drained
 // by the file call that opened it.
 
