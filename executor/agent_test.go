@@ -40,7 +40,7 @@ func TestFrameRoundTripAndLimit(t *testing.T) {
 func TestAgentMatchesExecPath(t *testing.T) {
 	e, _ := startExecutor(t)
 	s := mustSession(t, e, "python3")
-	if e.agentFor(s.ID) == nil {
+	if e.agents.For(s.ID) == nil {
 		t.Fatal("a new session has no agent channel")
 	}
 	cases := []struct {
@@ -68,7 +68,7 @@ func TestAgentMatchesExecPath(t *testing.T) {
 			r, _ := e.rt.Lookup(rt)
 			timeout, _ := e.ClampTimeout(tc.timeout)
 			greq := e.sessionRequest(r, nil, req, timeout)
-			viaExec, err := e.execRun(context.Background(), s.ID, greq, req.Stdin, nil)
+			viaExec, err := e.agents.Exec(context.Background(), s.ID, greq, req.Stdin, nil)
 			if err != nil {
 				t.Fatalf("exec: %v", err)
 			}
@@ -83,11 +83,11 @@ func TestAgentMatchesExecPath(t *testing.T) {
 		t.Fatalf("background process survived: %+v", r)
 	}
 	// A broken channel: the next call goes through runsc exec and works.
-	e.agentFor(s.ID).close()
+	e.agents.For(s.ID).Close()
 	if r := run(t, e, s.ID, "print('after')", 0); r.Stdout != "after\n" {
 		t.Fatalf("after the channel broke: %+v", r)
 	}
-	if e.agentFor(s.ID) != nil {
+	if e.agents.For(s.ID) != nil {
 		t.Fatal("broken channel still in use")
 	}
 }
@@ -103,7 +103,7 @@ func TestStatelessUsesTheAgent(t *testing.T) {
 	if !ok {
 		t.Fatal("no warm sandbox")
 	}
-	if e.agentFor(ws.id) == nil {
+	if e.agents.For(ws.id) == nil {
 		t.Fatal("warm sandbox without an agent channel")
 	}
 	e.pool.warm <- ws
@@ -136,44 +136,7 @@ func TestAgentCancelThenNextCall(t *testing.T) {
 			t.Fatalf("round %d: next call %+v", i, short(r))
 		}
 	}
-	if e.agentFor(s.ID) == nil {
+	if e.agents.For(s.ID) == nil {
 		t.Fatal("the channel was given up after a plain cancel")
-	}
-}
-
-// The hello is awaited at first use: junk before it is skipped, another
-// protocol or silence is an error (and the run falls back to runsc exec).
-func TestAgentHello(t *testing.T) {
-	for _, tc := range []struct {
-		name, wrote string
-		ok          bool
-	}{
-		{"hello", guest.AgentHello + guest.ProtocolVersion + "\n", true},
-		{"junk first", "runsc: warning\n\n" + guest.AgentHello + guest.ProtocolVersion + "\n", true},
-		{"other protocol", guest.AgentHello + "0\n", false},
-		{"silence", "", false},
-		{"eof", "partial", false},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			p, err := newAgentPipes()
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer p.closeAll()
-			a := p.conn()
-			go func() {
-				_, _ = p.sbxOut.Write([]byte(tc.wrote))
-				if tc.name == "eof" {
-					p.sbxOut.Close()
-				}
-			}()
-			err = a.ready(300 * time.Millisecond)
-			if (err == nil) != tc.ok {
-				t.Fatalf("ready: %v, want ok=%v", err, tc.ok)
-			}
-			if again := a.ready(time.Millisecond); (again == nil) != tc.ok {
-				t.Fatalf("second ready differs: %v", again)
-			}
-		})
 	}
 }

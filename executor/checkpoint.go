@@ -57,7 +57,6 @@ package executor
 
 import (
 	"context"
-	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -71,6 +70,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/sandboxapi/sandboxapi/executor/agent"
 	"github.com/sandboxapi/sandboxapi/executor/guest"
 	"github.com/sandboxapi/sandboxapi/executor/host"
 	"github.com/sandboxapi/sandboxapi/internal/sandbox"
@@ -264,7 +264,7 @@ func (c *checkpoints) restoreMemory(ctx context.Context, s *session, bundle stri
 			return &sandbox.MemoryOutcome{Restored: true}
 		}
 		c.log.WarnContext(ctx, "restoring session memory failed: starting on its files", "session", s.id, "err", err)
-		_ = c.s.destroy(context.WithoutCancel(ctx), s.id)
+		_ = c.agents.Destroy(context.WithoutCancel(ctx), s.id)
 		reason = lostRestoreFail
 	} else {
 		c.log.WarnContext(ctx, "session memory not restorable: starting on its files", "session", s.id, "reason", reason)
@@ -277,14 +277,14 @@ func (c *checkpoints) restoreMemory(ctx context.Context, s *session, bundle stri
 func (c *checkpoints) restoreWithAgent(ctx context.Context, id, bundle, network, dir string) error {
 	// The checkpointed container is still in runsc's state (stopped).
 	_ = c.runsc.Destroy(ctx, id)
-	pipes, err := newAgentPipes()
+	pipes, err := agent.NewPipes()
 	if err != nil {
 		return err
 	}
-	err = c.runsc.StartCmd(ctx, id, network, []string{"restore", "--detach", "--bundle", bundle, "--image-path", dir, id}, pipes.sbxIn, pipes.sbxOut)
-	pipes.closeSandboxSide()
+	err = c.runsc.StartCmd(ctx, id, network, []string{"restore", "--detach", "--bundle", bundle, "--image-path", dir, id}, pipes.SandboxIn, pipes.SandboxOut)
+	pipes.CloseSandboxSide()
 	if err != nil {
-		pipes.closeAll()
+		pipes.CloseAll()
 		if ctx.Err() != nil {
 			if n := host.KillSandboxProcesses(c.runsc.Root, map[string]bool{id: true}); n > 0 {
 				host.ReapCgroups(c.s.cgroupNames(map[string]bool{id: true}))
@@ -293,36 +293,16 @@ func (c *checkpoints) restoreWithAgent(ctx context.Context, id, bundle, network,
 		return err
 	}
 	if err := c.s.fault(stepRestoreRunsc, id); err != nil {
-		pipes.closeAll()
+		pipes.CloseAll()
 		return err
 	}
-	a := pipes.conn()
-	if err := a.greet(10 * time.Second); err != nil {
-		a.close()
+	a := pipes.Conn()
+	if err := a.Greet(10 * time.Second); err != nil {
+		a.Close()
 		return err
 	}
-	c.s.setAgent(id, a)
+	c.agents.Set(id, a)
 	return nil
-}
-
-// greet is ready for a channel handed to a restored sandbox: its guest
-// said hello long ago, so it is asked again (FrameHello) and its answer
-// must carry the nonce, which no line written before the restore can.
-func (a *agentConn) greet(timeout time.Duration) error {
-	a.helloOnce.Do(func() {
-		var n [12]byte
-		_, _ = rand.Read(n[:])
-		nonce := hex.EncodeToString(n[:])
-		if err := a.send(guest.FrameHello, []byte(nonce)); err != nil {
-			a.helloErr = fmt.Errorf("greeting the restored guest: %w", err)
-			return
-		}
-		a.helloErr = a.readHelloWith(timeout, guest.ProtocolVersion+" "+nonce)
-		if a.helloErr == nil {
-			go a.readLoop()
-		}
-	})
-	return a.helloErr
 }
 
 // forkMemory gives a fork's child childID a copy of its source's memory:

@@ -85,12 +85,12 @@ func holdMemory(b *testing.B, e *Executor, id string, n int) {
 	rt := s.runtime
 	s.live = true
 	e.mu.Unlock()
-	a := e.agentFor(id)
-	if a == nil || a.ready(10*time.Second) != nil {
+	a := e.agents.For(id)
+	if a == nil || a.Ready(10*time.Second) != nil {
 		b.Fatal("no agent channel")
 	}
 	payload, _ := json.Marshal(guest.AgentRequest{Seq: 1 << 40, Request: *e.sessionRequest(rt, nil, ExecRequest{Code: code}, 30*time.Minute)})
-	if err := a.send(guest.FrameRun, payload); err != nil {
+	if err := a.Send(guest.FrameRun, payload); err != nil {
 		b.Fatal(err)
 	}
 	for end := time.Now().Add(60 * time.Second); ; time.Sleep(100 * time.Millisecond) {

@@ -47,7 +47,7 @@ func makeLive(t *testing.T, e *Executor, id string, holder bool) (tmpToken, proc
 		e.mu.Lock()
 		rt := e.sessions[id].runtime
 		e.mu.Unlock()
-		a := e.agentFor(id)
+		a := e.agents.For(id)
 		if a == nil {
 			t.Fatal("no agent channel")
 		}
@@ -56,7 +56,7 @@ func makeLive(t *testing.T, e *Executor, id string, holder bool) (tmpToken, proc
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := a.send(guest.FrameRun, payload); err != nil {
+		if err := a.Send(guest.FrameRun, payload); err != nil {
 			t.Fatal(err)
 		}
 		ctx := context.Background()
@@ -206,7 +206,7 @@ func TestLiveHibernateResumeKeepsMemory(t *testing.T) {
 	if r := run(t, e, s.ID, "print(6*7)", 0); r.Stdout != "42\n" {
 		t.Fatalf("a call after the restore: %+v", r)
 	}
-	if e.agentFor(s.ID) == nil {
+	if e.agents.For(s.ID) == nil {
 		t.Fatal("no agent channel after the restore")
 	}
 	// A second round, resumed by an execute, which reports the restore.
@@ -469,7 +469,7 @@ func TestLiveSurvivesRestart(t *testing.T) {
 				// A killed server's pipes close with it: the guest reads
 				// EOF and waits for a new channel (the executor in this
 				// test process would keep them open).
-				first.dropAgent(s.ID)
+				first.agents.Drop(s.ID)
 				crash(first, st)
 			} else {
 				if err := first.Stop(context.Background()); err != nil {
@@ -481,7 +481,7 @@ func TestLiveSurvivesRestart(t *testing.T) {
 			defer func() { second.Stop(context.Background()); st2.Close() }()
 			if kill {
 				// regainLive runs in the background after Start.
-				for end := time.Now().Add(60 * time.Second); second.agentFor(s.ID) == nil; time.Sleep(100 * time.Millisecond) {
+				for end := time.Now().Add(60 * time.Second); second.agents.For(s.ID) == nil; time.Sleep(100 * time.Millisecond) {
 					if time.Now().After(end) {
 						t.Fatal("the adopted live session got no agent channel")
 					}

@@ -2,6 +2,7 @@ package executor
 
 import (
 	"context"
+	"github.com/sandboxapi/sandboxapi/executor/agent"
 	"log/slog"
 	"sync"
 	"time"
@@ -20,12 +21,13 @@ import (
 // are under mu, the session table's lock. It is made by New and safe for
 // concurrent use.
 type checkpoints struct {
-	s     ckptSessions
-	mu    *sync.Mutex // the session table's lock (Executor.mu)
-	runsc *host.Runsc
-	store *store.Store
-	log   *slog.Logger
-	disk  *DiskBudget // an image counts against max_disk
+	s      ckptSessions
+	agents *agent.Transport // sandboxes' agent channels
+	mu     *sync.Mutex      // the session table's lock (Executor.mu)
+	runsc  *host.Runsc
+	store  *store.Store
+	log    *slog.Logger
+	disk   *DiskBudget // an image counts against max_disk
 	// hibernate and resume are Durable's: a live session adopted at
 	// start is regained by a checkpoint and a restore at once.
 	hibernate func(ctx context.Context, s *session, reason string) error
@@ -44,11 +46,5 @@ type ckptSessions interface {
 	home(id string) host.Home
 	homesDir() string
 	fault(step createStep, id string) error
-	// destroy removes sandbox id (a restore that failed, or the stopped
-	// container a checkpoint left in runsc's state).
-	destroy(ctx context.Context, id string) error
-	// setAgent gives sandbox id the agent channel of its restore.
-	setAgent(id string, a *agentConn)
 	cgroupNames(ids map[string]bool) map[string]bool
 }
-

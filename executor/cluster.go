@@ -491,7 +491,7 @@ func (n *Node) killHomes(ctx context.Context, ss []*session) error {
 	}
 	n.mu.Unlock()
 	for id := range ids {
-		n.s.dropAgent(id) // calls in flight fail now
+		n.agents.Drop(id) // calls in flight fail now
 	}
 	for _, s := range ss {
 		host.ThawHome(n.s.dir(s.id)) // a fork's freeze would hold the unmount

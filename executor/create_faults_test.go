@@ -166,11 +166,9 @@ func (f *faultEnv) leftovers(t *testing.T, id string) []string {
 				out = append(out, "cgroup "+cg)
 			}
 		}
-		f.e.agentsMu.Lock()
-		if f.e.agents[id] != nil {
+		if f.e.agents.Has(id) {
 			out = append(out, "agent channel")
 		}
-		f.e.agentsMu.Unlock()
 		if _, ok := f.net.n.Attachment(id); ok {
 			out = append(out, "network address slot")
 		}

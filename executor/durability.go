@@ -3,6 +3,7 @@ package executor
 import (
 	"context"
 	"fmt"
+	"github.com/sandboxapi/sandboxapi/executor/agent"
 	"log/slog"
 	"sync"
 
@@ -18,16 +19,17 @@ import (
 // mu, the session table's lock. Get it from Executor.Durable; it is safe
 // for concurrent use.
 type Durable struct {
-	s     durSessions
-	mu    *sync.Mutex // the session table's lock (Executor.mu)
-	cfg   Config
-	rt    *Runtimes
-	store *store.Store
-	log   *slog.Logger
-	net   Network // nil: sessions with network are refused
-	disk  *DiskBudget
-	ckpts *checkpoints
-	node  *Node // the cluster role: ownership checks, mounts, fences
+	s      durSessions
+	agents *agent.Transport // sandboxes' agent channels
+	mu     *sync.Mutex      // the session table's lock (Executor.mu)
+	cfg    Config
+	rt     *Runtimes
+	store  *store.Store
+	log    *slog.Logger
+	net    Network // nil: sessions with network are refused
+	disk   *DiskBudget
+	ckpts  *checkpoints
+	node   *Node // the cluster role: ownership checks, mounts, fences
 }
 
 // durSessions is what Durable needs of the session service: the session
@@ -51,7 +53,6 @@ type durSessions interface {
 	fault(step createStep, id string) error
 	writeBundle(id, dir, netns string) (string, error)
 	runSandbox(ctx context.Context, id, bundle string, withNet bool) error
-	destroy(ctx context.Context, id string) error
 	attach(ctx context.Context, id, dir string, req sandbox.NetworkRequest) (*Attachment, error)
 	networkHeld(s *session) bool
 }

@@ -123,7 +123,7 @@ func (d *Durable) hibernate(ctx context.Context, s *session, reason string) erro
 	}
 	var errs []error
 	if had {
-		if err := d.s.destroy(ctx, s.id); err != nil {
+		if err := d.agents.Destroy(ctx, s.id); err != nil {
 			errs = append(errs, err)
 		}
 		if d.net != nil && d.s.networkHeld(s) {
@@ -295,7 +295,7 @@ func (d *Durable) resume(ctx context.Context, s *session) (took time.Duration, e
 	if d.node.isGone(s) {
 		return 0, fmt.Errorf("session %s: %w", id, ErrSessionMoved)
 	}
-	cu.Add("sandbox", func(ctx context.Context) error { return d.s.destroy(ctx, id) })
+	cu.Add("sandbox", func(ctx context.Context) error { return d.agents.Destroy(ctx, id) })
 	// Memory first (checkpoint.go): a restore that cannot be done leaves
 	// no sandbox, and the session starts on its files.
 	mem := d.ckpts.restoreMemory(ctx, s, bundle, netns != "")

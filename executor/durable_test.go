@@ -57,11 +57,9 @@ func held(t *testing.T, e *Executor, id string) []string {
 			out = append(out, "cgroup "+cg)
 		}
 	}
-	e.agentsMu.Lock()
-	if e.agents[id] != nil {
+	if e.agents.Has(id) {
 		out = append(out, "agent channel")
 	}
-	e.agentsMu.Unlock()
 	e.mu.Lock()
 	if s := e.sessions[id]; s != nil && s.hasSandbox {
 		out = append(out, "capacity slot")

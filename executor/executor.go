@@ -21,6 +21,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sandboxapi/sandboxapi/executor/agent"
 	"github.com/sandboxapi/sandboxapi/executor/guest"
 	"github.com/sandboxapi/sandboxapi/executor/host"
 	"github.com/sandboxapi/sandboxapi/store"
@@ -83,8 +84,7 @@ type Executor struct {
 	live     int // sandboxes counted against MaxSandboxes
 	started  bool
 
-	agentsMu sync.Mutex
-	agents   map[string]*agentConn // sandbox id -> its guest agent channel
+	agents *agent.Transport // the sandboxes' guest agent channels, and runs over them
 
 	// createFault, when set (tests only), runs after each step of
 	// CreateSession; an error or panic from it fails creation there.
@@ -103,10 +103,11 @@ type Executor struct {
 	node  *Node      // the cluster role; it shares mu
 	keep  *upkeep    // restart recovery, the idle reaper, orphans at stop
 
-	pool  *Pool        // the warm pool
-	disk  *DiskBudget  // bytes of homes and checkpoints counted against MaxDisk
-	ckpts *checkpoints // live sessions' memory
-	dur   *Durable     // hibernation, resume, fork
+	pool    *Pool        // the warm pool
+	disk    *DiskBudget  // bytes of homes and checkpoints counted against MaxDisk
+	ckpts   *checkpoints // live sessions' memory
+	dur     *Durable     // hibernation, resume, fork
+	kernels *Kernels     // the kernel role
 }
 
 // Option gives New a part the executor works with besides its config.
@@ -159,13 +160,13 @@ func New(cfg Config, rt *Runtimes, st *store.Store, log *slog.Logger, opts ...Op
 		cfg:      cfg,
 		rt:       rt,
 		runsc:    &host.Runsc{Bin: bin, Root: filepath.Join(cfg.DataDir, "runsc"), Platform: cfg.Platform},
-		agents:   map[string]*agentConn{},
 		store:    st,
 		log:      log,
 		sessions: map[string]*session{},
 		stop:     make(chan struct{}),
 	}
-	e.files = &Files{s: e, cfg: cfg, log: log, runsc: e.runsc, execOps: &e.execFileOps}
+	e.agents = agent.NewTransport(e.runsc, log, cfg.MaxOutputBytes)
+	e.files = &Files{s: e, cfg: cfg, log: log, runsc: e.runsc, agents: e.agents, execOps: &e.execFileOps}
 	e.procs = &Processes{s: e, cfg: cfg, log: log}
 	e.disk = &DiskBudget{max: cfg.MaxDisk, homes: func() []host.Home {
 		e.mu.Lock()
@@ -180,13 +181,14 @@ func New(cfg Config, rt *Runtimes, st *store.Store, log *slog.Logger, opts ...Op
 		}
 		return hs
 	}}
-	e.pool = newPool(e, cfg, rt, log, e.disk)
-	e.ckpts = &checkpoints{s: e, mu: &e.mu, runsc: e.runsc, store: st, log: log, disk: e.disk}
+	e.pool = newPool(e, e.agents, cfg, rt, log, e.disk)
+	e.ckpts = &checkpoints{s: e, agents: e.agents, mu: &e.mu, runsc: e.runsc, store: st, log: log, disk: e.disk}
+	e.kernels = &Kernels{s: e, agents: e.agents, cfg: cfg, log: log}
 	for _, o := range opts {
 		o(e)
 	}
 	e.node = newNode(e)
-	e.dur = &Durable{s: e, mu: &e.mu, cfg: cfg, rt: rt, store: st, log: log, net: e.net, disk: e.disk, ckpts: e.ckpts, node: e.node}
+	e.dur = &Durable{s: e, agents: e.agents, mu: &e.mu, cfg: cfg, rt: rt, store: st, log: log, net: e.net, disk: e.disk, ckpts: e.ckpts, node: e.node}
 	e.ckpts.hibernate, e.ckpts.resume = e.dur.hibernate, e.dur.resume
 	e.keep = newUpkeep(e)
 	return e, nil

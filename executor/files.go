@@ -17,6 +17,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sandboxapi/sandboxapi/executor/agent"
 	"github.com/sandboxapi/sandboxapi/executor/guest"
 	"github.com/sandboxapi/sandboxapi/executor/host"
 	"github.com/sandboxapi/sandboxapi/internal/sandbox"
@@ -28,7 +29,7 @@ import (
 // controls. Two transports carry the same guest code (the walk, the
 // symlink refusals, the atomic put of guest/files.go):
 //
-//   - a file stream over the sandbox's agent channel (filestream.go),
+//   - a file stream over the sandbox's agent channel (executor/agent's streams),
 //     served by pid 1 on a thread that acts as the sandbox user. It starts
 //     no process and does not take the session's lock: a transfer runs
 //     beside executes.
@@ -82,6 +83,7 @@ type Files struct {
 	cfg     Config
 	log     *slog.Logger
 	runsc   *host.Runsc
+	agents  *agent.Transport
 	execOps *atomic.Int64 // file calls that took the runsc exec path
 }
 
@@ -91,11 +93,10 @@ type Files struct {
 type fileSessions interface {
 	// fileChannel marks the running session busy and returns its agent
 	// channel; nil channel: use runsc exec (the session is not held).
-	fileChannel(ctx context.Context, owner, id string) (*session, *agentConn, error)
+	fileChannel(ctx context.Context, owner, id string) (*session, *agent.Conn, error)
 	unuse(s *session)
 	acquire(ctx context.Context, owner, id string) (*session, error)
 	releaseSession(s *session)
-	dropAgent(id string)
 	lost(ctx context.Context, id string, res Result, waitErr error) (Result, error)
 }
 
@@ -152,13 +153,13 @@ func (f *Files) PutFile(ctx context.Context, owner, id, path string, r io.Reader
 }
 
 // putFileStream uploads over the agent channel.
-func (f *Files) putFileStream(ctx context.Context, a *agentConn, id string, comps []string, r io.Reader, size, max int64) (int64, *guest.FileResult, error) {
+func (f *Files) putFileStream(ctx context.Context, a *agent.Conn, id string, comps []string, r io.Reader, size, max int64) (int64, *guest.FileResult, error) {
 	st, err := f.openStream(ctx, a, id, "put", comps, max)
 	if err != nil {
 		return 0, nil, err
 	}
-	defer a.streams.close(st)
-	sent, uerr := st.upload(ctx, r, size, max)
+	defer st.Close()
+	sent, uerr := st.Upload(ctx, r, size, max)
 	wctx := ctx
 	if uerr != nil {
 		// The guest was told to drop the upload: wait (briefly) for it to
@@ -167,9 +168,9 @@ func (f *Files) putFileStream(ctx context.Context, a *agentConn, id string, comp
 		wctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		defer cancel()
 	}
-	res, rerr := st.awaitResult(wctx)
+	res, rerr := st.AwaitResult(wctx)
 	switch {
-	case uerr != nil && errors.Is(uerr, errAgentChannel):
+	case uerr != nil && errors.Is(uerr, agent.ErrChannel):
 		return sent, nil, f.streamError(ctx, id, uerr)
 	case uerr != nil:
 		return sent, nil, uerr
@@ -251,7 +252,7 @@ func (f *Files) GetFile(ctx context.Context, owner, id, path string) (FileInfo, 
 	if err != nil {
 		return fail(err)
 	}
-	res, err := st.awaitResult(ctx)
+	res, err := st.AwaitResult(ctx)
 	if err == nil {
 		err = f.fileError(ctx, id, res, nil, "")
 	} else {
@@ -261,17 +262,17 @@ func (f *Files) GetFile(ctx context.Context, owner, id, path string) (FileInfo, 
 		err = errors.New("guest sent no file information")
 	}
 	if err != nil {
-		_ = st.send(guest.FrameFileCancel, nil)
-		a.streams.close(st)
+		_ = st.Send(guest.FrameFileCancel, nil)
+		st.Close()
 		return fail(err)
 	}
 	info := toFileInfo(res.Info, guest.JoinHome(comps))
-	rc := &streamReader{s: st, ctx: ctx, remain: info.Size}
-	rc.done = func(complete bool) {
+	var rc *agent.Reader
+	rc = agent.NewReader(ctx, st, info.Size, func(complete bool) {
 		cancel()
 		f.s.unuse(s)
-		f.log.InfoContext(ctx, "file get", "session", id, "path", info.Path, "bytes", info.Size-rc.remain, "complete", complete)
-	}
+		f.log.InfoContext(ctx, "file get", "session", id, "path", info.Path, "bytes", info.Size-rc.Remaining(), "complete", complete)
+	})
 	return info, rc, nil
 }
 
@@ -349,7 +350,7 @@ func (f *Files) List(ctx context.Context, owner, id, path string) (Listing, erro
 	return Listing{Entries: out, Truncated: res.Truncated}, nil
 }
 
-func (f *Files) listStream(ctx context.Context, s *session, a *agentConn, id string, comps []string) (*guest.FileResult, error) {
+func (f *Files) listStream(ctx context.Context, s *session, a *agent.Conn, id string, comps []string) (*guest.FileResult, error) {
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	return f.fsStream(ctx, s, a, id, "list", comps, guest.FSArgs{}, MaxListEntries)
@@ -384,7 +385,7 @@ func (f *Files) listExec(ctx context.Context, owner, id string, comps []string) 
 // it has a working one; the session is then marked busy (release it with
 // unuse) but not locked. Without a channel it returns a nil channel and
 // holds nothing: the caller takes the exec path, which locks.
-func (e *Executor) fileChannel(ctx context.Context, owner, id string) (*session, *agentConn, error) {
+func (e *Executor) fileChannel(ctx context.Context, owner, id string) (*session, *agent.Conn, error) {
 	s, err := e.use(owner, id)
 	if errors.Is(err, ErrBadState) && e.hibernated(id) {
 		// A hibernated session is resumed under its lock, as for an
@@ -400,10 +401,10 @@ func (e *Executor) fileChannel(ctx context.Context, owner, id string) (*session,
 	if err != nil {
 		return nil, nil, err
 	}
-	a := e.agentFor(id)
+	a := e.agents.For(id)
 	if a != nil {
-		if err := a.ready(10 * time.Second); err != nil {
-			e.dropAgent(id)
+		if err := a.Ready(10 * time.Second); err != nil {
+			e.agents.Drop(id)
 			e.log.WarnContext(ctx, "guest agent unavailable, using runsc exec", "sandbox", id, "err", err)
 			a = nil
 		}
@@ -447,22 +448,22 @@ func (e *Executor) unuse(s *session) {
 }
 
 // openStream opens a file stream of op on the channel.
-func (f *Files) openStream(ctx context.Context, a *agentConn, id, op string, comps []string, max int64) (*hostStream, error) {
+func (f *Files) openStream(ctx context.Context, a *agent.Conn, id, op string, comps []string, max int64) (*agent.Stream, error) {
 	return f.openStreamArgs(ctx, a, id, op, comps, max, guest.FSArgs{})
 }
 
 // openStreamArgs is openStream with an fs operation's arguments.
-func (f *Files) openStreamArgs(ctx context.Context, a *agentConn, id, op string, comps []string, max int64, args guest.FSArgs) (*hostStream, error) {
-	st, err := a.streams.open(ctx, a)
+func (f *Files) openStreamArgs(ctx context.Context, a *agent.Conn, id, op string, comps []string, max int64, args guest.FSArgs) (*agent.Stream, error) {
+	st, err := a.OpenStream(ctx)
 	if err != nil {
 		return nil, f.streamError(ctx, id, err)
 	}
-	b, err := json.Marshal(guest.FileOpen{Stream: st.id, Op: op, Path: guest.JoinHome(comps), Max: max, UID: host.SandboxUID, GID: host.SandboxUID, FSArgs: args})
+	b, err := json.Marshal(guest.FileOpen{Stream: st.ID(), Op: op, Path: guest.JoinHome(comps), Max: max, UID: host.SandboxUID, GID: host.SandboxUID, FSArgs: args})
 	if err == nil {
-		err = a.send(guest.FrameFileOpen, b)
+		err = a.Send(guest.FrameFileOpen, b)
 	}
 	if err != nil {
-		a.streams.close(st)
+		st.Close()
 		return nil, f.streamError(ctx, id, err)
 	}
 	return st, nil
@@ -478,7 +479,7 @@ func (f *Files) streamError(ctx context.Context, id string, err error) error {
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return err
 	}
-	f.s.dropAgent(id)
+	f.agents.Drop(id)
 	return f.fileError(ctx, id, nil, err, "")
 }
 

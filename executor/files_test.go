@@ -170,7 +170,7 @@ func testFileHostilePaths(t *testing.T, transport string) {
 	if transport == "exec" {
 		// A sandbox without a channel (adopted after a restart): every
 		// file call takes `runsc exec`.
-		e.dropAgent(s.ID)
+		e.agents.Drop(s.ID)
 	}
 	long := "/home/sandbox/" + strings.Repeat("a/", 2100)
 	tests := []struct {

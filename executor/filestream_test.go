@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandboxapi/sandboxapi/executor/agent"
 	"github.com/sandboxapi/sandboxapi/executor/guest"
 )
 
@@ -124,7 +125,7 @@ func TestFileDownloadChangedFails(t *testing.T) {
 	if err == nil {
 		t.Fatalf("a download of a file changed under it succeeded (%d bytes, b at %d)", len(first)+len(rest), bytes.IndexByte(rest, 'b'))
 	}
-	if !errors.Is(err, errDownloadAborted) {
+	if !errors.Is(err, agent.ErrDownloadAborted) {
 		t.Fatalf("changed download: %v", err)
 	}
 	// Untouched, it comes whole, and the session is fine.

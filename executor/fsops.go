@@ -7,6 +7,7 @@ import (
 	"path"
 	"time"
 
+	"github.com/sandboxapi/sandboxapi/executor/agent"
 	"github.com/sandboxapi/sandboxapi/executor/guest"
 )
 
@@ -111,14 +112,14 @@ func (f *Files) fsCall(ctx context.Context, owner, id, op, p string, args guest.
 	return comps, res, err
 }
 
-func (f *Files) fsStream(ctx context.Context, s *session, a *agentConn, id, op string, comps []string, args guest.FSArgs, max int64) (*guest.FileResult, error) {
+func (f *Files) fsStream(ctx context.Context, s *session, a *agent.Conn, id, op string, comps []string, args guest.FSArgs, max int64) (*guest.FileResult, error) {
 	defer f.s.unuse(s)
 	st, err := f.openStreamArgs(ctx, a, id, op, comps, max, args)
 	if err != nil {
 		return nil, err
 	}
-	defer a.streams.close(st)
-	res, err := st.awaitResult(ctx)
+	defer st.Close()
+	res, err := st.AwaitResult(ctx)
 	if err != nil {
 		return nil, f.streamError(ctx, id, err)
 	}

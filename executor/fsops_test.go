@@ -36,7 +36,7 @@ func testFSOps(t *testing.T, transport string) {
 		t.Fatalf("setup: %+v", r)
 	}
 	if transport == "exec" {
-		e.dropAgent(s.ID)
+		e.agents.Drop(s.ID)
 	}
 	execsBefore := e.execFileOps.Load()
 

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"sync"
 
+	"github.com/sandboxapi/sandboxapi/executor/agent"
 	"github.com/sandboxapi/sandboxapi/executor/guest"
 	"github.com/sandboxapi/sandboxapi/executor/host"
 	"github.com/sandboxapi/sandboxapi/internal/sandbox"
@@ -30,7 +31,7 @@ const maxWatchLine = 16 << 10
 type Watch struct {
 	log *slog.Logger
 	id  string
-	st  *hostStream
+	st  *agent.Stream
 	dir string
 
 	partial []byte // an event line split across frames
@@ -56,56 +57,32 @@ func (f *Files) Watch(ctx context.Context, owner, id, p string, recursive bool) 
 	}
 	// Not busy while it runs: a watch does not keep a session awake.
 	f.s.unuse(s)
-	st, err := a.streams.openWatch(a)
+	st, err := a.OpenWatch()
 	if err != nil {
 		return nil, err
 	}
-	b, err := json.Marshal(guest.FileOpen{Stream: st.id, Op: "watch", Path: guest.JoinHome(comps), UID: host.SandboxUID, GID: host.SandboxUID,
+	b, err := json.Marshal(guest.FileOpen{Stream: st.ID(), Op: "watch", Path: guest.JoinHome(comps), UID: host.SandboxUID, GID: host.SandboxUID,
 		FSArgs: guest.FSArgs{Recursive: recursive}})
 	if err == nil {
-		err = a.send(guest.FrameFileOpen, b)
+		err = a.Send(guest.FrameFileOpen, b)
 	}
 	if err != nil {
-		a.streams.close(st)
+		st.Close()
 		return nil, f.streamError(ctx, id, err)
 	}
-	res, err := st.awaitResult(ctx)
+	res, err := st.AwaitResult(ctx)
 	if err == nil {
 		err = f.fileError(ctx, id, res, nil, "")
 	} else {
 		err = f.streamError(ctx, id, err)
 	}
 	if err != nil {
-		_ = st.send(guest.FrameFileCancel, nil)
-		a.streams.close(st)
+		_ = st.Send(guest.FrameFileCancel, nil)
+		st.Close()
 		return nil, err
 	}
 	f.log.InfoContext(ctx, "file watch", "session", id, "path", guest.JoinHome(comps), "recursive", recursive)
 	return &Watch{log: f.log, id: id, st: st, dir: guest.JoinHome(comps)}, nil
-}
-
-// openWatch makes a watch stream, refusing one over guest.MaxWatches.
-func (t *streamTable) openWatch(a *agentConn) (*hostStream, error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.failed != nil {
-		return nil, t.failed
-	}
-	if t.watches >= guest.MaxWatches {
-		return nil, fmt.Errorf("%w: at most %d watches per session", sandbox.ErrCapacity, guest.MaxWatches)
-	}
-	if t.m == nil {
-		t.m = map[uint32]*hostStream{}
-	}
-	t.nextID++
-	if t.nextID == 0 {
-		t.nextID = 1
-	}
-	s := &hostStream{id: t.nextID, a: a, isWatch: true}
-	s.cnd = sync.NewCond(&s.mu)
-	t.m[s.id] = s
-	t.watches++
-	return s, nil
 }
 
 // Next waits for the next events. io.EOF: the watched folder went; any
@@ -113,21 +90,7 @@ func (t *streamTable) openWatch(a *agentConn) (*hostStream, error) {
 func (w *Watch) Next(ctx context.Context) ([]sandbox.FileEvent, error) {
 	s := w.st
 	for {
-		stop := s.watch(ctx)
-		s.mu.Lock()
-		for len(s.data) == 0 && !s.eof && s.err == nil && ctx.Err() == nil {
-			s.cnd.Wait()
-		}
-		frames := s.data
-		s.data = nil
-		var n int64
-		for _, f := range frames {
-			n += int64(len(f) - 4)
-		}
-		s.buffered -= n
-		eof, serr := s.eof, s.err
-		s.mu.Unlock()
-		stop()
+		frames, n, eof, serr := s.Take(ctx)
 		if len(frames) == 0 {
 			switch {
 			case serr != nil:
@@ -138,13 +101,13 @@ func (w *Watch) Next(ctx context.Context) ([]sandbox.FileEvent, error) {
 				return nil, ctx.Err()
 			}
 		}
-		if err := s.send(guest.FrameFileWindow, guest.CreditData(n)); err != nil {
+		if err := s.Send(guest.FrameFileWindow, guest.CreditData(n)); err != nil {
 			return nil, fmt.Errorf("granting credit: %w", err)
 		}
 		var out []sandbox.FileEvent
 		for _, f := range frames {
 			w.partial = append(w.partial, f[4:]...)
-			recycleChunk(f)
+			agent.Recycle(f)
 		}
 		for {
 			i := bytes.IndexByte(w.partial, '\n')
@@ -153,7 +116,7 @@ func (w *Watch) Next(ctx context.Context) ([]sandbox.FileEvent, error) {
 			}
 			var ev guest.WatchEvent
 			if err := json.Unmarshal(w.partial[:i], &ev); err != nil {
-				return nil, fmt.Errorf("%w: a watch event: %v", errStreamProtocol, err)
+				return nil, fmt.Errorf("%w: a watch event: %v", agent.ErrStreamProtocol, err)
 			}
 			w.partial = w.partial[i+1:]
 			p := w.dir
@@ -163,7 +126,7 @@ func (w *Watch) Next(ctx context.Context) ([]sandbox.FileEvent, error) {
 			out = append(out, sandbox.FileEvent{Path: p, Op: ev.Op})
 		}
 		if len(w.partial) > maxWatchLine {
-			return nil, fmt.Errorf("%w: a watch event over %d bytes", errStreamProtocol, maxWatchLine)
+			return nil, fmt.Errorf("%w: a watch event over %d bytes", agent.ErrStreamProtocol, maxWatchLine)
 		}
 		w.partial = append([]byte(nil), w.partial...)
 		if len(out) > 0 {
@@ -175,8 +138,8 @@ func (w *Watch) Next(ctx context.Context) ([]sandbox.FileEvent, error) {
 // Close stops the watch; safe to call more than once.
 func (w *Watch) Close() error {
 	w.once.Do(func() {
-		_ = w.st.send(guest.FrameFileCancel, nil)
-		w.st.a.streams.close(w.st)
+		_ = w.st.Send(guest.FrameFileCancel, nil)
+		w.st.Close()
 		w.log.Info("file watch ended", "session", w.id, "path", w.dir)
 	})
 	return nil

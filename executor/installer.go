@@ -96,13 +96,13 @@ func (e *Executor) RunJob(ctx context.Context, job Job) (Result, error) {
 	}
 	start := time.Now()
 	if err := e.startWithAgent(ctx, id, bundle, network); err != nil {
-		_ = e.destroy(context.WithoutCancel(ctx), id)
+		_ = e.agents.Destroy(context.WithoutCancel(ctx), id)
 		return Result{}, fmt.Errorf("starting job sandbox %s: %w", id, err)
 	}
 	defer func() {
 		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 		defer cancel()
-		if err := e.destroy(dctx, id); err != nil {
+		if err := e.agents.Destroy(dctx, id); err != nil {
 			e.log.Error("destroying job sandbox", "job", id, "err", err)
 		}
 		// A job that outlived Stop leaves runsc's null-netns mount behind

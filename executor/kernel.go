@@ -12,11 +12,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"regexp"
-	"strconv"
 	"sync"
 	"time"
 
+	"github.com/sandboxapi/sandboxapi/executor/agent"
 	"github.com/sandboxapi/sandboxapi/executor/guest"
 	"github.com/sandboxapi/sandboxapi/executor/host"
 	"github.com/sandboxapi/sandboxapi/internal/sandbox"
@@ -41,49 +42,85 @@ const kernelSlack = 150 * time.Second
 // kernelRestartBudget bounds a restart (a kernel start) on the host.
 const kernelRestartBudget = 150 * time.Second
 
-// kernelMarkUsed records that the session's caller now relies on its
-// kernel's state (a cell ran in it). live says the sandbox holds memory
-// a plain restart would lose (hibernation checkpoints it).
-func (e *Executor) kernelMarkUsed(s *session, used bool) {
-	e.mu.Lock()
-	s.kernelUsed = used
-	s.live = true
-	e.mu.Unlock()
+// Kernels is the session service's kernel role (api.Kernels): a kernel
+// session's cells and its kernel's restart, over the sandbox's agent
+// channel (executor/agent). It reaches sessions only through
+// kernelSessions. Get it from Executor.Kernels; it is safe for
+// concurrent use.
+type Kernels struct {
+	s      kernelSessions
+	agents *agent.Transport
+	cfg    Config
+	log    *slog.Logger
 }
 
-// kernelCell runs one execute of a kernel session as a cell. The caller
+// kernelSessions is what Kernels needs of the session service.
+type kernelSessions interface {
+	// acquireResumed takes owner's session's lock (resuming it when
+	// hibernated); releaseSession lets it go.
+	acquireResumed(ctx context.Context, owner, id string) (*session, time.Duration, error)
+	releaseSession(s *session)
+	memoryLimit(want int64) (int64, error)
+	baseEnv(rt *Runtime, netEnv []string, extra map[string]string) []string
+	// lost classifies a call that ended without a result: the sandbox may
+	// be gone.
+	lost(ctx context.Context, id string, res Result, waitErr error) (Result, error)
+	// sessionsLocked runs f with the session table's lock held, which
+	// guards a session's mutable fields.
+	sessionsLocked(f func())
+}
+
+// Kernels returns the executor's kernel role.
+func (e *Executor) Kernels() *Kernels { return e.kernels }
+
+// sessionsLocked runs f with e.mu held (kernelSessions).
+func (e *Executor) sessionsLocked(f func()) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	f()
+}
+
+// markUsed records that the session's caller now relies on its
+// kernel's state (a cell ran in it). live says the sandbox holds memory
+// a plain restart would lose (hibernation checkpoints it).
+func (k *Kernels) markUsed(s *session, used bool) {
+	k.s.sessionsLocked(func() {
+		s.kernelUsed = used
+		s.live = true
+	})
+}
+
+// cell runs one execute of a kernel session as a cell. The caller
 // holds the session's lock.
-func (e *Executor) kernelCell(ctx context.Context, s *session, req ExecRequest, timeout time.Duration) (Result, error) {
+func (k *Kernels) cell(ctx context.Context, s *session, req ExecRequest, timeout time.Duration) (Result, error) {
 	if len(req.Stdin) > 0 {
 		return Result{}, fmt.Errorf("%w: a kernel cell reads no stdin", ErrInvalid)
 	}
-	a := e.agentFor(s.id)
+	a := k.agents.For(s.id)
 	if a == nil {
 		return Result{}, fmt.Errorf("%w: the sandbox has no agent channel for its kernel; hibernate the session and call again (a fresh kernel starts)", ErrBadState)
 	}
-	mem, _ := e.memoryLimit(req.MemoryBytes)
-	kreq := e.kernelRequest(s, req.Env)
+	mem, _ := k.s.memoryLimit(req.MemoryBytes)
+	kreq := k.request(s, req.Env)
 	kreq.Code, kreq.TimeoutMS, kreq.MemoryBytes = req.Code, timeoutMS(timeout), mem
-	results := &cellResults{max: e.cfg.MaxOutputBytes, onDisplay: req.OnDisplay}
+	results := &cellResults{max: k.cfg.MaxOutputBytes, onDisplay: req.OnDisplay}
 	start := time.Now()
-	out, k, stdout, stderr, err := e.kernelCall(ctx, s.id, a, guest.FrameKernelExec, kreq, time.Duration(kreq.TimeoutMS)*time.Millisecond+kernelSlack, req.OnOutput, results)
+	out, err := k.agents.KernelCall(ctx, s.id, a, guest.FrameKernelExec, kreq, time.Duration(kreq.TimeoutMS)*time.Millisecond+kernelSlack, req.OnOutput, results.add)
 	if err != nil {
 		return Result{}, err
 	}
-	stdout.mu.Lock()
-	res := Result{Stdout: stdout.buf.String(), Stderr: stderr.buf.String(), Truncated: stdout.truncated || stderr.truncated,
+	res := Result{Stdout: out.Stdout, Stderr: out.Stderr, Truncated: out.Truncated,
 		DurationMS: time.Since(start).Milliseconds()}
-	stdout.mu.Unlock()
 	var kres guest.KernelResult
-	if out.err != nil || json.Unmarshal(out.raw, &kres) != nil {
+	if out.Err != nil || json.Unmarshal(out.Raw, &kres) != nil {
 		// The channel broke mid-cell: the sandbox may be gone with it.
-		if out.err == nil {
-			out.err = fmt.Errorf("%w: undecodable kernel result", errAgentChannel)
+		if out.Err == nil {
+			out.Err = fmt.Errorf("%w: undecodable kernel result", agent.ErrChannel)
 		}
-		return e.lost(ctx, s.id, res, out.err)
+		return k.s.lost(ctx, s.id, res, out.Err)
 	}
 	if kres.Status == sandbox.StatusStartError {
-		e.log.WarnContext(ctx, "kernel did not start", "session", s.id, "err", kres.Message)
+		k.log.WarnContext(ctx, "kernel did not start", "session", s.id, "err", kres.Message)
 		return res, fmt.Errorf("starting the kernel: %s", kres.Message)
 	}
 	results.mu.Lock()
@@ -97,15 +134,14 @@ func (e *Executor) kernelCell(ctx context.Context, s *session, req ExecRequest, 
 	if kres.Error != nil {
 		res.Error = &CellError{Name: kres.Error.Name, Value: stripANSI(kres.Error.Value), Traceback: stripAll(kres.Error.Traceback)}
 	}
-	e.mu.Lock()
-	used := s.kernelUsed
-	e.mu.Unlock()
+	var used bool
+	k.s.sessionsLocked(func() { used = s.kernelUsed })
 	// Lost since the last reply: the kernel died (now or between cells),
 	// or this sandbox is not the one whose kernel the caller used (a
 	// restart or a resume without its memory).
 	res.KernelRestarted = kres.Restarted || (kres.Started && used)
-	switch why := k.reason(); {
-	case stdout.truncated || stderr.truncated || res.Status == StatusOutputLimit:
+	switch why := out.Why; {
+	case out.Truncated || res.Status == StatusOutputLimit:
 		// Over the cap here, or one message over it in the guest.
 		res.Status, res.Truncated = StatusOutputLimit, true
 	case why == sandbox.KillTimeout:
@@ -128,107 +164,60 @@ func (e *Executor) kernelCell(ctx context.Context, s *session, req ExecRequest, 
 	// The caller now relies on the kernel's state, unless the kernel died
 	// during this cell (the fresh one holds nothing of the caller's, and
 	// this reply said so).
-	e.kernelMarkUsed(s, !kres.Died)
+	k.markUsed(s, !kres.Died)
 	return res, nil
 }
 
-// kernelRequest is the start part of a kernel request of session s.
-func (e *Executor) kernelRequest(s *session, env map[string]string) *guest.KernelRequest {
+// request is the start part of a kernel request of session s.
+func (k *Kernels) request(s *session, env map[string]string) *guest.KernelRequest {
 	return &guest.KernelRequest{
-		Env: e.baseEnv(s.runtime, s.netEnv, env), Cwd: host.HomeDir, UID: host.SandboxUID, GID: host.SandboxUID,
-		MaxProcs: uint64(e.cfg.Pids), MaxMessageBytes: e.cfg.MaxOutputBytes,
+		Env: k.s.baseEnv(s.runtime, s.netEnv, env), Cwd: host.HomeDir, UID: host.SandboxUID, GID: host.SandboxUID,
+		MaxProcs: uint64(k.cfg.Pids), MaxMessageBytes: k.cfg.MaxOutputBytes,
 	}
-}
-
-// kernelCall sends one kernel frame and waits for its FrameKernelDone.
-// Stream output goes to captures (whose cap interrupts the cell), rich
-// outputs to results. A call past budget, or whose ctx ends, is
-// interrupted; one whose guest stops answering loses the channel.
-func (e *Executor) kernelCall(ctx context.Context, id string, a *agentConn, typ byte, kreq *guest.KernelRequest, budget time.Duration,
-	onOutput func(string, []byte), results *cellResults) (agentOutcome, *killer, *capture, *capture, error) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if err := a.ready(10 * time.Second); err != nil {
-		e.dropAgent(id)
-		return agentOutcome{}, nil, nil, nil, fmt.Errorf("%w: the guest agent does not answer: %v", ErrBadState, err)
-	}
-	a.seq++
-	kreq.Seq = a.seq
-	payload, err := json.Marshal(kreq)
-	if err != nil {
-		return agentOutcome{}, nil, nil, nil, fmt.Errorf("encoding kernel request: %w", err)
-	}
-	seq := strconv.FormatUint(kreq.Seq, 10)
-	k := &killer{}
-	k.do = func(sandbox.KillReason) { _ = a.send(guest.FrameKernelInterrupt, []byte(seq)) }
-	stdout, stderr := e.captures(onOutput, k)
-	done := make(chan agentOutcome, 1)
-	sink := &runSink{stdout: stdout, stderr: stderr, done: done}
-	if results != nil {
-		sink.display = func(p []byte) {
-			// Serialised with the stream output, in the order they came.
-			stdout.mu.Lock()
-			defer stdout.mu.Unlock()
-			results.add(p)
-		}
-	}
-	if !a.setSink(sink) {
-		e.dropAgent(id)
-		return agentOutcome{}, nil, nil, nil, fmt.Errorf("%w: the guest agent channel failed", ErrBadState)
-	}
-	if err := a.send(typ, payload); err != nil {
-		e.dropAgent(id)
-		return agentOutcome{}, nil, nil, nil, fmt.Errorf("%w: the guest agent channel failed: %v", ErrBadState, err)
-	}
-	out := awaitRun(ctx, done, k, budget, func() { e.dropAgent(id) })
-	k.seal()
-	if out.err != nil {
-		e.dropAgent(id)
-	}
-	return out, k, stdout, stderr, nil
 }
 
 // RestartKernel ends the kernel of owner's kernel session and starts a
 // fresh one: every variable is gone.
-func (e *Executor) RestartKernel(ctx context.Context, owner, id string) (Session, error) {
-	s, _, err := e.acquireResumed(ctx, owner, id)
+func (k *Kernels) RestartKernel(ctx context.Context, owner, id string) (Session, error) {
+	s, _, err := k.s.acquireResumed(ctx, owner, id)
 	if err != nil {
 		return Session{}, err
 	}
-	defer e.releaseSession(s)
+	defer k.s.releaseSession(s)
 	if !s.kernel {
 		return Session{}, ErrNoKernel
 	}
-	a := e.agentFor(s.id)
+	a := k.agents.For(s.id)
 	if a == nil {
 		return Session{}, fmt.Errorf("%w: the sandbox has no agent channel for its kernel; hibernate the session and call again", ErrBadState)
 	}
-	out, _, _, _, err := e.kernelCall(ctx, s.id, a, guest.FrameKernelRestart, e.kernelRequest(s, nil), kernelRestartBudget, nil, nil)
+	out, err := k.agents.KernelCall(ctx, s.id, a, guest.FrameKernelRestart, k.request(s, nil), kernelRestartBudget, nil, nil)
 	if err != nil {
 		return Session{}, err
 	}
 	var kres guest.KernelResult
-	if out.err != nil || json.Unmarshal(out.raw, &kres) != nil {
-		if out.err == nil {
-			out.err = fmt.Errorf("%w: undecodable kernel result", errAgentChannel)
+	if out.Err != nil || json.Unmarshal(out.Raw, &kres) != nil {
+		if out.Err == nil {
+			out.Err = fmt.Errorf("%w: undecodable kernel result", agent.ErrChannel)
 		}
-		_, err := e.lost(ctx, s.id, Result{}, out.err)
+		_, err := k.s.lost(ctx, s.id, Result{}, out.Err)
 		return Session{}, err
 	}
 	if kres.Status != StatusOK {
 		return Session{}, fmt.Errorf("restarting the kernel: %s", kres.Message)
 	}
 	// Asked for: the caller knows its state is gone.
-	e.kernelMarkUsed(s, false)
-	e.log.InfoContext(ctx, "kernel restarted", "session", id, "ms", kres.DurationMS)
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return s.snapshot(), nil
+	k.markUsed(s, false)
+	k.log.InfoContext(ctx, "kernel restarted", "session", id, "ms", kres.DurationMS)
+	var snap Session
+	k.s.sessionsLocked(func() { snap = s.snapshot() })
+	return snap, nil
 }
 
 // cellResults collects a cell's rich outputs up to max bytes (their JSON
 // size, together); an output past the cap is left out and marks the
-// result truncated. Guarded by the stream captures' lock.
+// result truncated. add is called under the stream captures' lock
+// (agent.Transport.KernelCall).
 type cellResults struct {
 	mu        sync.Mutex
 	max       int64

@@ -174,7 +174,7 @@ func TestKernelCells(t *testing.T) {
 	})
 
 	t.Run("restart clears the variables", func(t *testing.T) {
-		if _, err := e.RestartKernel(context.Background(), "k1", s.ID); err != nil {
+		if _, err := e.Kernels().RestartKernel(context.Background(), "k1", s.ID); err != nil {
 			t.Fatal(err)
 		}
 		r := cell(t, e, s.ID, "x", kernelTimeout)
@@ -290,7 +290,7 @@ func TestKernelOnlyPython(t *testing.T) {
 	if r.Status != StatusError || !strings.Contains(r.Stderr, "NameError") || r.Error != nil {
 		t.Fatalf("plain session kept a variable or reported a cell error: %+v", r)
 	}
-	if _, err := e.RestartKernel(context.Background(), "k1", s.ID); !errors.Is(err, ErrNoKernel) {
+	if _, err := e.Kernels().RestartKernel(context.Background(), "k1", s.ID); !errors.Is(err, ErrNoKernel) {
 		t.Fatalf("restart of a plain session: %v", err)
 	}
 }

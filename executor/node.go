@@ -2,6 +2,7 @@ package executor
 
 import (
 	"context"
+	"github.com/sandboxapi/sandboxapi/executor/agent"
 	"log/slog"
 	"sync"
 	"time"
@@ -27,14 +28,15 @@ import (
 // check both at once (a session made or adopted is kept only if no Fence
 // came meanwhile; a mount begins only on a session not let go of).
 type Node struct {
-	s     nodeSessions
-	cfg   Config
-	log   *slog.Logger
-	store *store.Store
-	rt    *Runtimes
-	runsc *host.Runsc
-	net   Network
-	pool  *Pool // its warm sandboxes go at a Fence past the hold
+	s      nodeSessions
+	agents *agent.Transport // sandboxes' agent channels
+	cfg    Config
+	log    *slog.Logger
+	store  *store.Store
+	rt     *Runtimes
+	runsc  *host.Runsc
+	net    Network
+	pool   *Pool // its warm sandboxes go at a Fence past the hold
 
 	// mu is the session service's lock (see Node).
 	mu *sync.Mutex
@@ -77,7 +79,6 @@ type nodeSessions interface {
 	dir(id string) string
 	sessionsDir() string
 	networkHeld(s *session) bool
-	dropAgent(id string)
 	endSessionOf(ctx context.Context, s *session, reason string) error
 }
 
@@ -85,7 +86,7 @@ type nodeSessions interface {
 // takes e's network).
 func newNode(e *Executor) *Node {
 	return &Node{
-		s: e, cfg: e.cfg, log: e.log, store: e.store, rt: e.rt, runsc: e.runsc, net: e.net, pool: e.pool,
+		s: e, agents: e.agents, cfg: e.cfg, log: e.log, store: e.store, rt: e.rt, runsc: e.runsc, net: e.net, pool: e.pool,
 		mu:       &e.mu,
 		moved:    map[string]*session{},
 		tidying:  map[string]chan struct{}{},

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/sandboxapi/sandboxapi/executor/agent"
 	"log/slog"
 	"sync"
 	"time"
@@ -26,11 +27,12 @@ type warmSandbox struct {
 // through poolSessions. Get it from Executor.Pool; it is safe for
 // concurrent use.
 type Pool struct {
-	s    poolSessions
-	cfg  Config
-	rt   *Runtimes
-	log  *slog.Logger
-	disk *DiskBudget // the homes' budget: a warm home counts
+	s      poolSessions
+	agents *agent.Transport // sandboxes' agent channels
+	cfg    Config
+	rt     *Runtimes
+	log    *slog.Logger
+	disk   *DiskBudget // the homes' budget: a warm home counts
 
 	warm chan warmSandbox // started sandboxes that have run nothing
 	mu   sync.Mutex
@@ -45,11 +47,10 @@ type poolSessions interface {
 	// startSandbox writes the bundle and starts the sandbox.
 	startSandbox(ctx context.Context, id, dir, netns string) error
 	guestRun(ctx context.Context, id string, greq *guest.Request, stdin []byte, onOutput func(string, []byte)) (Result, error)
-	destroy(ctx context.Context, id string) error
 }
 
-func newPool(s poolSessions, cfg Config, rt *Runtimes, log *slog.Logger, disk *DiskBudget) *Pool {
-	return &Pool{s: s, cfg: cfg, rt: rt, log: log, disk: disk, warm: make(chan warmSandbox, max(cfg.WarmPool, 0))}
+func newPool(s poolSessions, agents *agent.Transport, cfg Config, rt *Runtimes, log *slog.Logger, disk *DiskBudget) *Pool {
+	return &Pool{s: s, agents: agents, cfg: cfg, rt: rt, log: log, disk: disk, warm: make(chan warmSandbox, max(cfg.WarmPool, 0))}
 }
 
 // Pool returns the executor's warm pool.
@@ -165,7 +166,7 @@ func (p *Pool) warmUp(id string) {
 func (p *Pool) destroy(ctx context.Context, id string) error {
 	defer p.disk.release(p.cfg.HomeBytes)
 	var errs []error
-	if err := p.s.destroy(ctx, id); err != nil {
+	if err := p.agents.Destroy(ctx, id); err != nil {
 		errs = append(errs, err)
 	}
 	if err := host.DropHome(ctx, p.s.home(id)); err != nil {

@@ -8,196 +8,19 @@ package executor
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"path"
 	"strings"
-	"sync"
 	"time"
 	"unicode"
 
+	"github.com/sandboxapi/sandboxapi/executor/agent"
 	"github.com/sandboxapi/sandboxapi/executor/guest"
 	"github.com/sandboxapi/sandboxapi/executor/host"
 	"github.com/sandboxapi/sandboxapi/internal/sandbox"
 )
-
-// procCalls is the host end of the process calls on one agent channel:
-// the calls waiting for their reply, and the processes the guest reported
-// running (which keep the session from being idle). Its zero value is
-// ready; it is safe for concurrent use.
-type procCalls struct {
-	mu      sync.Mutex
-	next    uint64
-	waiting map[uint64]chan procOutcome
-	failed  error
-	// running maps the pid of each process started through this channel
-	// and not yet reported ended to its deadline.
-	running map[int]time.Time
-	// ended keeps the start times of processes whose end came before
-	// their start's reply (the guest sends both at once), so the reply
-	// does not count them running.
-	ended map[int]time.Time
-}
-
-type procOutcome struct {
-	reply *guest.ProcReply
-	err   error
-}
-
-// deliver hands a reply to its call, or records a process's end; a frame
-// that does not decode breaks the channel.
-func (c *procCalls) deliver(typ byte, p []byte) error {
-	switch typ {
-	case guest.FrameProcReply:
-		var r guest.ProcReply
-		if err := json.Unmarshal(p, &r); err != nil {
-			return fmt.Errorf("decoding process reply: %w", err)
-		}
-		c.mu.Lock()
-		ch := c.waiting[r.ID]
-		delete(c.waiting, r.ID)
-		c.mu.Unlock()
-		if ch != nil {
-			ch <- procOutcome{reply: &r}
-		}
-	case guest.FrameProcExit:
-		var i guest.ProcInfo
-		if err := json.Unmarshal(p, &i); err != nil {
-			return fmt.Errorf("decoding process end: %w", err)
-		}
-		c.mu.Lock()
-		if _, ok := c.running[i.PID]; ok {
-			delete(c.running, i.PID)
-		} else {
-			if c.ended == nil || len(c.ended) > 4*guest.MaxRunningProcs {
-				c.ended = map[int]time.Time{}
-			}
-			c.ended[i.PID] = i.StartedAt
-		}
-		c.mu.Unlock()
-	}
-	return nil
-}
-
-// started counts a process running until its end or deadline.
-func (c *procCalls) started(i *guest.ProcInfo, deadline time.Time) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if at, ok := c.ended[i.PID]; ok && at.Equal(i.StartedAt) {
-		delete(c.ended, i.PID)
-		return
-	}
-	if c.running == nil {
-		c.running = map[int]time.Time{}
-	}
-	c.running[i.PID] = deadline
-}
-
-// active reports whether a process started here runs (and its deadline
-// has not passed: the guest kills it then, and a lost end frame must not
-// keep the session alive for ever).
-func (c *procCalls) active(now time.Time) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for _, d := range c.running {
-		if now.Before(d) {
-			return true
-		}
-	}
-	return false
-}
-
-// failAll ends every waiting call with the channel's failure.
-func (c *procCalls) failAll(err error) {
-	c.mu.Lock()
-	if c.failed == nil {
-		c.failed = err
-	}
-	w := c.waiting
-	c.waiting = nil
-	c.running = nil
-	c.mu.Unlock()
-	for _, ch := range w {
-		ch <- procOutcome{err: err}
-	}
-}
-
-// procCall sends one call and waits for its reply.
-func (a *agentConn) procCall(ctx context.Context, c guest.ProcCall) (*guest.ProcReply, error) {
-	ch := make(chan procOutcome, 1)
-	a.procs.mu.Lock()
-	if a.procs.failed != nil {
-		err := a.procs.failed
-		a.procs.mu.Unlock()
-		return nil, err
-	}
-	a.procs.next++
-	c.ID = a.procs.next
-	if a.procs.waiting == nil {
-		a.procs.waiting = map[uint64]chan procOutcome{}
-	}
-	a.procs.waiting[c.ID] = ch
-	a.procs.mu.Unlock()
-	forget := func() {
-		a.procs.mu.Lock()
-		delete(a.procs.waiting, c.ID)
-		a.procs.mu.Unlock()
-	}
-	b, err := json.Marshal(c)
-	if err != nil {
-		forget()
-		return nil, fmt.Errorf("encoding process call: %w", err)
-	}
-	if err := a.send(guest.FrameProcCall, b); err != nil {
-		forget()
-		return nil, fmt.Errorf("%w: %w", errAgentChannel, err)
-	}
-	select {
-	case out := <-ch:
-		if out.err != nil {
-			return nil, out.err
-		}
-		return out.reply, replyError(out.reply)
-	case <-ctx.Done():
-		forget() // a late reply is dropped
-		return nil, ctx.Err()
-	case <-a.closed:
-		forget()
-		return nil, errAgentChannel
-	}
-}
-
-// replyError is the sentinel of a failed reply's code, with its message.
-func replyError(r *guest.ProcReply) error {
-	if r.Error == "" && r.Code == "" {
-		return nil
-	}
-	var s error
-	switch r.Code {
-	case guest.ProcCodeNotFound:
-		s = sandbox.ErrProcessNotFound
-	case guest.ProcCodeLimit:
-		s = sandbox.ErrProcessLimit
-	case guest.ProcCodeNotRunning:
-		s = sandbox.ErrProcessNotRunning
-	case guest.ProcCodeNoStdin:
-		s = sandbox.ErrProcessNoStdin
-	case guest.ProcCodeStdinFull:
-		s = sandbox.ErrProcessStdinFull
-	case guest.ProcCodeNotPTY:
-		s = sandbox.ErrProcessNotPTY
-	case guest.ProcCodeStart:
-		s = sandbox.ErrProcessStart
-	case guest.ProcCodeInvalid:
-		s = sandbox.ErrInvalid
-	default:
-		// The guest's own failure: not the caller's to read.
-		return fmt.Errorf("guest process call failed: %s", r.Error)
-	}
-	return fmt.Errorf("%w: %s", s, r.Error)
-}
 
 // Processes is the session service's background processes role
 // (api.Processes): processes and terminals started in a session's sandbox
@@ -213,7 +36,7 @@ type Processes struct {
 type procSessions interface {
 	// fileChannel marks the running session busy and returns its agent
 	// channel (nil: the sandbox has none); unuse lets it go.
-	fileChannel(ctx context.Context, owner, id string) (*session, *agentConn, error)
+	fileChannel(ctx context.Context, owner, id string) (*session, *agent.Conn, error)
 	unuse(s *session)
 	// channelError says why a call's channel broke.
 	channelError(ctx context.Context, s *session, err error) error
@@ -232,7 +55,7 @@ func (e *Executor) Processes() *Processes { return e.procs }
 // procChannel checks owner's session (resuming it when hibernated, as a
 // file call does) and returns its agent channel, the session marked busy
 // (release it with unuse).
-func (p *Processes) procChannel(ctx context.Context, owner, id string) (*session, *agentConn, error) {
+func (p *Processes) procChannel(ctx context.Context, owner, id string) (*session, *agent.Conn, error) {
 	s, a, err := p.s.fileChannel(ctx, owner, id)
 	if err != nil {
 		return nil, nil, err
@@ -247,7 +70,7 @@ func (p *Processes) procChannel(ctx context.Context, owner, id string) (*session
 // or stopped running (hibernated, ending: 409) meanwhile, or its sandbox's
 // channel failed while it runs.
 func (e *Executor) channelError(ctx context.Context, s *session, err error) error {
-	if !errors.Is(err, errAgentChannel) {
+	if !errors.Is(err, agent.ErrChannel) {
 		return err
 	}
 	// A hibernation or an end closes the channel while it holds life and
@@ -338,14 +161,14 @@ func (p *Processes) StartProcess(ctx context.Context, owner, id string, spec san
 		}
 	}
 	start.Env = env
-	r, err := a.procCall(ctx, guest.ProcCall{Op: "start", Start: start})
+	r, err := a.ProcCall(ctx, guest.ProcCall{Op: "start", Start: start})
 	if err != nil {
 		return sandbox.Process{}, p.s.channelError(ctx, s, err)
 	}
 	if r.Proc == nil {
 		return sandbox.Process{}, errors.New("guest started a process without describing it")
 	}
-	a.procs.started(r.Proc, time.Now().Add(timeout))
+	a.ProcStarted(r.Proc, time.Now().Add(timeout))
 	// Recorded now, not at the end of the next execute: a server killed
 	// before that must still find the process's sandbox live and keep it.
 	p.s.markLive(s)
@@ -360,7 +183,7 @@ func (p *Processes) ListProcesses(ctx context.Context, owner, id string) ([]sand
 		return nil, err
 	}
 	defer p.s.unuse(s)
-	r, err := a.procCall(ctx, guest.ProcCall{Op: "list"})
+	r, err := a.ProcCall(ctx, guest.ProcCall{Op: "list"})
 	if err != nil {
 		return nil, p.s.channelError(ctx, s, err)
 	}
@@ -422,7 +245,7 @@ func (p *Processes) procOp(ctx context.Context, owner, id string, c guest.ProcCa
 		return nil, err
 	}
 	defer p.s.unuse(s)
-	r, err := a.procCall(ctx, c)
+	r, err := a.ProcCall(ctx, c)
 	if err != nil {
 		return nil, p.s.channelError(ctx, s, err)
 	}
@@ -456,7 +279,7 @@ func (p *Processes) ProcessOutput(ctx context.Context, owner, id string, pid int
 			wait = procReadWait
 		}
 		cctx, cancel := context.WithTimeout(ctx, wait+procCallMargin)
-		r, err := a.procCall(cctx, guest.ProcCall{Op: "read", PID: pid, From: from, WaitMS: wait.Milliseconds()})
+		r, err := a.ProcCall(cctx, guest.ProcCall{Op: "read", PID: pid, From: from, WaitMS: wait.Milliseconds()})
 		cancel()
 		if err != nil {
 			if ctx.Err() != nil {
@@ -537,8 +360,6 @@ func (e *Executor) markLive(s *session) {
 }
 
 func (e *Executor) processesActive(id string, now time.Time) bool {
-	e.agentsMu.Lock()
-	a := e.agents[id]
-	e.agentsMu.Unlock()
-	return a != nil && !a.broken() && a.procs.active(now)
+	a := e.agents.For(id)
+	return a != nil && a.ProcsActive(now)
 }

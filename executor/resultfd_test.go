@@ -13,7 +13,7 @@ import (
 func TestExecPathResultFDNotInherited(t *testing.T) {
 	e, _ := startExecutor(t, func(c *Config) { c.WarmPool = 0 })
 	s := mustSession(t, e, "bash")
-	e.dropAgent(s.ID) // the exec path
+	e.agents.Drop(s.ID) // the exec path
 	r := run(t, e, s.ID, `ls /proc/self/fd; echo '{"status":"ok","exit_code":0,"duration_ms":1,"x":' >&3 2>/dev/null; exit 7`, 30*time.Second)
 	if r.Status != StatusError || r.ExitCode != 7 {
 		t.Fatalf("the program reached the result pipe: %+v", r)

@@ -14,6 +14,7 @@ import (
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
+	"github.com/sandboxapi/sandboxapi/executor/agent"
 	"github.com/sandboxapi/sandboxapi/executor/host"
 	"github.com/sandboxapi/sandboxapi/internal/sandbox"
 	"github.com/sandboxapi/sandboxapi/store"
@@ -254,7 +255,7 @@ func (e *Executor) CreateSession(ctx context.Context, spec SessionSpec) (_ Sessi
 		}
 		// Before the run: a failed `runsc run` may leave a half-made
 		// container, and destroy is fine with none.
-		cu.Add("sandbox", func(ctx context.Context) error { return e.destroy(ctx, id) })
+		cu.Add("sandbox", func(ctx context.Context) error { return e.agents.Destroy(ctx, id) })
 		if err := e.runSandbox(ctx, id, bundle, netns != ""); err != nil {
 			return Session{}, err
 		}
@@ -352,7 +353,7 @@ func (e *Executor) runSandbox(ctx context.Context, id, bundle string, withNet bo
 		// One retry for transient failures of runsc under host load; the
 		// half-made container goes first.
 		e.log.WarnContext(ctx, "starting sandbox failed, retrying once", "sandbox", id, "err", err)
-		_ = e.destroy(ctx, id)
+		_ = e.agents.Destroy(ctx, id)
 		err = e.startWithAgent(ctx, id, bundle, network)
 	}
 	if err != nil {
@@ -365,14 +366,14 @@ func (e *Executor) runSandbox(ctx context.Context, id, bundle string, withNet bo
 // channel. A sandbox whose agent does not answer (its hello is awaited at
 // the first run) still works, through `runsc exec`.
 func (e *Executor) startWithAgent(ctx context.Context, id, bundle, network string) error {
-	pipes, err := newAgentPipes()
+	pipes, err := agent.NewPipes()
 	if err != nil {
 		return err
 	}
-	err = e.runsc.Start(ctx, id, bundle, network, pipes.sbxIn, pipes.sbxOut)
-	pipes.closeSandboxSide()
+	err = e.runsc.Start(ctx, id, bundle, network, pipes.SandboxIn, pipes.SandboxOut)
+	pipes.CloseSandboxSide()
 	if err != nil {
-		pipes.closeAll()
+		pipes.CloseAll()
 		if ctx.Err() != nil {
 			// The runsc run was killed part way: its sandbox and gofer
 			// may be up with no state for "runsc delete" to find.
@@ -383,7 +384,7 @@ func (e *Executor) startWithAgent(ctx context.Context, id, bundle, network strin
 		}
 		return err
 	}
-	e.setAgent(id, pipes.conn())
+	e.agents.Set(id, pipes.Conn())
 	return nil
 }
 
@@ -486,7 +487,7 @@ func (e *Executor) endSessionOf(ctx context.Context, s *session, reason string) 
 
 	var errs []error
 	if hadSandbox {
-		if err := e.destroy(ctx, id); err != nil {
+		if err := e.agents.Destroy(ctx, id); err != nil {
 			errs = append(errs, err)
 		}
 		if e.net != nil && e.networkHeld(s) {

@@ -100,11 +100,7 @@ func TestStaleStagingSweptOnStart(t *testing.T) {
 // dropChannels closes e's ends of its guests' channels, as the death of
 // the server's process does.
 func dropChannels(e *Executor) {
-	e.agentsMu.Lock()
-	defer e.agentsMu.Unlock()
-	for _, a := range e.agents {
-		a.close()
-	}
+	e.agents.CloseAll()
 }
 
 // blockingReader yields n zero bytes, then blocks until release is

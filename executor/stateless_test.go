@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sandboxapi/sandboxapi/configs"
+	"github.com/sandboxapi/sandboxapi/executor/agent"
 	"github.com/sandboxapi/sandboxapi/executor/guest"
 	"github.com/sandboxapi/sandboxapi/internal/sandbox"
 )
@@ -164,12 +165,12 @@ func TestGuestRequestLimits(t *testing.T) {
 			}
 			// The host's backstop is the call's timeout plus slack, the
 			// compile included.
-			if got, want := runBudget(g), time.Duration(tc.timeoutMS)*time.Millisecond+runSlack; got != want {
+			if got, want := agent.RunBudget(g), time.Duration(tc.timeoutMS)*time.Millisecond+agent.RunSlack; got != want {
 				t.Fatalf("host backstop %v, want %v", got, want)
 			}
 		})
 	}
-	if got := runBudget(&guest.Request{}); got != guest.DefaultTimeoutMS*time.Millisecond+runSlack {
+	if got := agent.RunBudget(&guest.Request{}); got != guest.DefaultTimeoutMS*time.Millisecond+agent.RunSlack {
 		t.Fatalf("backstop of a request without a timeout: %v", got)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/sandboxapi/sandboxapi/executor/agent"
 	"io/fs"
 	"log/slog"
 	"os"
@@ -25,16 +26,17 @@ import (
 // session another node claimed meanwhile through the cluster role. Made
 // by New; safe for concurrent use.
 type upkeep struct {
-	s     upkeepSessions
-	node  *Node    // lets go of a session another node claimed (reconcile)
-	dur   *Durable // hibernates a session idle past hibernate_after
-	cfg   Config
-	log   *slog.Logger
-	store *store.Store
-	rt    *Runtimes
-	runsc *host.Runsc
-	net   Network
-	mu    *sync.Mutex // the session service's lock
+	s      upkeepSessions
+	agents *agent.Transport // sandboxes' agent channels
+	node   *Node            // lets go of a session another node claimed (reconcile)
+	dur    *Durable         // hibernates a session idle past hibernate_after
+	cfg    Config
+	log    *slog.Logger
+	store  *store.Store
+	rt     *Runtimes
+	runsc  *host.Runsc
+	net    Network
+	mu     *sync.Mutex // the session service's lock
 }
 
 // upkeepSessions is what upkeep needs of the session service.
@@ -50,7 +52,6 @@ type upkeepSessions interface {
 	sessionsDir() string
 	jobsDir() string
 	cgroupNames(ids map[string]bool) map[string]bool
-	destroy(ctx context.Context, id string) error
 	// processesActive is called with mu held (it takes only the agents'
 	// lock).
 	processesActive(id string, now time.Time) bool
@@ -59,7 +60,7 @@ type upkeepSessions interface {
 
 // newUpkeep makes e's upkeep, after e's options and its cluster role.
 func newUpkeep(e *Executor) *upkeep {
-	return &upkeep{s: e, node: e.node, dur: e.dur, cfg: e.cfg, log: e.log, store: e.store, rt: e.rt, runsc: e.runsc, net: e.net, mu: &e.mu}
+	return &upkeep{s: e, agents: e.agents, node: e.node, dur: e.dur, cfg: e.cfg, log: e.log, store: e.store, rt: e.rt, runsc: e.runsc, net: e.net, mu: &e.mu}
 }
 
 // removeOrphanSandboxes ends, at Stop, every sandbox under the runsc root
@@ -87,7 +88,7 @@ func (u *upkeep) removeOrphanSandboxes(ctx context.Context) (left int, err error
 			continue
 		}
 		u.log.WarnContext(ctx, "removing orphan sandbox at stop", "sandbox", c.ID)
-		if err := u.s.destroy(ctx, c.ID); err != nil {
+		if err := u.agents.Destroy(ctx, c.ID); err != nil {
 			errs = append(errs, fmt.Errorf("removing orphan sandbox %s: %w", c.ID, err))
 			left++
 			continue
@@ -261,7 +262,7 @@ func (u *upkeep) reconcile(ctx context.Context) ([]*session, error) {
 	}
 	for _, c := range containers {
 		if !keep[c.ID] {
-			if err := u.s.destroy(ctx, c.ID); err != nil {
+			if err := u.agents.Destroy(ctx, c.ID); err != nil {
 				u.log.ErrorContext(ctx, "removing orphan sandbox", "sandbox", c.ID, "err", err)
 			}
 		}

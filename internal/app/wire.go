@@ -73,7 +73,7 @@ func (p *parts) newAPI() *api.Server {
 		Usage:       storeUsage{st: p.st, w: p.usage},
 		Files:       p.ex.Files(),
 		Lifecycle:   p.ex.Durable(),
-		Kernels:     p.ex,
+		Kernels:     p.ex.Kernels(),
 		Network:     p.ex,
 		Processes:   p.ex.Processes(),
 		SBOMs:       sbomSource{st: p.st, mir: p.mir},

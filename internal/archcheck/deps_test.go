@@ -22,9 +22,10 @@ var roots = map[string]bool{"cmd/sandboxapi": true, "cmd/sandboxapi-guest": true
 
 // below are the service subpackages that sit under their service's own
 // package: it uses them, they never reach it (the executor's host layer,
-// fence and guest agent know no session). The key is the subpackage's
+// agent transport, fence and guest agent know no session). The key is the subpackage's
 // folder, the value its service's.
 var below = map[string]string{
+	"executor/agent": "executor",
 	"executor/host":  "executor",
 	"executor/fence": "executor",
 	"executor/guest": "executor",

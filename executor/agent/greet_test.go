@@ -1,4 +1,4 @@
-package executor
+package agent
 
 import (
 	"bufio"
@@ -10,7 +10,7 @@ import (
 	"github.com/sandboxapi/sandboxapi/executor/guest"
 )
 
-// greet over real pipes, with a fake guest: only the hello that carries
+// Greet over real pipes, with a fake guest: only the hello that carries
 // the host's nonce greets; hellos written before (a restored guest's old
 // line, one of another protocol) and other lines are passed over; a guest
 // that never answers times out.
@@ -34,22 +34,22 @@ func TestGreetNeedsTheNonce(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			p, err := newAgentPipes()
+			p, err := NewPipes()
 			if err != nil {
 				t.Fatal(err)
 			}
-			defer p.closeAll()
+			defer p.CloseAll()
 			go func() {
-				typ, nonce, err := guest.ReadFrame(bufio.NewReader(p.sbxIn), 1<<10)
+				typ, nonce, err := guest.ReadFrame(bufio.NewReader(p.SandboxIn), 1<<10)
 				if err != nil || typ != guest.FrameHello {
 					return
 				}
-				fmt.Fprint(p.sbxOut, tc.answer(string(nonce)))
+				fmt.Fprint(p.SandboxOut, tc.answer(string(nonce)))
 			}()
-			a := p.conn()
-			defer a.close()
+			a := p.Conn()
+			defer a.Close()
 			start := time.Now()
-			err = a.greet(500 * time.Millisecond)
+			err = a.Greet(500 * time.Millisecond)
 			if (err == nil) != tc.ok {
 				t.Fatalf("greet: %v, want ok=%v", err, tc.ok)
 			}

@@ -1,14 +1,19 @@
-package executor
+// Package agent is the host end of the sandboxes' guest agent channels:
+// the channel itself (Conn: runs, kernel cells, file streams and process
+// calls framed over the sandbox's stdin and stdout), the channels of a
+// runsc root by sandbox (Transport), and the `runsc exec` fallback for a
+// sandbox without a working channel. It knows no session: the session
+// service classifies what a run without a result means (NoResultError).
+package agent
 
 import (
 	"bufio"
-	"context"
-	"encoding/json"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"os"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -16,15 +21,15 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sandboxapi/sandboxapi/executor/guest"
-	"github.com/sandboxapi/sandboxapi/internal/sandbox"
 )
 
-// agentConn is the host end of a sandbox's agent channel: the sandbox's
+// Conn is the host end of a sandbox's agent channel: the sandbox's
 // stdin and stdout pipes, which runsc hands to pid 1 (the guest). A run
 // through it starts one process inside the sandbox and nothing on the
 // host; `runsc exec` stays the fallback for sandboxes without a channel
-// (adopted after a restart) and for a channel that broke.
-type agentConn struct {
+// (adopted after a restart) and for a channel that broke. Make one with
+// Pipes.Conn; it is safe for concurrent use.
+type Conn struct {
 	w  *os.File
 	r  *os.File
 	br *bufio.Reader
@@ -48,27 +53,28 @@ type agentConn struct {
 	procs   procCalls // background process calls (procs.go)
 }
 
-// errAgentChannel marks a failure of the agent channel itself.
-var errAgentChannel = errors.New("guest agent channel failed")
+// ErrChannel marks a failure of the agent channel itself.
+var ErrChannel = errors.New("guest agent channel failed")
 
 // runSink receives the frames of the run in progress.
 type runSink struct {
 	stdout, stderr io.Writer
-	done           chan agentOutcome // gets the result or the channel's failure
-	display        func([]byte)      // a kernel cell's rich outputs (kernel.go); nil: dropped
+	done           chan outcome // gets the result or the channel's failure
+	display        func([]byte) // a kernel cell's rich outputs (kernel.go); nil: dropped
 }
 
-// agentPipeBytes is the capacity asked for the channel's pipes.
-const agentPipeBytes = 1 << 20
+// pipeBytes is the capacity asked for the channel's pipes.
+const pipeBytes = 1 << 20
 
-// agentPipes are both ends of a channel before the sandbox starts: the
+// Pipes are both ends of a channel before the sandbox starts: the
 // sandbox side goes to runsc, the host side stays here.
-type agentPipes struct {
-	sbxIn, sbxOut   *os.File // given to runsc run as the sandbox's stdin and stdout
-	hostIn, hostOut *os.File // the host writes hostIn and reads hostOut
+type Pipes struct {
+	SandboxIn, SandboxOut *os.File // given to runsc run as the sandbox's stdin and stdout
+	hostIn, hostOut       *os.File // the host writes hostIn and reads hostOut
 }
 
-func newAgentPipes() (*agentPipes, error) {
+// NewPipes makes the pipes of a new channel.
+func NewPipes() (*Pipes, error) {
 	inR, inW, err := os.Pipe()
 	if err != nil {
 		return nil, fmt.Errorf("creating agent pipe: %w", err)
@@ -86,37 +92,58 @@ func newAgentPipes() (*agentPipes, error) {
 	// hello's read deadline would no longer work.
 	for _, f := range []*os.File{inW, outR} {
 		if rc, err := f.SyscallConn(); err == nil {
-			_ = rc.Control(func(fd uintptr) { _, _ = unix.FcntlInt(fd, unix.F_SETPIPE_SZ, agentPipeBytes) })
+			_ = rc.Control(func(fd uintptr) { _, _ = unix.FcntlInt(fd, unix.F_SETPIPE_SZ, pipeBytes) })
 		}
 	}
-	return &agentPipes{sbxIn: inR, sbxOut: outW, hostIn: inW, hostOut: outR}, nil
+	return &Pipes{SandboxIn: inR, SandboxOut: outW, hostIn: inW, hostOut: outR}, nil
 }
 
-// closeSandboxSide drops the host's copies of the sandbox's ends once runsc
+// CloseSandboxSide drops the host's copies of the sandbox's ends once runsc
 // has handed them over (or failed).
-func (p *agentPipes) closeSandboxSide() {
-	p.sbxIn.Close()
-	p.sbxOut.Close()
+func (p *Pipes) CloseSandboxSide() {
+	p.SandboxIn.Close()
+	p.SandboxOut.Close()
 }
 
-func (p *agentPipes) closeAll() {
-	p.closeSandboxSide()
+// CloseAll closes both ends.
+func (p *Pipes) CloseAll() {
+	p.CloseSandboxSide()
 	p.hostIn.Close()
 	p.hostOut.Close()
 }
 
-// conn makes the host end of the channel. The guest's hello is read on
-// first use (see ready), not here: a sandbox start does not wait for it.
-func (p *agentPipes) conn() *agentConn {
-	return &agentConn{w: p.hostIn, r: p.hostOut, br: bufio.NewReaderSize(p.hostOut, 64<<10), closed: make(chan struct{})}
+// Conn makes the host end of the channel. The guest's hello is read on
+// first use (see Ready), not here: a sandbox start does not wait for it.
+func (p *Pipes) Conn() *Conn {
+	return &Conn{w: p.hostIn, r: p.hostOut, br: bufio.NewReaderSize(p.hostOut, 64<<10), closed: make(chan struct{})}
 }
 
-// ready waits (once) for the guest's hello line and checks its protocol;
+// Ready waits (once) for the guest's hello line and checks its protocol;
 // lines before it are not the agent's and are skipped. Then the reader
 // starts: from here on it alone reads the channel.
-func (a *agentConn) ready(timeout time.Duration) error {
+func (a *Conn) Ready(timeout time.Duration) error {
 	a.helloOnce.Do(func() {
 		a.helloErr = a.readHello(timeout)
+		if a.helloErr == nil {
+			go a.readLoop()
+		}
+	})
+	return a.helloErr
+}
+
+// Greet is Ready for a channel handed to a restored sandbox: its guest
+// said hello long ago, so it is asked again (FrameHello) and its answer
+// must carry the nonce, which no line written before the restore can.
+func (a *Conn) Greet(timeout time.Duration) error {
+	a.helloOnce.Do(func() {
+		var n [12]byte
+		_, _ = rand.Read(n[:])
+		nonce := hex.EncodeToString(n[:])
+		if err := a.Send(guest.FrameHello, []byte(nonce)); err != nil {
+			a.helloErr = fmt.Errorf("greeting the restored guest: %w", err)
+			return
+		}
+		a.helloErr = a.readHelloWith(timeout, guest.ProtocolVersion+" "+nonce)
 		if a.helloErr == nil {
 			go a.readLoop()
 		}
@@ -128,7 +155,7 @@ func (a *agentConn) ready(timeout time.Duration) error {
 // hands each to its run or stream; a run's output is written to its sink
 // here, in order. When the channel fails, the run in progress and every
 // stream get the error.
-func (a *agentConn) readLoop() {
+func (a *Conn) readLoop() {
 	for {
 		// Output chunks, results and file data are small; a listing's
 		// result is the largest frame the guest sends.
@@ -158,12 +185,12 @@ func (a *agentConn) readLoop() {
 					sink.display(p)
 				}
 			default:
-				sink.done <- agentOutcome{raw: p}
+				sink.done <- outcome{raw: p}
 			}
 		case guest.FrameProcReply, guest.FrameProcExit:
 			if err := a.procs.deliver(typ, p); err != nil {
 				a.fail(err)
-				a.close()
+				a.Close()
 				return
 			}
 		case guest.FrameFileResult, guest.FrameFileChunk, guest.FrameFileAbort, guest.FrameFileCredit:
@@ -171,7 +198,7 @@ func (a *agentConn) readLoop() {
 				// A guest that breaks the stream protocol is not trusted
 				// with the channel any more.
 				a.fail(err)
-				a.close()
+				a.Close()
 				return
 			}
 		}
@@ -180,26 +207,26 @@ func (a *agentConn) readLoop() {
 
 // fail records why the channel stopped and tells the run in progress and
 // every stream.
-func (a *agentConn) fail(err error) {
+func (a *Conn) fail(err error) {
 	a.sinkMu.Lock()
 	if a.failed == nil {
-		a.failed = fmt.Errorf("%w: %w", errAgentChannel, err)
+		a.failed = fmt.Errorf("%w: %w", ErrChannel, err)
 	}
 	sink := a.sink
 	a.sink = nil
 	ferr := a.failed
 	a.sinkMu.Unlock()
 	if sink != nil {
-		sink.done <- agentOutcome{err: ferr}
+		sink.done <- outcome{err: ferr}
 	}
 	a.streams.failAll(ferr)
 	a.procs.failAll(ferr)
-	a.close()
+	a.Close()
 }
 
 // setSink makes sink the receiver of the next run's frames; false if the
 // channel has already failed.
-func (a *agentConn) setSink(sink *runSink) bool {
+func (a *Conn) setSink(sink *runSink) bool {
 	a.sinkMu.Lock()
 	defer a.sinkMu.Unlock()
 	if a.failed != nil {
@@ -209,13 +236,13 @@ func (a *agentConn) setSink(sink *runSink) bool {
 	return true
 }
 
-func (a *agentConn) readHello(timeout time.Duration) error {
+func (a *Conn) readHello(timeout time.Duration) error {
 	return a.readHelloWith(timeout, guest.ProtocolVersion)
 }
 
 // readHelloWith reads lines until the hello whose text after AgentHello
 // is want.
-func (a *agentConn) readHelloWith(timeout time.Duration, want string) error {
+func (a *Conn) readHelloWith(timeout time.Duration, want string) error {
 	_ = a.r.SetReadDeadline(time.Now().Add(timeout))
 	defer a.r.SetReadDeadline(time.Time{})
 	for skipped := 0; skipped < 64<<10; {
@@ -237,14 +264,15 @@ func (a *agentConn) readHelloWith(timeout time.Duration, want string) error {
 	return errors.New("waiting for the guest agent: no hello")
 }
 
-func (a *agentConn) send(typ byte, p []byte) error {
+// Send writes one frame to the guest.
+func (a *Conn) Send(typ byte, p []byte) error {
 	a.wmu.Lock()
 	defer a.wmu.Unlock()
 	return guest.WriteFrame(a.w, typ, p)
 }
 
-// close ends the channel; a run blocked on it returns an error.
-func (a *agentConn) close() {
+// Close ends the channel; a run blocked on it returns an error.
+func (a *Conn) Close() {
 	a.once.Do(func() {
 		close(a.closed)
 		a.w.Close()
@@ -252,7 +280,8 @@ func (a *agentConn) close() {
 	})
 }
 
-func (a *agentConn) broken() bool {
+// Broken reports whether the channel has ended.
+func (a *Conn) Broken() bool {
 	select {
 	case <-a.closed:
 		return true
@@ -263,100 +292,11 @@ func (a *agentConn) broken() bool {
 
 // maxGuestFrame bounds a frame from the guest: it sends output in 32 KiB
 // chunks, file data in guest.FileChunk ones, and a listing of at most
-// MaxListEntries names of at most 255 bytes in one result.
+// the executor's MaxListEntries names of at most 255 bytes in one result.
 const maxGuestFrame = 16 << 20
 
-// agentOutcome is what the reader saw at the end of a run.
-type agentOutcome struct {
+// outcome is what the reader saw at the end of a run.
+type outcome struct {
 	raw []byte
 	err error
-}
-
-// agentFor returns the sandbox's channel, if it has a working one.
-func (e *Executor) agentFor(id string) *agentConn {
-	e.agentsMu.Lock()
-	defer e.agentsMu.Unlock()
-	a := e.agents[id]
-	if a == nil || a.broken() {
-		return nil
-	}
-	return a
-}
-
-func (e *Executor) setAgent(id string, a *agentConn) {
-	e.agentsMu.Lock()
-	defer e.agentsMu.Unlock()
-	if old := e.agents[id]; old != nil {
-		old.close()
-	}
-	e.agents[id] = a
-}
-
-// dropAgent closes and forgets a sandbox's channel.
-func (e *Executor) dropAgent(id string) {
-	e.agentsMu.Lock()
-	a := e.agents[id]
-	delete(e.agents, id)
-	e.agentsMu.Unlock()
-	if a != nil {
-		a.close()
-	}
-}
-
-// destroy removes a sandbox and its channel.
-func (e *Executor) destroy(ctx context.Context, id string) error {
-	e.dropAgent(id)
-	return e.runsc.Destroy(ctx, id)
-}
-
-// agentRun runs one guest request through the sandbox's agent. The kill,
-// deadline and output-cap rules are those of the exec path.
-func (e *Executor) agentRun(ctx context.Context, id string, a *agentConn, greq *guest.Request, stdin []byte, onOutput func(string, []byte)) (Result, error) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if err := a.ready(10 * time.Second); err != nil {
-		e.dropAgent(id)
-		e.log.WarnContext(ctx, "guest agent unavailable, using runsc exec", "sandbox", id, "err", err)
-		return e.execRun(ctx, id, greq, stdin, onOutput)
-	}
-	a.seq++
-	seq := a.seq
-	payload, err := json.Marshal(guest.AgentRequest{Seq: seq, Request: *greq, Stdin: stdin})
-	if err != nil {
-		return Result{}, fmt.Errorf("encoding guest request: %w", err)
-	}
-	// A kill names its run: the guest ignores one that arrives after the
-	// run has ended, so it cannot reach the next run's processes.
-	k := &killer{}
-	k.do = func(sandbox.KillReason) {
-		if a.send(guest.FrameKill, []byte(strconv.FormatUint(seq, 10))) != nil {
-			e.execKill(ctx, id)
-		}
-	}
-	stdout, stderr := e.captures(onOutput, k)
-
-	done := make(chan agentOutcome, 1)
-	if !a.setSink(&runSink{stdout: stdout, stderr: stderr, done: done}) {
-		e.dropAgent(id)
-		return e.execRun(ctx, id, greq, stdin, onOutput)
-	}
-	start := time.Now()
-	if err := a.send(guest.FrameRun, payload); err != nil {
-		// The channel is gone (the sandbox may be too): the exec path
-		// runs it or finds the sandbox lost.
-		e.dropAgent(id)
-		e.log.WarnContext(ctx, "guest agent unusable, using runsc exec", "sandbox", id, "err", err)
-		return e.execRun(ctx, id, greq, stdin, onOutput)
-	}
-	out := awaitRun(ctx, done, k, runBudget(greq), func() {
-		// The agent does not answer: the exec path's kill, then give up on
-		// the channel (which ends the reader and fails the run).
-		e.execKill(ctx, id)
-		e.dropAgent(id)
-	})
-	k.seal()
-	if out.err != nil {
-		e.dropAgent(id)
-	}
-	return e.finishRun(ctx, id, out.raw, stdout, stderr, start, k.reason(), out.err)
 }

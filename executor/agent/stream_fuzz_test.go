@@ -1,4 +1,4 @@
-package executor
+package agent
 
 import (
 	"bytes"
@@ -24,8 +24,8 @@ func FuzzStreamDeliver(f *testing.F) {
 	f.Add(frame(guest.FrameFileChunk, 2, nil))
 	f.Add([]byte{guest.FrameFileResult, 0, 0, 0, 2, 0, 1})
 	f.Fuzz(func(t *testing.T, data []byte) {
-		a := &agentConn{}
-		var streams []*hostStream
+		a := &Conn{}
+		var streams []*Stream
 		for i := 0; i < 2; i++ {
 			s, err := a.streams.open(t.Context(), a)
 			if err != nil {

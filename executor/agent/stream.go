@@ -1,4 +1,4 @@
-package executor
+package agent
 
 import (
 	"context"
@@ -10,19 +10,20 @@ import (
 	"time"
 
 	"github.com/sandboxapi/sandboxapi/executor/guest"
+	"github.com/sandboxapi/sandboxapi/internal/sandbox"
 )
 
 // The host end of file streams over the agent channel (see
-// guest/filestream.go for the wire format and the flow control). A
+// executor/guest/filestream.go for the wire format and the flow control). A
 // stream's state is filled by the channel's reader (deliver) and drained
 // by the file call that opened it.
 
-// errStreamProtocol marks a guest that broke the stream protocol.
-var errStreamProtocol = errors.New("guest broke the file stream protocol")
+// ErrStreamProtocol marks a guest that broke the stream protocol.
+var ErrStreamProtocol = errors.New("guest broke the file stream protocol")
 
-// errDownloadAborted is a download the guest gave up after its result
+// ErrDownloadAborted is a download the guest gave up after its result
 // (a read error, or the file changed while it was sent).
-var errDownloadAborted = errors.New("download aborted in the sandbox")
+var ErrDownloadAborted = errors.New("download aborted in the sandbox")
 
 // chunkPool holds download frame buffers (stream id and one chunk), so a
 // download reuses a few instead of making garbage of every chunk.
@@ -47,20 +48,22 @@ func recycleChunk(p []byte) {
 // streamTable holds a channel's open streams. The zero value is ready.
 type streamTable struct {
 	mu     sync.Mutex
-	m      map[uint32]*hostStream
+	m      map[uint32]*Stream
 	nextID uint32
 	failed error // the channel's failure: no new streams
 	slots  chan struct{}
 	init   sync.Once
 	// watches counts open watch streams, which take no transfer slot
-	// (at most guest.MaxWatches; fswatch.go).
+	// (at most guest.MaxWatches; watch.go).
 	watches int
 }
 
-// hostStream is one transfer. Fields below mu are guarded by it.
-type hostStream struct {
+// Stream is one transfer or watch on a channel (Conn.OpenStream,
+// Conn.OpenWatch); it is safe for concurrent use. Fields below mu are
+// guarded by it.
+type Stream struct {
 	id      uint32
-	a       *agentConn
+	a       *Conn
 	isWatch bool // a watch: no transfer slot (streamTable.watches)
 	mu      sync.Mutex
 	cnd     *sync.Cond
@@ -78,7 +81,7 @@ type hostStream struct {
 
 // open makes a stream, waiting for a free slot (the guest serves at most
 // guest.MaxFileStreams at once).
-func (t *streamTable) open(ctx context.Context, a *agentConn) (*hostStream, error) {
+func (t *streamTable) open(ctx context.Context, a *Conn) (*Stream, error) {
 	t.init.Do(func() { t.slots = make(chan struct{}, guest.MaxFileStreams) })
 	select {
 	case t.slots <- struct{}{}:
@@ -92,20 +95,20 @@ func (t *streamTable) open(ctx context.Context, a *agentConn) (*hostStream, erro
 		return nil, t.failed
 	}
 	if t.m == nil {
-		t.m = map[uint32]*hostStream{}
+		t.m = map[uint32]*Stream{}
 	}
 	t.nextID++
 	if t.nextID == 0 {
 		t.nextID = 1
 	}
-	s := &hostStream{id: t.nextID, a: a, credit: guest.FileWindow}
+	s := &Stream{id: t.nextID, a: a, credit: guest.FileWindow}
 	s.cnd = sync.NewCond(&s.mu)
 	t.m[s.id] = s
 	return s, nil
 }
 
 // close forgets a stream and frees its slot; safe to call twice.
-func (t *streamTable) close(s *hostStream) {
+func (t *streamTable) close(s *Stream) {
 	t.mu.Lock()
 	_, ok := t.m[s.id]
 	delete(t.m, s.id)
@@ -124,7 +127,7 @@ func (t *streamTable) failAll(err error) {
 	if t.failed == nil {
 		t.failed = err
 	}
-	streams := make([]*hostStream, 0, len(t.m))
+	streams := make([]*Stream, 0, len(t.m))
 	for _, s := range t.m {
 		streams = append(streams, s)
 	}
@@ -139,7 +142,7 @@ func (t *streamTable) failAll(err error) {
 func (t *streamTable) deliver(typ byte, p []byte) error {
 	id, data, err := guest.StreamPayload(p)
 	if err != nil {
-		return fmt.Errorf("%w: %v", errStreamProtocol, err)
+		return fmt.Errorf("%w: %v", ErrStreamProtocol, err)
 	}
 	t.mu.Lock()
 	s := t.m[id]
@@ -154,40 +157,59 @@ func (t *streamTable) deliver(typ byte, p []byte) error {
 	switch typ {
 	case guest.FrameFileResult:
 		if s.result != nil {
-			return fmt.Errorf("%w: a second result on stream %d", errStreamProtocol, id)
+			return fmt.Errorf("%w: a second result on stream %d", ErrStreamProtocol, id)
 		}
 		var res guest.FileResult
 		if err := json.Unmarshal(data, &res); err != nil {
-			return fmt.Errorf("%w: decoding result: %v", errStreamProtocol, err)
+			return fmt.Errorf("%w: decoding result: %v", ErrStreamProtocol, err)
 		}
 		s.result = &res
 	case guest.FrameFileChunk:
 		switch {
 		case s.result == nil || s.eof:
-			return fmt.Errorf("%w: data out of place on stream %d", errStreamProtocol, id)
+			return fmt.Errorf("%w: data out of place on stream %d", ErrStreamProtocol, id)
 		case len(data) == 0:
 			s.eof = true
 		case s.buffered+int64(len(data)) > guest.FileWindow:
-			return fmt.Errorf("%w: stream %d went over its window", errStreamProtocol, id)
+			return fmt.Errorf("%w: stream %d went over its window", ErrStreamProtocol, id)
 		default:
 			s.data = append(s.data, p)
 			s.buffered += int64(len(data))
 		}
 	case guest.FrameFileAbort:
 		if s.err == nil {
-			s.err = fmt.Errorf("%w: %s", errDownloadAborted, data)
+			s.err = fmt.Errorf("%w: %s", ErrDownloadAborted, data)
 		}
 	case guest.FrameFileCredit:
 		n, err := guest.Credit(data)
 		if err != nil || s.credit+n > guest.FileWindow {
-			return fmt.Errorf("%w: bad credit on stream %d", errStreamProtocol, id)
+			return fmt.Errorf("%w: bad credit on stream %d", ErrStreamProtocol, id)
 		}
 		s.credit += n
 	}
 	return nil
 }
 
-func (s *hostStream) fail(err error) {
+// ID is the stream's number on its channel (guest.FileOpen.Stream).
+func (s *Stream) ID() uint32 { return s.id }
+
+// Close forgets the stream and frees its slot; safe to call twice.
+func (s *Stream) Close() { s.a.streams.close(s) }
+
+// OpenStream makes a transfer stream on the channel, waiting for a free
+// slot (the guest serves at most guest.MaxFileStreams at once). The
+// caller sends its guest.FileOpen and closes it.
+func (a *Conn) OpenStream(ctx context.Context) (*Stream, error) {
+	return a.streams.open(ctx, a)
+}
+
+// OpenWatch makes a watch stream on the channel, refusing one over
+// guest.MaxWatches.
+func (a *Conn) OpenWatch() (*Stream, error) {
+	return a.streams.openWatch(a)
+}
+
+func (s *Stream) fail(err error) {
 	s.mu.Lock()
 	if s.err == nil {
 		s.err = err
@@ -197,7 +219,7 @@ func (s *hostStream) fail(err error) {
 }
 
 // watch wakes the stream's waiters when ctx ends; the returned func stops it.
-func (s *hostStream) watch(ctx context.Context) func() bool {
+func (s *Stream) watch(ctx context.Context) func() bool {
 	return context.AfterFunc(ctx, func() {
 		s.mu.Lock()
 		s.cnd.Broadcast()
@@ -205,9 +227,9 @@ func (s *hostStream) watch(ctx context.Context) func() bool {
 	})
 }
 
-// awaitResult waits for the guest's result. A nil result comes with the
+// AwaitResult waits for the guest's result. A nil result comes with the
 // error that ended the stream first.
-func (s *hostStream) awaitResult(ctx context.Context) (*guest.FileResult, error) {
+func (s *Stream) AwaitResult(ctx context.Context) (*guest.FileResult, error) {
 	defer s.watch(ctx)()
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -223,19 +245,19 @@ func (s *hostStream) awaitResult(ctx context.Context) (*guest.FileResult, error)
 	return nil, ctx.Err()
 }
 
-// send writes one frame of this stream.
-func (s *hostStream) send(typ byte, data []byte) error {
+// Send writes one frame of this stream.
+func (s *Stream) Send(typ byte, data []byte) error {
 	s.a.wmu.Lock()
 	defer s.a.wmu.Unlock()
 	return guest.WriteStreamFrame(s.a.w, typ, s.id, data)
 }
 
-// upload sends r's bytes as the stream's upload: chunks as the guest's
+// Upload sends r's bytes as the stream's upload: chunks as the guest's
 // credit allows, then the end frame, but only after a clean io.EOF with
 // the announced size (size < 0: unknown). Any other end cancels the
 // stream, so the guest writes nothing. It stops early, without error,
 // when the guest has answered (it refused the upload).
-func (s *hostStream) upload(ctx context.Context, r io.Reader, size, max int64) (sent int64, err error) {
+func (s *Stream) Upload(ctx context.Context, r io.Reader, size, max int64) (sent int64, err error) {
 	defer s.watch(ctx)()
 	// Two buffers: the next chunk is read from r (a network body comes in
 	// pieces) while the last one crosses to the guest.
@@ -289,7 +311,7 @@ func (s *hostStream) upload(ctx context.Context, r io.Reader, size, max int64) (
 		}
 	}()
 	cancel := func(err error) (int64, error) {
-		_ = s.send(guest.FrameFileCancel, nil)
+		_ = s.Send(guest.FrameFileCancel, nil)
 		return sent, err
 	}
 	for {
@@ -303,7 +325,7 @@ func (s *hostStream) upload(ctx context.Context, r io.Reader, size, max int64) (
 		if n > 0 {
 			sent += int64(n)
 			if sent > max {
-				return cancel(fmt.Errorf("%w: upload is over the limit of %d bytes", ErrTooLarge, max))
+				return cancel(fmt.Errorf("%w: upload is over the limit of %d bytes", sandbox.ErrTooLarge, max))
 			}
 			s.mu.Lock()
 			for s.credit < int64(n) && s.result == nil && s.err == nil && ctx.Err() == nil {
@@ -322,18 +344,18 @@ func (s *hostStream) upload(ctx context.Context, r io.Reader, size, max int64) (
 			case ctx.Err() != nil:
 				return cancel(ctx.Err())
 			}
-			if err := s.send(guest.FrameFileData, p.buf[:n]); err != nil {
-				return sent, fmt.Errorf("%w: sending upload: %w", errAgentChannel, err)
+			if err := s.Send(guest.FrameFileData, p.buf[:n]); err != nil {
+				return sent, fmt.Errorf("%w: sending upload: %w", ErrChannel, err)
 			}
 		}
 		free <- p.buf
 		switch {
 		case errors.Is(rerr, io.EOF) || errors.Is(rerr, io.ErrUnexpectedEOF):
 			if size >= 0 && sent != size {
-				return cancel(fmt.Errorf("%w: upload ended after %d of %d bytes", ErrInvalid, sent, size))
+				return cancel(fmt.Errorf("%w: upload ended after %d of %d bytes", sandbox.ErrInvalid, sent, size))
 			}
-			if err := s.send(guest.FrameFileData, nil); err != nil {
-				return sent, fmt.Errorf("%w: sending upload: %w", errAgentChannel, err)
+			if err := s.Send(guest.FrameFileData, nil); err != nil {
+				return sent, fmt.Errorf("%w: sending upload: %w", ErrChannel, err)
 			}
 			return sent, nil
 		case rerr != nil:
@@ -342,10 +364,11 @@ func (s *hostStream) upload(ctx context.Context, r io.Reader, size, max int64) (
 	}
 }
 
-// streamReader is a download's body: exactly size bytes, read from the
-// stream's buffer, with credit granted back as the caller reads.
-type streamReader struct {
-	s       *hostStream
+// Reader is a download's body: exactly size bytes, read from the
+// stream's buffer, with credit granted back as the caller reads. Make it
+// with NewReader; one goroutine reads it at a time.
+type Reader struct {
+	s       *Stream
 	ctx     context.Context
 	remain  int64
 	granted int64  // read since the last credit frame
@@ -355,7 +378,16 @@ type streamReader struct {
 	closed  bool
 }
 
-func (r *streamReader) Read(p []byte) (int, error) {
+// NewReader reads the download of s, size bytes, until ctx ends; done
+// runs once at Close, saying whether every byte was read.
+func NewReader(ctx context.Context, s *Stream, size int64, done func(complete bool)) *Reader {
+	return &Reader{s: s, ctx: ctx, remain: size, done: done}
+}
+
+// Remaining is how many bytes of the download are not read yet.
+func (r *Reader) Remaining() int64 { return r.remain }
+
+func (r *Reader) Read(p []byte) (int, error) {
 	if r.remain <= 0 {
 		return 0, io.EOF
 	}
@@ -374,7 +406,7 @@ func (r *streamReader) Read(p []byte) (int, error) {
 
 // WriteTo writes the rest of the download to w a whole chunk at a time
 // (io.Copy uses it: no 32 KiB copy loop between the stream and w).
-func (r *streamReader) WriteTo(w io.Writer) (int64, error) {
+func (r *Reader) WriteTo(w io.Writer) (int64, error) {
 	var total int64
 	for r.remain > 0 {
 		if err := r.fill(); err != nil {
@@ -393,7 +425,7 @@ func (r *streamReader) WriteTo(w io.Writer) (int64, error) {
 }
 
 // fill makes r.cur the next chunk of the download, waiting for it.
-func (r *streamReader) fill() error {
+func (r *Reader) fill() error {
 	if len(r.cur) > 0 {
 		return nil
 	}
@@ -420,13 +452,13 @@ func (r *streamReader) fill() error {
 		return r.ctx.Err()
 	}
 	if int64(len(r.cur)) > r.remain {
-		return fmt.Errorf("%w: more bytes than the file's size", errStreamProtocol)
+		return fmt.Errorf("%w: more bytes than the file's size", ErrStreamProtocol)
 	}
 	return nil
 }
 
 // consumed drops n bytes of r.cur and grants the guest credit for them.
-func (r *streamReader) consumed(n int) error {
+func (r *Reader) consumed(n int) error {
 	r.cur = r.cur[n:]
 	if len(r.cur) == 0 && r.frame != nil {
 		recycleChunk(r.frame)
@@ -435,7 +467,7 @@ func (r *streamReader) consumed(n int) error {
 	r.remain -= int64(n)
 	r.granted += int64(n)
 	if r.granted >= guest.FileChunk && r.remain > 0 {
-		if err := r.s.send(guest.FrameFileWindow, guest.CreditData(r.granted)); err != nil {
+		if err := r.s.Send(guest.FrameFileWindow, guest.CreditData(r.granted)); err != nil {
 			return fmt.Errorf("granting credit: %w", err)
 		}
 		r.granted = 0
@@ -444,16 +476,16 @@ func (r *streamReader) consumed(n int) error {
 }
 
 // Close ends the download; one closed early cancels the guest's side.
-func (r *streamReader) Close() error {
+func (r *Reader) Close() error {
 	if r.closed {
 		return nil
 	}
 	r.closed = true
 	complete := r.remain == 0
 	if !complete {
-		_ = r.s.send(guest.FrameFileCancel, nil)
+		_ = r.s.Send(guest.FrameFileCancel, nil)
 	}
-	r.s.a.streams.close(r.s)
+	r.s.Close()
 	r.done(complete)
 	return nil
 }
