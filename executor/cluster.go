@@ -548,8 +548,8 @@ func (n *Node) tidy(ctx context.Context, ss []*session) error {
 			if err := n.runsc.Destroy(ctx, s.id); err != nil {
 				serrs = append(serrs, err)
 			}
-			if n.net != nil && n.s.networkHeld(s) {
-				if err := n.net.Detach(ctx, s.id); err != nil {
+			if n.nets.NetworkAvailable() && n.nets.networkHeld(s) {
+				if err := n.nets.Network().Detach(ctx, s.id); err != nil {
 					serrs = append(serrs, err)
 				}
 			}

@@ -8,7 +8,6 @@ import (
 	"sync"
 
 	"github.com/sandboxapi/sandboxapi/executor/host"
-	"github.com/sandboxapi/sandboxapi/internal/sandbox"
 	"github.com/sandboxapi/sandboxapi/store"
 )
 
@@ -26,7 +25,7 @@ type Durable struct {
 	rt     *Runtimes
 	store  *store.Store
 	log    *slog.Logger
-	net    Network // nil: sessions with network are refused
+	nets   *Networks // attaches networks; without a provider, sessions with network are refused
 	disk   *DiskBudget
 	ckpts  *checkpoints
 	node   *Node // the cluster role: ownership checks, mounts, fences
@@ -53,8 +52,6 @@ type durSessions interface {
 	fault(step createStep, id string) error
 	writeBundle(id, dir, netns string) (string, error)
 	runSandbox(ctx context.Context, id, bundle string, withNet bool) error
-	attach(ctx context.Context, id, dir string, req sandbox.NetworkRequest) (*Attachment, error)
-	networkHeld(s *session) bool
 }
 
 // Durable returns the executor's durability role.

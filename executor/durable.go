@@ -126,8 +126,8 @@ func (d *Durable) hibernate(ctx context.Context, s *session, reason string) erro
 		if err := d.agents.Destroy(ctx, s.id); err != nil {
 			errs = append(errs, err)
 		}
-		if d.net != nil && d.s.networkHeld(s) {
-			if err := d.net.Detach(ctx, s.id); err != nil {
+		if d.nets.NetworkAvailable() && d.nets.networkHeld(s) {
+			if err := d.nets.Network().Detach(ctx, s.id); err != nil {
 				errs = append(errs, err)
 			}
 		}
@@ -276,11 +276,11 @@ func (d *Durable) resume(ctx context.Context, s *session) (took time.Duration, e
 	var netEnv []string
 	tNet := time.Now()
 	if s.network.Enabled {
-		if d.net == nil {
+		if !d.nets.NetworkAvailable() {
 			return 0, ErrNoNetwork
 		}
-		cu.Add("network", func(ctx context.Context) error { return d.net.Detach(ctx, id) })
-		att, err := d.s.attach(ctx, id, dir, s.network)
+		cu.Add("network", func(ctx context.Context) error { return d.nets.Network().Detach(ctx, id) })
+		att, err := d.nets.attach(ctx, id, dir, s.network)
 		if err != nil {
 			return 0, err
 		}
@@ -368,7 +368,7 @@ func (d *Durable) ForkSession(ctx context.Context, id string, spec ForkSpec) (_ 
 	if spec.Network != nil {
 		network = *spec.Network
 	}
-	if network.Enabled && d.net == nil {
+	if network.Enabled && !d.nets.NetworkAvailable() {
 		return Session{}, ErrNoNetwork
 	}
 	// No execute runs in the source while its image is copied.

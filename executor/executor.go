@@ -77,7 +77,7 @@ type Executor struct {
 	runsc *host.Runsc
 	store *store.Store
 	log   *slog.Logger
-	net   Network
+	net   Network // WithNetwork's provider, until New hands it to nets
 
 	mu       sync.Mutex
 	sessions map[string]*session
@@ -108,6 +108,7 @@ type Executor struct {
 	ckpts   *checkpoints // live sessions' memory
 	dur     *Durable     // hibernation, resume, fork
 	kernels *Kernels     // the kernel role
+	nets    *Networks    // the network role
 }
 
 // Option gives New a part the executor works with besides its config.
@@ -187,8 +188,10 @@ func New(cfg Config, rt *Runtimes, st *store.Store, log *slog.Logger, opts ...Op
 	for _, o := range opts {
 		o(e)
 	}
+	e.nets = &Networks{s: e, net: e.net, rootfs: cfg.Rootfs, mu: &e.mu, store: st, log: log}
 	e.node = newNode(e)
-	e.dur = &Durable{s: e, agents: e.agents, mu: &e.mu, cfg: cfg, rt: rt, store: st, log: log, net: e.net, disk: e.disk, ckpts: e.ckpts, node: e.node}
+	e.nets.node = e.node
+	e.dur = &Durable{s: e, agents: e.agents, mu: &e.mu, cfg: cfg, rt: rt, store: st, log: log, nets: e.nets, disk: e.disk, ckpts: e.ckpts, node: e.node}
 	e.ckpts.hibernate, e.ckpts.resume = e.dur.hibernate, e.dur.resume
 	e.keep = newUpkeep(e)
 	return e, nil

@@ -20,26 +20,24 @@ import (
 // cannot get it (ErrNetworkNotAttached). A hibernated session is not
 // resumed: its next resume attaches the network n asks for. It waits for a
 // resume, hibernation or end in progress, not for a running execute.
-func (e *Executor) UpdateSessionNetwork(ctx context.Context, owner, id string, n sandbox.NetworkRequest) (Session, sandbox.NetworkRequest, error) {
-	e.mu.Lock()
-	s, ok := e.sessions[id]
-	if ok && s.owner != owner {
-		ok = false
-	}
-	e.mu.Unlock()
+func (ns *Networks) UpdateSessionNetwork(ctx context.Context, owner, id string, n sandbox.NetworkRequest) (Session, sandbox.NetworkRequest, error) {
+	ns.mu.Lock()
+	s := ns.s.lookup(id)
+	ok := s != nil && s.owner == owner
+	ns.mu.Unlock()
 	if !ok {
 		return Session{}, sandbox.NetworkRequest{}, ErrNotFound
 	}
-	if n.Enabled && e.net == nil {
+	if n.Enabled && ns.net == nil {
 		return Session{}, sandbox.NetworkRequest{}, ErrNoNetwork
 	}
 	s.life.Lock()
 	defer s.life.Unlock()
-	e.mu.Lock()
+	ns.mu.Lock()
 	st, gone, attached, before := s.state, s.gone, s.netAttached, s.network
-	e.mu.Unlock()
+	ns.mu.Unlock()
 	if gone {
-		return Session{}, before, e.node.goneErr(ctx, s)
+		return Session{}, before, ns.node.goneErr(ctx, s)
 	}
 	live := false
 	switch st {
@@ -55,22 +53,22 @@ func (e *Executor) UpdateSessionNetwork(ctx context.Context, owner, id string, n
 	// Not cut short by the caller from here on: the row and the proxy
 	// must end up agreeing.
 	ctx = context.WithoutCancel(ctx)
-	if err := e.store.SetSessionNetwork(ctx, id, string(n.JSON())); err != nil {
-		return Session{}, before, e.node.notOwner(ctx, s, err)
+	if err := ns.store.SetSessionNetwork(ctx, id, string(n.JSON())); err != nil {
+		return Session{}, before, ns.node.notOwner(ctx, s, err)
 	}
 	if live {
-		if err := e.net.Update(ctx, id, n); err != nil {
-			if rerr := e.store.SetSessionNetwork(ctx, id, string(before.JSON())); rerr != nil {
+		if err := ns.net.Update(ctx, id, n); err != nil {
+			if rerr := ns.store.SetSessionNetwork(ctx, id, string(before.JSON())); rerr != nil {
 				err = errors.Join(err, fmt.Errorf("restoring the stored network: %w", rerr))
 			}
 			return Session{}, before, fmt.Errorf("updating network of session %s: %w", id, err)
 		}
 	}
-	e.mu.Lock()
+	ns.mu.Lock()
 	s.network = n
 	snap := s.snapshot()
-	e.mu.Unlock()
-	e.log.InfoContext(ctx, "session network changed", "session", id, "state", st, "enabled", n.Enabled,
+	ns.mu.Unlock()
+	ns.log.InfoContext(ctx, "session network changed", "session", id, "state", st, "enabled", n.Enabled,
 		"allowed_domains", len(n.AllowedDomains), "enabled_before", before.Enabled, "allowed_domains_before", len(before.AllowedDomains))
 	return snap, before, nil
 }
@@ -78,8 +76,8 @@ func (e *Executor) UpdateSessionNetwork(ctx context.Context, owner, id string, n
 // networkHeld reports whether s may hold a network on this host: it asks
 // for one, or its sandbox was started with one that a change disabled
 // since (the attachment stays until the sandbox goes).
-func (e *Executor) networkHeld(s *session) bool {
-	e.mu.Lock()
-	defer e.mu.Unlock()
+func (ns *Networks) networkHeld(s *session) bool {
+	ns.mu.Lock()
+	defer ns.mu.Unlock()
 	return s.network.Enabled || s.netAttached
 }

@@ -41,7 +41,7 @@ func TestUpdateSessionNetwork(t *testing.T) {
 		t.Fatal(err)
 	}
 	next := req(true, "b.example.com")
-	snap, before, err := f.e.UpdateSessionNetwork(ctx, "k1", s.ID, next)
+	snap, before, err := f.e.Networks().UpdateSessionNetwork(ctx, "k1", s.ID, next)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,7 +54,7 @@ func TestUpdateSessionNetwork(t *testing.T) {
 	if got := updates(s.ID); len(got) != 1 || !reflect.DeepEqual(got[0], next) {
 		t.Fatalf("network layer got %+v", got)
 	}
-	if _, _, err := f.e.UpdateSessionNetwork(ctx, "k2", s.ID, next); !errors.Is(err, ErrNotFound) {
+	if _, _, err := f.e.Networks().UpdateSessionNetwork(ctx, "k2", s.ID, next); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("another owner's session: %v", err)
 	}
 
@@ -63,7 +63,7 @@ func TestUpdateSessionNetwork(t *testing.T) {
 	f.net.mu.Lock()
 	f.net.updateErr = errors.New("proxy refused")
 	f.net.mu.Unlock()
-	if _, _, err := f.e.UpdateSessionNetwork(ctx, "k1", s.ID, req(true, "c.example.com")); err == nil {
+	if _, _, err := f.e.Networks().UpdateSessionNetwork(ctx, "k1", s.ID, req(true, "c.example.com")); err == nil {
 		t.Fatal("a failed network change succeeded")
 	}
 	f.net.mu.Lock()
@@ -78,7 +78,7 @@ func TestUpdateSessionNetwork(t *testing.T) {
 
 	// Disabled while running: the namespace stays until the session ends,
 	// and goes then.
-	if _, _, err := f.e.UpdateSessionNetwork(ctx, "k1", s.ID, req(false)); err != nil {
+	if _, _, err := f.e.Networks().UpdateSessionNetwork(ctx, "k1", s.ID, req(false)); err != nil {
 		t.Fatal(err)
 	}
 	if res, err := f.e.Execute(ctx, "k1", s.ID, ExecRequest{Code: "echo ok", Timeout: 10 * time.Second}); err != nil || res.Stdout != "ok\n" {
@@ -97,19 +97,19 @@ func TestUpdateSessionNetwork(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := f.e.UpdateSessionNetwork(ctx, "k1", p.ID, req(true)); !errors.Is(err, sandbox.ErrNetworkNotAttached) {
+	if _, _, err := f.e.Networks().UpdateSessionNetwork(ctx, "k1", p.ID, req(true)); !errors.Is(err, sandbox.ErrNetworkNotAttached) {
 		t.Fatalf("enabling network on a running session without it: %v", err)
 	}
 	if got := stored(p.ID); got.Enabled {
 		t.Fatalf("a refused change was stored: %+v", got)
 	}
-	if _, _, err := f.e.UpdateSessionNetwork(ctx, "k1", p.ID, req(false)); err != nil {
+	if _, _, err := f.e.Networks().UpdateSessionNetwork(ctx, "k1", p.ID, req(false)); err != nil {
 		t.Fatalf("keeping network off on a running session without it: %v", err)
 	}
 	if _, err := f.e.Durable().HibernateSession(ctx, "k1", p.ID); err != nil {
 		t.Fatal(err)
 	}
-	snap, _, err = f.e.UpdateSessionNetwork(ctx, "k1", p.ID, req(true, "a.example.com"))
+	snap, _, err = f.e.Networks().UpdateSessionNetwork(ctx, "k1", p.ID, req(true, "a.example.com"))
 	if err != nil || snap.State != StateHibernated {
 		t.Fatalf("enabling network on a hibernated session: %+v %v", snap, err)
 	}

@@ -4,10 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
+	"sync"
 
 	"github.com/sandboxapi/sandboxapi/internal/sandbox"
+	"github.com/sandboxapi/sandboxapi/store"
 )
 
 // Network gives a session that asked for network its own network namespace
@@ -35,12 +38,38 @@ type Attachment = sandbox.NetworkAttachment
 // has no egress configured.
 var ErrNoNetwork = sandbox.ErrNoNetwork
 
+// Networks is the session service's network role: it attaches a
+// session's network through the Network provider, records the attachment
+// beside the bundle, and changes a session's network request
+// (UpdateSessionNetwork). It reaches sessions only through netSessions.
+// Get it from Executor.Networks; with a nil provider (egress off) sessions
+// with network are refused. It is safe for concurrent use.
+type Networks struct {
+	s      netSessions
+	net    Network     // nil: sessions with network are refused
+	rootfs string      // the rootfs whose CA bundle a sandbox's extends
+	mu     *sync.Mutex // the session service's lock (Executor.mu)
+	store  *store.Store
+	log    *slog.Logger
+	node   *Node // the cluster role's ownership checks; set by New once it is made
+}
+
+// netSessions is what Networks needs of the session service.
+type netSessions interface {
+	// lookup is the table's session id, nil if none. mu held.
+	lookup(id string) *session
+	fault(step createStep, id string) error
+}
+
+// Networks returns the executor's network role.
+func (e *Executor) Networks() *Networks { return e.nets }
+
 // NetworkAvailable reports whether sessions with network can be made: a
 // network provider is installed (egress is on).
-func (e *Executor) NetworkAvailable() bool { return e.net != nil }
+func (ns *Networks) NetworkAvailable() bool { return ns.net != nil }
 
 // Network returns the network provider (nil when egress is off).
-func (e *Executor) Network() Network { return e.net }
+func (ns *Networks) Network() Network { return ns.net }
 
 // storedNetwork reads a session's network request from its store row;
 // one that cannot be read is a session without network.
@@ -63,8 +92,8 @@ const systemCABundle = "etc/ssl/certs/ca-certificates.crt"
 // writeCABundle writes the sandbox's trust store beside the bundle: the
 // rootfs's system bundle plus the egress proxy's CA certificate (only the
 // certificate: its key never leaves the proxy's folder).
-func (e *Executor) writeCABundle(dir, caPEM string) error {
-	sys, err := os.ReadFile(filepath.Join(e.cfg.Rootfs, systemCABundle))
+func (ns *Networks) writeCABundle(dir, caPEM string) error {
+	sys, err := os.ReadFile(filepath.Join(ns.rootfs, systemCABundle))
 	if err != nil && !os.IsNotExist(err) {
 		return fmt.Errorf("reading the rootfs's CA bundle: %w", err)
 	}
@@ -82,15 +111,15 @@ func (e *Executor) writeCABundle(dir, caPEM string) error {
 
 // attach sets up the session's network and records the attachment beside
 // the bundle, so a restarted server can adopt the session with it.
-func (e *Executor) attach(ctx context.Context, id, dir string, req sandbox.NetworkRequest) (*Attachment, error) {
-	if e.net == nil {
+func (ns *Networks) attach(ctx context.Context, id, dir string, req sandbox.NetworkRequest) (*Attachment, error) {
+	if ns.net == nil {
 		return nil, ErrNoNetwork
 	}
-	att, err := e.net.Attach(ctx, id, req)
+	att, err := ns.net.Attach(ctx, id, req)
 	if err != nil {
 		return nil, fmt.Errorf("attaching network: %w", err)
 	}
-	if err := e.fault(stepNetwork, id); err != nil {
+	if err := ns.s.fault(stepNetwork, id); err != nil {
 		return att, err
 	}
 	b, _ := json.Marshal(att)
@@ -101,13 +130,13 @@ func (e *Executor) attach(ctx context.Context, id, dir string, req sandbox.Netwo
 		return att, fmt.Errorf("writing resolv.conf: %w", err)
 	}
 	if att.CACert != "" {
-		if err := e.writeCABundle(dir, att.CACert); err != nil {
+		if err := ns.writeCABundle(dir, att.CACert); err != nil {
 			return att, err
 		}
 	} else if err := os.Remove(caBundleFile(dir)); err != nil && !os.IsNotExist(err) {
 		return att, fmt.Errorf("removing CA bundle: %w", err)
 	}
-	if err := e.fault(stepNetworkRecord, id); err != nil {
+	if err := ns.s.fault(stepNetworkRecord, id); err != nil {
 		return att, err
 	}
 	return att, nil

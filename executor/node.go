@@ -35,8 +35,8 @@ type Node struct {
 	store  *store.Store
 	rt     *Runtimes
 	runsc  *host.Runsc
-	net    Network
-	pool   *Pool // its warm sandboxes go at a Fence past the hold
+	nets   *Networks // whether a session holds a network, and its provider
+	pool   *Pool     // its warm sandboxes go at a Fence past the hold
 
 	// mu is the session service's lock (see Node).
 	mu *sync.Mutex
@@ -78,15 +78,14 @@ type nodeSessions interface {
 	home(id string) host.Home
 	dir(id string) string
 	sessionsDir() string
-	networkHeld(s *session) bool
 	endSessionOf(ctx context.Context, s *session, reason string) error
 }
 
-// newNode makes e's cluster role, after e's options are applied (it
-// takes e's network).
+// newNode makes e's cluster role, after e's network role (it takes
+// it).
 func newNode(e *Executor) *Node {
 	return &Node{
-		s: e, agents: e.agents, cfg: e.cfg, log: e.log, store: e.store, rt: e.rt, runsc: e.runsc, net: e.net, pool: e.pool,
+		s: e, agents: e.agents, cfg: e.cfg, log: e.log, store: e.store, rt: e.rt, runsc: e.runsc, nets: e.nets, pool: e.pool,
 		mu:       &e.mu,
 		moved:    map[string]*session{},
 		tidying:  map[string]chan struct{}{},

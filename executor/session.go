@@ -159,7 +159,7 @@ func (e *Executor) CreateSession(ctx context.Context, spec SessionSpec) (_ Sessi
 	withNet := network.Enabled
 	// Refused before anything is taken: a server without egress has no
 	// network layer to attach (or to detach) with.
-	if withNet && e.net == nil {
+	if withNet && !e.nets.NetworkAvailable() {
 		return Session{}, ErrNoNetwork
 	}
 
@@ -238,8 +238,8 @@ func (e *Executor) CreateSession(ctx context.Context, spec SessionSpec) (_ Sessi
 	}
 	netns := ""
 	if withNet {
-		cu.Add("network", func(ctx context.Context) error { return e.net.Detach(ctx, id) })
-		att, err := e.attach(ctx, id, dir, network)
+		cu.Add("network", func(ctx context.Context) error { return e.nets.Network().Detach(ctx, id) })
+		att, err := e.nets.attach(ctx, id, dir, network)
 		if err != nil {
 			return Session{}, err
 		}
@@ -490,8 +490,8 @@ func (e *Executor) endSessionOf(ctx context.Context, s *session, reason string) 
 		if err := e.agents.Destroy(ctx, id); err != nil {
 			errs = append(errs, err)
 		}
-		if e.net != nil && e.networkHeld(s) {
-			if err := e.net.Detach(ctx, id); err != nil {
+		if e.nets.NetworkAvailable() && e.nets.networkHeld(s) {
+			if err := e.nets.Network().Detach(ctx, id); err != nil {
 				errs = append(errs, err)
 			}
 		}

@@ -35,7 +35,7 @@ type upkeep struct {
 	store  *store.Store
 	rt     *Runtimes
 	runsc  *host.Runsc
-	net    Network
+	nets   *Networks   // reconciles the provider's namespaces with the live sessions
 	mu     *sync.Mutex // the session service's lock
 }
 
@@ -60,7 +60,7 @@ type upkeepSessions interface {
 
 // newUpkeep makes e's upkeep, after e's options and its cluster role.
 func newUpkeep(e *Executor) *upkeep {
-	return &upkeep{s: e, agents: e.agents, node: e.node, dur: e.dur, cfg: e.cfg, log: e.log, store: e.store, rt: e.rt, runsc: e.runsc, net: e.net, mu: &e.mu}
+	return &upkeep{s: e, agents: e.agents, node: e.node, dur: e.dur, cfg: e.cfg, log: e.log, store: e.store, rt: e.rt, runsc: e.runsc, nets: e.nets, mu: &e.mu}
 }
 
 // removeOrphanSandboxes ends, at Stop, every sandbox under the runsc root
@@ -301,12 +301,12 @@ func (u *upkeep) reconcile(ctx context.Context) ([]*session, error) {
 			}
 		}
 	}
-	if u.net != nil {
+	if net := u.nets.Network(); net != nil {
 		live := make([]string, 0, len(keep))
 		for id := range keep {
 			live = append(live, id)
 		}
-		if err := u.net.Reconcile(ctx, live); err != nil {
+		if err := net.Reconcile(ctx, live); err != nil {
 			return nil, fmt.Errorf("reconciling networks: %w", err)
 		}
 	}

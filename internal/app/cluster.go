@@ -45,7 +45,7 @@ var _ cluster.Executor = (*executor.Node)(nil)
 // clusterSandboxes is the executor as the API sees it on a cluster node:
 // a key's session list holds its sessions on every node.
 type clusterSandboxes struct {
-	*executor.Executor
+	apiSandboxes
 	node *cluster.Node
 }
 

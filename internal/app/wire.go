@@ -16,9 +16,17 @@ import (
 var _ lifecycle.Component = (*executor.Executor)(nil)
 
 var (
-	_ api.SessionSlots = (*store.Store)(nil)
-	_ api.RateTokens   = (*store.Store)(nil)
+	_ api.SessionSlots   = (*store.Store)(nil)
+	_ api.RateTokens     = (*store.Store)(nil)
+	_ api.Sandboxes      = apiSandboxes{}
+	_ api.SessionNetwork = (*executor.Networks)(nil)
 )
+
+// apiSandboxes is the executor as the API sees it: its sessions, and its
+// network role's answer to whether sessions can have network.
+type apiSandboxes struct{ *executor.Executor }
+
+func (a apiSandboxes) NetworkAvailable() bool { return a.Networks().NetworkAvailable() }
 
 // credentialSealer is the API's sealer: nil (credentials refused) while
 // egress is off.
@@ -53,10 +61,10 @@ func (p *parts) newAPI() *api.Server {
 	cfg, env := p.env.Config, p.env
 	ready := readinessReporter{p.chk}
 	build := p.build
-	var sandboxes api.Sandboxes = p.ex
+	var sandboxes api.Sandboxes = apiSandboxes{p.ex}
 	mcpAPI := func(h http.Handler) http.Handler { return h }
 	if p.node != nil {
-		sandboxes = clusterSandboxes{Executor: p.ex, node: p.node}
+		sandboxes = clusterSandboxes{apiSandboxes: apiSandboxes{p.ex}, node: p.node}
 		mcpAPI = p.node.Handler // MCP's calls for other nodes' sessions go there
 	}
 	return api.New(cfg.APIConfig(), api.Deps{
@@ -74,7 +82,7 @@ func (p *parts) newAPI() *api.Server {
 		Files:       p.ex.Files(),
 		Lifecycle:   p.ex.Durable(),
 		Kernels:     p.ex.Kernels(),
-		Network:     p.ex,
+		Network:     p.ex.Networks(),
 		Processes:   p.ex.Processes(),
 		SBOMs:       sbomSource{st: p.st, mir: p.mir},
 		Installer:   p.inst.api,
