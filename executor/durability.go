@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"sync"
 
-	"github.com/sandboxapi/sandboxapi/executor/host"
 	"github.com/sandboxapi/sandboxapi/internal/sandbox"
 	"github.com/sandboxapi/sandboxapi/store"
 )
@@ -21,6 +20,7 @@ import (
 type Durable struct {
 	s      durSessions
 	agents *agent.Transport // sandboxes' agent channels
+	boxes  *launcher        // sandbox paths and starts
 	mu     *sync.Mutex      // the session table's lock (Executor.mu)
 	cfg    Config
 	rt     *Runtimes
@@ -48,11 +48,7 @@ type durSessions interface {
 	reserve() error
 	release()
 
-	dir(id string) string
-	home(id string) host.Home
 	fault(step createStep, id string) error
-	writeBundle(id, dir, netns string) (string, error)
-	runSandbox(ctx context.Context, id, bundle string, withNet bool) error
 	attach(ctx context.Context, id, dir string, req sandbox.NetworkRequest) (*Attachment, error)
 	networkHeld(s *session) bool
 }

@@ -16,8 +16,6 @@ import (
 // Job is a one-off program in its own short-lived sandbox.
 type Job = sandbox.Job
 
-func (e *Executor) jobsDir() string { return filepath.Join(e.cfg.DataDir, "jobs") }
-
 // RunJob runs job in a fresh sandbox of its own and destroys it afterwards.
 // With job.SessionID set, the session's home is mounted at /home/sandbox
 // (the same host mount the session uses: runsc's default shared file access
@@ -41,7 +39,7 @@ func (e *Executor) RunJob(ctx context.Context, job Job) (Result, error) {
 			return Result{}, err
 		}
 		defer e.releaseSession(s)
-		home = host.HomeMount(e.dir(s.id))
+		home = host.HomeMount(e.boxes.dir(s.id))
 		if !host.Mounted(home) {
 			return Result{}, fmt.Errorf("%w: session home is not mounted", ErrBadState)
 		}
@@ -73,15 +71,15 @@ func (e *Executor) RunJob(ctx context.Context, job Job) (Result, error) {
 			e.mu.Unlock()
 		}()
 	}
-	dir := filepath.Join(e.jobsDir(), id)
+	dir := filepath.Join(e.boxes.jobsDir(), id)
 	bundle := filepath.Join(dir, "bundle")
 	if err := os.MkdirAll(bundle, 0o700); err != nil {
 		return Result{}, fmt.Errorf("creating job bundle: %w", err)
 	}
 	defer os.RemoveAll(dir)
 	spec := host.SandboxSpec(host.SpecParams{
-		ID: id, Cgroup: e.cgroupName(id), Rootfs: e.cfg.Rootfs, Home: home, GuestDir: e.guestDir(),
-		MemoryBytes: e.hostMemory(), Pids: e.cfg.Pids*2 + 128, CPUs: e.cfg.CPUs, TmpBytes: e.cfg.TmpBytes, NetNS: job.NetnsPath,
+		ID: id, Cgroup: e.boxes.cgroupName(id), Rootfs: e.cfg.Rootfs, Home: home, GuestDir: e.boxes.guestDir(),
+		MemoryBytes: e.boxes.hostMemory(), Pids: e.cfg.Pids*2 + 128, CPUs: e.cfg.CPUs, TmpBytes: e.cfg.TmpBytes, NetNS: job.NetnsPath,
 	})
 	b, err := json.MarshalIndent(spec, "", "  ")
 	if err != nil {
@@ -95,7 +93,7 @@ func (e *Executor) RunJob(ctx context.Context, job Job) (Result, error) {
 		network = "sandbox"
 	}
 	start := time.Now()
-	if err := e.startWithAgent(ctx, id, bundle, network); err != nil {
+	if err := e.boxes.startWithAgent(ctx, id, bundle, network); err != nil {
 		_ = e.agents.Destroy(context.WithoutCancel(ctx), id)
 		return Result{}, fmt.Errorf("starting job sandbox %s: %w", id, err)
 	}
