@@ -109,6 +109,7 @@ type Executor struct {
 	ckpts   *checkpoints // live sessions' memory
 	dur     *Durable     // hibernation, resume, fork
 	kernels *Kernels     // the kernel role
+	jobs    *Jobs        // one-off programs in sandboxes of their own
 }
 
 // Option gives New a part the executor works with besides its config.
@@ -185,6 +186,7 @@ func New(cfg Config, rt *Runtimes, st *store.Store, log *slog.Logger, opts ...Op
 	}}
 	e.pool = newPool(e, e.agents, e.boxes, cfg, rt, log, e.disk)
 	e.ckpts = &checkpoints{s: e, agents: e.agents, boxes: e.boxes, mu: &e.mu, runsc: e.runsc, store: st, log: log, disk: e.disk}
+	e.jobs = &Jobs{s: e, boxes: e.boxes, agents: e.agents, runsc: e.runsc, cfg: cfg, log: log, mu: &e.mu, wg: &e.wg}
 	e.kernels = &Kernels{s: e, agents: e.agents, cfg: cfg, log: log}
 	for _, o := range opts {
 		o(e)
