@@ -143,7 +143,7 @@ func (c *checkpoints) runscBuild() string {
 // caller destroys it). On failure nothing of the image is left and the
 // error is one of the lost* reasons (wrapped).
 func (c *checkpoints) saveMemory(ctx context.Context, s *session, leaveRunning bool) (ck store.Checkpoint, err error) {
-	h := c.s.home(s.id)
+	h := c.boxes.home(s.id)
 	final := checkpointDir(h)
 	partial := final + partialSuffix
 	if err := os.RemoveAll(partial); err != nil {
@@ -225,7 +225,7 @@ func (c *checkpoints) restoreMemory(ctx context.Context, s *session, bundle stri
 		}
 		return &sandbox.MemoryOutcome{Reason: lost}
 	}
-	dir := filepath.Join(c.s.homesDir(), ck.Path)
+	dir := filepath.Join(c.boxes.homesDir(), ck.Path)
 	reason := ""
 	b, err := os.ReadFile(filepath.Join(dir, checkpointMeta))
 	var meta checkpointMetaFile
@@ -287,7 +287,7 @@ func (c *checkpoints) restoreWithAgent(ctx context.Context, id, bundle, network,
 		pipes.CloseAll()
 		if ctx.Err() != nil {
 			if n := host.KillSandboxProcesses(c.runsc.Root, map[string]bool{id: true}); n > 0 {
-				host.ReapCgroups(c.s.cgroupNames(map[string]bool{id: true}))
+				host.ReapCgroups(c.boxes.cgroupNames(map[string]bool{id: true}))
 			}
 		}
 		return err
@@ -320,7 +320,7 @@ func (c *checkpoints) forkMemory(ctx context.Context, src *session, childID stri
 	if !live {
 		return ck, slost, release
 	}
-	final := checkpointDir(c.s.home(childID))
+	final := checkpointDir(c.boxes.home(childID))
 	partial := final + partialSuffix
 	err := func() error {
 		switch {
@@ -339,7 +339,7 @@ func (c *checkpoints) forkMemory(ctx context.Context, src *session, childID stri
 			if sck.Path != checkpointRel(src.id) {
 				return errors.New("the source's row names a checkpoint folder not its own")
 			}
-			if err := host.RunTool(ctx, "cp", "-a", "--reflink=auto", "--", checkpointDir(c.s.home(src.id)), partial); err != nil {
+			if err := host.RunTool(ctx, "cp", "-a", "--reflink=auto", "--", checkpointDir(c.boxes.home(src.id)), partial); err != nil {
 				return err
 			}
 		default:
@@ -394,7 +394,7 @@ func (c *checkpoints) dropCheckpoint(ctx context.Context, s *session, live bool)
 	}
 	if ck.Path != "" {
 		// The session's own folder, whatever the row named.
-		if rerr := os.RemoveAll(checkpointDir(c.s.home(s.id))); rerr != nil {
+		if rerr := os.RemoveAll(checkpointDir(c.boxes.home(s.id))); rerr != nil {
 			err = errors.Join(err, rerr)
 		}
 		c.disk.release(ck.Bytes)

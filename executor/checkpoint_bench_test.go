@@ -108,7 +108,7 @@ func holdMemory(b *testing.B, e *Executor, id string, n int) {
 // cannot be read.
 func memoryCurrent(e *Executor, id string) int64 {
 	for _, d := range host.CgroupDirs() {
-		if filepath.Base(d) != e.cgroupName(id) {
+		if filepath.Base(d) != e.boxes.cgroupName(id) {
 			continue
 		}
 		for _, f := range []string{"memory.current", "memory.usage_in_bytes"} {

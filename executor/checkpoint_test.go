@@ -148,7 +148,7 @@ func token() string {
 
 // checkpointLeft lists the checkpoint files of session id on the host.
 func checkpointLeft(e *Executor, id string) []string {
-	h := e.home(id)
+	h := e.boxes.home(id)
 	var out []string
 	for _, p := range []string{checkpointDir(h), checkpointDir(h) + partialSuffix} {
 		if _, err := os.Stat(p); err == nil {
@@ -179,7 +179,7 @@ func TestLiveHibernateResumeKeepsMemory(t *testing.T) {
 	if err != nil || !row.Live || row.Checkpoint.Path == "" || row.Checkpoint.Bytes != h.CheckpointBytes || row.Checkpoint.Runsc == "" {
 		t.Fatalf("store row: %+v %v", row, err)
 	}
-	fi, err := os.Stat(checkpointDir(e.home(s.ID)))
+	fi, err := os.Stat(checkpointDir(e.boxes.home(s.ID)))
 	if err != nil || fi.Mode().Perm() != 0o700 {
 		t.Fatalf("checkpoint folder: %v %v", fi, err)
 	}
@@ -301,7 +301,7 @@ func TestLiveRestoreFallsBack(t *testing.T) {
 				t.Fatalf("hibernate: %+v %v", h, err)
 			}
 			if tc.spoil != nil {
-				tc.spoil(t, checkpointDir(e.home(s.ID)))
+				tc.spoil(t, checkpointDir(e.boxes.home(s.ID)))
 			} else {
 				// A row that names a folder not its own (another
 				// session's, or outside the homes): never given to runsc.
@@ -429,7 +429,7 @@ func TestLiveCrash(t *testing.T) {
 			if got := state(t, second, s.ID); got != StateHibernated {
 				t.Fatalf("after a crash at %s: %s", tc.step, got)
 			}
-			if _, err := os.Stat(checkpointDir(second.home(s.ID)) + partialSuffix); err == nil {
+			if _, err := os.Stat(checkpointDir(second.boxes.home(s.ID)) + partialSuffix); err == nil {
 				t.Fatal("a partial image survived the restart")
 			}
 			r := resumeOf(t, second, s.ID)

@@ -2,11 +2,11 @@ package executor
 
 import (
 	"context"
-	"github.com/sandboxapi/sandboxapi/executor/agent"
 	"log/slog"
 	"sync"
 	"time"
 
+	"github.com/sandboxapi/sandboxapi/executor/agent"
 	"github.com/sandboxapi/sandboxapi/executor/host"
 	"github.com/sandboxapi/sandboxapi/store"
 )
@@ -23,6 +23,7 @@ import (
 type checkpoints struct {
 	s      ckptSessions
 	agents *agent.Transport // sandboxes' agent channels
+	boxes  *launcher        // sandbox paths and starts
 	mu     *sync.Mutex      // the session table's lock (Executor.mu)
 	runsc  *host.Runsc
 	store  *store.Store
@@ -43,8 +44,5 @@ type checkpoints struct {
 
 // ckptSessions is what checkpoints needs of the session service.
 type ckptSessions interface {
-	home(id string) host.Home
-	homesDir() string
 	fault(step createStep, id string) error
-	cgroupNames(ids map[string]bool) map[string]bool
 }

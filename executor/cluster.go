@@ -132,7 +132,7 @@ func (n *Node) Adopt(ctx context.Context, id string) (Session, error) {
 	if err != nil {
 		return Session{}, fmt.Errorf("adopting session %s: %w", id, err)
 	}
-	h := n.s.home(id)
+	h := n.boxes.home(id)
 	fi, ierr := os.Stat(h.Image())
 	if ierr != nil && !errors.Is(ierr, fs.ErrNotExist) {
 		// Shared storage that does not answer is not a lost session.
@@ -193,7 +193,7 @@ func (n *Node) Adopt(ctx context.Context, id string) (Session, error) {
 func (n *Node) EndOrphan(ctx context.Context, id, reason string) error {
 	if _, err := n.Adopt(ctx, id); errors.Is(err, ErrSessionLost) {
 		// The row is ended, and names this node: nobody mounts its image.
-		if err := host.DropHome(ctx, n.s.home(id)); err != nil {
+		if err := host.DropHome(ctx, n.boxes.home(id)); err != nil {
 			return fmt.Errorf("ending orphaned session %s: %w", id, err)
 		}
 		n.log.InfoContext(ctx, "session reaped", "session", id, "reason", "sandbox lost")
@@ -494,13 +494,13 @@ func (n *Node) killHomes(ctx context.Context, ss []*session) error {
 		n.agents.Drop(id) // calls in flight fail now
 	}
 	for _, s := range ss {
-		host.ThawHome(n.s.dir(s.id)) // a fork's freeze would hold the unmount
+		host.ThawHome(n.boxes.dir(s.id)) // a fork's freeze would hold the unmount
 	}
 	for {
 		procs := host.KillSandboxProcesses(n.runsc.Root, ids)
 		var left []error
 		for _, s := range ss {
-			mnt := host.HomeMount(n.s.dir(s.id))
+			mnt := host.HomeMount(n.boxes.dir(s.id))
 			if !host.Mounted(mnt) {
 				continue
 			}
@@ -523,7 +523,7 @@ func (n *Node) killHomes(ctx context.Context, ss []*session) error {
 	deadline, _ := ctx.Deadline()
 	var errs []error
 	for _, s := range ss {
-		if err := host.SettleImage(n.s.home(s.id).Image(), deadline); err != nil {
+		if err := host.SettleImage(n.boxes.home(s.id).Image(), deadline); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -553,8 +553,8 @@ func (n *Node) tidy(ctx context.Context, ss []*session) error {
 					serrs = append(serrs, err)
 				}
 			}
-			if !host.Mounted(host.HomeMount(n.s.dir(s.id))) {
-				if err := host.DropLocal(n.s.home(s.id)); err != nil {
+			if !host.Mounted(host.HomeMount(n.boxes.dir(s.id))) {
+				if err := host.DropLocal(n.boxes.home(s.id)); err != nil {
 					serrs = append(serrs, err)
 				}
 			}

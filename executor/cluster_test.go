@@ -184,10 +184,10 @@ func hostHolds(e *Executor, id string) []string {
 			out = append(out, "process "+strings.Join(p.Argv, " "))
 		}
 	}
-	if host.Mounted(host.HomeMount(e.dir(id))) {
+	if host.Mounted(host.HomeMount(e.boxes.dir(id))) {
 		out = append(out, "mount")
 	}
-	for _, d := range host.LoopDevices(e.home(id).Image()) {
+	for _, d := range host.LoopDevices(e.boxes.home(id).Image()) {
 		out = append(out, "loop device "+d)
 	}
 	return out
@@ -209,7 +209,7 @@ func TestClusterFenceThenTakeover(t *testing.T) {
 	if _, err := os.Stat(img); err != nil {
 		t.Fatalf("home image not in homes_dir: %v", err)
 	}
-	if _, err := os.Stat(host.HomeImage(a.dir(s.ID))); err == nil {
+	if _, err := os.Stat(host.HomeImage(a.boxes.dir(s.ID))); err == nil {
 		t.Fatal("home image also in the node-local folder")
 	}
 	stop := loopWatch(img)
@@ -298,7 +298,7 @@ func TestClusterStateWriteAfterClaim(t *testing.T) {
 	if a.Node().Has(s.ID) || a.Node().Free() != 8 {
 		t.Fatalf("a: Has %v, free %d", a.Node().Has(s.ID), a.Node().Free())
 	}
-	if _, err := os.Stat(a.dir(s.ID)); !os.IsNotExist(err) {
+	if _, err := os.Stat(a.boxes.dir(s.ID)); !os.IsNotExist(err) {
 		t.Fatalf("a's node-local folder is left: %v", err)
 	}
 	if _, err := b.Node().Adopt(context.Background(), s.ID); err != nil {
@@ -476,7 +476,7 @@ func TestClusterReconcileKeepsOthersImages(t *testing.T) {
 			t.Fatalf("a's start removed b's image %s: %v", p, err)
 		}
 	}
-	if _, err := os.Stat(a.dir(s.ID)); !os.IsNotExist(err) {
+	if _, err := os.Stat(a.boxes.dir(s.ID)); !os.IsNotExist(err) {
 		t.Fatalf("a's leftover folder of b's session: %v", err)
 	}
 	if _, err := os.Stat(filepath.Join(c.homes, orphan)); !os.IsNotExist(err) {

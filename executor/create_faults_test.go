@@ -148,7 +148,7 @@ func (f *faultEnv) leftovers(t *testing.T, id string) []string {
 				out = append(out, "sandbox "+id+" ("+string(c.Status)+")")
 			}
 		}
-		dir := f.e.dir(id)
+		dir := f.e.boxes.dir(id)
 		if host.Mounted(host.HomeMount(dir)) {
 			out = append(out, "mount "+host.HomeMount(dir))
 		}
@@ -439,8 +439,8 @@ func TestCreateSessionNetworkWithoutEgress(t *testing.T) {
 	if err != nil || len(rows) != 0 {
 		t.Fatalf("rows left creating: %+v %v", rows, err)
 	}
-	if ents, _ := os.ReadDir(e.sessionsDir()); len(ents) > cfg.WarmPool {
-		t.Fatalf("%d homes under %s, the warm pool holds %d", len(ents), e.sessionsDir(), cfg.WarmPool)
+	if ents, _ := os.ReadDir(e.boxes.sessionsDir()); len(ents) > cfg.WarmPool {
+		t.Fatalf("%d homes under %s, the warm pool holds %d", len(ents), e.boxes.sessionsDir(), cfg.WarmPool)
 	}
 	res, err := e.ExecuteStateless(ctx, "k2", ExecRequest{Language: "bash", Code: "echo ok"})
 	if err != nil || res.Stdout != "ok\n" {

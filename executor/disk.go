@@ -16,7 +16,7 @@ func (e *Executor) HomeUsage(id string) (used, size int64, ok bool) {
 	if id == "" || id != filepath.Base(id) || strings.HasPrefix(id, ".") {
 		return 0, 0, false
 	}
-	mnt := host.HomeMount(e.dir(id))
+	mnt := host.HomeMount(e.boxes.dir(id))
 	var st, parent unix.Statfs_t
 	if unix.Statfs(mnt, &st) != nil || unix.Statfs(filepath.Dir(mnt), &parent) != nil || st.Fsid == parent.Fsid {
 		return 0, 0, false // not mounted: the folder's own file system

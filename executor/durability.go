@@ -1,13 +1,11 @@
 package executor
 
 import (
-	"context"
 	"fmt"
-	"github.com/sandboxapi/sandboxapi/executor/agent"
 	"log/slog"
 	"sync"
 
-	"github.com/sandboxapi/sandboxapi/executor/host"
+	"github.com/sandboxapi/sandboxapi/executor/agent"
 	"github.com/sandboxapi/sandboxapi/store"
 )
 
@@ -20,6 +18,7 @@ import (
 type Durable struct {
 	s      durSessions
 	agents *agent.Transport // sandboxes' agent channels
+	boxes  *launcher        // sandbox paths and starts
 	mu     *sync.Mutex      // the session table's lock (Executor.mu)
 	cfg    Config
 	rt     *Runtimes
@@ -47,11 +46,7 @@ type durSessions interface {
 	reserve() error
 	release()
 
-	dir(id string) string
-	home(id string) host.Home
 	fault(step createStep, id string) error
-	writeBundle(id, dir, netns string) (string, error)
-	runSandbox(ctx context.Context, id, bundle string, withNet bool) error
 }
 
 // Durable returns the executor's durability role.

@@ -143,9 +143,9 @@ func (d *Durable) hibernate(ctx context.Context, s *session, reason string) erro
 	d.s.sandboxGone(s)
 	// A mount that will not go stays (never lazily: the same image must
 	// not be mounted twice); the next resume uses it.
-	if err := host.UnmountHome(d.s.dir(s.id)); err != nil {
+	if err := host.UnmountHome(d.boxes.dir(s.id)); err != nil {
 		errs = append(errs, err)
-	} else if err := host.WaitImageFree(ctx, d.s.home(s.id).Image(), d.s.home(s.id).Mount(), 2*time.Second); err != nil {
+	} else if err := host.WaitImageFree(ctx, d.boxes.home(s.id).Image(), d.boxes.home(s.id).Mount(), 2*time.Second); err != nil {
 		// The kernel frees the loop device a moment after the unmount:
 		// a hibernated session holds none, and a node taking it over
 		// (after a drain) finds its image free.
@@ -222,7 +222,7 @@ func (d *Durable) resume(ctx context.Context, s *session) (took time.Duration, e
 	cu.Add("capacity slot", func(context.Context) error { d.s.release(); return nil })
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), d.cfg.CreateTimeout)
 	defer cancel()
-	id, dir := s.id, d.s.dir(s.id)
+	id, dir := s.id, d.boxes.dir(s.id)
 	if err := d.store.SetSessionState(ctx, id, StateResuming, "", false); err != nil {
 		return 0, d.node.notOwner(ctx, s, err)
 	}
@@ -251,7 +251,7 @@ func (d *Durable) resume(ctx context.Context, s *session) (took time.Duration, e
 	// cut short by a Fence; the mount itself is not (a mount killed
 	// half-way may leave a loop device).
 	if !host.Mounted(host.HomeMount(dir)) {
-		if err := host.WaitImageFree(mctx, d.s.home(id).Image(), d.s.home(id).Mount(), host.ImageBusyWait); err != nil {
+		if err := host.WaitImageFree(mctx, d.boxes.home(id).Image(), d.boxes.home(id).Mount(), host.ImageBusyWait); err != nil {
 			if d.node.isGone(s) {
 				return 0, fmt.Errorf("session %s: %w", id, ErrSessionMoved)
 			}
@@ -261,7 +261,7 @@ func (d *Durable) resume(ctx context.Context, s *session) (took time.Duration, e
 	if d.node.isGone(s) {
 		return 0, fmt.Errorf("session %s: %w", id, ErrSessionMoved)
 	}
-	if err := host.MountHome(ctx, d.s.home(id)); err != nil {
+	if err := host.MountHome(ctx, d.boxes.home(id)); err != nil {
 		return 0, fmt.Errorf("mounting home: %w", err)
 	}
 	if d.node.isGone(s) {
@@ -288,7 +288,7 @@ func (d *Durable) resume(ctx context.Context, s *session) (took time.Duration, e
 	}
 	netTook := time.Since(tNet)
 	tSandbox := time.Now()
-	bundle, err := d.s.writeBundle(id, dir, netns)
+	bundle, err := d.boxes.writeBundle(id, dir, netns)
 	if err != nil {
 		return 0, err
 	}
@@ -300,7 +300,7 @@ func (d *Durable) resume(ctx context.Context, s *session) (took time.Duration, e
 	// no sandbox, and the session starts on its files.
 	mem := d.ckpts.restoreMemory(ctx, s, bundle, netns != "")
 	if mem == nil || !mem.Restored {
-		if err := d.s.runSandbox(ctx, id, bundle, netns != ""); err != nil {
+		if err := d.boxes.runSandbox(ctx, id, bundle, netns != ""); err != nil {
 			return 0, err
 		}
 	}
@@ -412,7 +412,7 @@ func (d *Durable) ForkSession(ctx context.Context, id string, spec ForkSpec) (_ 
 	defer cancel()
 	start := time.Now()
 	childID := newID("sess_")
-	h := d.s.home(childID)
+	h := d.boxes.home(childID)
 	row := store.SessionRow{ID: childID, KeyID: spec.Owner, Language: rt.Name, Version: rt.Series, State: StateCreating, Network: string(network.JSON()),
 		IdleTTL: src.idleTTL, CreatedAt: start, LastUsedAt: start, DiskBytes: size, ParentID: id, Kernel: src.kernel && rt.Name == kernelLanguage}
 	if err := d.store.InsertSession(ctx, row); err != nil {
@@ -436,7 +436,7 @@ func (d *Durable) ForkSession(ctx context.Context, id string, spec ForkSpec) (_ 
 	// length, and no execute runs in it until the copy is done.
 	ck, memLost, releaseCk := d.ckpts.forkMemory(ctx, src, childID)
 	cu.Add("checkpoint disk", func(context.Context) error { releaseCk(); return nil })
-	srcMnt := host.HomeMount(d.s.dir(id))
+	srcMnt := host.HomeMount(d.boxes.dir(id))
 	frozen := false
 	if host.Mounted(srcMnt) {
 		// Freezing flushes what the sandbox wrote and holds new writes
@@ -446,14 +446,14 @@ func (d *Durable) ForkSession(ctx context.Context, id string, spec ForkSpec) (_ 
 		}
 		frozen = true
 	}
-	err = host.CopyImage(ctx, d.s.home(id).Image(), h.Image())
+	err = host.CopyImage(ctx, d.boxes.home(id).Image(), h.Image())
 	if err != nil {
 		err = fmt.Errorf("copying home: %w", err)
 	} else {
 		err = d.s.fault(stepForkCopy, childID) // frozen still, if it was
 	}
 	if frozen {
-		host.ThawHome(d.s.dir(id))
+		host.ThawHome(d.boxes.dir(id))
 	}
 	if err != nil {
 		return Session{}, err

@@ -42,7 +42,7 @@ func held(t *testing.T, e *Executor, id string) []string {
 			out = append(out, fmt.Sprintf("process %d", p.PID))
 		}
 	}
-	dir := e.dir(id)
+	dir := e.boxes.dir(id)
 	if host.Mounted(host.HomeMount(dir)) {
 		out = append(out, "mount")
 	}
@@ -218,7 +218,7 @@ func TestIdleHibernationAndTTL(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	if _, err := os.Stat(e.dir(short.ID)); !os.IsNotExist(err) {
+	if _, err := os.Stat(e.boxes.dir(short.ID)); !os.IsNotExist(err) {
 		t.Fatalf("home of the ended session: %v", err)
 	}
 }
@@ -306,7 +306,7 @@ func TestRestartAfterSandboxesRemovedFromOutside(t *testing.T) {
 			t.Fatal("runsc processes did not die")
 		}
 	}
-	if err := exec.Command("umount", host.HomeMount(first.dir(s.ID))).Run(); err != nil {
+	if err := exec.Command("umount", host.HomeMount(first.boxes.dir(s.ID))).Run(); err != nil {
 		t.Fatalf("umount from outside: %v", err)
 	}
 	second, st2 := open()
@@ -513,7 +513,7 @@ func TestForkFaults(t *testing.T) {
 		if _, err := e.GetSession(context.Background(), "k1", child); !errors.Is(err, ErrNotFound) {
 			t.Fatalf("child listed: %v", err)
 		}
-		if _, err := os.Stat(e.dir(child)); !os.IsNotExist(err) {
+		if _, err := os.Stat(e.boxes.dir(child)); !os.IsNotExist(err) {
 			t.Fatalf("child folder: %v", err)
 		}
 		if row, err := st.GetSession(context.Background(), child); err != nil || (row.State != StateFailed && row.State != StateEnded) {
@@ -669,7 +669,7 @@ func TestResumeEvictsCopiedHomeMount(t *testing.T) {
 	}
 	defer e.DeleteSession(ctx, "k1", s.ID)
 	run(t, e, s.ID, "open('/home/sandbox/f','w').write('kept')", 0)
-	mnt := e.home(s.ID).Mount()
+	mnt := e.boxes.home(s.ID).Mount()
 	holder := exec.Command("unshare", "--mount", "--propagation", "private", "sleep", "300")
 	if err := holder.Start(); err != nil {
 		t.Fatal(err)
@@ -694,7 +694,7 @@ func TestResumeEvictsCopiedHomeMount(t *testing.T) {
 	if held() {
 		t.Fatalf("the copy of %s is still mounted in the other namespace", mnt)
 	}
-	if devs := host.LoopDevices(e.home(s.ID).Image()); len(devs) != 0 {
+	if devs := host.LoopDevices(e.boxes.home(s.ID).Image()); len(devs) != 0 {
 		t.Fatalf("a hibernated session's image is still on %v", devs)
 	}
 	r, err := e.Execute(ctx, "k1", s.ID, ExecRequest{Code: "print(open('/home/sandbox/f').read())"})

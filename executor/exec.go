@@ -313,7 +313,7 @@ func (e *Executor) lost(ctx context.Context, id string, res Result, waitErr erro
 	if err := e.store.SetSessionState(context.WithoutCancel(ctx), id, StateFailed, "sandbox lost", false); ok && errors.Is(err, store.ErrNotOwner) {
 		return res, e.node.notOwner(ctx, s, err)
 	}
-	oom := host.HostOOM(e.cgroupName(id))
+	oom := host.HostOOM(e.boxes.cgroupName(id))
 	// Stop waits for this teardown (e.bg) before it looks for sandboxes
 	// left.
 	if ok {

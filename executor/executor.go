@@ -85,6 +85,7 @@ type Executor struct {
 	started  bool
 
 	agents *agent.Transport // the sandboxes' guest agent channels, and runs over them
+	boxes  *launcher        // sandbox paths and starts
 
 	// createFault, when set (tests only), runs after each step of
 	// CreateSession; an error or panic from it fails creation there.
@@ -109,6 +110,7 @@ type Executor struct {
 	dur     *Durable     // hibernation, resume, fork
 	kernels *Kernels     // the kernel role
 	nets    *Networks    // the network role
+	jobs    *Jobs        // one-off programs in sandboxes of their own
 }
 
 // Option gives New a part the executor works with besides its config.
@@ -167,6 +169,7 @@ func New(cfg Config, rt *Runtimes, st *store.Store, log *slog.Logger, opts ...Op
 		stop:     make(chan struct{}),
 	}
 	e.agents = agent.NewTransport(e.runsc, log, cfg.MaxOutputBytes)
+	e.boxes = &launcher{cfg: cfg, runsc: e.runsc, store: st, agents: e.agents, log: log}
 	e.files = &Files{s: e, cfg: cfg, log: log, runsc: e.runsc, agents: e.agents, execOps: &e.execFileOps}
 	e.procs = &Processes{s: e, cfg: cfg, log: log}
 	e.disk = &DiskBudget{max: cfg.MaxDisk, homes: func() []host.Home {
@@ -178,12 +181,13 @@ func New(cfg Config, rt *Runtimes, st *store.Store, log *slog.Logger, opts ...Op
 		e.mu.Unlock()
 		hs := make([]host.Home, len(ids))
 		for i, id := range ids {
-			hs[i] = e.home(id)
+			hs[i] = e.boxes.home(id)
 		}
 		return hs
 	}}
-	e.pool = newPool(e, e.agents, cfg, rt, log, e.disk)
-	e.ckpts = &checkpoints{s: e, agents: e.agents, mu: &e.mu, runsc: e.runsc, store: st, log: log, disk: e.disk}
+	e.pool = newPool(e, e.agents, e.boxes, cfg, rt, log, e.disk)
+	e.ckpts = &checkpoints{s: e, agents: e.agents, boxes: e.boxes, mu: &e.mu, runsc: e.runsc, store: st, log: log, disk: e.disk}
+	e.jobs = &Jobs{s: e, boxes: e.boxes, agents: e.agents, runsc: e.runsc, cfg: cfg, log: log, mu: &e.mu, wg: &e.wg}
 	e.kernels = &Kernels{s: e, agents: e.agents, cfg: cfg, log: log}
 	for _, o := range opts {
 		o(e)
@@ -191,15 +195,10 @@ func New(cfg Config, rt *Runtimes, st *store.Store, log *slog.Logger, opts ...Op
 	e.nets = &Networks{s: e, net: e.net, rootfs: cfg.Rootfs, mu: &e.mu, store: st, log: log}
 	e.node = newNode(e)
 	e.nets.node = e.node
-	e.dur = &Durable{s: e, agents: e.agents, mu: &e.mu, cfg: cfg, rt: rt, store: st, log: log, nets: e.nets, disk: e.disk, ckpts: e.ckpts, node: e.node}
+	e.dur = &Durable{s: e, agents: e.agents, boxes: e.boxes, mu: &e.mu, cfg: cfg, rt: rt, store: st, log: log, nets: e.nets, disk: e.disk, ckpts: e.ckpts, node: e.node}
 	e.ckpts.hibernate, e.ckpts.resume = e.dur.hibernate, e.dur.resume
 	e.keep = newUpkeep(e)
 	return e, nil
-}
-
-// home returns where session (or warm sandbox) id's home lives.
-func (e *Executor) home(id string) host.Home {
-	return host.Home{Dir: e.dir(id), ImgDir: filepath.Join(e.homesDir(), id)}
 }
 
 // findGuest looks for sandboxapi-guest beside the running binary, then on PATH.
@@ -219,29 +218,18 @@ func findGuest() string {
 // Runtimes returns the language table.
 func (e *Executor) Runtimes() *Runtimes { return e.rt }
 
-func (e *Executor) sessionsDir() string { return filepath.Join(e.cfg.DataDir, "sessions") }
-
-// homesDir is where the home images are (executor.homes_dir).
-func (e *Executor) homesDir() string {
-	if e.cfg.HomesDir == "" {
-		return e.sessionsDir()
-	}
-	return e.cfg.HomesDir
-}
-func (e *Executor) guestDir() string { return filepath.Join(e.cfg.DataDir, "guest") }
-
 // Start installs the guest, reconciles with whatever a previous process left
 // behind, and starts the reaper and the spare-home filler.
 func (e *Executor) Start(ctx context.Context) error {
-	for _, d := range []string{e.sessionsDir(), e.homesDir(), e.guestDir(), e.runsc.Root} {
+	for _, d := range []string{e.boxes.sessionsDir(), e.boxes.homesDir(), e.boxes.guestDir(), e.runsc.Root} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return fmt.Errorf("creating %s: %w", d, err)
 		}
 	}
-	if err := os.Chmod(e.guestDir(), 0o755); err != nil {
+	if err := os.Chmod(e.boxes.guestDir(), 0o755); err != nil {
 		return fmt.Errorf("opening guest folder: %w", err)
 	}
-	if err := installFile(e.cfg.GuestBinary, filepath.Join(e.guestDir(), "guest")); err != nil {
+	if err := installFile(e.cfg.GuestBinary, filepath.Join(e.boxes.guestDir(), "guest")); err != nil {
 		return fmt.Errorf("installing guest: %w", err)
 	}
 	// The dead man's switch is armed before any sandbox starts (and
@@ -415,27 +403,6 @@ func sameContent(a, b string) (bool, error) {
 		return false, err
 	}
 	return na == nb && bytes.Equal(ha, hb), nil
-}
-
-// cgroupName is the cgroup (under /sandboxapi) of sandbox id: the id
-// itself on a single node; on a cluster node the id after the node's name,
-// because nodes sharing a host may each hold a sandbox of one session (the
-// new owner's, and the stale one a dead node left and removes when it
-// starts again), and a removal must never reach the other's cgroup.
-func (e *Executor) cgroupName(id string) string {
-	if n := e.store.Node(); n != "" {
-		return n + "." + id
-	}
-	return id
-}
-
-// cgroupNames maps a set of sandbox ids to their cgroup names.
-func (e *Executor) cgroupNames(ids map[string]bool) map[string]bool {
-	out := make(map[string]bool, len(ids))
-	for id, v := range ids {
-		out[e.cgroupName(id)] = v
-	}
-	return out
 }
 
 var idEncoding = base32.NewEncoding("abcdefghijklmnopqrstuvwxyz234567").WithPadding(base32.NoPadding)

@@ -23,7 +23,7 @@ func (n *Node) startFence() error {
 		}
 		argv = []string{exe, "fence"}
 	}
-	cfg := fence.Config{Root: n.runsc.Root, Homes: n.s.sessionsDir(), Lock: filepath.Join(n.cfg.DataDir, "fence.lock")}
+	cfg := fence.Config{Root: n.runsc.Root, Homes: n.boxes.sessionsDir(), Lock: filepath.Join(n.cfg.DataDir, "fence.lock")}
 	f, err := fence.Start(argv, cfg, n.log)
 	if err != nil {
 		return err

@@ -214,7 +214,7 @@ func TestKernelCells(t *testing.T) {
 		if _, err := e.Durable().HibernateSession(context.Background(), "k1", s.ID); err != nil {
 			t.Fatal(err)
 		}
-		if err := os.RemoveAll(checkpointDir(e.home(s.ID))); err != nil {
+		if err := os.RemoveAll(checkpointDir(e.boxes.home(s.ID))); err != nil {
 			t.Fatal(err)
 		}
 		r := cell(t, e, s.ID, "print('back')", kernelTimeout)

@@ -2,11 +2,11 @@ package executor
 
 import (
 	"context"
-	"github.com/sandboxapi/sandboxapi/executor/agent"
 	"log/slog"
 	"sync"
 	"time"
 
+	"github.com/sandboxapi/sandboxapi/executor/agent"
 	"github.com/sandboxapi/sandboxapi/executor/fence"
 	"github.com/sandboxapi/sandboxapi/executor/host"
 	"github.com/sandboxapi/sandboxapi/store"
@@ -30,6 +30,7 @@ import (
 type Node struct {
 	s      nodeSessions
 	agents *agent.Transport // sandboxes' agent channels
+	boxes  *launcher        // sandbox paths and starts
 	cfg    Config
 	log    *slog.Logger
 	store  *store.Store
@@ -75,9 +76,6 @@ type nodeSessions interface {
 	// sandboxes it runs (counted against max_sandboxes). mu held.
 	counts() (started bool, live int)
 
-	home(id string) host.Home
-	dir(id string) string
-	sessionsDir() string
 	endSessionOf(ctx context.Context, s *session, reason string) error
 }
 
@@ -85,7 +83,7 @@ type nodeSessions interface {
 // it).
 func newNode(e *Executor) *Node {
 	return &Node{
-		s: e, agents: e.agents, cfg: e.cfg, log: e.log, store: e.store, rt: e.rt, runsc: e.runsc, nets: e.nets, pool: e.pool,
+		s: e, agents: e.agents, boxes: e.boxes, cfg: e.cfg, log: e.log, store: e.store, rt: e.rt, runsc: e.runsc, nets: e.nets, pool: e.pool,
 		mu:       &e.mu,
 		moved:    map[string]*session{},
 		tidying:  map[string]chan struct{}{},

@@ -35,7 +35,7 @@ func TestStopRemovesLateOrphanSandbox(t *testing.T) {
 	if _, err := os.Stat(h.Dir); !os.IsNotExist(err) {
 		t.Fatalf("orphan home left: %v", err)
 	}
-	if _, err := os.Stat(e.home(kept.ID).Image()); err != nil {
+	if _, err := os.Stat(e.boxes.home(kept.ID).Image()); err != nil {
 		t.Fatalf("the hibernated session's home went with the orphan: %v", err)
 	}
 }
@@ -85,11 +85,11 @@ func startOrphan(t *testing.T, e *Executor) (string, host.Home) {
 	t.Helper()
 	ctx := context.Background()
 	id := newID("sess_")
-	h := e.home(id)
+	h := e.boxes.home(id)
 	if err := host.MakeHome(ctx, h, e.cfg.HomeBytes); err != nil {
 		t.Fatal(err)
 	}
-	if err := e.startSandbox(ctx, id, h.Dir, ""); err != nil {
+	if err := e.boxes.startSandbox(ctx, id, h.Dir, ""); err != nil {
 		t.Fatal(err)
 	}
 	return id, h

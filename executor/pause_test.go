@@ -265,7 +265,7 @@ func TestClusterFenceWaitsForMount(t *testing.T) {
 		t.Fatal("the resume did not end")
 	}
 	for end := time.Now().Add(500 * time.Millisecond); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
-		if host.Mounted(host.HomeMount(a.dir(s.ID))) {
+		if host.Mounted(host.HomeMount(a.boxes.dir(s.ID))) {
 			t.Fatal("the home was mounted after the fence")
 		}
 	}
@@ -376,7 +376,7 @@ func TestClusterFenceCutsImageWait(t *testing.T) {
 	if _, err := a.Durable().HibernateSession(ctx, "k1", s.ID); err != nil {
 		t.Fatal(err)
 	}
-	img := a.home(s.ID).Image()
+	img := a.boxes.home(s.ID).Image()
 	out, err := exec.Command("losetup", "--find", "--show", "--read-only", img).Output()
 	if err != nil {
 		t.Fatalf("losetup: %v", err)
@@ -409,7 +409,7 @@ func TestClusterFenceCutsImageWait(t *testing.T) {
 	if err := <-fenced; err != nil {
 		t.Fatalf("fence: %v", err)
 	}
-	if host.Mounted(host.HomeMount(a.dir(s.ID))) {
+	if host.Mounted(host.HomeMount(a.boxes.dir(s.ID))) {
 		t.Fatal("the home is mounted")
 	}
 	if n := stop(); n > 1 {

@@ -4,11 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/sandboxapi/sandboxapi/executor/agent"
 	"log/slog"
 	"sync"
 	"time"
 
+	"github.com/sandboxapi/sandboxapi/executor/agent"
 	"github.com/sandboxapi/sandboxapi/executor/guest"
 	"github.com/sandboxapi/sandboxapi/executor/host"
 )
@@ -29,6 +29,7 @@ type warmSandbox struct {
 type Pool struct {
 	s      poolSessions
 	agents *agent.Transport // sandboxes' agent channels
+	boxes  *launcher        // sandbox paths and starts
 	cfg    Config
 	rt     *Runtimes
 	log    *slog.Logger
@@ -43,14 +44,11 @@ type Pool struct {
 // poolSessions is what Pool needs of the session service: where a home
 // lives, and a sandbox's start, run and end.
 type poolSessions interface {
-	home(id string) host.Home
-	// startSandbox writes the bundle and starts the sandbox.
-	startSandbox(ctx context.Context, id, dir, netns string) error
 	guestRun(ctx context.Context, id string, greq *guest.Request, stdin []byte, onOutput func(string, []byte)) (Result, error)
 }
 
-func newPool(s poolSessions, agents *agent.Transport, cfg Config, rt *Runtimes, log *slog.Logger, disk *DiskBudget) *Pool {
-	return &Pool{s: s, agents: agents, cfg: cfg, rt: rt, log: log, disk: disk, warm: make(chan warmSandbox, max(cfg.WarmPool, 0))}
+func newPool(s poolSessions, agents *agent.Transport, boxes *launcher, cfg Config, rt *Runtimes, log *slog.Logger, disk *DiskBudget) *Pool {
+	return &Pool{s: s, agents: agents, boxes: boxes, cfg: cfg, rt: rt, log: log, disk: disk, warm: make(chan warmSandbox, max(cfg.WarmPool, 0))}
 }
 
 // Pool returns the executor's warm pool.
@@ -119,7 +117,7 @@ func (p *Pool) prepare() (warmSandbox, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), p.cfg.CreateTimeout)
 	defer cancel()
 	id := newID("sess_")
-	h := p.s.home(id)
+	h := p.boxes.home(id)
 	p.mu.Lock()
 	gen := p.gen
 	p.mu.Unlock()
@@ -133,7 +131,7 @@ func (p *Pool) prepare() (warmSandbox, error) {
 		p.disk.release(p.cfg.HomeBytes)
 		return warmSandbox{}, fmt.Errorf("preparing home: %w", err)
 	}
-	if err := p.s.startSandbox(ctx, id, h.Dir, ""); err != nil {
+	if err := p.boxes.startSandbox(ctx, id, h.Dir, ""); err != nil {
 		if derr := p.destroy(context.Background(), id); derr != nil {
 			p.log.Error("removing a warm sandbox that failed to start", "sandbox", id, "err", derr)
 		}
@@ -169,7 +167,7 @@ func (p *Pool) destroy(ctx context.Context, id string) error {
 	if err := p.agents.Destroy(ctx, id); err != nil {
 		errs = append(errs, err)
 	}
-	if err := host.DropHome(ctx, p.s.home(id)); err != nil {
+	if err := host.DropHome(ctx, p.boxes.home(id)); err != nil {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)

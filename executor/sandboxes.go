@@ -9,7 +9,7 @@ import "github.com/sandboxapi/sandboxapi/executor/host"
 func (e *Executor) LiveSandboxes() int {
 	ids := e.runsc.SandboxIDs()
 	for i, id := range ids {
-		ids[i] = e.cgroupName(id)
+		ids[i] = e.boxes.cgroupName(id)
 	}
 	return host.LiveSandboxes(ids, host.CgroupDirs())
 }

@@ -2,19 +2,13 @@ package executor
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"runtime/debug"
 	"sort"
 	"sync"
 	"time"
 
-	specs "github.com/opencontainers/runtime-spec/specs-go"
-
-	"github.com/sandboxapi/sandboxapi/executor/agent"
 	"github.com/sandboxapi/sandboxapi/executor/host"
 	"github.com/sandboxapi/sandboxapi/internal/sandbox"
 	"github.com/sandboxapi/sandboxapi/store"
@@ -103,8 +97,6 @@ func copyOutcome(m *sandbox.MemoryOutcome) *sandbox.MemoryOutcome {
 	c := *m
 	return &c
 }
-
-func (e *Executor) dir(id string) string { return filepath.Join(e.sessionsDir(), id) }
 
 // createStep names a step of session creation, for the fault hook.
 type createStep string
@@ -209,13 +201,13 @@ func (e *Executor) CreateSession(ctx context.Context, spec SessionSpec) (_ Sessi
 		}
 		cu.Add("disk reservation", func(context.Context) error { e.disk.release(size); return nil })
 		id = newID("sess_")
-		h := e.home(id)
+		h := e.boxes.home(id)
 		cu.Add("home", func(ctx context.Context) error { return host.DropHome(ctx, h) })
 		if err := host.MakeHome(ctx, h, size); err != nil {
 			return Session{}, fmt.Errorf("preparing home: %w", err)
 		}
 	}
-	dir := e.dir(id)
+	dir := e.boxes.dir(id)
 	if err := e.fault(stepHome, id); err != nil {
 		return Session{}, err
 	}
@@ -246,7 +238,7 @@ func (e *Executor) CreateSession(ctx context.Context, spec SessionSpec) (_ Sessi
 		netns, s.netEnv, s.netAttached = att.NetnsPath, att.Env, true
 	}
 	if !warm {
-		bundle, err := e.writeBundle(id, dir, netns)
+		bundle, err := e.boxes.writeBundle(id, dir, netns)
 		if err != nil {
 			return Session{}, err
 		}
@@ -256,7 +248,7 @@ func (e *Executor) CreateSession(ctx context.Context, spec SessionSpec) (_ Sessi
 		// Before the run: a failed `runsc run` may leave a half-made
 		// container, and destroy is fine with none.
 		cu.Add("sandbox", func(ctx context.Context) error { return e.agents.Destroy(ctx, id) })
-		if err := e.runSandbox(ctx, id, bundle, netns != ""); err != nil {
+		if err := e.boxes.runSandbox(ctx, id, bundle, netns != ""); err != nil {
 			return Session{}, err
 		}
 		if err := e.fault(stepRunsc, id); err != nil {
@@ -304,96 +296,6 @@ func (e *Executor) release() {
 	e.mu.Lock()
 	e.live--
 	e.mu.Unlock()
-}
-
-// startSandbox writes the bundle and starts the sandbox.
-func (e *Executor) startSandbox(ctx context.Context, id, dir, netns string) error {
-	bundle, err := e.writeBundle(id, dir, netns)
-	if err != nil {
-		return err
-	}
-	return e.runSandbox(ctx, id, bundle, netns != "")
-}
-
-// writeBundle writes the sandbox's OCI bundle under dir and returns its
-// folder.
-func (e *Executor) writeBundle(id, dir, netns string) (string, error) {
-	bundle := filepath.Join(dir, "bundle")
-	if err := os.MkdirAll(bundle, 0o700); err != nil {
-		return "", fmt.Errorf("creating bundle: %w", err)
-	}
-	spec := host.SandboxSpec(host.SpecParams{
-		ID: id, Cgroup: e.cgroupName(id), Rootfs: e.cfg.Rootfs, Home: host.HomeMount(dir), GuestDir: e.guestDir(),
-		MemoryBytes: e.hostMemory(), Pids: e.cfg.Pids*2 + 128, CPUs: e.cfg.CPUs, TmpBytes: e.cfg.TmpBytes, NetNS: netns,
-	})
-	if netns != "" {
-		spec.Mounts = append(spec.Mounts, specs.Mount{Destination: "/etc/resolv.conf", Type: "bind", Source: resolvFile(dir), Options: []string{"rbind", "ro"}})
-		if _, err := os.Stat(caBundleFile(dir)); err == nil {
-			spec.Mounts = append(spec.Mounts, specs.Mount{Destination: "/" + systemCABundle, Type: "bind", Source: caBundleFile(dir), Options: []string{"rbind", "ro"}})
-		}
-	}
-	b, err := json.MarshalIndent(spec, "", "  ")
-	if err != nil {
-		return "", fmt.Errorf("encoding spec: %w", err)
-	}
-	if err := os.WriteFile(filepath.Join(bundle, "config.json"), b, 0o600); err != nil {
-		return "", fmt.Errorf("writing spec: %w", err)
-	}
-	return bundle, nil
-}
-
-// runSandbox starts the sandbox of bundle (runsc run --detach).
-func (e *Executor) runSandbox(ctx context.Context, id, bundle string, withNet bool) error {
-	network := "none"
-	if withNet {
-		network = "sandbox"
-	}
-	err := e.startWithAgent(ctx, id, bundle, network)
-	if err != nil && ctx.Err() == nil {
-		// One retry for transient failures of runsc under host load; the
-		// half-made container goes first.
-		e.log.WarnContext(ctx, "starting sandbox failed, retrying once", "sandbox", id, "err", err)
-		_ = e.agents.Destroy(ctx, id)
-		err = e.startWithAgent(ctx, id, bundle, network)
-	}
-	if err != nil {
-		return fmt.Errorf("starting sandbox %s: %w", id, err)
-	}
-	return nil
-}
-
-// startWithAgent starts the sandbox with its stdio on a fresh agent
-// channel. A sandbox whose agent does not answer (its hello is awaited at
-// the first run) still works, through `runsc exec`.
-func (e *Executor) startWithAgent(ctx context.Context, id, bundle, network string) error {
-	pipes, err := agent.NewPipes()
-	if err != nil {
-		return err
-	}
-	err = e.runsc.Start(ctx, id, bundle, network, pipes.SandboxIn, pipes.SandboxOut)
-	pipes.CloseSandboxSide()
-	if err != nil {
-		pipes.CloseAll()
-		if ctx.Err() != nil {
-			// The runsc run was killed part way: its sandbox and gofer
-			// may be up with no state for "runsc delete" to find.
-			if n := host.KillSandboxProcesses(e.runsc.Root, map[string]bool{id: true}); n > 0 {
-				e.log.Warn("killed the processes of a sandbox whose start was cut short", "sandbox", id, "processes", n)
-				host.ReapCgroups(e.cgroupNames(map[string]bool{id: true}))
-			}
-		}
-		return err
-	}
-	e.agents.Set(id, pipes.Conn())
-	return nil
-}
-
-// hostMemory is the host cgroup limit: the guest enforces MemoryBytes on
-// the sandbox's own processes; above that sit /tmp and the staging area
-// (both memory-backed) and the sandbox kernel, so a bomb is stopped inside
-// before the host kills the whole sandbox.
-func (e *Executor) hostMemory() int64 {
-	return e.cfg.MemoryBytes + e.cfg.TmpBytes + host.StagingBytes(e.cfg.TmpBytes) + 256<<20
 }
 
 // GetSession returns a session if owner owns it.
@@ -496,8 +398,8 @@ func (e *Executor) endSessionOf(ctx context.Context, s *session, reason string) 
 			}
 		}
 	}
-	host.ThawHome(e.dir(id))
-	if err := host.DropHome(ctx, e.home(id)); err != nil {
+	host.ThawHome(e.boxes.dir(id))
+	if err := host.DropHome(ctx, e.boxes.home(id)); err != nil {
 		errs = append(errs, err)
 	}
 	e.mu.Lock()

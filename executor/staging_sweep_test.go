@@ -139,7 +139,7 @@ func TestUploadCutByCrashLeavesNothing(t *testing.T) {
 		done <- err
 	}()
 	// The staging file is seen from the host through the home's mount.
-	mnt := host.HomeMount(e.dir(s.ID))
+	mnt := host.HomeMount(e.boxes.dir(s.ID))
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		ents, _ := os.ReadDir(mnt)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/sandboxapi/sandboxapi/executor/agent"
 	"io/fs"
 	"log/slog"
 	"os"
@@ -12,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sandboxapi/sandboxapi/executor/agent"
 	"github.com/sandboxapi/sandboxapi/executor/host"
 	"github.com/sandboxapi/sandboxapi/internal/sandbox"
 	"github.com/sandboxapi/sandboxapi/store"
@@ -28,6 +28,7 @@ import (
 type upkeep struct {
 	s      upkeepSessions
 	agents *agent.Transport // sandboxes' agent channels
+	boxes  *launcher        // sandbox paths and starts
 	node   *Node            // lets go of a session another node claimed (reconcile)
 	dur    *Durable         // hibernates a session idle past hibernate_after
 	cfg    Config
@@ -47,11 +48,6 @@ type upkeepSessions interface {
 	served() []*session
 	admit(s *session, disk int64)
 
-	home(id string) host.Home
-	dir(id string) string
-	sessionsDir() string
-	jobsDir() string
-	cgroupNames(ids map[string]bool) map[string]bool
 	// processesActive is called with mu held (it takes only the agents'
 	// lock).
 	processesActive(id string, now time.Time) bool
@@ -60,7 +56,7 @@ type upkeepSessions interface {
 
 // newUpkeep makes e's upkeep, after e's options and its cluster role.
 func newUpkeep(e *Executor) *upkeep {
-	return &upkeep{s: e, agents: e.agents, node: e.node, dur: e.dur, cfg: e.cfg, log: e.log, store: e.store, rt: e.rt, runsc: e.runsc, nets: e.nets, mu: &e.mu}
+	return &upkeep{s: e, agents: e.agents, boxes: e.boxes, node: e.node, dur: e.dur, cfg: e.cfg, log: e.log, store: e.store, rt: e.rt, runsc: e.runsc, nets: e.nets, mu: &e.mu}
 }
 
 // removeOrphanSandboxes ends, at Stop, every sandbox under the runsc root
@@ -94,7 +90,7 @@ func (u *upkeep) removeOrphanSandboxes(ctx context.Context) (left int, err error
 			continue
 		}
 		if s == nil {
-			if _, err := os.Stat(u.s.dir(c.ID)); err == nil {
+			if _, err := os.Stat(u.boxes.dir(c.ID)); err == nil {
 				if err := u.dropOrphanHome(ctx, c.ID); err != nil {
 					errs = append(errs, fmt.Errorf("removing orphan home %s: %w", c.ID, err))
 				}
@@ -105,12 +101,12 @@ func (u *upkeep) removeOrphanSandboxes(ctx context.Context) (left int, err error
 	// to list: its processes go too.
 	if hit := host.KillStraySandboxes(u.runsc.Root, keep); len(hit) > 0 {
 		u.log.WarnContext(ctx, "killed stray sandbox processes at stop", "sandboxes", len(hit))
-		host.ReapCgroups(u.s.cgroupNames(hit))
+		host.ReapCgroups(u.boxes.cgroupNames(hit))
 		for id := range hit {
 			u.mu.Lock()
 			known := u.s.lookup(id) != nil
 			u.mu.Unlock()
-			if _, err := os.Stat(u.s.dir(id)); err == nil && !known {
+			if _, err := os.Stat(u.boxes.dir(id)); err == nil && !known {
 				if err := u.dropOrphanHome(ctx, id); err != nil {
 					errs = append(errs, fmt.Errorf("removing orphan home %s: %w", id, err))
 				}
@@ -154,7 +150,7 @@ func (u *upkeep) reconcile(ctx context.Context) ([]*session, error) {
 	var ended []host.Home // sessions of this node ended here
 	var unserved []string // sessions whose image could not be read: not served, not ended
 	for _, r := range rows {
-		h := u.s.home(r.ID)
+		h := u.boxes.home(r.ID)
 		dir := h.Dir
 		// A fork that crashed may have left its source frozen.
 		host.ThawHome(dir)
@@ -270,7 +266,7 @@ func (u *upkeep) reconcile(ctx context.Context) ([]*session, error) {
 	// A node-local folder is a home this node made (makeHome makes it
 	// before the image): those of no kept session go, with their image
 	// unless the session lives on elsewhere.
-	ents, err := os.ReadDir(u.s.sessionsDir())
+	ents, err := os.ReadDir(u.boxes.sessionsDir())
 	if err != nil {
 		return nil, fmt.Errorf("reading sessions folder: %w", err)
 	}
@@ -293,10 +289,10 @@ func (u *upkeep) reconcile(ctx context.Context) ([]*session, error) {
 	}
 	// Install jobs are never adopted (an install is all or nothing): the
 	// bundles a crash left go with their sandboxes.
-	if ents, err := os.ReadDir(u.s.jobsDir()); err == nil {
+	if ents, err := os.ReadDir(u.boxes.jobsDir()); err == nil {
 		for _, ent := range ents {
 			own[ent.Name()] = true
-			if err := os.RemoveAll(filepath.Join(u.s.jobsDir(), ent.Name())); err != nil {
+			if err := os.RemoveAll(filepath.Join(u.boxes.jobsDir(), ent.Name())); err != nil {
 				u.log.ErrorContext(ctx, "removing orphan install job", "job", ent.Name(), "err", err)
 			}
 		}
@@ -313,18 +309,18 @@ func (u *upkeep) reconcile(ctx context.Context) ([]*session, error) {
 	if hit := host.KillStraySandboxes(u.runsc.Root, keep); len(hit) > 0 {
 		u.log.WarnContext(ctx, "killed stray sandbox processes", "count", len(hit))
 	}
-	host.RemoveStaleCgroups(u.s.cgroupNames(own), u.s.cgroupNames(keep))
+	host.RemoveStaleCgroups(u.boxes.cgroupNames(own), u.boxes.cgroupNames(keep))
 	// The sandboxes (and stray processes) of sessions now hibernated are
 	// gone (above): their homes come off the host, and their rows say
 	// hibernated. (A row hibernated already had its home unmounted before
 	// it said so.)
 	for _, id := range unserved {
-		if err := host.UnmountHome(u.s.dir(id)); err != nil {
+		if err := host.UnmountHome(u.boxes.dir(id)); err != nil {
 			u.log.ErrorContext(ctx, "unmounting home of a session not served", "session", id, "err", err)
 		}
 	}
 	for _, s := range hibernated {
-		if err := host.UnmountHome(u.s.dir(s.id)); err != nil {
+		if err := host.UnmountHome(u.boxes.dir(s.id)); err != nil {
 			u.log.ErrorContext(ctx, "unmounting home of a hibernated session", "session", s.id, "err", err)
 		}
 		if err := u.store.SetSessionHibernated(ctx, s.id, s.hibernatedAt, s.lastUsed); errors.Is(err, store.ErrNotOwner) {
@@ -350,7 +346,7 @@ func (u *upkeep) reconcile(ctx context.Context) ([]*session, error) {
 // session lives on under another node (or unowned, handed over), whose
 // image it is now.
 func (u *upkeep) dropOrphanHome(ctx context.Context, id string) error {
-	h := u.s.home(id)
+	h := u.boxes.home(id)
 	r, err := u.store.GetSession(ctx, id)
 	switch {
 	case errors.Is(err, store.ErrNotFound):

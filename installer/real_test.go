@@ -118,7 +118,7 @@ func newRig(t *testing.T) *rig {
 	t.Cleanup(func() {
 		_ = nw.Reconcile(context.Background(), nil)
 	})
-	inst := New(icfg, catalog{mir}, ex, netAdapter{nw}, mir.Handler(), log)
+	inst := New(icfg, catalog{mir}, ex.Jobs(), netAdapter{nw}, mir.Handler(), log)
 	inst.Start(ctx)
 	t.Cleanup(func() {
 		if err := inst.Stop(context.Background()); err != nil {
@@ -474,7 +474,7 @@ func TestRealNPMDependencies(t *testing.T) {
 func TestRealPipTrimApplies(t *testing.T) {
 	r := newRig(t)
 	driver := "import sys, json\nsys.path.insert(0, sys.argv[1])\nimport install\nprint(json.dumps(install.trim_pip()))\n"
-	res, err := r.ex.RunJob(context.Background(), sandbox.Job{
+	res, err := r.ex.Jobs().RunJob(context.Background(), sandbox.Job{
 		Files:   []sandbox.File{{Path: "install.py", Content: installScript}, {Path: "driver.py", Content: []byte(driver)}},
 		Argv:    []string{"/usr/bin/python3", "-I", "-B", "{dir}/driver.py", "{dir}"},
 		Env:     []string{"PATH=/usr/bin:/bin", "LANG=C.UTF-8"},

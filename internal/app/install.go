@@ -20,7 +20,7 @@ import (
 )
 
 var (
-	_ installer.Runner          = (*executor.Executor)(nil)
+	_ installer.Runner          = (*executor.Jobs)(nil)
 	_ installer.Catalog         = mirrorCatalog{}
 	_ installer.Network         = installNetwork{}
 	_ api.Installer             = (*installer.Installer)(nil)
@@ -59,7 +59,7 @@ func (p *parts) installerUnit() lifecycle.Unit {
 				p.inst = installParts{api: closedInstaller{}, nwErr: err}
 				return nil
 			}
-			inst := installer.New(icfg, mirrorCatalog{p.mir}, p.ex, installNetwork{nw}, p.m.InstrumentMirror(p.front.handler), log)
+			inst := installer.New(icfg, mirrorCatalog{p.mir}, p.ex.Jobs(), installNetwork{nw}, p.m.InstrumentMirror(p.front.handler), log)
 			p.inst = installParts{nw: nw, inst: inst,
 				api: recordingInstaller{next: inst, st: p.st, mir: p.mir, log: log, observe: p.m.ObserveInstall}}
 			return nil
@@ -123,7 +123,7 @@ func newChecks(ctx context.Context, env *Env, ip installParts, sessions *egress.
 			fences["sessions"] = sessions.Network().HealingCheck()
 			closeOnRepair(ctx, chk, sessions.Network())
 			fences["sessions-chains"] = sessions.Network().ChainsCheck()
-			probes["sessions"] = func(ctx context.Context) (string, error) { return sessions.Probe(ctx, ex) }
+			probes["sessions"] = func(ctx context.Context) (string, error) { return sessions.Probe(ctx, ex.Jobs()) }
 			// A live session whose proxy listener died can reach nothing:
 			// the proxy says so, and readiness shows it within a check
 			// interval (the topology canary only sees fresh networks).
