@@ -173,6 +173,12 @@ func (c *checkpoints) saveMemory(ctx context.Context, s *session, leaveRunning b
 	if err := writeSynced(filepath.Join(partial, checkpointMeta), meta); err != nil {
 		return ck, fmt.Errorf("%s: %w", lostSaveFailed, err)
 	}
+	// runsc writes its image without syncing it: a checkpoint the row
+	// names must survive a power cut, so its files reach the disk before
+	// the rename publishes the folder.
+	if err := syncFiles(partial); err != nil {
+		return ck, fmt.Errorf("%s: %w", lostSaveFailed, err)
+	}
 	if err := c.s.fault(stepCheckpointSaved, s.id); err != nil {
 		return ck, err
 	}
@@ -345,12 +351,16 @@ func (c *checkpoints) forkMemory(ctx context.Context, src *session, childID stri
 		default:
 			return errors.New("no checkpoint")
 		}
+		if err := syncFiles(partial); err != nil {
+			return err
+		}
 		return c.s.fault(stepForkCheckpoint, childID)
 	}()
 	if err == nil {
 		size := diskUsage(partial)
 		if err = c.disk.reserve(size); err == nil {
 			if err = os.Rename(partial, final); err == nil {
+				syncDir(filepath.Dir(final))
 				var digest string
 				if digest, err = stateDigest(final); err == nil && !had && digest != sck.Digest {
 					err = errors.New("the source's checkpoint changed while it was copied")
@@ -533,6 +543,35 @@ func writeSynced(path string, b []byte) error {
 		return err
 	}
 	return f.Close()
+}
+
+// syncFiles flushes every regular file directly in dir, then dir itself,
+// to the disk.
+func syncFiles(dir string) error {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		if !e.Type().IsRegular() {
+			continue
+		}
+		f, err := os.Open(filepath.Join(dir, e.Name()))
+		if err != nil {
+			return err
+		}
+		err = f.Sync()
+		f.Close()
+		if err != nil {
+			return err
+		}
+	}
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
 }
 
 func syncDir(dir string) {

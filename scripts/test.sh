@@ -78,21 +78,40 @@ for p in "${sandboxed[@]}"; do
   heavy+=("./$p")
 done
 plain=$(grep -vxE "$mod/($(IFS='|'; echo "${sandboxed[*]}"))" <<<"$pkgs")
-go test -count=1 -timeout 60m "${heavy[@]}" > >(sed -u 's/^/[sandboxed] /') 2>&1 &
+# Each run's output is also kept, so that a failure ends the log with the
+# failing tests and their messages: a failing end-to-end test logs its
+# servers' last lines, which would otherwise be all a log's tail shows.
+logs=$(mktemp -d)
+trap 'rm -rf "$logs"' EXIT
+failures() {
+  echo "test.sh: failed tests and their messages:" >&2
+  grep -hE -- '^(\[[a-z]+\] )?(\s*--- FAIL|\s+[A-Za-z0-9_]+_test\.go:[0-9]+: |panic: |FAIL\s)' "$@" |
+    grep -v 'server log (tail):' | tail -n 200 >&2 || true
+}
+go test -count=1 -timeout 60m "${heavy[@]}" > >(tee "$logs/sandboxed" | sed -u 's/^/[sandboxed] /') 2>&1 &
 heavy_pid=$!
-go test -race -count=1 -timeout 40m $plain > >(sed -u 's/^/[race] /') 2>&1 &
+go test -race -count=1 -timeout 40m $plain > >(tee "$logs/race" | sed -u 's/^/[race] /') 2>&1 &
 race_pid=$!
 rc=0
 wait "$heavy_pid" || rc=1
 wait "$race_pid" || rc=1
-[ "$rc" = 0 ] || { echo "test.sh: go test failed (see [sandboxed] and [race] above)" >&2; exit 1; }
+if [ "$rc" != 0 ]; then
+  sleep 1 # the tees finish writing
+  failures "$logs/sandboxed" "$logs/race"
+  echo "test.sh: go test failed (see [sandboxed] and [race] above)" >&2
+  exit 1
+fi
+# logged runs a go test command, keeping its output for failures.
+logged() {
+  "$@" 2>&1 | tee "$logs/last" || { failures "$logs/last"; echo "test.sh: failed: $*" >&2; return 1; }
+}
 # The mirror's tests, and the end-to-end tests whose outcome depends on the
 # store, again on PostgreSQL (the store's own tests run on both engines in
 # the run above; every end-to-end test ran there on SQLite, and the cluster
 # tests run on PostgreSQL whatever the engine). Left out here: tests of
 # streams, signals, languages, egress data paths, output limits and the
 # CLI's start-up checks, which read or write nothing the engine changes.
-SANDBOXAPI_TEST_STORE=postgres go test -count=1 -timeout 30m ./mirror
+SANDBOXAPI_TEST_STORE=postgres logged go test -count=1 -timeout 30m ./mirror
 store_e2e=(
   TestPlanQuotaIsAtomic TestBasicPlanGetsStatelessOnly TestKeysCannotSeeEachOthersSessions
   TestKilledServerRestartsWithoutLeaks TestKilledServerWithWarmPoolLeaksNothing TestHostedProductClientWorksUnchanged
@@ -112,7 +131,7 @@ e2e_tests=$(go test -list '.*' ./internal/e2e | grep '^Test')
 for name in "${store_e2e[@]}"; do
   grep -qx "$name" <<<"$e2e_tests" || { echo "test.sh: no end-to-end test $name" >&2; exit 1; }
 done
-SANDBOXAPI_TEST_STORE=postgres go test -count=1 -timeout 45m -run "^($(IFS='|'; echo "${store_e2e[*]}"))\$" ./internal/e2e
+SANDBOXAPI_TEST_STORE=postgres logged go test -count=1 -timeout 45m -run "^($(IFS='|'; echo "${store_e2e[*]}"))\$" ./internal/e2e
 # bench/egress is its own module (smokescreen is a peer there, not a dependency):
 # build it and smoke-run a short comparison so it keeps compiling and working.
 egress_bench=$(cd bench/egress && go vet . && go run . -mib 4 -runs 1 -setups 20)
