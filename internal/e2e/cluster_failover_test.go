@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -344,11 +345,13 @@ func testClusterDrain(t *testing.T, c *cluster) {
 	type outcome struct {
 		mu     sync.Mutex
 		calls  int
+		after  int // calls sent after the drained node exited that succeeded
 		failed []failedCall
 		nodes  []string // serving nodes, in order, without repeats
 	}
 	outcomes := make([]outcome, len(all))
 	stop := make(chan struct{})
+	var exitedAt atomic.Pointer[time.Time]
 	var wg sync.WaitGroup
 	for k, id := range all {
 		for cl := 0; cl < clients; cl++ {
@@ -372,15 +375,49 @@ func testClusterDrain(t *testing.T, c *cluster) {
 						o.failed = append(o.failed, failedCall{t1, err.Error()})
 					case r.status != http.StatusOK || !strings.Contains(string(r.body), `"stdout":"kept-`+id+`\n"`):
 						o.failed = append(o.failed, failedCall{t1, fmt.Sprintf("through %s, answered by %s: %d %s", c.names[i], servedBy(r), r.status, r.body)})
-					case len(o.nodes) == 0 || o.nodes[len(o.nodes)-1] != servedBy(r):
-						o.nodes = append(o.nodes, servedBy(r))
+					default:
+						if len(o.nodes) == 0 || o.nodes[len(o.nodes)-1] != servedBy(r) {
+							o.nodes = append(o.nodes, servedBy(r))
+						}
+						if at := exitedAt.Load(); at != nil && t1.After(*at) {
+							o.after++
+						}
 					}
 					o.mu.Unlock()
 				}
 			}()
 		}
 	}
-	time.Sleep(time.Second)
+	// waitAll waits until every session's outcome satisfies ok: on a
+	// loaded machine a call can take seconds, so a fixed pause could end
+	// before any call of a session was served.
+	waitAll := func(what string, ok func(o *outcome) bool) {
+		t.Helper()
+		deadline := time.Now().Add(90 * time.Second)
+		for {
+			n := 0
+			for k := range outcomes {
+				o := &outcomes[k]
+				o.mu.Lock()
+				if ok(o) {
+					n++
+				}
+				o.mu.Unlock()
+			}
+			if n == len(outcomes) {
+				return
+			}
+			if time.Now().After(deadline) {
+				close(stop)
+				wg.Wait()
+				t.Fatalf("%s: %d of %d sessions after 90 s", what, n, len(outcomes))
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	// Every session is served by its holder before the SIGTERM, so that
+	// a handover shows as a change of the serving node.
+	waitAll("a call served before the SIGTERM", func(o *outcome) bool { return len(o.nodes) > 0 })
 	drained := c.nodes[d]
 	sigAt := time.Now()
 	if err := drained.cmd.Process.Signal(syscall.SIGTERM); err != nil {
@@ -389,10 +426,16 @@ func testClusterDrain(t *testing.T, c *cluster) {
 	select {
 	case <-drained.exited:
 	case <-time.After(90 * time.Second):
+		close(stop)
+		wg.Wait()
 		t.Fatalf("%s did not exit within 90 s of SIGTERM", drainedName)
 	}
 	exitedAfter := time.Since(sigAt)
-	time.Sleep(2 * time.Second)
+	now := time.Now()
+	exitedAt.Store(&now)
+	// Every session, the handed-over ones included, keeps serving after
+	// the drained node is gone.
+	waitAll("three calls served after the drained node exited", func(o *outcome) bool { return o.after >= 3 })
 	close(stop)
 	wg.Wait()
 	w.check(t)
