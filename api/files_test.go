@@ -222,4 +222,36 @@ func TestFilesRoutes(t *testing.T) {
 	if raw.StatusCode != 413 {
 		t.Fatalf("announced oversize: %d", raw.StatusCode)
 	}
+
+	// A chunked upload of 32 MiB against the 3 MiB limit, sent whole
+	// before the reply is read, as urllib3 sends one. The client reads the
+	// 413; a server that stopped reading and closed would reset the
+	// connection under its writes.
+	c2, err := net.Dial("tcp", ts.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c2.Close()
+	fmt.Fprintf(c2, "PUT %s HTTP/1.1\r\nHost: x\r\nX-API-Key: key-PRO\r\nTransfer-Encoding: chunked\r\n\r\n", u("path", "huge"))
+	chunk := append(fmt.Appendf(nil, "%x\r\n", 64<<10), append(bytes.Repeat([]byte("x"), 64<<10), "\r\n"...)...)
+	_ = c2.SetWriteDeadline(time.Now().Add(30 * time.Second))
+	for sent := 0; sent < 32<<20; sent += 64 << 10 {
+		if _, err := c2.Write(chunk); err != nil {
+			t.Fatalf("after %d bytes of a chunked upload over the limit: %v", sent, err)
+		}
+	}
+	if _, err := io.WriteString(c2, "0\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	br := bufio.NewReader(c2)
+	_ = c2.SetReadDeadline(time.Now().Add(30 * time.Second))
+	raw, err = http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatalf("chunked oversize: %v", err)
+	}
+	b, _ := io.ReadAll(raw.Body)
+	raw.Body.Close()
+	if raw.StatusCode != 413 || !strings.Contains(string(b), `"code":"too_large"`) {
+		t.Fatalf("chunked oversize: %d %s", raw.StatusCode, b)
+	}
 }

@@ -410,8 +410,34 @@ func (s *Server) authedCall(h callFunc) http.Handler {
 				return
 			}
 			writeError(cw, r, s.log, err)
+			if cw.status == http.StatusRequestEntityTooLarge && body.n > 0 && !body.eof {
+				lingerAfterRefusal(cw, c.raw)
+			}
 		}
 	})
+}
+
+// A refused body is read and dropped after the refusal for at most
+// lingerTime and lingerBytes.
+const (
+	lingerTime  = 5 * time.Second
+	lingerBytes = 1 << 30
+)
+
+// lingerAfterRefusal lets a client still sending a body the server
+// refused read the 413: the reply is flushed, then the rest of the body
+// read and dropped for a short while (a lingering close). Closed at once
+// with the client's data unread, the connection is reset, and a client
+// that sends its whole body before it reads (urllib3, a chunked upload
+// from curl) reports a reset or a broken pipe, never the 413. A client
+// that reads the reply early stops sending, which ends the wait at once.
+func lingerAfterRefusal(w http.ResponseWriter, raw io.Reader) {
+	rc := http.NewResponseController(w)
+	if rc.Flush() != nil {
+		return
+	}
+	_ = rc.SetReadDeadline(time.Now().Add(lingerTime))
+	_, _ = io.CopyN(io.Discard, raw, lingerBytes)
 }
 
 func keyIDOf(p *Principal) string {
@@ -475,12 +501,16 @@ type countingBody struct {
 		Close() error
 	}
 	n   int64
+	eof bool  // the whole body was read
 	err error // the first failed read of the client's body (not its end, not the size limit)
 }
 
 func (b *countingBody) Read(p []byte) (int, error) {
 	n, err := b.rc.Read(p)
 	b.n += int64(n)
+	if err == io.EOF {
+		b.eof = true
+	}
 	var mbe *http.MaxBytesError
 	if err != nil && err != io.EOF && !errors.As(err, &mbe) && b.err == nil {
 		b.err = err

@@ -98,7 +98,7 @@ func TestForwardStreamOutlivesBodyClose(t *testing.T) {
 	b := startNode(t, st, "b", 4)
 	b.release = make(chan struct{})
 	insertSession(t, st, "b", "s1")
-	b.ex.has["s1"] = true
+	b.ex.holds("s1")
 
 	req, _ := http.NewRequestWithContext(t.Context(), "POST", a.url+"/v1/sessions/s1/stream", strings.NewReader(body))
 	req.Header.Set("Authorization", "Bearer test-key")

@@ -523,7 +523,7 @@ func TestForwardStreamsUnderStress(t *testing.T) {
 		server: func(s *http.Server) { s.IdleTimeout = time.Millisecond }})
 	for _, n := range []*testNode{b, c} {
 		insertSession(t, st, n.name, "s-"+n.name)
-		n.ex.has["s-"+n.name] = true
+		n.ex.holds("s-" + n.name)
 	}
 	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64, ExpectContinueTimeout: 5 * time.Second, DisableCompression: true}}
 	t.Cleanup(hc.CloseIdleConnections)
@@ -624,7 +624,7 @@ func TestForwardOwnerDrops(t *testing.T) {
 	a := startNodeWith(t, st, "a", 4, nodeOpts{log: slog.New(recordHandler{rec: logs})})
 	b := startNodeWith(t, st, "b", 4, nodeOpts{api: &streamAPI{pat: newPattern()}})
 	insertSession(t, st, "b", "s-b")
-	b.ex.has["s-b"] = true
+	b.ex.holds("s-b")
 	for range 3 {
 		// A whole download leaves a keep-alive connection from a to b,
 		// which the next call reuses.
@@ -687,7 +687,7 @@ func TestForwardStreamOutlivesReadTimeout(t *testing.T) {
 	b := startNodeWith(t, st, "b", 4, nodeOpts{server: short})
 	b.release = make(chan struct{})
 	insertSession(t, st, "b", "s1")
-	b.ex.has["s1"] = true
+	b.ex.holds("s1")
 	req, _ := http.NewRequestWithContext(t.Context(), "POST", a.url+"/v1/sessions/s1/stream", strings.NewReader(`{"code":"x"}`))
 	req.Header.Set("Authorization", "Bearer test-key")
 	resp, err := http.DefaultClient.Do(req)

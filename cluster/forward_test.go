@@ -20,7 +20,7 @@ func TestForwardJSON(t *testing.T) {
 	st := openStore(t, testPostgres(t))
 	a, b := startNode(t, st, "a", 4), startNode(t, st, "b", 4)
 	insertSession(t, st, "b", "s1")
-	b.ex.has["s1"] = true
+	b.ex.holds("s1")
 	resp, body := call(t, "POST", a.url+"/v1/sessions/s1/execute", strings.NewReader(`{"code":"print(1)"}`), map[string]string{"X-Request-Id": "req-123"})
 	if resp.StatusCode != 200 || resp.Header.Get(HeaderNode) != "b" || !strings.Contains(body, `"node":"b"`) {
 		t.Fatalf("reply %d %v: %s", resp.StatusCode, resp.Header, body)
@@ -78,7 +78,7 @@ func TestForwardStreams(t *testing.T) {
 	a, b := startNode(t, st, "a", 4), startNode(t, st, "b", 4)
 	b.release = make(chan struct{})
 	insertSession(t, st, "b", "s1")
-	b.ex.has["s1"] = true
+	b.ex.holds("s1")
 	req, _ := http.NewRequestWithContext(t.Context(), "POST", a.url+"/v1/sessions/s1/stream", strings.NewReader("{}"))
 	req.Header.Set("Authorization", "Bearer test-key")
 	resp, err := http.DefaultClient.Do(req)
@@ -132,7 +132,7 @@ func TestHarnessStreamEndsWhenClientLeaves(t *testing.T) {
 	b := startNode(t, st, "b", 4)
 	b.release = make(chan struct{}) // closed only if the test fails
 	insertSession(t, st, "b", "s1")
-	b.ex.has["s1"] = true
+	b.ex.holds("s1")
 	ctx, cancel := context.WithCancel(t.Context())
 	req, _ := http.NewRequestWithContext(ctx, "POST", b.url+"/v1/sessions/s1/stream", strings.NewReader(`{"code":"x"}`))
 	req.Header.Set("Authorization", "Bearer test-key")
@@ -172,7 +172,7 @@ func TestForwardLargeUpload(t *testing.T) {
 	st := openStore(t, testPostgres(t))
 	a, b := startNode(t, st, "a", 4), startNode(t, st, "b", 4)
 	insertSession(t, st, "b", "s1")
-	b.ex.has["s1"] = true
+	b.ex.holds("s1")
 	const size = 64 << 20
 	runtime.GC()
 	var before, after runtime.MemStats
@@ -205,7 +205,7 @@ func TestForwardLargeDownload(t *testing.T) {
 	st := openStore(t, testPostgres(t))
 	a, b := startNode(t, st, "a", 4), startNode(t, st, "b", 4)
 	insertSession(t, st, "b", "s1")
-	b.ex.has["s1"] = true
+	b.ex.holds("s1")
 	runtime.GC()
 	var before, after runtime.MemStats
 	runtime.ReadMemStats(&before)

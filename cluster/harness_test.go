@@ -94,6 +94,11 @@ func (f *fakeExec) Fence(ctx context.Context) error {
 	return nil
 }
 
+// holds makes the node hold session id's sandbox, as a create would.
+// The node's loop clears the set when it fences, so it is written under
+// the lock.
+func (f *fakeExec) holds(id string) { f.mu.Lock(); f.has[id] = true; f.mu.Unlock() }
+
 func (f *fakeExec) HoldUntil(t time.Time) { f.mu.Lock(); f.hold = t; f.mu.Unlock() }
 
 func (f *fakeExec) Capacity() int { return f.capacity }
@@ -272,9 +277,7 @@ func (tn *testNode) api(w http.ResponseWriter, r *http.Request) {
 			http.Error(w, err.Error(), 500)
 			return
 		}
-		tn.ex.mu.Lock()
-		tn.ex.has[id] = true
-		tn.ex.mu.Unlock()
+		tn.ex.holds(id)
 		w.WriteHeader(http.StatusCreated)
 		json.NewEncoder(w).Encode(map[string]string{"id": id, "node": tn.name})
 	case strings.HasSuffix(r.URL.Path, "/stream"):

@@ -38,9 +38,9 @@ func TestWrongSecretNode(t *testing.T) {
 	a := startNode(t, st, "a", 2)
 	w := startNodeSecret(t, st, "w", 8, "another-secret-0123456789abcdef-012345")
 	insertSession(t, st, "w", "sw")
-	w.ex.has["sw"] = true
+	w.ex.holds("sw")
 	insertSession(t, st, "a", "sa")
-	a.ex.has["sa"] = true
+	a.ex.holds("sa")
 
 	check := func(what string, resp *http.Response, body string, via *testNode) {
 		t.Helper()
@@ -86,7 +86,7 @@ func TestForwardBodyCut(t *testing.T) {
 	st := openStore(t, testPostgres(t))
 	a, b := startNode(t, st, "a", 4), startNode(t, st, "b", 4)
 	insertSession(t, st, "b", "s1")
-	b.ex.has["s1"] = true
+	b.ex.holds("s1")
 	conn, err := net.Dial("tcp", strings.TrimPrefix(a.url, "http://"))
 	if err != nil {
 		t.Fatal(err)
@@ -114,7 +114,7 @@ func TestHeadersNearTheLimit(t *testing.T) {
 	st := openStore(t, testPostgres(t))
 	a, b := startNode(t, st, "a", 4), startNode(t, st, "b", 4)
 	insertSession(t, st, "b", "s1")
-	b.ex.has["s1"] = true
+	b.ex.holds("s1")
 	// Sent on fresh connections (the server checks its limit less
 	// strictly on one kept alive), first the largest.
 	for _, n := range []int{3900, 3700, -2000} {
@@ -152,7 +152,7 @@ func TestForwardKeepsConnectionListedHeaders(t *testing.T) {
 	st := openStore(t, testPostgres(t))
 	a, b := startNode(t, st, "a", 4), startNode(t, st, "b", 4)
 	insertSession(t, st, "b", "s1")
-	b.ex.has["s1"] = true
+	b.ex.holds("s1")
 	resp, body := call(t, "GET", a.url+"/v1/sessions/s1", nil, map[string]string{
 		"Connection": "keep-alive, Authorization, X-Api-Key, Accept, Proxy-Authorization",
 		"X-Api-Key":  "k2", "Accept": "text/event-stream", "Proxy-Authorization": "Basic eA==",
@@ -187,7 +187,7 @@ func TestOtherKeysSessionStays(t *testing.T) {
 	a := startNodeWith(t, st, "a", 4, nodeOpts{secret: testSecret, caller: caller})
 	b := startNodeWith(t, st, "b", 4, nodeOpts{secret: testSecret, caller: caller})
 	insertSession(t, st, "b", "s1")
-	b.ex.has["s1"] = true
+	b.ex.holds("s1")
 	insertSession(t, st, "", "s2") // its node is gone: anyone may claim it
 	for _, key := range []string{"Bearer other-key", "Bearer nope"} {
 		for _, id := range []string{"s1", "s2"} {

@@ -20,7 +20,7 @@ func TestTakeoverDeadOwner(t *testing.T) {
 	st := openStore(t, testPostgres(t))
 	a, b, c := startNode(t, st, "a", 4), startNode(t, st, "b", 4), startNode(t, st, "c", 4)
 	insertSession(t, st, "b", "s1")
-	b.ex.has["s1"] = true
+	b.ex.holds("s1")
 	b.kill()
 	row, err := st.GetNode(t.Context(), "b")
 	if err != nil {
@@ -82,7 +82,7 @@ func TestTakeoverHandOver(t *testing.T) {
 	st := openStore(t, testPostgres(t))
 	a, b := startNode(t, st, "a", 4), startNode(t, st, "b", 4)
 	insertSession(t, st, "b", "s1")
-	b.ex.has["s1"] = true
+	b.ex.holds("s1")
 	b.node.Drain()
 	if n, _ := st.GetNode(t.Context(), "b"); !n.Draining {
 		t.Fatal("Drain did not mark the node draining")
@@ -128,7 +128,7 @@ func TestLeaseLossFences(t *testing.T) {
 	st := openStore(t, testPostgres(t))
 	a := startNode(t, st, "a", 4)
 	insertSession(t, st, "a", "s1")
-	a.ex.has["s1"] = true
+	a.ex.holds("s1")
 	epoch := a.node.Epoch()
 	if err := st.ExpireNode(t.Context(), "a", epoch); err != nil {
 		t.Fatal(err)

@@ -36,9 +36,9 @@ func TestForwardTLS(t *testing.T) {
 	a := startNodeWith(t, st, "a", 4, nodeOpts{tls: ca.ServerTLS(t, "127.0.0.1"), conf: conf})
 	b := startNodeWith(t, st, "b", 4, nodeOpts{tls: ca.ServerTLS(t, "127.0.0.1"), conf: conf})
 	insertSession(t, st, "b", "s1")
-	b.ex.has["s1"] = true
+	b.ex.holds("s1")
 	insertSession(t, st, "a", "s2")
-	a.ex.has["s2"] = true
+	a.ex.holds("s2")
 	c := ca.Client()
 	for _, tc := range []struct {
 		from, to *testNode
@@ -79,7 +79,7 @@ func TestForwardTLSUntrusted(t *testing.T) {
 		s.CAFile, s.Lease = writeTemp(t, "other.PEM", other.PEM), duration.Duration(time.Minute)
 	}})
 	insertSession(t, st, "b", "s1")
-	b.ex.has["s1"] = true
+	b.ex.holds("s1")
 	c := ca.Client()
 	for _, n := range []*testNode{roots, wrong} {
 		resp, body := callWith(t, c, "POST", n.url+"/v1/sessions/s1/execute", strings.NewReader(`{}`), nil)
@@ -112,7 +112,7 @@ func TestForwardRequireTLS(t *testing.T) {
 	}})
 	plain := startNode(t, st, "plain", 8)
 	insertSession(t, st, "plain", "s1")
-	plain.ex.has["s1"] = true
+	plain.ex.holds("s1")
 	c := ca.Client()
 	resp, body := callWith(t, c, "GET", e.url+"/v1/sessions/s1", nil, nil)
 	if resp.StatusCode != http.StatusServiceUnavailable || !strings.Contains(body, `"code":"node_unavailable"`) || resp.Header.Get(HeaderNode) != "e" {

@@ -88,22 +88,37 @@ failures() {
   grep -hE -- '^(\[[a-z]+\] )?(\s*--- FAIL|\s+[A-Za-z0-9_]+_test\.go:[0-9]+: |panic: |FAIL\s)' "$@" |
     grep -v 'server log (tail):' | tail -n 200 >&2 || true
 }
-go test -count=1 -timeout 60m "${heavy[@]}" > >(tee "$logs/sandboxed" | sed -u 's/^/[sandboxed] /') 2>&1 &
+# gotest NAME ARGS... is go test ARGS... printed as plain go test prints,
+# with each top-level test's duration kept in $logs/times-NAME.
+gotest() {
+  local name=$1
+  shift
+  go test -json "$@" 2>&1 | python3 scripts/testlog.py --times "$logs/times-$name"
+}
+# slowest prints the slowest tests of every run so far: where the time went.
+slowest() {
+  echo "test.sh: the slowest tests:"
+  for f in "$logs"/times-*; do
+    awk -v run="${f##*/times-}" '{ printf "%10s  %-16s %s %s\n", $1, run, $2, $3 }' "$f"
+  done | sort -b -g -r | head -n 40 || true
+}
+gotest sandboxed -count=1 -timeout 60m "${heavy[@]}" > >(tee "$logs/sandboxed" | sed -u 's/^/[sandboxed] /') 2>&1 &
 heavy_pid=$!
-go test -race -count=1 -timeout 40m $plain > >(tee "$logs/race" | sed -u 's/^/[race] /') 2>&1 &
+gotest race -race -count=1 -timeout 40m $plain > >(tee "$logs/race" | sed -u 's/^/[race] /') 2>&1 &
 race_pid=$!
 rc=0
 wait "$heavy_pid" || rc=1
 wait "$race_pid" || rc=1
 if [ "$rc" != 0 ]; then
   sleep 1 # the tees finish writing
+  slowest
   failures "$logs/sandboxed" "$logs/race"
   echo "test.sh: go test failed (see [sandboxed] and [race] above)" >&2
   exit 1
 fi
 # logged runs a go test command, keeping its output for failures.
 logged() {
-  "$@" 2>&1 | tee "$logs/last" || { failures "$logs/last"; echo "test.sh: failed: $*" >&2; return 1; }
+  gotest "$@" | tee "$logs/last" || { failures "$logs/last"; echo "test.sh: failed: go test ${*:2}" >&2; return 1; }
 }
 # The mirror's tests, and the end-to-end tests whose outcome depends on the
 # store, again on PostgreSQL (the store's own tests run on both engines in
@@ -111,7 +126,7 @@ logged() {
 # tests run on PostgreSQL whatever the engine). Left out here: tests of
 # streams, signals, languages, egress data paths, output limits and the
 # CLI's start-up checks, which read or write nothing the engine changes.
-SANDBOXAPI_TEST_STORE=postgres logged go test -count=1 -timeout 30m ./mirror
+SANDBOXAPI_TEST_STORE=postgres logged mirror-postgres -count=1 -timeout 30m ./mirror
 store_e2e=(
   TestPlanQuotaIsAtomic TestBasicPlanGetsStatelessOnly TestKeysCannotSeeEachOthersSessions
   TestKilledServerRestartsWithoutLeaks TestKilledServerWithWarmPoolLeaksNothing TestHostedProductClientWorksUnchanged
@@ -131,10 +146,11 @@ e2e_tests=$(go test -list '.*' ./internal/e2e | grep '^Test')
 for name in "${store_e2e[@]}"; do
   grep -qx "$name" <<<"$e2e_tests" || { echo "test.sh: no end-to-end test $name" >&2; exit 1; }
 done
-SANDBOXAPI_TEST_STORE=postgres logged go test -count=1 -timeout 45m -run "^($(IFS='|'; echo "${store_e2e[*]}"))\$" ./internal/e2e
+SANDBOXAPI_TEST_STORE=postgres logged e2e-postgres -count=1 -timeout 45m -run "^($(IFS='|'; echo "${store_e2e[*]}"))\$" ./internal/e2e
 # bench/egress is its own module (smokescreen is a peer there, not a dependency):
 # build it and smoke-run a short comparison so it keeps compiling and working.
 egress_bench=$(cd bench/egress && go vet . && go run . -mib 4 -runs 1 -setups 20)
 printf '%s\n' "$egress_bench"
 grep -q '^| sandboxapi |' <<<"$egress_bench"
+slowest
 scripts/fuzz.sh

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandboxapi/sandboxapi/internal/testenv"
 	"github.com/sandboxapi/sandboxapi/store"
 )
 
@@ -369,7 +370,12 @@ func TestFaultRunscMissing(t *testing.T) {
 	bin := filepath.Join(binaries(t), "sandboxapi")
 	dir := t.TempDir()
 	cfg := filepath.Join(dir, "config.yaml")
-	if err := os.WriteFile(cfg, []byte("version: v1\nexecutor:\n  runsc: /nonexistent/runsc\n"), 0o600); err != nil {
+	// Its own installer names: with the defaults, a server already on
+	// the host (a deployment, or one an operator is trying out) is named
+	// as in the way before runsc is looked for.
+	n := testenv.NewNet(t, 'r')
+	conf := fmt.Sprintf("version: v1\nexecutor:\n  runsc: /nonexistent/runsc\ninstaller:\n  pool: %s\n  table: %s\n  prefix: %s\n", n.Pool, n.Table, n.Prefix)
+	if err := os.WriteFile(cfg, []byte(conf), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
