@@ -94,8 +94,8 @@ func TestForwardStreamOutlivesBodyClose(t *testing.T) {
 	}}
 	t.Cleanup(trans.CloseIdleConnections)
 	wrote := make(chan error, 1)
-	a := startNodeWith(t, st, "a", 4, nodeOpts{trans: wroteTrace{rt: trans, wrote: wrote}})
-	b := startNode(t, st, "b", 4)
+	a := startNodeWith(t, st, "a", 4, nodeOpts{trans: wroteTrace{rt: trans, wrote: wrote}, conf: steady})
+	b := startSteadyNode(t, st, "b", 4)
 	b.release = make(chan struct{})
 	insertSession(t, st, "b", "s1")
 	b.ex.holds("s1")

@@ -17,8 +17,6 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/sandboxapi/sandboxapi/internal/duration"
 )
 
 // patternLen is the length of the content the stress tests move: a
@@ -516,10 +514,9 @@ func TestForwardStreamsUnderStress(t *testing.T) {
 	pat := newPattern()
 	api := &streamAPI{pat: pat}
 	logs, ownerLogs := &logRecorder{}, &logRecorder{}
-	longLease := func(s *Settings) { s.Lease = duration.Duration(time.Minute) }
-	a := startNodeWith(t, st, "a", 4, nodeOpts{conf: longLease, log: slog.New(recordHandler{rec: logs})})
-	b := startNodeWith(t, st, "b", 4, nodeOpts{conf: longLease, api: api, log: slog.New(recordHandler{rec: ownerLogs}).With("node", "b")})
-	c := startNodeWith(t, st, "c", 4, nodeOpts{conf: longLease, api: api, log: slog.New(recordHandler{rec: ownerLogs}).With("node", "c"),
+	a := startNodeWith(t, st, "a", 4, nodeOpts{conf: steady, log: slog.New(recordHandler{rec: logs})})
+	b := startNodeWith(t, st, "b", 4, nodeOpts{conf: steady, api: api, log: slog.New(recordHandler{rec: ownerLogs}).With("node", "b")})
+	c := startNodeWith(t, st, "c", 4, nodeOpts{conf: steady, api: api, log: slog.New(recordHandler{rec: ownerLogs}).With("node", "c"),
 		server: func(s *http.Server) { s.IdleTimeout = time.Millisecond }})
 	for _, n := range []*testNode{b, c} {
 		insertSession(t, st, n.name, "s-"+n.name)

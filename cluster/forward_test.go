@@ -18,7 +18,7 @@ import (
 // X-Sandbox-Node; the receiving node's API never sees the call.
 func TestForwardJSON(t *testing.T) {
 	st := openStore(t, testPostgres(t))
-	a, b := startNode(t, st, "a", 4), startNode(t, st, "b", 4)
+	a, b := startSteadyNode(t, st, "a", 4), startSteadyNode(t, st, "b", 4)
 	insertSession(t, st, "b", "s1")
 	b.ex.holds("s1")
 	resp, body := call(t, "POST", a.url+"/v1/sessions/s1/execute", strings.NewReader(`{"code":"print(1)"}`), map[string]string{"X-Request-Id": "req-123"})
@@ -54,7 +54,7 @@ func TestForwardJSON(t *testing.T) {
 // refused with 401 bad_node_signature, before any API sees the call.
 func TestForwardBadSignature(t *testing.T) {
 	st := openStore(t, testPostgres(t))
-	a := startNode(t, st, "a", 4)
+	a := startSteadyNode(t, st, "a", 4)
 	insertSession(t, st, "a", "s1")
 	for _, hdr := range []map[string]string{
 		{"X-Sandbox-Forwarded-By": "b"},
@@ -75,7 +75,7 @@ func TestForwardBadSignature(t *testing.T) {
 // running.
 func TestForwardStreams(t *testing.T) {
 	st := openStore(t, testPostgres(t))
-	a, b := startNode(t, st, "a", 4), startNode(t, st, "b", 4)
+	a, b := startSteadyNode(t, st, "a", 4), startSteadyNode(t, st, "b", 4)
 	b.release = make(chan struct{})
 	insertSession(t, st, "b", "s1")
 	b.ex.holds("s1")
@@ -129,7 +129,7 @@ func TestForwardStreams(t *testing.T) {
 // minutes in its cleanup).
 func TestHarnessStreamEndsWhenClientLeaves(t *testing.T) {
 	st := openStore(t, testPostgres(t))
-	b := startNode(t, st, "b", 4)
+	b := startSteadyNode(t, st, "b", 4)
 	b.release = make(chan struct{}) // closed only if the test fails
 	insertSession(t, st, "b", "s1")
 	b.ex.holds("s1")
@@ -170,7 +170,7 @@ func (zeros) Read(p []byte) (int, error) { clear(p); return len(p), nil }
 // crosses two nodes.
 func TestForwardLargeUpload(t *testing.T) {
 	st := openStore(t, testPostgres(t))
-	a, b := startNode(t, st, "a", 4), startNode(t, st, "b", 4)
+	a, b := startSteadyNode(t, st, "a", 4), startSteadyNode(t, st, "b", 4)
 	insertSession(t, st, "b", "s1")
 	b.ex.holds("s1")
 	const size = 64 << 20
@@ -203,7 +203,7 @@ func TestForwardLargeUpload(t *testing.T) {
 // streams back the same way.
 func TestForwardLargeDownload(t *testing.T) {
 	st := openStore(t, testPostgres(t))
-	a, b := startNode(t, st, "a", 4), startNode(t, st, "b", 4)
+	a, b := startSteadyNode(t, st, "a", 4), startSteadyNode(t, st, "b", 4)
 	insertSession(t, st, "b", "s1")
 	b.ex.holds("s1")
 	runtime.GC()

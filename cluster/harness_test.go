@@ -170,6 +170,21 @@ func startNode(t *testing.T, st *store.Store, name string, free int) *testNode {
 	return startNodeSecret(t, st, name, free, testSecret)
 }
 
+// steadyLease is the lease of the nodes of tests whose subject is not
+// leases: with testLease, a node starved on a loaded machine (the race
+// pass beside the sandboxed tests) renews late, fences itself, and lets
+// its sessions go in the middle of the test.
+const steadyLease = time.Minute
+
+// steady gives a node steadyLease.
+func steady(s *Settings) { s.Lease = duration.Duration(steadyLease) }
+
+// startSteadyNode is startNode with steadyLease.
+func startSteadyNode(t *testing.T, st *store.Store, name string, free int) *testNode {
+	t.Helper()
+	return startNodeWith(t, st, name, free, nodeOpts{conf: steady})
+}
+
 // startNodeSecret is startNode with cluster.secret secret.
 func startNodeSecret(t *testing.T, st *store.Store, name string, free int, secret string) *testNode {
 	t.Helper()

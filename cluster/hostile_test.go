@@ -16,7 +16,7 @@ import (
 // as on one node), not a 503 from a failed owner look-up.
 func TestHostileIDs(t *testing.T) {
 	st := openStore(t, testPostgres(t))
-	a := startNode(t, st, "a", 4)
+	a := startSteadyNode(t, st, "a", 4)
 	for _, path := range []string{"/v1/sessions/%00", "/v1/sessions/s%00/execute", "/v1/sessions/%ff%fe", "/v1/sessions/%c3%28/files"} {
 		before := a.calls.Load()
 		resp, body := call(t, "GET", a.url+path, nil, nil)
@@ -35,8 +35,8 @@ func TestHostileIDs(t *testing.T) {
 // are placed elsewhere afterwards.
 func TestWrongSecretNode(t *testing.T) {
 	st := openStore(t, testPostgres(t))
-	a := startNode(t, st, "a", 2)
-	w := startNodeSecret(t, st, "w", 8, "another-secret-0123456789abcdef-012345")
+	a := startSteadyNode(t, st, "a", 2)
+	w := startNodeWith(t, st, "w", 8, nodeOpts{secret: "another-secret-0123456789abcdef-012345", conf: steady})
 	insertSession(t, st, "w", "sw")
 	w.ex.holds("sw")
 	insertSession(t, st, "a", "sa")
@@ -84,7 +84,7 @@ func TestWrongSecretNode(t *testing.T) {
 // such a call, with the node and the request id, not an empty 200.
 func TestForwardBodyCut(t *testing.T) {
 	st := openStore(t, testPostgres(t))
-	a, b := startNode(t, st, "a", 4), startNode(t, st, "b", 4)
+	a, b := startSteadyNode(t, st, "a", 4), startSteadyNode(t, st, "b", 4)
 	insertSession(t, st, "b", "s1")
 	b.ex.holds("s1")
 	conn, err := net.Dial("tcp", strings.TrimPrefix(a.url, "http://"))
@@ -112,7 +112,7 @@ func TestForwardBodyCut(t *testing.T) {
 // either, never a bare one from the owner passed through.
 func TestHeadersNearTheLimit(t *testing.T) {
 	st := openStore(t, testPostgres(t))
-	a, b := startNode(t, st, "a", 4), startNode(t, st, "b", 4)
+	a, b := startSteadyNode(t, st, "a", 4), startSteadyNode(t, st, "b", 4)
 	insertSession(t, st, "b", "s1")
 	b.ex.holds("s1")
 	// Sent on fresh connections (the server checks its limit less
@@ -150,7 +150,7 @@ func TestHeadersNearTheLimit(t *testing.T) {
 // proper are dropped.
 func TestForwardKeepsConnectionListedHeaders(t *testing.T) {
 	st := openStore(t, testPostgres(t))
-	a, b := startNode(t, st, "a", 4), startNode(t, st, "b", 4)
+	a, b := startSteadyNode(t, st, "a", 4), startSteadyNode(t, st, "b", 4)
 	insertSession(t, st, "b", "s1")
 	b.ex.holds("s1")
 	resp, body := call(t, "GET", a.url+"/v1/sessions/s1", nil, map[string]string{
@@ -184,8 +184,8 @@ func TestOtherKeysSessionStays(t *testing.T) {
 		}
 		return "", false
 	}
-	a := startNodeWith(t, st, "a", 4, nodeOpts{secret: testSecret, caller: caller})
-	b := startNodeWith(t, st, "b", 4, nodeOpts{secret: testSecret, caller: caller})
+	a := startNodeWith(t, st, "a", 4, nodeOpts{secret: testSecret, caller: caller, conf: steady})
+	b := startNodeWith(t, st, "b", 4, nodeOpts{secret: testSecret, caller: caller, conf: steady})
 	insertSession(t, st, "b", "s1")
 	b.ex.holds("s1")
 	insertSession(t, st, "", "s2") // its node is gone: anyone may claim it
