@@ -122,10 +122,12 @@ func (s *Server) startProcess(w http.ResponseWriter, r *http.Request, ps Process
 		MemoryBytes: p.Plan.MemoryMB << 20}
 	if req.Timeout != nil {
 		t := *req.Timeout
-		if math.IsNaN(t) || t <= 0 || t > math.MaxInt32 {
+		if math.IsNaN(t) || t <= 0 {
 			return apiErr(http.StatusBadRequest, "invalid_request", "timeout must be a positive number of seconds")
 		}
-		spec.Timeout = time.Duration(t * float64(time.Second))
+		// A huge timeout is held at a value that still fits a Duration,
+		// so that the executor's own bound names the most allowed.
+		spec.Timeout = time.Duration(min(t, math.MaxInt32) * float64(time.Second))
 	}
 	if req.PTY != nil {
 		spec.PTY = &sandbox.TermSize{Cols: req.PTY.Cols, Rows: req.PTY.Rows}

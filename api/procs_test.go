@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -213,10 +214,16 @@ func TestProcessStdinAndStart(t *testing.T) {
 	if s := fp.spec; s.Cmd != "npm" || len(s.Args) != 2 || s.Timeout != 1500*time.Millisecond || s.PTY == nil || s.PTY.Cols != 80 || s.Tag != "dev" || s.Env["A"] != "b" || !s.Stdin || s.MemoryBytes <= 0 {
 		t.Fatalf("spec %+v", fp.spec)
 	}
-	for _, body := range []string{`{"cmd":"x","timeout":0}`, `{"cmd":"x","timeout":-2}`, `{"cmd":"x","timeout":1e300}`, `{"cmd":"x","pty":[]}`, `{"cmd":["x"]}`, `{"cmd":"x","bogus":1}`} {
+	for _, body := range []string{`{"cmd":"x","timeout":0}`, `{"cmd":"x","timeout":-2}`, `{"cmd":"x","pty":[]}`, `{"cmd":["x"]}`, `{"cmd":"x","bogus":1}`} {
 		if w := procCall(srv, "POST", "/v1/sessions/s1/processes", body); w.Code != http.StatusBadRequest {
 			t.Errorf("%s: %d %s", body, w.Code, w.Body)
 		}
+	}
+	// A huge timeout reaches the executor held at a Duration that does
+	// not overflow, so that its bound (the longest idle TTL) is the one
+	// the client reads.
+	if w := procCall(srv, "POST", "/v1/sessions/s1/processes", `{"cmd":"x","timeout":1e300}`); w.Code != http.StatusCreated || fp.spec.Timeout != math.MaxInt32*time.Second {
+		t.Errorf("timeout 1e300: %d %s, spec timeout %v", w.Code, w.Body, fp.spec.Timeout)
 	}
 	if w := procCall(srv, "POST", "/v1/sessions/s1/processes/7/resize", `{"cols":120,"rows":40}`); w.Code != http.StatusNoContent || fp.size != (sandbox.TermSize{Cols: 120, Rows: 40}) {
 		t.Fatalf("resize: %d %s %+v", w.Code, w.Body, fp.size)
