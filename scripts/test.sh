@@ -64,11 +64,19 @@ k8s_env=$(scripts/k8s-tools.sh "$tools")
 eval "$k8s_env"
 export SANDBOXAPI_MCP_INSPECTOR="$tools/inspector/node_modules/.bin/mcp-inspector"
 go vet ./...
-# Every package's tests once, in two runs side by side: the packages that
-# drive sandboxes (runsc, the built server, installer jobs) as users build
-# them, listed first so the longest start first; every other package under
-# the race detector. A package not named in `sandboxed` gets the race
-# detector, so a new one is never left out. (-race needs cgo: gcc.)
+# Everything runs at once, in three chains side by side, because a sandbox
+# test mostly waits (on sandboxes, timers, heartbeats: one test stream
+# leaves the 2-core machine two-thirds idle):
+#  - sandboxed: the packages that drive sandboxes (runsc, the built server,
+#    installer jobs) as users build them, listed first so the longest start
+#    first, their tests TEST_PARALLEL at a time;
+#  - race: every other package under the race detector, then the egress
+#    benchmark's smoke run and the fuzz smoke run;
+#  - postgres: the mirror's tests and the end-to-end tests whose outcome
+#    depends on the store, again on PostgreSQL.
+# A package not named in `sandboxed` gets the race detector, so a new one
+# is never left out. (-race needs cgo: gcc.)
+parallel=${TEST_PARALLEL:-6}
 sandboxed=(executor internal/e2e installer rootfs internal/cli)
 mod=$(go list -m)
 pkgs=$(go list ./...)
@@ -78,55 +86,12 @@ for p in "${sandboxed[@]}"; do
   heavy+=("./$p")
 done
 plain=$(grep -vxE "$mod/($(IFS='|'; echo "${sandboxed[*]}"))" <<<"$pkgs")
-# Each run's output is also kept, so that a failure ends the log with the
-# failing tests and their messages: a failing end-to-end test logs its
-# servers' last lines, which would otherwise be all a log's tail shows.
-logs=$(mktemp -d)
-trap 'rm -rf "$logs"' EXIT
-failures() {
-  echo "test.sh: failed tests and their messages:" >&2
-  grep -hE -- '^(\[[a-z]+\] )?(\s*--- FAIL|\s+[A-Za-z0-9_]+_test\.go:[0-9]+: |panic: |FAIL\s)' "$@" |
-    grep -v 'server log (tail):' | tail -n 200 >&2 || true
-}
-# gotest NAME ARGS... is go test ARGS... printed as plain go test prints,
-# with each top-level test's duration kept in $logs/times-NAME.
-gotest() {
-  local name=$1
-  shift
-  go test -json "$@" 2>&1 | python3 scripts/testlog.py --times "$logs/times-$name"
-}
-# slowest prints the slowest tests of every run so far: where the time went.
-slowest() {
-  echo "test.sh: the slowest tests:"
-  for f in "$logs"/times-*; do
-    awk -v run="${f##*/times-}" '{ printf "%10s  %-16s %s %s\n", $1, run, $2, $3 }' "$f"
-  done | sort -b -g -r | head -n 40 || true
-}
-gotest sandboxed -count=1 -timeout 60m "${heavy[@]}" > >(tee "$logs/sandboxed" | sed -u 's/^/[sandboxed] /') 2>&1 &
-heavy_pid=$!
-gotest race -race -count=1 -timeout 40m $plain > >(tee "$logs/race" | sed -u 's/^/[race] /') 2>&1 &
-race_pid=$!
-rc=0
-wait "$heavy_pid" || rc=1
-wait "$race_pid" || rc=1
-if [ "$rc" != 0 ]; then
-  sleep 1 # the tees finish writing
-  slowest
-  failures "$logs/sandboxed" "$logs/race"
-  echo "test.sh: go test failed (see [sandboxed] and [race] above)" >&2
-  exit 1
-fi
-# logged runs a go test command, keeping its output for failures.
-logged() {
-  gotest "$@" | tee "$logs/last" || { failures "$logs/last"; echo "test.sh: failed: go test ${*:2}" >&2; return 1; }
-}
-# The mirror's tests, and the end-to-end tests whose outcome depends on the
-# store, again on PostgreSQL (the store's own tests run on both engines in
-# the run above; every end-to-end test ran there on SQLite, and the cluster
-# tests run on PostgreSQL whatever the engine). Left out here: tests of
-# streams, signals, languages, egress data paths, output limits and the
-# CLI's start-up checks, which read or write nothing the engine changes.
-SANDBOXAPI_TEST_STORE=postgres logged mirror-postgres -count=1 -timeout 30m ./mirror
+# The store's own tests run on both engines in the race chain; every
+# end-to-end test runs on SQLite in the sandboxed chain, and the cluster
+# tests run on PostgreSQL whatever the engine. Left out of the PostgreSQL
+# pass: tests of streams, signals, languages, egress data paths, output
+# limits and the CLI's start-up checks, which read or write nothing the
+# engine changes.
 store_e2e=(
   TestPlanQuotaIsAtomic TestBasicPlanGetsStatelessOnly TestKeysCannotSeeEachOthersSessions
   TestKilledServerRestartsWithoutLeaks TestKilledServerWithWarmPoolLeaksNothing TestHostedProductClientWorksUnchanged
@@ -146,11 +111,81 @@ e2e_tests=$(go test -list '.*' ./internal/e2e | grep '^Test')
 for name in "${store_e2e[@]}"; do
   grep -qx "$name" <<<"$e2e_tests" || { echo "test.sh: no end-to-end test $name" >&2; exit 1; }
 done
-SANDBOXAPI_TEST_STORE=postgres logged e2e-postgres -count=1 -timeout 45m -run "^($(IFS='|'; echo "${store_e2e[*]}"))\$" ./internal/e2e
-# bench/egress is its own module (smokescreen is a peer there, not a dependency):
-# build it and smoke-run a short comparison so it keeps compiling and working.
-egress_bench=$(cd bench/egress && go vet . && go run . -mib 4 -runs 1 -setups 20)
-printf '%s\n' "$egress_bench"
-grep -q '^| sandboxapi |' <<<"$egress_bench"
+# Each chain's output is also kept, so that a failure ends the log with the
+# failing tests and their messages: a failing end-to-end test logs its
+# servers' last lines, which would otherwise be all a log's tail shows.
+logs=$(mktemp -d)
+trap 'rm -rf "$logs"' EXIT
+began=$SECONDS
+# mark prints how far into the tests a step ended.
+mark() { echo "test.sh: +$((SECONDS - began)) s: $*"; }
+failures() {
+  echo "test.sh: failed tests and their messages:" >&2
+  grep -hE -- '^(\s*--- FAIL|\s+[A-Za-z0-9_]+_test\.go:[0-9]+: |panic: |FAIL\s|FAIL: |test\.sh: failed)' "$@" |
+    grep -v 'server log (tail):' | tail -n 200 >&2 || true
+}
+# gotest NAME ARGS... is go test ARGS... printed as plain go test prints,
+# with each top-level test's duration kept in $logs/times-NAME.
+gotest() {
+  local name=$1 rc=0
+  shift
+  go test -json "$@" 2>&1 | python3 scripts/testlog.py --times "$logs/times-$name" || rc=$?
+  mark "go test $name: exit $rc"
+  return "$rc"
+}
+# slowest prints the slowest tests of every run so far: where the time went.
+slowest() {
+  echo "test.sh: the slowest tests:"
+  for f in "$logs"/times-*; do
+    awk -v run="${f##*/times-}" '{ printf "%10s  %-16s %s %s\n", $1, run, $2, $3 }' "$f"
+  done | sort -b -g -r | head -n 40 || true
+}
+# bench/egress is its own module (smokescreen is a peer there, not a
+# dependency): build it and smoke-run a short comparison so it keeps
+# compiling and working.
+egress_smoke() {
+  local out
+  out=$(cd bench/egress && go vet . && go run . -mib 4 -runs 1 -setups 20) || return 1
+  printf '%s\n' "$out"
+  grep -q '^| sandboxapi |' <<<"$out" || { echo "test.sh: failed: the egress benchmark printed no sandboxapi row"; return 1; }
+  mark "egress benchmark smoke run: ok"
+}
+# Each chain runs every step even after one fails, so that one run shows
+# every failure, and fails if any step did.
+chain_sandboxed() {
+  gotest sandboxed -count=1 -parallel "$parallel" -timeout 60m "${heavy[@]}"
+}
+chain_race() {
+  local rc=0
+  # shellcheck disable=SC2086 # $plain is a list of packages
+  gotest race -race -count=1 -timeout 40m $plain || rc=1
+  egress_smoke || rc=1
+  scripts/fuzz.sh || rc=1
+  mark "fuzz smoke run: exit $rc"
+  return "$rc"
+}
+chain_postgres() {
+  local rc=0
+  SANDBOXAPI_TEST_STORE=postgres gotest mirror-postgres -count=1 -timeout 30m ./mirror || rc=1
+  SANDBOXAPI_TEST_STORE=postgres gotest e2e-postgres -count=1 -parallel "$parallel" -timeout 45m \
+    -run "^($(IFS='|'; echo "${store_e2e[*]}"))\$" ./internal/e2e || rc=1
+  return "$rc"
+}
+pids=()
+names=(sandboxed race postgres)
+for name in "${names[@]}"; do
+  "chain_$name" > >(tee "$logs/$name" | sed -u "s/^/[$name] /") 2>&1 &
+  pids+=($!)
+done
+rc=0
+for i in "${!pids[@]}"; do
+  wait "${pids[$i]}" || { rc=1; echo "test.sh: the ${names[$i]} chain failed" >&2; }
+done
+sleep 1 # the tees finish writing
 slowest
-scripts/fuzz.sh
+if [ "$rc" != 0 ]; then
+  failures "${names[@]/#/$logs/}"
+  echo "test.sh: failed (see [sandboxed], [race] and [postgres] above)" >&2
+  exit 1
+fi
+mark "every chain passed"
