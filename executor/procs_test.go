@@ -421,7 +421,8 @@ func TestBackgroundProcessAcrossHibernation(t *testing.T) {
 		t.Fatalf("list after hibernation: %v", err)
 	}
 	if len(list) != 1 || list[0].PID != p.PID || list[0].State != sandbox.ProcessRunning {
-		t.Fatalf("the process did not survive the hibernation: %+v", list)
+		v, err := e.GetSession(ctx, "k1", s.ID)
+		t.Fatalf("the process did not survive the hibernation: %+v (the session's memory: %+v, %v)", list, v.Memory, err)
 	}
 	if got, err := e.GetSession(ctx, "k1", s.ID); err != nil || got.State != StateRunning {
 		t.Fatalf("session after the list: %+v %v", got, err)
