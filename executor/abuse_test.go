@@ -86,6 +86,7 @@ func mustNotContain(t *testing.T, r Result, subs ...string) {
 // The files API traps (symlinks, hard links, FIFOs, sockets, devices,
 // dot-dot paths) are covered by TestFileHostilePaths in files_test.go.
 func TestAbuseCorpus(t *testing.T) {
+	t.Parallel()
 	e, cfg := startExecutor(t, func(c *Config) { c.WarmPool = 0 })
 	ctx := context.Background()
 

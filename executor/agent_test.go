@@ -10,6 +10,7 @@ import (
 )
 
 func TestFrameRoundTripAndLimit(t *testing.T) {
+	t.Parallel()
 	var b bytes.Buffer
 	for _, p := range [][]byte{nil, []byte("x"), bytes.Repeat([]byte("y"), 70000)} {
 		if err := guest.WriteFrame(&b, guest.FrameStdout, p); err != nil {
@@ -38,6 +39,7 @@ func TestFrameRoundTripAndLimit(t *testing.T) {
 // The agent path and the runsc exec path give the same results for the
 // same requests, and the session keeps working when the channel breaks.
 func TestAgentMatchesExecPath(t *testing.T) {
+	t.Parallel()
 	e, _ := startExecutor(t)
 	s := mustSession(t, e, "python3")
 	if e.agents.For(s.ID) == nil {
@@ -94,6 +96,7 @@ func TestAgentMatchesExecPath(t *testing.T) {
 
 // Stateless calls and warm sandboxes have the channel too.
 func TestStatelessUsesTheAgent(t *testing.T) {
+	t.Parallel()
 	e, _ := startExecutor(t, func(c *Config) { c.WarmPool = 1 })
 	deadline := time.Now().Add(30 * time.Second)
 	for e.Pool().Ready() == 0 && time.Now().Before(deadline) {
@@ -123,6 +126,7 @@ func short(r Result) Result {
 // A call cancelled mid-run (the client went away) ends its reader before
 // the next call uses the channel: the next call sees only its own output.
 func TestAgentCancelThenNextCall(t *testing.T) {
+	t.Parallel()
 	e, _ := startExecutor(t)
 	s := mustSession(t, e, "python3")
 	for i := range 3 {

@@ -159,6 +159,7 @@ func checkpointLeft(e *Executor, id string) []string {
 }
 
 func TestLiveHibernateResumeKeepsMemory(t *testing.T) {
+	t.Parallel()
 	e, _ := startExecutor(t, func(c *Config) { c.WarmPool = 0 })
 	ctx := context.Background()
 	s := mustSession(t, e, "python3")
@@ -226,6 +227,7 @@ func TestLiveHibernateResumeKeepsMemory(t *testing.T) {
 // Sessions without live state hibernate as before: no checkpoint, and a
 // resume that says nothing of memory.
 func TestNotLiveHibernatesWithoutCheckpoint(t *testing.T) {
+	t.Parallel()
 	e, _ := startExecutor(t, func(c *Config) { c.WarmPool = 0 })
 	ctx := context.Background()
 	s := mustSession(t, e, "python3")
@@ -247,6 +249,7 @@ func TestNotLiveHibernatesWithoutCheckpoint(t *testing.T) {
 // A restore that cannot be done starts the session on its files and says
 // why; the image goes, and the session is no longer live.
 func TestLiveRestoreFallsBack(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		name   string
 		spoil  func(t *testing.T, dir string)
@@ -337,6 +340,7 @@ func TestLiveRestoreFallsBack(t *testing.T) {
 // A failure in the middle of a checkpoint or a restore leaves no process,
 // mount or image behind, and the session whole on its files (and says so).
 func TestLiveFaults(t *testing.T) {
+	t.Parallel()
 	for _, step := range []createStep{stepCheckpointSaved, stepCheckpointRecorded, stepRestoreRunsc} {
 		t.Run(string(step), func(t *testing.T) {
 			e, _ := startExecutor(t, func(c *Config) { c.WarmPool = 0 })
@@ -391,6 +395,7 @@ func TestLiveFaults(t *testing.T) {
 // memory restored when the image was complete and recorded, else lost
 // and said so; no partial image stays.
 func TestLiveCrash(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		step     createStep
 		restored bool
@@ -455,6 +460,7 @@ func TestLiveCrash(t *testing.T) {
 // running; the next start adopts the live one and gives it a new agent
 // channel by a checkpoint and restore).
 func TestLiveSurvivesRestart(t *testing.T) {
+	t.Parallel()
 	for _, kill := range []bool{false, true} {
 		name := "stop"
 		if kill {
@@ -510,6 +516,7 @@ func TestLiveSurvivesRestart(t *testing.T) {
 // A fork of a live session, running or hibernated, restores a copy of
 // its memory into the child, and the two diverge from there.
 func TestLiveFork(t *testing.T) {
+	t.Parallel()
 	for _, hibernated := range []bool{false, true} {
 		t.Run(fmt.Sprintf("hibernated=%v", hibernated), func(t *testing.T) {
 			e, _ := startExecutor(t, func(c *Config) { c.WarmPool = 0 })
@@ -553,6 +560,7 @@ func TestLiveFork(t *testing.T) {
 // fresh veth); the restore takes it, memory comes back, and the sandbox
 // has the same interfaces, addresses and routes as before.
 func TestLiveNetworkSession(t *testing.T) {
+	t.Parallel()
 	f := startFaultExecutor(t)
 	e, ctx := f.e, context.Background()
 	s, err := e.CreateSession(ctx, SessionSpec{Language: "python3", Owner: "k1", Network: sandbox.NetworkRequest{Enabled: true}})
@@ -614,6 +622,7 @@ func TestLiveNetworkSession(t *testing.T) {
 // hibernate_after checkpoints a live session too: idle, it hibernates
 // with its memory, and the next call has it back.
 func TestLiveHibernateAfter(t *testing.T) {
+	t.Parallel()
 	e, _ := startExecutor(t, func(c *Config) { c.WarmPool = 0; c.HibernateAfter = time.Second })
 	ctx := context.Background()
 	s := mustSession(t, e, "python3")
@@ -644,6 +653,7 @@ func TestLiveHibernateAfter(t *testing.T) {
 // restored by the node that takes it: the checkpoint lives beside the
 // home on the shared homes folder, and the row names it.
 func TestClusterLiveHandOver(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	ctx := context.Background()
 	cfgA := c.nodeConfig(t)

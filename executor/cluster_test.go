@@ -198,6 +198,7 @@ func hostHolds(e *Executor, id string) []string {
 // shared image with a's file in it. The image is never on two loop
 // devices.
 func TestClusterFenceThenTakeover(t *testing.T) {
+	// Serial (no t.Parallel): a fence must finish within 2.5 s (lease/4 of a 10 s lease); other tests' load would break that.
 	c := newCluster(t)
 	a := c.start(t, "a", c.nodeConfig(t))
 	b := c.start(t, "b", c.nodeConfig(t))
@@ -278,6 +279,7 @@ func TestClusterFenceThenTakeover(t *testing.T) {
 // b's, answers ErrSessionMoved and kills a's sandbox, and b serves the
 // session with its files.
 func TestClusterStateWriteAfterClaim(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	a := c.start(t, "a", c.nodeConfig(t))
 	b := c.start(t, "b", c.nodeConfig(t))
@@ -331,6 +333,7 @@ func TestClusterStateWriteAfterClaim(t *testing.T) {
 // TestClusterAdoptWithoutImage: a session whose image is not there (homes
 // not shared) ends on Adopt with ErrSessionLost.
 func TestClusterAdoptWithoutImage(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	b := c.start(t, "b", c.nodeConfig(t))
 	ctx := context.Background()
@@ -363,6 +366,7 @@ func TestClusterAdoptWithoutImage(t *testing.T) {
 // leaves them unowned, its fence process exits without touching anything,
 // and another node takes the sessions over at once.
 func TestClusterStopHandsOver(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	ctx := context.Background()
 	cfgA := c.nodeConfig(t)
@@ -432,6 +436,7 @@ func TestClusterStopHandsOver(t *testing.T) {
 // another node owns stays (its node-local folder goes), as do the other
 // node's warm homes; an image this node made for no session goes.
 func TestClusterReconcileKeepsOthersImages(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	ctx := context.Background()
 	b := c.start(t, "b", c.nodeConfig(t, func(cfg *Config) { cfg.WarmPool = 1 }))
@@ -543,6 +548,7 @@ func helperNode(t *testing.T, cfgVar, skip string, log *slog.Logger) (*Executor,
 // unmounts a's homes within about a second, and lets go of a's output;
 // node b then takes the session over with its files.
 func TestClusterFenceProcess(t *testing.T) {
+	// Serial (no t.Parallel): the fence must be done within 3 s of node a's SIGKILL; other tests' load would break that.
 	c := newCluster(t)
 	cfgA := c.nodeConfig(t)
 	raw, err := json.Marshal(cfgA)
@@ -642,6 +648,7 @@ func TestClusterFenceProcess(t *testing.T) {
 // TestClusterFenceDuringCall: a call running when its node fences answers
 // ErrSessionMoved at once and writes nothing to the session's row.
 func TestClusterFenceDuringCall(t *testing.T) {
+	// Serial (no t.Parallel): a 1 s sleep stands for the call being under way when the fence comes; other tests' load would break that.
 	c := newCluster(t)
 	a := c.start(t, "a", c.nodeConfig(t))
 	ctx := context.Background()
@@ -684,6 +691,7 @@ func (e *Executor) currentFence() *exec.Cmd { return e.node.fence.Process() }
 // stale handle would be) neither ends the session nor removes its image:
 // shared storage that does not answer is not a lost session.
 func TestClusterReconcileKeepsUnreadableImage(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	ctx := context.Background()
 	now := time.Now()
@@ -722,6 +730,7 @@ func TestClusterReconcileKeepsUnreadableImage(t *testing.T) {
 // sweep's reason, the key's plan slot is freed, the image leaves
 // homes_dir, and b holds nothing of it.
 func TestClusterEndOrphan(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	a := c.start(t, "a", c.nodeConfig(t))
 	b := c.start(t, "b", c.nodeConfig(t))
@@ -776,6 +785,7 @@ func TestClusterEndOrphan(t *testing.T) {
 // (homes not shared) is ended "sandbox lost", its slot freed, and what is
 // left of its home folder removed; EndOrphan answers nil.
 func TestClusterEndOrphanWithoutImage(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	b := c.start(t, "b", c.nodeConfig(t))
 	ctx := context.Background()

@@ -232,7 +232,14 @@ var errInjected = errors.New("injected fault")
 // row is left creating. Then a cleanup that panics (the network layer's
 // Detach) still gives back the rest, and sessions can be made up to the
 // ceiling afterwards.
+//
+// It counts this process's open files, which tests running beside it
+// change: it runs in a process of its own (inOwnProcess), in parallel
+// with the other tests.
 func TestCreateSessionFaultAtEveryStep(t *testing.T) {
+	if !inOwnProcess(t) {
+		return
+	}
 	f := startFaultExecutor(t)
 	ctx := context.Background()
 	netSteps := []createStep{stepCapacity, stepHome, stepStoreInsert, stepNetwork, stepNetworkRecord, stepBundle, stepRunsc, stepStoreRunning}
@@ -256,11 +263,16 @@ func TestCreateSessionFaultAtEveryStep(t *testing.T) {
 			cases = append(cases, tc{name: "warm/" + string(s) + "/" + mode, step: s, panics: panics})
 		}
 	}
-	waitWarm := func(t *testing.T) {
+	// waitSettled waits until the warm pool is full and its filler holds
+	// the one sandbox more it makes (it waits to hand it over): from then
+	// on the pool opens and closes no files until a sandbox is taken, so
+	// the open-file counts before and after a case are taken in the same
+	// state.
+	waitSettled := func(t *testing.T) {
 		t.Helper()
-		for deadline := time.Now().Add(60 * time.Second); f.e.Pool().Ready() < f.cfg.WarmPool; time.Sleep(50 * time.Millisecond) {
+		for deadline := time.Now().Add(60 * time.Second); !f.e.Pool().settled(); time.Sleep(20 * time.Millisecond) {
 			if time.Now().After(deadline) {
-				t.Fatal("the warm pool did not refill")
+				t.Fatalf("the warm pool did not refill: %d ready", f.e.Pool().Ready())
 			}
 		}
 	}
@@ -271,7 +283,7 @@ func TestCreateSessionFaultAtEveryStep(t *testing.T) {
 		t.Helper()
 		got := 0
 		for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) { // long: background teardowns on a loaded machine
-			waitWarm(t)
+			waitSettled(t)
 			if got = fdCount(); got <= want {
 				return
 			}
@@ -293,15 +305,12 @@ func TestCreateSessionFaultAtEveryStep(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			waitWarm(t)
 			// The pool's filler makes one sandbox beyond a full pool (it
 			// waits to hand it over) a moment after the pool is full: the
 			// baseline is taken once that has happened, so its agent pipes
 			// are not counted as a leak later.
+			waitSettled(t)
 			fds := fdCount()
-			for end := time.Now().Add(2 * time.Second); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
-				fds = max(fds, fdCount())
-			}
 			before := fdList()
 			defer func() {
 				if t.Failed() {
@@ -421,6 +430,7 @@ func TestCreateSessionFaultAtEveryStep(t *testing.T) {
 // ErrNoNetwork every time and takes nothing, and sessions without network
 // and stateless calls still work up to the ceiling.
 func TestCreateSessionNetworkWithoutEgress(t *testing.T) {
+	t.Parallel()
 	e, cfg := startExecutor(t, func(c *Config) { c.MaxSandboxes = 2 })
 	ctx := context.Background()
 	for i := range 16 {
@@ -467,6 +477,7 @@ func TestCreateSessionNetworkWithoutEgress(t *testing.T) {
 // panics after taking its capacity slot, before it has a sandbox, gives the
 // slot back; more such calls than the ceiling leave later calls working.
 func TestStatelessFaultGivesTheSlotBack(t *testing.T) {
+	t.Parallel()
 	e, cfg := startExecutor(t, func(c *Config) { c.MaxSandboxes = 2 })
 	ctx := context.Background()
 	for _, panics := range []bool{false, true} {

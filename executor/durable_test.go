@@ -78,6 +78,7 @@ func state(t *testing.T, e *Executor, id string) State {
 }
 
 func TestHibernateAndResume(t *testing.T) {
+	t.Parallel()
 	f := startFaultExecutor(t)
 	e, ctx := f.e, context.Background()
 	for _, network := range []bool{false, true} {
@@ -137,6 +138,7 @@ func TestHibernateAndResume(t *testing.T) {
 // it once, and every one of them, having waited for that resume, reports
 // it (resume report and resumed_ms).
 func TestParallelCallsResumeOnce(t *testing.T) {
+	t.Parallel()
 	e, _ := startExecutor(t, func(c *Config) { c.WarmPool = 0 })
 	ctx := context.Background()
 	s := mustSession(t, e, "bash")
@@ -184,6 +186,7 @@ func TestParallelCallsResumeOnce(t *testing.T) {
 // mount or process) and its next call works; idle past its TTL, the
 // hibernated session ends and its home is deleted.
 func TestIdleHibernationAndTTL(t *testing.T) {
+	t.Parallel()
 	e, _ := startExecutor(t, func(c *Config) { c.WarmPool = 0; c.HibernateAfter = time.Second })
 	ctx := context.Background()
 	s := mustSession(t, e, "bash")
@@ -264,6 +267,7 @@ func crash(e *Executor, st *store.Store) {
 }
 
 func TestStopHibernatesAndRestartServes(t *testing.T) {
+	t.Parallel()
 	_, open := restartable(t)
 	first, st := open()
 	s := mustSession(t, first, "python3")
@@ -289,6 +293,7 @@ func TestStopHibernatesAndRestartServes(t *testing.T) {
 // Every runsc process and loop mount of the first executor is removed from
 // outside while it is down; the next start serves the session hibernated.
 func TestRestartAfterSandboxesRemovedFromOutside(t *testing.T) {
+	t.Parallel()
 	_, open := restartable(t)
 	first, st := open()
 	s := mustSession(t, first, "python3")
@@ -321,6 +326,7 @@ func TestRestartAfterSandboxesRemovedFromOutside(t *testing.T) {
 }
 
 func TestForkSession(t *testing.T) {
+	t.Parallel()
 	e, _ := startExecutor(t, func(c *Config) { c.WarmPool = 0 })
 	ctx := context.Background()
 	parent := mustSession(t, e, "python3")
@@ -377,6 +383,7 @@ func TestForkSession(t *testing.T) {
 }
 
 func TestDiskBudget(t *testing.T) {
+	t.Parallel()
 	e, cfg := startExecutor(t, func(c *Config) { c.WarmPool = 0; c.MaxDisk = 2 * c.HomeBytes })
 	ctx := context.Background()
 	a := mustSession(t, e, "bash")
@@ -421,6 +428,7 @@ func blockForever() { select {} }
 // nothing, and the next call resumes it; a crash at any step leaves it
 // whole for the next start.
 func TestResumeFaults(t *testing.T) {
+	t.Parallel()
 	steps := []createStep{stepResumeStore, stepResumeMount, stepResumeRunsc}
 	t.Run("error", func(t *testing.T) {
 		e, _ := startExecutor(t, func(c *Config) { c.WarmPool = 0 })
@@ -504,6 +512,7 @@ func TestResumeFaults(t *testing.T) {
 // left frozen); after a crash at any step the next start ends the child
 // and serves the source whole.
 func TestForkFaults(t *testing.T) {
+	t.Parallel()
 	steps := []createStep{stepForkInsert, stepForkCopy}
 	check := func(t *testing.T, e *Executor, st *store.Store, parent, child string) {
 		t.Helper()
@@ -585,6 +594,7 @@ func TestForkFaults(t *testing.T) {
 // A crash in the middle of a hibernation leaves the session whole: the
 // next start serves it hibernated.
 func TestHibernateCrash(t *testing.T) {
+	t.Parallel()
 	for _, step := range []createStep{stepHibernateStore, stepHibernateSandbox} {
 		t.Run(string(step), func(t *testing.T) {
 			_, open := restartable(t)
@@ -618,6 +628,7 @@ func TestHibernateCrash(t *testing.T) {
 // the agent channel without the session's lock: an upload, a download and
 // a listing each find the session hibernated and work.
 func TestFileCallsResumeHibernated(t *testing.T) {
+	t.Parallel()
 	e, _ := startExecutor(t, func(c *Config) { c.WarmPool = 0 })
 	ctx := context.Background()
 	s := mustSession(t, e, "bash")
@@ -658,6 +669,7 @@ func TestFileCallsResumeHibernated(t *testing.T) {
 // mount and unmounts it there, so the session hibernates cleanly and
 // resumes; the namespace and its process live on.
 func TestResumeEvictsCopiedHomeMount(t *testing.T) {
+	t.Parallel()
 	if _, err := exec.LookPath("unshare"); err != nil {
 		t.Skip("no unshare")
 	}

@@ -95,6 +95,7 @@ func run(t *testing.T, e *Executor, id, code string, timeout time.Duration) Resu
 }
 
 func TestFilesPersistVariablesDoNot(t *testing.T) {
+	t.Parallel()
 	e, _ := startExecutor(t)
 	s := mustSession(t, e, "python3")
 	r := run(t, e, s.ID, "x = 41\nopen('/home/sandbox/state.txt','w').write('kept')\nprint('one')", 0)
@@ -116,6 +117,7 @@ func TestFilesPersistVariablesDoNot(t *testing.T) {
 }
 
 func TestTimeoutKeepsSession(t *testing.T) {
+	// Serial (no t.Parallel): a 1 s timeout must end the call within 5 s (DurationMS); other tests' load would break that.
 	e, _ := startExecutor(t)
 	s := mustSession(t, e, "bash")
 	r := run(t, e, s.ID, "echo start; sleep 30 & sleep 30; echo never", time.Second)
@@ -133,6 +135,7 @@ func TestTimeoutKeepsSession(t *testing.T) {
 }
 
 func TestMemoryBombIsOOMAndSessionSurvives(t *testing.T) {
+	t.Parallel()
 	e, _ := startExecutor(t)
 	s := mustSession(t, e, "python3")
 	r := run(t, e, s.ID, "x = bytearray(1024*1024*1024)\nprint(len(x))", 30*time.Second)
@@ -146,6 +149,7 @@ func TestMemoryBombIsOOMAndSessionSurvives(t *testing.T) {
 }
 
 func TestForkBombContained(t *testing.T) {
+	// Serial (no t.Parallel): another session must answer within 5 s while the bomb goes off, 700 ms after it started; other tests' load would break that.
 	e, cfg := startExecutor(t)
 	s := mustSession(t, e, "bash")
 	other := mustSession(t, e, "bash")
@@ -199,6 +203,7 @@ func lastLine(s string) string {
 }
 
 func TestOutputFloodTruncated(t *testing.T) {
+	t.Parallel()
 	e, cfg := startExecutor(t)
 	s := mustSession(t, e, "python3")
 	r := run(t, e, s.ID, "import sys\nwhile True: sys.stdout.write('x'*65536)", 20*time.Second)
@@ -215,6 +220,7 @@ func TestOutputFloodTruncated(t *testing.T) {
 }
 
 func TestBusyLoopDoesNotBlockOtherSession(t *testing.T) {
+	// Serial (no t.Parallel): another session must answer within 3.5 s while a busy loop spins; other tests' load would break that.
 	e, _ := startExecutor(t)
 	a := mustSession(t, e, "python3")
 	b := mustSession(t, e, "python3")
@@ -240,6 +246,7 @@ func TestBusyLoopDoesNotBlockOtherSession(t *testing.T) {
 }
 
 func TestHomeDiskLimit(t *testing.T) {
+	t.Parallel()
 	e, _ := startExecutor(t)
 	s := mustSession(t, e, "bash")
 	r := run(t, e, s.ID, "dd if=/dev/zero of=/home/sandbox/big bs=1M count=200 2>&1; echo rc=$?; df -m /home/sandbox | tail -1", 30*time.Second)
@@ -253,6 +260,7 @@ func TestHomeDiskLimit(t *testing.T) {
 }
 
 func TestDeleteReturnsHostResources(t *testing.T) {
+	t.Parallel()
 	e, cfg := startExecutor(t, func(c *Config) { c.WarmPool = 0 })
 	// runsc keeps one shared nsfs mount per root for --network=none; a first
 	// session creates it, so it is part of the baseline.
@@ -331,6 +339,7 @@ func hostResources(t *testing.T, cfg Config) resources {
 }
 
 func TestRestartAdoptsSessions(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	cfg := testConfig(t, dir)
 	cfg.WarmPool = 0

@@ -14,6 +14,7 @@ import (
 // Go) keep the toolchains' rules and outcomes, and every result splits its
 // time into compile_ms and run_ms.
 func TestCompiledFastPathsKeepTheRules(t *testing.T) {
+	t.Parallel()
 	e, _ := startExecutor(t, func(c *Config) { c.WarmPool = 0; c.HomeBytes = 256 << 20; c.MemoryBytes = 768 << 20 })
 	tests := []struct {
 		name, lang, code string
@@ -75,6 +76,7 @@ func TestCompiledFastPathsKeepTheRules(t *testing.T) {
 // Java compiles inside its run step and says so; Go's object file is a
 // name the work folder reserves.
 func TestRuntimeTableFastPaths(t *testing.T) {
+	t.Parallel()
 	rt, err := LoadRuntimes(configs.Runtimes, "")
 	if err != nil {
 		t.Fatal(err)

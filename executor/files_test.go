@@ -38,6 +38,7 @@ func getFile(e *Executor, id, path string) (FileInfo, []byte, error) {
 }
 
 func TestFileRoundTrip(t *testing.T) {
+	t.Parallel()
 	e, _ := startExecutor(t)
 	s := mustSession(t, e, "bash")
 	content := make([]byte, 3<<20+17) // several frames, not a multiple of one
@@ -122,6 +123,7 @@ func TestFileRoundTrip(t *testing.T) {
 // files) and checks that every files call refuses it with a clear error,
 // quickly, and without touching anything outside the home.
 func TestFileHostilePaths(t *testing.T) {
+	t.Parallel()
 	for _, transport := range []string{"channel", "exec"} {
 		t.Run(transport, func(t *testing.T) { testFileHostilePaths(t, transport) })
 	}
@@ -276,6 +278,7 @@ func testFileHostilePaths(t *testing.T, transport string) {
 // TestFileUploadLimits: oversize and cut uploads are refused and leave the
 // old file in place.
 func TestFileUploadLimits(t *testing.T) {
+	t.Parallel()
 	e, _ := startExecutor(t, func(c *Config) { c.MaxFileBytes = 1 << 20 })
 	s := mustSession(t, e, "bash")
 	putFile(t, e, s.ID, "keep", []byte("old"))
@@ -325,6 +328,7 @@ func (r errReader) Read([]byte) (int, error) { return 0, r.err }
 
 // TestFileGetCancelled: a client that stops reading releases the session.
 func TestFileGetCancelled(t *testing.T) {
+	t.Parallel()
 	e, _ := startExecutor(t)
 	s := mustSession(t, e, "bash")
 	run(t, e, s.ID, "head -c 8000000 /dev/urandom > /home/sandbox/big", 30*time.Second)
@@ -354,6 +358,7 @@ func TestFileGetCancelled(t *testing.T) {
 // TestFileSandboxGone: a file call on a session whose sandbox died reports
 // the loss (and fails the session) instead of hanging or panicking.
 func TestFileSandboxGone(t *testing.T) {
+	t.Parallel()
 	e, _ := startExecutor(t)
 	s := mustSession(t, e, "bash")
 	putFile(t, e, s.ID, "f", []byte("x"))

@@ -52,6 +52,7 @@ func (g *gatedReader) Read(p []byte) (int, error) {
 // execute sees the new file. On the old transport the execute waited for
 // the whole upload (the session's lock).
 func TestFileUploadBesideExecute(t *testing.T) {
+	// Serial (no t.Parallel): an execute beside the upload must end within 5 s; other tests' load would break that.
 	e, _ := startExecutor(t)
 	s := mustSession(t, e, "bash")
 	putFile(t, e, s.ID, "doc", []byte("old\n"))
@@ -101,6 +102,7 @@ func TestFileUploadBesideExecute(t *testing.T) {
 // it is under way fails instead of returning a mix of two versions; one
 // that nothing touches returns the file.
 func TestFileDownloadChangedFails(t *testing.T) {
+	// Serial (no t.Parallel): an execute beside the download must end within 5 s; other tests' load would break that.
 	e, _ := startExecutor(t)
 	s := mustSession(t, e, "bash")
 	const size = 12 << 20 // three windows: the guest waits for credit
@@ -142,6 +144,7 @@ func TestFileDownloadChangedFails(t *testing.T) {
 // steps that resolve names; gVisor would give the user that thread's
 // /proc folder meanwhile, so the bytes are copied as root.)
 func TestFileStreamThreadIsClosedToTheUser(t *testing.T) {
+	t.Parallel()
 	e, _ := startExecutor(t)
 	s := mustSession(t, e, "python3")
 	g := &gatedReader{head: bytes.Repeat([]byte("x"), 2<<20), tail: []byte("y"), gate: make(chan struct{}), reached: make(chan struct{})}
@@ -216,6 +219,7 @@ print('dumpable', libc.prctl(3, 0, 0, 0, 0))
 // TestFileStreamsConcurrent: more transfers than the guest serves at once,
 // in one session, all complete with the right bytes.
 func TestFileStreamsConcurrent(t *testing.T) {
+	t.Parallel()
 	e, _ := startExecutor(t)
 	s := mustSession(t, e, "bash")
 	const n = 2*guest.MaxFileStreams + 1

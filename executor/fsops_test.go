@@ -17,6 +17,7 @@ import (
 // channel no execute's worth of work happens (no runsc exec) and a
 // process the user left running survives every operation.
 func TestFSOps(t *testing.T) {
+	t.Parallel()
 	for _, transport := range []string{"channel", "exec"} {
 		t.Run(transport, func(t *testing.T) { testFSOps(t, transport) })
 	}
@@ -119,6 +120,7 @@ func testFSOps(t *testing.T, transport string) {
 // is bounded per session, and ends when the folder goes and when the
 // session ends.
 func TestWatch(t *testing.T) {
+	t.Parallel()
 	e, _ := startExecutor(t)
 	s := mustSession(t, e, "bash")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)

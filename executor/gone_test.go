@@ -26,6 +26,7 @@ func notMoved(t *testing.T, what string, err error) {
 // TestConcurrentDeletesNotFound: of two concurrent deletes one ends the
 // session and the other answers ErrNotFound, never ErrSessionMoved.
 func TestConcurrentDeletesNotFound(t *testing.T) {
+	t.Parallel()
 	e, _ := startExecutor(t, func(c *Config) { c.WarmPool = 0 })
 	ctx := context.Background()
 	for i := 0; i < 4; i++ {
@@ -60,6 +61,7 @@ func TestConcurrentDeletesNotFound(t *testing.T) {
 // its sandbox lost (the session's end is under way in the background)
 // ends it or is not found.
 func TestDeleteAfterSandboxLost(t *testing.T) {
+	t.Parallel()
 	e, _ := startExecutor(t, func(c *Config) { c.WarmPool = 0 })
 	ctx := context.Background()
 	for i := 0; i < 3; i++ {
@@ -84,6 +86,7 @@ func TestDeleteAfterSandboxLost(t *testing.T) {
 // TestForkAndHibernateRacingDelete: a fork or a hibernation that waits
 // behind a delete finds the session not found, never moved.
 func TestForkAndHibernateRacingDelete(t *testing.T) {
+	t.Parallel()
 	e, _ := startExecutor(t, func(c *Config) { c.WarmPool = 0 })
 	ctx := context.Background()
 	ops := []struct {
@@ -130,6 +133,7 @@ func TestForkAndHibernateRacingDelete(t *testing.T) {
 // TestGoneErr: the answer for a session found gone, by how it went and
 // what its row says (real SQLite).
 func TestGoneErr(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	st, err := store.Open(ctx, filepath.Join(t.TempDir(), "sandboxapi.db"))
 	if err != nil {

@@ -18,6 +18,7 @@ const hostOOMCode = "import os\nfd = os.memfd_create('x')\nos.posix_fallocate(fd
 // too. On cgroup v1 kernels whose failcnt stays 0 this also needs the
 // oom_kill count of memory.oom_control.
 func TestHostOOMKillIsReportedOOM(t *testing.T) {
+	// Serial (no t.Parallel): the 2 GiB commit must reach the host's OOM killer before the guest's memory watch looks; a loaded host gives the watch more looks; other tests' load would break that.
 	e, _ := startExecutor(t, func(c *Config) { c.WarmPool = 0 })
 	ctx := context.Background()
 	s := mustSession(t, e, "python3")

@@ -52,6 +52,7 @@ func mainText(r Result) string {
 // One kernel session, cell after cell: state persists, rich outputs,
 // exceptions, an interrupt that keeps the state, a restart that does not.
 func TestKernelCells(t *testing.T) {
+	t.Parallel()
 	e, _ := startExecutor(t)
 	s := kernelSession(t, e)
 
@@ -234,6 +235,7 @@ func TestKernelCells(t *testing.T) {
 // A kernel that dies (its own os._exit, the memory limit) is replaced, and
 // the reply says so: the caller must not believe its variables exist.
 func TestKernelDeathReported(t *testing.T) {
+	t.Parallel()
 	e, _ := startExecutor(t)
 	s := kernelSession(t, e)
 	cell(t, e, s.ID, "x = 1", kernelTimeout)
@@ -273,6 +275,7 @@ func TestKernelDeathReported(t *testing.T) {
 
 // Kernels are python3's alone; a session without one is unchanged.
 func TestKernelOnlyPython(t *testing.T) {
+	t.Parallel()
 	e, _ := startExecutor(t)
 	if _, err := e.CreateSession(context.Background(), SessionSpec{Language: "bash", Owner: "k1", Kernel: true}); !errors.Is(err, ErrKernelUnsupported) {
 		t.Fatalf("bash kernel session: %v", err)
@@ -329,6 +332,7 @@ func BenchmarkKernelCellVsProcess(b *testing.B) {
 // A fork of a kernel session gets the parent's variables (a restore of a
 // copy of its checkpoint); from there the two kernels diverge.
 func TestKernelFork(t *testing.T) {
+	t.Parallel()
 	e, _ := startExecutor(t)
 	ctx := context.Background()
 	parent := kernelSession(t, e)

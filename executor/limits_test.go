@@ -19,6 +19,7 @@ import (
 // A timeout under a millisecond used to round to 0, which the guest read
 // as "no deadline": the program ran on until the host's backstop.
 func TestSubMillisecondTimeoutStillKills(t *testing.T) {
+	t.Parallel()
 	e, _ := startExecutor(t)
 	s := mustSession(t, e, "bash")
 	start := time.Now()
@@ -38,6 +39,7 @@ func TestSubMillisecondTimeoutStillKills(t *testing.T) {
 // A file list that clashes is the caller's fault: 400, not 500, whether
 // the host catches it or the guest does.
 func TestStatelessClashingFilesAreInvalid(t *testing.T) {
+	t.Parallel()
 	e, _ := startExecutor(t)
 	ctx := context.Background()
 	for _, files := range [][]string{{"a", "a/b"}, {"./main.py"}, {"x", "./x"}} {
@@ -79,6 +81,7 @@ func TestStatelessClashingFilesAreInvalid(t *testing.T) {
 // A call's own memory limit is enforced below the executor's default,
 // and the session survives it.
 func TestPerCallMemoryLimit(t *testing.T) {
+	t.Parallel()
 	e, cfg := startExecutor(t)
 	if cfg.MemoryBytes < 200<<20 {
 		t.Fatalf("test config's default memory %d is too small for this test", cfg.MemoryBytes)
@@ -120,6 +123,7 @@ func TestPerCallMemoryLimit(t *testing.T) {
 // A session idle past its idle_ttl is reaped, and everything it held on
 // the host goes with it.
 func TestIdleTTLReapsSession(t *testing.T) {
+	t.Parallel()
 	e, cfg := startExecutor(t, func(c *Config) { c.WarmPool = 0; c.ReapInterval = 100 * time.Millisecond })
 	ctx := context.Background()
 	// The shared nsfs mount of --network=none is made by a first session.
@@ -169,6 +173,7 @@ func TestIdleTTLReapsSession(t *testing.T) {
 
 // A listing cut at MaxListEntries says so.
 func TestListTruncated(t *testing.T) {
+	t.Parallel()
 	e, _ := startExecutor(t)
 	s := mustSession(t, e, "bash")
 	r := run(t, e, s.ID, fmt.Sprintf("mkdir -p /home/sandbox/many /home/sandbox/few && cd /home/sandbox/many && touch $(seq -f 'f%%05g' 1 %d) && touch ../few/a ../few/b && ls | wc -l", MaxListEntries+1), 60*time.Second)
@@ -212,6 +217,7 @@ func (h ctxHandler) WithGroup(string) slog.Handler      { return h }
 // The per-request log lines carry the request's context, so a handler can
 // stamp its request id.
 func TestRequestLogLinesCarryContext(t *testing.T) {
+	t.Parallel()
 	e, _ := startExecutor(t, func(c *Config) { c.WarmPool = 0 })
 	h := ctxHandler{mu: &sync.Mutex{}, ids: map[string]string{}}
 	e.log = slog.New(h)

@@ -17,6 +17,7 @@ import (
 // runs but can while hibernated, and a session whose network was disabled
 // still gives its namespace back when it ends.
 func TestUpdateSessionNetwork(t *testing.T) {
+	t.Parallel()
 	f := startFaultExecutor(t)
 	ctx := context.Background()
 	req := func(enabled bool, domains ...string) sandbox.NetworkRequest {

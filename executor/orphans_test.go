@@ -15,6 +15,7 @@ import (
 // holds (the create a killed predecessor had under way finishing late) is
 // removed, with its home, when the executor stops.
 func TestStopRemovesLateOrphanSandbox(t *testing.T) {
+	t.Parallel()
 	e, _ := startExecutor(t, func(c *Config) { c.WarmPool = 0 })
 	kept := mustSession(t, e, "bash")
 	ctx := context.Background()
@@ -43,6 +44,7 @@ func TestStopRemovesLateOrphanSandbox(t *testing.T) {
 // A sandbox whose start was cut short can run with no state runsc lists
 // (here: its state file removed): Stop kills its processes all the same.
 func TestStopKillsUnlistedSandboxProcesses(t *testing.T) {
+	t.Parallel()
 	e, _ := startExecutor(t, func(c *Config) { c.WarmPool = 0 })
 	ctx := context.Background()
 	id, h := startOrphan(t, e)

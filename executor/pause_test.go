@@ -86,6 +86,7 @@ func TestClusterPausedNodeHelperProcess(t *testing.T) {
 // (so before another node may claim its sessions). Continued (SIGCONT),
 // it fences, registers again, and serves its session again.
 func TestClusterPausedNode(t *testing.T) {
+	// Serial (no t.Parallel): the fence must be done before the 8 s lease ends (lease/8 after its hold deadline); other tests' load would break that.
 	c := newCluster(t)
 	cfgA := c.nodeConfig(t, func(cfg *Config) { cfg.WarmPool = 1 })
 	raw, err := json.Marshal(cfgA)
@@ -209,6 +210,7 @@ func TestClusterPausedNode(t *testing.T) {
 // return before that mount has been undone, and leaves nothing mounted;
 // the resume answers ErrSessionMoved.
 func TestClusterFenceWaitsForMount(t *testing.T) {
+	// Serial (no t.Parallel): the Fence must finish within 5 s, against a 300 ms release; other tests' load would break that.
 	c := newCluster(t)
 	a := c.start(t, "a", c.nodeConfig(t))
 	ctx := context.Background()
@@ -289,6 +291,7 @@ func TestClusterFenceWaitsForMount(t *testing.T) {
 // leaves the new object alone: it is not failed, its row not ended, its
 // image kept. The Adopt waits until the old call is over.
 func TestClusterLostAfterReadopt(t *testing.T) {
+	// Serial (no t.Parallel): a 1 s sleep stands for the call being under way, and it must find its sandbox gone within 10 s of the fence; other tests' load would break that.
 	c := newCluster(t)
 	a := c.start(t, "a", c.nodeConfig(t))
 	ctx := context.Background()
@@ -366,6 +369,7 @@ func TestClusterLostAfterReadopt(t *testing.T) {
 // ErrSessionMoved; once the image is free the Fence returns, and nothing
 // was mounted.
 func TestClusterFenceCutsImageWait(t *testing.T) {
+	// Serial (no t.Parallel): the waiting resume must end within 1 s of the fence; other tests' load would break that.
 	c := newCluster(t)
 	a := c.start(t, "a", c.nodeConfig(t))
 	ctx := context.Background()
@@ -421,6 +425,7 @@ func TestClusterFenceCutsImageWait(t *testing.T) {
 // registers the node first) arms the fence that Start launches; a Fence
 // that worked disarms it.
 func TestClusterHoldBeforeStart(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	cfg := c.nodeConfig(t)
 	rt, err := LoadRuntimes(configs.Runtimes, cfg.VersionsFile)

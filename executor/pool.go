@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sandboxapi/sandboxapi/executor/agent"
@@ -39,6 +40,10 @@ type Pool struct {
 	mu   sync.Mutex
 	gen  int            // under mu: warm sandboxes of an older gen are stale (drop)
 	bg   sync.WaitGroup // removals of stale warm sandboxes
+	// handing is set while the filler holds a sandbox it has made and
+	// warmed and waits to put it into the pool (blocked there when the
+	// pool is full): tests wait for it instead of sleeping.
+	handing atomic.Bool
 }
 
 // poolSessions is what Pool needs of the session service: where a home
@@ -101,9 +106,12 @@ func (p *Pool) fill(stop <-chan struct{}) {
 			}
 			continue
 		}
+		p.handing.Store(true)
 		select {
 		case p.warm <- ws:
+			p.handing.Store(false)
 		case <-stop:
+			p.handing.Store(false)
 			if err := p.destroy(context.Background(), ws.id); err != nil {
 				p.log.Error("removing a warm sandbox at stop", "sandbox", ws.id, "err", err)
 			}
@@ -224,3 +232,8 @@ func (p *Pool) drain(ctx context.Context) []error {
 
 // Ready reports how many warm sandboxes wait (for metrics and tests).
 func (p *Pool) Ready() int { return len(p.warm) }
+
+// settled reports whether the pool is full and its filler holds the one
+// sandbox more it makes (made and warmed, waiting to go in): nothing of
+// the pool opens or closes files until a sandbox is taken (for tests).
+func (p *Pool) settled() bool { return len(p.warm) == cap(p.warm) && p.handing.Load() }

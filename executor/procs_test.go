@@ -78,6 +78,7 @@ func startProc(t *testing.T, e *Executor, id string, spec sandbox.ProcessSpec) s
 }
 
 func TestBackgroundProcesses(t *testing.T) {
+	t.Parallel()
 	e, _ := startExecutor(t, func(c *Config) { c.WarmPool = 0 })
 	s := mustSession(t, e, "bash")
 	ctx := context.Background()
@@ -242,6 +243,7 @@ func hostProcsOf(id string) int {
 // A running process keeps its session from being idle until it ends (here
 // at its own timeout); then the idle TTL ends the session.
 func TestBackgroundProcessKeepsSessionAlive(t *testing.T) {
+	t.Parallel()
 	e, _ := startExecutor(t, func(c *Config) { c.WarmPool = 0; c.DefaultIdleTTL = 2 * time.Second })
 	s := mustSession(t, e, "bash")
 	ctx := context.Background()
@@ -268,6 +270,7 @@ func TestBackgroundProcessKeepsSessionAlive(t *testing.T) {
 // say so at once, and a run through `runsc exec` still spares the
 // background process the old server started.
 func TestBackgroundProcessAfterRestart(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	cfg := testConfig(t, dir)
 	cfg.WarmPool = 0
@@ -325,6 +328,7 @@ func TestBackgroundProcessAfterRestart(t *testing.T) {
 // A fork bomb's run is killed whole, pass after pass, while the background
 // process's session is spared: the kill reads /proc and skips it.
 func TestForkBombBesideBackgroundProcess(t *testing.T) {
+	t.Parallel()
 	e, _ := startExecutor(t, func(c *Config) { c.WarmPool = 0 })
 	s := mustSession(t, e, "bash")
 	ctx := context.Background()
@@ -350,6 +354,7 @@ func TestForkBombBesideBackgroundProcess(t *testing.T) {
 // killed (oom_killed) before the host's limit ends the sandbox; another
 // background process and the session go on.
 func TestBackgroundProcessOverMemory(t *testing.T) {
+	t.Parallel()
 	e, _ := startExecutor(t, func(c *Config) { c.WarmPool = 0 })
 	s := mustSession(t, e, "python3")
 	ctx := context.Background()
@@ -371,6 +376,7 @@ func TestBackgroundProcessOverMemory(t *testing.T) {
 // the session's state (409 session_not_running), not a hang; the next
 // process call resumes the session, as an execute would.
 func TestBackgroundProcessAcrossHibernation(t *testing.T) {
+	t.Parallel()
 	e, _ := startExecutor(t, func(c *Config) { c.WarmPool = 0 })
 	s := mustSession(t, e, "bash")
 	ctx := context.Background()
@@ -382,7 +388,21 @@ func TestBackgroundProcessAcrossHibernation(t *testing.T) {
 		defer cancel()
 		ended <- e.procs.ProcessOutput(fctx, "k1", s.ID, p.PID, 0, true, func(sandbox.ProcessEvent) error { return nil })
 	}()
-	time.Sleep(300 * time.Millisecond) // the follower waits in the guest
+	// The follower has taken the running session's channel (a call that
+	// came after the hibernation would resume the session and follow the
+	// process on), and then waits in the guest.
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(10 * time.Millisecond) {
+		e.mu.Lock()
+		busy := e.sessions[s.ID].busy
+		e.mu.Unlock()
+		if busy > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the follower did not start")
+		}
+	}
+	time.Sleep(300 * time.Millisecond)
 	if _, err := e.Durable().HibernateSession(ctx, "k1", s.ID); err != nil {
 		t.Fatal(err)
 	}
@@ -401,7 +421,8 @@ func TestBackgroundProcessAcrossHibernation(t *testing.T) {
 		t.Fatalf("list after hibernation: %v", err)
 	}
 	if len(list) != 1 || list[0].PID != p.PID || list[0].State != sandbox.ProcessRunning {
-		t.Fatalf("the process did not survive the hibernation: %+v", list)
+		v, err := e.GetSession(ctx, "k1", s.ID)
+		t.Fatalf("the process did not survive the hibernation: %+v (the session's memory: %+v, %v)", list, v.Memory, err)
 	}
 	if got, err := e.GetSession(ctx, "k1", s.ID); err != nil || got.State != StateRunning {
 		t.Fatalf("session after the list: %+v %v", got, err)

@@ -11,6 +11,7 @@ import (
 // part of the result, which broke it (the call failed with "no result from
 // the sandbox", a server error).
 func TestExecPathResultFDNotInherited(t *testing.T) {
+	t.Parallel()
 	e, _ := startExecutor(t, func(c *Config) { c.WarmPool = 0 })
 	s := mustSession(t, e, "bash")
 	e.agents.Drop(s.ID) // the exec path

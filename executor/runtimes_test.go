@@ -32,6 +32,7 @@ var langCases = []langCase{
 }
 
 func TestEveryLanguageInASession(t *testing.T) {
+	t.Parallel()
 	e, _ := startExecutor(t, func(c *Config) { c.WarmPool = 0; c.HomeBytes = 256 << 20; c.MemoryBytes = 768 << 20 })
 	for _, tc := range langCases {
 		t.Run(tc.lang, func(t *testing.T) {
@@ -60,6 +61,7 @@ func TestEveryLanguageInASession(t *testing.T) {
 }
 
 func TestLanguageAliases(t *testing.T) {
+	t.Parallel()
 	rt, err := LoadRuntimes(configs.Runtimes, "")
 	if err != nil {
 		t.Fatal(err)
@@ -76,6 +78,7 @@ func TestLanguageAliases(t *testing.T) {
 }
 
 func TestRuntimeVersionsComeFromTheRootfs(t *testing.T) {
+	t.Parallel()
 	e, _ := startExecutor(t, func(c *Config) { c.WarmPool = 0 })
 	for _, r := range e.RuntimeList() {
 		if r.Version == "" {
@@ -96,6 +99,7 @@ func TestRuntimeVersionsComeFromTheRootfs(t *testing.T) {
 }
 
 func TestStatelessRunsInAFreshSandboxEachTime(t *testing.T) {
+	t.Parallel()
 	e, _ := startExecutor(t, func(c *Config) { c.WarmPool = 2 })
 	ctx := context.Background()
 	req := sandbox.ExecRequest{Language: "python", Code: "import os\nprint(open('data.txt').read(), os.path.exists('/home/sandbox/mark'))\nopen('/home/sandbox/mark','w').write('x')",
@@ -131,6 +135,7 @@ func TestStatelessRunsInAFreshSandboxEachTime(t *testing.T) {
 // Packages in the home's node_modules load with require() and with ES
 // module import, from JavaScript and TypeScript alike.
 func TestNodePackagesFromTheHome(t *testing.T) {
+	t.Parallel()
 	e, _ := startExecutor(t, func(c *Config) { c.WarmPool = 0 })
 	js := mustSession(t, e, "javascript")
 	run(t, e, js.ID, `const fs=require("fs"); fs.mkdirSync("/home/sandbox/node_modules/greet",{recursive:true}); fs.writeFileSync("/home/sandbox/node_modules/greet/index.js", 'module.exports = (n) => "hi " + n;'); fs.writeFileSync("/home/sandbox/node_modules/greet/package.json", '{"name":"greet","version":"1.0.0","main":"index.js"}')`, 0)
@@ -146,6 +151,7 @@ func TestNodePackagesFromTheHome(t *testing.T) {
 // first (no cache that grows per call, no cold cache copied in), and no
 // compile cache lands in the home, where it would eat the disk limit.
 func TestCompileCachesDoNotSlowLaterCalls(t *testing.T) {
+	// Serial (no t.Parallel): compares the durations of a session's calls; other tests' load would break that.
 	e, _ := startExecutor(t, func(c *Config) { c.WarmPool = 0; c.HomeBytes = 256 << 20; c.MemoryBytes = 768 << 20 })
 	for _, tc := range langCases {
 		if tc.badSyntax == "" || tc.lang == "typescript" {

@@ -66,6 +66,7 @@ func plant(t *testing.T, e *Executor, id string) {
 // fork's child. (After a crash the sandbox lives on and is adopted: its
 // guest stops the cut upload itself, TestUploadCutByCrashLeavesNothing.)
 func TestStaleStagingSweptOnStart(t *testing.T) {
+	t.Parallel()
 	_, open := restartable(t)
 	e, st := open()
 	ctx := context.Background()
@@ -127,6 +128,7 @@ func (r *blockingReader) Read(p []byte) (int, error) {
 // server dies leaves no staging file in the home once the session serves
 // again: the guest, whose channel closed, stops it.
 func TestUploadCutByCrashLeavesNothing(t *testing.T) {
+	t.Parallel()
 	_, open := restartable(t)
 	e, st := open()
 	s := mustSession(t, e, "bash")
@@ -175,6 +177,7 @@ func TestUploadCutByCrashLeavesNothing(t *testing.T) {
 // (claim, then Adopt) serves there without the staging files its home
 // held.
 func TestStaleStagingSweptOnAdoption(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	a := c.start(t, "a", c.nodeConfig(t))
 	b := c.start(t, "b", c.nodeConfig(t))

@@ -35,6 +35,7 @@ func firstLine(s string) string {
 // not brick the session: the next call is staged where the user cannot
 // write, and it can free the space.
 func TestFullTmpDoesNotBrickSession(t *testing.T) {
+	t.Parallel()
 	e, _ := startExecutor(t)
 	tests := []struct {
 		name  string
@@ -128,6 +129,7 @@ int main(void) { if (remove("/tmp/keep") == 0) puts("freed"); return 0; }`,
 // With both the home and /tmp full, a call still runs, an upload fails
 // with a clear error (not a half-written file), and freeing space heals.
 func TestFullHomeAndTmp(t *testing.T) {
+	t.Parallel()
 	e, _ := startExecutor(t)
 	s := mustSession(t, e, "bash")
 	execOK(t, e, s.ID, `cat /dev/zero > /home/sandbox/fill 2>/dev/null || echo home-full; cat /dev/zero > /tmp/keep 2>/dev/null || echo tmp-full`, "home-full\ntmp-full")
@@ -148,6 +150,7 @@ func TestFullHomeAndTmp(t *testing.T) {
 // in folders it locked) is gone before the next call, so filling the
 // area through it does not carry over.
 func TestStagingAreaIsTheGuests(t *testing.T) {
+	t.Parallel()
 	e, _ := startExecutor(t)
 	s := mustSession(t, e, "bash")
 	r := execOK(t, e, s.ID, `touch /tmp/.sbx/x 2>/dev/null || echo no-write

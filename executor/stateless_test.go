@@ -14,6 +14,7 @@ import (
 )
 
 func TestStatelessFilesHostile(t *testing.T) {
+	t.Parallel()
 	rts, err := LoadRuntimes(configs.Runtimes, "")
 	if err != nil {
 		t.Fatal(err)
@@ -101,6 +102,7 @@ func TestStatelessFilesHostile(t *testing.T) {
 }
 
 func TestTimeoutMSNeverZero(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name string
 		d    time.Duration
@@ -124,6 +126,7 @@ func TestTimeoutMSNeverZero(t *testing.T) {
 // The guest requests of both execute paths carry a positive timeout, a
 // compile cap no larger than it, and the call's capped memory limit.
 func TestGuestRequestLimits(t *testing.T) {
+	t.Parallel()
 	rts, err := LoadRuntimes(configs.Runtimes, "")
 	if err != nil {
 		t.Fatal(err)
@@ -177,6 +180,7 @@ func TestGuestRequestLimits(t *testing.T) {
 
 // Stateless calls refuse bad memory limits before taking a sandbox.
 func TestStatelessRefusesNegativeMemory(t *testing.T) {
+	t.Parallel()
 	rts, err := LoadRuntimes(configs.Runtimes, "")
 	if err != nil {
 		t.Fatal(err)

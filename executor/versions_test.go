@@ -16,6 +16,7 @@ import (
 // The shipped runtimes file: the versions the product promises, each
 // default with its end of life, every step's placeholders filled.
 func TestShippedRuntimesFile(t *testing.T) {
+	t.Parallel()
 	rs, err := LoadRuntimes(configs.Runtimes, "")
 	if err != nil {
 		t.Fatal(err)
@@ -96,6 +97,7 @@ runtimes:
 `
 
 func TestLookupVersionUsesTheRootfsVersions(t *testing.T) {
+	t.Parallel()
 	rs, err := LoadRuntimes([]byte(twoNodes), writeVersions(t, `{"javascript": {"24": "24.22.3", "22": "22.23.5"}}`))
 	if err != nil {
 		t.Fatal(err)
@@ -125,6 +127,7 @@ func TestLookupVersionUsesTheRootfsVersions(t *testing.T) {
 // The rootfs's versions file must hold exactly the runtimes file's
 // languages and versions.
 func TestVersionsFileMustAgree(t *testing.T) {
+	t.Parallel()
 	rs, err := LoadRuntimes([]byte(twoNodes), "")
 	if err != nil {
 		t.Fatal(err)
@@ -148,6 +151,7 @@ func TestVersionsFileMustAgree(t *testing.T) {
 }
 
 func TestRuntimesFileRejects(t *testing.T) {
+	t.Parallel()
 	cases := map[string]string{
 		"two defaults":       `{version: "1", default: true, source: debian, probe: x}, {version: "2", default: true, source: debian, probe: x}`,
 		"no default":         `{version: "1", source: debian, probe: x}`,
@@ -187,6 +191,7 @@ func TestRuntimesFileRejects(t *testing.T) {
 // The build plan is bash that rootfs/build.sh sources: every version's
 // fields survive the quoting, a probe's quotes included.
 func TestBuildPlanRoundTripsThroughBash(t *testing.T) {
+	t.Parallel()
 	rs, err := LoadRuntimes(configs.Runtimes, "")
 	if err != nil {
 		t.Fatal(err)
