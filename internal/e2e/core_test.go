@@ -174,6 +174,7 @@ func TestKilledServerRestartsWithoutLeaks(t *testing.T) {
 		done <- err
 	}()
 	time.Sleep(1500 * time.Millisecond)
+	s.waitExecutionsRunning(t, id) // in flight in the server, not on its way to it
 	s.kill()
 	if err := <-done; err == nil || !strings.Contains(err.Error(), "EOF") && !strings.Contains(err.Error(), "reset") {
 		t.Fatalf("in-flight call: %v (want a broken connection, never a success)", err)
@@ -345,6 +346,9 @@ func TestDisconnectKillsTheProgram(t *testing.T) {
 // SIGTERM drains: a call that fits in the grace period finishes and is
 // answered; one that does not is cut off; the server then exits and leaves
 // no sandbox behind.
+//
+// Not parallel: the short call must end within the 4 s grace period,
+// with a margin that other tests' load could eat.
 func TestSigtermDrains(t *testing.T) {
 	s := startServer(t, "server:\n  shutdown_grace: 4s\n")
 	key := s.key("PRO")
@@ -371,6 +375,7 @@ func TestSigtermDrains(t *testing.T) {
 	go call(short, "sleep 2; echo finished", shortCh)
 	go call(long, "sleep 50; echo never", longCh)
 	time.Sleep(700 * time.Millisecond)
+	s.waitExecutionsRunning(t, short, long) // both under way, not new work
 	start := time.Now()
 	if err := s.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)

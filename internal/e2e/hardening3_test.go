@@ -127,7 +127,8 @@ func TestSigtermGraceOverRepliesDraining(t *testing.T) {
 			results[i] <- result{resp.StatusCode, resp.Header, string(body), err}
 		}()
 	}
-	time.Sleep(1500 * time.Millisecond) // both running
+	time.Sleep(1500 * time.Millisecond)
+	s.waitExecutionsRunning(t, ids...) // both running
 	if err := s.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
