@@ -250,9 +250,13 @@ func (c *cluster) startMirror() {
 // checkNoFence fails if a node's dead man's switch (`sandboxapi fence`,
 // a process of the test's binary) outlived the nodes.
 func (c *cluster) checkNoFence(t testing.TB) {
+	dataDirs := make([]string, len(c.nodes))
+	for i, s := range c.nodes {
+		dataDirs[i] = s.dataDir
+	}
 	var left []string
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
-		if left = fenceProcs(c.admin.bin); len(left) == 0 {
+		if left = fenceProcs(c.admin.bin, dataDirs); len(left) == 0 {
 			return
 		}
 	}
@@ -260,8 +264,10 @@ func (c *cluster) checkNoFence(t testing.TB) {
 }
 
 // fenceProcs lists the processes of binary bin whose first argument is
-// "fence".
-func fenceProcs(bin string) []string {
+// "fence" and whose lock (--lock, in its node's data dir) is in one of
+// dataDirs: the fences of these nodes, not those of another test's
+// cluster running beside them.
+func fenceProcs(bin string, dataDirs []string) []string {
 	var out []string
 	ents, _ := os.ReadDir("/proc")
 	for _, e := range ents {
@@ -269,8 +275,15 @@ func fenceProcs(bin string) []string {
 			continue
 		}
 		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		if args := strings.Split(string(b), "\x00"); err == nil && len(args) > 1 && args[1] == "fence" {
-			out = append(out, e.Name()+" "+strings.Join(args, " "))
+		args := strings.Split(string(b), "\x00")
+		if err != nil || len(args) < 2 || args[1] != "fence" {
+			continue
+		}
+		for i, a := range args {
+			if a == "--lock" && i+1 < len(args) && slices.Contains(dataDirs, filepath.Dir(args[i+1])) {
+				out = append(out, e.Name()+" "+strings.Join(args, " "))
+				break
+			}
 		}
 	}
 	return out

@@ -17,6 +17,7 @@ import (
 )
 
 func TestBadInputGetsClearErrors(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, "server:\n  max_body_bytes: 65536\n")
 	key := s.key("PRO")
 	id := s.session(key, "python3")
@@ -69,6 +70,7 @@ func TestBadInputGetsClearErrors(t *testing.T) {
 }
 
 func TestPlanQuotaIsAtomic(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, "executor:\n  max_sandboxes: 30\n  warm_pool: 1\n  home_size: 32M\n")
 	key := s.key("PRO")
 	var wg sync.WaitGroup
@@ -103,6 +105,7 @@ func TestPlanQuotaIsAtomic(t *testing.T) {
 }
 
 func TestBasicPlanGetsStatelessOnly(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, "")
 	r := s.do("POST", "/v1/sessions", s.key("BASIC"), map[string]any{"language": "python3"})
 	if r.status != http.StatusForbidden || !strings.Contains(string(r.body), "plan PRO has it") {
@@ -115,6 +118,7 @@ func TestBasicPlanGetsStatelessOnly(t *testing.T) {
 }
 
 func TestKeysCannotSeeEachOthersSessions(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, "")
 	owner, other := s.key("PRO"), s.key("MEGA")
 	id := s.session(owner, "bash")
@@ -157,6 +161,7 @@ func TestKeysCannotSeeEachOthersSessions(t *testing.T) {
 }
 
 func TestKilledServerRestartsWithoutLeaks(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, "executor:\n  warm_pool: 0\n")
 	key := s.key("PRO")
 	id := s.session(key, "python3")
@@ -174,6 +179,7 @@ func TestKilledServerRestartsWithoutLeaks(t *testing.T) {
 		done <- err
 	}()
 	time.Sleep(1500 * time.Millisecond)
+	s.waitExecutionsRunning(t, id) // in flight in the server, not on its way to it
 	s.kill()
 	if err := <-done; err == nil || !strings.Contains(err.Error(), "EOF") && !strings.Contains(err.Error(), "reset") {
 		t.Fatalf("in-flight call: %v (want a broken connection, never a success)", err)
@@ -224,6 +230,7 @@ func countProcs(dataDir string) int {
 // TestHostedProductClientWorksUnchanged runs a client written the way the
 // hosted product's documentation shows, with only the base URL changed.
 func TestHostedProductClientWorksUnchanged(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, "")
 	key := s.key("PRO")
 	python := ""
@@ -272,6 +279,7 @@ print("DONE")
 }
 
 func TestStreamingDeliversChunksWhileRunning(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, "")
 	key := s.key("PRO")
 	id := s.session(key, "python3")
@@ -316,6 +324,7 @@ func TestStreamingDeliversChunksWhileRunning(t *testing.T) {
 // A streaming client that goes away kills its program: the session is free
 // again at once and nothing of the call survives.
 func TestDisconnectKillsTheProgram(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, "")
 	key := s.key("PRO")
 	id := s.session(key, "bash")
@@ -345,6 +354,9 @@ func TestDisconnectKillsTheProgram(t *testing.T) {
 // SIGTERM drains: a call that fits in the grace period finishes and is
 // answered; one that does not is cut off; the server then exits and leaves
 // no sandbox behind.
+//
+// Not parallel: the short call must end within the 4 s grace period,
+// with a margin that other tests' load could eat.
 func TestSigtermDrains(t *testing.T) {
 	s := startServer(t, "server:\n  shutdown_grace: 4s\n")
 	key := s.key("PRO")
@@ -371,6 +383,7 @@ func TestSigtermDrains(t *testing.T) {
 	go call(short, "sleep 2; echo finished", shortCh)
 	go call(long, "sleep 50; echo never", longCh)
 	time.Sleep(700 * time.Millisecond)
+	s.waitExecutionsRunning(t, short, long) // both under way, not new work
 	start := time.Now()
 	if err := s.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)

@@ -2,6 +2,8 @@ package e2e
 
 import (
 	"net/http"
+	"os"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -12,6 +14,10 @@ import (
 // "draining" and new work gets 503 "draining" while the listener is still
 // open, reads still work, a running call finishes, and afterwards nothing
 // is left on the host.
+//
+// Not parallel: what it checks happens in fixed windows after SIGTERM
+// (300 ms in, the drain delay's 3 s), which other tests' load could
+// outlast.
 func TestSigtermDrainDelay(t *testing.T) {
 	s := startServer(t, "server:\n  drain_delay: 3s\n  shutdown_grace: 10s\n")
 	key := s.key("PRO")
@@ -21,6 +27,7 @@ func TestSigtermDrainDelay(t *testing.T) {
 		running <- s.do("POST", "/v1/sessions/"+id+"/execute", key, map[string]any{"code": "sleep 2; echo finished", "timeout": 30})
 	}()
 	time.Sleep(500 * time.Millisecond)
+	s.waitExecutionsRunning(t, id) // the call is running, not new work
 	if err := s.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
@@ -56,6 +63,9 @@ func TestSigtermDrainDelay(t *testing.T) {
 
 // A second signal during the drain exits at once; the next start cleans up
 // what the first left.
+//
+// Not parallel: "at once" is a bound (5 s) on the exit, which other
+// tests' load could stretch.
 func TestSecondSignalExitsAtOnce(t *testing.T) {
 	s := startServer(t, "server:\n  drain_delay: 20s\n  shutdown_grace: 20s\n")
 	key := s.key("PRO")
@@ -75,10 +85,52 @@ func TestSecondSignalExitsAtOnce(t *testing.T) {
 	if code := s.cmd.ProcessState.ExitCode(); code != 2 {
 		t.Errorf("exit code %d, want 2", code)
 	}
+	// The restart, with no drain delay: its stop below waits for no
+	// delay that this test is not about (20 s idle otherwise).
+	s.setDrainDelay(t, "0s")
 	s.start()
 	if r := s.do("GET", "/v1/sessions/"+id, key, nil); r.status != 200 && r.status != 404 {
 		t.Errorf("session after restart = %d %s", r.status, r.body)
 	}
 	s.stop()
 	s.waitNoLeftovers(t, id)
+}
+
+// setDrainDelay rewrites server.drain_delay in the server's config file,
+// for its next start.
+func (s *server) setDrainDelay(t *testing.T, d string) {
+	t.Helper()
+	b, err := os.ReadFile(s.config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	re := regexp.MustCompile(`(?m)^  drain_delay: .*$`)
+	if !re.Match(b) {
+		t.Fatalf("no server.drain_delay in %s:\n%s", s.config, b)
+	}
+	if err := os.WriteFile(s.config, re.ReplaceAll(b, []byte("  drain_delay: "+d)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// waitExecutionsRunning waits until the store holds a running execution
+// of each session in ids: a call sent in the background is then under
+// way in the server (not still in flight to it, which on a loaded machine
+// a fixed pause does not ensure).
+func (s *server) waitExecutionsRunning(t *testing.T, ids ...string) {
+	t.Helper()
+	for _, id := range ids {
+		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+			running := false
+			for _, st := range s.executions(t, id) {
+				running = running || st[0] == "running"
+			}
+			if running {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("no execution of %s showed as running within 30 s", id)
+			}
+		}
+	}
 }

@@ -22,6 +22,7 @@ import (
 // console's own origin signs in, and its pages ask for the same-origin
 // referrer policy, under which a browser sends that origin.
 func TestConsoleLoginRefusesNullOrigin(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, "")
 	admin := strings.TrimSpace(s.cli("keys", "create", "--admin", "--name", "ops"))
 	admin = admin[strings.LastIndexByte(admin, '\n')+1:]
@@ -60,6 +61,7 @@ func TestConsoleLoginRefusesNullOrigin(t *testing.T) {
 // machine has taken 8 s (past the 5 s default, the result's resumed_ms
 // still says it).
 func TestResumedHeaderOnEveryWaitingCall(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, "server:\n  drain_delay: 0s\n  stream_heartbeat: 30s\n")
 	key := s.key("PRO")
 	id := s.session(key, "bash")
@@ -100,6 +102,7 @@ func TestResumedHeaderOnEveryWaitingCall(t *testing.T) {
 // call gets 503 "draining" with Retry-After, a stream an `error` event
 // "draining"; then the server exits and leaves nothing behind.
 func TestSigtermGraceOverRepliesDraining(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, "server:\n  drain_delay: 1s\n  shutdown_grace: 2s\n")
 	key := s.key("PRO")
 	ids := []string{s.session(key, "bash"), s.session(key, "bash")}
@@ -127,7 +130,8 @@ func TestSigtermGraceOverRepliesDraining(t *testing.T) {
 			results[i] <- result{resp.StatusCode, resp.Header, string(body), err}
 		}()
 	}
-	time.Sleep(1500 * time.Millisecond) // both running
+	time.Sleep(1500 * time.Millisecond)
+	s.waitExecutionsRunning(t, ids...) // both running
 	if err := s.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
@@ -162,6 +166,7 @@ func TestSigtermGraceOverRepliesDraining(t *testing.T) {
 // installer's nftables table), and the first is untouched: its session,
 // sandbox and all, still runs.
 func TestSecondServeRefusedClearly(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, "")
 	key := s.key("PRO")
 	id := s.session(key, "bash")

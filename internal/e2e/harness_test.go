@@ -148,7 +148,11 @@ func (s *server) start() {
 	}
 	s.exited = make(chan struct{})
 	go func(cmd *exec.Cmd, ch chan struct{}) { _ = cmd.Wait(); close(ch) }(s.cmd, s.exited)
-	deadline := time.Now().Add(30 * time.Second)
+	// Up is /healthz answering; a failed start is the process's exit,
+	// seen at once. The deadline only bounds a start that hangs: on a
+	// machine busy with parallel tests a start that adopts live sessions
+	// has taken over 30 s.
+	deadline := time.Now().Add(2 * time.Minute)
 	for time.Now().Before(deadline) {
 		resp, err := s.client().Get("http://" + s.addr + "/healthz")
 		if err == nil {

@@ -67,7 +67,11 @@ async function main() {
   console.log(JSON.stringify(out))
 }
 
-main().catch((err) => {
+// Exit once main is done: a timer the SDK leaves armed (as
+// @e2b/code-interpreter's runCode does with its 60 s request timer when
+// the server answers an error) must not keep node, and the test waiting
+// on it, idle.
+main().then(() => process.exit(0), (err) => {
   console.error('FAILED: ' + (err && err.stack ? err.stack : err))
   process.exit(1)
 })

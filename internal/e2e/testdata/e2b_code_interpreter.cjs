@@ -109,7 +109,10 @@ async function main() {
   console.log('E2B CODE INTERPRETER OK')
 }
 
-main().catch((err) => {
+// Exit once main is done: @e2b/code-interpreter's runCode leaves its
+// request timer (requestTimeoutMs, 60 s) armed when the server answers an
+// error, which would keep node, and the test waiting on it, idle that long.
+main().then(() => process.exit(0), (err) => {
   console.error(err && err.stack ? err.stack : err)
   process.exit(1)
 })
