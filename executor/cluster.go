@@ -523,7 +523,7 @@ func (n *Node) killHomes(ctx context.Context, ss []*session) error {
 	deadline, _ := ctx.Deadline()
 	var errs []error
 	for _, s := range ss {
-		if err := host.SettleImage(n.boxes.home(s.id).Image(), deadline); err != nil {
+		if err := host.SettleImage(n.boxes.home(s.id).Image(), n.boxes.home(s.id).Mount(), deadline); err != nil {
 			errs = append(errs, err)
 		}
 	}

@@ -209,7 +209,7 @@ func Run(ctx context.Context, cfg Config, in io.Reader, ready io.WriteCloser, lo
 // runsc command in flight may still start one) until none is left or
 // deadline passes.
 func fenceHost(cfg Config, deadline time.Time) (killed, unmounted int, err error) {
-	images := map[string]bool{} // behind the homes' loop devices
+	images := map[string]string{} // behind the homes' loop devices: their mount points
 	for {
 		procs := host.RootProcesses(cfg.Root)
 		for _, p := range procs {
@@ -220,7 +220,7 @@ func fenceHost(cfg Config, deadline time.Time) (killed, unmounted int, err error
 		var left []error
 		for _, m := range host.HomeMounts(cfg.Homes) {
 			if img := host.LoopBacking(m.Source); img != "" {
-				images[img] = true
+				images[img] = m.Point
 			}
 			if err := unix.Unmount(m.Point, 0); err == nil {
 				unmounted++
@@ -230,8 +230,8 @@ func fenceHost(cfg Config, deadline time.Time) (killed, unmounted int, err error
 		}
 		if len(procs) == 0 && len(left) == 0 {
 			// The images are whole once their loop devices let go.
-			for img := range images {
-				if err := host.SettleImage(img, deadline); err != nil {
+			for img, mnt := range images {
+				if err := host.SettleImage(img, mnt, deadline); err != nil {
 					left = append(left, err)
 				}
 			}

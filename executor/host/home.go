@@ -113,32 +113,42 @@ func MountHome(ctx context.Context, h Home) error {
 // WaitImageFree waits up to limit until no loop device of this host is
 // backed by img, else ErrImageBusy.
 func WaitImageFree(ctx context.Context, img, mnt string, limit time.Duration) error {
+	if devs := releaseLoops(ctx, img, mnt, time.Now().Add(limit)); len(devs) > 0 {
+		return fmt.Errorf("mounting %s: %w (%s)", img, ErrImageBusy, strings.Join(devs, ", "))
+	}
+	return nil
+}
+
+// releaseLoops waits, up to deadline, until no loop device of this host
+// is backed by img, and returns the devices still there then. The kernel
+// frees a device a moment after its last unmount; a copy of the mount at
+// mnt that another mount namespace holds keeps it, so from evictAfter on
+// such copies are unmounted (evictCopies), once.
+func releaseLoops(ctx context.Context, img, mnt string, deadline time.Time) []string {
 	start := time.Now()
-	deadline := start.Add(limit)
 	evicted := false
 	for {
 		devs := LoopDevices(img)
-		if len(devs) == 0 {
-			return nil
+		if len(devs) == 0 || time.Now().After(deadline) || ctx.Err() != nil {
+			return devs
 		}
 		if !evicted && time.Since(start) >= evictAfter {
-			// Not the kernel's moment: a copy of the home's mount in
-			// another mount namespace may hold the device.
 			evicted = true
 			for _, d := range devs {
 				evictCopies(ctx, mnt, d)
 			}
 		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			return fmt.Errorf("mounting %s: %w (%s)", img, ErrImageBusy, strings.Join(devs, ", "))
-		}
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(10 * time.Millisecond)
 	}
 }
 
 // evictAfter is how long a loop device may stay on an image after its
 // unmount before copies of the mount elsewhere are looked for.
 const evictAfter = 200 * time.Millisecond
+
+// dropLoopWait bounds how long deleting a home waits for its loop device
+// to go; one held past it goes when its holder does.
+const dropLoopWait = 2 * time.Second
 
 // evictCopies lazily unmounts the copies of loop device dev's ("loop3")
 // mount at mnt that other mount namespaces of this host hold, and says
@@ -202,14 +212,12 @@ func holdsMount(mountinfo, majmin, mnt string) bool {
 
 // SettleImage waits, up to deadline, until no loop device of this host is
 // backed by img any more (the kernel frees one a moment after its last
-// unmount, and only then lets go of the image), then flushes img to its
+// unmount, and only then lets go of the image; copies of its mount at mnt
+// in other mount namespaces are unmounted), then flushes img to its
 // storage: on a shared homes_dir another node reads it next.
-func SettleImage(img string, deadline time.Time) error {
-	for devs := LoopDevices(img); len(devs) > 0; devs = LoopDevices(img) {
-		if time.Now().After(deadline) {
-			return fmt.Errorf("settling %s: %w (%s)", img, ErrImageBusy, strings.Join(devs, ", "))
-		}
-		time.Sleep(10 * time.Millisecond)
+func SettleImage(img, mnt string, deadline time.Time) error {
+	if devs := releaseLoops(context.Background(), img, mnt, deadline); len(devs) > 0 {
+		return fmt.Errorf("settling %s: %w (%s)", img, ErrImageBusy, strings.Join(devs, ", "))
 	}
 	f, err := os.Open(img)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -378,6 +386,10 @@ func DropHome(ctx context.Context, h Home) error {
 			}
 		}
 	}
+	// Its loop device goes with it: a copy of the mount that another
+	// mount namespace made meanwhile (a sandbox of another session
+	// starting) would hold the device after the image is gone.
+	releaseLoops(ctx, h.Image(), mnt, time.Now().Add(dropLoopWait))
 	if h.Apart() {
 		if err := os.RemoveAll(h.ImgDir); err != nil {
 			return fmt.Errorf("removing %s: %w", h.ImgDir, err)
