@@ -23,7 +23,6 @@ import (
 // other node's sweep ends it once it is idle past its TTL, and its plan
 // slot is free again without any call to it.
 func TestClusterWithoutSharedHomes(t *testing.T) {
-	t.Parallel()
 	c := startCluster(t, clusterOptions{nodes: 2, ownHomes: true})
 	key := c.key(t, "PRO")
 	var ids []string

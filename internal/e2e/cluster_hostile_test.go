@@ -62,7 +62,6 @@ func (r reply) code() string {
 // answer from both (the node named in X-Sandbox-Node aside), with nothing
 // run that should not have been.
 func TestClusterHostile(t *testing.T) {
-	t.Parallel()
 	c := startCluster(t, clusterOptions{nodes: 2})
 	keyA, keyB := c.key(t, "MEGA"), c.key(t, "MEGA")
 	id, owner := c.create(t, 0, keyA, map[string]any{"language": "bash"})

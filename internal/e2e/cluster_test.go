@@ -39,7 +39,6 @@ import (
 //
 //	SANDBOXAPI_REQUIRE_RUNSC=1 SANDBOXAPI_REQUIRE_POSTGRES=1 go test -count=1 ./internal/e2e -run TestCluster -v -timeout 20m
 func TestCluster(t *testing.T) {
-	t.Parallel()
 	c := startCluster(t, clusterOptions{})
 	dir := t.TempDir()
 	c.admin.importOSV()

@@ -35,7 +35,6 @@ import (
 //
 //	SANDBOXAPI_REQUIRE_RUNSC=1 SANDBOXAPI_REQUIRE_POSTGRES=1 go test -count=1 -run 'TestClusterTLS$' -v ./internal/e2e
 func TestClusterTLS(t *testing.T) {
-	t.Parallel()
 	ca := testenv.NewCA(t, "sandboxapi e2e cluster CA")
 	other := testenv.NewCA(t, "another CA")
 	dir := t.TempDir()

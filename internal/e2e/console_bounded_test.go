@@ -23,7 +23,6 @@ import (
 // to the next, the pages together list every session once, and a
 // session's own page cuts its list.
 func TestInputCapsAndBoundedConsole(t *testing.T) {
-	t.Parallel()
 	s := startServer(t, "")
 	ultra := s.key("ULTRA")
 	admin := strings.TrimSpace(s.cli("keys", "create", "--admin", "--name", "ops"))
@@ -138,7 +137,6 @@ func TestInputCapsAndBoundedConsole(t *testing.T) {
 // through the proxy, one it does not is refused); a list over the cap is a
 // 400 here too.
 func TestAllowedDomainsDedupedWithEgress(t *testing.T) {
-	t.Parallel()
 	f := startFakeInternet(t)
 	ee := newEgressEnv(t)
 	s := startServer(t, ee.yaml(f))

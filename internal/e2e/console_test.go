@@ -160,7 +160,6 @@ next:
 // the way, the session's SBOM from the real install is validated with the
 // CycloneDX library.
 func TestConsoleInChromium(t *testing.T) {
-	t.Parallel()
 	chrome := chromiumPath(t)
 	s, _, _ := installServer(t, "")
 	dir := t.TempDir()

@@ -17,7 +17,6 @@ import (
 )
 
 func TestBadInputGetsClearErrors(t *testing.T) {
-	t.Parallel()
 	s := startServer(t, "server:\n  max_body_bytes: 65536\n")
 	key := s.key("PRO")
 	id := s.session(key, "python3")
@@ -70,7 +69,6 @@ func TestBadInputGetsClearErrors(t *testing.T) {
 }
 
 func TestPlanQuotaIsAtomic(t *testing.T) {
-	t.Parallel()
 	s := startServer(t, "executor:\n  max_sandboxes: 30\n  warm_pool: 1\n  home_size: 32M\n")
 	key := s.key("PRO")
 	var wg sync.WaitGroup
@@ -105,7 +103,6 @@ func TestPlanQuotaIsAtomic(t *testing.T) {
 }
 
 func TestBasicPlanGetsStatelessOnly(t *testing.T) {
-	t.Parallel()
 	s := startServer(t, "")
 	r := s.do("POST", "/v1/sessions", s.key("BASIC"), map[string]any{"language": "python3"})
 	if r.status != http.StatusForbidden || !strings.Contains(string(r.body), "plan PRO has it") {
@@ -118,7 +115,6 @@ func TestBasicPlanGetsStatelessOnly(t *testing.T) {
 }
 
 func TestKeysCannotSeeEachOthersSessions(t *testing.T) {
-	t.Parallel()
 	s := startServer(t, "")
 	owner, other := s.key("PRO"), s.key("MEGA")
 	id := s.session(owner, "bash")
@@ -161,7 +157,6 @@ func TestKeysCannotSeeEachOthersSessions(t *testing.T) {
 }
 
 func TestKilledServerRestartsWithoutLeaks(t *testing.T) {
-	t.Parallel()
 	s := startServer(t, "executor:\n  warm_pool: 0\n")
 	key := s.key("PRO")
 	id := s.session(key, "python3")
@@ -230,7 +225,6 @@ func countProcs(dataDir string) int {
 // TestHostedProductClientWorksUnchanged runs a client written the way the
 // hosted product's documentation shows, with only the base URL changed.
 func TestHostedProductClientWorksUnchanged(t *testing.T) {
-	t.Parallel()
 	s := startServer(t, "")
 	key := s.key("PRO")
 	python := ""
@@ -279,7 +273,6 @@ print("DONE")
 }
 
 func TestStreamingDeliversChunksWhileRunning(t *testing.T) {
-	t.Parallel()
 	s := startServer(t, "")
 	key := s.key("PRO")
 	id := s.session(key, "python3")
@@ -324,7 +317,6 @@ func TestStreamingDeliversChunksWhileRunning(t *testing.T) {
 // A streaming client that goes away kills its program: the session is free
 // again at once and nothing of the call survives.
 func TestDisconnectKillsTheProgram(t *testing.T) {
-	t.Parallel()
 	s := startServer(t, "")
 	key := s.key("PRO")
 	id := s.session(key, "bash")

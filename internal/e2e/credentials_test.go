@@ -20,7 +20,6 @@ import (
 // and a killed server. PATCH .../network removes, adds and replaces
 // credentials of the running session and of a hibernated one.
 func TestEgressCredentials(t *testing.T) {
-	t.Parallel()
 	f := startFakeInternet(t)
 	ee := newEgressEnv(t)
 	caFile := filepath.Join(t.TempDir(), "upstream-ca.pem")

@@ -93,7 +93,6 @@ func (s *server) killFromOutside(t *testing.T) (procs, mounts int) {
 // in X-Sandbox-Resumed and resumed_ms. Last, an upgrade: SIGTERM and a
 // start of a freshly built binary.
 func TestSessionSurvivesRestarts(t *testing.T) {
-	t.Parallel()
 	s, _, _ := installServer(t, "")
 	dir := t.TempDir()
 	s.importOSV()
@@ -200,7 +199,6 @@ func TestSessionSurvivesRestarts(t *testing.T) {
 // The durable-session routes over HTTP: hibernate, resume on a files call,
 // 20 parallel calls resuming once, fork, and 507 past max_disk.
 func TestHibernateForkAndDiskBudgetOverHTTP(t *testing.T) {
-	t.Parallel()
 	s := startServer(t, "executor:\n  warm_pool: 0\n  home_size: 64M\n  max_disk: 192M\n")
 	key := s.key("ULTRA")
 	id := s.session(key, "bash")
@@ -291,7 +289,6 @@ func TestHibernateForkAndDiskBudgetOverHTTP(t *testing.T) {
 // veth, nft chain), and comes back with its allow-list enforced: after a
 // resume, and after a SIGTERM and a restart.
 func TestNetworkSessionHibernatesWithItsAllowList(t *testing.T) {
-	t.Parallel()
 	f := startFakeInternet(t)
 	ee := newEgressEnv(t)
 	s := startServer(t, ee.yaml(f))

@@ -43,7 +43,6 @@ func e2bSDK(t testing.TB) string {
 // the SDK's RateLimitError), then checks what the
 // adapter must keep across a restart and that its calls were metered.
 func TestE2BSDK(t *testing.T) {
-	t.Parallel()
 	sdk := e2bSDK(t)
 	s := startServer(t, "")
 	key, other := s.key("PRO"), s.key("PRO")
@@ -172,7 +171,6 @@ func TestE2BSDK(t *testing.T) {
 // adapter's /v1 calls go through the cluster's handler to the session's
 // owner, and its records are the shared store's.
 func TestE2BSDKCluster(t *testing.T) {
-	t.Parallel()
 	sdk := e2bSDK(t)
 	c := startCluster(t, clusterOptions{nodes: 2})
 	key, other := c.key(t, "PRO"), c.key(t, "PRO")
@@ -265,7 +263,6 @@ func e2bCodeInterpreter(t testing.TB) string {
 // exception by name, contexts, the kernel kept across pause and connect,
 // a dead kernel reported, restart, kill.
 func TestE2BCodeInterpreter(t *testing.T) {
-	t.Parallel()
 	sdk := e2bCodeInterpreter(t)
 	s := startServer(t, "")
 	key := s.key("PRO")
@@ -292,7 +289,6 @@ func TestE2BCodeInterpreter(t *testing.T) {
 // widening then narrowing, internet access refused as the SDK's error,
 // fork (files, env vars, network kept) and getMetrics.
 func TestE2BSDKNetwork(t *testing.T) {
-	t.Parallel()
 	sdk := e2bSDK(t)
 	f := startFakeInternet(t)
 	ee := newEgressEnv(t)

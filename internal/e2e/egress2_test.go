@@ -21,7 +21,6 @@ import (
 // sandbox then fail fast and cleanly, that the server notices once rather
 // than spinning, and that other sessions and cleanup are unaffected.
 func TestEgressProxyStoppedDuringUse(t *testing.T) {
-	t.Parallel()
 	if _, err := exec.LookPath("ss"); err != nil {
 		testenv.Skip(t, "needs ss (iproute2): %v", err)
 	}

@@ -55,7 +55,6 @@ func addPrivateService(t *testing.T, f *fakeInternet) netip.Addr {
 // refused even when an allow entry covers it, and the denied list is
 // shown, stored and kept over hibernation.
 func TestEgressAddressRules(t *testing.T) {
-	t.Parallel()
 	f := startFakeInternet(t)
 	priv := addPrivateService(t, f)
 	ee := newEgressEnv(t)

@@ -17,7 +17,6 @@ import (
 // address is refused again), and readiness closes the install gate until
 // it has verified the rebuilt rules.
 func TestEgressFirewallHeals(t *testing.T) {
-	t.Parallel()
 	f := startFakeInternet(t)
 	ee := newEgressEnv(t)
 	s := startServer(t, ee.yaml(f))

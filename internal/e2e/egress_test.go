@@ -497,7 +497,6 @@ public class Main {
 // TestEgressFromSandboxes drives real runsc sandboxes against the fake
 // internet through the real egress proxy and sandbox networks.
 func TestEgressFromSandboxes(t *testing.T) {
-	t.Parallel()
 	f := startFakeInternet(t)
 	ee := newEgressEnv(t)
 	s := startServer(t, ee.yaml(f))
@@ -882,7 +881,6 @@ env | grep -ci proxy`, f.web), nil)
 // then checks that the restarted server removes the leftovers and serves
 // the adopted session again.
 func TestEgressRestartReconciles(t *testing.T) {
-	t.Parallel()
 	f := startFakeInternet(t)
 	ee := newEgressEnv(t)
 	s := startServer(t, ee.yaml(f))

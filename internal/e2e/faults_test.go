@@ -100,7 +100,6 @@ func (s *server) executions(t *testing.T, sessionID string) map[string][2]string
 // execution runs. After a restart the execution is recorded failed, never
 // succeeded, the session still works, and a graceful stop leaves nothing.
 func TestFaultKillDuringExecution(t *testing.T) {
-	t.Parallel()
 	s := startServer(t, "executor:\n  warm_pool: 0\n  home_size: 64M\n")
 	key := s.key("ULTRA")
 	id := s.session(key, "bash")
@@ -171,7 +170,6 @@ func TestFaultKillDuringExecution(t *testing.T) {
 // created. After a restart each session is either listed and usable or
 // gone, and a graceful stop leaves no sandbox, mount or cgroup behind.
 func TestFaultKillDuringCreation(t *testing.T) {
-	t.Parallel()
 	s := startServer(t, "executor:\n  warm_pool: 0\n  home_size: 64M\n")
 	key := s.key("MEGA")
 	var (
@@ -312,7 +310,6 @@ func sandboxPID(t *testing.T, dataDir, id string) int {
 // (SIGKILL from outside). That session answers 410 sandbox_lost and is
 // marked gone; the other session is unaffected.
 func TestFaultSandboxKilledFromOutside(t *testing.T) {
-	t.Parallel()
 	s := startServer(t, "executor:\n  warm_pool: 0\n  home_size: 64M\n")
 	key := s.key("ULTRA")
 	victim := s.session(key, "bash")
@@ -370,7 +367,6 @@ func TestFaultSandboxKilledFromOutside(t *testing.T) {
 
 // TestFaultRunscMissing: serve refuses to start without runsc and says why.
 func TestFaultRunscMissing(t *testing.T) {
-	t.Parallel()
 	bin := filepath.Join(binaries(t), "sandboxapi")
 	dir := t.TempDir()
 	cfg := filepath.Join(dir, "config.yaml")
@@ -402,7 +398,6 @@ func TestFaultRunscMissing(t *testing.T) {
 // at all, a new install works, and after a graceful stop no sandbox,
 // mount, cgroup or installer network is left.
 func TestFaultKillDuringInstall(t *testing.T) {
-	t.Parallel()
 	s, _, prefix := installServer(t, "executor:\n  warm_pool: 0\n  home_size: 64M\n")
 	dir := t.TempDir()
 	s.importOSV()
@@ -492,7 +487,6 @@ func TestFaultKillDuringInstall(t *testing.T) {
 // seconds and the install gate closes (503 not_ready, nothing installed);
 // with the service back, readiness recovers and installs work again.
 func TestFaultMirrorServiceStopped(t *testing.T) {
-	t.Parallel()
 	mport := freePort(t)
 	s, _, _ := installServer(t, "mirror:\n  serve_url: http://"+mport+"\n")
 	var logs bytes.Buffer

@@ -36,7 +36,6 @@ func (s *server) putChunked(t *testing.T, key, path string, body io.Reader) repl
 }
 
 func TestFilesAPI(t *testing.T) {
-	t.Parallel()
 	const limit = 1 << 20
 	// The JSON body limit is far below the file limit: uploads are not
 	// bound by it.

@@ -43,7 +43,6 @@ func (c perReadConn) Read(p []byte) (int, error) {
 // come at once and a ": keepalive" comment follows every 5 s of silence,
 // so both read the whole stream and the result.
 func TestStreamHeartbeatSilentProgram(t *testing.T) {
-	t.Parallel()
 	s := startServer(t, "")
 	key := s.key("PRO")
 	const readTimeout = 10 * time.Second
@@ -163,7 +162,6 @@ for line in resp.iter_lines(decode_unicode=True):
 // server whose egress is off (the default): the owner gets 200 with no
 // decisions, live and after delete; another key gets 404 not_found.
 func TestEgressRouteWithEgressOff(t *testing.T) {
-	t.Parallel()
 	s := startServer(t, "")
 	owner, other := s.key("PRO"), s.key("ULTRA")
 	id := s.session(owner, "bash")
@@ -224,7 +222,6 @@ func (s *server) ownSandboxProcs() int {
 // makes them, under the controllers' sandboxapi/ folder, with a process in
 // it) does not count, nor do other tests' sandboxes on the host.
 func TestSandboxesLiveCountsOwnOnly(t *testing.T) {
-	t.Parallel()
 	s := startServer(t, "") // warm_pool: 1
 	var b [8]byte
 	_, _ = rand.Read(b[:])
@@ -285,7 +282,6 @@ func TestSandboxesLiveCountsOwnOnly(t *testing.T) {
 // and docs/config.md say exactly that: stdout and stderr are capped each,
 // not together.
 func TestMaxOutputBytesPerStream(t *testing.T) {
-	t.Parallel()
 	const limit = 4096
 	s := startServer(t, fmt.Sprintf("limits:\n  max_output_bytes: %d\n", limit))
 	key := s.key("BASIC")

@@ -16,7 +16,6 @@ import (
 // single node answer one 204 and otherwise 404 not_found, never 503
 // session_moved (nothing moved: there is no other node).
 func TestConcurrentDeleteNotFound(t *testing.T) {
-	t.Parallel()
 	s := startServer(t, "")
 	key := s.key("PRO")
 	for i := 0; i < 4; i++ {

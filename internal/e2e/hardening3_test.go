@@ -22,7 +22,6 @@ import (
 // console's own origin signs in, and its pages ask for the same-origin
 // referrer policy, under which a browser sends that origin.
 func TestConsoleLoginRefusesNullOrigin(t *testing.T) {
-	t.Parallel()
 	s := startServer(t, "")
 	admin := strings.TrimSpace(s.cli("keys", "create", "--admin", "--name", "ops"))
 	admin = admin[strings.LastIndexByte(admin, '\n')+1:]
@@ -61,7 +60,6 @@ func TestConsoleLoginRefusesNullOrigin(t *testing.T) {
 // machine has taken 8 s (past the 5 s default, the result's resumed_ms
 // still says it).
 func TestResumedHeaderOnEveryWaitingCall(t *testing.T) {
-	t.Parallel()
 	s := startServer(t, "server:\n  drain_delay: 0s\n  stream_heartbeat: 30s\n")
 	key := s.key("PRO")
 	id := s.session(key, "bash")
@@ -102,7 +100,6 @@ func TestResumedHeaderOnEveryWaitingCall(t *testing.T) {
 // call gets 503 "draining" with Retry-After, a stream an `error` event
 // "draining"; then the server exits and leaves nothing behind.
 func TestSigtermGraceOverRepliesDraining(t *testing.T) {
-	t.Parallel()
 	s := startServer(t, "server:\n  drain_delay: 1s\n  shutdown_grace: 2s\n")
 	key := s.key("PRO")
 	ids := []string{s.session(key, "bash"), s.session(key, "bash")}
@@ -166,7 +163,6 @@ func TestSigtermGraceOverRepliesDraining(t *testing.T) {
 // installer's nftables table), and the first is untouched: its session,
 // sandbox and all, still runs.
 func TestSecondServeRefusedClearly(t *testing.T) {
-	t.Parallel()
 	s := startServer(t, "")
 	key := s.key("PRO")
 	id := s.session(key, "bash")

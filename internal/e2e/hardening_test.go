@@ -20,7 +20,6 @@ import (
 // call works, the PRO key gets its two sessions, no row is left creating
 // and no sandbox, mount or loop device stays once they are deleted.
 func TestNetworkRequestWithEgressOff(t *testing.T) {
-	t.Parallel()
 	s := startServer(t, "")
 	pro, basic := s.key("PRO"), s.key("BASIC")
 	for i := range 16 {
@@ -97,7 +96,6 @@ const hostOOMCode = "import os\nfd = os.memfd_create('x')\nos.posix_fallocate(fd
 // takes the whole sandbox (the session is gone afterwards), as JSON and
 // as the final SSE result event.
 func TestOOMStatusThroughAPI(t *testing.T) {
-	t.Parallel()
 	s := startServer(t, "")
 	key := s.key("PRO")
 

@@ -34,7 +34,6 @@ func kernelCell(t *testing.T, s *server, key, id, code string) wire.ExecuteResul
 // server restart and a crash (whose next cell says the kernel restarted),
 // and the refusals.
 func TestKernelSessionEndToEnd(t *testing.T) {
-	t.Parallel()
 	s := startServer(t, "")
 	key := s.key("PRO")
 

@@ -9,7 +9,6 @@ import (
 // (all of it for a compile error), run_ms for the program, duration_ms
 // their sum; interpreted languages have no compile time.
 func TestExecuteReportsCompileAndRunTime(t *testing.T) {
-	t.Parallel()
 	s := startServer(t, "executor:\n  warm_pool: 1\n  home_size: 64M\n  memory_mb: 768\n")
 	key := s.key("MEGA")
 	tests := []struct {

@@ -23,7 +23,6 @@ import (
 // exits non-zero naming the listener, leaves no sandbox behind, and the
 // next serve on the same data dir starts.
 func TestServeFailedStartUnwinds(t *testing.T) {
-	t.Parallel()
 	s := startServer(t, "")
 	key := s.key("PRO")
 	s.session(key, "bash")

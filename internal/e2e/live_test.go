@@ -22,7 +22,6 @@ import (
 // the memory (checkpoint_mb) and the resume brings it back, said on the
 // execute reply; so do a SIGTERM stop and start. Every reply is checked against api/openapi.json.
 func TestLiveSessionSurvivesKill(t *testing.T) {
-	t.Parallel()
 	s := startServer(t, "executor:\n  warm_pool: 0\n  home_size: 64M\n")
 	key := s.key("ULTRA")
 	id := s.session(key, "python3")

@@ -24,7 +24,6 @@ const mcpMaxFile = 64 << 10
 // file limit, an install from the mirror, and, where the server has kernel
 // sessions, a matplotlib plot that comes back as an image.
 func TestMCPSessions(t *testing.T) {
-	t.Parallel()
 	s, _, _ := installServer(t, "limits:\n  max_file_bytes: 65536\n")
 	s.importOSV()
 	s.cliArgs([]string{"mirror", "add"}, writeWheel(t, t.TempDir(), "mcpdemo", "1.5.0"))

@@ -23,7 +23,6 @@ import (
 // real server and real sandboxes: streamable HTTP at /mcp, and stdio through
 // `sandboxapi mcp --url`.
 func TestMCP(t *testing.T) {
-	t.Parallel()
 	s := startServer(t, "")
 	s.seedMirror()
 	key := s.key("BASIC")
@@ -352,7 +351,6 @@ func mcpOK(t *testing.T, res *sdk.CallToolResult, out any) {
 // its mcp-inspector executable (npm install @modelcontextprotocol/inspector)
 // or put mcp-inspector on PATH; without it the test skips.
 func TestMCPInspectorCLI(t *testing.T) {
-	t.Parallel()
 	insp := os.Getenv("SANDBOXAPI_MCP_INSPECTOR")
 	if insp == "" {
 		if p, err := exec.LookPath("mcp-inspector"); err == nil {

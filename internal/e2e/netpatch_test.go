@@ -55,7 +55,6 @@ PY
 // sessions with PATCH /v1/sessions/{id}/network, against real runsc
 // sandboxes, the real proxy and the fake internet.
 func TestLiveAllowList(t *testing.T) {
-	t.Parallel()
 	f := startFakeInternet(t)
 	ee := newEgressEnv(t)
 	s := startServer(t, ee.yaml(f))

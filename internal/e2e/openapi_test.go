@@ -14,7 +14,6 @@ import (
 // them, and that the check itself fails a reply the document does not
 // describe.
 func TestOpenAPIRealServer(t *testing.T) {
-	t.Parallel()
 	s := startServer(t, "")
 	pro, basic := s.key("PRO"), s.key("BASIC")
 	type call struct {

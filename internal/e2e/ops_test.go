@@ -18,7 +18,6 @@ import (
 // API's request line and the executor's execution line among them) carries
 // the id the client sent, and no line holds the API key.
 func TestLogsCarryRequestIDAndNoKey(t *testing.T) {
-	t.Parallel()
 	s := startServer(t, "")
 	key := s.key("PRO")
 	id := s.session(key, "python3")
@@ -64,7 +63,6 @@ func TestLogsCarryRequestIDAndNoKey(t *testing.T) {
 // The mirror's catalogue shows in /metrics, refusals at ingest by another
 // process (the operator CLI) included.
 func TestMetricsCountMirrorCatalogue(t *testing.T) {
-	t.Parallel()
 	s := startServer(t, "")
 	s.cliArgs([]string{"mirror", "osv", "import"}, filepath.Join(testenv.ModuleRoot(), "mirror", "testdata", "osv"))
 	dir := t.TempDir()
@@ -103,7 +101,6 @@ func warmIDs(s *server) []string {
 // removes the pooled sandboxes (they were never handed out, and a new pool
 // is made), keeps the session, and a clean stop leaves nothing.
 func TestKilledServerWithWarmPoolLeaksNothing(t *testing.T) {
-	t.Parallel()
 	s := startServer(t, "executor:\n  warm_pool: 2\n  home_size: 64M\n")
 	key := s.key("PRO")
 	id := s.session(key, "bash")

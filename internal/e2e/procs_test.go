@@ -101,7 +101,6 @@ func outputOf(t *testing.T, evs []sseEvent) (map[string]string, map[string]any) 
 }
 
 func TestBackgroundProcessesAPI(t *testing.T) {
-	t.Parallel()
 	s := startServer(t, "")
 	key, other := s.key("PRO"), s.key("PRO")
 	id := s.session(key, "bash")

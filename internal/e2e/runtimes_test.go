@@ -98,7 +98,6 @@ func checkMain(t *testing.T, what string, r reply, version string) {
 // in a session: hello world with the version it runs on, stdin, a file in
 // and (in the session) out, and a compile error for compiled languages.
 func TestEveryLanguageAndVersion(t *testing.T) {
-	t.Parallel()
 	rts, err := executor.LoadRuntimes(configs.Runtimes, "")
 	if err != nil {
 		t.Fatal(err)
@@ -159,7 +158,6 @@ func TestEveryLanguageAndVersion(t *testing.T) {
 // unsupported_version that lists the versions present, wherever it is
 // asked for.
 func TestSessionKeepsItsVersion(t *testing.T) {
-	t.Parallel()
 	s := startServer(t, "executor:\n  warm_pool: 0\n  home_size: 64M\n")
 	key := s.key("MEGA")
 	listed := runtimeVersions(t, s, key)
@@ -245,7 +243,6 @@ func TestSessionKeepsItsVersion(t *testing.T) {
 // The rootfs's versions file holds exactly the runtimes file's languages
 // and versions: a rootfs built from another runtimes file fails here.
 func TestRootfsVersionsMatchTheRuntimesFile(t *testing.T) {
-	t.Parallel()
 	_, versions, err := executor.FindRootfs(os.Getenv("SANDBOXAPI_ROOTFS"), "")
 	if err != nil {
 		t.Fatal(err)
@@ -268,7 +265,6 @@ func TestRootfsVersionsMatchTheRuntimesFile(t *testing.T) {
 // file changed, runs perl stateless and in a session and lists it with
 // its version.
 func TestAddALanguageInTheRuntimesFile(t *testing.T) {
-	t.Parallel()
 	file := filepath.Join(t.TempDir(), "runtimes.yaml")
 	perl := `  perl:
     aliases: [pl]
@@ -306,7 +302,6 @@ func TestAddALanguageInTheRuntimesFile(t *testing.T) {
 // answer 400 unsupported_version naming the versions present, and with
 // the version back it runs again, its files kept.
 func TestSessionWhoseVersionLeftTheRuntimesFile(t *testing.T) {
-	t.Parallel()
 	s := startServer(t, "executor:\n  warm_pool: 0\n  home_size: 64M\n")
 	key := s.key("MEGA")
 	id := s.sessionWith(key, map[string]any{"language": "javascript", "version": "22"})
