@@ -116,13 +116,15 @@ func startServerAt(t testing.TB, addr, extraYAML string) *server {
 	if err := os.WriteFile(s.config, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	s.start()
+	// Registered before the start: a server that does not come up in
+	// time is stopped too, with its sandboxes, not left running.
 	t.Cleanup(func() {
 		s.stop()
-		if t.Failed() {
+		if t.Failed() && s.logs != nil {
 			t.Logf("server log (tail):\n%s", tail(s.logs.String(), 40))
 		}
 	})
+	s.start()
 	return s
 }
 
@@ -176,6 +178,9 @@ func (s *server) kill() {
 
 // stop ends the server with SIGTERM (graceful) and waits.
 func (s *server) stop() {
+	if s.exited == nil {
+		return // never started
+	}
 	select {
 	case <-s.exited:
 		return
