@@ -32,8 +32,10 @@ func newService(t *testing.T, h http.Handler) *Service {
 func TestServiceDrainsThenStops(t *testing.T) {
 	release := make(chan struct{})
 	var drained atomic.Bool
+	running := make(chan struct{})
 	s := newService(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/slow" {
+			close(running)
 			<-release
 		}
 		if drained.Load() {
@@ -55,7 +57,7 @@ func TestServiceDrainsThenStops(t *testing.T) {
 		}
 		slow <- err
 	}()
-	time.Sleep(50 * time.Millisecond) // the slow request is running
+	<-running // the slow request is in the handler, not on its way
 	stopped := make(chan error, 1)
 	go func() { stopped <- s.Stop(context.Background()) }()
 	time.Sleep(100 * time.Millisecond) // within the drain delay
@@ -85,7 +87,8 @@ func TestServiceDrainsThenStops(t *testing.T) {
 func TestServiceGraceOverClosesConnections(t *testing.T) {
 	hang := make(chan struct{})
 	defer close(hang)
-	s := newService(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { <-hang }))
+	running := make(chan struct{})
+	s := newService(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { close(running); <-hang }))
 	s.DrainDelay, s.ShutdownGrace, s.ReplyWait = time.Hour, 100*time.Millisecond, 200*time.Millisecond
 	if err := s.Start(t.Context()); err != nil {
 		t.Fatal(err)
@@ -99,7 +102,7 @@ func TestServiceGraceOverClosesConnections(t *testing.T) {
 		}
 		got <- err
 	}()
-	time.Sleep(50 * time.Millisecond)
+	<-running // a refused connection would pass for a closed one
 	start := time.Now()
 	if err := s.Stop(context.Background()); err != nil {
 		t.Fatal(err)
@@ -117,7 +120,9 @@ func TestServiceGraceOverClosesConnections(t *testing.T) {
 // httperr.ErrShutdown, and the reply it then writes (here 503 "draining")
 // reaches the client before the connection closes.
 func TestServiceGraceOverInterruptsWithReply(t *testing.T) {
+	running := make(chan struct{})
 	s := newService(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		close(running)
 		<-r.Context().Done()
 		if !errors.Is(context.Cause(r.Context()), httperr.ErrShutdown) {
 			return
@@ -146,7 +151,7 @@ func TestServiceGraceOverInterruptsWithReply(t *testing.T) {
 		resp.Body.Close()
 		got <- result{resp.StatusCode, string(b), err}
 	}()
-	time.Sleep(50 * time.Millisecond)
+	<-running // Stop before the request arrived would refuse it instead
 	if err := s.Stop(context.Background()); err != nil {
 		t.Fatal(err)
 	}
