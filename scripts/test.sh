@@ -64,19 +64,24 @@ k8s_env=$(scripts/k8s-tools.sh "$tools")
 eval "$k8s_env"
 export SANDBOXAPI_MCP_INSPECTOR="$tools/inspector/node_modules/.bin/mcp-inspector"
 go vet ./...
-# Everything runs at once, in three chains side by side, because a sandbox
-# test mostly waits (on sandboxes, timers, heartbeats: one test stream
-# leaves the 2-core machine two-thirds idle):
-#  - sandboxed: the packages that drive sandboxes (runsc, the built server,
-#    installer jobs) as users build them, listed first so the longest start
-#    first, their tests TEST_PARALLEL at a time;
-#  - race: every other package under the race detector, then the egress
-#    benchmark's smoke run and the fuzz smoke run;
-#  - postgres: the mirror's tests and the end-to-end tests whose outcome
-#    depends on the store, again on PostgreSQL.
+# Everything runs in four chains side by side, balanced by their length:
+# a sandbox test mostly waits (on sandboxes, timers, heartbeats: one test
+# stream leaves the 2-core machine two-thirds idle), but more sandboxes at
+# once than the cores carry make every test slower (measured: tests six at
+# a time made the run longer, not shorter). Tests that call t.Parallel run
+# TEST_PARALLEL (default 2) at a time.
+#  - executor: the executor's tests;
+#  - e2e: the end-to-end tests of one server (the built binary, real
+#    clients);
+#  - sandboxed: the installer's, rootfs's and CLI's tests, then the
+#    mirror's tests and the end-to-end tests whose outcome depends on the
+#    store, again on PostgreSQL;
+#  - race: every other package under the race detector, the egress
+#    benchmark's and the fuzz smoke runs, then the end-to-end tests of a
+#    cluster.
 # A package not named in `sandboxed` gets the race detector, so a new one
 # is never left out. (-race needs cgo: gcc.)
-parallel=${TEST_PARALLEL:-6}
+parallel=${TEST_PARALLEL:-2}
 sandboxed=(executor internal/e2e installer rootfs internal/cli)
 mod=$(go list -m)
 pkgs=$(go list ./...)
@@ -87,7 +92,7 @@ for p in "${sandboxed[@]}"; do
 done
 plain=$(grep -vxE "$mod/($(IFS='|'; echo "${sandboxed[*]}"))" <<<"$pkgs")
 # The store's own tests run on both engines in the race chain; every
-# end-to-end test runs on SQLite in the sandboxed chain, and the cluster
+# end-to-end test runs on SQLite in the e2e chain, and the cluster
 # tests run on PostgreSQL whatever the engine. Left out of the PostgreSQL
 # pass: tests of streams, signals, languages, egress data paths, output
 # limits and the CLI's start-up checks, which read or write nothing the
@@ -152,8 +157,27 @@ egress_smoke() {
 }
 # Each chain runs every step even after one fails, so that one run shows
 # every failure, and fails if any step did.
+# The end-to-end tests of a cluster (three nodes each) run in a chain of
+# their own; -run and -skip take the same pattern, so every test runs once.
+cluster_e2e='^(TestCluster.*|TestE2BSDKCluster)$'
+chain_executor() {
+  gotest executor -count=1 -parallel "$parallel" -timeout 60m ./executor
+}
+chain_e2e() {
+  gotest e2e -count=1 -parallel "$parallel" -timeout 60m -skip "$cluster_e2e" ./internal/e2e
+}
 chain_sandboxed() {
-  gotest sandboxed -count=1 -parallel "$parallel" -timeout 60m "${heavy[@]}"
+  local rc=0 rest=() p
+  for p in "${heavy[@]}"; do
+    case $p in ./executor | ./internal/e2e) ;; *) rest+=("$p") ;; esac
+  done
+  gotest sandboxed -count=1 -parallel "$parallel" -timeout 60m "${rest[@]}" || rc=1
+  # The mirror's tests, and the end-to-end tests whose outcome depends on
+  # the store, again on PostgreSQL.
+  SANDBOXAPI_TEST_STORE=postgres gotest mirror-postgres -count=1 -timeout 30m ./mirror || rc=1
+  SANDBOXAPI_TEST_STORE=postgres gotest e2e-postgres -count=1 -parallel "$parallel" -timeout 45m \
+    -run "^($(IFS='|'; echo "${store_e2e[*]}"))\$" ./internal/e2e || rc=1
+  return "$rc"
 }
 chain_race() {
   local rc=0
@@ -162,19 +186,42 @@ chain_race() {
   egress_smoke || rc=1
   scripts/fuzz.sh || rc=1
   mark "fuzz smoke run: exit $rc"
+  gotest e2e-cluster -count=1 -parallel "$parallel" -timeout 45m -run "$cluster_e2e" ./internal/e2e || rc=1
   return "$rc"
 }
-chain_postgres() {
-  local rc=0
-  SANDBOXAPI_TEST_STORE=postgres gotest mirror-postgres -count=1 -timeout 30m ./mirror || rc=1
-  SANDBOXAPI_TEST_STORE=postgres gotest e2e-postgres -count=1 -parallel "$parallel" -timeout 45m \
-    -run "^($(IFS='|'; echo "${store_e2e[*]}"))\$" ./internal/e2e || rc=1
-  return "$rc"
+# Where the CPU went: each chain runs in a cpuacct group of its own (cgroup
+# v1, as on this machine; elsewhere nothing is counted), which holds the
+# test binaries, servers, runsc commands and go tools it starts but not
+# the sandboxes, which runsc moves to sandboxapi's own groups (counted
+# there, all together), and the machine's busy time frames both.
+acct=/sys/fs/cgroup/cpuacct
+[ -w "$acct" ] || acct=
+usage() { cat "$1/cpuacct.usage" 2>/dev/null || echo 0; }
+busy() { awk '/^cpu /{ print $2 + $3 + $4 + $7 + $8 + $9 }' /proc/stat; } # in 1/100 s
+join_group() {
+  [ -n "$acct" ] || return 0
+  mkdir -p "$acct/sbxtest-$1-$$" && echo "$BASHPID" >"$acct/sbxtest-$1-$$/cgroup.procs" || true
 }
+cpu_report() {
+  [ -n "$acct" ] || return 0
+  local name sum=0 ns
+  echo "test.sh: CPU seconds over $((SECONDS - began)) s of wall time:"
+  for name in "${names[@]}"; do
+    ns=$(usage "$acct/sbxtest-$name-$$")
+    sum=$((sum + ns))
+    printf '  %-10s %6d (test binaries, servers, runsc commands, go tools)\n' "$name" $((ns / 1000000000))
+    rmdir "$acct/sbxtest-$name-$$" 2>/dev/null || true
+  done
+  ns=$(( $(usage "$acct/sandboxapi") - sandboxes0 ))
+  printf '  %-10s %6d (every sandbox, of every chain)\n' sandboxes $((ns / 1000000000))
+  printf '  %-10s %6d (of %d on %d CPUs)\n' machine $(( ($(busy) - busy0) / 100 )) $(( (SECONDS - began) * $(nproc) )) "$(nproc)"
+}
+sandboxes0=$(usage "$acct/sandboxapi")
+busy0=$(busy)
 pids=()
-names=(sandboxed race postgres)
+names=(executor e2e sandboxed race)
 for name in "${names[@]}"; do
-  "chain_$name" > >(tee "$logs/$name" | sed -u "s/^/[$name] /") 2>&1 &
+  { join_group "$name"; "chain_$name"; } > >(tee "$logs/$name" | sed -u "s/^/[$name] /") 2>&1 &
   pids+=($!)
 done
 rc=0
@@ -183,9 +230,10 @@ for i in "${!pids[@]}"; do
 done
 sleep 1 # the tees finish writing
 slowest
+cpu_report
 if [ "$rc" != 0 ]; then
   failures "${names[@]/#/$logs/}"
-  echo "test.sh: failed (see [sandboxed], [race] and [postgres] above)" >&2
+  echo "test.sh: failed (see [executor], [e2e], [sandboxed] and [race] above)" >&2
   exit 1
 fi
 mark "every chain passed"
