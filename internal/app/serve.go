@@ -42,7 +42,7 @@ func (m storeMeter) Record(u api.Usage) {
 
 // Serve runs until ctx ends or a signal arrives: SIGTERM/SIGINT drain
 // (readiness goes red, running calls get the grace period, then everything
-// is torn down); a second signal exits at once.
+// is torn down); a second signal exits at once; SIGPIPE is ignored.
 //
 // Every long-lived part is a unit of one lifecycle.System (units.go,
 // docs/architecture.md "Lifecycle"): each declares the units it needs, all
@@ -52,6 +52,15 @@ func (m storeMeter) Record(u api.Usage) {
 func Serve(ctx context.Context, env *Env) error {
 	cfg := env.Config
 	log := env.Log
+	// A log reader that goes away (a pipe into a supervisor or tee that
+	// died) must not end the server at its next log line, sandboxes and
+	// all: Go's default for a write to a broken stdout or stderr is to
+	// exit on SIGPIPE. Asked for (not ignored, which the sandboxes and
+	// tools it starts would inherit), the signal is only noted and the
+	// write fails; the server goes on.
+	pipes := make(chan os.Signal, 1)
+	signal.Notify(pipes, syscall.SIGPIPE)
+	defer signal.Stop(pipes)
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return fmt.Errorf("creating data dir: %w", err)
 	}

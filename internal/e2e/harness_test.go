@@ -73,6 +73,9 @@ type server struct {
 
 	// storeURL is the server's PostgreSQL store ("": SQLite in dataDir).
 	storeURL string
+	// logReaderGone starts the server with its stdout and stderr on a
+	// pipe whose read end is closed (so logs is empty).
+	logReaderGone bool
 }
 
 // startServer starts sandboxapi serve on a free loopback port. extraYAML is
@@ -145,8 +148,22 @@ func (s *server) start() {
 	s.logs = &bytes.Buffer{}
 	s.cmd = exec.Command(s.bin, "serve", "--config", s.config, "--data-dir", s.dataDir, "--listen", s.addr)
 	s.cmd.Stdout, s.cmd.Stderr = s.logs, s.logs
+	var reader, writer *os.File
+	if s.logReaderGone {
+		var err error
+		if reader, writer, err = os.Pipe(); err != nil {
+			t.Fatal(err)
+		}
+		s.cmd.Stdout, s.cmd.Stderr = writer, writer
+	}
 	if err := s.cmd.Start(); err != nil {
 		t.Fatal(err)
+	}
+	if reader != nil {
+		// Both ends closed here: the server's every log line goes to a
+		// pipe nobody reads any more.
+		reader.Close()
+		writer.Close()
 	}
 	s.exited = make(chan struct{})
 	go func(cmd *exec.Cmd, ch chan struct{}) { _ = cmd.Wait(); close(ch) }(s.cmd, s.exited)

@@ -140,3 +140,27 @@ func TestKilledServerWithWarmPoolLeaksNothing(t *testing.T) {
 	s.stop()
 	s.waitNoLeftovers(t, append(before, warmIDs(s)...)...)
 }
+
+// A server whose log reader has gone (its stdout and stderr a pipe whose
+// read end is closed: a supervisor or tee that died) goes on serving, and
+// a SIGTERM still stops it cleanly with its sandboxes. By Go's default it
+// would die of SIGPIPE at its next log line, leaving them running.
+func TestServerOutlivesItsLogReader(t *testing.T) {
+	t.Parallel()
+	s := startServer(t, "")
+	key := s.key("PRO")
+	s.stop()
+	s.logReaderGone = true
+	s.start()
+	id := s.session(key, "python3")
+	if out := s.exec(key, id, "print(6*7)"); out["stdout"] != "42\n" {
+		t.Fatalf("execute with no log reader: %v", out)
+	}
+	s.stop()
+	if st := s.cmd.ProcessState; st == nil || !st.Success() {
+		t.Fatalf("server ended with %v; want a clean exit after SIGTERM", st)
+	}
+	if n := countProcs(s.dataDir); n != 0 {
+		t.Errorf("%d runsc processes left", n)
+	}
+}
