@@ -64,21 +64,20 @@ k8s_env=$(scripts/k8s-tools.sh "$tools")
 eval "$k8s_env"
 export SANDBOXAPI_MCP_INSPECTOR="$tools/inspector/node_modules/.bin/mcp-inspector"
 go vet ./...
-# Everything runs in four chains side by side, balanced by their length:
-# a sandbox test mostly waits (on sandboxes, timers, heartbeats: one test
-# stream leaves the 2-core machine two-thirds idle), but more sandboxes at
-# once than the cores carry make every test slower (measured: tests six at
-# a time made the run longer, not shorter). Tests that call t.Parallel run
-# TEST_PARALLEL (default 2) at a time.
-#  - executor: the executor's tests;
-#  - e2e: the end-to-end tests of one server (the built binary, real
-#    clients);
-#  - sandboxed: the installer's, rootfs's and CLI's tests, then the
-#    mirror's tests and the end-to-end tests whose outcome depends on the
-#    store, again on PostgreSQL;
-#  - race: every other package under the race detector, the egress
-#    benchmark's and the fuzz smoke runs, then the end-to-end tests of a
-#    cluster.
+# Everything runs in three chains side by side. A sandbox test mostly
+# waits (on sandboxes, timers, heartbeats: one test stream leaves the
+# 2-core machine two-thirds idle), but more sandboxes at once than the
+# cores carry make every test slower and the timing checks of the race
+# pass fail (measured: six executor tests at a time, or four chains of
+# sandbox tests, made the run longer, not shorter). So two streams of
+# sandbox tests, and the CPU-bound race pass beside them:
+#  - executor: the executor's tests one at a time; the installer's,
+#    rootfs's and CLI's; then the mirror's tests and the end-to-end tests
+#    whose outcome depends on the store, again on PostgreSQL;
+#  - e2e: the end-to-end tests (the built binary, real clients);
+#  - race: every other package under the race detector, then the egress
+#    benchmark's and the fuzz smoke runs.
+# Tests that call t.Parallel run TEST_PARALLEL (default 2) at a time.
 # A package not named in `sandboxed` gets the race detector, so a new one
 # is never left out. (-race needs cgo: gcc.)
 parallel=${TEST_PARALLEL:-2}
@@ -157,27 +156,25 @@ egress_smoke() {
 }
 # Each chain runs every step even after one fails, so that one run shows
 # every failure, and fails if any step did.
-# The end-to-end tests of a cluster (three nodes each) run in a chain of
-# their own; -run and -skip take the same pattern, so every test runs once.
-cluster_e2e='^(TestCluster.*|TestE2BSDKCluster)$'
 chain_executor() {
-  gotest executor -count=1 -parallel "$parallel" -timeout 60m ./executor
-}
-chain_e2e() {
-  gotest e2e -count=1 -parallel "$parallel" -timeout 60m -skip "$cluster_e2e" ./internal/e2e
-}
-chain_sandboxed() {
   local rc=0 rest=() p
+  # One test at a time: the executor's tests start sandboxes in every test,
+  # and two sandbox streams (this and e2e) are what the 2-core machine
+  # carries; then the other packages that start sandboxes.
+  gotest executor -count=1 -parallel 1 -timeout 60m ./executor || rc=1
   for p in "${heavy[@]}"; do
     case $p in ./executor | ./internal/e2e) ;; *) rest+=("$p") ;; esac
   done
   gotest sandboxed -count=1 -parallel "$parallel" -timeout 60m "${rest[@]}" || rc=1
   # The mirror's tests, and the end-to-end tests whose outcome depends on
-  # the store, again on PostgreSQL.
+  # the store, again on PostgreSQL, while the e2e chain finishes.
   SANDBOXAPI_TEST_STORE=postgres gotest mirror-postgres -count=1 -timeout 30m ./mirror || rc=1
   SANDBOXAPI_TEST_STORE=postgres gotest e2e-postgres -count=1 -parallel "$parallel" -timeout 45m \
     -run "^($(IFS='|'; echo "${store_e2e[*]}"))\$" ./internal/e2e || rc=1
   return "$rc"
+}
+chain_e2e() {
+  gotest e2e -count=1 -parallel "$parallel" -timeout 60m ./internal/e2e
 }
 chain_race() {
   local rc=0
@@ -186,7 +183,6 @@ chain_race() {
   egress_smoke || rc=1
   scripts/fuzz.sh || rc=1
   mark "fuzz smoke run: exit $rc"
-  gotest e2e-cluster -count=1 -parallel "$parallel" -timeout 45m -run "$cluster_e2e" ./internal/e2e || rc=1
   return "$rc"
 }
 # Where the CPU went: each chain runs in a cpuacct group of its own (cgroup
@@ -219,7 +215,7 @@ cpu_report() {
 sandboxes0=$(usage "$acct/sandboxapi")
 busy0=$(busy)
 pids=()
-names=(executor e2e sandboxed race)
+names=(executor e2e race)
 for name in "${names[@]}"; do
   { join_group "$name"; "chain_$name"; } > >(tee "$logs/$name" | sed -u "s/^/[$name] /") 2>&1 &
   pids+=($!)
@@ -233,7 +229,7 @@ slowest
 cpu_report
 if [ "$rc" != 0 ]; then
   failures "${names[@]/#/$logs/}"
-  echo "test.sh: failed (see [executor], [e2e], [sandboxed] and [race] above)" >&2
+  echo "test.sh: failed (see [executor], [e2e] and [race] above)" >&2
   exit 1
 fi
 mark "every chain passed"
