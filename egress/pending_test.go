@@ -234,7 +234,9 @@ func TestListenerFailureReported(t *testing.T) {
 	for herr = p.Health(); herr == nil && time.Now().Before(deadline); herr = p.Health() {
 		time.Sleep(10 * time.Millisecond)
 	}
-	for !strings.Contains(fmt.Sprint(herr), "transparent") && time.Now().Before(deadline) {
+	// Each listener's accept loop sees its own socket die, in its own time:
+	// wait for both.
+	for !(strings.Contains(fmt.Sprint(herr), "transparent") && strings.Contains(fmt.Sprint(herr), "CONNECT")) && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)
 		herr = p.Health()
 	}
