@@ -155,26 +155,11 @@ func (f *faultEnv) leftovers(t *testing.T, id string) []string {
 		if _, err := os.Stat(dir); err == nil {
 			out = append(out, "folder "+dir)
 		}
-		// A mount namespace made elsewhere on the host while the home was
-		// mounted (a runsc of another test starting) holds a copy of its
-		// mount, and so its loop device, until it pivots into its own
-		// root: a device that goes within 5 s was given back (as in
-		// TestResumeFaults); a leaked one stays.
-		var loops []string
-		for end := time.Now().Add(5 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-			loops = loops[:0]
-			paths, _ := filepath.Glob("/sys/block/loop*/loop/backing_file")
-			for _, p := range paths {
-				if b, err := os.ReadFile(p); err == nil && strings.HasPrefix(string(b), dir+"/") {
-					loops = append(loops, p)
-				}
-			}
-			if len(loops) == 0 || time.Now().After(end) {
-				break
-			}
-		}
+		loops, _ := filepath.Glob("/sys/block/loop*/loop/backing_file")
 		for _, p := range loops {
-			out = append(out, "loop device "+p)
+			if b, err := os.ReadFile(p); err == nil && strings.HasPrefix(string(b), dir+"/") {
+				out = append(out, "loop device "+p)
+			}
 		}
 		for _, cg := range host.CgroupDirs() {
 			if filepath.Base(cg) == id {
