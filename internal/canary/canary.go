@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"strconv"
 	"strings"
 	"time"
 
@@ -23,37 +24,62 @@ type Runner interface {
 	RunJob(ctx context.Context, job sandbox.Job) (sandbox.Result, error)
 }
 
-// script tries each target and prints {"target": "open"|"<error>"}; a
+// script tries every target and prints {"target": "open"|"<error>"}; a
 // target "GET url" fetches url and reports "status <code>"; a target
 // "DNS host:port" sends one DNS query over UDP and reports
-// "answered rcode <n>".
+// "answered rcode <n>". The targets are tried by workers threads at once:
+// a fenced target costs its whole timeout (a dropped packet answers
+// nothing), and the list grows with the host's addresses, so one after
+// another the run outlasted the readiness check's deadline on a host
+// with many session networks.
 const script = `
-import json, socket, sys, urllib.request
-out = {}
-for t in json.load(open(sys.argv[1])):
-    try:
-        if t.startswith("GET "):
-            o = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-            with o.open(t[4:], timeout=3) as r:
-                out[t] = "status %d" % r.status
-        elif t.startswith("DNS "):
-            h, p = t[4:].rsplit(":", 1)
-            q = b"\x5a\x17\x01\x00\x00\x01\x00\x00\x00\x00\x00\x00\x05probe\x07invalid\x00\x00\x01\x00\x01"
-            s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+import json, socket, sys, threading, urllib.request
+def probe(t):
+    if t.startswith("GET "):
+        o = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+        with o.open(t[4:], timeout=3) as r:
+            return "status %d" % r.status
+    if t.startswith("DNS "):
+        h, p = t[4:].rsplit(":", 1)
+        q = b"\x5a\x17\x01\x00\x00\x01\x00\x00\x00\x00\x00\x00\x05probe\x07invalid\x00\x00\x01\x00\x01"
+        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        try:
             s.settimeout(2)
             s.sendto(q, (h.strip("[]"), int(p)))
             r = s.recv(512)
+        finally:
             s.close()
-            out[t] = "answered rcode %d" % (r[3] & 15) if r[:2] == q[:2] else "unrelated answer"
-        else:
-            h, p = t.rsplit(":", 1)
-            s = socket.create_connection((h.strip("[]"), int(p)), timeout=2)
-            s.close()
-            out[t] = "open"
-    except Exception as e:
-        out[t] = "%s: %s" % (type(e).__name__, e)
+        return "answered rcode %d" % (r[3] & 15) if r[:2] == q[:2] else "unrelated answer"
+    h, p = t.rsplit(":", 1)
+    s = socket.create_connection((h.strip("[]"), int(p)), timeout=2)
+    s.close()
+    return "open"
+todo = list(json.load(open(sys.argv[1])))
+out = {}
+lock = threading.Lock()
+def work():
+    while True:
+        with lock:
+            if not todo:
+                return
+            t = todo.pop()
+        try:
+            r = probe(t)
+        except Exception as e:
+            r = "%s: %s" % (type(e).__name__, e)
+        with lock:
+            out[t] = r
+ws = [threading.Thread(target=work) for _ in range(int(sys.argv[2]))]
+for w in ws:
+    w.start()
+for w in ws:
+    w.join()
 print(json.dumps(out))
 `
+
+// workers is how many targets a canary tries at once (each a thread,
+// well under a sandbox's pids limit).
+const workers = 8
 
 // Reached reports whether a canary observation means the target answered.
 func Reached(observed string) bool {
@@ -68,9 +94,10 @@ func Run(ctx context.Context, runner Runner, netns string, targets []string) (ma
 	res, err := runner.RunJob(ctx, sandbox.Job{
 		NetnsPath: netns,
 		Files:     []sandbox.File{{Path: "canary.py", Content: []byte(script)}, {Path: "targets.json", Content: tb}},
-		Argv:      []string{"/usr/bin/python3", "-I", "{dir}/canary.py", "{dir}/targets.json"},
+		Argv:      []string{"/usr/bin/python3", "-I", "{dir}/canary.py", "{dir}/targets.json", strconv.Itoa(workers)},
 		Env:       []string{"PATH=/usr/bin:/bin", "LANG=C.UTF-8"},
-		Timeout:   time.Duration(len(targets))*3*time.Second + 10*time.Second,
+		// Each round of workers takes at most one target's timeout (3 s).
+		Timeout: time.Duration((len(targets)+workers-1)/workers)*3*time.Second + 10*time.Second,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("running canary: %w", err)
