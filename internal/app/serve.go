@@ -42,7 +42,8 @@ func (m storeMeter) Record(u api.Usage) {
 
 // Serve runs until ctx ends or a signal arrives: SIGTERM/SIGINT drain
 // (readiness goes red, running calls get the grace period, then everything
-// is torn down); a second signal exits at once; SIGPIPE is ignored.
+// is torn down); a second signal exits at once; SIGPIPE is caught, so a
+// broken log pipe fails the write instead of ending the server.
 //
 // Every long-lived part is a unit of one lifecycle.System (units.go,
 // docs/architecture.md "Lifecycle"): each declares the units it needs, all

@@ -27,11 +27,11 @@ type Runner interface {
 // script tries every target and prints {"target": "open"|"<error>"}; a
 // target "GET url" fetches url and reports "status <code>"; a target
 // "DNS host:port" sends one DNS query over UDP and reports
-// "answered rcode <n>". The targets are tried by workers threads at once:
-// a fenced target costs its whole timeout (a dropped packet answers
-// nothing), and the list grows with the host's addresses, so one after
-// another the run outlasted the readiness check's deadline on a host
-// with many session networks.
+// "answered rcode <n>". The targets are tried `workers` at a time, a
+// thread each: a fenced target costs its whole timeout (a dropped packet
+// answers nothing) and the list grows with the host's addresses, so one
+// after another the run outlasted the readiness check's deadline on a
+// host with many session networks.
 const script = `
 import json, socket, sys, threading, urllib.request
 def probe(t):
@@ -69,7 +69,7 @@ def work():
             r = "%s: %s" % (type(e).__name__, e)
         with lock:
             out[t] = r
-ws = [threading.Thread(target=work) for _ in range(int(sys.argv[2]))]
+ws = [threading.Thread(target=work) for _ in range(min(int(sys.argv[2]), len(todo)))]
 for w in ws:
     w.start()
 for w in ws:
