@@ -12,6 +12,7 @@ import (
 	"os"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 )
 
@@ -196,94 +197,129 @@ func TestTunnelHalfClose(t *testing.T) {
 }
 
 // TestTunnelIdle: the tunnel ends idle after the last byte moved in
-// either direction, not before, and closes both sides; a tunnel busy for
-// longer than idle (a trickle, or bulk in either direction) stays open.
+// either direction, not before and not more than one watchdog interval
+// (idle/4) after, and closes both sides; a tunnel busy for longer than
+// idle (a trickle, or bulk in either direction) stays open.
+//
+// It runs in a synctest bubble over in-memory pipes, so its clock is the
+// bubble's: time moves only when every goroutine waits, a write on a pipe
+// returns when the other side has read it, and the traffic's last write is
+// exactly when the tunnel last moved a byte. On loopback TCP and the wall
+// clock, a loaded machine stalled the traffic goroutines just before the
+// test took "now" as the last byte, and the tunnel, rightly, closed sooner
+// after that "now" than idle (seen: "closed after 543ms of quiet, idle is
+// 600ms" in a clean-clone run).
 func TestTunnelIdle(t *testing.T) {
 	t.Parallel()
-	// Generous against scheduling stalls on a loaded machine (-race, CI):
-	// a trickle byte every 20ms must keep the tunnel open.
 	const idle = 600 * time.Millisecond
 	tests := []struct {
 		name string
-		// traffic runs until stop is closed; nil means none.
-		traffic func(r *tunnelRig, stop <-chan struct{})
+		// traffic runs until stop is closed and returns the time of its
+		// last write; nil means none.
+		traffic func(sandbox, server net.Conn, stop <-chan struct{}) time.Time
 		// busy is how long traffic keeps the tunnel alive.
 		busy time.Duration
 	}{
 		{name: "no traffic"},
-		{name: "trickle up", busy: 2 * idle, traffic: func(r *tunnelRig, stop <-chan struct{}) {
-			go io.Copy(io.Discard, r.server)
-			trickle(r.sandbox, stop)
+		{name: "trickle up", busy: 2 * idle, traffic: func(sandbox, server net.Conn, stop <-chan struct{}) time.Time {
+			go io.Copy(io.Discard, server)
+			return trickle(sandbox, stop)
 		}},
-		{name: "trickle down", busy: 2 * idle, traffic: func(r *tunnelRig, stop <-chan struct{}) {
-			go io.Copy(io.Discard, r.sandbox)
-			trickle(r.server, stop)
+		{name: "trickle down", busy: 2 * idle, traffic: func(sandbox, server net.Conn, stop <-chan struct{}) time.Time {
+			go io.Copy(io.Discard, sandbox)
+			return trickle(server, stop)
 		}},
-		{name: "trickle up after a bulk transfer", busy: 2 * idle, traffic: func(r *tunnelRig, stop <-chan struct{}) {
-			go io.Copy(io.Discard, r.server)
-			r.sandbox.Write(make([]byte, 1<<20)) // switches to the large buffer
-			trickle(r.sandbox, stop)
+		{name: "trickle up after a bulk transfer", busy: 2 * idle, traffic: func(sandbox, server net.Conn, stop <-chan struct{}) time.Time {
+			go io.Copy(io.Discard, server)
+			sandbox.Write(make([]byte, 1<<20)) // switches to the large buffer
+			return trickle(sandbox, stop)
 		}},
-		{name: "bulk down", busy: 3 * idle, traffic: func(r *tunnelRig, stop <-chan struct{}) {
-			go io.Copy(io.Discard, r.sandbox)
-			flood(r.server, stop)
+		{name: "bulk down", busy: 3 * idle, traffic: func(sandbox, server net.Conn, stop <-chan struct{}) time.Time {
+			go io.Copy(io.Discard, sandbox)
+			return flood(server, stop)
 		}},
-		{name: "bulk up", busy: 3 * idle, traffic: func(r *tunnelRig, stop <-chan struct{}) {
-			go io.Copy(io.Discard, r.server)
-			flood(r.sandbox, stop)
+		{name: "bulk up", busy: 3 * idle, traffic: func(sandbox, server net.Conn, stop <-chan struct{}) time.Time {
+			go io.Copy(io.Discard, server)
+			return flood(sandbox, stop)
 		}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			r := startTunnel(t, idle)
-			start := time.Now()
-			if tt.traffic != nil {
-				stop := make(chan struct{})
-				go tt.traffic(r, stop)
-				time.Sleep(tt.busy)
-				r.running(t)
-				close(stop)
-				start = time.Now()
-			}
-			r.wait(t, idle+2*time.Second)
-			if waited := time.Since(start); waited < idle-50*time.Millisecond { // trickle's last byte is up to 20ms old
-				t.Fatalf("closed after %v of quiet, idle is %v", waited, idle)
-			}
-			closedEnd(t, "sandbox side", r.sandbox, time.Second)
-			closedEnd(t, "server side", r.server, time.Second)
+			synctest.Test(t, func(t *testing.T) {
+				client, sandbox := net.Pipe()
+				upstream, server := net.Pipe()
+				tun := &tunnel{client: client, upstream: upstream}
+				done := make(chan time.Time, 1)
+				go func() { tun.run(context.Background(), idle); done <- time.Now() }()
+				last := time.Now()
+				if tt.traffic != nil {
+					stop := make(chan struct{})
+					lastWrite := make(chan time.Time, 1)
+					go func() { lastWrite <- tt.traffic(sandbox, server, stop) }()
+					time.Sleep(tt.busy)
+					select {
+					case <-done:
+						t.Fatalf("tunnel ended while busy (up %d, down %d)", tun.up.Load(), tun.down.Load())
+					default:
+					}
+					close(stop)
+					last = <-lastWrite
+					if tun.up.Load()+tun.down.Load() == 0 {
+						t.Fatal("no byte moved")
+					}
+				}
+				ended := <-done
+				if quiet := ended.Sub(last); quiet < idle || quiet > idle+idle/4 {
+					t.Fatalf("closed after %v of quiet, want between %v and %v", quiet, idle, idle+idle/4)
+				}
+				for _, end := range []struct {
+					name string
+					c    net.Conn
+				}{{"sandbox side", sandbox}, {"server side", server}} {
+					if _, err := end.c.Read(make([]byte, 1)); err == nil {
+						t.Errorf("%s still open", end.name)
+					}
+				}
+			})
 		})
 	}
 }
 
-// flood writes 64 KiB at a time, with short pauses, until stop is closed.
-func flood(c net.Conn, stop <-chan struct{}) {
+// flood writes 64 KiB at a time, with short pauses, until stop is closed,
+// and returns when its last write returned.
+func flood(c net.Conn, stop <-chan struct{}) time.Time {
 	b := make([]byte, 64<<10)
+	var last time.Time
 	for {
 		select {
 		case <-stop:
-			return
+			return last
 		default:
 		}
 		if _, err := c.Write(b); err != nil {
-			return
+			return last
 		}
+		last = time.Now()
 		time.Sleep(time.Millisecond)
 	}
 }
 
-// trickle writes a byte every 20ms until stop is closed.
-func trickle(c net.Conn, stop <-chan struct{}) {
+// trickle writes a byte every 20ms until stop is closed, and returns when
+// its last write returned.
+func trickle(c net.Conn, stop <-chan struct{}) time.Time {
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
+	var last time.Time
 	for {
 		select {
 		case <-stop:
-			return
+			return last
 		case <-tick.C:
 			if _, err := c.Write([]byte{'.'}); err != nil {
-				return
+				return last
 			}
+			last = time.Now()
 		}
 	}
 }
