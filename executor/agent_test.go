@@ -109,7 +109,9 @@ func TestStatelessUsesTheAgent(t *testing.T) {
 	if e.agents.For(ws.id) == nil {
 		t.Fatal("warm sandbox without an agent channel")
 	}
-	e.pool.warm <- ws
+	if err := e.pool.destroy(context.Background(), ws.id); err != nil {
+		t.Fatal(err)
+	}
 	r, err := e.ExecuteStateless(context.Background(), "k1", ExecRequest{Language: "bash", Code: "echo $((6*7))"})
 	if err != nil || r.Stdout != "42\n" {
 		t.Fatalf("stateless: %+v %v", r, err)
@@ -142,5 +144,43 @@ func TestAgentCancelThenNextCall(t *testing.T) {
 	}
 	if e.agents.For(s.ID) == nil {
 		t.Fatal("the channel was given up after a plain cancel")
+	}
+}
+
+// TestWarmPoolHoldsWhatItSays: the warm pool's sandboxes, waiting or being
+// made, are never more than warm_pool, also while it refills after a take
+// (its filler once made one beyond a full pool and held it).
+func TestWarmPoolHoldsWhatItSays(t *testing.T) {
+	t.Parallel()
+	const warm = 2
+	e, _ := startExecutor(t, func(c *Config) { c.WarmPool = warm })
+	full := func() {
+		t.Helper()
+		for deadline := time.Now().Add(60 * time.Second); e.Pool().Ready() < warm; time.Sleep(20 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("the warm pool holds %d of %d after 60 s", e.Pool().Ready(), warm)
+			}
+		}
+	}
+	// atMost samples the sandboxes under the runsc root for a while: a
+	// filler making one too many starts it within a sandbox's start time.
+	atMost := func(want int) {
+		t.Helper()
+		for end := time.Now().Add(3 * time.Second); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+			if ids := e.runsc.SandboxIDs(); len(ids) > want {
+				t.Fatalf("%d sandboxes under the runsc root, want at most %d: %v", len(ids), want, ids)
+			}
+		}
+	}
+	full()
+	atMost(warm)
+	s := mustSession(t, e, "bash") // takes a warm sandbox
+	full()
+	atMost(warm + 1)
+	if got := len(e.runsc.SandboxIDs()); got != warm+1 {
+		t.Fatalf("%d sandboxes, want the session's and the pool's %d", got, warm)
+	}
+	if err := e.DeleteSession(context.Background(), "k1", s.ID); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -452,8 +452,7 @@ func TestClusterReconcileKeepsOthersImages(t *testing.T) {
 	if b.Pool().Ready() == 0 {
 		t.Fatal("b's warm pool did not fill")
 	}
-	// b's session and its warm homes (the pool's, and the one its filler
-	// may have made beyond a full pool).
+	// b's session and its warm pool's home.
 	warm, _ := filepath.Glob(filepath.Join(c.homes, "*", "home.img"))
 	if len(warm) < 2 {
 		t.Fatalf("images in homes_dir: %v", warm)

@@ -79,6 +79,7 @@ func startFaultExecutor(t *testing.T) *faultEnv {
 	t.Helper()
 	cfg := testConfig(t, t.TempDir())
 	cfg.MaxSandboxes = 3 // a leaked slot shows within a few creates
+	cfg.WarmPool = 1     // sessions without network come from the pool
 	for _, tool := range []string{"ip", "nft"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			testenv.Skip(t, "network faults need %s: %v", tool, err)
@@ -263,11 +264,10 @@ func TestCreateSessionFaultAtEveryStep(t *testing.T) {
 			cases = append(cases, tc{name: "warm/" + string(s) + "/" + mode, step: s, panics: panics})
 		}
 	}
-	// waitSettled waits until the warm pool is full and its filler holds
-	// the one sandbox more it makes (it waits to hand it over): from then
-	// on the pool opens and closes no files until a sandbox is taken, so
-	// the open-file counts before and after a case are taken in the same
-	// state.
+	// waitSettled waits until the warm pool is full (its filler waits for
+	// a slot): from then on the pool opens and closes no files until a
+	// sandbox is taken, so the open-file counts before and after a case
+	// are taken in the same state.
 	waitSettled := func(t *testing.T) {
 		t.Helper()
 		for deadline := time.Now().Add(60 * time.Second); !f.e.Pool().settled(); time.Sleep(20 * time.Millisecond) {
@@ -305,10 +305,8 @@ func TestCreateSessionFaultAtEveryStep(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			// The pool's filler makes one sandbox beyond a full pool (it
-			// waits to hand it over) a moment after the pool is full: the
-			// baseline is taken once that has happened, so its agent pipes
-			// are not counted as a leak later.
+			// The baseline is taken with the pool full, so a refill's
+			// agent pipes are not counted as a leak later.
 			waitSettled(t)
 			fds := fdCount()
 			before := fdList()

@@ -18,7 +18,10 @@ import (
 	"github.com/sandboxapi/sandboxapi/store"
 )
 
-// testConfig returns a config for a real executor under dir.
+// testConfig returns a config for a real executor under dir. It has no
+// warm pool: a test of the pool, or of a session made from it, sets one
+// (a pool makes sandboxes at start and after every take, which the other
+// tests would pay for and throw away).
 func testConfig(t testing.TB, dir string) Config {
 	t.Helper()
 	bin := testenv.Runsc(t)
@@ -31,7 +34,7 @@ func testConfig(t testing.TB, dir string) Config {
 		GuestBinary: testenv.Guest(t), MaxSandboxes: 8, HomeBytes: 64 << 20, MemoryBytes: 256 << 20,
 		Pids: 128, CPUs: 1, TmpBytes: 32 << 20, DefaultTimeout: 10 * time.Second, MaxTimeout: 60 * time.Second,
 		CompileTimeout: 60 * time.Second, MaxOutputBytes: 64 << 10, DefaultIdleTTL: time.Minute, MaxIdleTTL: time.Hour,
-		ReapInterval: 200 * time.Millisecond, WarmPool: 1,
+		ReapInterval: 200 * time.Millisecond, WarmPool: 0,
 	}
 }
 

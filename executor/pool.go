@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/sandboxapi/sandboxapi/executor/agent"
@@ -37,13 +36,13 @@ type Pool struct {
 	disk   *DiskBudget // the homes' budget: a warm home counts
 
 	warm chan warmSandbox // started sandboxes that have run nothing
-	mu   sync.Mutex
-	gen  int            // under mu: warm sandboxes of an older gen are stale (drop)
-	bg   sync.WaitGroup // removals of stale warm sandboxes
-	// handing is set while the filler holds a sandbox it has made and
-	// warmed and waits to put it into the pool (blocked there when the
-	// pool is full): tests wait for it instead of sleeping.
-	handing atomic.Bool
+	// slots holds one token per warm sandbox that exists: made or being
+	// made by the filler, and not yet taken. Its capacity is warm's, so
+	// the pool never holds more sandboxes than warm_pool says.
+	slots chan struct{}
+	mu    sync.Mutex
+	gen   int            // under mu: warm sandboxes of an older gen are stale (drop)
+	bg    sync.WaitGroup // removals of stale warm sandboxes
 }
 
 // poolSessions is what Pool needs of the session service: where a home
@@ -53,7 +52,8 @@ type poolSessions interface {
 }
 
 func newPool(s poolSessions, agents *agent.Transport, boxes *launcher, cfg Config, rt *Runtimes, log *slog.Logger, disk *DiskBudget) *Pool {
-	return &Pool{s: s, agents: agents, boxes: boxes, cfg: cfg, rt: rt, log: log, disk: disk, warm: make(chan warmSandbox, max(cfg.WarmPool, 0))}
+	n := max(cfg.WarmPool, 0)
+	return &Pool{s: s, agents: agents, boxes: boxes, cfg: cfg, rt: rt, log: log, disk: disk, warm: make(chan warmSandbox, n), slots: make(chan struct{}, n)}
 }
 
 // Pool returns the executor's warm pool.
@@ -66,6 +66,7 @@ func (p *Pool) take() (warmSandbox, bool) {
 	for {
 		select {
 		case ws := <-p.warm:
+			<-p.slots // the filler may make the next one
 			p.mu.Lock()
 			stale := ws.gen != p.gen
 			p.mu.Unlock()
@@ -79,20 +80,26 @@ func (p *Pool) take() (warmSandbox, bool) {
 	}
 }
 
-// fill keeps the warm pool full until stop is closed. One more sandbox
-// than the pool holds may be waiting to go in.
+// fill keeps the warm pool full until stop is closed. It makes a sandbox
+// only when there is a slot for it, so the sandboxes waiting and the one
+// being made are at most warm_pool together: after a take, the pool is
+// one short until the filler's next sandbox is ready. (It used to make
+// one beyond a full pool and hold it until a take, which cost every
+// server a sandbox, with its memory, that the operator had not asked
+// for.)
 func (p *Pool) fill(stop <-chan struct{}) {
 	for {
 		select {
 		case <-stop:
 			return
-		default:
+		case p.slots <- struct{}{}:
 		}
 		ws, err := p.prepare()
 		if err == nil {
 			p.warmUp(ws.id)
 		}
 		if err != nil {
+			<-p.slots
 			if errors.Is(err, ErrNoStorage) {
 				// The homes' disk budget is spent: sessions come first.
 				p.log.Debug("warm pool waits for disk budget")
@@ -106,12 +113,11 @@ func (p *Pool) fill(stop <-chan struct{}) {
 			}
 			continue
 		}
-		p.handing.Store(true)
+		// warm has room for every slot; only a sandbox put back by hand
+		// (a test) can fill it first.
 		select {
 		case p.warm <- ws:
-			p.handing.Store(false)
 		case <-stop:
-			p.handing.Store(false)
 			if err := p.destroy(context.Background(), ws.id); err != nil {
 				p.log.Error("removing a warm sandbox at stop", "sandbox", ws.id, "err", err)
 			}
@@ -191,6 +197,7 @@ func (p *Pool) drop() {
 	for {
 		select {
 		case ws := <-p.warm:
+			<-p.slots
 			p.discard(ws)
 		default:
 			return
@@ -218,6 +225,7 @@ func (p *Pool) drain(ctx context.Context) []error {
 	for {
 		select {
 		case ws := <-p.warm:
+			<-p.slots
 			if err := p.destroy(ctx, ws.id); err != nil {
 				errs = append(errs, err)
 			}
@@ -233,7 +241,7 @@ func (p *Pool) drain(ctx context.Context) []error {
 // Ready reports how many warm sandboxes wait (for metrics and tests).
 func (p *Pool) Ready() int { return len(p.warm) }
 
-// settled reports whether the pool is full and its filler holds the one
-// sandbox more it makes (made and warmed, waiting to go in): nothing of
-// the pool opens or closes files until a sandbox is taken (for tests).
-func (p *Pool) settled() bool { return len(p.warm) == cap(p.warm) && p.handing.Load() }
+// settled reports whether the pool is full: its filler waits for a slot,
+// so nothing of the pool opens or closes files until a sandbox is taken
+// (for tests).
+func (p *Pool) settled() bool { return len(p.warm) == cap(p.warm) }

@@ -222,7 +222,7 @@ func (s *server) ownSandboxProcs() int {
 // makes them, under the controllers' sandboxapi/ folder, with a process in
 // it) does not count, nor do other tests' sandboxes on the host.
 func TestSandboxesLiveCountsOwnOnly(t *testing.T) {
-	s := startServer(t, "") // warm_pool: 1
+	s := startServer(t, "executor:\n  warm_pool: 1\n  home_size: 64M\n")
 	var b [8]byte
 	_, _ = rand.Read(b[:])
 	foreign := "foreign" + hex.EncodeToString(b[:])

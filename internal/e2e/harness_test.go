@@ -98,7 +98,10 @@ func startServerAt(t testing.TB, addr, extraYAML string) *server {
 		cfg += "server:\n  drain_delay: 0s\n" // stops fast; drain_test.go covers the delay
 	}
 	if !strings.Contains(extraYAML, "executor:") {
-		cfg += "executor:\n  warm_pool: 1\n  home_size: 64M\n"
+		// No warm pool: a test of the pool, or of sessions made from it,
+		// says so (it makes sandboxes at start and after every take,
+		// which the other tests would pay for and throw away).
+		cfg += "executor:\n  warm_pool: 0\n  home_size: 64M\n"
 	}
 	if !strings.Contains(extraYAML, "\ninstaller:") && !strings.HasPrefix(extraYAML, "installer:") {
 		// The readiness probe makes installer networks: never in the
